@@ -1,0 +1,127 @@
+// Package hsmtest gives each test its own SoftHSM token: a configuration and
+// token directory under t.TempDir(), selected through SOFTHSM2_CONF for the
+// duration of the test, with an RSA-2048 and a P-256 key generated on the
+// token (sensitive, not extractable) and certificates stored next to them.
+//
+// Tests that use it cannot run in parallel with each other: SoftHSM reads
+// SOFTHSM2_CONF when the module is initialized, once per process.
+package hsmtest
+
+import (
+	"crypto/x509"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/softhsm"
+)
+
+// KeyRef names a key on the test token.
+type KeyRef struct {
+	Label string
+	ID    []byte
+	Cert  *x509.Certificate
+}
+
+// Token is an isolated SoftHSM token.
+type Token struct {
+	Dir     string // the token's own directory
+	Conf    string // its softhsm2.conf
+	Module  string // the SoftHSM module path
+	Label   string
+	Serial  string
+	PIN     string
+	SOPIN   string
+	PINFile string // a 0600 file holding PIN
+	RSA     KeyRef
+	EC      KeyRef
+}
+
+// Options shapes a test token.
+type Options struct {
+	Label string
+	// Extra keys generated after the RSA and P-256 ones.
+	Extra []softhsm.KeySpec
+}
+
+// Module returns the SoftHSM module path, failing the test when SoftHSM is
+// not installed (`make test` installs it).
+func Module(t testing.TB) string {
+	t.Helper()
+	for _, p := range pkcs11.DefaultModules {
+		if filepath.Base(p) != "libsofthsm2.so" {
+			continue
+		}
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Fatalf("SoftHSM is not installed; `make test` installs it (apt-get install softhsm2)")
+	return ""
+}
+
+// New creates an isolated token with the default keys.
+func New(t testing.TB) *Token { return NewWith(t, Options{}) }
+
+// NewWith creates an isolated token shaped by o.
+func NewWith(t testing.TB, o Options) *Token {
+	t.Helper()
+	tk := &Token{Module: Module(t), Dir: t.TempDir(), Label: o.Label, PIN: "123456", SOPIN: "12345678"}
+	if tk.Label == "" {
+		tk.Label = "signagent-test"
+	}
+	conf, err := softhsm.WriteConfig(tk.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.Conf = conf
+	t.Setenv(softhsm.ConfEnv, conf)
+	// Keep the caller's environment from choosing another module, token or PIN.
+	for _, v := range []string{pkcs11.ModuleEnv, pkcs11.PINEnv, pkcs11.PINFileEnv, "SIGNAGENT_TOKEN_LABEL"} {
+		t.Setenv(v, "")
+	}
+	if tk.Serial, err = softhsm.InitToken(tk.Module, tk.Label, tk.SOPIN, tk.PIN); err != nil {
+		t.Fatalf("initialize SoftHSM token: %v", err)
+	}
+	tk.PINFile = filepath.Join(tk.Dir, "pin")
+	if err := os.WriteFile(tk.PINFile, []byte(tk.PIN+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tk.RSA = KeyRef{Label: "rsa", ID: []byte{0x01}}
+	tk.EC = KeyRef{Label: "ec", ID: []byte{0x02}}
+	specs := append([]softhsm.KeySpec{
+		{Type: softhsm.RSA2048, Label: tk.RSA.Label, ID: tk.RSA.ID, CommonName: "signagent test RSA"},
+		{Type: softhsm.P256, Label: tk.EC.Label, ID: tk.EC.ID, CommonName: "signagent test P-256"},
+	}, o.Extra...)
+	certs, err := softhsm.GenerateKeys(tk.Module, tk.Label, tk.PIN, specs)
+	if err != nil {
+		t.Fatalf("generate keys on the SoftHSM token: %v", err)
+	}
+	tk.RSA.Cert, tk.EC.Cert = certs[0], certs[1]
+	return tk
+}
+
+// Selection returns a selection of the key labelled keyLabel on this token,
+// with the PIN read from the token's PIN file.
+func (tk *Token) Selection(keyLabel string) pkcs11.Selection {
+	return pkcs11.Selection{
+		Module:   tk.Module,
+		Token:    pkcs11.TokenSelector{Label: tk.Label},
+		KeyLabel: keyLabel,
+		PIN:      pkcs11.PINSource{File: tk.PINFile},
+	}
+}
+
+// Open opens the key labelled keyLabel and closes it when the test ends.
+func (tk *Token) Open(t testing.TB, keyLabel string) *pkcs11.Key {
+	t.Helper()
+	k, err := pkcs11.Open(tk.Selection(keyLabel), zerolog.Nop())
+	if err != nil {
+		t.Fatalf("open key %q: %v", keyLabel, err)
+	}
+	t.Cleanup(func() { k.Close() })
+	return k
+}

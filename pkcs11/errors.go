@@ -1,0 +1,135 @@
+// Package pkcs11 reaches the partner's signing key on a smart card or HSM
+// through a PKCS#11 module: it finds the module, chooses the token and the
+// key, obtains the PIN, and turns what the token reports into errors an
+// operator can act on. Signing goes through github.com/ThalesGroup/crypto11;
+// listing uses github.com/miekg/pkcs11 directly.
+package pkcs11
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	p11 "github.com/miekg/pkcs11"
+)
+
+// Errors a caller can branch on with errors.Is. Each one's text names the fix.
+var (
+	ErrModuleNotFound   = errors.New("PKCS#11 module not found")
+	ErrNotAModule       = errors.New("not a PKCS#11 module")
+	ErrTokenNotFound    = errors.New("token not found")
+	ErrPINIncorrect     = errors.New("the token rejected the PIN")
+	ErrPINLocked        = errors.New("the token's PIN is locked")
+	ErrPINMissing       = errors.New("no PIN")
+	ErrKeyNotFound      = errors.New("key not found")
+	ErrKeyAmbiguous     = errors.New("more than one key matches")
+	ErrCertNotFound     = errors.New("certificate not found")
+	ErrCertMismatch     = errors.New("the certificate does not belong to the key")
+	ErrObjectInvalid    = errors.New("the token no longer knows the key's handle")
+	ErrSessionClosed    = errors.New("the token session was closed")
+	ErrDeviceRemoved    = errors.New("the token was removed")
+	ErrDeviceError      = errors.New("the token reported a device error")
+	ErrNotInitialized   = errors.New("the PKCS#11 module is not initialized")
+	ErrBadURI           = errors.New("invalid pkcs11 URI")
+	ErrBadSelection     = errors.New("invalid key selection")
+	ErrTokenUnavailable = errors.New("the token is not available")
+)
+
+// TokenError is a PKCS#11 failure with the operation that was being attempted.
+type TokenError struct {
+	Op   string    // what was being attempted, e.g. "log in"
+	Code p11.Error // the CKR_ value, 0 when none
+	Kind error     // one of the Err* sentinels
+	Hint string    // what to do about it
+	Err  error     // the underlying error
+}
+
+func (e *TokenError) Error() string {
+	var b strings.Builder
+	b.WriteString("could not ")
+	b.WriteString(e.Op)
+	b.WriteString(": ")
+	b.WriteString(e.Kind.Error())
+	if e.Code != 0 {
+		fmt.Fprintf(&b, " (%s)", codeName(e.Code))
+	}
+	if e.Hint != "" {
+		b.WriteString("; ")
+		b.WriteString(e.Hint)
+	}
+	return b.String()
+}
+
+// Unwrap lets errors.Is match both the sentinel and the underlying error.
+func (e *TokenError) Unwrap() []error { return []error{e.Kind, e.Err} }
+
+func codeName(c p11.Error) string {
+	// miekg/pkcs11 prints "pkcs11: 0xA0: CKR_PIN_INCORRECT"; keep the name.
+	s := c.Error()
+	if i := strings.LastIndex(s, ": "); i >= 0 {
+		return s[i+2:]
+	}
+	return s
+}
+
+// Code returns the PKCS#11 return value wrapped in err, if there is one.
+func Code(err error) (p11.Error, bool) {
+	var c p11.Error
+	if errors.As(err, &c) {
+		return c, true
+	}
+	return 0, false
+}
+
+// classify turns an error from the module into a TokenError whose Kind says
+// what happened. Errors that are not PKCS#11 return values pass through,
+// wrapped with the operation.
+func classify(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var te *TokenError
+	if errors.As(err, &te) {
+		return err
+	}
+	code, ok := Code(err)
+	if !ok {
+		return fmt.Errorf("could not %s: %w", op, err)
+	}
+	kind, hint := kindOf(code)
+	return &TokenError{Op: op, Code: code, Kind: kind, Hint: hint, Err: err}
+}
+
+func kindOf(code p11.Error) (error, string) {
+	switch code {
+	case p11.CKR_PIN_INCORRECT, p11.CKR_PIN_INVALID, p11.CKR_PIN_LEN_RANGE:
+		return ErrPINIncorrect, "check SIGNAGENT_PIN or the PIN file; the card locks after a few wrong tries, so do not retry blindly"
+	case p11.CKR_PIN_LOCKED, p11.CKR_PIN_EXPIRED:
+		return ErrPINLocked, "unblock the PIN with the security officer PIN (for SoftHSM: softhsm2-util or pkcs11-tool --unlock-pin)"
+	case p11.CKR_TOKEN_NOT_PRESENT, p11.CKR_DEVICE_REMOVED, p11.CKR_TOKEN_NOT_RECOGNIZED, p11.CKR_SLOT_ID_INVALID:
+		return ErrDeviceRemoved, "insert the card or reconnect the HSM; `signagent tokens` lists what the module sees"
+	case p11.CKR_SESSION_HANDLE_INVALID, p11.CKR_SESSION_CLOSED:
+		return ErrSessionClosed, "the session will be reopened; if this repeats, check the token's connection"
+	case p11.CKR_OBJECT_HANDLE_INVALID, p11.CKR_KEY_HANDLE_INVALID:
+		return ErrObjectInvalid, "the key was deleted or the token was reset; `signagent keys` lists the keys"
+	case p11.CKR_DEVICE_ERROR, p11.CKR_DEVICE_MEMORY, p11.CKR_GENERAL_ERROR, p11.CKR_FUNCTION_FAILED:
+		return ErrDeviceError, "check the reader and the token; reconnecting it often helps"
+	case p11.CKR_CRYPTOKI_NOT_INITIALIZED:
+		return ErrNotInitialized, "the module was finalized; the connection will be reopened"
+	case p11.CKR_USER_NOT_LOGGED_IN, p11.CKR_USER_PIN_NOT_INITIALIZED:
+		return ErrPINMissing, "the token needs a PIN: set SIGNAGENT_PIN or --pin-file"
+	}
+	return ErrDeviceError, ""
+}
+
+// Recoverable reports whether err means the token went away or its session
+// broke, so that reconnecting may help. A wrong or locked PIN is not
+// recoverable: retrying it would lock the card.
+func Recoverable(err error) bool {
+	for _, k := range []error{ErrDeviceRemoved, ErrSessionClosed, ErrDeviceError, ErrNotInitialized, ErrObjectInvalid, ErrTokenUnavailable} {
+		if errors.Is(err, k) {
+			return true
+		}
+	}
+	return false
+}

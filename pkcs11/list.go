@@ -1,0 +1,302 @@
+package pkcs11
+
+import (
+	"crypto/elliptic"
+	"crypto/sha1"
+	"crypto/x509"
+	"encoding/asn1"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	p11 "github.com/miekg/pkcs11"
+)
+
+// TokenInfo describes a token the module sees.
+type TokenInfo struct {
+	Slot         uint     `json:"slot"`
+	Label        string   `json:"label"`
+	Serial       string   `json:"serial"`
+	Manufacturer string   `json:"manufacturer"`
+	Model        string   `json:"model"`
+	Flags        []string `json:"flags"`
+	Initialized  bool     `json:"initialized"`
+}
+
+// ListTokens returns the tokens present in the module's slots.
+func ListTokens(modulePath string) ([]TokenInfo, error) {
+	m, err := openRaw(modulePath)
+	if err != nil {
+		return nil, err
+	}
+	defer m.close()
+	return listTokens(m)
+}
+
+func listTokens(m *rawModule) ([]TokenInfo, error) {
+	slots, err := m.GetSlotList(true)
+	if err != nil {
+		return nil, classify("list the module's slots", err)
+	}
+	var out []TokenInfo
+	for _, s := range slots {
+		ti, err := m.GetTokenInfo(s)
+		if err != nil {
+			return nil, classify(fmt.Sprintf("read the token in slot %d", s), err)
+		}
+		out = append(out, TokenInfo{
+			Slot:         s,
+			Label:        strings.TrimRight(ti.Label, " \x00"),
+			Serial:       strings.TrimRight(ti.SerialNumber, " \x00"),
+			Manufacturer: strings.TrimRight(ti.ManufacturerID, " \x00"),
+			Model:        strings.TrimRight(ti.Model, " \x00"),
+			Flags:        tokenFlags(ti.Flags),
+			Initialized:  ti.Flags&p11.CKF_TOKEN_INITIALIZED != 0,
+		})
+	}
+	return out, nil
+}
+
+func tokenFlags(f uint) []string {
+	var out []string
+	for _, x := range []struct {
+		bit  uint
+		name string
+	}{
+		{p11.CKF_TOKEN_INITIALIZED, "initialized"},
+		{p11.CKF_LOGIN_REQUIRED, "login-required"},
+		{p11.CKF_USER_PIN_INITIALIZED, "pin-initialized"},
+		{p11.CKF_PROTECTED_AUTHENTICATION_PATH, "pin-pad"},
+		{p11.CKF_WRITE_PROTECTED, "write-protected"},
+		{p11.CKF_USER_PIN_COUNT_LOW, "pin-count-low"},
+		{p11.CKF_USER_PIN_FINAL_TRY, "pin-final-try"},
+		{p11.CKF_USER_PIN_LOCKED, "pin-locked"},
+		{p11.CKF_HW_SLOT, "hardware"},
+	} {
+		if f&x.bit != 0 {
+			out = append(out, x.name)
+		}
+	}
+	return out
+}
+
+// TokenSelector picks one token.
+type TokenSelector struct {
+	Label  string
+	Serial string
+}
+
+func (s TokenSelector) String() string {
+	switch {
+	case s.Label != "" && s.Serial != "":
+		return fmt.Sprintf("label %q serial %q", s.Label, s.Serial)
+	case s.Label != "":
+		return fmt.Sprintf("%q", s.Label)
+	case s.Serial != "":
+		return fmt.Sprintf("with serial %q", s.Serial)
+	}
+	return "(any)"
+}
+
+func (s TokenSelector) matches(t TokenInfo) bool {
+	return (s.Label == "" || s.Label == t.Label) && (s.Serial == "" || s.Serial == t.Serial)
+}
+
+// choose returns the one token sel matches, or the only initialized token
+// when sel is empty.
+func chooseToken(tokens []TokenInfo, sel TokenSelector) (TokenInfo, error) {
+	var found []TokenInfo
+	for _, t := range tokens {
+		if t.Initialized && sel.matches(t) {
+			found = append(found, t)
+		}
+	}
+	names := make([]string, 0, len(tokens))
+	for _, t := range tokens {
+		if t.Initialized {
+			names = append(names, fmt.Sprintf("%q (serial %s)", t.Label, t.Serial))
+		}
+	}
+	seen := "the module sees no initialized token"
+	if len(names) > 0 {
+		seen = "the module sees " + strings.Join(names, ", ")
+	}
+	switch {
+	case len(found) == 1:
+		return found[0], nil
+	case len(found) == 0 && (sel.Label != "" || sel.Serial != ""):
+		return TokenInfo{}, fmt.Errorf("%w: token %s is not there; %s (`signagent tokens` lists them)", ErrTokenNotFound, sel, seen)
+	case len(found) == 0:
+		return TokenInfo{}, fmt.Errorf("%w: %s", ErrTokenNotFound, seen)
+	}
+	return TokenInfo{}, fmt.Errorf("%w: %d tokens match; %s; choose one with --token-label or --token-serial", ErrTokenNotFound, len(found), seen)
+}
+
+// Object describes a key or certificate on a token.
+type Object struct {
+	Class      string    `json:"class"` // private-key, public-key, certificate
+	Label      string    `json:"label"`
+	ID         string    `json:"id"` // hex
+	KeyType    string    `json:"keyType,omitempty"`
+	Bits       int       `json:"bits,omitempty"`
+	Curve      string    `json:"curve,omitempty"`
+	Subject    string    `json:"subject,omitempty"`
+	Issuer     string    `json:"issuer,omitempty"`
+	NotAfter   time.Time `json:"notAfter,omitzero"`
+	Thumbprint string    `json:"thumbprint,omitempty"` // SHA-1 of the certificate, upper-case hex
+}
+
+// ListObjects returns the keys and certificates on the token. Private keys are
+// listed only when pin is given (they are private objects).
+func ListObjects(modulePath string, sel TokenSelector, pin string) ([]Object, error) {
+	m, err := openRaw(modulePath)
+	if err != nil {
+		return nil, err
+	}
+	defer m.close()
+	tokens, err := listTokens(m)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := chooseToken(tokens, sel)
+	if err != nil {
+		return nil, err
+	}
+	sh, err := m.OpenSession(tok.Slot, p11.CKF_SERIAL_SESSION)
+	if err != nil {
+		return nil, classify("open a session", err)
+	}
+	defer m.CloseSession(sh)
+	if pin != "" {
+		if err := m.Login(sh, p11.CKU_USER, pin); err != nil && !isCode(err, p11.CKR_USER_ALREADY_LOGGED_IN) {
+			return nil, classify(fmt.Sprintf("log in to token %q", tok.Label), err)
+		}
+		defer m.Logout(sh)
+	}
+	var out []Object
+	for _, class := range []uint{p11.CKO_PRIVATE_KEY, p11.CKO_PUBLIC_KEY, p11.CKO_CERTIFICATE} {
+		handles, err := findAll(m.Ctx, sh, []*p11.Attribute{p11.NewAttribute(p11.CKA_CLASS, class)})
+		if err != nil {
+			return nil, classify("list objects", err)
+		}
+		for _, h := range handles {
+			o, err := describe(m.Ctx, sh, h, class)
+			if err != nil {
+				return nil, classify("read an object's attributes", err)
+			}
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+func isCode(err error, code uint) bool {
+	c, ok := Code(err)
+	return ok && uint(c) == code
+}
+
+func findAll(ctx *p11.Ctx, sh p11.SessionHandle, tmpl []*p11.Attribute) ([]p11.ObjectHandle, error) {
+	if err := ctx.FindObjectsInit(sh, tmpl); err != nil {
+		return nil, err
+	}
+	defer ctx.FindObjectsFinal(sh)
+	var all []p11.ObjectHandle
+	for {
+		hs, _, err := ctx.FindObjects(sh, 64)
+		if err != nil {
+			return nil, err
+		}
+		if len(hs) == 0 {
+			return all, nil
+		}
+		all = append(all, hs...)
+	}
+}
+
+func attr(ctx *p11.Ctx, sh p11.SessionHandle, h p11.ObjectHandle, t uint) []byte {
+	a, err := ctx.GetAttributeValue(sh, h, []*p11.Attribute{p11.NewAttribute(t, nil)})
+	if err != nil || len(a) == 0 {
+		return nil
+	}
+	return a[0].Value
+}
+
+func ulong(b []byte) uint {
+	var n uint
+	for i := len(b) - 1; i >= 0; i-- { // native little-endian CK_ULONG
+		n = n<<8 | uint(b[i])
+	}
+	return n
+}
+
+var curveOIDs = map[string]string{
+	"1.2.840.10045.3.1.7": "P-256",
+	"1.3.132.0.34":        "P-384",
+	"1.3.132.0.35":        "P-521",
+}
+
+func describe(ctx *p11.Ctx, sh p11.SessionHandle, h p11.ObjectHandle, class uint) (Object, error) {
+	o := Object{
+		Label: string(attr(ctx, sh, h, p11.CKA_LABEL)),
+		ID:    hex.EncodeToString(attr(ctx, sh, h, p11.CKA_ID)),
+	}
+	switch class {
+	case p11.CKO_PRIVATE_KEY, p11.CKO_PUBLIC_KEY:
+		o.Class = map[uint]string{p11.CKO_PRIVATE_KEY: "private-key", p11.CKO_PUBLIC_KEY: "public-key"}[class]
+		switch ulong(attr(ctx, sh, h, p11.CKA_KEY_TYPE)) {
+		case p11.CKK_RSA:
+			o.KeyType = "RSA"
+			o.Bits = len(trimZero(attr(ctx, sh, h, p11.CKA_MODULUS))) * 8
+		case p11.CKK_EC:
+			o.KeyType = "EC"
+			var oid asn1.ObjectIdentifier
+			if _, err := asn1.Unmarshal(attr(ctx, sh, h, p11.CKA_EC_PARAMS), &oid); err == nil {
+				o.Curve = curveOIDs[oid.String()]
+				if o.Curve == "" {
+					o.Curve = oid.String()
+				}
+				o.Bits = curveBits(o.Curve)
+			}
+		default:
+			o.KeyType = "other"
+		}
+	case p11.CKO_CERTIFICATE:
+		o.Class = "certificate"
+		der := attr(ctx, sh, h, p11.CKA_VALUE)
+		if c, err := x509.ParseCertificate(der); err == nil {
+			o.Subject = c.Subject.String()
+			o.Issuer = c.Issuer.String()
+			o.NotAfter = c.NotAfter.UTC()
+			o.Thumbprint = Thumbprint(c)
+			o.KeyType, o.Bits, o.Curve = publicKeyShape(c)
+		}
+	}
+	return o, nil
+}
+
+func curveBits(name string) int {
+	switch name {
+	case "P-256":
+		return elliptic.P256().Params().BitSize
+	case "P-384":
+		return elliptic.P384().Params().BitSize
+	case "P-521":
+		return elliptic.P521().Params().BitSize
+	}
+	return 0
+}
+
+func trimZero(b []byte) []byte {
+	for len(b) > 0 && b[0] == 0 {
+		b = b[1:]
+	}
+	return b
+}
+
+// Thumbprint is the SHA-1 of the certificate's DER in upper-case hex: the
+// form the service's thumbprint credential takes.
+func Thumbprint(c *x509.Certificate) string {
+	sum := sha1.Sum(c.Raw)
+	return strings.ToUpper(hex.EncodeToString(sum[:]))
+}

@@ -1,0 +1,210 @@
+package pkcs11_test
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/signer"
+	"github.com/signagent/signagent/softhsm"
+)
+
+func TestSignOnToken(t *testing.T) {
+	tk := hsmtest.New(t)
+	text := canonical.Text("KEY", canonical.Credential{Kind: canonical.Phone, Value: "9161234567"}, canonical.Now())
+	for _, ref := range []hsmtest.KeyRef{tk.RSA, tk.EC} {
+		t.Run(ref.Label, func(t *testing.T) {
+			k := tk.Open(t, ref.Label)
+			if !k.Certificate().Equal(ref.Cert) {
+				t.Fatal("wrong certificate")
+			}
+			if !bytes.Equal(k.ID(), ref.ID) || k.Label() != ref.Label {
+				t.Fatalf("id %x label %q", k.ID(), k.Label())
+			}
+			digest := sha256.Sum256(text)
+			sig, err := k.Sign(nil, digest[:], crypto.SHA256)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch pub := k.Public().(type) {
+			case *rsa.PublicKey:
+				err = rsa.VerifyPKCS1v15(pub, crypto.SHA256, digest[:], sig)
+			case *ecdsa.PublicKey:
+				if !ecdsa.VerifyASN1(pub, digest[:], sig) {
+					err = errors.New("ECDSA signature does not verify")
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, noAttrs := range []bool{false, true} {
+				der, err := signer.Sign(text, k, k.Certificate(), signer.Options{NoSignedAttributes: noAttrs, SigningTime: time.Now()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := signer.Verify(der, text, nil); err != nil {
+					t.Fatal(err)
+				}
+				hsmtest.RequireExternalVerify(t, der, text, k.Certificate(), []*x509.Certificate{k.Certificate()})
+			}
+		})
+	}
+}
+
+func TestP384OnToken(t *testing.T) {
+	tk := hsmtest.NewWith(t, hsmtest.Options{Extra: []softhsm.KeySpec{{Type: softhsm.P384, Label: "p384", ID: []byte{3}}}})
+	k := tk.Open(t, "p384")
+	text := []byte("apikey=k\r\nid=1\r\ntimestamp=01.01.2026 00:00:00\r\n")
+	der, err := signer.Sign(text, k, k.Certificate(), signer.Options{Hash: crypto.SHA384})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hsmtest.RequireExternalVerify(t, der, text, k.Certificate(), []*x509.Certificate{k.Certificate()})
+}
+
+func TestSelectionByURIAndID(t *testing.T) {
+	tk := hsmtest.New(t)
+	for name, sel := range map[string]pkcs11.Selection{
+		"uri": {URI: "pkcs11:token=" + tk.Label + ";object=ec?module-path=" + tk.Module + "&pin-source=file:" + tk.PINFile},
+		"uri-id": {Module: tk.Module, URI: "pkcs11:serial=" + tk.Serial + ";id=%02", PIN: pkcs11.PINSource{File: tk.PINFile}},
+		"key-id": {Module: tk.Module, Token: pkcs11.TokenSelector{Serial: tk.Serial}, KeyID: []byte{2}, PIN: pkcs11.PINSource{File: tk.PINFile}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			k, err := pkcs11.Open(sel, zerolog.Nop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer k.Close()
+			if k.Label() != "ec" {
+				t.Fatalf("chose %q", k.Label())
+			}
+		})
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	tk := hsmtest.NewWith(t, hsmtest.Options{Extra: []softhsm.KeySpec{
+		{Type: softhsm.P256, Label: "twin", ID: []byte{0x10}},
+		{Type: softhsm.P256, Label: "twin", ID: []byte{0x11}},
+		{Type: softhsm.P256, Label: "expired", ID: []byte{0x12}, NotBefore: time.Now().AddDate(-2, 0, 0), NotAfter: time.Now().AddDate(-1, 0, 0)},
+		{Type: softhsm.P256, Label: "nocert", ID: []byte{0x13}, NoCert: true},
+	}})
+	dir := t.TempDir()
+	wrongPIN := filepath.Join(dir, "wrong-pin")
+	os.WriteFile(wrongPIN, []byte("000000\n"), 0o600)
+	notModule := filepath.Join(dir, "not-a-module.so")
+	os.WriteFile(notModule, []byte("hello"), 0o600)
+	otherCert := filepath.Join(dir, "other.pem")
+	os.WriteFile(otherCert, hsmtest.PEM(tk.RSA.Cert), 0o600)
+
+	for _, tc := range []struct {
+		name   string
+		edit   func(*pkcs11.Selection)
+		want   error
+		inText string
+	}{
+		{"module missing", func(s *pkcs11.Selection) { s.Module = "/nonexistent/lib.so" }, pkcs11.ErrModuleNotFound, "does not exist"},
+		{"not a module", func(s *pkcs11.Selection) { s.Module = notModule }, pkcs11.ErrNotAModule, "not-a-module.so"},
+		{"unknown token", func(s *pkcs11.Selection) { s.Token.Label = "nope" }, pkcs11.ErrTokenNotFound, `"signagent-test"`},
+		{"wrong PIN", func(s *pkcs11.Selection) { s.PIN.File = wrongPIN }, pkcs11.ErrPINIncorrect, "CKR_PIN_INCORRECT"},
+		{"no PIN", func(s *pkcs11.Selection) { s.PIN = pkcs11.PINSource{} }, pkcs11.ErrPINMissing, "SIGNAGENT_PIN"},
+		{"key label matches nothing", func(s *pkcs11.Selection) { s.KeyLabel = "absent" }, pkcs11.ErrKeyNotFound, `"rsa" (id 01)`},
+		{"key label matches two", func(s *pkcs11.Selection) { s.KeyLabel = "twin" }, pkcs11.ErrKeyAmbiguous, `"twin" (id 10), "twin" (id 11)`},
+		{"no key chosen among many", func(s *pkcs11.Selection) { s.KeyLabel = "" }, pkcs11.ErrKeyAmbiguous, "choose one"},
+		{"certificate of another key", func(s *pkcs11.Selection) { s.KeyLabel = "ec"; s.CertFile = otherCert }, pkcs11.ErrCertMismatch, "another key"},
+		{"no certificate", func(s *pkcs11.Selection) { s.KeyLabel = "nocert" }, pkcs11.ErrCertNotFound, "--cert"},
+		{"pin-value in URI", func(s *pkcs11.Selection) { s.URI = "pkcs11:token=x?pin-value=1234" }, pkcs11.ErrBadURI, "pin-value"},
+		{"URI contradicts flag", func(s *pkcs11.Selection) { s.URI = "pkcs11:object=ec" }, pkcs11.ErrBadSelection, "both"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sel := tk.Selection("rsa")
+			tc.edit(&sel)
+			k, err := pkcs11.Open(sel, zerolog.Nop())
+			if err == nil {
+				k.Close()
+				t.Fatal("opened")
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, tc.inText) || strings.Contains(msg, "\n") || strings.Contains(msg, tk.PIN) {
+				t.Fatalf("message %q should be one line naming %q, without the PIN", msg, tc.inText)
+			}
+		})
+	}
+
+	t.Run("expired certificate signs with a warning", func(t *testing.T) {
+		var logs bytes.Buffer
+		k, err := pkcs11.Open(tk.Selection("expired"), zerolog.New(&logs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Close()
+		if _, err := signer.Sign([]byte("x"), k, k.Certificate(), signer.Options{NoSignedAttributes: true}); err != nil {
+			t.Fatal(err)
+		}
+		want := k.Certificate().NotAfter.UTC().Format("2006-01-02")
+		if !strings.Contains(logs.String(), "expired on "+want) {
+			t.Fatalf("no warning naming %s: %s", want, logs.String())
+		}
+	})
+}
+
+func TestListing(t *testing.T) {
+	tk := hsmtest.New(t)
+	tokens, err := pkcs11.ListTokens(tk.Module)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, ti := range tokens {
+		if ti.Label == tk.Label && ti.Serial == tk.Serial && ti.Initialized {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("token not listed: %+v", tokens)
+	}
+	objs, err := pkcs11.ListObjects(tk.Module, pkcs11.TokenSelector{Label: tk.Label}, tk.PIN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]pkcs11.Object{}
+	for _, o := range objs {
+		seen[o.Class+"/"+o.Label] = o
+	}
+	if o := seen["private-key/rsa"]; o.KeyType != "RSA" || o.Bits != 2048 || o.ID != "01" {
+		t.Fatalf("rsa private key: %+v", o)
+	}
+	if o := seen["private-key/ec"]; o.Curve != "P-256" {
+		t.Fatalf("ec private key: %+v", o)
+	}
+	if o := seen["certificate/rsa"]; o.Thumbprint != pkcs11.Thumbprint(tk.RSA.Cert) || o.Subject == "" || o.NotAfter.IsZero() {
+		t.Fatalf("rsa certificate: %+v", o)
+	}
+	// Without the PIN the private keys stay hidden.
+	objs, err = pkcs11.ListObjects(tk.Module, pkcs11.TokenSelector{Label: tk.Label}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.Class == "private-key" {
+			t.Fatalf("private key listed without login: %+v", o)
+		}
+	}
+}

@@ -1,0 +1,253 @@
+// Package softhsm sets up SoftHSMv2 tokens for development, the demo, CI and
+// tests: a configuration file in a directory of the caller's, a token
+// initialized through PKCS#11 calls (so no PIN passes through a command line),
+// and keys generated on the token with self-signed certificates stored next
+// to them.
+package softhsm
+
+import (
+	"crypto"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ThalesGroup/crypto11"
+	p11 "github.com/miekg/pkcs11"
+
+	"github.com/signagent/signagent/pkcs11"
+)
+
+//go:embed softhsm2.conf.tmpl
+var confTemplate string
+
+// ConfEnv is the variable SoftHSM reads its configuration path from. It is
+// read when the module is initialized, so it must be set before.
+const ConfEnv = "SOFTHSM2_CONF"
+
+// WriteConfig writes softhsm2.conf into dir with its token store in
+// dir/tokens, both private to the user, and returns the configuration path.
+func WriteConfig(dir string) (string, error) {
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.MkdirAll(tokens, 0o700); err != nil {
+		return "", fmt.Errorf("could not create the token directory: %w", err)
+	}
+	conf := filepath.Join(dir, "softhsm2.conf")
+	body := strings.ReplaceAll(confTemplate, "{{TOKENDIR}}", tokens)
+	if err := WriteFileAtomic(conf, []byte(body), 0o600); err != nil {
+		return "", err
+	}
+	return conf, nil
+}
+
+// WriteFileAtomic writes data to path through a temporary file in the same
+// directory and a rename, so the file is whole or absent.
+func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("could not write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // no-op after the rename
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return fmt.Errorf("could not write %s: %w", path, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("could not write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("could not write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("could not write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("could not write %s: %w", path, err)
+	}
+	return nil
+}
+
+// InitToken initializes a fresh token labelled label in the first free slot
+// and sets its user PIN. It returns the token's serial number.
+func InitToken(module, label, soPIN, userPIN string) (string, error) {
+	ctx, release, err := pkcs11.OpenRaw(module)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	slots, err := ctx.GetSlotList(true)
+	if err != nil {
+		return "", fmt.Errorf("could not list slots: %w", err)
+	}
+	free := -1
+	for _, s := range slots {
+		ti, err := ctx.GetTokenInfo(s)
+		if err != nil {
+			return "", fmt.Errorf("could not read slot %d: %w", s, err)
+		}
+		if strings.TrimRight(ti.Label, " ") == label && ti.Flags&p11.CKF_TOKEN_INITIALIZED != 0 {
+			return "", fmt.Errorf("a token labelled %q already exists", label)
+		}
+		if ti.Flags&p11.CKF_TOKEN_INITIALIZED == 0 && free < 0 {
+			free = int(s)
+		}
+	}
+	if free < 0 {
+		return "", errors.New("SoftHSM offers no free slot; check SOFTHSM2_CONF")
+	}
+	if err := ctx.InitToken(uint(free), soPIN, label); err != nil {
+		return "", fmt.Errorf("could not initialize the token: %w", err)
+	}
+	// SoftHSM moves an initialized token to a new slot id: find it again.
+	slots, err = ctx.GetSlotList(true)
+	if err != nil {
+		return "", fmt.Errorf("could not list slots: %w", err)
+	}
+	for _, s := range slots {
+		ti, err := ctx.GetTokenInfo(s)
+		if err != nil || strings.TrimRight(ti.Label, " ") != label {
+			continue
+		}
+		sh, err := ctx.OpenSession(s, p11.CKF_SERIAL_SESSION|p11.CKF_RW_SESSION)
+		if err != nil {
+			return "", fmt.Errorf("could not open a session: %w", err)
+		}
+		defer ctx.CloseSession(sh)
+		if err := ctx.Login(sh, p11.CKU_SO, soPIN); err != nil {
+			return "", fmt.Errorf("could not log in as security officer: %w", err)
+		}
+		defer ctx.Logout(sh)
+		if err := ctx.InitPIN(sh, userPIN); err != nil {
+			return "", fmt.Errorf("could not set the user PIN: %w", err)
+		}
+		return strings.TrimRight(ti.SerialNumber, " "), nil
+	}
+	return "", fmt.Errorf("the token %q vanished after initialization", label)
+}
+
+// KeyType is the algorithm and size of a generated key.
+type KeyType string
+
+// The key types a token can be given.
+const (
+	RSA2048 KeyType = "rsa2048"
+	P256    KeyType = "p256"
+	P384    KeyType = "p384"
+)
+
+// KeySpec describes a key to generate on the token.
+type KeySpec struct {
+	Type  KeyType
+	Label string
+	ID    []byte
+	// CommonName of the self-signed certificate stored with the key;
+	// NoCert stores none.
+	CommonName string
+	NotBefore  time.Time
+	NotAfter   time.Time
+	NoCert     bool
+}
+
+// GenerateKeys logs in to the token and generates each key on it, private and
+// not extractable, with a self-signed certificate under the same CKA_ID and
+// label. It returns the certificates in the order of specs (nil for NoCert).
+func GenerateKeys(module, tokenLabel, pin string, specs []KeySpec) ([]*x509.Certificate, error) {
+	ctx, err := crypto11.Configure(&crypto11.Config{Path: module, TokenLabel: tokenLabel, Pin: pin})
+	if err != nil {
+		return nil, fmt.Errorf("could not log in to token %q: %w", tokenLabel, err)
+	}
+	defer ctx.Close()
+	certs := make([]*x509.Certificate, len(specs))
+	for i, s := range specs {
+		var key crypto.Signer
+		var err error
+		switch s.Type {
+		case RSA2048:
+			key, err = ctx.GenerateRSAKeyPairWithLabel(s.ID, []byte(s.Label), 2048)
+		case P256:
+			key, err = ctx.GenerateECDSAKeyPairWithLabel(s.ID, []byte(s.Label), elliptic.P256())
+		case P384:
+			key, err = ctx.GenerateECDSAKeyPairWithLabel(s.ID, []byte(s.Label), elliptic.P384())
+		default:
+			return nil, fmt.Errorf("unknown key type %q", s.Type)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("could not generate key %q: %w", s.Label, err)
+		}
+		if s.NoCert {
+			continue
+		}
+		cert, err := SelfSigned(key, s.CommonName, s.NotBefore, s.NotAfter)
+		if err != nil {
+			return nil, fmt.Errorf("could not make a certificate for key %q: %w", s.Label, err)
+		}
+		if err := ctx.ImportCertificateWithLabel(s.ID, []byte(s.Label), cert); err != nil {
+			return nil, fmt.Errorf("could not store the certificate of key %q: %w", s.Label, err)
+		}
+		certs[i] = cert
+	}
+	return certs, nil
+}
+
+// ImportCertificate stores cert on the token under id and label.
+func ImportCertificate(module, tokenLabel, pin string, id []byte, label string, cert *x509.Certificate) error {
+	ctx, err := crypto11.Configure(&crypto11.Config{Path: module, TokenLabel: tokenLabel, Pin: pin})
+	if err != nil {
+		return fmt.Errorf("could not log in to token %q: %w", tokenLabel, err)
+	}
+	defer ctx.Close()
+	return ctx.ImportCertificateWithLabel(id, []byte(label), cert)
+}
+
+// SelfSigned makes a self-signed signing certificate for key, signed on the
+// token by key itself.
+func SelfSigned(key crypto.Signer, cn string, notBefore, notAfter time.Time) (*x509.Certificate, error) {
+	if cn == "" {
+		cn = "signagent development key"
+	}
+	if notBefore.IsZero() {
+		notBefore = time.Now().Add(-time.Hour).UTC()
+	}
+	if notAfter.IsZero() {
+		notAfter = notBefore.AddDate(2, 0, 0)
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: cn, Organization: []string{"signagent"}},
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageContentCommitment | x509.KeyUsageCertSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, err
+	}
+	return x509.ParseCertificate(der)
+}
+
+// RandomPIN returns a random PIN of n hex digits.
+func RandomPIN(n int) (string, error) {
+	b := make([]byte, (n+1)/2)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b)[:n], nil
+}
