@@ -3,21 +3,24 @@ module github.com/signagent/signagent
 go 1.26.8
 
 require (
-	github.com/ThalesGroup/crypto11 v1.5.0 // indirect
+	github.com/ThalesGroup/crypto11 v1.5.0
+	github.com/miekg/pkcs11 v1.1.2
+	github.com/rogpeppe/go-internal v1.16.0
+	github.com/rs/zerolog v1.35.1
+	github.com/smallstep/pkcs7 v0.2.3
+	github.com/urfave/cli/v2 v2.27.7
+	golang.org/x/crypto v0.58.0
+	golang.org/x/term v0.47.0
+)
+
+require (
 	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
 	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect
-	github.com/miekg/pkcs11 v1.1.2 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
-	github.com/rogpeppe/go-internal v1.16.0 // indirect
-	github.com/rs/zerolog v1.35.1 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
-	github.com/smallstep/pkcs7 v0.2.3 // indirect
 	github.com/thales-e-security/pool v0.0.2 // indirect
-	github.com/urfave/cli/v2 v2.27.7 // indirect
 	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
-	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
-	golang.org/x/term v0.47.0 // indirect
-	gopkg.in/yaml.v3 v3.0.1 // indirect
+	golang.org/x/tools v0.26.0 // indirect
 )

@@ -157,7 +157,7 @@ func ParseSNILS(s string, opts Options) (Credential, error) {
 		want := SNILSCheck(digits[:9])
 		got := digits[9:]
 		if want != got {
-			return Credential{}, fmt.Errorf("%w: %w: %s ends in %s, the rule gives %s (use the legacy-SNILS option for old numbers)", ErrInvalidCredential, ErrSNILSChecksum, digits, got, want)
+			return Credential{}, fmt.Errorf("%w: %w: it ends in %s, the rule gives %s (numbers issued before the rule need the legacy-SNILS override)", ErrInvalidCredential, ErrSNILSChecksum, got, want)
 		}
 	}
 	return Credential{Kind: SNILS, Value: digits}, nil

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -119,7 +120,11 @@ func Open(sel Selection, log zerolog.Logger) (*Key, error) {
 	if err != nil {
 		return nil, err
 	}
-	log.Debug().Str("module", mod.Path).Str("source", mod.Source).Msg("using PKCS#11 module")
+	ev := log.Debug()
+	if mod.Source == "default location" {
+		ev = log.Info() // the operator named none: say which one was found
+	}
+	ev.Str("module", mod.Path).Str("source", mod.Source).Msg("using PKCS#11 module")
 
 	// Choose the token before logging in, so that a wrong label gets a list
 	// of what is there rather than crypto11's bare "not found".
@@ -235,6 +240,7 @@ func listKeys(ctx *crypto11.Context, keys []crypto11.Signer) string {
 		}
 		names = append(names, fmt.Sprintf("%q (id %s)", label, hex.EncodeToString(id)))
 	}
+	slices.Sort(names)
 	return strings.Join(names, ", ")
 }
 
@@ -371,6 +377,9 @@ func (c ctxSigner) Public() crypto.PublicKey { return c.k.Public() }
 func (c ctxSigner) Sign(r io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
 	if err := c.ctx.Err(); err != nil {
 		return nil, err
+	}
+	if c.ctx.Done() == nil { // never cancelled: no need to watch it
+		return c.k.Sign(r, digest, opts)
 	}
 	type result struct {
 		sig []byte

@@ -79,7 +79,7 @@ func TestP384OnToken(t *testing.T) {
 func TestSelectionByURIAndID(t *testing.T) {
 	tk := hsmtest.New(t)
 	for name, sel := range map[string]pkcs11.Selection{
-		"uri": {URI: "pkcs11:token=" + tk.Label + ";object=ec?module-path=" + tk.Module + "&pin-source=file:" + tk.PINFile},
+		"uri":    {URI: "pkcs11:token=" + tk.Label + ";object=ec?module-path=" + tk.Module + "&pin-source=file:" + tk.PINFile},
 		"uri-id": {Module: tk.Module, URI: "pkcs11:serial=" + tk.Serial + ";id=%02", PIN: pkcs11.PINSource{File: tk.PINFile}},
 		"key-id": {Module: tk.Module, Token: pkcs11.TokenSelector{Serial: tk.Serial}, KeyID: []byte{2}, PIN: pkcs11.PINSource{File: tk.PINFile}},
 	} {

@@ -10,6 +10,7 @@
 package signer
 
 import (
+	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -265,4 +266,30 @@ func lessDER(a, b []byte) bool {
 		}
 	}
 	return false
+}
+
+// CMS signs texts with one key and certificate; it is what the trusted
+// client and the agent hold.
+type CMS struct {
+	Key     crypto.Signer
+	Cert    *x509.Certificate
+	Options Options
+}
+
+// contextSigner is a signer whose operations can be bounded by a context,
+// as pkcs11.Key is.
+type contextSigner interface {
+	WithContext(context.Context) crypto.Signer
+}
+
+// SignText signs text, stamping signingTime with ts (the text's timestamp).
+// When the key supports it, the token operation is bounded by ctx.
+func (s *CMS) SignText(ctx context.Context, text []byte, ts time.Time) ([]byte, error) {
+	key := s.Key
+	if cs, ok := key.(contextSigner); ok {
+		key = cs.WithContext(ctx)
+	}
+	opts := s.Options
+	opts.SigningTime = ts
+	return Sign(text, key, s.Cert, opts)
 }

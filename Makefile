@@ -1,0 +1,28 @@
+# signagent: see README.md.
+GO      ?= go
+BIN     := bin/signagent
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# What the tests and the demo run besides Go: SoftHSM, OpenSC's pkcs11-tool,
+# GnuTLS's certtool, OpenSSL and its PKCS#11 engine.
+DEPS    := softhsm2 opensc gnutls-bin openssl
+
+.PHONY: demo test deps build bench clean
+
+demo: deps build
+	@scripts/demo.sh
+
+test: deps
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+
+deps:
+	@scripts/deps.sh $(DEPS)
+
+build:
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/signagent
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./canonical ./signer ./pkcs11
+
+clean:
+	rm -rf bin .demo

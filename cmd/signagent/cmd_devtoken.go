@@ -1,0 +1,127 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/softhsm"
+)
+
+func defaultDevDir() string {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "signagent", "dev-token")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "share", "signagent", "dev-token")
+	}
+	return "signagent-dev-token"
+}
+
+func devTokenCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:  "dev-token",
+		Usage: "make a SoftHSM development token (config, token, RSA-2048 key, self-signed certificate) and print the environment to use it",
+		Description: "Prints shell `export` lines on stdout, so that\n\n   eval \"$(signagent dev-token)\"\n\n" +
+			"points the other commands at the token. The PIN is random and kept in DIR/pin (mode 0600).\n" +
+			"Run again to reuse the token; --force makes a new one.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "dir", Value: defaultDevDir(), Usage: "`DIR` for the SoftHSM configuration, token and PIN"},
+			&cli.StringFlag{Name: "label", Value: "signagent-dev", Usage: "token and key `LABEL`"},
+			tokenFlags()[0], // --module
+			&cli.BoolFlag{Name: "force", Usage: "discard an existing token in DIR and make a new one"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			dir, err := filepath.Abs(c.String("dir"))
+			if err != nil {
+				return usageErr(err)
+			}
+			label := c.String("label")
+			if label == "" || len(label) > 32 {
+				return usageErr(errors.New("--label must have 1 to 32 characters (a PKCS#11 token label)"))
+			}
+			mod, err := resolveModule(c, e)
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(filepath.Base(mod.Path), "softhsm") {
+				return usageErr(fmt.Errorf("dev-token needs the SoftHSM module, not %s; install softhsm2 or give --module", mod.Path))
+			}
+			conf := filepath.Join(dir, "softhsm2.conf")
+			pinFile := filepath.Join(dir, "pin")
+			reused := false
+			if _, err := os.Stat(pinFile); err == nil && !c.Bool("force") {
+				reused = true
+			} else {
+				if c.Bool("force") {
+					if err := os.RemoveAll(filepath.Join(dir, "tokens")); err != nil {
+						return err
+					}
+				}
+				if err := os.MkdirAll(dir, 0o700); err != nil {
+					return fmt.Errorf("could not create %s: %w", dir, err)
+				}
+				if _, err := softhsm.WriteConfig(dir); err != nil {
+					return err
+				}
+				// SoftHSM reads its configuration when the module is initialized.
+				os.Setenv(softhsm.ConfEnv, conf)
+				pin, err := softhsm.RandomPIN(16)
+				if err != nil {
+					return err
+				}
+				soPIN, err := softhsm.RandomPIN(16)
+				if err != nil {
+					return err
+				}
+				e.log.Info().Str("dir", dir).Str("token", label).Msg("initializing SoftHSM token")
+				if _, err := softhsm.InitToken(mod.Path, label, soPIN, pin); err != nil {
+					return err
+				}
+				e.log.Info().Str("key", label).Msg("generating RSA-2048 key on the token")
+				if _, err := softhsm.GenerateKeys(mod.Path, label, pin, []softhsm.KeySpec{
+					{Type: softhsm.RSA2048, Label: label, ID: []byte{1}, CommonName: "signagent development key"},
+				}); err != nil {
+					return err
+				}
+				// The PIN file is written last: its presence means the token is complete.
+				if err := softhsm.WriteFileAtomic(filepath.Join(dir, "so-pin"), []byte(soPIN+"\n"), 0o600); err != nil {
+					return err
+				}
+				if err := softhsm.WriteFileAtomic(pinFile, []byte(pin+"\n"), 0o600); err != nil {
+					return err
+				}
+			}
+			what := "made"
+			if reused {
+				what = "reused"
+			}
+			fmt.Fprintf(e.stdout, "# signagent development token %q %s in %s\n", label, what, dir)
+			for _, kv := range [][2]string{
+				{softhsm.ConfEnv, conf},
+				{pkcs11.ModuleEnv, mod.Path},
+				{"SIGNAGENT_TOKEN_LABEL", label},
+				{"SIGNAGENT_KEY_LABEL", label},
+				{pkcs11.PINFileEnv, pinFile},
+			} {
+				fmt.Fprintf(e.stdout, "export %s=%s\n", kv[0], shellQuote(kv[1]))
+			}
+			return nil
+		},
+	}
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/signer"
+)
+
+func verifyCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "verify",
+		Usage:     "check a detached CMS signature over a content file",
+		UsageText: "signagent verify --signature FILE --content FILE [--ca FILE]",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "signature", Required: true, Usage: "signature `FILE`: DER, PEM or base64"},
+			&cli.StringFlag{Name: "content", Required: true, Usage: "the signed `FILE`"},
+			&cli.StringFlag{Name: "ca", Usage: "PEM `FILE` of trusted certificates the signer must chain to"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			raw, err := os.ReadFile(c.String("signature"))
+			if err != nil {
+				return usageErr(err)
+			}
+			der, err := decodeSignature(raw)
+			if err != nil {
+				return usageErr(err)
+			}
+			content, err := os.ReadFile(c.String("content"))
+			if err != nil {
+				return usageErr(err)
+			}
+			var roots *x509.CertPool
+			if f := c.String("ca"); f != "" {
+				certs, err := readCerts(f)
+				if err != nil {
+					return err
+				}
+				roots = x509.NewCertPool()
+				for _, cert := range certs {
+					roots.AddCert(cert)
+				}
+			}
+			v, err := signer.Verify(der, content, roots)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "signature OK\nsigner: %s\nthumbprint: %s\n", v.Signer.Subject, pkcs11.Thumbprint(v.Signer))
+			if !v.SigningTime.IsZero() {
+				fmt.Fprintf(e.stdout, "signing time: %s\n", v.SigningTime.Format("02.01.2006 15:04:05")+" UTC")
+			} else {
+				fmt.Fprintln(e.stdout, "signed attributes: none")
+			}
+			if roots == nil {
+				fmt.Fprintln(e.stdout, "certificate chain: not checked (give --ca to check it)")
+			} else {
+				fmt.Fprintln(e.stdout, "certificate chain: trusted")
+			}
+			return nil
+		},
+	}
+}
+
+// readCerts reads every certificate in a PEM file (or one DER certificate).
+func readCerts(path string) ([]*x509.Certificate, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageErr(err)
+	}
+	var out []*x509.Certificate
+	for {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			break
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return nil, usageErr(fmt.Errorf("%s: %w", path, err))
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		c, err := pkcs11.ReadCertificate(path)
+		if err != nil {
+			return nil, usageErr(errors.New(path + " holds no certificate (PEM or DER)"))
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}

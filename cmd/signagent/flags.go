@@ -1,0 +1,136 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/signer"
+)
+
+// badInput lists the errors that mean the operator gave something wrong; they
+// exit with status 2.
+var badInput = []error{
+	canonical.ErrInvalidCredential, canonical.ErrInvalidTimestamp, canonical.ErrInvalidAPIKey,
+	pkcs11.ErrModuleNotFound, pkcs11.ErrNotAModule, pkcs11.ErrTokenNotFound,
+	pkcs11.ErrKeyNotFound, pkcs11.ErrKeyAmbiguous, pkcs11.ErrCertNotFound, pkcs11.ErrCertMismatch,
+	pkcs11.ErrBadURI, pkcs11.ErrBadSelection, pkcs11.ErrPINMissing,
+	signer.ErrUnsupported,
+}
+
+const (
+	catToken      = "Token"
+	catCredential = "Credential"
+	catService    = "Service"
+	catOutput     = "Output"
+)
+
+// tokenFlags select the module, token, key and certificate. There is no flag
+// for the PIN itself: argv is visible to every user of the machine.
+func tokenFlags() []cli.Flag {
+	return []cli.Flag{
+		// The module flag has no EnvVars so that the log can say whether the
+		// module came from the flag, SIGNAGENT_PKCS11_MODULE or a default place.
+		&cli.StringFlag{Name: "module", Category: catToken, Usage: "PKCS#11 module `PATH` (default: $SIGNAGENT_PKCS11_MODULE, then SoftHSM or p11-kit-proxy in the usual places)"},
+		&cli.StringFlag{Name: "token-label", Category: catToken, EnvVars: []string{"SIGNAGENT_TOKEN_LABEL"}, Usage: "choose the token by `LABEL`"},
+		&cli.StringFlag{Name: "token-serial", Category: catToken, EnvVars: []string{"SIGNAGENT_TOKEN_SERIAL"}, Usage: "choose the token by `SERIAL`"},
+		&cli.StringFlag{Name: "key", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_URI"}, Usage: "RFC 7512 pkcs11: `URI` of the key (token=, serial=, object=, id=, module-path=, pin-source=)"},
+		&cli.StringFlag{Name: "key-label", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_LABEL"}, Usage: "choose the key by `LABEL`"},
+		&cli.StringFlag{Name: "key-id", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_ID"}, Usage: "choose the key by CKA_ID in `HEX`"},
+		&cli.StringFlag{Name: "cert", Category: catToken, EnvVars: []string{"SIGNAGENT_CERT"}, Usage: "certificate `FILE` (PEM or DER) instead of the one on the token"},
+		&cli.StringFlag{Name: "pin-file", Category: catToken, EnvVars: []string{"SIGNAGENT_PIN_FILE"}, Usage: "read the PIN from `FILE` (else $SIGNAGENT_PIN, else a prompt on a terminal)"},
+		&cli.DurationFlag{Name: "token-timeout", Category: catToken, Value: 30 * time.Second, EnvVars: []string{"SIGNAGENT_TOKEN_TIMEOUT"}, Usage: "give up on a token operation after this long"},
+	}
+}
+
+func selection(c *cli.Context) (pkcs11.Selection, error) {
+	sel := pkcs11.Selection{
+		Module:   c.String("module"),
+		Token:    pkcs11.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")},
+		URI:      c.String("key"),
+		KeyLabel: c.String("key-label"),
+		CertFile: c.String("cert"),
+		PIN:      pkcs11.PINSource{File: c.String("pin-file"), Prompt: true},
+	}
+	if id := c.String("key-id"); id != "" {
+		b, err := pkcs11.ParseKeyID(id)
+		if err != nil {
+			return sel, err
+		}
+		sel.KeyID = b
+	}
+	return sel, nil
+}
+
+func credentialFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "phone", Category: catCredential, Usage: "the user's 10-digit `PHONE` (+7, 7 or 8 prefix, spaces, dashes and parentheses allowed)"},
+		&cli.StringFlag{Name: "snils", Category: catCredential, Usage: "the user's 11-digit `SNILS` (XXX-XXX-XXX YY or plain)"},
+		&cli.StringFlag{Name: "thumbprint", Category: catCredential, Usage: "SHA-1 certificate `THUMBPRINT` (40 hex digits, any case, spaces or colons allowed)"},
+		&cli.BoolFlag{Name: "legacy-snils", Category: catCredential, Usage: "accept a SNILS whose check number does not follow the published rule"},
+		&cli.StringFlag{Name: "timestamp", Category: catCredential, Usage: "the text's timestamp, `\"dd.MM.yyyy HH:mm:ss\"` in UTC (default: now)"},
+	}
+}
+
+func credential(c *cli.Context) (canonical.Credential, error) {
+	var given []canonical.Kind
+	var value string
+	for _, k := range []canonical.Kind{canonical.Phone, canonical.SNILS, canonical.Thumbprint} {
+		if c.IsSet(k.String()) {
+			given = append(given, k)
+			value = c.String(k.String())
+		}
+	}
+	switch len(given) {
+	case 0:
+		return canonical.Credential{}, fmt.Errorf("%w: give one of --phone, --snils or --thumbprint", canonical.ErrInvalidCredential)
+	case 1:
+	default:
+		return canonical.Credential{}, fmt.Errorf("%w: give only one of --phone, --snils or --thumbprint", canonical.ErrInvalidCredential)
+	}
+	return canonical.Parse(given[0], value, canonical.Options{AllowLegacySNILS: c.Bool("legacy-snils")})
+}
+
+func timestamp(c *cli.Context) (time.Time, error) {
+	if s := c.String("timestamp"); c.IsSet("timestamp") {
+		return canonical.ParseTimestamp(s)
+	}
+	return canonical.Now(), nil
+}
+
+func apiKeyFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "api-key-file", Category: catService, EnvVars: []string{"SIGNAGENT_API_KEY_FILE"}, Usage: "read the partner API key from `FILE` (else $SIGNAGENT_API_KEY)"},
+	}
+}
+
+// apiKey returns the partner's API key from --api-key-file, else from
+// $SIGNAGENT_API_KEY. It never comes from argv.
+func apiKey(c *cli.Context) (string, error) {
+	if f := c.String("api-key-file"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("%w: could not read the API key file: %w", canonical.ErrInvalidAPIKey, err)
+		}
+		return canonical.NormalizeAPIKey(string(b))
+	}
+	if k, ok := os.LookupEnv("SIGNAGENT_API_KEY"); ok {
+		return canonical.NormalizeAPIKey(k)
+	}
+	return "", fmt.Errorf("%w: set SIGNAGENT_API_KEY or give --api-key-file", canonical.ErrInvalidAPIKey)
+}
+
+// noArgs refuses stray positional arguments, which are most often a value
+// given to the wrong flag. The argument is not echoed: it may be a secret
+// typed in the wrong place.
+func noArgs(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return usageErr(errors.New("this command takes no positional arguments (a value given without its --flag?); see --help"))
+	}
+	return nil
+}

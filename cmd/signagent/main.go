@@ -1,0 +1,131 @@
+// Command signagent signs the service's trusted-authentication text on a
+// PKCS#11 token and runs the trusted-authentication flow. See README.md.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/urfave/cli/v2"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// Exit statuses.
+const (
+	exitOK        = 0
+	exitFailure   = 1 // anything not below
+	exitBadInput  = 2 // bad input or usage
+	exitRefused   = 3 // the service refused
+	exitTransport = 4 // the service could not be reached or timed out
+)
+
+func main() { os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr)) }
+
+// run is main with its streams given, so tests can drive it in-process.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	app := newApp(stdin, stdout, stderr)
+	err := app.Run(args)
+	if err == nil {
+		return exitOK
+	}
+	code := exitCode(err)
+	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	fmt.Fprintf(stderr, "signagent: %s\n", msg)
+	return code
+}
+
+// env holds what every command shares: streams and the logger.
+type env struct {
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	log    zerolog.Logger
+}
+
+func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, log: zerolog.Nop()}
+	app := &cli.App{
+		Name:    "signagent",
+		Usage:   "sign the service's trusted-authentication text on a PKCS#11 token and obtain an auth.sid",
+		Version: version,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SIGNAGENT_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
+			&cli.StringFlag{Name: "log-format", Value: "console", EnvVars: []string{"SIGNAGENT_LOG_FORMAT"}, Usage: "console or json"},
+		},
+		Before: func(c *cli.Context) error {
+			log, err := newLogger(stderr, c.String("log-level"), c.String("log-format"))
+			if err != nil {
+				return err
+			}
+			e.log = log
+			return nil
+		},
+		Reader:          stdin,
+		Writer:          stdout,
+		ErrWriter:       stderr,
+		HideHelpCommand: true,
+		// Errors are printed once, by run, as one line.
+		ExitErrHandler: func(*cli.Context, error) {},
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return usageErr(err)
+		},
+		Commands: []*cli.Command{
+			canonicalCommand(e),
+			signCommand(e),
+			verifyCommand(e),
+			tokensCommand(e),
+			keysCommand(e),
+			devTokenCommand(e),
+		},
+	}
+	for _, cmd := range app.Commands {
+		cmd.OnUsageError = app.OnUsageError
+	}
+	return app
+}
+
+func newLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil || level == "" {
+		return zerolog.Nop(), usageErr(fmt.Errorf("--log-level %q: want debug, info, warn or error", level))
+	}
+	switch format {
+	case "json":
+	case "console":
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: true}
+	default:
+		return zerolog.Nop(), usageErr(fmt.Errorf("--log-format %q: want console or json", format))
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// exitError carries an exit status with an error.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageErr(err error) error { return &exitError{exitBadInput, err} }
+
+func exitCode(err error) int {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	for _, bad := range badInput {
+		if errors.Is(err, bad) {
+			return exitBadInput
+		}
+	}
+	return exitFailure
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/signagent/signagent/hsmtest"
+)
+
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){"signagent": main})
+}
+
+// TestScripts runs the command-line scripts in testdata/script: each runs
+// the real binary in its own directory with its own SoftHSM token.
+func TestScripts(t *testing.T) {
+	hsmtest.Module(t) // fail early and clearly without SoftHSM
+	testscript.Run(t, testscript.Params{
+		Dir: "testdata/script",
+		Setup: func(env *testscript.Env) error {
+			env.Setenv("HOME", env.WorkDir)
+			env.Setenv("SIGNAGENT_API_KEY", "0F6C2E5B-9D4A-4C1E-8A2B-7E3D1F0A9B8C")
+			return nil
+		},
+	})
+}
+
+const testAPIKey = "0F6C2E5B-9D4A-4C1E-8A2B-7E3D1F0A9B8C"
+
+// TestBadInput drives every bad input of the sign command in-process against
+// a real SoftHSM token: each gives one error line, the right exit status, no
+// secret on stderr and no output file.
+func TestBadInput(t *testing.T) {
+	tk := hsmtest.New(t)
+	dir := t.TempDir()
+	wrongPIN := filepath.Join(dir, "wrong-pin")
+	os.WriteFile(wrongPIN, []byte("654321\n"), 0o600)
+	notModule := filepath.Join(dir, "libnot.so")
+	os.WriteFile(notModule, []byte("not a library"), 0o600)
+	otherCert := filepath.Join(dir, "other.pem")
+	os.WriteFile(otherCert, hsmtest.PEM(tk.EC.Cert), 0o600)
+	emptyKey := filepath.Join(dir, "empty-key")
+	os.WriteFile(emptyKey, []byte("\n"), 0o600)
+	out := filepath.Join(dir, "sig.der")
+
+	base := []string{"--module", tk.Module, "--token-label", tk.Label, "--key-label", "rsa", "--pin-file", tk.PINFile, "--out", out}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		apiKey string
+		code   int
+		stderr string
+	}{
+		{"empty API key", []string{"--phone", "9161234567"}, " ", exitBadInput, "invalid API key: the API key is empty"},
+		{"empty API key file", []string{"--phone", "9161234567", "--api-key-file", emptyKey}, testAPIKey, exitBadInput, "invalid API key"},
+		{"missing API key file", []string{"--phone", "9161234567", "--api-key-file", "/nonexistent"}, testAPIKey, exitBadInput, "could not read the API key file"},
+		{"phone too short", []string{"--phone", "916123456"}, testAPIKey, exitBadInput, "phone has 9 digits"},
+		{"phone with letters", []string{"--phone", "916123456x"}, testAPIKey, exitBadInput, "not a digit"},
+		{"two kinds", []string{"--phone", "9161234567", "--snils", "11223344595"}, testAPIKey, exitBadInput, "only one of"},
+		{"no credential", nil, testAPIKey, exitBadInput, "give one of --phone"},
+		{"SNILS check number", []string{"--snils", "112-233-445 94"}, testAPIKey, exitBadInput, "check number is wrong"},
+		{"thumbprint 39", []string{"--thumbprint", strings.Repeat("a", 39)}, testAPIKey, exitBadInput, "39 hex digits"},
+		{"thumbprint 41", []string{"--thumbprint", strings.Repeat("a", 41)}, testAPIKey, exitBadInput, "41 hex digits"},
+		{"malformed timestamp", []string{"--phone", "9161234567", "--timestamp", "1.2.2024 3:04:05"}, testAPIKey, exitBadInput, "invalid timestamp"},
+		{"impossible date", []string{"--phone", "9161234567", "--timestamp", "31.02.2024 10:00:00"}, testAPIKey, exitBadInput, "not a real date"},
+		{"module missing", []string{"--phone", "9161234567", "--module", "/nonexistent/libp11.so"}, testAPIKey, exitBadInput, "does not exist"},
+		{"not a module", []string{"--phone", "9161234567", "--module", notModule}, testAPIKey, exitBadInput, "not a PKCS#11 module"},
+		{"unknown token", []string{"--phone", "9161234567", "--token-label", "nope"}, testAPIKey, exitBadInput, `token "nope" is not there`},
+		{"wrong PIN", []string{"--phone", "9161234567", "--pin-file", wrongPIN}, testAPIKey, exitFailure, "the token rejected the PIN"},
+		{"key matches nothing", []string{"--phone", "9161234567", "--key-label", "nope"}, testAPIKey, exitBadInput, `no private key labelled "nope"`},
+		{"certificate of another key", []string{"--phone", "9161234567", "--cert", otherCert}, testAPIKey, exitBadInput, "is for another key"},
+		{"output directory missing", []string{"--phone", "9161234567", "--out", filepath.Join(dir, "missing", "sig.der")}, testAPIKey, exitBadInput, "does not exist"},
+		{"bad format", []string{"--phone", "9161234567", "--format", "xml"}, testAPIKey, exitBadInput, "--format"},
+		{"bad hash", []string{"--phone", "9161234567", "--hash", "md5"}, testAPIKey, exitBadInput, "hash"},
+		{"unknown flag", []string{"--phone", "9161234567", "--pin", "1234"}, testAPIKey, exitBadInput, "flag provided but not defined: -pin"},
+		{"stray argument", []string{"--phone", "9161234567", "secret-value"}, testAPIKey, exitBadInput, "no positional arguments"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("SIGNAGENT_API_KEY", tc.apiKey)
+			var stdout, stderr bytes.Buffer
+			args := append(append([]string{"signagent", "sign"}, base...), tc.args...)
+			code := run(args, strings.NewReader(""), &stdout, &stderr)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d; stderr: %s", code, tc.code, stderr.String())
+			}
+			lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+			last := lines[len(lines)-1]
+			if !strings.HasPrefix(last, "signagent: ") || !strings.Contains(last, tc.stderr) {
+				t.Fatalf("stderr %q does not end in one line naming %q", stderr.String(), tc.stderr)
+			}
+			for _, secret := range []string{tk.PIN, "654321", testAPIKey, strings.ToLower(testAPIKey), "secret-value"} {
+				if strings.Contains(stderr.String(), secret) {
+					t.Fatalf("stderr holds a secret: %q", stderr.String())
+				}
+			}
+			if stdout.Len() != 0 {
+				t.Fatalf("stdout not empty: %q", stdout.String())
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 4 {
+				t.Fatalf("files left behind in %s: %v", dir, entries)
+			}
+		})
+	}
+}
