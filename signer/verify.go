@@ -21,6 +21,8 @@ type Verified struct {
 	SigningTime time.Time
 	// SignedAttributes tells whether the signature carries signed attributes.
 	SignedAttributes bool
+	// Certificates are all the certificates the signature carries.
+	Certificates []*x509.Certificate
 }
 
 // Verify checks that der is a detached CMS SignedData over content by the
@@ -42,7 +44,7 @@ func Verify(der, content []byte, roots *x509.CertPool) (*Verified, error) {
 	if err := p7.VerifyWithChain(roots); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadSignature, err)
 	}
-	v := &Verified{Signer: p7.GetOnlySigner(), SignedAttributes: len(p7.Signers[0].AuthenticatedAttributes) > 0}
+	v := &Verified{Signer: p7.GetOnlySigner(), SignedAttributes: len(p7.Signers[0].AuthenticatedAttributes) > 0, Certificates: p7.Certificates}
 	if v.Signer == nil {
 		return nil, fmt.Errorf("%w: the signer's certificate is not included", ErrBadSignature)
 	}

@@ -1,0 +1,236 @@
+// Package emulator is an emulator of the service's trusted-authentication
+// side: the three endpoints of specification section 4.6 with the checks a
+// real server makes, for tests and for partners trying an integration on
+// their own machine. It runs stand-alone (signagent emulator) or in-process
+// on a random loopback port (Start).
+package emulator
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/signer"
+)
+
+// Config is the emulator's configuration file.
+type Config struct {
+	// Partners are the trusted systems the service knows.
+	Partners []Partner `yaml:"partners"`
+	// Users are the service's users.
+	Users []User `yaml:"users"`
+	// TimestampSkew is how far a step-1 timestamp may be from the
+	// emulator's clock (default 5m).
+	TimestampSkew Duration `yaml:"timestampSkew"`
+	// KeyTTL is how long a step-1 Key can be approved (default 5m).
+	KeyTTL Duration `yaml:"keyTTL"`
+
+	prepared bool
+}
+
+// Partner is a trusted system.
+type Partner struct {
+	Name string `yaml:"name"`
+	// APIKey, or APIKeyFile holding it.
+	APIKey     string `yaml:"apiKey"`
+	APIKeyFile string `yaml:"apiKeyFile"`
+	// Certificates are PEM files (or inline PEM) of signer certificates
+	// accepted as they are; CAs are PEM files (or inline PEM) of
+	// certificates a signer may chain to. At least one of them is needed.
+	Certificates []string `yaml:"certificates"`
+	CAs          []string `yaml:"cas"`
+	// CanLinkByPhone allows the partner to link users itself (step 0).
+	CanLinkByPhone bool `yaml:"canLinkByPhone"`
+
+	certs []*x509.Certificate
+	roots *x509.CertPool
+}
+
+// User is a user of the service.
+type User struct {
+	ID          string   `yaml:"id"`
+	Phone       string   `yaml:"phone"`
+	SNILS       string   `yaml:"snils"`
+	Thumbprints []string `yaml:"thumbprints"`
+	Admin       bool     `yaml:"admin"`
+	// Linked lists the trusted-system ids this user is already linked to,
+	// as "partner-name:serviceUserId".
+	Linked []string `yaml:"linked"`
+}
+
+// Duration is a time.Duration written as "5m" in YAML.
+type Duration time.Duration
+
+// UnmarshalYAML parses a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration like 5m or 30s", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// LoadConfig reads and checks a configuration file. Relative file names in
+// it are relative to the file's directory.
+func LoadConfig(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("could not read the emulator configuration: %w", err)
+	}
+	var cfg Config
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := cfg.prepare(filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &cfg, nil
+}
+
+// prepare fills defaults, loads certificates and checks the configuration.
+// It does so once: a Config from LoadConfig is not prepared again by New.
+func (cfg *Config) prepare(dir string) error {
+	if cfg.prepared {
+		return nil
+	}
+	if err := cfg.check(dir); err != nil {
+		return err
+	}
+	cfg.prepared = true
+	return nil
+}
+
+func (cfg *Config) check(dir string) error {
+	if cfg.TimestampSkew <= 0 {
+		cfg.TimestampSkew = Duration(5 * time.Minute)
+	}
+	if cfg.KeyTTL <= 0 {
+		cfg.KeyTTL = Duration(5 * time.Minute)
+	}
+	if len(cfg.Partners) == 0 {
+		return errors.New("no partners")
+	}
+	names := map[string]bool{}
+	keys := map[string]bool{}
+	for i := range cfg.Partners {
+		p := &cfg.Partners[i]
+		if p.Name == "" {
+			p.Name = fmt.Sprintf("partner%d", i+1)
+		}
+		if names[p.Name] {
+			return fmt.Errorf("partner %q appears twice", p.Name)
+		}
+		names[p.Name] = true
+		if p.APIKeyFile != "" {
+			b, err := os.ReadFile(resolve(dir, p.APIKeyFile))
+			if err != nil {
+				return fmt.Errorf("partner %q: %w", p.Name, err)
+			}
+			p.APIKey = string(b)
+		}
+		k, err := canonical.NormalizeAPIKey(p.APIKey)
+		if err != nil {
+			return fmt.Errorf("partner %q: %w", p.Name, err)
+		}
+		p.APIKey = k
+		if keys[strings.ToLower(k)] {
+			return fmt.Errorf("partner %q: its API key is another partner's too", p.Name)
+		}
+		keys[strings.ToLower(k)] = true
+		for _, c := range p.Certificates {
+			certs, err := loadCerts(dir, c)
+			if err != nil {
+				return fmt.Errorf("partner %q: %w", p.Name, err)
+			}
+			p.certs = append(p.certs, certs...)
+		}
+		if len(p.CAs) > 0 {
+			p.roots = x509.NewCertPool()
+			for _, c := range p.CAs {
+				certs, err := loadCerts(dir, c)
+				if err != nil {
+					return fmt.Errorf("partner %q: %w", p.Name, err)
+				}
+				for _, cert := range certs {
+					p.roots.AddCert(cert)
+				}
+			}
+		}
+		if len(p.certs) == 0 && p.roots == nil {
+			return fmt.Errorf("partner %q trusts no certificate: give certificates or cas", p.Name)
+		}
+	}
+	ids := map[string]bool{}
+	for i := range cfg.Users {
+		u := &cfg.Users[i]
+		if u.ID == "" {
+			return fmt.Errorf("user %d has no id", i+1)
+		}
+		if ids[u.ID] {
+			return fmt.Errorf("user %q appears twice", u.ID)
+		}
+		ids[u.ID] = true
+		if u.Phone != "" {
+			c, err := canonical.ParsePhone(u.Phone)
+			if err != nil {
+				return fmt.Errorf("user %q: %w", u.ID, err)
+			}
+			u.Phone = c.Value
+		}
+		if u.SNILS != "" {
+			c, err := canonical.ParseSNILS(u.SNILS, canonical.Options{AllowLegacySNILS: true})
+			if err != nil {
+				return fmt.Errorf("user %q: %w", u.ID, err)
+			}
+			u.SNILS = c.Value
+		}
+		for j, t := range u.Thumbprints {
+			c, err := canonical.ParseThumbprint(t)
+			if err != nil {
+				return fmt.Errorf("user %q: %w", u.ID, err)
+			}
+			u.Thumbprints[j] = c.Value
+		}
+		for _, l := range u.Linked {
+			partner, id, ok := strings.Cut(l, ":")
+			if !ok || !names[partner] || id == "" {
+				return fmt.Errorf("user %q: linked %q must be partner-name:serviceUserId with a known partner", u.ID, l)
+			}
+		}
+	}
+	return nil
+}
+
+func resolve(dir, p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(dir, p)
+}
+
+// loadCerts reads certificates from inline PEM or a PEM file.
+func loadCerts(dir, spec string) ([]*x509.Certificate, error) {
+	data := []byte(spec)
+	if !strings.Contains(spec, "-----BEGIN") {
+		b, err := os.ReadFile(resolve(dir, spec))
+		if err != nil {
+			return nil, err
+		}
+		data = b
+	}
+	certs, err := signer.ParseCertificates(data)
+	if err != nil {
+		return nil, fmt.Errorf("%.40q: %w", spec, err)
+	}
+	return certs, nil
+}

@@ -1,0 +1,363 @@
+// Package trusted is the client of the service's trusted authentication
+// (specification section 4.6): linking a user, authenticate-by-truster with
+// a detached signature over the canonical text, and approve-truster, which
+// yields the auth.sid.
+//
+// The client signs through a small Signer interface; it knows nothing of
+// tokens. It retries transport failures and 5xx answers with backoff and
+// jitter: step 1 with a fresh timestamp and signature each time, step 2 only
+// when the request never reached the server (its Key is single-use).
+package trusted
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/signagent/signagent/canonical"
+)
+
+// APIPath is where the three endpoints live below the base address.
+const APIPath = "/auth/v5.16"
+
+// Signer signs the canonical text as a detached CMS SignedData (DER), with
+// signingTime set to ts. signer.CMS implements it.
+type Signer interface {
+	SignText(ctx context.Context, text []byte, ts time.Time) ([]byte, error)
+}
+
+// Config configures a Client.
+type Config struct {
+	// BaseURL is the service's base address; the endpoints are below
+	// BaseURL + APIPath. https is required unless the host is a loopback
+	// address or AllowInsecureHTTP is set.
+	BaseURL           string
+	AllowInsecureHTTP bool
+	// APIKey is the partner's API key.
+	APIKey string
+	// Signer signs step 1's text; needed by Authenticate and Session.
+	Signer Signer
+	// HTTPClient defaults to a client with sensible transport time-outs.
+	HTTPClient *http.Client
+	// Timeout bounds each request (default 15s).
+	Timeout time.Duration
+	// Attempts is how many times a retryable request is tried (default 3).
+	Attempts int
+	// Backoff is the first retry's base delay, doubled each time, with full
+	// jitter (default 200ms).
+	Backoff time.Duration
+	// UserAgent names the client (default "signagent").
+	UserAgent string
+	// Now returns the current time (default time.Now); the text's timestamp.
+	Now func() time.Time
+	Log zerolog.Logger
+}
+
+// Client talks to the trusted-authentication endpoints.
+type Client struct {
+	cfg    Config
+	base   *url.URL
+	apiKey string
+}
+
+// New checks the configuration and returns a client.
+func New(cfg Config) (*Client, error) {
+	u, err := url.Parse(strings.TrimRight(cfg.BaseURL, "/"))
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return nil, fmt.Errorf("%w: base URL %q must be https://host[:port][/prefix]", ErrInvalidInput, cfg.BaseURL)
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("%w: base URL must not carry user info, a query or a fragment", ErrInvalidInput)
+	}
+	if u.Scheme == "http" && !cfg.AllowInsecureHTTP && !IsLoopback(u.Hostname()) {
+		return nil, fmt.Errorf("%w: base URL %s is plain http to a non-loopback host; use https (or --insecure-http if you really mean it)", ErrInvalidInput, u.Redacted())
+	}
+	key, err := canonical.NormalizeAPIKey(cfg.APIKey)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout:   5 * time.Second,
+			ResponseHeaderTimeout: 30 * time.Second,
+			IdleConnTimeout:       90 * time.Second,
+			MaxIdleConnsPerHost:   16,
+			ForceAttemptHTTP2:     true,
+		}}
+	}
+	// Never follow a redirect: it would carry the API key to another place.
+	client := *cfg.HTTPClient
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	cfg.HTTPClient = &client
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 15 * time.Second
+	}
+	if cfg.Attempts <= 0 {
+		cfg.Attempts = 3
+	}
+	if cfg.Backoff <= 0 {
+		cfg.Backoff = 200 * time.Millisecond
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "signagent"
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Client{cfg: cfg, base: u, apiKey: key}, nil
+}
+
+// IsLoopback reports whether host names this machine: localhost or a
+// loopback address.
+func IsLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Link asks the service to link the service user identified by phone to the
+// trusted system's user serviceUserID (step 0).
+func (c *Client) Link(ctx context.Context, serviceUserID string, phone canonical.Credential) error {
+	if err := checkUserID(serviceUserID); err != nil {
+		return err
+	}
+	if phone.Kind != canonical.Phone {
+		return fmt.Errorf("%w: users are linked by phone, not by %s", ErrInvalidInput, phone.Kind)
+	}
+	q := query([2]string{"api-key", c.apiKey}, [2]string{"serviceUserId", serviceUserID}, [2]string{"phone", phone.Value})
+	_, _, err := c.do(ctx, StepLink, http.MethodPut, q, nil, "", retryAlways)
+	return err
+}
+
+// Authenticate runs step 1: it builds the text for cred and now, signs it,
+// and sends the signature. On a retry the text is built and signed again
+// with a fresh timestamp.
+func (c *Client) Authenticate(ctx context.Context, cred canonical.Credential, serviceUserID string) (*Challenge, error) {
+	if err := checkUserID(serviceUserID); err != nil {
+		return nil, err
+	}
+	if c.cfg.Signer == nil {
+		return nil, fmt.Errorf("%w: no signer configured", ErrInvalidInput)
+	}
+	var body []byte
+	var q string
+	prepare := func(ctx context.Context) error {
+		ts := c.cfg.Now().UTC().Truncate(time.Second)
+		text := canonical.Text(c.apiKey, cred, ts)
+		sig, err := c.cfg.Signer.SignText(ctx, text, ts)
+		if err != nil {
+			return fmt.Errorf("%s: could not sign: %w", StepAuthenticate, err)
+		}
+		body = sig
+		q = query([2]string{"apiKey", c.apiKey}, [2]string{cred.Kind.String(), cred.Value},
+			[2]string{"timestamp", canonical.FormatTimestamp(ts)}, [2]string{"serviceUserId", serviceUserID})
+		return nil
+	}
+	_, resp, err := c.doPrepared(ctx, StepAuthenticate, http.MethodPost, prepare, func() (string, []byte) { return q, body }, "application/octet-stream", retryAlways)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := ParseChallenge(resp)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", StepAuthenticate, err)
+	}
+	return ch, nil
+}
+
+// Approve runs step 2 with the Key step 1 returned and the same credential,
+// and returns the auth.sid.
+func (c *Client) Approve(ctx context.Context, key string, cred canonical.Credential) (string, error) {
+	if key == "" {
+		return "", fmt.Errorf("%w: empty Key", ErrInvalidInput)
+	}
+	q := query([2]string{"key", key}, [2]string{"id", cred.Value}, [2]string{"apiKey", c.apiKey})
+	ct, resp, err := c.do(ctx, StepApprove, http.MethodPost, q, nil, "", retryUnsent)
+	if err != nil {
+		return "", err
+	}
+	sid, err := ParseSid(ct, resp)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", StepApprove, err)
+	}
+	return sid, nil
+}
+
+// Session is an auth.sid and when it was obtained.
+type Session struct {
+	Sid        string
+	Kind       canonical.Kind
+	ObtainedAt time.Time
+}
+
+// Session runs steps 1 and 2 and returns the auth.sid.
+func (c *Client) Session(ctx context.Context, cred canonical.Credential, serviceUserID string) (*Session, error) {
+	ch, err := c.Authenticate(ctx, cred, serviceUserID)
+	if err != nil {
+		return nil, err
+	}
+	sid, err := c.Approve(ctx, ch.Key, cred)
+	if err != nil {
+		return nil, err
+	}
+	return &Session{Sid: sid, Kind: cred.Kind, ObtainedAt: c.cfg.Now().UTC()}, nil
+}
+
+func checkUserID(id string) error {
+	if strings.TrimSpace(id) == "" {
+		return fmt.Errorf("%w: the trusted-system user id (serviceUserId) is empty", ErrInvalidInput)
+	}
+	return nil
+}
+
+// retryPolicy says which failures may be tried again.
+type retryPolicy int
+
+const (
+	retryAlways retryPolicy = iota // transport errors and 5xx
+	retryUnsent                    // only requests that never reached the server
+)
+
+func (c *Client) do(ctx context.Context, step Step, method, q string, body []byte, ctype string, policy retryPolicy) (string, []byte, error) {
+	return c.doPrepared(ctx, step, method, nil, func() (string, []byte) { return q, body }, ctype, policy)
+}
+
+// doPrepared sends a request, calling prepare (when not nil) before every
+// attempt so that each attempt can carry fresh content.
+func (c *Client) doPrepared(ctx context.Context, step Step, method string, prepare func(context.Context) error,
+	request func() (string, []byte), ctype string, policy retryPolicy) (string, []byte, error) {
+	var lastErr error
+	for attempt := 1; attempt <= c.cfg.Attempts; attempt++ {
+		if attempt > 1 {
+			if err := c.sleep(ctx, attempt-1); err != nil {
+				return "", nil, lastErr
+			}
+		}
+		if prepare != nil {
+			if err := prepare(ctx); err != nil {
+				return "", nil, err
+			}
+		}
+		q, body := request()
+		ct, resp, sent, err := c.once(ctx, step, method, q, body, ctype)
+		if err == nil {
+			return ct, resp, nil
+		}
+		lastErr = err
+		if !c.retryable(err, sent, policy) || ctx.Err() != nil {
+			return "", nil, err
+		}
+		c.cfg.Log.Warn().Str("step", string(step)).Int("attempt", attempt).Err(err).Msg("request failed; retrying")
+	}
+	return "", nil, lastErr
+}
+
+func (c *Client) retryable(err error, sent bool, policy retryPolicy) bool {
+	var se *ServiceError
+	var te *TransportError
+	switch {
+	case policy == retryUnsent:
+		return errors.As(err, &te) && !sent
+	case errors.As(err, &se):
+		return se.Temporary()
+	case errors.As(err, &te):
+		return true
+	}
+	return false
+}
+
+// sleep waits the backoff before retry n (1-based): a random time up to
+// Backoff * 2^(n-1).
+func (c *Client) sleep(ctx context.Context, n int) error {
+	ceiling := c.cfg.Backoff << (n - 1)
+	j, err := rand.Int(rand.Reader, big.NewInt(int64(ceiling)+1))
+	d := ceiling / 2
+	if err == nil {
+		d = time.Duration(j.Int64())
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// once sends one request. sent reports whether the request was written to
+// the connection (so the server may have acted on it).
+func (c *Client) once(ctx context.Context, step Step, method, q string, body []byte, ctype string) (string, []byte, bool, error) {
+	u := *c.base
+	u.Path = c.base.Path + APIPath + "/" + string(step)
+	u.RawQuery = q
+	masked := MaskURL(&u)
+
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	var sent bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { sent = true },
+	})
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return "", nil, false, fmt.Errorf("%s: could not build the request for %s", step, masked)
+	}
+	req.Header.Set("User-Agent", c.cfg.UserAgent)
+	req.Header.Set("Accept", "application/json")
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	start := time.Now()
+	resp, err := c.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return "", nil, sent, &TransportError{Step: step, URL: masked, Timeout: isTimeout(err, ctx), Err: cleanErr(err)}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return "", nil, true, &TransportError{Step: step, URL: masked, Timeout: isTimeout(err, ctx), Err: cleanErr(err)}
+	}
+	ev := c.cfg.Log.Debug()
+	if resp.StatusCode >= 300 {
+		ev = c.cfg.Log.Info()
+	}
+	ev.Str("step", string(step)).Str("url", masked).Int("status", resp.StatusCode).Dur("latency", time.Since(start)).Msg("service answered")
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return "", nil, true, &ServiceError{Step: step, Status: resp.StatusCode, Code: ParseErrorCode(data), URL: masked}
+	}
+	return resp.Header.Get("Content-Type"), data, true, nil
+}
+
+func isTimeout(err error, ctx context.Context) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// cleanErr drops the URL that *url.Error would print: it carries the API key.
+func cleanErr(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}

@@ -1,0 +1,93 @@
+package trusted
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Step names a call of the trusted-authentication flow.
+type Step string
+
+// The three steps, by their path names.
+const (
+	StepLink         Step = "register-external-service-id"
+	StepAuthenticate Step = "authenticate-by-truster"
+	StepApprove      Step = "approve-truster"
+)
+
+// Error codes the service returns in {"Code": ...} bodies (section 7.3).
+const (
+	CodeForbiddenForTargetUser = "ForbiddenForTargetUser"
+	CodeInvalidAPIKey          = "InvalidApiKey"
+	CodeNotID                  = "NotId"
+	CodeUserNotFound           = "UserNotFound"
+	CodeUserNotUniq            = "UserNotUniq"
+	CodeUnknownError           = "UnknownError"
+)
+
+// explanations say, for each code, what an operator can do about it.
+var explanations = map[string]string{
+	CodeForbiddenForTargetUser: "the target user is an administrator of the organization, and signing in as an administrator this way is forbidden; use a non-administrator account",
+	CodeInvalidAPIKey:          "the service does not accept this API key (or the key lacks the permission this call needs); check the key file and ask the service's support which permissions the key carries",
+	CodeNotID:                  "no trusted-system user identifier was given; pass --service-user-id",
+	CodeUserNotFound:           "no user of the service matches this credential, or the user is not linked to this trusted-system id; check the credential or link the user first (signagent link)",
+	CodeUserNotUniq:            "more than one user of the service matches this credential; identify the user by another credential (SNILS or certificate thumbprint)",
+	CodeUnknownError:           "the service failed without saying why; try again later, and contact the service's support if it persists",
+}
+
+// Explain returns the operator's sentence for a service error code, or "" for
+// a code it does not know.
+func Explain(code string) string { return explanations[code] }
+
+// ErrInvalidInput is wrapped by errors about what the caller passed in.
+var ErrInvalidInput = errors.New("invalid input")
+
+// ServiceError is a non-2xx answer from the service.
+type ServiceError struct {
+	Step   Step
+	Status int    // HTTP status
+	Code   string // the service's error code, "" when the body had none
+	URL    string // the request URL with secret parameters masked
+}
+
+func (e *ServiceError) Error() string {
+	msg := fmt.Sprintf("%s: the service answered HTTP %d", e.Step, e.Status)
+	if e.Code != "" {
+		msg += " " + e.Code
+	}
+	if x := Explain(e.Code); x != "" {
+		msg += ": " + x
+	} else {
+		switch {
+		case e.Status == 400:
+			msg += " (bad request: a required parameter is missing or malformed)"
+		case e.Status == 401:
+			msg += " (no API key reached the service)"
+		case e.Status >= 500:
+			msg += " (the service failed; try again later)"
+		}
+	}
+	return msg
+}
+
+// Temporary reports whether the failure is the service's own (5xx), so that
+// trying again later may help.
+func (e *ServiceError) Temporary() bool { return e.Status >= 500 }
+
+// TransportError is a request that got no HTTP answer: the connection
+// failed, or the answer did not come in time.
+type TransportError struct {
+	Step    Step
+	URL     string // masked
+	Timeout bool
+	Err     error
+}
+
+func (e *TransportError) Error() string {
+	if e.Timeout {
+		return fmt.Sprintf("%s: no answer from %s in time: %v", e.Step, e.URL, e.Err)
+	}
+	return fmt.Sprintf("%s: could not reach %s: %v", e.Step, e.URL, e.Err)
+}
+
+func (e *TransportError) Unwrap() error { return e.Err }
