@@ -22,7 +22,7 @@ build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/signagent
 
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./canonical ./signer ./pkcs11
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./canonical ./signer ./pkcs11 ./trusted
 
 clean:
 	rm -rf bin .demo

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The demo behind `make demo`: a SoftHSM development token, a signature over
-# the trusted-authentication text for a sample user, checked by OpenSSL.
+# The demo behind `make demo`: a SoftHSM development token and the local
+# emulator of the service; link a sample user, sign on the token, and run the
+# trusted-authentication flow to an auth.sid.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=bin/signagent
@@ -10,9 +11,9 @@ chmod 700 "$demo"
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "SoftHSM development token in $demo/hsm"
+step "1. SoftHSM development token in $demo/hsm"
 eval "$($bin --log-level warn dev-token --dir "$demo/hsm")"
-$bin tokens
+$bin --log-level warn tokens
 
 # A sample partner API key, kept in a 0600 file and never on a command line.
 if [ ! -s "$demo/api-key" ]; then
@@ -20,14 +21,40 @@ if [ ! -s "$demo/api-key" ]; then
 fi
 export SIGNAGENT_API_KEY_FILE="$demo/api-key"
 
-step "Text signed for the sample user (phone +7 916 123-45-67), shown with CR LF visible"
-$bin --log-level warn sign --phone "+7 916 123-45-67" --out "$demo/signature.der" --text-out "$demo/text"
+step "2. Emulator of the service on loopback (partner trusts the token's certificate)"
+cat > "$demo/emulator.yaml" <<YAML
+partners:
+  - name: demo-partner
+    apiKeyFile: api-key
+    certificates: [hsm/cert.pem]
+    canLinkByPhone: true
+users:
+  - id: ivanov
+    phone: "+7 916 123-45-67"
+    snils: "112-233-445 95"
+YAML
+rm -f "$demo/emulator.url"
+$bin --log-level warn emulator --listen 127.0.0.1:0 --config "$demo/emulator.yaml" --url-file "$demo/emulator.url" &
+emu=$!
+trap 'kill $emu 2>/dev/null; wait $emu 2>/dev/null || true' EXIT
+for _ in $(seq 100); do [ -s "$demo/emulator.url" ] && break; sleep 0.05; done
+[ -s "$demo/emulator.url" ] || { echo "the emulator did not start" >&2; exit 1; }
+export SIGNAGENT_BASE_URL="$(cat "$demo/emulator.url")"
+echo "emulator at $SIGNAGENT_BASE_URL"
+
+step "3. Text signed for the sample user (CR LF shown as \\r, API key masked)"
+$bin --log-level warn sign --phone '+7 916 123-45-67' --out "$demo/signature.der" --text-out "$demo/text"
 sed -e 's/\r$/\\r/' -e 's/^apikey=\(....\).*\\r$/apikey=\1…(masked)\\r/' "$demo/text"
-
-step "Detached CMS signature: $demo/signature.der ($(wc -c < "$demo/signature.der") bytes), made on the token"
-$bin verify --signature "$demo/signature.der" --content "$demo/text"
-
-step "OpenSSL checks the same signature"
 openssl cms -verify -binary -inform DER -in "$demo/signature.der" -content "$demo/text" -noverify -out /dev/null
+
+step "4. Link the user (PUT register-external-service-id)"
+$bin --log-level warn link --phone '+7 916 123-45-67' --service-user-id crm-user-42
+
+step "5. authenticate-by-truster with a fresh signature, then approve-truster: the auth.sid"
+sid=$($bin --log-level warn session --phone '+7 916 123-45-67' --service-user-id crm-user-42)
+echo "auth.sid: $sid"
+
+step "6. The same with the SNILS, as JSON"
+$bin --log-level warn session --snils '112-233-445 95' --service-user-id crm-user-42 --json
 
 printf '\nDone. To use the token yourself:\n  eval "$(%s dev-token --dir %s)"\n' "$bin" "$demo/hsm"

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -87,9 +88,14 @@ func devTokenCommand(e *env) *cli.Command {
 					return err
 				}
 				e.log.Info().Str("key", label).Msg("generating RSA-2048 key on the token")
-				if _, err := softhsm.GenerateKeys(mod.Path, label, pin, []softhsm.KeySpec{
+				certs, err := softhsm.GenerateKeys(mod.Path, label, pin, []softhsm.KeySpec{
 					{Type: softhsm.RSA2048, Label: label, ID: []byte{1}, CommonName: "signagent development key"},
-				}); err != nil {
+				})
+				if err != nil {
+					return err
+				}
+				// The certificate, public, for the emulator to trust and for verify --ca.
+				if err := softhsm.WriteFileAtomic(filepath.Join(dir, "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: certs[0].Raw}), 0o644); err != nil {
 					return err
 				}
 				// The PIN file is written last: its presence means the token is complete.

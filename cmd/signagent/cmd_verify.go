@@ -2,8 +2,6 @@ package main
 
 import (
 	"crypto/x509"
-	"encoding/pem"
-	"errors"
 	"fmt"
 	"os"
 
@@ -76,25 +74,9 @@ func readCerts(path string) ([]*x509.Certificate, error) {
 	if err != nil {
 		return nil, usageErr(err)
 	}
-	var out []*x509.Certificate
-	for {
-		var blk *pem.Block
-		blk, b = pem.Decode(b)
-		if blk == nil {
-			break
-		}
-		c, err := x509.ParseCertificate(blk.Bytes)
-		if err != nil {
-			return nil, usageErr(fmt.Errorf("%s: %w", path, err))
-		}
-		out = append(out, c)
+	certs, err := signer.ParseCertificates(b)
+	if err != nil {
+		return nil, usageErr(fmt.Errorf("%s: %w", path, err))
 	}
-	if len(out) == 0 {
-		c, err := pkcs11.ReadCertificate(path)
-		if err != nil {
-			return nil, usageErr(errors.New(path + " holds no certificate (PEM or DER)"))
-		}
-		out = append(out, c)
-	}
-	return out, nil
+	return certs, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/signer"
+	"github.com/signagent/signagent/trusted"
 )
 
 // badInput lists the errors that mean the operator gave something wrong; they
@@ -20,7 +21,7 @@ var badInput = []error{
 	pkcs11.ErrModuleNotFound, pkcs11.ErrNotAModule, pkcs11.ErrTokenNotFound,
 	pkcs11.ErrKeyNotFound, pkcs11.ErrKeyAmbiguous, pkcs11.ErrCertNotFound, pkcs11.ErrCertMismatch,
 	pkcs11.ErrBadURI, pkcs11.ErrBadSelection, pkcs11.ErrPINMissing,
-	signer.ErrUnsupported,
+	signer.ErrUnsupported, trusted.ErrInvalidInput,
 }
 
 const (

@@ -12,6 +12,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/trusted"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -83,6 +85,9 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			tokensCommand(e),
 			keysCommand(e),
 			devTokenCommand(e),
+			linkCommand(e),
+			sessionCommand(e),
+			emulatorCommand(e),
 		},
 	}
 	for _, cmd := range app.Commands {
@@ -121,6 +126,16 @@ func exitCode(err error) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
+	}
+	var se *trusted.ServiceError
+	var te *trusted.TransportError
+	switch {
+	case errors.As(err, &te):
+		return exitTransport
+	case errors.As(err, &se) && se.Temporary():
+		return exitTransport // 5xx after retries: the service is not answering properly
+	case errors.As(err, &se):
+		return exitRefused
 	}
 	for _, bad := range badInput {
 		if errors.Is(err, bad) {

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/softhsm"
+	"github.com/signagent/signagent/trusted"
+)
+
+func serviceFlags() []cli.Flag {
+	return append(apiKeyFlags(),
+		&cli.StringFlag{Name: "base-url", Category: catService, EnvVars: []string{"SIGNAGENT_BASE_URL"}, Usage: "the service's auth base `URL` (endpoints are below URL/auth/v5.16/)"},
+		&cli.BoolFlag{Name: "insecure-http", Category: catService, EnvVars: []string{"SIGNAGENT_INSECURE_HTTP"}, Usage: "allow plain http to a non-loopback base URL"},
+		&cli.DurationFlag{Name: "request-timeout", Category: catService, Value: 15 * time.Second, EnvVars: []string{"SIGNAGENT_REQUEST_TIMEOUT"}, Usage: "give up on one request after this long"},
+		&cli.IntFlag{Name: "attempts", Category: catService, Value: 3, EnvVars: []string{"SIGNAGENT_ATTEMPTS"}, Usage: "tries of a request that failed in transport or with 5xx"},
+		&cli.StringFlag{Name: "service-user-id", Category: catService, Usage: "the user's `ID` in the trusted (partner) system"},
+	)
+}
+
+// newClient builds the trusted client; signer may be nil for link.
+func newClient(c *cli.Context, e *env, s trusted.Signer) (*trusted.Client, error) {
+	key, err := apiKey(c)
+	if err != nil {
+		return nil, err
+	}
+	if c.String("base-url") == "" {
+		return nil, usageErr(errors.New("give the service's address with --base-url or SIGNAGENT_BASE_URL"))
+	}
+	if c.Int("attempts") < 1 {
+		return nil, usageErr(errors.New("--attempts must be at least 1"))
+	}
+	return trusted.New(trusted.Config{
+		BaseURL:           c.String("base-url"),
+		AllowInsecureHTTP: c.Bool("insecure-http"),
+		APIKey:            key,
+		Signer:            s,
+		Timeout:           c.Duration("request-timeout"),
+		Attempts:          c.Int("attempts"),
+		UserAgent:         "signagent/" + version,
+		Log:               e.log,
+	})
+}
+
+func linkCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "link",
+		Usage:     "link the service's user (found by phone) to a user of the trusted system (step 0)",
+		UsageText: "signagent link --service-user-id ID --phone P [--base-url URL]",
+		Flags:     append(serviceFlags(), credentialFlags()[0]),
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			if !c.IsSet("phone") {
+				return usageErr(errors.New("users are linked by phone: give --phone"))
+			}
+			phone, err := canonical.ParsePhone(c.String("phone"))
+			if err != nil {
+				return err
+			}
+			client, err := newClient(c, e, nil)
+			if err != nil {
+				return err
+			}
+			id := c.String("service-user-id")
+			if err := client.Link(c.Context, id, phone); err != nil {
+				return err
+			}
+			e.log.Info().Str("serviceUserId", id).Str("credential", phone.Masked()).Msg("linked")
+			fmt.Fprintf(e.stdout, "linked %s to service user id %s\n", phone.Masked(), id)
+			return nil
+		},
+	}
+}
+
+func sessionCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "session",
+		Usage:     "sign on the token and run authenticate-by-truster and approve-truster; print the auth.sid",
+		UsageText: "signagent session --phone P | --snils S | --thumbprint T --service-user-id ID [--json]",
+		Flags: concat(credentialFlags()[:4], serviceFlags(), tokenFlags(), signFlags(), []cli.Flag{
+			&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print {\"sid\",\"kind\",\"obtainedAt\"}"},
+		}),
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			cred, err := credential(c)
+			if err != nil {
+				return err
+			}
+			if _, err := apiKey(c); err != nil {
+				return err
+			}
+			key, cms, err := openSigner(c, e)
+			if err != nil {
+				return err
+			}
+			defer key.Close()
+			client, err := newClient(c, e, tokenSigner{cms, c.Duration("token-timeout")})
+			if err != nil {
+				return err
+			}
+			s, err := client.Session(c.Context, cred, c.String("service-user-id"))
+			if err != nil {
+				return err
+			}
+			e.log.Info().Str("credential", cred.Masked()).Str("sid", trusted.MaskSecret(s.Sid)).Msg("session obtained")
+			if c.Bool("json") {
+				return writeJSON(e, map[string]string{"sid": s.Sid, "kind": s.Kind.String(), "obtainedAt": s.ObtainedAt.Format(time.RFC3339)})
+			}
+			_, err = fmt.Fprintln(e.stdout, s.Sid)
+			return err
+		},
+	}
+}
+
+// tokenSigner bounds each token signature by the token time limit.
+type tokenSigner struct {
+	s       trusted.Signer
+	timeout time.Duration
+}
+
+func (t tokenSigner) SignText(ctx context.Context, text []byte, ts time.Time) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	return t.s.SignText(ctx, text, ts)
+}
+
+func emulatorCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:  "emulator",
+		Usage: "run an emulator of the service's trusted-authentication endpoints, for tests and trying an integration",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:18080", Usage: "loopback `HOST:PORT` to serve on (port 0 picks a free one)"},
+			&cli.StringFlag{Name: "config", Required: true, Usage: "YAML `FILE` of partners and users (see README)"},
+			&cli.StringFlag{Name: "url-file", Usage: "write the base URL to `FILE` once listening"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			host, _, err := net.SplitHostPort(c.String("listen"))
+			if err != nil || !trusted.IsLoopback(host) {
+				return usageErr(fmt.Errorf("--listen %q: the emulator serves on loopback only (127.0.0.1:PORT or [::1]:PORT)", c.String("listen")))
+			}
+			cfg, err := emulator.LoadConfig(c.String("config"))
+			if err != nil {
+				return usageErr(err)
+			}
+			srv, err := emulator.New(cfg, e.log)
+			if err != nil {
+				return usageErr(err)
+			}
+			if err := srv.Listen(c.String("listen")); err != nil {
+				return fmt.Errorf("could not listen on %s: %w", c.String("listen"), err)
+			}
+			if f := c.String("url-file"); f != "" {
+				if err := softhsm.WriteFileAtomic(f, []byte(srv.URL()+"\n"), 0o644); err != nil {
+					return err
+				}
+			}
+			e.log.Info().Str("url", srv.URL()).Int("partners", len(cfg.Partners)).Int("users", len(cfg.Users)).Msg("emulator listening")
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			<-ctx.Done()
+			e.log.Info().Msg("emulator stopping")
+			shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return srv.Close(shut)
+		},
+	}
+}
