@@ -74,7 +74,11 @@ type Client struct {
 
 // New checks the configuration and returns a client.
 func New(cfg Config) (*Client, error) {
-	u, err := url.Parse(strings.TrimRight(cfg.BaseURL, "/"))
+	base := strings.TrimRight(cfg.BaseURL, "/")
+	if base != "" && !strings.Contains(base, "://") {
+		base = "https://" + base // https unless told otherwise
+	}
+	u, err := url.Parse(base)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
 		return nil, fmt.Errorf("%w: base URL %q must be https://host[:port][/prefix]", ErrInvalidInput, cfg.BaseURL)
 	}

@@ -408,7 +408,8 @@ func TestNewRefuses(t *testing.T) {
 		cfg  trusted.Config
 	}{
 		{"plain http to a remote host", trusted.Config{BaseURL: "http://auth.example.com", APIKey: apiKey}},
-		{"no scheme", trusted.Config{BaseURL: "auth.example.com", APIKey: apiKey}},
+		{"other scheme", trusted.Config{BaseURL: "ftp://auth.example.com", APIKey: apiKey}},
+		{"empty", trusted.Config{BaseURL: "", APIKey: apiKey}},
 		{"query in base", trusted.Config{BaseURL: "https://auth.example.com/?x=1", APIKey: apiKey}},
 		{"empty API key", trusted.Config{BaseURL: "https://auth.example.com"}},
 	} {
@@ -424,6 +425,7 @@ func TestNewRefuses(t *testing.T) {
 		{BaseURL: "http://localhost", APIKey: apiKey},
 		{BaseURL: "http://auth.example.com", APIKey: apiKey, AllowInsecureHTTP: true},
 		{BaseURL: "https://auth.example.com/prefix/", APIKey: apiKey},
+		{BaseURL: "auth.example.com", APIKey: apiKey}, // https by default
 	} {
 		if _, err := trusted.New(ok); err != nil {
 			t.Errorf("%s: %v", ok.BaseURL, err)
