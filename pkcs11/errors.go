@@ -33,6 +33,7 @@ var (
 	ErrBadURI           = errors.New("invalid pkcs11 URI")
 	ErrBadSelection     = errors.New("invalid key selection")
 	ErrTokenUnavailable = errors.New("the token is not available")
+	ErrTokenRefused     = errors.New("the token refused the operation")
 )
 
 // TokenError is a PKCS#11 failure with the operation that was being attempted.
@@ -119,13 +120,18 @@ func kindOf(code p11.Error) (error, string) {
 	case p11.CKR_USER_NOT_LOGGED_IN, p11.CKR_USER_PIN_NOT_INITIALIZED:
 		return ErrPINMissing, "the token needs a PIN: set SIGNAGENT_PIN or --pin-file"
 	}
-	return ErrDeviceError, ""
+	return ErrTokenRefused, "the key or token may not support this operation; `signagent keys` shows the key's type"
 }
 
 // Recoverable reports whether err means the token went away or its session
 // broke, so that reconnecting may help. A wrong or locked PIN is not
 // recoverable: retrying it would lock the card.
 func Recoverable(err error) bool {
+	if code, ok := Code(err); ok {
+		// A bare return value, not yet classified, counts by its kind.
+		kind, _ := kindOf(code)
+		err = errors.Join(err, kind)
+	}
 	for _, k := range []error{ErrDeviceRemoved, ErrSessionClosed, ErrDeviceError, ErrNotInitialized, ErrObjectInvalid, ErrTokenUnavailable} {
 		if errors.Is(err, k) {
 			return true

@@ -82,6 +82,8 @@ func TestClassify(t *testing.T) {
 		{p11.CKR_OBJECT_HANDLE_INVALID, ErrObjectInvalid, true},
 		{p11.CKR_DEVICE_ERROR, ErrDeviceError, true},
 		{p11.CKR_CRYPTOKI_NOT_INITIALIZED, ErrNotInitialized, true},
+		{p11.CKR_MECHANISM_INVALID, ErrTokenRefused, false},
+		{p11.CKR_DATA_LEN_RANGE, ErrTokenRefused, false},
 	} {
 		err := classify("sign", p11.Error(tc.code))
 		if !errors.Is(err, tc.kind) || Recoverable(err) != tc.recoverable {
@@ -89,6 +91,9 @@ func TestClassify(t *testing.T) {
 		}
 		if c, ok := Code(err); !ok || uint(c) != tc.code {
 			t.Errorf("code %#x lost: %v", tc.code, c)
+		}
+		if Recoverable(p11.Error(tc.code)) != tc.recoverable {
+			t.Errorf("bare code %#x: recoverable %v", tc.code, !tc.recoverable)
 		}
 	}
 }

@@ -50,13 +50,19 @@ func tokenFlags() []cli.Flag {
 }
 
 func selection(c *cli.Context) (pkcs11.Selection, error) {
+	return selectionFrom(&settings{c: c}, true)
+}
+
+// selectionFrom reads the token flags; prompt allows asking for the PIN on
+// a terminal (never in the daemon).
+func selectionFrom(c *settings, prompt bool) (pkcs11.Selection, error) {
 	sel := pkcs11.Selection{
 		Module:   c.String("module"),
 		Token:    pkcs11.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")},
 		URI:      c.String("key"),
 		KeyLabel: c.String("key-label"),
 		CertFile: c.String("cert"),
-		PIN:      pkcs11.PINSource{File: c.String("pin-file"), Prompt: true},
+		PIN:      pkcs11.PINSource{File: c.String("pin-file"), Prompt: prompt},
 	}
 	if id := c.String("key-id"); id != "" {
 		b, err := pkcs11.ParseKeyID(id)
@@ -112,7 +118,9 @@ func apiKeyFlags() []cli.Flag {
 
 // apiKey returns the partner's API key from --api-key-file, else from
 // $SIGNAGENT_API_KEY. It never comes from argv.
-func apiKey(c *cli.Context) (string, error) {
+func apiKey(c *cli.Context) (string, error) { return apiKeyFrom(&settings{c: c}) }
+
+func apiKeyFrom(c *settings) (string, error) {
 	if f := c.String("api-key-file"); f != "" {
 		b, err := os.ReadFile(f)
 		if err != nil {

@@ -88,6 +88,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			linkCommand(e),
 			sessionCommand(e),
 			emulatorCommand(e),
+			serveCommand(e),
 		},
 	}
 	for _, cmd := range app.Commands {

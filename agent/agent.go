@@ -1,0 +1,390 @@
+// Package agent is the local daemon's HTTP API: partner systems ask it for
+// signatures, sessions and links instead of touching the token or the API
+// key themselves. It authenticates callers (peer credentials on the Unix
+// socket, a bearer token on TCP), queues token work with backpressure,
+// caches sessions, writes an audit log and exports metrics.
+package agent
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/trusted"
+)
+
+// Options configures an Agent.
+type Options struct {
+	Token *TokenManager
+	// Client runs the trusted-authentication flow; nil answers session and
+	// link requests with 503 service_not_configured.
+	Client *trusted.Client
+	// APIKey is the partner's API key, written into the signed text.
+	APIKey string
+	Log    zerolog.Logger
+	Audit  *Audit
+	// SessionTTL is how long an auth.sid is served from the cache (default
+	// 12h, well under the service's 30 days).
+	SessionTTL time.Duration
+	// RequestDeadline bounds each request, waiting for the token included
+	// (default 30s).
+	RequestDeadline time.Duration
+	// MaxBody bounds request bodies (default 64 KiB).
+	MaxBody int64
+	// LegacySNILS accepts SNILS numbers whose check number fails the rule.
+	LegacySNILS bool
+}
+
+// Agent serves the API.
+type Agent struct {
+	o       Options
+	tm      *TokenManager
+	cache   *sessionCache
+	metrics *metrics
+	client  atomic.Pointer[trusted.Client]
+	key     atomic.Pointer[string]
+}
+
+// New returns an agent.
+func New(o Options) *Agent {
+	if o.SessionTTL <= 0 {
+		o.SessionTTL = 12 * time.Hour
+	}
+	if o.RequestDeadline <= 0 {
+		o.RequestDeadline = 30 * time.Second
+	}
+	if o.MaxBody <= 0 {
+		o.MaxBody = 64 << 10
+	}
+	a := &Agent{o: o, tm: o.Token, cache: newSessionCache(o.SessionTTL), metrics: newMetrics(o.Token)}
+	a.client.Store(o.Client)
+	a.key.Store(&o.APIKey)
+	return a
+}
+
+// SetService replaces the API key and the trusted client (configuration
+// reload).
+func (a *Agent) SetService(apiKey string, c *trusted.Client) {
+	a.key.Store(&apiKey)
+	a.client.Store(c)
+}
+
+// SetSessionTTL changes the cache lifetime of sessions obtained from now on.
+func (a *Agent) SetSessionTTL(d time.Duration) { a.cache.setTTL(d) }
+
+// ObserveSign records a token signature in the metrics; pass it as
+// TokenOptions.OnSign.
+func (a *Agent) ObserveSign(d time.Duration, err error) { a.metrics.observeSign(d.Seconds(), err) }
+
+// Routes lists the API's method and path pairs; docs/openapi.yaml is checked
+// against it.
+var Routes = []string{
+	"POST /v1/signatures",
+	"POST /v1/sessions",
+	"DELETE /v1/sessions",
+	"POST /v1/links",
+	"GET /healthz",
+	"GET /readyz",
+	"GET /metrics",
+}
+
+// Handler returns the API, behind auth (which authenticates the caller and
+// returns its name for the audit log, or an error answer).
+func (a *Agent) Handler(auth Authenticator) http.Handler {
+	handlers := map[string]http.HandlerFunc{
+		"POST /v1/signatures": a.signature,
+		"POST /v1/sessions":   a.session,
+		"DELETE /v1/sessions": a.dropSession,
+		"POST /v1/links":      a.link,
+		"GET /healthz":        a.healthz,
+		"GET /readyz":         a.readyz,
+		"GET /metrics":        a.metrics.handler().ServeHTTP,
+	}
+	// Routes are dispatched by path, then by method, so that a wrong method
+	// gets a JSON 405 with Allow, like every other error.
+	byPath := map[string]map[string]http.HandlerFunc{}
+	for _, r := range Routes {
+		method, path, _ := strings.Cut(r, " ")
+		if byPath[path] == nil {
+			byPath[path] = map[string]http.HandlerFunc{}
+		}
+		byPath[path][method] = handlers[r]
+	}
+	mux := http.NewServeMux()
+	for path, methods := range byPath {
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			if h, ok := methods[r.Method]; ok {
+				h(w, r)
+				return
+			}
+			allow := make([]string, 0, len(methods))
+			for m := range methods {
+				allow = append(allow, m)
+			}
+			slices.Sort(allow)
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, http.StatusMethodNotAllowed, APIError{Code: CodeMethodNotAllowed, Message: r.Method + " is not allowed on " + path + "; use " + strings.Join(allow, " or ")})
+		})
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, APIError{Code: CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
+	})
+	return a.wrap(mux, auth)
+}
+
+type ctxKey int
+
+const callerKey ctxKey = 1
+
+func callerOf(r *http.Request) string {
+	if c, ok := r.Context().Value(callerKey).(string); ok {
+		return c
+	}
+	return "unknown"
+}
+
+// statusWriter remembers the status for metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (a *Agent) wrap(mux *http.ServeMux, auth Authenticator) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		route := "unknown"
+		if _, pattern := mux.Handler(r); pattern != "" && pattern != "/" {
+			route = r.Method + " " + pattern
+		}
+		defer func() {
+			a.metrics.requests.WithLabelValues(route, fmt.Sprint(sw.status)).Inc()
+			a.metrics.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		}()
+		caller, status, apiErr := auth.Authenticate(r)
+		if status != 0 {
+			a.o.Log.Warn().Str("client", caller).Str("route", route).Int("status", status).Str("reason", apiErr.Message).Msg("caller refused")
+			a.o.Audit.write(auditEntry{caller: caller, operation: route, outcome: apiErr.Code, latency: time.Since(start)})
+			writeError(sw, status, apiErr)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), a.o.RequestDeadline)
+		defer cancel()
+		ctx = context.WithValue(ctx, callerKey, caller)
+		r.Body = http.MaxBytesReader(sw, r.Body, a.o.MaxBody)
+		mux.ServeHTTP(sw, r.WithContext(ctx))
+	})
+}
+
+var errBadJSON = errors.New("the request body is not the expected JSON")
+
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errBadJSON, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("%w: more than one JSON value", errBadJSON)
+	}
+	return nil
+}
+
+// parseCredential returns the one credential c gives.
+func parseCredential(c api.Credential, legacy bool) (canonical.Credential, error) {
+	var kinds []canonical.Kind
+	var value string
+	for _, f := range []struct {
+		k canonical.Kind
+		v string
+	}{{canonical.Phone, c.Phone}, {canonical.SNILS, c.SNILS}, {canonical.Thumbprint, c.Thumbprint}} {
+		if f.v != "" {
+			kinds = append(kinds, f.k)
+			value = f.v
+		}
+	}
+	if len(kinds) != 1 {
+		return canonical.Credential{}, fmt.Errorf("%w: give exactly one of phone, snils or thumbprint", canonical.ErrInvalidCredential)
+	}
+	return canonical.Parse(kinds[0], value, canonical.Options{AllowLegacySNILS: legacy})
+}
+
+func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	entry := auditEntry{caller: callerOf(r), operation: "sign"}
+	var req api.SignatureRequest
+	resp, err := func() (*api.SignatureResponse, error) {
+		if err := decode(r, &req); err != nil {
+			return nil, err
+		}
+		cred, err := parseCredential(req.Credential, a.o.LegacySNILS)
+		if err != nil {
+			return nil, err
+		}
+		entry.kind, entry.credential = cred.Kind.String(), cred.Masked()
+		ts := canonical.Now()
+		if req.Timestamp != "" {
+			if ts, err = canonical.ParseTimestamp(req.Timestamp); err != nil {
+				return nil, err
+			}
+		}
+		key := *a.key.Load()
+		if key == "" {
+			return nil, errNoAPIKey
+		}
+		text := canonical.Text(key, cred, ts)
+		der, err := a.tm.SignText(r.Context(), text, ts)
+		if err != nil {
+			return nil, err
+		}
+		thumb := pkcs11.Thumbprint(a.tm.Certificate())
+		entry.thumbprint = thumb
+		return &api.SignatureResponse{Signature: base64.StdEncoding.EncodeToString(der), Canonical: string(text),
+			Timestamp: canonical.FormatTimestamp(ts), CertificateThumbprint: thumb}, nil
+	}()
+	a.finish(w, r, entry, start, resp, err)
+}
+
+func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	entry := auditEntry{caller: callerOf(r), operation: "session"}
+	var req api.SessionRequest
+	resp, err := func() (*api.SessionResponse, error) {
+		if err := decode(r, &req); err != nil {
+			return nil, err
+		}
+		cred, err := parseCredential(req.Credential, a.o.LegacySNILS)
+		if err != nil {
+			return nil, err
+		}
+		entry.kind, entry.credential = cred.Kind.String(), cred.Masked()
+		if strings.TrimSpace(req.ServiceUserID) == "" {
+			return nil, fmt.Errorf("%w: serviceUserId is empty", trusted.ErrInvalidInput)
+		}
+		c := a.client.Load()
+		if c == nil {
+			return nil, errNotConfigured
+		}
+		k := sessionKey{cred.Kind, cred.Value, req.ServiceUserID}
+		s, cached, err := a.cache.obtain(r.Context(), k, req.Refresh, a.o.RequestDeadline,
+			func(ctx context.Context) (*trusted.Session, error) { return c.Session(ctx, cred, req.ServiceUserID) })
+		if err != nil {
+			return nil, err
+		}
+		if cached {
+			a.metrics.cacheHits.Inc()
+		} else {
+			a.metrics.cacheMisses.Inc()
+		}
+		entry.cached = &cached
+		if cert := a.tm.Certificate(); cert != nil {
+			entry.thumbprint = pkcs11.Thumbprint(cert)
+		}
+		return &api.SessionResponse{Sid: s.sid, ObtainedAt: s.obtainedAt, Cached: cached}, nil
+	}()
+	a.finish(w, r, entry, start, resp, err)
+}
+
+// dropSession forgets a cached Sid: DELETE /v1/sessions?phone=...&serviceUserId=...
+func (a *Agent) dropSession(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	entry := auditEntry{caller: callerOf(r), operation: "drop-session"}
+	q := r.URL.Query()
+	resp, err := func() (*api.DropResponse, error) {
+		cred, err := parseCredential(api.Credential{Phone: q.Get("phone"), SNILS: q.Get("snils"), Thumbprint: q.Get("thumbprint")}, a.o.LegacySNILS)
+		if err != nil {
+			return nil, err
+		}
+		entry.kind, entry.credential = cred.Kind.String(), cred.Masked()
+		id := q.Get("serviceUserId")
+		if strings.TrimSpace(id) == "" {
+			return nil, fmt.Errorf("%w: serviceUserId is empty", trusted.ErrInvalidInput)
+		}
+		return &api.DropResponse{Dropped: a.cache.drop(sessionKey{cred.Kind, cred.Value, id})}, nil
+	}()
+	a.finish(w, r, entry, start, resp, err)
+}
+
+func (a *Agent) link(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	entry := auditEntry{caller: callerOf(r), operation: "link"}
+	var req api.LinkRequest
+	resp, err := func() (*api.LinkResponse, error) {
+		if err := decode(r, &req); err != nil {
+			return nil, err
+		}
+		phone, err := canonical.ParsePhone(req.Phone)
+		if err != nil {
+			return nil, err
+		}
+		entry.kind, entry.credential = phone.Kind.String(), phone.Masked()
+		c := a.client.Load()
+		if c == nil {
+			return nil, errNotConfigured
+		}
+		if err := c.Link(r.Context(), req.ServiceUserID, phone); err != nil {
+			return nil, err
+		}
+		return &api.LinkResponse{Linked: true}, nil
+	}()
+	a.finish(w, r, entry, start, resp, err)
+}
+
+// finish writes the answer, the audit line and, on failure, the log line.
+func (a *Agent) finish(w http.ResponseWriter, r *http.Request, entry auditEntry, start time.Time, resp any, err error) {
+	entry.latency = time.Since(start)
+	if err != nil {
+		status, apiErr := classify(err)
+		entry.outcome, entry.serviceCode = apiErr.Code, apiErr.ServiceCode
+		a.o.Audit.write(entry)
+		ev := a.o.Log.Info()
+		if status >= 500 {
+			ev = a.o.Log.Warn()
+		}
+		if errors.Is(err, ErrQueueFull) {
+			a.metrics.rejected.Inc()
+		}
+		ev.Str("client", entry.caller).Str("operation", entry.operation).Int("status", status).Str("code", apiErr.Code).Msg(apiErr.Message)
+		writeError(w, status, apiErr)
+		return
+	}
+	entry.outcome = "ok"
+	a.o.Audit.write(entry)
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (a *Agent) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, api.HealthResponse{Status: "ok"})
+}
+
+func (a *Agent) readyz(w http.ResponseWriter, r *http.Request) {
+	st := a.tm.State()
+	if st.Ready {
+		writeJSON(w, http.StatusOK, api.ReadyResponse{Status: "ready", Token: api.TokenState(st)})
+		return
+	}
+	w.Header().Set("Retry-After", "1")
+	writeJSON(w, http.StatusServiceUnavailable, api.ReadyResponse{Status: "not ready", Token: api.TokenState(st)})
+}

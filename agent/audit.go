@@ -1,0 +1,54 @@
+package agent
+
+import (
+	"io"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Audit writes one JSON line per operation, apart from the diagnostic log:
+// who asked, what, for which credential (masked), with which key, how it
+// ended and how long it took. It never holds a secret.
+type Audit struct {
+	log zerolog.Logger
+}
+
+// NewAudit returns an audit log writing JSON lines to w.
+func NewAudit(w io.Writer) *Audit {
+	return &Audit{log: zerolog.New(w).With().Timestamp().Logger()}
+}
+
+// auditEntry is one operation.
+type auditEntry struct {
+	caller      string
+	operation   string
+	kind        string
+	credential  string // masked
+	thumbprint  string
+	outcome     string // "ok" or an error code
+	serviceCode string
+	cached      *bool
+	latency     time.Duration
+}
+
+func (a *Audit) write(e auditEntry) {
+	if a == nil {
+		return
+	}
+	ev := a.log.Log().Str("caller", e.caller).Str("operation", e.operation).Str("outcome", e.outcome).
+		Float64("latencyMs", float64(e.latency.Microseconds())/1000)
+	if e.kind != "" {
+		ev = ev.Str("credentialKind", e.kind).Str("credential", e.credential)
+	}
+	if e.thumbprint != "" {
+		ev = ev.Str("keyThumbprint", e.thumbprint)
+	}
+	if e.serviceCode != "" {
+		ev = ev.Str("serviceCode", e.serviceCode)
+	}
+	if e.cached != nil {
+		ev = ev.Bool("cached", *e.cached)
+	}
+	ev.Send()
+}

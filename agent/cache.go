@@ -1,0 +1,111 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/trusted"
+)
+
+// sessionKey identifies a cached auth.sid.
+type sessionKey struct {
+	kind          canonical.Kind
+	value         string
+	serviceUserID string
+}
+
+func (k sessionKey) String() string {
+	return k.kind.String() + "\x00" + k.value + "\x00" + k.serviceUserID
+}
+
+type cachedSession struct {
+	sid        string
+	obtainedAt time.Time
+	expires    time.Time
+}
+
+// sessionCache keeps auth.sids in memory for a lifetime well under the
+// service's, and makes concurrent requests for the same key share one flow.
+type sessionCache struct {
+	ttl   time.Duration
+	now   func() time.Time
+	group singleflight.Group
+
+	mu      sync.Mutex
+	entries map[sessionKey]cachedSession
+}
+
+func newSessionCache(ttl time.Duration) *sessionCache {
+	return &sessionCache{ttl: ttl, now: time.Now, entries: map[sessionKey]cachedSession{}}
+}
+
+// get returns a cached, unexpired session.
+func (c *sessionCache) get(k sessionKey) (cachedSession, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.entries[k]
+	if ok && !c.now().Before(s.expires) {
+		delete(c.entries, k)
+		ok = false
+	}
+	return s, ok
+}
+
+// drop forgets a cached session and reports whether there was one.
+func (c *sessionCache) drop(k sessionKey) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.entries[k]
+	delete(c.entries, k)
+	return ok
+}
+
+func (c *sessionCache) setTTL(ttl time.Duration) {
+	c.mu.Lock()
+	c.ttl = ttl
+	c.mu.Unlock()
+}
+
+// obtain returns the cached session for k or runs flow once for all the
+// callers asking at the same time. cached reports whether no flow ran for
+// this caller. The flow runs detached from any one caller's cancellation,
+// bounded by timeout, so that one caller giving up does not fail the others.
+func (c *sessionCache) obtain(ctx context.Context, k sessionKey, refresh bool, timeout time.Duration,
+	flow func(context.Context) (*trusted.Session, error)) (cachedSession, bool, error) {
+	if !refresh {
+		if s, ok := c.get(k); ok {
+			return s, true, nil
+		}
+	} else {
+		c.drop(k)
+	}
+	ch := c.group.DoChan(k.String(), func() (any, error) {
+		if s, ok := c.get(k); ok { // filled while we queued for the group
+			return s, nil
+		}
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		sess, err := flow(fctx)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		s := cachedSession{sid: sess.Sid, obtainedAt: sess.ObtainedAt, expires: sess.ObtainedAt.Add(c.ttl)}
+		c.entries[k] = s
+		c.mu.Unlock()
+		return s, nil
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return cachedSession{}, false, r.Err
+		}
+		return r.Val.(cachedSession), false, nil
+	case <-ctx.Done():
+		return cachedSession{}, false, ctx.Err()
+	}
+}

@@ -1,0 +1,99 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/trusted"
+)
+
+// APIError is the body of an error answer.
+type APIError = api.Error
+
+// The agent's error codes, from package api.
+const (
+	CodeBadInput           = api.CodeBadInput
+	CodeUnauthorized       = api.CodeUnauthorized
+	CodeForbidden          = api.CodeForbidden
+	CodeNotFound           = api.CodeNotFound
+	CodeMethodNotAllowed   = api.CodeMethodNotAllowed
+	CodeTooLarge           = api.CodeTooLarge
+	CodeQueueFull          = api.CodeQueueFull
+	CodeTokenNotReady      = api.CodeTokenNotReady
+	CodeTokenTimeout       = api.CodeTokenTimeout
+	CodeServiceRefused     = api.CodeServiceRefused
+	CodeServiceError       = api.CodeServiceError
+	CodeServiceUnreachable = api.CodeServiceUnreachable
+	CodeServiceTimeout     = api.CodeServiceTimeout
+	CodeNotConfigured      = api.CodeNotConfigured
+	CodeInternal           = api.CodeInternal
+)
+
+// errNotConfigured is returned by session and link calls when no service
+// base URL is configured.
+var errNotConfigured = errors.New("no service base URL is configured (--base-url)")
+
+// errNoAPIKey is returned by signature calls when no API key is configured.
+var errNoAPIKey = errors.New("no partner API key is configured (SIGNAGENT_API_KEY or --api-key-file)")
+
+// classify maps an error to its HTTP status and body.
+func classify(err error) (int, APIError) {
+	var se *trusted.ServiceError
+	var te *trusted.TransportError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return http.StatusRequestEntityTooLarge, APIError{Code: CodeTooLarge, Message: err.Error()}
+	case errors.Is(err, canonical.ErrInvalidCredential), errors.Is(err, canonical.ErrInvalidTimestamp),
+		errors.Is(err, trusted.ErrInvalidInput), errors.Is(err, errBadJSON):
+		return http.StatusBadRequest, APIError{Code: CodeBadInput, Message: err.Error()}
+	case errors.Is(err, ErrQueueFull):
+		return http.StatusTooManyRequests, APIError{Code: CodeQueueFull, Message: "the token is busy and its queue is full; retry after a moment"}
+	case errors.Is(err, ErrTokenNotReady), pkcs11.Recoverable(err),
+		errors.Is(err, pkcs11.ErrPINIncorrect), errors.Is(err, pkcs11.ErrPINLocked), errors.Is(err, pkcs11.ErrPINMissing):
+		return http.StatusServiceUnavailable, APIError{Code: CodeTokenNotReady, Message: err.Error()}
+	case errors.As(err, &se) && se.Temporary():
+		return http.StatusBadGateway, APIError{Code: CodeServiceError, Message: se.Error(), ServiceCode: se.Code, Step: string(se.Step)}
+	case errors.As(err, &se):
+		return http.StatusUnprocessableEntity, APIError{Code: CodeServiceRefused, Message: se.Error(), ServiceCode: se.Code, Step: string(se.Step)}
+	case errors.As(err, &te) && te.Timeout:
+		return http.StatusGatewayTimeout, APIError{Code: CodeServiceTimeout, Message: te.Error(), Step: string(te.Step)}
+	case errors.As(err, &te):
+		return http.StatusBadGateway, APIError{Code: CodeServiceUnreachable, Message: te.Error(), Step: string(te.Step)}
+	case errors.Is(err, errNotConfigured), errors.Is(err, errNoAPIKey):
+		return http.StatusServiceUnavailable, APIError{Code: CodeNotConfigured, Message: err.Error()}
+	case errors.Is(err, errExpired), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, APIError{Code: CodeTokenTimeout, Message: "the request's deadline passed before the token signed"}
+	}
+	return http.StatusInternalServerError, APIError{Code: CodeInternal, Message: firstLine(err.Error())}
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, e APIError) {
+	switch status {
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", "1")
+	case http.StatusUnauthorized:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="signagent"`)
+	}
+	writeJSON(w, status, api.ErrorBody{Error: e})
+}

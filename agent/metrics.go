@@ -1,0 +1,69 @@
+package agent
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are the agent's Prometheus metrics, in a registry of its own.
+type metrics struct {
+	reg         *prometheus.Registry
+	requests    *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	signing     prometheus.Histogram
+	signErrors  prometheus.Counter
+	cacheHits   prometheus.Counter
+	cacheMisses prometheus.Counter
+	rejected    prometheus.Counter
+}
+
+func newMetrics(tm *TokenManager) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "signagent_requests_total", Help: "HTTP requests by route and status.",
+		}, []string{"route", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "signagent_request_duration_seconds", Help: "HTTP request latency by route.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"route"}),
+		signing: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "signagent_sign_duration_seconds", Help: "Time the token took to sign (CMS included).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}),
+		signErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "signagent_sign_errors_total", Help: "Token signatures that failed."}),
+		cacheHits:   prometheus.NewCounter(prometheus.CounterOpts{Name: "signagent_session_cache_hits_total", Help: "Sessions answered from the cache."}),
+		cacheMisses: prometheus.NewCounter(prometheus.CounterOpts{Name: "signagent_session_cache_misses_total", Help: "Sessions that ran the flow."}),
+		rejected:    prometheus.NewCounter(prometheus.CounterOpts{Name: "signagent_queue_rejected_total", Help: "Requests refused with 429 because the token's queue was full."}),
+	}
+	m.reg.MustRegister(m.requests, m.duration, m.signing, m.signErrors, m.cacheHits, m.cacheMisses, m.rejected,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "signagent_token_ready", Help: "1 when the token is logged in and the key found."},
+			func() float64 {
+				if tm.State().Ready {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "signagent_queue_depth", Help: "Token operations waiting or running."},
+			func() float64 { return float64(tm.QueueDepth()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "signagent_queue_dropped_total", Help: "Requests dropped because their deadline passed while they waited."},
+			func() float64 { return float64(tm.Dropped()) }),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+func (m *metrics) observeSign(d float64, err error) {
+	m.signing.Observe(d)
+	if err != nil {
+		m.signErrors.Inc()
+	}
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}

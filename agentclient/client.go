@@ -1,0 +1,157 @@
+// Package agentclient is the Go client of the signagent agent, for partner
+// systems: it asks the agent for signatures, sessions and links over the
+// agent's Unix socket or loopback TCP, so that the program never touches the
+// token or the API key.
+//
+//	c := agentclient.NewUnix("/run/user/1000/signagent/agent.sock")
+//	s, err := c.Session(ctx, api.SessionRequest{Credential: api.Credential{Phone: "9161234567"}, ServiceUserID: "crm-42"})
+package agentclient
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/signagent/signagent/api"
+)
+
+// Client talks to one agent.
+type Client struct {
+	http   *http.Client
+	base   string
+	bearer string
+}
+
+// NewUnix returns a client for the agent's Unix socket.
+func NewUnix(socket string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &Client{http: &http.Client{Transport: tr}, base: "http://signagent"}
+}
+
+// NewTCP returns a client for the agent's TCP listener, e.g.
+// "http://127.0.0.1:8700" with the token from the agent's bearer token
+// file. tlsCfg is used for an https address (nil: the system's roots).
+func NewTCP(baseURL, bearerToken string, tlsCfg *tls.Config) *Client {
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, TLSClientConfig: tlsCfg}
+	return &Client{http: &http.Client{Transport: tr}, base: baseURL, bearer: bearerToken}
+}
+
+// Error is an error answer of the agent.
+type Error struct {
+	Status int // HTTP status
+	// Body is the agent's error: Code, Message, and for refusals by the
+	// service its ServiceCode and Step.
+	Body api.Error
+	// RetryAfter is the agent's Retry-After, for 429 and 503.
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("signagent agent: HTTP %d %s: %s", e.Status, e.Body.Code, e.Body.Message)
+}
+
+// Temporary reports whether trying again later may succeed: the token was
+// busy or out, or the service failed.
+func (e *Error) Temporary() bool {
+	return e.Status == http.StatusTooManyRequests || e.Status >= 500
+}
+
+// Sign asks for a detached signature of the text for a credential.
+func (c *Client) Sign(ctx context.Context, req api.SignatureRequest) (*api.SignatureResponse, error) {
+	var out api.SignatureResponse
+	return &out, c.do(ctx, http.MethodPost, "/v1/signatures", req, &out)
+}
+
+// Session asks for an auth.sid (from the agent's cache when it has one).
+func (c *Client) Session(ctx context.Context, req api.SessionRequest) (*api.SessionResponse, error) {
+	var out api.SessionResponse
+	return &out, c.do(ctx, http.MethodPost, "/v1/sessions", req, &out)
+}
+
+// DropSession makes the agent forget a cached auth.sid, e.g. one the service
+// rejected. It reports whether one was cached.
+func (c *Client) DropSession(ctx context.Context, cred api.Credential, serviceUserID string) (bool, error) {
+	q := url.Values{"serviceUserId": {serviceUserID}}
+	for k, v := range map[string]string{"phone": cred.Phone, "snils": cred.SNILS, "thumbprint": cred.Thumbprint} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	var out api.DropResponse
+	return out.Dropped, c.do(ctx, http.MethodDelete, "/v1/sessions?"+q.Encode(), nil, &out)
+}
+
+// Link asks the service, through the agent, to link a user by phone.
+func (c *Client) Link(ctx context.Context, serviceUserID, phone string) error {
+	var out api.LinkResponse
+	return c.do(ctx, http.MethodPost, "/v1/links", api.LinkRequest{ServiceUserID: serviceUserID, Phone: phone}, &out)
+}
+
+// Ready returns the token's state; err is an *Error with status 503 while
+// the token is not ready.
+func (c *Client) Ready(ctx context.Context) (*api.ReadyResponse, error) {
+	var out api.ReadyResponse
+	err := c.do(ctx, http.MethodGet, "/readyz", nil, &out)
+	return &out, err
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+c.bearer)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("signagent agent: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("signagent agent: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		e := &Error{Status: resp.StatusCode}
+		var eb api.ErrorBody
+		if json.Unmarshal(data, &eb) == nil && eb.Error.Code != "" {
+			e.Body = eb.Error
+		} else if path == "/readyz" && json.Unmarshal(data, out) == nil {
+			e.Body = api.Error{Code: api.CodeTokenNotReady, Message: "the token is not ready"}
+		} else {
+			e.Body = api.Error{Code: "http_error", Message: http.StatusText(resp.StatusCode)}
+		}
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
+			e.RetryAfter = time.Duration(s) * time.Second
+		}
+		return e
+	}
+	return json.Unmarshal(data, out)
+}

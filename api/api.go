@@ -1,0 +1,117 @@
+// Package api holds the JSON types of the signagent agent's HTTP API
+// (docs/openapi.yaml), shared by the agent and by agentclient. It imports
+// nothing of the agent, so a partner's program that uses agentclient does
+// not build PKCS#11 code.
+package api
+
+import "time"
+
+// Credential is the credential of a request: exactly one field is set.
+type Credential struct {
+	Phone      string `json:"phone,omitempty"`
+	SNILS      string `json:"snils,omitempty"`
+	Thumbprint string `json:"thumbprint,omitempty"`
+}
+
+// SignatureRequest is the body of POST /v1/signatures.
+type SignatureRequest struct {
+	Credential
+	// Timestamp is dd.MM.yyyy HH:mm:ss in UTC; empty means now.
+	Timestamp string `json:"timestamp,omitempty"`
+}
+
+// SignatureResponse is the answer of POST /v1/signatures.
+type SignatureResponse struct {
+	Signature             string `json:"signature"` // base64 of the DER of the detached CMS
+	Canonical             string `json:"canonical"` // the signed text (it holds the API key)
+	Timestamp             string `json:"timestamp"`
+	CertificateThumbprint string `json:"certificateThumbprint"`
+}
+
+// SessionRequest is the body of POST /v1/sessions.
+type SessionRequest struct {
+	Credential
+	ServiceUserID string `json:"serviceUserId"`
+	// Refresh skips the cache, e.g. after the service rejected a cached Sid.
+	Refresh bool `json:"refresh,omitempty"`
+}
+
+// SessionResponse is the answer of POST /v1/sessions.
+type SessionResponse struct {
+	Sid        string    `json:"sid"`
+	ObtainedAt time.Time `json:"obtainedAt"`
+	Cached     bool      `json:"cached"`
+}
+
+// DropResponse is the answer of DELETE /v1/sessions.
+type DropResponse struct {
+	Dropped bool `json:"dropped"`
+}
+
+// LinkRequest is the body of POST /v1/links.
+type LinkRequest struct {
+	ServiceUserID string `json:"serviceUserId"`
+	Phone         string `json:"phone"`
+}
+
+// LinkResponse is the answer of POST /v1/links.
+type LinkResponse struct {
+	Linked bool `json:"linked"`
+}
+
+// HealthResponse is the answer of GET /healthz.
+type HealthResponse struct {
+	Status string `json:"status"`
+}
+
+// TokenState is the token's state.
+type TokenState struct {
+	Ready      bool      `json:"ready"`
+	Reason     string    `json:"reason,omitempty"`
+	Since      time.Time `json:"since"`
+	Key        string    `json:"key,omitempty"`
+	Thumbprint string    `json:"certificateThumbprint,omitempty"`
+	// PINRejected means the token refused the PIN: the agent does not try
+	// again on its own (a card locks after a few tries); fix the PIN and
+	// send SIGHUP.
+	PINRejected bool `json:"pinRejected,omitempty"`
+}
+
+// ReadyResponse is the answer of GET /readyz.
+type ReadyResponse struct {
+	Status string     `json:"status"` // "ready" or "not ready"
+	Token  TokenState `json:"token"`
+}
+
+// ErrorBody is the JSON of every error answer.
+type ErrorBody struct {
+	Error Error `json:"error"`
+}
+
+// Error says what went wrong. ServiceCode and Step are set when the service
+// refused or failed.
+type Error struct {
+	Code        string `json:"code"`
+	Message     string `json:"message"`
+	ServiceCode string `json:"serviceCode,omitempty"`
+	Step        string `json:"step,omitempty"`
+}
+
+// The agent's error codes.
+const (
+	CodeBadInput           = "bad_input"              // 400
+	CodeUnauthorized       = "unauthorized"           // 401
+	CodeForbidden          = "forbidden"              // 403
+	CodeNotFound           = "not_found"              // 404
+	CodeMethodNotAllowed   = "method_not_allowed"     // 405
+	CodeTooLarge           = "body_too_large"         // 413
+	CodeServiceRefused     = "service_refused"        // 422
+	CodeQueueFull          = "queue_full"             // 429
+	CodeInternal           = "internal"               // 500
+	CodeServiceError       = "service_error"          // 502
+	CodeServiceUnreachable = "service_unreachable"    // 502
+	CodeTokenNotReady      = "token_not_ready"        // 503
+	CodeNotConfigured      = "service_not_configured" // 503
+	CodeServiceTimeout     = "service_timeout"        // 504
+	CodeTokenTimeout       = "token_timeout"          // 504
+)
