@@ -101,6 +101,9 @@ func NewTokenManager(o TokenOptions) (*TokenManager, error) {
 
 func (m *TokenManager) connect() error {
 	tok, err := m.open()
+	if _, ok := pkcs11.Code(err); ok {
+		err = pkcs11.Classify("open the token", err)
+	}
 	if err != nil {
 		m.setState(TokenState{Reason: err.Error(), Since: time.Now(), PINRejected: isPINError(err)})
 		return err
@@ -176,6 +179,9 @@ func (m *TokenManager) SignText(ctx context.Context, text []byte, ts time.Time) 
 		sig, err := cms.SignText(ctx, text, ts)
 		if m.onSign != nil {
 			m.onSign(time.Since(start), err)
+		}
+		if _, ok := pkcs11.Code(err); ok {
+			err = pkcs11.Classify("sign", err) // a bare CKR_ value: say what it means
 		}
 		if err != nil && pkcs11.Recoverable(err) {
 			m.fail(cms, err)

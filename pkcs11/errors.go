@@ -82,9 +82,12 @@ func Code(err error) (p11.Error, bool) {
 	return 0, false
 }
 
-// classify turns an error from the module into a TokenError whose Kind says
-// what happened. Errors that are not PKCS#11 return values pass through,
-// wrapped with the operation.
+// Classify turns an error from the module into a *TokenError whose Kind
+// says what happened and whose message says what to do. Errors that are not
+// PKCS#11 return values pass through, wrapped with the operation; a
+// TokenError is returned as it is.
+func Classify(op string, err error) error { return classify(op, err) }
+
 func classify(op string, err error) error {
 	if err == nil {
 		return nil

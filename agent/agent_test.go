@@ -1,0 +1,533 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agentclient"
+	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/signer"
+)
+
+var phone = api.Credential{Phone: "+7 916 123-45-67"}
+
+// raw sends a request over the socket and returns status, headers and body.
+func raw(t *testing.T, sock, method, path, body string, hdr ...string) (int, http.Header, string) {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	req, _ := http.NewRequest(method, "http://agent"+path, strings.NewReader(body))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+func TestEndpoints(t *testing.T) {
+	h := start(t, options{})
+	ctx := context.Background()
+
+	t.Run("signatures", func(t *testing.T) {
+		s, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone})
+		if err != nil {
+			t.Fatal(err)
+		}
+		der, _ := base64.StdEncoding.DecodeString(s.Signature)
+		ts, err := canonical.ParseTimestamp(s.Timestamp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := canonical.Text(apiKey, canonical.Credential{Kind: canonical.Phone, Value: "9161234567"}, ts)
+		if s.Canonical != string(want) {
+			t.Fatalf("canonical %q, want %q", s.Canonical, want)
+		}
+		v, err := signer.Verify(der, want, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !v.Signer.Equal(h.tk.RSA.Cert) || s.CertificateThumbprint == "" {
+			t.Fatal("signed by the wrong certificate")
+		}
+		// With a given timestamp.
+		s, err = h.client.Sign(ctx, api.SignatureRequest{Credential: api.Credential{SNILS: "112-233-445 95"}, Timestamp: "16.08.2026 14:03:10"})
+		if err != nil || s.Timestamp != "16.08.2026 14:03:10" || !strings.Contains(s.Canonical, "id=11223344595\r\n") {
+			t.Fatalf("%+v %v", s, err)
+		}
+	})
+
+	t.Run("sessions", func(t *testing.T) {
+		req := api.SessionRequest{Credential: phone, ServiceUserID: "crm-42"}
+		first, err := h.client.Session(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first.Cached {
+			t.Fatal("first session cached")
+		}
+		if _, ok := h.emu.LookupSid(first.Sid); !ok {
+			t.Fatal("the service does not know the sid")
+		}
+		again, err := h.client.Session(ctx, req)
+		if err != nil || !again.Cached || again.Sid != first.Sid || !again.ObtainedAt.Equal(first.ObtainedAt) {
+			t.Fatalf("second: %+v %v", again, err)
+		}
+		req.Refresh = true
+		fresh, err := h.client.Session(ctx, req)
+		if err != nil || fresh.Cached || fresh.Sid == first.Sid {
+			t.Fatalf("refresh: %+v %v", fresh, err)
+		}
+		dropped, err := h.client.DropSession(ctx, phone, "crm-42")
+		if err != nil || !dropped {
+			t.Fatalf("drop: %v %v", dropped, err)
+		}
+		dropped, err = h.client.DropSession(ctx, phone, "crm-42")
+		if err != nil || dropped {
+			t.Fatalf("drop again: %v %v", dropped, err)
+		}
+		after, err := h.client.Session(ctx, api.SessionRequest{Credential: phone, ServiceUserID: "crm-42"})
+		if err != nil || after.Cached {
+			t.Fatalf("after drop: %+v %v", after, err)
+		}
+	})
+
+	t.Run("links", func(t *testing.T) {
+		if err := h.client.Link(ctx, "crm-7", "8 916 123 45 67"); err != nil {
+			t.Fatal(err)
+		}
+		if s, err := h.client.Session(ctx, api.SessionRequest{Credential: api.Credential{SNILS: "11223344595"}, ServiceUserID: "crm-7"}); err != nil || s.Sid == "" {
+			t.Fatalf("session after link: %v", err)
+		}
+	})
+
+	t.Run("health", func(t *testing.T) {
+		if code, _, body := raw(t, h.sock, "GET", "/healthz", ""); code != 200 || !strings.Contains(body, `"status":"ok"`) {
+			t.Fatalf("%d %s", code, body)
+		}
+		r, err := h.client.Ready(ctx)
+		if err != nil || r.Status != "ready" || !r.Token.Ready || r.Token.Key != "rsa" {
+			t.Fatalf("%+v %v", r, err)
+		}
+		code, hdr, body := raw(t, h.sock, "GET", "/metrics", "")
+		if code != 200 || !strings.HasPrefix(hdr.Get("Content-Type"), "text/plain") {
+			t.Fatalf("metrics %d %s", code, hdr)
+		}
+		for _, m := range []string{
+			`signagent_requests_total{route="POST /v1/signatures",status="200"}`,
+			"signagent_sign_duration_seconds_count", "signagent_token_ready 1", "signagent_session_cache_hits_total 1",
+			"signagent_queue_depth 0", "signagent_queue_rejected_total 0", "process_resident_memory_bytes",
+		} {
+			if !strings.Contains(body, m) {
+				t.Errorf("metrics lack %s", m)
+			}
+		}
+	})
+}
+
+func TestErrorStatuses(t *testing.T) {
+	h := start(t, options{})
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+		code                     string
+	}{
+		{"bad JSON", "POST", "/v1/signatures", `{"phone":`, 400, api.CodeBadInput},
+		{"unknown field", "POST", "/v1/signatures", `{"phone":"9161234567","pin":"1234"}`, 400, api.CodeBadInput},
+		{"two credentials", "POST", "/v1/signatures", `{"phone":"9161234567","snils":"11223344595"}`, 400, api.CodeBadInput},
+		{"no credential", "POST", "/v1/signatures", `{}`, 400, api.CodeBadInput},
+		{"bad timestamp", "POST", "/v1/signatures", `{"phone":"9161234567","timestamp":"1.2.2024 3:04:05"}`, 400, api.CodeBadInput},
+		{"bad SNILS", "POST", "/v1/sessions", `{"snils":"11223344594","serviceUserId":"x"}`, 400, api.CodeBadInput},
+		{"no serviceUserId", "POST", "/v1/sessions", `{"phone":"9161234567"}`, 400, api.CodeBadInput},
+		{"drop without credential", "DELETE", "/v1/sessions?serviceUserId=x", ``, 400, api.CodeBadInput},
+		{"too large", "POST", "/v1/signatures", `{"phone":"` + strings.Repeat("9", 70<<10) + `"}`, 413, api.CodeTooLarge},
+		{"unknown path", "GET", "/v2/nothing", ``, 404, api.CodeNotFound},
+		{"wrong method", "GET", "/v1/signatures", ``, 405, api.CodeMethodNotAllowed},
+		{"service refused", "POST", "/v1/sessions", `{"phone":"9160000000","serviceUserId":"crm-42"}`, 422, api.CodeServiceRefused},
+		{"link refused", "POST", "/v1/links", `{"phone":"9160000000","serviceUserId":"x"}`, 422, api.CodeServiceRefused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, hdr, body := raw(t, h.sock, tc.method, tc.path, tc.body)
+			if code != tc.status || !strings.Contains(body, `"code":"`+tc.code+`"`) {
+				t.Fatalf("got %d %s, want %d %s", code, body, tc.status, tc.code)
+			}
+			if hdr.Get("Content-Type") != "application/json" {
+				t.Fatalf("content type %q", hdr.Get("Content-Type"))
+			}
+		})
+	}
+	t.Run("service code carried", func(t *testing.T) {
+		_, err := h.client.Session(context.Background(), api.SessionRequest{Credential: api.Credential{Phone: "9160000000"}, ServiceUserID: "crm-42"})
+		e := apiErr(t, err)
+		if e.Body.ServiceCode != "UserNotFound" || e.Body.Step != "authenticate-by-truster" {
+			t.Fatalf("%+v", e.Body)
+		}
+	})
+	t.Run("wrong method lists the allowed ones", func(t *testing.T) {
+		if _, hdr, _ := raw(t, h.sock, "PUT", "/v1/sessions", ""); hdr.Get("Allow") != "DELETE, POST" {
+			t.Fatalf("Allow %q", hdr.Get("Allow"))
+		}
+	})
+}
+
+func TestServiceFailures(t *testing.T) {
+	h := start(t, options{timeout: 300 * time.Millisecond})
+	ctx := context.Background()
+	req := api.SessionRequest{Credential: phone, ServiceUserID: "crm-42"}
+
+	// Slow: the service takes longer than the client's time limit, twice.
+	h.emu.InjectFaults("authenticate-by-truster", emuDelay(2*time.Second), emuDelay(2*time.Second), emuDelay(2*time.Second))
+	if e := apiErr(t, err2(h.client.Session(ctx, req))); e.Status != 504 || e.Body.Code != api.CodeServiceTimeout {
+		t.Fatalf("slow service: %+v", e)
+	}
+	// Failing: 500 on every try.
+	h.emu.InjectFaults("authenticate-by-truster", emuStatus(500), emuStatus(500), emuStatus(500))
+	if e := apiErr(t, err2(h.client.Session(ctx, req))); e.Status != 502 || e.Body.Code != api.CodeServiceError {
+		t.Fatalf("failing service: %+v", e)
+	}
+	// Gone.
+	h.emu.Close(ctx)
+	if e := apiErr(t, err2(h.client.Session(ctx, req))); e.Status != 502 || e.Body.Code != api.CodeServiceUnreachable {
+		t.Fatalf("unreachable service: %+v", e)
+	}
+}
+
+func TestNoServiceConfigured(t *testing.T) {
+	h := start(t, options{noService: true})
+	_, err := h.client.Session(context.Background(), api.SessionRequest{Credential: phone, ServiceUserID: "x"})
+	if e := apiErr(t, err); e.Status != 503 || e.Body.Code != api.CodeNotConfigured {
+		t.Fatalf("%+v", e)
+	}
+	// Signatures need only the token and the API key.
+	if _, err := h.client.Sign(context.Background(), api.SignatureRequest{Credential: phone}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func err2[T any](_ T, err error) error { return err }
+
+func TestCallers(t *testing.T) {
+	t.Run("uid not in the allow-list", func(t *testing.T) {
+		h := start(t, options{auth: agent.NewPeerAuth([]int{os.Getuid() + 12345}, nil)})
+		code, _, body := raw(t, h.sock, "GET", "/healthz", "")
+		if code != 403 || !strings.Contains(body, `"code":"forbidden"`) || !strings.Contains(body, fmt.Sprintf("uid %d", os.Getuid())) {
+			t.Fatalf("%d %s", code, body)
+		}
+		if !strings.Contains(h.audit.String(), `"outcome":"forbidden"`) {
+			t.Fatalf("refusal not audited: %s", h.audit.String())
+		}
+	})
+	for name, auth := range map[string]agent.Authenticator{
+		"uid in the allow-list": agent.NewPeerAuth([]int{os.Getuid()}, nil),
+		"gid in the allow-list": agent.NewPeerAuth(nil, []int{os.Getgid()}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := start(t, options{auth: auth})
+			if code, _, body := raw(t, h.sock, "GET", "/healthz", ""); code != 200 {
+				t.Fatalf("%d %s", code, body)
+			}
+		})
+	}
+	t.Run("bearer token", func(t *testing.T) {
+		const token = "3f1c0e9b8a7d6c5b4a39281706f5e4d3"
+		h := start(t, options{auth: agent.NewBearerAuth(token)})
+		for _, tc := range []struct {
+			hdr  []string
+			want int
+		}{
+			{nil, 401},
+			{[]string{"Authorization", "Bearer wrong-token-wrong-token"}, 401},
+			{[]string{"Authorization", "Basic " + token}, 401},
+			{[]string{"Authorization", "Bearer " + token}, 200},
+			{[]string{"Authorization", "bearer " + token}, 200},
+		} {
+			code, hdr, body := raw(t, h.sock, "GET", "/healthz", "", tc.hdr...)
+			if code != tc.want {
+				t.Fatalf("%v: %d %s", tc.hdr, code, body)
+			}
+			if code == 401 && hdr.Get("WWW-Authenticate") == "" {
+				t.Fatal("no WWW-Authenticate")
+			}
+		}
+	})
+	t.Run("non-loopback without TLS refused", func(t *testing.T) {
+		for _, addr := range []string{"0.0.0.0:0", "[::]:0", "192.0.2.1:8700"} {
+			if _, err := agent.ListenTCP(addr, nil); err == nil || !strings.Contains(err.Error(), "without TLS") {
+				t.Fatalf("%s: %v", addr, err)
+			}
+		}
+		l, err := agent.ListenTCP("127.0.0.1:0", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+	})
+	t.Run("socket mode", func(t *testing.T) {
+		h := start(t, options{})
+		st, err := os.Stat(h.sock)
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Fatalf("mode %v %v", st.Mode(), err)
+		}
+		// A second agent on the same path is refused; the live socket stays.
+		if _, err := agent.ListenUnix(agent.UnixSocket{Path: h.sock}); err == nil || !strings.Contains(err.Error(), "already serving") {
+			t.Fatalf("second listener: %v", err)
+		}
+	})
+}
+
+// TestConcurrentSessions: 200 requests for 20 users at once; each gets a
+// valid Sid and the service sees exactly one flow per user.
+func TestConcurrentSessions(t *testing.T) {
+	h := start(t, options{users: 20, workers: 2})
+	var wg sync.WaitGroup
+	sids := make([]string, 200)
+	errs := make([]error, 200)
+	for i := range 200 {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			u := i % 20
+			s, err := h.client.Session(context.Background(), api.SessionRequest{
+				Credential: api.Credential{Phone: fmt.Sprintf("92000000%02d", u)}, ServiceUserID: fmt.Sprintf("suid%d", u)})
+			if err == nil {
+				sids[i] = s.Sid
+			}
+			errs[i] = err
+		}(i)
+	}
+	wg.Wait()
+	perUser := map[int]string{}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		u := i % 20
+		rec, ok := h.emu.LookupSid(sids[i])
+		if !ok || rec.UserID != fmt.Sprintf("user%d", u) {
+			t.Fatalf("request %d got a sid the service does not know for user%d", i, u)
+		}
+		if prev, ok := perUser[u]; ok && prev != sids[i] {
+			t.Fatalf("user%d got two different sids", u)
+		}
+		perUser[u] = sids[i]
+	}
+	st := h.emu.Stats()
+	for u := range 20 {
+		if n := st.SessionsByUser[fmt.Sprintf("suid%d", u)]; n != 1 {
+			t.Errorf("suid%d: %d flows, want 1", u, n)
+		}
+	}
+}
+
+// TestQueueFull: a burst larger than the queue gets 429 at once for the
+// excess; every request is answered exactly once.
+func TestQueueFull(t *testing.T) {
+	h := start(t, options{workers: 1, backlog: 2, delay: 100 * time.Millisecond})
+	const n = 20
+	type answer struct {
+		status  int
+		elapsed time.Duration
+		retry   time.Duration
+	}
+	answers := make(chan answer, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			_, err := h.client.Sign(context.Background(), api.SignatureRequest{Credential: phone})
+			a := answer{status: 200, elapsed: time.Since(start)}
+			if err != nil {
+				e := apiErr(t, err)
+				a.status, a.retry = e.Status, e.RetryAfter
+			}
+			answers <- a
+		}()
+	}
+	wg.Wait()
+	close(answers)
+	counts := map[int]int{}
+	for a := range answers {
+		counts[a.status]++
+		if a.status == 429 {
+			if a.elapsed > 80*time.Millisecond {
+				t.Errorf("a 429 took %v: the caller waited instead of being refused at once", a.elapsed)
+			}
+			if a.retry != time.Second {
+				t.Errorf("Retry-After %v", a.retry)
+			}
+		}
+	}
+	if counts[200]+counts[429] != n || counts[429] == 0 || counts[200] < 3 {
+		t.Fatalf("answers %v: want every request answered once, some 200 and some 429", counts)
+	}
+	_, _, body := raw(t, h.sock, "GET", "/metrics", "")
+	if !strings.Contains(body, fmt.Sprintf("signagent_queue_rejected_total %d", counts[429])) ||
+		!strings.Contains(body, fmt.Sprintf(`signagent_requests_total{route="POST /v1/signatures",status="429"} %d`, counts[429])) ||
+		!strings.Contains(body, fmt.Sprintf(`signagent_requests_total{route="POST /v1/signatures",status="200"} %d`, counts[200])) {
+		t.Fatalf("metrics disagree with %v", counts)
+	}
+}
+
+// TestDeadlinePassedInQueue: a request whose deadline passes while it waits
+// is dropped before it reaches the token.
+func TestDeadlinePassedInQueue(t *testing.T) {
+	h := start(t, options{workers: 1, delay: 300 * time.Millisecond})
+	go h.client.Sign(context.Background(), api.SignatureRequest{Credential: phone}) // holds the token
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone}); err == nil {
+		t.Fatal("signed after its deadline")
+	}
+	eventually(t, 2*time.Second, "the expired request to be dropped", func() bool { return h.tm.Dropped() == 1 })
+}
+
+// TestTokenRemoval: while the token is out the agent is not ready and answers
+// 503 fast; once it is back, requests succeed without a restart.
+func TestTokenRemoval(t *testing.T) {
+	h := start(t, options{})
+	ctx := context.Background()
+	if _, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone}); err != nil {
+		t.Fatal(err)
+	}
+	h.out.Store(true)
+	_, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone})
+	if e := apiErr(t, err); e.Status != 503 || e.Body.Code != api.CodeTokenNotReady {
+		t.Fatalf("first failure: %+v", e)
+	}
+	for range 5 {
+		start := time.Now()
+		_, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone})
+		if e := apiErr(t, err); e.Status != 503 || e.RetryAfter != time.Second {
+			t.Fatalf("while out: %+v", e)
+		}
+		if d := time.Since(start); d > 50*time.Millisecond {
+			t.Fatalf("a 503 took %v", d)
+		}
+	}
+	r, err := h.client.Ready(ctx)
+	if e := apiErr(t, err); e.Status != 503 || r.Token.Ready || !strings.Contains(r.Token.Reason, "removed") {
+		t.Fatalf("readyz while out: %+v %+v", e, r)
+	}
+	opensWhileOut := h.opens.Load()
+	eventually(t, 2*time.Second, "reconnect attempts", func() bool { return h.opens.Load() > opensWhileOut+1 })
+
+	h.out.Store(false)
+	eventually(t, 5*time.Second, "the agent to be ready again", func() bool {
+		_, err := h.client.Ready(ctx)
+		return err == nil
+	})
+	if _, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone}); err != nil {
+		t.Fatalf("after the token came back: %v", err)
+	}
+}
+
+// TestPINRejectedNotRetried: a PIN the token refuses is tried once.
+func TestPINRejectedNotRetried(t *testing.T) {
+	tk := newTokenOnly(t)
+	sel := tk.Selection(tk.RSA.Label)
+	sel.PIN.File = writePIN(t, "000000")
+	var opens int
+	_, err := agent.NewTokenManager(agent.TokenOptions{Open: func() (agent.Token, error) {
+		opens++
+		return openKey(sel)
+	}, BackoffFirst: time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "PIN") {
+		t.Fatalf("err = %v", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if opens != 1 {
+		t.Fatalf("opened %d times with a wrong PIN", opens)
+	}
+}
+
+// TestShutdownWithRequestsInFlight: stopping answers every request in
+// flight, then removes the socket.
+func TestShutdownWithRequestsInFlight(t *testing.T) {
+	h := start(t, options{workers: 1, delay: 200 * time.Millisecond})
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := h.client.Sign(context.Background(), api.SignatureRequest{Credential: phone})
+			errs <- err
+		}()
+	}
+	eventually(t, time.Second, "requests to be in flight", func() bool { return h.tm.QueueDepth() == 3 })
+	h.shutdown(t)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a request in flight failed: %v", err)
+		}
+	}
+	if _, err := os.Stat(h.sock); !os.IsNotExist(err) {
+		t.Fatalf("socket left behind: %v", err)
+	}
+}
+
+// TestNoSecretsInLogs drives every operation, failures included, and checks
+// that neither log holds the PIN, the API key, a signature or a Sid.
+func TestNoSecretsInLogs(t *testing.T) {
+	h := start(t, options{})
+	ctx := context.Background()
+	var secrets []string
+	s, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets = append(secrets, s.Signature, s.Signature[:40])
+	for _, r := range []api.SessionRequest{
+		{Credential: phone, ServiceUserID: "crm-42"}, {Credential: phone, ServiceUserID: "crm-42"},
+		{Credential: api.Credential{Phone: "9160000000"}, ServiceUserID: "crm-42"},
+	} {
+		if sess, err := h.client.Session(ctx, r); err == nil {
+			secrets = append(secrets, sess.Sid)
+		}
+	}
+	h.client.Link(ctx, "x", "9160000000")
+	raw(t, h.sock, "POST", "/v1/signatures", `{"phone":"123"}`)
+	h.out.Store(true)
+	h.client.Sign(ctx, api.SignatureRequest{Credential: phone})
+	h.out.Store(false)
+	for name, log := range map[string]string{"diagnostic": h.logs.String(), "audit": h.audit.String()} {
+		if log == "" {
+			t.Fatalf("%s log is empty", name)
+		}
+		for _, secret := range append(secrets, h.tk.PIN, apiKey, strings.ToLower(apiKey), apiKey[:12]) {
+			if strings.Contains(log, secret) {
+				t.Fatalf("%s log holds a secret (%.8s…):\n%s", name, secret, log)
+			}
+		}
+	}
+	for _, want := range []string{`"operation":"sign"`, `"operation":"session"`, `"cached":true`, `"serviceCode":"UserNotFound"`,
+		`"credential":"phone=******4567"`, `"keyThumbprint":"`, `"caller":"uid=`, `"latencyMs":`} {
+		if !strings.Contains(h.audit.String(), want) {
+			t.Errorf("audit log lacks %s", want)
+		}
+	}
+}
+
+// check that agentclient's error type is what callers branch on.
+var _ interface{ Temporary() bool } = (*agentclient.Error)(nil)

@@ -1,0 +1,205 @@
+package agent_test
+
+import (
+	"context"
+	"crypto"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	p11 "github.com/miekg/pkcs11"
+	"github.com/rs/zerolog"
+
+	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agentclient"
+	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/trusted"
+)
+
+const apiKey = "0F6C2E5B-9D4A-4C1E-8A2B-7E3D1F0A9B8C"
+
+// faultyToken wraps the real SoftHSM key and fails like a pulled card while
+// out is set: signatures return CKR_DEVICE_REMOVED and opening returns
+// CKR_TOKEN_NOT_PRESENT.
+type faultyToken struct {
+	agent.Token
+	out *atomic.Bool
+}
+
+func (f faultyToken) Sign(r io.Reader, d []byte, o crypto.SignerOpts) ([]byte, error) {
+	if f.out.Load() {
+		return nil, p11.Error(p11.CKR_DEVICE_REMOVED)
+	}
+	return f.Token.Sign(r, d, o)
+}
+
+// harness is a SoftHSM token, the emulator, and an agent serving on a Unix
+// socket, with a client.
+type harness struct {
+	tk      *hsmtest.Token
+	emu     *emulator.Server
+	agent   *agent.Agent
+	tm      *agent.TokenManager
+	sock    string
+	client  *agentclient.Client
+	logs    *hsmtest.LogBuffer
+	audit   *hsmtest.LogBuffer
+	out     *atomic.Bool // the token is pulled out
+	opens   *atomic.Int64
+	stop    context.CancelFunc
+	stopped chan error
+}
+
+type options struct {
+	workers   int
+	backlog   int
+	delay     time.Duration
+	deadline  time.Duration
+	users     int // extra users user0..userN-1, linked as suid0..
+	noService bool
+	auth      agent.Authenticator
+	timeout   time.Duration // trusted client's request time-out
+}
+
+func start(t testing.TB, o options) *harness {
+	t.Helper()
+	tk := hsmtest.New(t)
+	logs, audit := &hsmtest.LogBuffer{}, &hsmtest.LogBuffer{}
+	log := zerolog.New(logs)
+
+	users := []emulator.User{{ID: "u1", Phone: "9161234567", SNILS: "11223344595", Linked: []string{"p:crm-42"}}}
+	for i := range o.users {
+		users = append(users, emulator.User{ID: fmt.Sprintf("user%d", i), Phone: fmt.Sprintf("92000000%02d", i), Linked: []string{fmt.Sprintf("p:suid%d", i)}})
+	}
+	emu, err := emulator.New(&emulator.Config{
+		Partners: []emulator.Partner{{Name: "p", APIKey: apiKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}, CanLinkByPhone: true}},
+		Users:    users,
+	}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := emu.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { emu.Close(context.Background()) })
+
+	h := &harness{tk: tk, emu: emu, logs: logs, audit: audit, out: &atomic.Bool{}, opens: &atomic.Int64{}}
+	sel := tk.Selection(tk.RSA.Label)
+	open := func() (agent.Token, error) {
+		h.opens.Add(1)
+		if h.out.Load() {
+			return nil, p11.Error(p11.CKR_TOKEN_NOT_PRESENT)
+		}
+		k, err := pkcs11.Open(sel, log)
+		if err != nil {
+			return nil, err
+		}
+		return faultyToken{k, h.out}, nil
+	}
+	h.tm, err = agent.NewTokenManager(agent.TokenOptions{Open: open, Workers: o.workers, Backlog: o.backlog,
+		Delay: o.delay, BackoffFirst: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var client *trusted.Client
+	if !o.noService {
+		client, err = trusted.New(trusted.Config{BaseURL: emu.URL(), APIKey: apiKey, Timeout: o.timeout,
+			Backoff: 5 * time.Millisecond, Signer: h.tm, Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.agent = agent.New(agent.Options{Token: h.tm, Client: client, APIKey: apiKey, Log: log, Audit: agent.NewAudit(audit),
+		RequestDeadline: o.deadline})
+
+	dir, err := os.MkdirTemp("", "sa") // short: a socket path has ~100 bytes at most
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	h.sock = filepath.Join(dir, "agent.sock")
+	l, err := agent.ListenUnix(agent.UnixSocket{Path: h.sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := o.auth
+	if auth == nil {
+		auth = agent.NewPeerAuth(nil, nil)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.stop = cancel
+	h.stopped = make(chan error, 1)
+	go func() {
+		h.stopped <- h.agent.Serve(ctx, []agent.Listener{{Listener: l, Auth: auth, Path: h.sock}}, 5*time.Second)
+	}()
+	t.Cleanup(func() {
+		h.shutdown(t)
+		h.tm.Close()
+	})
+	h.client = agentclient.NewUnix(h.sock)
+	return h
+}
+
+// shutdown stops serving and waits for it.
+func (h *harness) shutdown(t testing.TB) {
+	h.stop()
+	select {
+	case err := <-h.stopped:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		h.stopped <- nil // later calls return at once
+	case <-time.After(10 * time.Second):
+		t.Error("the agent did not stop")
+	}
+}
+
+// apiErr returns the agent's error, failing the test if err is not one.
+func apiErr(t testing.TB, err error) *agentclient.Error {
+	t.Helper()
+	var e *agentclient.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("err = %v, want an agent error", err)
+	}
+	return e
+}
+
+// eventually polls cond until it holds or the time is up.
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not happen within %v", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func emuDelay(d time.Duration) emulator.Fault { return emulator.Fault{Delay: d} }
+func emuStatus(s int) emulator.Fault          { return emulator.Fault{Status: s} }
+
+func newTokenOnly(t testing.TB) *hsmtest.Token { return hsmtest.New(t) }
+
+func writePIN(t testing.TB, pin string) string {
+	p := filepath.Join(t.TempDir(), "pin")
+	if err := os.WriteFile(p, []byte(pin+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func openKey(sel pkcs11.Selection) (agent.Token, error) {
+	k, err := pkcs11.Open(sel, zerolog.Nop())
+	if err != nil {
+		return nil, err
+	}
+	return k, nil
+}
