@@ -3,8 +3,8 @@ GO      ?= go
 BIN     := bin/signagent
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # What the tests and the demo run besides Go: SoftHSM, OpenSC's pkcs11-tool,
-# GnuTLS's certtool, OpenSSL and its PKCS#11 engine.
-DEPS    := softhsm2 opensc gnutls-bin openssl
+# GnuTLS's certtool, OpenSSL, curl and pkill (procps) for the agent's scripts.
+DEPS    := softhsm2 opensc gnutls-bin openssl curl procps
 
 .PHONY: demo test deps build bench clean
 

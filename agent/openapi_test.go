@@ -1,0 +1,116 @@
+package agent_test
+
+import (
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/api"
+)
+
+type openapiDoc struct {
+	Paths      map[string]map[string]any `yaml:"paths"`
+	Components struct {
+		Schemas map[string]struct {
+			Properties map[string]any `yaml:"properties"`
+			AllOf      []struct {
+				Ref        string         `yaml:"$ref"`
+				Properties map[string]any `yaml:"properties"`
+			} `yaml:"allOf"`
+		} `yaml:"schemas"`
+	} `yaml:"components"`
+}
+
+// TestOpenAPIMatchesCode checks docs/openapi.yaml against the agent: the same
+// routes, the same JSON fields in each schema, and every error code.
+func TestOpenAPIMatchesCode(t *testing.T) {
+	b, err := os.ReadFile("../docs/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc openapiDoc
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var documented []string
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			documented = append(documented, strings.ToUpper(method)+" "+path)
+		}
+	}
+	routes := slices.Clone(agent.Routes)
+	sort.Strings(documented)
+	sort.Strings(routes)
+	if !slices.Equal(documented, routes) {
+		t.Fatalf("documented routes %v\ncode's routes       %v", documented, routes)
+	}
+
+	for name, typ := range map[string]any{
+		"Credential": api.Credential{}, "SignatureRequest": api.SignatureRequest{}, "SignatureResponse": api.SignatureResponse{},
+		"SessionRequest": api.SessionRequest{}, "SessionResponse": api.SessionResponse{}, "DropResponse": api.DropResponse{},
+		"LinkRequest": api.LinkRequest{}, "LinkResponse": api.LinkResponse{}, "HealthResponse": api.HealthResponse{},
+		"TokenState": api.TokenState{}, "ReadyResponse": api.ReadyResponse{},
+	} {
+		s, ok := doc.Components.Schemas[name]
+		if !ok {
+			t.Errorf("schema %s is not documented", name)
+			continue
+		}
+		documented := map[string]bool{}
+		for p := range s.Properties {
+			documented[p] = true
+		}
+		for _, part := range s.AllOf {
+			if part.Ref != "" {
+				for p := range doc.Components.Schemas[strings.TrimPrefix(part.Ref, "#/components/schemas/")].Properties {
+					documented[p] = true
+				}
+			}
+			for p := range part.Properties {
+				documented[p] = true
+			}
+		}
+		fields := jsonFields(reflect.TypeOf(typ))
+		for _, f := range fields {
+			if !documented[f] {
+				t.Errorf("schema %s lacks field %s", name, f)
+			}
+			delete(documented, f)
+		}
+		for f := range documented {
+			t.Errorf("schema %s documents %s, which the code does not have", name, f)
+		}
+	}
+
+	for _, code := range []string{api.CodeBadInput, api.CodeUnauthorized, api.CodeForbidden, api.CodeNotFound, api.CodeMethodNotAllowed,
+		api.CodeTooLarge, api.CodeServiceRefused, api.CodeQueueFull, api.CodeInternal, api.CodeServiceError, api.CodeServiceUnreachable,
+		api.CodeTokenNotReady, api.CodeNotConfigured, api.CodeServiceTimeout, api.CodeTokenTimeout} {
+		if !regexp.MustCompile(`[\s\[]` + code + `[,\]]`).Match(b) {
+			t.Errorf("error code %s is not in the document", code)
+		}
+	}
+}
+
+// jsonFields lists a struct's JSON names, embedded structs flattened.
+func jsonFields(t reflect.Type) []string {
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Anonymous {
+			out = append(out, jsonFields(f.Type)...)
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			out = append(out, name)
+		}
+	}
+	return out
+}

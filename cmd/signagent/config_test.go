@@ -1,0 +1,93 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+// TestSettingsPrecedence pins flag > environment > file > default.
+func TestSettingsPrecedence(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "agent.yaml")
+	os.WriteFile(file, []byte("queue-size: 7\nsession-ttl: 2h\nlisten: [unix:/from/file]\nallow-uid: [5, 6]\nlegacy-snils: true\n"), 0o600)
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		queue int
+		ttl   time.Duration
+	}{
+		{"default", []string{"--config", "/dev/null"}, nil, 64, 12 * time.Hour},
+		{"file over default", []string{"--config", file}, nil, 7, 2 * time.Hour},
+		{"env over file", []string{"--config", file}, map[string]string{"SIGNAGENT_QUEUE_SIZE": "9"}, 9, 2 * time.Hour},
+		{"flag over env", []string{"--config", file, "--queue-size", "11"}, map[string]string{"SIGNAGENT_QUEUE_SIZE": "9"}, 11, 2 * time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			var got *settings
+			app := &cli.App{Commands: []*cli.Command{{Name: "serve", Flags: serveFlags(), Action: func(c *cli.Context) error {
+				var err error
+				got, err = loadSettings(c, c.String("config"))
+				return err
+			}}}}
+			if err := app.Run(append([]string{"signagent", "serve"}, tc.args...)); err != nil {
+				t.Fatal(err)
+			}
+			q, err := got.Int("queue-size")
+			if err != nil || q != tc.queue {
+				t.Fatalf("queue-size %d (%v), want %d", q, err, tc.queue)
+			}
+			ttl, err := got.Duration("session-ttl")
+			if err != nil || ttl != tc.ttl {
+				t.Fatalf("session-ttl %v (%v), want %v", ttl, err, tc.ttl)
+			}
+			if tc.name == "file over default" {
+				uids, _ := got.Ints("allow-uid")
+				listen, _ := got.Strings("listen")
+				legacy, _ := got.Bool("legacy-snils")
+				if len(uids) != 2 || uids[1] != 6 || len(listen) != 1 || listen[0] != "unix:/from/file" || !legacy {
+					t.Fatalf("lists and bools from the file: %v %v %v", uids, listen, legacy)
+				}
+			}
+		})
+	}
+}
+
+func TestSettingsRefuseUnknownAndMistyped(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"unknown key":    "pin: '1234'\n",
+		"bad duration":   "session-ttl: forever\n",
+		"bad number":     "queue-size: many\n",
+		"bad bool":       "legacy-snils: maybe\n",
+		"not yaml":       "a: [\n",
+		"config in file": "config: other.yaml\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			file := filepath.Join(dir, "c.yaml")
+			os.WriteFile(file, []byte(body), 0o600)
+			app := &cli.App{Commands: []*cli.Command{{Name: "serve", Flags: serveFlags(), Action: func(c *cli.Context) error {
+				s, err := loadSettings(c, c.String("config"))
+				if err != nil {
+					return err
+				}
+				_, err = s.Duration("session-ttl")
+				if err == nil {
+					_, err = s.Int("queue-size")
+				}
+				if err == nil {
+					_, err = s.Bool("legacy-snils")
+				}
+				return err
+			}}}}
+			if err := app.Run([]string{"signagent", "serve", "--config", file}); err == nil || exitCode(err) != exitBadInput {
+				t.Fatalf("err = %v (exit %d)", err, exitCode(err))
+			}
+		})
+	}
+}
