@@ -176,7 +176,11 @@ func (m *TokenManager) SignText(ctx context.Context, text []byte, ts time.Time) 
 		if m.delay > 0 {
 			time.Sleep(m.delay) // a slow card holds the worker, as a real one does
 		}
-		sig, err := cms.SignText(ctx, text, ts)
+		// The worker signs without watching ctx: the queue already dropped
+		// the request if its deadline passed, and the caller stops waiting
+		// at its deadline whatever the token does (queue.do). Watching ctx
+		// here too would cost another goroutine hand-off per signature.
+		sig, err := cms.SignText(context.WithoutCancel(ctx), text, ts)
 		if m.onSign != nil {
 			m.onSign(time.Since(start), err)
 		}

@@ -82,7 +82,7 @@ type agentConfig struct {
 	sel         pkcs11.Selection
 	sigOpts     signer.Options
 	apiKey      string
-	client      *trusted.Client
+	service     *trusted.Config // nil without --base-url; Signer is set by serve
 	allowUIDs   []int
 	allowGIDs   []int
 	bearer      string
@@ -157,9 +157,10 @@ func readAgentConfig(c *cli.Context, e *env) (*settings, *agentConfig, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		cfg.client, err = trusted.New(trusted.Config{BaseURL: base, AllowInsecureHTTP: insecure, APIKey: cfg.apiKey,
-			Timeout: timeout, Attempts: attempts, UserAgent: "signagent/" + version, Log: e.log})
-		if err != nil {
+		cfg.service = &trusted.Config{BaseURL: base, AllowInsecureHTTP: insecure, APIKey: cfg.apiKey,
+			Timeout: timeout, Attempts: attempts, UserAgent: "signagent/" + version, Log: e.log}
+		// Check the address now, so that a bad one fails at start-up.
+		if _, err := trusted.New(*cfg.service); err != nil {
 			return nil, nil, err
 		}
 	} else {
@@ -339,7 +340,11 @@ func serve(c *cli.Context, e *env) error {
 		return err
 	}
 	defer tm.Close()
-	a = agent.New(agent.Options{Token: tm, Client: cfg.client, APIKey: cfg.apiKey, Log: e.log, Audit: agent.NewAudit(audit),
+	client, err := serviceClient(cfg, tm)
+	if err != nil {
+		return err
+	}
+	a = agent.New(agent.Options{Token: tm, Client: client, APIKey: cfg.apiKey, Log: e.log, Audit: agent.NewAudit(audit),
 		SessionTTL: cfg.sessionTTL, RequestDeadline: cfg.deadline, MaxBody: int64(cfg.maxBody), LegacySNILS: cfg.legacySNILS})
 
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
@@ -377,6 +382,17 @@ func serve(c *cli.Context, e *env) error {
 	return err
 }
 
+// serviceClient is the trusted client the agent runs sessions and links
+// with, signing through the token manager's queue; nil without a base URL.
+func serviceClient(cfg *agentConfig, tm *agent.TokenManager) (*trusted.Client, error) {
+	if cfg.service == nil {
+		return nil, nil
+	}
+	sc := *cfg.service
+	sc.Signer = tm
+	return trusted.New(sc)
+}
+
 // reload reads the configuration again and applies what can change while
 // running: caller allow-lists, the bearer token, the service address and API
 // key, the session lifetime, and the token selection (the token is reopened,
@@ -395,7 +411,11 @@ func reload(c *cli.Context, e *env, a *agent.Agent, tm *agent.TokenManager, peer
 		}
 		bearer.Set(tok)
 	}
-	a.SetService(cfg.apiKey, cfg.client)
+	client, err := serviceClient(cfg, tm)
+	if err != nil {
+		return err
+	}
+	a.SetService(cfg.apiKey, client)
 	a.SetSessionTTL(cfg.sessionTTL)
 	if err := tm.Reopen(open(cfg.sel)); err != nil {
 		e.log.Warn().Err(err).Msg("the token did not reopen")

@@ -89,6 +89,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			sessionCommand(e),
 			emulatorCommand(e),
 			serveCommand(e),
+			benchCommand(e),
 		},
 	}
 	for _, cmd := range app.Commands {
