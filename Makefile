@@ -5,8 +5,11 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # What the tests and the demo run besides Go: SoftHSM, OpenSC's pkcs11-tool,
 # GnuTLS's certtool, OpenSSL, curl and pkill (procps) for the agent's scripts.
 DEPS    := softhsm2 opensc gnutls-bin openssl curl procps
+# make bench also compares with openssl's PKCS#11 engine.
+BENCH_DEPS := $(DEPS) libengine-pkcs11-openssl
+BENCH_ARGS ?=
 
-.PHONY: demo test deps build bench clean
+.PHONY: demo test deps build bench gobench clean
 
 demo: deps build
 	@scripts/demo.sh
@@ -21,8 +24,12 @@ deps:
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/signagent
 
-bench: deps
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./canonical ./signer ./pkcs11 ./trusted
+bench: build
+	@scripts/deps.sh $(BENCH_DEPS)
+	@scripts/bench.sh $(BENCH_ARGS)
+
+gobench: deps
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./canonical ./signer ./pkcs11 ./trusted ./agent
 
 clean:
-	rm -rf bin .demo
+	rm -rf bin .demo .bench

@@ -212,6 +212,16 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
+// credential parses the request's credential and records it, masked, in
+// the audit entry.
+func (a *Agent) credential(c api.Credential, entry *auditEntry) (canonical.Credential, error) {
+	cred, err := parseCredential(c, a.o.LegacySNILS)
+	if err == nil {
+		entry.kind, entry.credential = cred.Kind.String(), cred.Masked()
+	}
+	return cred, err
+}
+
 // parseCredential returns the one credential c gives.
 func parseCredential(c api.Credential, legacy bool) (canonical.Credential, error) {
 	var kinds []canonical.Kind
@@ -239,11 +249,10 @@ func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
 		if err := decode(r, &req); err != nil {
 			return nil, err
 		}
-		cred, err := parseCredential(req.Credential, a.o.LegacySNILS)
+		cred, err := a.credential(req.Credential, &entry)
 		if err != nil {
 			return nil, err
 		}
-		entry.kind, entry.credential = cred.Kind.String(), cred.Masked()
 		ts := canonical.Now()
 		if req.Timestamp != "" {
 			if ts, err = canonical.ParseTimestamp(req.Timestamp); err != nil {
@@ -255,11 +264,11 @@ func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
 			return nil, errNoAPIKey
 		}
 		text := canonical.Text(key, cred, ts)
-		der, err := a.tm.SignText(r.Context(), text, ts)
+		der, cert, err := a.tm.Sign(r.Context(), text, ts)
 		if err != nil {
 			return nil, err
 		}
-		thumb := pkcs11.Thumbprint(a.tm.Certificate())
+		thumb := pkcs11.Thumbprint(cert)
 		entry.thumbprint = thumb
 		return &api.SignatureResponse{Signature: base64.StdEncoding.EncodeToString(der), Canonical: string(text),
 			Timestamp: canonical.FormatTimestamp(ts), CertificateThumbprint: thumb}, nil
@@ -275,11 +284,10 @@ func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
 		if err := decode(r, &req); err != nil {
 			return nil, err
 		}
-		cred, err := parseCredential(req.Credential, a.o.LegacySNILS)
+		cred, err := a.credential(req.Credential, &entry)
 		if err != nil {
 			return nil, err
 		}
-		entry.kind, entry.credential = cred.Kind.String(), cred.Masked()
 		if strings.TrimSpace(req.ServiceUserID) == "" {
 			return nil, fmt.Errorf("%w: serviceUserId is empty", trusted.ErrInvalidInput)
 		}
@@ -313,11 +321,10 @@ func (a *Agent) dropSession(w http.ResponseWriter, r *http.Request) {
 	entry := auditEntry{caller: callerOf(r), operation: "drop-session"}
 	q := r.URL.Query()
 	resp, err := func() (*api.DropResponse, error) {
-		cred, err := parseCredential(api.Credential{Phone: q.Get("phone"), SNILS: q.Get("snils"), Thumbprint: q.Get("thumbprint")}, a.o.LegacySNILS)
+		cred, err := a.credential(api.Credential{Phone: q.Get("phone"), SNILS: q.Get("snils"), Thumbprint: q.Get("thumbprint")}, &entry)
 		if err != nil {
 			return nil, err
 		}
-		entry.kind, entry.credential = cred.Kind.String(), cred.Masked()
 		id := q.Get("serviceUserId")
 		if strings.TrimSpace(id) == "" {
 			return nil, fmt.Errorf("%w: serviceUserId is empty", trusted.ErrInvalidInput)

@@ -531,3 +531,5 @@ func TestNoSecretsInLogs(t *testing.T) {
 
 // check that agentclient's error type is what callers branch on.
 var _ interface{ Temporary() bool } = (*agentclient.Error)(nil)
+
+func signReq() api.SignatureRequest { return api.SignatureRequest{Credential: phone} }

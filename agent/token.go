@@ -165,13 +165,21 @@ func (m *TokenManager) Dropped() int64 { return m.q.dropped.Load() }
 
 // SignText signs text through the queue (trusted.Signer).
 func (m *TokenManager) SignText(ctx context.Context, text []byte, ts time.Time) ([]byte, error) {
+	sig, _, err := m.Sign(ctx, text, ts)
+	return sig, err
+}
+
+// Sign signs text through the queue and returns the signature with the
+// certificate of the key that made it (the token may be replaced at any
+// moment after).
+func (m *TokenManager) Sign(ctx context.Context, text []byte, ts time.Time) ([]byte, *x509.Certificate, error) {
 	m.mu.RLock()
 	ready, cms, reason := m.state.Ready, m.cms, m.state.Reason
 	m.mu.RUnlock()
 	if !ready {
-		return nil, fmt.Errorf("%w: %s", ErrTokenNotReady, reason)
+		return nil, nil, fmt.Errorf("%w: %s", ErrTokenNotReady, reason)
 	}
-	return m.q.do(ctx, func(ctx context.Context) ([]byte, error) {
+	sig, err := m.q.do(ctx, func(ctx context.Context) ([]byte, error) {
 		start := time.Now()
 		if m.delay > 0 {
 			time.Sleep(m.delay) // a slow card holds the worker, as a real one does
@@ -192,6 +200,10 @@ func (m *TokenManager) SignText(ctx context.Context, text []byte, ts time.Time) 
 		}
 		return sig, err
 	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return sig, cms.Cert, nil
 }
 
 // fail marks the token not ready after err from the token behind cms, and

@@ -211,6 +211,9 @@ func findOneKey(ctx *crypto11.Context, label string, id []byte, token string) (c
 		all, _ := ctx.FindAllKeyPairs()
 		return nil, fmt.Errorf("%w: no private key %s on token %q; the token has %s", ErrKeyNotFound, what, token, listKeys(ctx, all))
 	}
+	if label == "" && len(id) == 0 {
+		return nil, fmt.Errorf("%w: token %q has %d private keys and none was chosen: %s; choose one with --key-label or --key-id", ErrKeyAmbiguous, token, len(found), listKeys(ctx, found))
+	}
 	return nil, fmt.Errorf("%w: %d private keys %s on token %q: %s; choose one with --key-label or --key-id", ErrKeyAmbiguous, len(found), what, token, listKeys(ctx, found))
 }
 

@@ -39,9 +39,16 @@ func benchCommand(e *env) *cli.Command {
 		Name:  "bench",
 		Usage: "measure the token, CMS signing and the agent over its socket, in one run, with ratios against the raw token rate",
 		Description: "Without --socket it starts its own emulator and `signagent serve` on a temporary socket, and also\n" +
-			"reports the agent's start-up time and resident memory. With --socket it drives an agent already running.",
+			"reports the agent's start-up time and resident memory. With --socket it drives an agent already running.\n" +
+			"It also times what people use instead: one `openssl cms -sign` (PKCS#11 engine) and one `pkcs11-tool --sign`\n" +
+			"process per signature. --soak drives /v1/signatures for --duration and reports the agent's memory and\n" +
+			"goroutines at the start and the end.",
 		Flags: concat(tokenFlags(), []cli.Flag{
-			&cli.DurationFlag{Name: "duration", Value: 3 * time.Second, Usage: "how long each row runs"},
+			&cli.DurationFlag{Name: "each", Value: 3 * time.Second, Usage: "how long each row runs"},
+			&cli.BoolFlag{Name: "soak", Usage: "soak mode: drive /v1/signatures for --duration at --soak-concurrency"},
+			&cli.DurationFlag{Name: "duration", Value: 10 * time.Minute, Usage: "soak mode: how long"},
+			&cli.IntFlag{Name: "soak-concurrency", Value: 8, Usage: "soak mode: callers"},
+			&cli.BoolFlag{Name: "no-tools", Usage: "skip the openssl and pkcs11-tool rows"},
 			&cli.StringFlag{Name: "concurrency", Value: "1,2,8,32", Usage: "comma-separated caller concurrencies for /v1/signatures"},
 			&cli.IntFlag{Name: "workers", Value: runtime.GOMAXPROCS(0), Usage: "token workers: the agent's --token-concurrency and the raw rate's N"},
 			&cli.StringFlag{Name: "ec-key-label", Usage: "also measure this P-256 key's raw rate"},
@@ -87,7 +94,10 @@ func runBench(c *cli.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	d, workers, delay := c.Duration("duration"), max(c.Int("workers"), 1), c.Duration("token-delay")
+	d, workers, delay := c.Duration("each"), max(c.Int("workers"), 1), c.Duration("token-delay")
+	if c.Bool("soak") {
+		return runSoak(c, e, workers, delay)
+	}
 	sel, err := selection(c)
 	if err != nil {
 		return err
@@ -154,7 +164,17 @@ func runBench(c *cli.Context, e *env) error {
 	cmsN := bench.Run("CMS in-process", workers, d, cmsOp)
 	cmsN.Base = rawN
 	rows = append(rows, cms1, cmsN)
+	keyID := key.ID()
 	key.Close()
+
+	// What people use instead: a process per signature.
+	if !c.Bool("no-tools") && delay == 0 {
+		tools, err := toolRows(c, e, sel, cert, keyID, apiKey, d, workers, raw1, rawN)
+		if err != nil {
+			say("skipping the openssl and pkcs11-tool rows: %v", err)
+		}
+		rows = append(rows, tools...)
+	}
 
 	// 2. The agent over its socket.
 	sock, pid := c.String("socket"), c.Int("agent-pid")

@@ -36,6 +36,7 @@ func devTokenCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "label", Value: "signagent-dev", Usage: "token and key `LABEL`"},
 			tokenFlags()[0], // --module
 			&cli.BoolFlag{Name: "force", Usage: "discard an existing token in DIR and make a new one"},
+			&cli.BoolFlag{Name: "ec", Usage: "also generate a P-256 key labelled LABEL-ec (id 02), for benchmarks"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
@@ -88,9 +89,12 @@ func devTokenCommand(e *env) *cli.Command {
 					return err
 				}
 				e.log.Info().Str("key", label).Msg("generating RSA-2048 key on the token")
-				certs, err := softhsm.GenerateKeys(mod.Path, label, pin, []softhsm.KeySpec{
-					{Type: softhsm.RSA2048, Label: label, ID: []byte{1}, CommonName: "signagent development key"},
-				})
+				specs := []softhsm.KeySpec{{Type: softhsm.RSA2048, Label: label, ID: []byte{1}, CommonName: "signagent development key"}}
+				if c.Bool("ec") {
+					e.log.Info().Str("key", label+"-ec").Msg("generating P-256 key on the token")
+					specs = append(specs, softhsm.KeySpec{Type: softhsm.P256, Label: label + "-ec", ID: []byte{2}, CommonName: "signagent development key (P-256)"})
+				}
+				certs, err := softhsm.GenerateKeys(mod.Path, label, pin, specs)
 				if err != nil {
 					return err
 				}

@@ -1,0 +1,123 @@
+package agent_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agentclient"
+)
+
+type pki struct {
+	caCert     *x509.Certificate
+	caKey      *ecdsa.PrivateKey
+	serverCert tls.Certificate
+	clientCert tls.Certificate
+	dir        string
+}
+
+func issue(t *testing.T, p *pki, cn string, server bool) (tls.Certificate, string, string) {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+	} else {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, key.Public(), p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, _ := x509.MarshalECPrivateKey(key)
+	cf, kf := filepath.Join(p.dir, cn+".pem"), filepath.Join(p.dir, cn+".key")
+	os.WriteFile(cf, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(kf, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
+	c, err := tls.LoadX509KeyPair(cf, kf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, cf, kf
+}
+
+// TestTLSListener serves the agent over TLS with client certificates: a
+// caller with a certificate from the CA and the bearer token gets in; one
+// without a certificate does not complete the handshake.
+func TestTLSListener(t *testing.T) {
+	h := start(t, options{})
+	p := &pki{dir: t.TempDir()}
+	p.caKey, _ = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, _ := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, p.caKey.Public(), p.caKey)
+	p.caCert, _ = x509.ParseCertificate(der)
+	caFile := filepath.Join(p.dir, "ca.pem")
+	os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	_, scf, skf := issue(t, p, "server", true)
+	client, _, _ := issue(t, p, "partner-crm", false)
+
+	if _, err := (agent.TLSFiles{ClientCA: caFile}).Config(); err == nil {
+		t.Fatal("a client CA without a server certificate was accepted")
+	}
+	cfg, err := agent.TLSFiles{Cert: scf, Key: skf, ClientCA: caFile}.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := agent.ListenTCP("127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const token = "0123456789abcdef0123456789abcdef"
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- h.agent.Serve(ctx, []agent.Listener{{Listener: l, Auth: agent.NewBearerAuth(token)}}, time.Second)
+	}()
+	defer func() { cancel(); <-done }()
+
+	roots := x509.NewCertPool()
+	roots.AddCert(p.caCert)
+	url := "https://" + l.Addr().String()
+	ok := agentclient.NewTCP(url, token, &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{client}})
+	r, err := ok.Ready(context.Background())
+	if err != nil || r.Status != "ready" {
+		t.Fatalf("with a client certificate: %+v %v", r, err)
+	}
+	if _, err := ok.Sign(context.Background(), signReq()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(h.audit.String(), "cn=partner-crm") {
+		t.Fatalf("the client certificate's name is not in the audit log: %s", h.audit.String())
+	}
+	noCert := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	if resp, err := noCert.Get(url + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a caller without a client certificate got HTTP %d", resp.StatusCode)
+	}
+	noToken := agentclient.NewTCP(url, "", &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{client}})
+	if _, err := noToken.Ready(context.Background()); apiErr(t, err).Status != 401 {
+		t.Fatalf("without the bearer token: %v", err)
+	}
+	// With TLS, an address beyond loopback is allowed (only bound and closed:
+	// no traffic goes to it).
+	if l2, err := agent.ListenTCP("0.0.0.0:0", cfg); err != nil {
+		t.Fatal(err)
+	} else {
+		l2.Close()
+	}
+}
