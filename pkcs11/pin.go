@@ -1,6 +1,7 @@
 package pkcs11
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -62,9 +63,12 @@ func ReadPIN(src PINSource) (string, error) {
 }
 
 // ReadPINFile reads a PIN from a file, trimming one trailing newline (LF or
-// CR LF). It warns nobody and refuses nothing about the file's mode: the
-// caller decides; an empty PIN is an error.
+// CR LF). A file that every user of the machine may read or write is
+// refused, as ssh refuses such a key file; an empty PIN is an error.
 func ReadPINFile(path string) (string, error) {
+	if err := CheckSecretFile(path); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrPINMissing, err)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("%w: could not read the PIN file: %w", ErrPINMissing, err)
@@ -74,4 +78,21 @@ func ReadPINFile(path string) (string, error) {
 		return "", fmt.Errorf("%w: the PIN file %s is empty", ErrPINMissing, path)
 	}
 	return pin, nil
+}
+
+// ErrSecretFileMode is returned for a secret file that others may access.
+var ErrSecretFileMode = errors.New("a secret file is accessible to every user")
+
+// CheckSecretFile refuses a file holding a secret that every user of the
+// machine may read or write (mode o+rwx). Group access is allowed: a service
+// and its operators often share a group.
+func CheckSecretFile(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil // reading it will say what is wrong
+	}
+	if st.Mode().Perm()&0o007 != 0 {
+		return fmt.Errorf("%w: %s has mode %04o; run chmod o-rwx %s", ErrSecretFileMode, path, st.Mode().Perm(), path)
+	}
+	return nil
 }

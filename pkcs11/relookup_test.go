@@ -7,7 +7,11 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	p11 "github.com/miekg/pkcs11"
@@ -125,4 +129,23 @@ func FuzzParseURI(f *testing.F) {
 			t.Fatal("nil URI without error")
 		}
 	})
+}
+
+func TestSecretFileModes(t *testing.T) {
+	dir := t.TempDir()
+	for mode, ok := range map[os.FileMode]bool{0o600: true, 0o400: true, 0o640: true, 0o644: false, 0o606: false, 0o666: false} {
+		p := filepath.Join(dir, fmt.Sprintf("pin-%o", mode))
+		os.WriteFile(p, []byte("123456\n"), 0o600)
+		os.Chmod(p, mode)
+		pin, err := ReadPINFile(p)
+		if ok != (err == nil) {
+			t.Errorf("mode %04o: err=%v", mode, err)
+		}
+		if ok && pin != "123456" {
+			t.Errorf("mode %04o: pin %q", mode, pin)
+		}
+		if !ok && (!errors.Is(err, ErrSecretFileMode) || !errors.Is(err, ErrPINMissing) || strings.Contains(err.Error(), "123456")) {
+			t.Errorf("mode %04o: %v", mode, err)
+		}
+	}
 }

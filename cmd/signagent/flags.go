@@ -122,6 +122,9 @@ func apiKey(c *cli.Context) (string, error) { return apiKeyFrom(&settings{c: c})
 
 func apiKeyFrom(c *settings) (string, error) {
 	if f := c.String("api-key-file"); f != "" {
+		if err := pkcs11.CheckSecretFile(f); err != nil {
+			return "", fmt.Errorf("%w: %w", canonical.ErrInvalidAPIKey, err)
+		}
 		b, err := os.ReadFile(f)
 		if err != nil {
 			return "", fmt.Errorf("%w: could not read the API key file: %w", canonical.ErrInvalidAPIKey, err)

@@ -46,6 +46,12 @@ func TestBadInput(t *testing.T) {
 	os.WriteFile(otherCert, hsmtest.PEM(tk.EC.Cert), 0o600)
 	emptyKey := filepath.Join(dir, "empty-key")
 	os.WriteFile(emptyKey, []byte("\n"), 0o600)
+	openKey := filepath.Join(dir, "open-key")
+	os.WriteFile(openKey, []byte(testAPIKey+"\n"), 0o600)
+	os.Chmod(openKey, 0o644)
+	openPIN := filepath.Join(dir, "open-pin")
+	os.WriteFile(openPIN, []byte(tk.PIN+"\n"), 0o600)
+	os.Chmod(openPIN, 0o604)
 	out := filepath.Join(dir, "sig.der")
 
 	base := []string{"--module", tk.Module, "--token-label", tk.Label, "--key-label", "rsa", "--pin-file", tk.PINFile, "--out", out}
@@ -59,6 +65,8 @@ func TestBadInput(t *testing.T) {
 		{"empty API key", []string{"--phone", "9161234567"}, " ", exitBadInput, "invalid API key: the API key is empty"},
 		{"empty API key file", []string{"--phone", "9161234567", "--api-key-file", emptyKey}, testAPIKey, exitBadInput, "invalid API key"},
 		{"missing API key file", []string{"--phone", "9161234567", "--api-key-file", "/nonexistent"}, testAPIKey, exitBadInput, "could not read the API key file"},
+		{"API key file readable by all", []string{"--phone", "9161234567", "--api-key-file", openKey}, testAPIKey, exitBadInput, "has mode 0644; run chmod o-rwx"},
+		{"PIN file readable by all", []string{"--phone", "9161234567", "--pin-file", openPIN}, testAPIKey, exitBadInput, "has mode 0604; run chmod o-rwx"},
 		{"phone too short", []string{"--phone", "916123456"}, testAPIKey, exitBadInput, "phone has 9 digits"},
 		{"phone with letters", []string{"--phone", "916123456x"}, testAPIKey, exitBadInput, "not a digit"},
 		{"two kinds", []string{"--phone", "9161234567", "--snils", "11223344595"}, testAPIKey, exitBadInput, "only one of"},
@@ -101,7 +109,7 @@ func TestBadInput(t *testing.T) {
 			if stdout.Len() != 0 {
 				t.Fatalf("stdout not empty: %q", stdout.String())
 			}
-			if entries, _ := os.ReadDir(dir); len(entries) != 4 {
+			if entries, _ := os.ReadDir(dir); len(entries) != 6 {
 				t.Fatalf("files left behind in %s: %v", dir, entries)
 			}
 		})
