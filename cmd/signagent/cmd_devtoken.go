@@ -62,53 +62,8 @@ func devTokenCommand(e *env) *cli.Command {
 			reused := false
 			if _, err := os.Stat(pinFile); err == nil && !c.Bool("force") {
 				reused = true
-			} else {
-				if c.Bool("force") {
-					if err := os.RemoveAll(filepath.Join(dir, "tokens")); err != nil {
-						return err
-					}
-				}
-				if err := os.MkdirAll(dir, 0o700); err != nil {
-					return fmt.Errorf("could not create %s: %w", dir, err)
-				}
-				if _, err := softhsm.WriteConfig(dir); err != nil {
-					return err
-				}
-				// SoftHSM reads its configuration when the module is initialized.
-				os.Setenv(softhsm.ConfEnv, conf)
-				pin, err := softhsm.RandomPIN(16)
-				if err != nil {
-					return err
-				}
-				soPIN, err := softhsm.RandomPIN(16)
-				if err != nil {
-					return err
-				}
-				e.log.Info().Str("dir", dir).Str("token", label).Msg("initializing SoftHSM token")
-				if _, err := softhsm.InitToken(mod.Path, label, soPIN, pin); err != nil {
-					return err
-				}
-				e.log.Info().Str("key", label).Msg("generating RSA-2048 key on the token")
-				specs := []softhsm.KeySpec{{Type: softhsm.RSA2048, Label: label, ID: []byte{1}, CommonName: "signagent development key"}}
-				if c.Bool("ec") {
-					e.log.Info().Str("key", label+"-ec").Msg("generating P-256 key on the token")
-					specs = append(specs, softhsm.KeySpec{Type: softhsm.P256, Label: label + "-ec", ID: []byte{2}, CommonName: "signagent development key (P-256)"})
-				}
-				certs, err := softhsm.GenerateKeys(mod.Path, label, pin, specs)
-				if err != nil {
-					return err
-				}
-				// The certificate, public, for the emulator to trust and for verify --ca.
-				if err := softhsm.WriteFileAtomic(filepath.Join(dir, "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: certs[0].Raw}), 0o644); err != nil {
-					return err
-				}
-				// The PIN file is written last: its presence means the token is complete.
-				if err := softhsm.WriteFileAtomic(filepath.Join(dir, "so-pin"), []byte(soPIN+"\n"), 0o600); err != nil {
-					return err
-				}
-				if err := softhsm.WriteFileAtomic(pinFile, []byte(pin+"\n"), 0o600); err != nil {
-					return err
-				}
+			} else if err := makeDevToken(e, mod.Path, dir, label, c.Bool("ec")); err != nil {
+				return err
 			}
 			what := "made"
 			if reused {
@@ -134,4 +89,62 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// makeDevToken makes the token in dir. Without a PIN file a token left in
+// dir is unusable (its PIN is unknown), so it is replaced; if making the new
+// one fails, what was made is removed, so that the next run starts clean.
+func makeDevToken(e *env, module, dir, label string, withEC bool) (err error) {
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.RemoveAll(tokens); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("could not create %s: %w", dir, err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tokens)
+			for _, f := range []string{"softhsm2.conf", "pin", "so-pin", "cert.pem"} {
+				os.Remove(filepath.Join(dir, f))
+			}
+		}
+	}()
+	conf, err := softhsm.WriteConfig(dir)
+	if err != nil {
+		return err
+	}
+	// SoftHSM reads its configuration when the module is initialized.
+	os.Setenv(softhsm.ConfEnv, conf)
+	pin, err := softhsm.RandomPIN(16)
+	if err != nil {
+		return err
+	}
+	soPIN, err := softhsm.RandomPIN(16)
+	if err != nil {
+		return err
+	}
+	e.log.Info().Str("dir", dir).Str("token", label).Msg("initializing SoftHSM token")
+	if _, err := softhsm.InitToken(module, label, soPIN, pin); err != nil {
+		return err
+	}
+	e.log.Info().Str("key", label).Msg("generating RSA-2048 key on the token")
+	specs := []softhsm.KeySpec{{Type: softhsm.RSA2048, Label: label, ID: []byte{1}, CommonName: "signagent development key"}}
+	if withEC {
+		e.log.Info().Str("key", label+"-ec").Msg("generating P-256 key on the token")
+		specs = append(specs, softhsm.KeySpec{Type: softhsm.P256, Label: label + "-ec", ID: []byte{2}, CommonName: "signagent development key (P-256)"})
+	}
+	certs, err := softhsm.GenerateKeys(module, label, pin, specs)
+	if err != nil {
+		return err
+	}
+	// The certificate, public, for the emulator to trust and for verify --ca.
+	if err := softhsm.WriteFileAtomic(filepath.Join(dir, "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: certs[0].Raw}), 0o644); err != nil {
+		return err
+	}
+	if err := softhsm.WriteFileAtomic(filepath.Join(dir, "so-pin"), []byte(soPIN+"\n"), 0o600); err != nil {
+		return err
+	}
+	// The PIN file is written last: its presence means the token is complete.
+	return softhsm.WriteFileAtomic(filepath.Join(dir, "pin"), []byte(pin+"\n"), 0o600)
 }
