@@ -210,6 +210,14 @@ func lookupGroup(g string) (int, error) {
 }
 
 func serve(c *cli.Context, e *env) error {
+	// The log settings may come from the file: apply them before anything logs.
+	if s, err := loadSettings(c, c.String("config")); err != nil {
+		return err
+	} else if log, err := newLogger(e.stderr, s.String("log-level"), s.String("log-format")); err != nil {
+		return err
+	} else {
+		e.log = log
+	}
 	s, cfg, err := readAgentConfig(c, e)
 	if err != nil {
 		return err

@@ -12,7 +12,7 @@ import (
 // TestSettingsPrecedence pins flag > environment > file > default.
 func TestSettingsPrecedence(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "agent.yaml")
-	os.WriteFile(file, []byte("queue-size: 7\nsession-ttl: 2h\nlisten: [unix:/from/file]\nallow-uid: [5, 6]\nlegacy-snils: true\n"), 0o600)
+	os.WriteFile(file, []byte("queue-size: 7\nsession-ttl: 2h\nlisten: [unix:/from/file]\nallow-uid: [5, 6]\nlegacy-snils: true\nlog-level: warn\n"), 0o600)
 	for _, tc := range []struct {
 		name  string
 		args  []string
@@ -30,7 +30,7 @@ func TestSettingsPrecedence(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			var got *settings
-			app := &cli.App{Commands: []*cli.Command{{Name: "serve", Flags: serveFlags(), Action: func(c *cli.Context) error {
+			app := &cli.App{Commands: []*cli.Command{{Name: "serve", Flags: append(serveFlags(), logFlags("")...), Action: func(c *cli.Context) error {
 				var err error
 				got, err = loadSettings(c, c.String("config"))
 				return err
@@ -52,6 +52,9 @@ func TestSettingsPrecedence(t *testing.T) {
 				legacy, _ := got.Bool("legacy-snils")
 				if len(uids) != 2 || uids[1] != 6 || len(listen) != 1 || listen[0] != "unix:/from/file" || !legacy {
 					t.Fatalf("lists and bools from the file: %v %v %v", uids, listen, legacy)
+				}
+				if got.String("log-level") != "warn" {
+					t.Fatalf("log-level %q from the file", got.String("log-level"))
 				}
 			}
 		})

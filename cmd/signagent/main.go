@@ -57,10 +57,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		Name:    "signagent",
 		Usage:   "sign the service's trusted-authentication text on a PKCS#11 token and obtain an auth.sid",
 		Version: version,
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SIGNAGENT_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
-			&cli.StringFlag{Name: "log-format", Value: "console", EnvVars: []string{"SIGNAGENT_LOG_FORMAT"}, Usage: "console or json"},
-		},
+		Flags: logFlags(""),
 		Before: func(c *cli.Context) error {
 			log, err := newLogger(stderr, c.String("log-level"), c.String("log-format"))
 			if err != nil {
@@ -94,8 +91,29 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	}
 	for _, cmd := range app.Commands {
 		cmd.OnUsageError = app.OnUsageError
+		// The logging flags are accepted after the command too, where
+		// operators tend to put them (signagent sign --log-level debug).
+		cmd.Flags = append(cmd.Flags, logFlags("Logging")...)
+		cmd.Before = func(c *cli.Context) error {
+			if !c.IsSet("log-level") && !c.IsSet("log-format") {
+				return nil
+			}
+			log, err := newLogger(stderr, c.String("log-level"), c.String("log-format"))
+			if err == nil {
+				e.log = log
+			}
+			return err
+		}
 	}
 	return app
+}
+
+// logFlags are --log-level and --log-format, in the given help category.
+func logFlags(category string) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "log-level", Category: category, Value: "info", EnvVars: []string{"SIGNAGENT_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
+		&cli.StringFlag{Name: "log-format", Category: category, Value: "console", EnvVars: []string{"SIGNAGENT_LOG_FORMAT"}, Usage: "console or json"},
+	}
 }
 
 func newLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
