@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"net"
 	"net/http"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/trusted"
 )
@@ -152,7 +155,9 @@ func (a *Agent) Serve(ctx context.Context, ls []Listener, grace time.Duration) e
 			IdleTimeout:       120 * time.Second,
 			MaxHeaderBytes:    16 << 10,
 			ConnContext:       ConnContext,
-			ErrorLog:          nil,
+			// net/http's own complaints (a failed TLS handshake, a broken
+			// connection) go to the diagnostic log, not bare to stderr.
+			ErrorLog: stdlog.New(a.o.Log.With().Str("component", "http").Logger().Level(zerolog.WarnLevel), "", 0),
 		}
 		servers = append(servers, srv)
 		go func(l Listener) {

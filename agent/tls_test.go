@@ -109,6 +109,9 @@ func TestTLSListener(t *testing.T) {
 		resp.Body.Close()
 		t.Fatalf("a caller without a client certificate got HTTP %d", resp.StatusCode)
 	}
+	eventually(t, 2*time.Second, "the refused handshake to reach the diagnostic log", func() bool {
+		return strings.Contains(h.logs.String(), `"component":"http"`) && strings.Contains(h.logs.String(), "TLS handshake error")
+	})
 	noToken := agentclient.NewTCP(url, "", &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{client}})
 	if _, err := noToken.Ready(context.Background()); apiErr(t, err).Status != 401 {
 		t.Fatalf("without the bearer token: %v", err)
