@@ -319,8 +319,20 @@ func TestSignatureChecks(t *testing.T) {
 	}
 }
 
+// countingSigner counts the signatures made.
+type countingSigner struct {
+	trusted.Signer
+	n *int
+}
+
+func (c countingSigner) SignText(ctx context.Context, text []byte, ts time.Time) ([]byte, error) {
+	*c.n++
+	return c.Signer.SignText(ctx, text, ts)
+}
+
 func TestRetries(t *testing.T) {
-	e := newEnv(t, nil)
+	var signatures int
+	e := newEnv(t, func(c *trusted.Config) { c.Signer = countingSigner{c.Signer, &signatures} })
 	ctx := context.Background()
 	cred := e.linked(t)
 	// 500 twice, then served: step 1 succeeds on its third try, re-signed.
@@ -335,6 +347,9 @@ func TestRetries(t *testing.T) {
 	}
 	if n := e.emu.Stats().Requests["authenticate-by-truster"] - before; n != 3 {
 		t.Fatalf("%d authenticate requests, want 3", n)
+	}
+	if signatures != 3 {
+		t.Fatalf("%d signatures for 3 tries: each try must sign a text of its own timestamp", signatures)
 	}
 	// 500 three times: the error says so after three tries.
 	e.emu.InjectFaults("authenticate-by-truster", emulator.Fault{Status: 500}, emulator.Fault{Status: 500}, emulator.Fault{Status: 500})
