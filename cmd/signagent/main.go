@@ -57,7 +57,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		Name:    "signagent",
 		Usage:   "sign the service's trusted-authentication text on a PKCS#11 token and obtain an auth.sid",
 		Version: version,
-		Flags: logFlags(""),
+		Flags:   logFlags(""),
 		Before: func(c *cli.Context) error {
 			log, err := newLogger(stderr, c.String("log-level"), c.String("log-format"))
 			if err != nil {
