@@ -15,6 +15,8 @@ demo: deps build
 	@scripts/demo.sh
 
 test: deps
+	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 
