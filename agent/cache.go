@@ -37,10 +37,13 @@ type sessionCache struct {
 
 	mu      sync.Mutex
 	entries map[sessionKey]cachedSession
+	sweepAt int // sweep expired entries when the map grows past this
 }
 
+const minSweep = 1024
+
 func newSessionCache(ttl time.Duration) *sessionCache {
-	return &sessionCache{ttl: ttl, now: time.Now, entries: map[sessionKey]cachedSession{}}
+	return &sessionCache{ttl: ttl, now: time.Now, entries: map[sessionKey]cachedSession{}, sweepAt: minSweep}
 }
 
 // get returns a cached, unexpired session.
@@ -96,6 +99,7 @@ func (c *sessionCache) obtain(ctx context.Context, k sessionKey, refresh bool, t
 		c.mu.Lock()
 		s := cachedSession{sid: sess.Sid, obtainedAt: sess.ObtainedAt, expires: sess.ObtainedAt.Add(c.ttl)}
 		c.entries[k] = s
+		c.sweepLocked()
 		c.mu.Unlock()
 		return s, nil
 	})
@@ -108,4 +112,20 @@ func (c *sessionCache) obtain(ctx context.Context, k sessionKey, refresh bool, t
 	case <-ctx.Done():
 		return cachedSession{}, false, ctx.Err()
 	}
+}
+
+// sweepLocked drops expired sessions once the map has doubled since the last
+// sweep, so that sessions of users who never come back do not stay in
+// memory; the cost is amortized over the insertions.
+func (c *sessionCache) sweepLocked() {
+	if len(c.entries) < c.sweepAt {
+		return
+	}
+	now := c.now()
+	for k, s := range c.entries {
+		if !now.Before(s.expires) {
+			delete(c.entries, k)
+		}
+	}
+	c.sweepAt = max(minSweep, 2*len(c.entries))
 }
