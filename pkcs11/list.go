@@ -145,6 +145,10 @@ type Object struct {
 	Issuer     string    `json:"issuer,omitempty"`
 	NotAfter   time.Time `json:"notAfter,omitzero"`
 	Thumbprint string    `json:"thumbprint,omitempty"` // SHA-1 of the certificate, upper-case hex
+	// For private keys: whether the token keeps the key secret (sensitive)
+	// and whether it would ever let it out (extractable).
+	Sensitive   *bool `json:"sensitive,omitempty"`
+	Extractable *bool `json:"extractable,omitempty"`
 }
 
 // ListObjects returns the keys and certificates on the token. Private keys are
@@ -222,6 +226,14 @@ func attr(ctx *p11.Ctx, sh p11.SessionHandle, h p11.ObjectHandle, t uint) []byte
 	return a[0].Value
 }
 
+func boolAttr(b []byte) *bool {
+	if len(b) != 1 {
+		return nil
+	}
+	v := b[0] != 0
+	return &v
+}
+
 func ulong(b []byte) uint {
 	var n uint
 	for i := len(b) - 1; i >= 0; i-- { // native little-endian CK_ULONG
@@ -244,6 +256,10 @@ func describe(ctx *p11.Ctx, sh p11.SessionHandle, h p11.ObjectHandle, class uint
 	switch class {
 	case p11.CKO_PRIVATE_KEY, p11.CKO_PUBLIC_KEY:
 		o.Class = map[uint]string{p11.CKO_PRIVATE_KEY: "private-key", p11.CKO_PUBLIC_KEY: "public-key"}[class]
+		if class == p11.CKO_PRIVATE_KEY {
+			o.Sensitive = boolAttr(attr(ctx, sh, h, p11.CKA_SENSITIVE))
+			o.Extractable = boolAttr(attr(ctx, sh, h, p11.CKA_EXTRACTABLE))
+		}
 		switch ulong(attr(ctx, sh, h, p11.CKA_KEY_TYPE)) {
 		case p11.CKK_RSA:
 			o.KeyType = "RSA"

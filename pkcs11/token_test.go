@@ -191,6 +191,12 @@ func TestListing(t *testing.T) {
 	if o := seen["private-key/rsa"]; o.KeyType != "RSA" || o.Bits != 2048 || o.ID != "01" {
 		t.Fatalf("rsa private key: %+v", o)
 	}
+	for _, label := range []string{"rsa", "ec"} {
+		o := seen["private-key/"+label]
+		if o.Sensitive == nil || !*o.Sensitive || o.Extractable == nil || *o.Extractable {
+			t.Fatalf("private key %s must be sensitive and not extractable: %+v", label, o)
+		}
+	}
 	if o := seen["private-key/ec"]; o.Curve != "P-256" {
 		t.Fatalf("ec private key: %+v", o)
 	}

@@ -75,7 +75,7 @@ func keysCommand(e *env) *cli.Command {
 				return writeJSON(e, map[string]any{"objects": nonNil(objs)})
 			}
 			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "CLASS\tLABEL\tID\tTYPE\tSIZE\tSUBJECT\tISSUER\tNOT AFTER\tTHUMBPRINT")
+			fmt.Fprintln(tw, "CLASS\tLABEL\tID\tTYPE\tSIZE\tKEPT\tSUBJECT\tISSUER\tNOT AFTER\tTHUMBPRINT")
 			for _, o := range objs {
 				size := ""
 				if o.Bits > 0 {
@@ -88,11 +88,23 @@ func keysCommand(e *env) *cli.Command {
 				if !o.NotAfter.IsZero() {
 					notAfter = o.NotAfter.Format("2006-01-02")
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Class, o.Label, o.ID, o.KeyType, size, o.Subject, o.Issuer, notAfter, o.Thumbprint)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Class, o.Label, o.ID, o.KeyType, size, kept(o), o.Subject, o.Issuer, notAfter, o.Thumbprint)
 			}
 			return tw.Flush()
 		},
 	}
+}
+
+// kept says how a private key is held: "on-token" when it is sensitive and
+// not extractable, "EXTRACTABLE" when the token would let it out.
+func kept(o pkcs11.Object) string {
+	switch {
+	case o.Extractable != nil && *o.Extractable:
+		return "EXTRACTABLE"
+	case o.Sensitive != nil && *o.Sensitive:
+		return "on-token"
+	}
+	return ""
 }
 
 // resolveModule finds the module --module names (or the default one) and
