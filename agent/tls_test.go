@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -122,5 +123,30 @@ func TestTLSListener(t *testing.T) {
 		t.Fatal(err)
 	} else {
 		l2.Close()
+	}
+}
+
+// TestSocketGroup: with a group the socket is 0660 and owned by it.
+func TestSocketGroup(t *testing.T) {
+	dir, err := os.MkdirTemp("", "sa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	p := filepath.Join(dir, "g.sock")
+	l, err := agent.ListenUnix(agent.UnixSocket{Path: p, Group: os.Getgid(), HasGroup: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o660 {
+		t.Fatalf("mode %v, want 0660", st.Mode().Perm())
+	}
+	if gid := st.Sys().(*syscall.Stat_t).Gid; int(gid) != os.Getgid() {
+		t.Fatalf("group %d, want %d", gid, os.Getgid())
 	}
 }
