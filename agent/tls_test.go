@@ -24,11 +24,9 @@ import (
 )
 
 type pki struct {
-	caCert     *x509.Certificate
-	caKey      *ecdsa.PrivateKey
-	serverCert tls.Certificate
-	clientCert tls.Certificate
-	dir        string
+	caCert *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	dir    string
 }
 
 func issue(t *testing.T, p *pki, cn string, server bool) (tls.Certificate, string, string) {

@@ -24,15 +24,14 @@ type CertOptions struct {
 // NewCert issues a certificate for key's public half.
 func NewCert(t testing.TB, key crypto.Signer, o CertOptions) *x509.Certificate {
 	t.Helper()
-	c, err := IssueCert(key, o)
+	c, err := issueCert(key, o)
 	if err != nil {
 		t.Fatalf("issue certificate: %v", err)
 	}
 	return c
 }
 
-// IssueCert is NewCert for code without a testing.TB.
-func IssueCert(key crypto.Signer, o CertOptions) (*x509.Certificate, error) {
+func issueCert(key crypto.Signer, o CertOptions) (*x509.Certificate, error) {
 	if o.CommonName == "" {
 		o.CommonName = "signagent test"
 	}

@@ -100,30 +100,31 @@ func classify(op string, err error) error {
 	if !ok {
 		return fmt.Errorf("could not %s: %w", op, err)
 	}
-	kind, hint := kindOf(code)
+	hint, kind := kindOf(code)
 	return &TokenError{Op: op, Code: code, Kind: kind, Hint: hint, Err: err}
 }
 
-func kindOf(code p11.Error) (error, string) {
+// kindOf returns what to do about a return value, and its sentinel.
+func kindOf(code p11.Error) (hint string, kind error) {
 	switch code {
 	case p11.CKR_PIN_INCORRECT, p11.CKR_PIN_INVALID, p11.CKR_PIN_LEN_RANGE:
-		return ErrPINIncorrect, "check SIGNAGENT_PIN or the PIN file; the card locks after a few wrong tries, so do not retry blindly"
+		return "check SIGNAGENT_PIN or the PIN file; the card locks after a few wrong tries, so do not retry blindly", ErrPINIncorrect
 	case p11.CKR_PIN_LOCKED, p11.CKR_PIN_EXPIRED:
-		return ErrPINLocked, "unblock the PIN with the security officer PIN (for SoftHSM: softhsm2-util or pkcs11-tool --unlock-pin)"
+		return "unblock the PIN with the security officer PIN (for SoftHSM: softhsm2-util or pkcs11-tool --unlock-pin)", ErrPINLocked
 	case p11.CKR_TOKEN_NOT_PRESENT, p11.CKR_DEVICE_REMOVED, p11.CKR_TOKEN_NOT_RECOGNIZED, p11.CKR_SLOT_ID_INVALID:
-		return ErrDeviceRemoved, "insert the card or reconnect the HSM; `signagent tokens` lists what the module sees"
+		return "insert the card or reconnect the HSM; `signagent tokens` lists what the module sees", ErrDeviceRemoved
 	case p11.CKR_SESSION_HANDLE_INVALID, p11.CKR_SESSION_CLOSED:
-		return ErrSessionClosed, "the session will be reopened; if this repeats, check the token's connection"
+		return "the session will be reopened; if this repeats, check the token's connection", ErrSessionClosed
 	case p11.CKR_OBJECT_HANDLE_INVALID, p11.CKR_KEY_HANDLE_INVALID:
-		return ErrObjectInvalid, "the key was deleted or the token was reset; `signagent keys` lists the keys"
+		return "the key was deleted or the token was reset; `signagent keys` lists the keys", ErrObjectInvalid
 	case p11.CKR_DEVICE_ERROR, p11.CKR_DEVICE_MEMORY, p11.CKR_GENERAL_ERROR, p11.CKR_FUNCTION_FAILED:
-		return ErrDeviceError, "check the reader and the token; reconnecting it often helps"
+		return "check the reader and the token; reconnecting it often helps", ErrDeviceError
 	case p11.CKR_CRYPTOKI_NOT_INITIALIZED:
-		return ErrNotInitialized, "the module was finalized; the connection will be reopened"
+		return "the module was finalized; the connection will be reopened", ErrNotInitialized
 	case p11.CKR_USER_NOT_LOGGED_IN, p11.CKR_USER_PIN_NOT_INITIALIZED:
-		return ErrPINMissing, "the token needs a PIN: set SIGNAGENT_PIN or --pin-file"
+		return "the token needs a PIN: set SIGNAGENT_PIN or --pin-file", ErrPINMissing
 	}
-	return ErrTokenRefused, "the key or token may not support this operation; `signagent keys` shows the key's type"
+	return "the key or token may not support this operation; `signagent keys` shows the key's type", ErrTokenRefused
 }
 
 // Recoverable reports whether err means the token went away or its session
@@ -132,7 +133,7 @@ func kindOf(code p11.Error) (error, string) {
 func Recoverable(err error) bool {
 	if code, ok := Code(err); ok {
 		// A bare return value, not yet classified, counts by its kind.
-		kind, _ := kindOf(code)
+		_, kind := kindOf(code)
 		err = errors.Join(err, kind)
 	}
 	for _, k := range []error{ErrDeviceRemoved, ErrSessionClosed, ErrDeviceError, ErrNotInitialized, ErrObjectInvalid, ErrTokenUnavailable} {

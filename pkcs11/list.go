@@ -285,7 +285,7 @@ func describe(ctx *p11.Ctx, sh p11.SessionHandle, h p11.ObjectHandle, class uint
 			o.Issuer = c.Issuer.String()
 			o.NotAfter = c.NotAfter.UTC()
 			o.Thumbprint = Thumbprint(c)
-			o.KeyType, o.Bits, o.Curve = publicKeyShape(c)
+			o.KeyType, o.Bits, o.Curve = KeyShape(c)
 		}
 	}
 	return o, nil

@@ -306,7 +306,9 @@ func samePublicKey(a, b crypto.PublicKey) bool {
 	return false
 }
 
-func publicKeyShape(c *x509.Certificate) (string, int, string) {
+// KeyShape describes a certificate's key: "RSA" or "EC" (else the
+// algorithm's name), its size in bits, and the curve's name for EC.
+func KeyShape(c *x509.Certificate) (kind string, bits int, curve string) {
 	switch pub := c.PublicKey.(type) {
 	case *rsa.PublicKey:
 		return "RSA", pub.N.BitLen(), ""

@@ -22,7 +22,7 @@ type URI struct {
 func ParseURI(s string) (*URI, error) {
 	rest, ok := strings.CutPrefix(s, "pkcs11:")
 	if !ok {
-		return nil, fmt.Errorf("%w: it must start with pkcs11:", ErrBadURI)
+		return nil, fmt.Errorf("%w: it must start with \"pkcs11:\"", ErrBadURI)
 	}
 	path, query, _ := strings.Cut(rest, "?")
 	u := &URI{}

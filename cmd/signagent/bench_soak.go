@@ -37,10 +37,7 @@ func runSoak(c *cli.Context, e *env, workers int, delay time.Duration) error {
 		}
 		var cert *x509.Certificate = key.Certificate()
 		key.Close()
-		apiKey, err := benchAPIKey(c)
-		if err != nil {
-			return err
-		}
+		apiKey := benchAPIKey(c)
 		stop, s, p, _, err := startAgent(c, e, cert, apiKey, workers, delay)
 		if err != nil {
 			return err

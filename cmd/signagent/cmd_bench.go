@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"crypto"
-	"crypto/ecdsa"
 	"crypto/rand"
-	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
@@ -144,11 +142,7 @@ func runBench(c *cli.Context, e *env) error {
 			bench.Run("raw token "+keyKind(ec.Certificate()), workers, d, raw(ecKey)))
 		ec.Close()
 	}
-	apiKey, err := benchAPIKey(c)
-	if err != nil {
-		key.Close()
-		return err
-	}
+	apiKey := benchAPIKey(c)
 	cms := &signer.CMS{Key: signerKey, Cert: cert}
 	cred := canonical.Credential{Kind: canonical.Phone, Value: "9161234567"}
 	cmsOp := func(ctx context.Context) string {
@@ -245,13 +239,14 @@ func runBench(c *cli.Context, e *env) error {
 
 // keyKind names a certificate's key: RSA-2048, ECDSA P-256, ...
 func keyKind(c *x509.Certificate) string {
-	switch k := c.PublicKey.(type) {
-	case *rsa.PublicKey:
-		return fmt.Sprintf("RSA-%d", k.N.BitLen())
-	case *ecdsa.PublicKey:
-		return "ECDSA " + k.Curve.Params().Name
+	switch kind, bits, curve := pkcs11.KeyShape(c); kind {
+	case "RSA":
+		return fmt.Sprintf("RSA-%d", bits)
+	case "EC":
+		return "ECDSA " + curve
+	default:
+		return kind
 	}
-	return c.PublicKeyAlgorithm.String()
 }
 
 func errKind(err error) string {
@@ -267,14 +262,13 @@ func errKind(err error) string {
 
 // benchAPIKey is the configured API key, or a throw-away one: the bench
 // talks to its own emulator.
-func benchAPIKey(c *cli.Context) (string, error) {
-	k, err := apiKey(c)
-	if err == nil {
-		return k, nil
+func benchAPIKey(c *cli.Context) string {
+	if k, err := apiKey(c); err == nil {
+		return k
 	}
 	b := make([]byte, 16)
 	rand.Read(b)
-	return hex.EncodeToString(b), nil
+	return hex.EncodeToString(b)
 }
 
 // startAgent starts the emulator in-process and `signagent serve` as a child

@@ -85,7 +85,6 @@ type agentConfig struct {
 	service     *trusted.Config // nil without --base-url; Signer is set by serve
 	allowUIDs   []int
 	allowGIDs   []int
-	bearer      string
 	sessionTTL  time.Duration
 	workers     int
 	queue       int
@@ -96,11 +95,10 @@ type agentConfig struct {
 	legacySNILS bool
 }
 
-func readAgentConfig(c *cli.Context, e *env) (*settings, *agentConfig, error) {
-	s, err := loadSettings(c, c.String("config"))
-	if err != nil {
-		return nil, nil, err
-	}
+// readAgentConfig reads the agent's settings from s (flags, environment and
+// the configuration file, already loaded).
+func readAgentConfig(s *settings, e *env) (*agentConfig, error) {
+	var err error
 	var er errs
 	cfg := &agentConfig{}
 	cfg.sel, err = selectionFrom(s, false)
@@ -135,38 +133,38 @@ func readAgentConfig(c *cli.Context, e *env) (*settings, *agentConfig, error) {
 	cfg.legacySNILS, err = s.Bool("legacy-snils")
 	er.check(err)
 	if er.err != nil {
-		return nil, nil, er.err
+		return nil, er.err
 	}
 	if cfg.workers < 1 || cfg.queue < 1 || cfg.maxBody < 1 || cfg.deadline <= 0 || cfg.sessionTTL <= 0 {
-		return nil, nil, usageErr(errors.New("token-concurrency, queue-size, max-body, request-deadline and session-ttl must be positive"))
+		return nil, usageErr(errors.New("token-concurrency, queue-size, max-body, request-deadline and session-ttl must be positive"))
 	}
 	// The API key: needed for signatures and sessions alike.
 	if cfg.apiKey, err = apiKeyFrom(s); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if base := s.String("base-url"); base != "" {
 		insecure, err := s.Bool("insecure-http")
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		timeout, err := s.Duration("request-timeout")
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		attempts, err := s.Int("attempts")
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		cfg.service = &trusted.Config{BaseURL: base, AllowInsecureHTTP: insecure, APIKey: cfg.apiKey,
 			Timeout: timeout, Attempts: attempts, UserAgent: "signagent/" + version, Log: e.log}
 		// Check the address now, so that a bad one fails at start-up.
 		if _, err := trusted.New(*cfg.service); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	} else {
 		e.log.Warn().Msg("no --base-url: /v1/sessions and /v1/links answer 503 until one is configured")
 	}
-	return s, cfg, nil
+	return cfg, nil
 }
 
 // bearerToken reads the bearer token file, creating it with a random token
@@ -210,15 +208,15 @@ func lookupGroup(g string) (int, error) {
 }
 
 func serve(c *cli.Context, e *env) error {
-	// The log settings may come from the file: apply them before anything logs.
-	if s, err := loadSettings(c, c.String("config")); err != nil {
+	s, err := loadSettings(c, c.String("config"))
+	if err != nil {
 		return err
-	} else if log, err := newLogger(e.stderr, s.String("log-level"), s.String("log-format")); err != nil {
-		return err
-	} else {
-		e.log = log
 	}
-	s, cfg, err := readAgentConfig(c, e)
+	// The log settings may come from the file: apply them before anything logs.
+	if e.log, err = newLogger(e.stderr, s.String("log-level"), s.String("log-format")); err != nil {
+		return err
+	}
+	cfg, err := readAgentConfig(s, e)
 	if err != nil {
 		return err
 	}
@@ -407,7 +405,11 @@ func serviceClient(cfg *agentConfig, tm *agent.TokenManager) (*trusted.Client, e
 // which also retries a PIN the token refused).
 func reload(c *cli.Context, e *env, a *agent.Agent, tm *agent.TokenManager, peer *agent.PeerAuth,
 	bearer *agent.BearerAuth, bearerFile string, open func(pkcs11.Selection) agent.Opener) error {
-	_, cfg, err := readAgentConfig(c, e)
+	s, err := loadSettings(c, c.String("config"))
+	if err != nil {
+		return err
+	}
+	cfg, err := readAgentConfig(s, e)
 	if err != nil {
 		return err
 	}
