@@ -400,17 +400,18 @@ func TestDeadlinePassedInQueue(t *testing.T) {
 	eventually(t, 2*time.Second, "the expired request to be dropped", func() bool { return h.tm.Dropped() == 1 })
 }
 
-// TestTokenRemoval: while the token is out the agent is not ready and answers
-// 503 fast; once it is back, requests succeed without a restart.
+// TestTokenRemoval: the real SoftHSM token is taken away (its directory
+// moved aside) and put back. While it is out the agent is not ready and
+// answers 503 fast; once it is back, requests succeed without a restart.
 func TestTokenRemoval(t *testing.T) {
 	h := start(t, options{})
 	ctx := context.Background()
 	if _, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone}); err != nil {
 		t.Fatal(err)
 	}
-	h.out.Store(true)
+	h.tk.Remove(t)
 	_, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone})
-	if e := apiErr(t, err); e.Status != 503 || e.Body.Code != api.CodeTokenNotReady {
+	if e := apiErr(t, err); e.Status != 503 || e.Body.Code != api.CodeTokenNotReady || e.RetryAfter != time.Second {
 		t.Fatalf("first failure: %+v", e)
 	}
 	for range 5 {
@@ -424,17 +425,25 @@ func TestTokenRemoval(t *testing.T) {
 		}
 	}
 	r, err := h.client.Ready(ctx)
-	if e := apiErr(t, err); e.Status != 503 || r.Token.Ready || !strings.Contains(r.Token.Reason, "removed") {
+	if e := apiErr(t, err); e.Status != 503 || r.Token.Ready || !strings.Contains(r.Token.Reason, "no longer on token") {
 		t.Fatalf("readyz while out: %+v %+v", e, r)
+	}
+	if m := h.metric(t, "signagent_token_ready"); m != "0" {
+		t.Fatalf("signagent_token_ready = %s while the token is out", m)
 	}
 	opensWhileOut := h.opens.Load()
 	eventually(t, 2*time.Second, "reconnect attempts", func() bool { return h.opens.Load() > opensWhileOut+1 })
 
-	h.out.Store(false)
+	h.tk.Insert(t)
+	back := time.Now()
 	eventually(t, 5*time.Second, "the agent to be ready again", func() bool {
 		_, err := h.client.Ready(ctx)
 		return err == nil
 	})
+	t.Logf("ready %v after the token came back", time.Since(back))
+	if m := h.metric(t, "signagent_token_ready"); m != "1" {
+		t.Fatalf("signagent_token_ready = %s after the token came back", m)
+	}
 	if _, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone}); err != nil {
 		t.Fatalf("after the token came back: %v", err)
 	}
@@ -446,7 +455,7 @@ func TestPINRejectedNotRetried(t *testing.T) {
 	sel := tk.Selection(tk.RSA.Label)
 	sel.PIN.File = writePIN(t, "000000")
 	var opens int
-	_, err := agent.NewTokenManager(agent.TokenOptions{Open: func() (agent.Token, error) {
+	_, err := agent.NewTokenManager(agent.TokenOptions{Open: func(context.Context) (agent.Token, error) {
 		opens++
 		return openKey(sel)
 	}, BackoffFirst: time.Millisecond})
@@ -508,9 +517,9 @@ func TestNoSecretsInLogs(t *testing.T) {
 	}
 	h.client.Link(ctx, "x", "9160000000")
 	raw(t, h.sock, "POST", "/v1/signatures", `{"phone":"123"}`)
-	h.out.Store(true)
+	h.tk.Remove(t)
 	h.client.Sign(ctx, api.SignatureRequest{Credential: phone})
-	h.out.Store(false)
+	h.tk.Insert(t)
 	for name, log := range map[string]string{"diagnostic": h.logs.String(), "audit": h.audit.String()} {
 		if log == "" {
 			t.Fatalf("%s log is empty", name)

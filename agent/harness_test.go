@@ -2,17 +2,15 @@ package agent_test
 
 import (
 	"context"
-	"crypto"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	p11 "github.com/miekg/pkcs11"
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/agent"
@@ -25,21 +23,6 @@ import (
 
 const apiKey = "0F6C2E5B-9D4A-4C1E-8A2B-7E3D1F0A9B8C"
 
-// faultyToken wraps the real SoftHSM key and fails like a pulled card while
-// out is set: signatures return CKR_DEVICE_REMOVED and opening returns
-// CKR_TOKEN_NOT_PRESENT.
-type faultyToken struct {
-	agent.Token
-	out *atomic.Bool
-}
-
-func (f faultyToken) Sign(r io.Reader, d []byte, o crypto.SignerOpts) ([]byte, error) {
-	if f.out.Load() {
-		return nil, p11.Error(p11.CKR_DEVICE_REMOVED)
-	}
-	return f.Token.Sign(r, d, o)
-}
-
 // harness is a SoftHSM token, the emulator, and an agent serving on a Unix
 // socket, with a client.
 type harness struct {
@@ -51,7 +34,6 @@ type harness struct {
 	client  *agentclient.Client
 	logs    *hsmtest.LogBuffer
 	audit   *hsmtest.LogBuffer
-	out     *atomic.Bool // the token is pulled out
 	opens   *atomic.Int64
 	stop    context.CancelFunc
 	stopped chan error
@@ -90,18 +72,11 @@ func start(t testing.TB, o options) *harness {
 	}
 	t.Cleanup(func() { emu.Close(context.Background()) })
 
-	h := &harness{tk: tk, emu: emu, logs: logs, audit: audit, out: &atomic.Bool{}, opens: &atomic.Int64{}}
+	h := &harness{tk: tk, emu: emu, logs: logs, audit: audit, opens: &atomic.Int64{}}
 	sel := tk.Selection(tk.RSA.Label)
-	open := func() (agent.Token, error) {
+	open := func(ctx context.Context) (agent.Token, error) {
 		h.opens.Add(1)
-		if h.out.Load() {
-			return nil, p11.Error(p11.CKR_TOKEN_NOT_PRESENT)
-		}
-		k, err := pkcs11.Open(sel, log)
-		if err != nil {
-			return nil, err
-		}
-		return faultyToken{k, h.out}, nil
+		return pkcs11.Open(ctx, sel, log)
 	}
 	h.tm, err = agent.NewTokenManager(agent.TokenOptions{Open: open, Workers: o.workers, Backlog: o.backlog,
 		Delay: o.delay, BackoffFirst: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Log: log})
@@ -197,9 +172,22 @@ func writePIN(t testing.TB, pin string) string {
 }
 
 func openKey(sel pkcs11.Selection) (agent.Token, error) {
-	k, err := pkcs11.Open(sel, zerolog.Nop())
+	k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
 	if err != nil {
 		return nil, err
 	}
 	return k, nil
+}
+
+// metric returns the value of the unlabelled metric name from /metrics.
+func (h *harness) metric(t *testing.T, name string) string {
+	t.Helper()
+	_, _, body := raw(t, h.sock, "GET", "/metrics", "")
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	t.Fatalf("no metric %s in:\n%s", name, body)
+	return ""
 }

@@ -24,9 +24,14 @@ type Token interface {
 	Close() error
 }
 
-// Opener opens the token and finds the key. pkcs11.Open wrapped in a
-// closure is one; tests wrap it to inject faults.
-type Opener func() (Token, error)
+// Opener opens the token and finds the key within ctx. pkcs11.Open wrapped
+// in a closure is one.
+type Opener func(ctx context.Context) (Token, error)
+
+// checker is a Token that can say whether it is still there (pkcs11.Key).
+type checker interface {
+	Check(ctx context.Context) error
+}
 
 // ErrTokenNotReady is returned while the token is out or reconnecting.
 var ErrTokenNotReady = errors.New("the token is not ready")
@@ -45,6 +50,8 @@ type TokenManager struct {
 	backoff [2]time.Duration // first, max
 	delay   time.Duration    // added to each signature (slow-card mode)
 	onSign  func(time.Duration, error)
+	timeout time.Duration // bounds an open and a check
+	every   time.Duration // how often an idle token is checked
 
 	mu           sync.RWMutex
 	tok          Token
@@ -64,6 +71,8 @@ type TokenOptions struct {
 	BackoffFirst  time.Duration // first reconnect delay (default 100ms)
 	BackoffMax    time.Duration // longest reconnect delay (default 5s)
 	Delay         time.Duration // slow-card mode: added to every signature
+	OpenTimeout   time.Duration // bounds opening the token and each check (default 30s)
+	CheckEvery    time.Duration // how often the token is asked whether it is there (default 2s; <0: never)
 	Log           zerolog.Logger
 	OnSign        func(time.Duration, error) // observes each signature (metrics)
 	OnStateChange func(TokenState)
@@ -85,8 +94,15 @@ func NewTokenManager(o TokenOptions) (*TokenManager, error) {
 	if o.BackoffMax < o.BackoffFirst {
 		o.BackoffMax = 5 * time.Second
 	}
+	if o.OpenTimeout <= 0 {
+		o.OpenTimeout = 30 * time.Second
+	}
+	if o.CheckEvery == 0 {
+		o.CheckEvery = 2 * time.Second
+	}
 	m := &TokenManager{open: o.Open, opts: o.Signature, log: o.Log, q: newQueue(o.Workers, o.Backlog),
-		backoff: [2]time.Duration{o.BackoffFirst, o.BackoffMax}, delay: o.Delay, onSign: o.OnSign, stop: make(chan struct{})}
+		backoff: [2]time.Duration{o.BackoffFirst, o.BackoffMax}, delay: o.Delay, onSign: o.OnSign,
+		timeout: o.OpenTimeout, every: o.CheckEvery, stop: make(chan struct{})}
 	m.state = TokenState{Reason: "starting", Since: time.Now()}
 	if err := m.connect(); err != nil {
 		if !canWaitFor(err) {
@@ -96,11 +112,45 @@ func NewTokenManager(o TokenOptions) (*TokenManager, error) {
 		m.log.Warn().Err(err).Msg("the token is not there yet; retrying in the background")
 		m.startReconnect(err)
 	}
+	if m.every > 0 {
+		go m.watch()
+	}
 	return m, nil
 }
 
+// watch asks the token every so often whether it is still there, so that
+// /readyz and the metric tell the truth about an idle agent too: a token
+// that was removed, or that does not answer within the deadline, is marked
+// not ready and reconnected.
+func (m *TokenManager) watch() {
+	t := time.NewTicker(m.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		m.mu.RLock()
+		tok, cms := m.tok, m.cms
+		m.mu.RUnlock()
+		c, ok := tok.(checker)
+		if !ok || cms == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
+		err := c.Check(ctx)
+		cancel()
+		if err != nil && pkcs11.Recoverable(err) {
+			m.fail(cms, err)
+		}
+	}
+}
+
 func (m *TokenManager) connect() error {
-	tok, err := m.open()
+	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
+	defer cancel()
+	tok, err := m.open(ctx)
 	if _, ok := pkcs11.Code(err); ok {
 		err = pkcs11.Classify("open the token", err)
 	}
@@ -255,6 +305,8 @@ func (m *TokenManager) reconnect() {
 			m.log.Info().Int("attempts", attempt).Msg("the token is back")
 			return
 		}
+		// Anything but a refused PIN is retried: while a token comes back,
+		// the module may not find it, or find it without its key, for a while.
 		if isPINError(err) {
 			m.log.Error().Err(err).Msg("the token refused the PIN; not retrying (a card locks after a few tries): fix the PIN and send SIGHUP")
 			return

@@ -8,6 +8,7 @@
 package hsmtest
 
 import (
+	"context"
 	"crypto/x509"
 	"os"
 	"path/filepath"
@@ -118,10 +119,30 @@ func (tk *Token) Selection(keyLabel string) pkcs11.Selection {
 // Open opens the key labelled keyLabel and closes it when the test ends.
 func (tk *Token) Open(t testing.TB, keyLabel string) *pkcs11.Key {
 	t.Helper()
-	k, err := pkcs11.Open(tk.Selection(keyLabel), zerolog.Nop())
+	k, err := pkcs11.Open(context.Background(), tk.Selection(keyLabel), zerolog.Nop())
 	if err != nil {
 		t.Fatalf("open key %q: %v", keyLabel, err)
 	}
 	t.Cleanup(func() { k.Close() })
 	return k
+}
+
+// Remove takes the token away as far as SoftHSM can be made to show it: its
+// token directory is moved aside. SoftHSM then answers signatures with
+// CKR_OBJECT_HANDLE_INVALID, finds no objects, fails C_GetTokenInfo and
+// C_Initialize, and sees the token again only after C_Finalize and
+// C_Initialize once the directory is back (Insert).
+func (tk *Token) Remove(t testing.TB) {
+	t.Helper()
+	if err := os.Rename(filepath.Join(tk.Dir, "tokens"), filepath.Join(tk.Dir, "tokens.away")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Insert puts back a token taken away by Remove.
+func (tk *Token) Insert(t testing.TB) {
+	t.Helper()
+	if err := os.Rename(filepath.Join(tk.Dir, "tokens.away"), filepath.Join(tk.Dir, "tokens")); err != nil {
+		t.Fatal(err)
+	}
 }

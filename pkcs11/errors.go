@@ -1,8 +1,9 @@
 // Package pkcs11 reaches the partner's signing key on a smart card or HSM
 // through a PKCS#11 module: it finds the module, chooses the token and the
 // key, obtains the PIN, and turns what the token reports into errors an
-// operator can act on. Signing goes through github.com/ThalesGroup/crypto11;
-// listing uses github.com/miekg/pkcs11 directly.
+// operator can act on. Every call into the module goes through a narrow
+// Backend interface (github.com/miekg/pkcs11 in production) and is bounded
+// by a context; the module is loaded and initialized once per process.
 package pkcs11
 
 import (
@@ -25,6 +26,7 @@ var (
 	ErrKeyAmbiguous     = errors.New("more than one key matches")
 	ErrCertNotFound     = errors.New("certificate not found")
 	ErrCertMismatch     = errors.New("the certificate does not belong to the key")
+	ErrCertAmbiguous    = errors.New("more than one certificate matches")
 	ErrObjectInvalid    = errors.New("the token no longer knows the key's handle")
 	ErrSessionClosed    = errors.New("the token session was closed")
 	ErrDeviceRemoved    = errors.New("the token was removed")
@@ -34,6 +36,10 @@ var (
 	ErrBadSelection     = errors.New("invalid key selection")
 	ErrTokenUnavailable = errors.New("the token is not available")
 	ErrTokenRefused     = errors.New("the token refused the operation")
+	ErrTokenTimeout     = errors.New("the token did not answer in time")
+	ErrTokenLost        = errors.New("the token lost the key")
+	ErrPINFinalTry      = errors.New("the token allows one more PIN try")
+	ErrKeyUsage         = errors.New("the key may not be used for this")
 )
 
 // TokenError is a PKCS#11 failure with the operation that was being attempted.
@@ -136,7 +142,7 @@ func Recoverable(err error) bool {
 		_, kind := kindOf(code)
 		err = errors.Join(err, kind)
 	}
-	for _, k := range []error{ErrDeviceRemoved, ErrSessionClosed, ErrDeviceError, ErrNotInitialized, ErrObjectInvalid, ErrTokenUnavailable} {
+	for _, k := range []error{ErrDeviceRemoved, ErrSessionClosed, ErrDeviceError, ErrNotInitialized, ErrObjectInvalid, ErrTokenUnavailable, ErrTokenTimeout, ErrTokenLost} {
 		if errors.Is(err, k) {
 			return true
 		}

@@ -1,6 +1,7 @@
 package pkcs11
 
 import (
+	"context"
 	"crypto/elliptic"
 	"crypto/sha1"
 	"crypto/x509"
@@ -25,16 +26,48 @@ type TokenInfo struct {
 }
 
 // ListTokens returns the tokens present in the module's slots.
-func ListTokens(modulePath string) ([]TokenInfo, error) {
-	m, err := openRaw(modulePath)
+func ListTokens(ctx context.Context, modulePath string) ([]TokenInfo, error) {
+	m, release, err := useModule(ctx, modulePath)
 	if err != nil {
 		return nil, err
 	}
-	defer m.close()
-	return listTokens(m)
+	defer release()
+	return call(ctx, m, listTokens, nil)
 }
 
-func listTokens(m *rawModule) ([]TokenInfo, error) {
+// useModule acquires the module at path from this process's registry.
+func useModule(ctx context.Context, path string) (*module, func(), error) {
+	if _, err := ResolveModule(path, "flag"); err != nil {
+		return nil, nil, err
+	}
+	m, err := defaultRegistry.acquire(ctx, path)
+	if err != nil {
+		return nil, nil, err
+	}
+	release := func() { defaultRegistry.release(m) }
+	if err := m.ensureInitialized(); err != nil {
+		release()
+		return nil, nil, err
+	}
+	return m, release, nil
+}
+
+// OpenRaw gives provisioning code (package softhsm) the module as loaded
+// for this process. Call the returned function to release it.
+func OpenRaw(path string) (*p11.Ctx, func(), error) {
+	m, release, err := useModule(context.Background(), path)
+	if err != nil {
+		return nil, nil, err
+	}
+	lib, ok := m.b.(library)
+	if !ok {
+		release()
+		return nil, nil, fmt.Errorf("%w: %s is not loaded through miekg/pkcs11", ErrNotAModule, path)
+	}
+	return lib.Ctx, release, nil
+}
+
+func listTokens(m Backend) ([]TokenInfo, error) {
 	slots, err := m.GetSlotList(true)
 	if err != nil {
 		return nil, classify("list the module's slots", err)
@@ -153,13 +186,13 @@ type Object struct {
 
 // ListObjects returns the keys and certificates on the token. Private keys are
 // listed only when pin is given (they are private objects).
-func ListObjects(modulePath string, sel TokenSelector, pin string) ([]Object, error) {
-	m, err := openRaw(modulePath)
+func ListObjects(ctx context.Context, modulePath string, sel TokenSelector, pin string) ([]Object, error) {
+	mod, release, err := useModule(ctx, modulePath)
 	if err != nil {
 		return nil, err
 	}
-	defer m.close()
-	tokens, err := listTokens(m)
+	defer release()
+	tokens, err := call(ctx, mod, listTokens, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -167,6 +200,10 @@ func ListObjects(modulePath string, sel TokenSelector, pin string) ([]Object, er
 	if err != nil {
 		return nil, err
 	}
+	return call(ctx, mod, func(b Backend) ([]Object, error) { return listObjects(b, tok, pin) }, nil)
+}
+
+func listObjects(m Backend, tok TokenInfo, pin string) ([]Object, error) {
 	sh, err := m.OpenSession(tok.Slot, p11.CKF_SERIAL_SESSION)
 	if err != nil {
 		return nil, classify("open a session", err)
@@ -176,16 +213,17 @@ func ListObjects(modulePath string, sel TokenSelector, pin string) ([]Object, er
 		if err := m.Login(sh, p11.CKU_USER, pin); err != nil && !isCode(err, p11.CKR_USER_ALREADY_LOGGED_IN) {
 			return nil, classify(fmt.Sprintf("log in to token %q", tok.Label), err)
 		}
-		defer m.Logout(sh)
+		// No logout: closing the session does that when it is the
+		// process's last one, and must not when a key of ours is open.
 	}
 	var out []Object
 	for _, class := range []uint{p11.CKO_PRIVATE_KEY, p11.CKO_PUBLIC_KEY, p11.CKO_CERTIFICATE} {
-		handles, err := findAll(m.Ctx, sh, []*p11.Attribute{p11.NewAttribute(p11.CKA_CLASS, class)})
+		handles, err := findAll(m, sh, []*p11.Attribute{p11.NewAttribute(p11.CKA_CLASS, class)})
 		if err != nil {
 			return nil, classify("list objects", err)
 		}
 		for _, h := range handles {
-			o, err := describe(m.Ctx, sh, h, class)
+			o, err := describe(m, sh, h, class)
 			if err != nil {
 				return nil, classify("read an object's attributes", err)
 			}
@@ -200,30 +238,8 @@ func isCode(err error, code uint) bool {
 	return ok && uint(c) == code
 }
 
-func findAll(ctx *p11.Ctx, sh p11.SessionHandle, tmpl []*p11.Attribute) ([]p11.ObjectHandle, error) {
-	if err := ctx.FindObjectsInit(sh, tmpl); err != nil {
-		return nil, err
-	}
-	defer ctx.FindObjectsFinal(sh)
-	var all []p11.ObjectHandle
-	for {
-		hs, _, err := ctx.FindObjects(sh, 64)
-		if err != nil {
-			return nil, err
-		}
-		if len(hs) == 0 {
-			return all, nil
-		}
-		all = append(all, hs...)
-	}
-}
-
-func attr(ctx *p11.Ctx, sh p11.SessionHandle, h p11.ObjectHandle, t uint) []byte {
-	a, err := ctx.GetAttributeValue(sh, h, []*p11.Attribute{p11.NewAttribute(t, nil)})
-	if err != nil || len(a) == 0 {
-		return nil
-	}
-	return a[0].Value
+func attr(b Backend, sh p11.SessionHandle, h p11.ObjectHandle, t uint) []byte {
+	return attrs(b, sh, h, t)[t]
 }
 
 func boolAttr(b []byte) *bool {
@@ -248,7 +264,7 @@ var curveOIDs = map[string]string{
 	"1.3.132.0.35":        "P-521",
 }
 
-func describe(ctx *p11.Ctx, sh p11.SessionHandle, h p11.ObjectHandle, class uint) (Object, error) {
+func describe(ctx Backend, sh p11.SessionHandle, h p11.ObjectHandle, class uint) (Object, error) {
 	o := Object{
 		Label: string(attr(ctx, sh, h, p11.CKA_LABEL)),
 		ID:    hex.EncodeToString(attr(ctx, sh, h, p11.CKA_ID)),

@@ -1,8 +1,15 @@
 package pkcs11
 
 import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	p11 "github.com/miekg/pkcs11"
 )
@@ -32,7 +39,8 @@ type Module struct {
 
 // ResolveModule returns the module to use: explicit (from a flag or URI) if
 // given, else $SIGNAGENT_PKCS11_MODULE, else the first of DefaultModules that
-// exists. It checks that the file exists and is a PKCS#11 module.
+// exists. It checks that the path is a file; loading it is left to the
+// first use, so that the module is loaded once.
 func ResolveModule(explicit, source string) (Module, error) {
 	m := Module{Path: explicit, Source: source}
 	if m.Path == "" {
@@ -51,8 +59,12 @@ func ResolveModule(explicit, source string) (Module, error) {
 			return m, fmt.Errorf("%w: none given and none in the usual places; install softhsm2 or name one with --module or %s", ErrModuleNotFound, ModuleEnv)
 		}
 	}
-	if err := CheckModule(m.Path); err != nil {
-		return m, err
+	st, err := os.Stat(m.Path)
+	if err != nil {
+		return m, fmt.Errorf("%w: %s does not exist; name the module with --module or %s", ErrModuleNotFound, m.Path, ModuleEnv)
+	}
+	if !st.Mode().IsRegular() {
+		return m, fmt.Errorf("%w: %s is not a file", ErrNotAModule, m.Path)
 	}
 	return m, nil
 }
@@ -60,17 +72,288 @@ func ResolveModule(explicit, source string) (Module, error) {
 // CheckModule reports whether path exists and loads as a PKCS#11 module (a
 // shared library exporting C_GetFunctionList). It does not initialize it.
 func CheckModule(path string) error {
-	st, err := os.Stat(path)
+	if _, err := ResolveModule(path, "flag"); err != nil {
+		return err
+	}
+	b, err := loadLibrary(path)
 	if err != nil {
-		return fmt.Errorf("%w: %s does not exist; name the module with --module or %s", ErrModuleNotFound, path, ModuleEnv)
+		return notAModule(path)
 	}
-	if !st.Mode().IsRegular() {
-		return fmt.Errorf("%w: %s is not a file", ErrNotAModule, path)
-	}
-	ctx := p11.New(path)
-	if ctx == nil {
-		return fmt.Errorf("%w: %s could not be loaded as a shared library with C_GetFunctionList", ErrNotAModule, path)
-	}
-	ctx.Destroy()
+	b.Destroy()
 	return nil
+}
+
+func notAModule(path string) error {
+	return fmt.Errorf("%w: %s could not be loaded as a shared library with C_GetFunctionList", ErrNotAModule, path)
+}
+
+// Registry is a process's set of loaded PKCS#11 modules. A module is loaded
+// and initialized once however many keys and listings use it at a time
+// (C_Initialize is process-wide state of the library), and finalized when
+// the last user releases it. After a lost token the module is finalized and
+// initialized again (reset): SoftHSM, like many reader drivers, looks for its
+// tokens only in C_Initialize, so a token that comes back is seen only then.
+//
+// It also remembers, as a salted hash kept in memory, each PIN a token
+// refused, so that the same PIN is never tried twice: a card locks after a
+// few wrong tries.
+type Registry struct {
+	load Loader
+
+	mu      sync.Mutex
+	mods    map[string]*module
+	refused map[string][32]byte // token -> hash of the PIN it refused
+	salt    [16]byte
+}
+
+// NewRegistry returns a registry that loads modules with load.
+func NewRegistry(load Loader) *Registry {
+	r := &Registry{load: load, mods: map[string]*module{}, refused: map[string][32]byte{}}
+	_, _ = rand.Read(r.salt[:])
+	return r
+}
+
+// defaultRegistry mirrors the process-wide state of the loaded libraries,
+// which is why it is the one package-level variable here.
+var defaultRegistry = NewRegistry(loadLibrary)
+
+// module is one loaded library.
+type module struct {
+	reg   *Registry
+	path  string
+	refs  int           // guarded by reg.mu
+	ready chan struct{} // closed when loading ended (err says how)
+	err   error
+
+	b Backend
+	// Calls hold lk for reading while they are inside the module; reset
+	// and shutdown take it for writing, without ever waiting on a call that
+	// does not return.
+	lk          sync.RWMutex
+	initialized bool // guarded by lk
+	gen         atomic.Uint64
+	stuck       atomic.Int32 // calls abandoned that have not returned yet
+}
+
+// acquire returns the module at path, loading and initializing it if this
+// process has not yet, within ctx.
+func (r *Registry) acquire(ctx context.Context, path string) (*module, error) {
+	r.mu.Lock()
+	m := r.mods[path]
+	if m == nil {
+		m = &module{reg: r, path: path, ready: make(chan struct{})}
+		r.mods[path] = m
+		go m.start()
+	}
+	m.refs++
+	r.mu.Unlock()
+	select {
+	case <-m.ready:
+	case <-ctx.Done():
+		r.release(m)
+		return nil, fmt.Errorf("could not load the PKCS#11 module %s: %w (it did not load and initialize in time)", path, ErrTokenTimeout)
+	}
+	if m.err != nil {
+		r.release(m)
+		return nil, m.err
+	}
+	return m, nil
+}
+
+// start loads and initializes the module; whoever waits is told through ready.
+func (m *module) start() {
+	b, err := m.reg.load(m.path)
+	if err != nil {
+		err = notAModule(m.path)
+	} else if ierr := b.Initialize(); ierr != nil && !isCode(ierr, p11.CKR_CRYPTOKI_ALREADY_INITIALIZED) {
+		b.Destroy()
+		err = classify("initialize the PKCS#11 module "+m.path, ierr)
+	}
+	m.reg.mu.Lock()
+	m.b, m.err = b, err
+	m.initialized = err == nil
+	orphan := m.refs == 0 // everyone who wanted it gave up waiting
+	if (err != nil || orphan) && m.reg.mods[m.path] == m {
+		delete(m.reg.mods, m.path)
+	}
+	close(m.ready)
+	m.reg.mu.Unlock()
+	if orphan && err == nil {
+		m.shutdown()
+	}
+}
+
+// release drops one use; the last one finalizes the module.
+func (r *Registry) release(m *module) {
+	r.mu.Lock()
+	m.refs--
+	last := m.refs == 0
+	loaded := false
+	if last {
+		select {
+		case <-m.ready:
+			loaded = m.err == nil
+		default: // start() shuts it down when it finishes
+		}
+		if r.mods[m.path] == m {
+			delete(r.mods, m.path)
+		}
+	}
+	r.mu.Unlock()
+	if last && loaded {
+		m.shutdown()
+	}
+}
+
+// shutdown finalizes and unloads the module, unless a call is still inside
+// it: a module that does not return from one call may not return from
+// C_Finalize either, so it is left to the process's exit.
+func (m *module) shutdown() {
+	if !m.tryLock(time.Second) {
+		return
+	}
+	defer m.lk.Unlock()
+	if m.initialized {
+		_ = m.b.Finalize()
+		m.initialized = false
+	}
+	m.b.Destroy()
+}
+
+// tryLock takes lk for writing within d, giving up at once while a call is
+// stuck in the module.
+func (m *module) tryLock(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for !m.lk.TryLock() {
+		if m.stuck.Load() > 0 || time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return true
+}
+
+// reset finalizes the module and initializes it again, unless it was
+// already reset since generation gen. It is what makes a token that was
+// removed and put back visible again.
+func (m *module) reset(gen uint64) error {
+	if !m.tryLock(2 * time.Second) {
+		return fmt.Errorf("could not initialize the PKCS#11 module again: %w (a call into it has not returned)", ErrTokenTimeout)
+	}
+	defer m.lk.Unlock()
+	if m.gen.Load() != gen {
+		return nil
+	}
+	if m.initialized {
+		_ = m.b.Finalize()
+		m.initialized = false
+	}
+	m.gen.Add(1)
+	if err := m.b.Initialize(); err != nil && !isCode(err, p11.CKR_CRYPTOKI_ALREADY_INITIALIZED) {
+		return classify("initialize the PKCS#11 module again", err)
+	}
+	m.initialized = true
+	return nil
+}
+
+// ensureInitialized initializes the module again if an earlier reset
+// failed (SoftHSM fails C_Initialize while its token directory is away).
+func (m *module) ensureInitialized() error {
+	m.lk.RLock()
+	ok := m.initialized
+	m.lk.RUnlock()
+	if ok {
+		return nil
+	}
+	return m.reset(m.gen.Load())
+}
+
+// call runs fn in the module within ctx. A call still running at the
+// deadline is abandoned: the caller gets ErrTokenTimeout at once, and late
+// runs when (if ever) the module returns, to dispose of what the call held.
+// PKCS#11 offers no way to interrupt a call.
+func call[T any](ctx context.Context, m *module, fn func(Backend) (T, error), late func()) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, timeoutErr(err)
+	}
+	if ctx.Done() == nil { // never cancelled: no need to watch it
+		m.lk.RLock()
+		defer m.lk.RUnlock()
+		if !m.initialized {
+			return zero, p11.Error(p11.CKR_CRYPTOKI_NOT_INITIALIZED)
+		}
+		return fn(m.b)
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	const running, finished, abandoned = 0, 1, 2
+	var state atomic.Int32
+	done := make(chan result, 1)
+	go func() {
+		m.lk.RLock()
+		var res result
+		if !m.initialized {
+			res.err = p11.Error(p11.CKR_CRYPTOKI_NOT_INITIALIZED)
+		} else {
+			res.v, res.err = fn(m.b)
+		}
+		m.lk.RUnlock()
+		if !state.CompareAndSwap(running, finished) {
+			m.stuck.Add(-1)
+			if late != nil {
+				late()
+			}
+			return
+		}
+		done <- res
+	}()
+	select {
+	case res := <-done:
+		return res.v, res.err
+	case <-ctx.Done():
+		if state.CompareAndSwap(running, abandoned) {
+			m.stuck.Add(1)
+			return zero, timeoutErr(ctx.Err())
+		}
+		res := <-done
+		return res.v, res.err
+	}
+}
+
+func timeoutErr(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrTokenTimeout, err)
+}
+
+// tokenKey names a token for the refused-PIN memory.
+func tokenKey(path string, t TokenInfo) string {
+	return path + "\x00" + t.Serial + "\x00" + t.Label
+}
+
+func (r *Registry) pinHash(pin string) [32]byte {
+	return sha256.Sum256(append(r.salt[:], pin...))
+}
+
+// wasRefused reports whether the token already refused this PIN.
+func (r *Registry) wasRefused(key, pin string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h, ok := r.refused[key]
+	return ok && h == r.pinHash(pin)
+}
+
+// rememberPIN records the outcome of a login with pin.
+func (r *Registry) rememberPIN(key, pin string, refused bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if refused {
+		r.refused[key] = r.pinHash(pin)
+	} else {
+		delete(r.refused, key)
+	}
 }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"golang.org/x/term"
 )
@@ -16,28 +18,71 @@ const PINEnv = "SIGNAGENT_PIN"
 // PINFileEnv is the environment variable that may name a file holding the PIN.
 const PINFileEnv = "SIGNAGENT_PIN_FILE"
 
+// MaxPINFile is the most a PIN file may hold. A PIN is a few to a few dozen
+// characters; a larger file is a mistake (or /dev/zero), not a PIN.
+const MaxPINFile = 512
+
 // PINSource says where to get the PIN from. There is deliberately no way to
 // pass the PIN itself on the command line.
+//
+// The precedence is flag, then environment, then prompt: a PIN file given
+// explicitly (File) beats $SIGNAGENT_PIN, which beats $SIGNAGENT_PIN_FILE,
+// which beats a prompt on the terminal.
 type PINSource struct {
-	File   string    // a file holding the PIN (trailing newline trimmed)
-	Prompt bool      // ask on the terminal when no other source gives one
-	TTY    *os.File  // the terminal to prompt on (default: stdin)
-	Out    io.Writer // where the prompt goes (default: stderr)
+	File string // a file named by a flag (trailing newline trimmed)
+	// ConfigFile is a file named in a configuration file: it comes after
+	// the environment.
+	ConfigFile string
+	Prompt     bool      // ask on the terminal when no other source gives one
+	TTY        *os.File  // the terminal to prompt on (default: stdin)
+	Out        io.Writer // where the prompt goes (default: stderr)
+	// Value is a PIN the program already holds (provisioning a token it
+	// just made); it is never set from user input on a command line.
+	Value string
+
+	pin, from string // set by Resolve
 }
 
-// ReadPIN returns the PIN from, in order: $SIGNAGENT_PIN, the file
-// (src.File, else $SIGNAGENT_PIN_FILE), or a prompt without echo when src
-// allows it and the input is a terminal.
-func ReadPIN(src PINSource) (string, error) {
+// Resolve reads the PIN now and returns a source that holds it, so that a
+// prompt is answered before a token deadline starts. It says where the PIN
+// came from in From.
+func (src PINSource) Resolve() (PINSource, error) {
+	if src.pin != "" {
+		return src, nil
+	}
+	if src.Value != "" {
+		src.pin, src.from = src.Value, "the program"
+		return src, nil
+	}
+	pin, from, err := src.read()
+	if err != nil {
+		return src, err
+	}
+	src.pin, src.from = pin, from
+	return src, nil
+}
+
+// From says where a resolved PIN came from ("--pin-file /x", "$SIGNAGENT_PIN").
+func (src PINSource) From() string { return src.from }
+
+func (src PINSource) read() (pin, from string, err error) {
+	if src.File != "" {
+		pin, err := ReadPINFile(src.File)
+		return pin, "the PIN file " + src.File, err
+	}
 	if pin, ok := os.LookupEnv(PINEnv); ok && pin != "" {
-		return pin, nil
+		if err := checkPIN(pin); err != nil {
+			return "", "", fmt.Errorf("%w: $%s %w", ErrPINMissing, PINEnv, err)
+		}
+		return pin, "$" + PINEnv, nil
 	}
-	file := src.File
-	if file == "" {
-		file = os.Getenv(PINFileEnv)
+	if file := os.Getenv(PINFileEnv); file != "" {
+		pin, err := ReadPINFile(file)
+		return pin, "the PIN file " + file + " ($" + PINFileEnv + ")", err
 	}
-	if file != "" {
-		return ReadPINFile(file)
+	if src.ConfigFile != "" {
+		pin, err := ReadPINFile(src.ConfigFile)
+		return pin, "the PIN file " + src.ConfigFile + " (configuration)", err
 	}
 	tty := src.TTY
 	if tty == nil {
@@ -48,40 +93,97 @@ func ReadPIN(src PINSource) (string, error) {
 		if out == nil {
 			out = os.Stderr
 		}
-		fmt.Fprint(out, "Token PIN: ")
-		b, err := term.ReadPassword(int(tty.Fd()))
-		fmt.Fprintln(out)
+		b, err := promptPIN(tty, out)
 		if err != nil {
-			return "", fmt.Errorf("%w: could not read it from the terminal: %w", ErrPINMissing, err)
+			return "", "", err
 		}
-		if len(b) == 0 {
-			return "", fmt.Errorf("%w: the PIN entered is empty", ErrPINMissing)
-		}
-		return string(b), nil
+		return string(b), "the terminal", nil
 	}
-	return "", fmt.Errorf("%w: set %s, give --pin-file (or %s), or run on a terminal to be asked", ErrPINMissing, PINEnv, PINFileEnv)
+	return "", "", fmt.Errorf("%w: give --pin-file, set %s or %s, or run on a terminal to be asked", ErrPINMissing, PINEnv, PINFileEnv)
 }
 
-// ReadPINFile reads a PIN from a file, trimming one trailing newline (LF or
-// CR LF). A file that every user of the machine may read or write is
-// refused, as ssh refuses such a key file; an empty PIN is an error.
-func ReadPINFile(path string) (string, error) {
-	if err := CheckSecretFile(path); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrPINMissing, err)
-	}
-	b, err := os.ReadFile(path)
+// promptPIN asks for the PIN without echo. An interrupt while it waits puts
+// the terminal back as it was before the process dies, so that the shell is
+// not left without echo.
+func promptPIN(tty *os.File, out io.Writer) ([]byte, error) {
+	fd := int(tty.Fd())
+	state, err := term.GetState(fd)
 	if err != nil {
-		return "", fmt.Errorf("%w: could not read the PIN file: %w", ErrPINMissing, err)
+		return nil, fmt.Errorf("%w: could not read it from the terminal: %w", ErrPINMissing, err)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	stop := make(chan struct{})
+	defer func() { signal.Stop(sigs); close(stop) }()
+	go func() {
+		select {
+		case s := <-sigs:
+			_ = term.Restore(fd, state)
+			fmt.Fprintln(out)
+			signal.Reset(s)
+			_ = syscall.Kill(os.Getpid(), s.(syscall.Signal))
+		case <-stop:
+		}
+	}()
+	fmt.Fprint(out, "Token PIN: ")
+	b, err := term.ReadPassword(fd)
+	fmt.Fprintln(out)
+	if err != nil {
+		return nil, fmt.Errorf("%w: could not read it from the terminal: %w", ErrPINMissing, err)
+	}
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%w: the PIN entered is empty", ErrPINMissing)
+	}
+	if err := checkPIN(string(b)); err != nil {
+		return nil, fmt.Errorf("%w: the PIN entered %w", ErrPINMissing, err)
+	}
+	return b, nil
+}
+
+// ReadPIN returns the PIN from its source (see PINSource for the order).
+func ReadPIN(src PINSource) (string, error) {
+	src, err := src.Resolve()
+	return src.pin, err
+}
+
+// ReadPINFile reads a PIN from a regular file of at most MaxPINFile bytes,
+// trimming one trailing newline (LF or CR LF). A file that every user of the
+// machine may read or write is refused, as ssh refuses such a key file; so
+// are an empty PIN and one holding a NUL or other control character.
+func ReadPINFile(path string) (string, error) {
+	b, err := ReadSecretFile(path, MaxPINFile)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrPINMissing, err)
 	}
 	pin := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 	if pin == "" {
 		return "", fmt.Errorf("%w: the PIN file %s is empty", ErrPINMissing, path)
 	}
+	if err := checkPIN(pin); err != nil {
+		return "", fmt.Errorf("%w: the PIN file %s %w", ErrPINMissing, path, err)
+	}
 	return pin, nil
+}
+
+// checkPIN refuses control characters: a NUL would cut the PIN short in
+// the module, and a stray CR or escape is a broken file, not a PIN.
+func checkPIN(pin string) error {
+	if len(pin) > MaxPINFile {
+		return fmt.Errorf("is longer than %d bytes", MaxPINFile)
+	}
+	for _, r := range pin {
+		if r < 0x20 || r == 0x7f {
+			return errors.New("holds a control character (a NUL, CR, or the like)")
+		}
+	}
+	return nil
 }
 
 // ErrSecretFileMode is returned for a secret file that others may access.
 var ErrSecretFileMode = errors.New("a secret file is accessible to every user")
+
+// ErrSecretFile is returned for an input file that is not a small regular file.
+var ErrSecretFile = errors.New("not a usable input file")
 
 // CheckSecretFile refuses a file holding a secret that every user of the
 // machine may read or write (mode o+rwx). Group access is allowed: a service
@@ -91,8 +193,75 @@ func CheckSecretFile(path string) error {
 	if err != nil {
 		return nil // reading it will say what is wrong
 	}
+	return checkSecretMode(path, st)
+}
+
+func checkSecretMode(path string, st os.FileInfo) error {
 	if st.Mode().Perm()&0o007 != 0 {
 		return fmt.Errorf("%w: %s has mode %04o; run chmod o-rwx %s", ErrSecretFileMode, path, st.Mode().Perm(), path)
 	}
 	return nil
+}
+
+// ReadSecretFile reads a file holding a secret: a regular file (a symlink to
+// one is followed), not readable or writable by every user, of at most max
+// bytes. A directory, a FIFO or a device (/dev/zero) is refused before it is
+// read, so that a wrong path neither hangs nor fills memory.
+func ReadSecretFile(path string, max int64) ([]byte, error) {
+	return readFile(path, max, true)
+}
+
+// ReadFileLimit reads a regular file (a symlink to one is followed) of at
+// most max bytes: for certificates, chains and configuration, which are
+// small, so that a wrong path (/dev/zero, a FIFO) neither hangs nor fills
+// memory.
+func ReadFileLimit(path string, max int64) ([]byte, error) {
+	return readFile(path, max, false)
+}
+
+func readFile(path string, max int64, secret bool) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("could not read %s: %w", path, errors.Unwrap(err))
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("could not read %s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is %s, not a regular file", ErrSecretFile, path, fileKind(st.Mode()))
+	}
+	if secret {
+		if err := checkSecretMode(path, st); err != nil {
+			return nil, err
+		}
+	}
+	if st.Size() > max {
+		return nil, fmt.Errorf("%w: %s holds %d bytes, more than the %d it may", ErrSecretFile, path, st.Size(), max)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("could not read %s: %w", path, err)
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%w: %s holds more than the %d bytes it may", ErrSecretFile, path, max)
+	}
+	return b, nil
+}
+
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	}
+	return "not a regular file"
 }

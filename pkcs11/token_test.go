@@ -2,6 +2,7 @@ package pkcs11_test
 
 import (
 	"bytes"
+	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/rsa"
@@ -84,7 +85,7 @@ func TestSelectionByURIAndID(t *testing.T) {
 		"key-id": {Module: tk.Module, Token: pkcs11.TokenSelector{Serial: tk.Serial}, KeyID: []byte{2}, PIN: pkcs11.PINSource{File: tk.PINFile}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			k, err := pkcs11.Open(sel, zerolog.Nop())
+			k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +134,7 @@ func TestOpenErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sel := tk.Selection("rsa")
 			tc.edit(&sel)
-			k, err := pkcs11.Open(sel, zerolog.Nop())
+			k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
 			if err == nil {
 				k.Close()
 				t.Fatal("opened")
@@ -150,7 +151,7 @@ func TestOpenErrors(t *testing.T) {
 
 	t.Run("expired certificate signs with a warning", func(t *testing.T) {
 		var logs bytes.Buffer
-		k, err := pkcs11.Open(tk.Selection("expired"), zerolog.New(&logs))
+		k, err := pkcs11.Open(context.Background(), tk.Selection("expired"), zerolog.New(&logs))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,7 +168,7 @@ func TestOpenErrors(t *testing.T) {
 
 func TestListing(t *testing.T) {
 	tk := hsmtest.New(t)
-	tokens, err := pkcs11.ListTokens(tk.Module)
+	tokens, err := pkcs11.ListTokens(context.Background(), tk.Module)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestListing(t *testing.T) {
 	if !found {
 		t.Fatalf("token not listed: %+v", tokens)
 	}
-	objs, err := pkcs11.ListObjects(tk.Module, pkcs11.TokenSelector{Label: tk.Label}, tk.PIN)
+	objs, err := pkcs11.ListObjects(context.Background(), tk.Module, pkcs11.TokenSelector{Label: tk.Label}, tk.PIN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +205,7 @@ func TestListing(t *testing.T) {
 		t.Fatalf("rsa certificate: %+v", o)
 	}
 	// Without the PIN the private keys stay hidden.
-	objs, err = pkcs11.ListObjects(tk.Module, pkcs11.TokenSelector{Label: tk.Label}, "")
+	objs, err = pkcs11.ListObjects(context.Background(), tk.Module, pkcs11.TokenSelector{Label: tk.Label}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,12 +6,13 @@
 package softhsm
 
 import (
+	"context"
 	"crypto"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	_ "embed"
+	"encoding/asn1"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -21,8 +22,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ThalesGroup/crypto11"
 	p11 "github.com/miekg/pkcs11"
+	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/pkcs11"
 )
@@ -158,57 +159,155 @@ type KeySpec struct {
 	NotBefore  time.Time
 	NotAfter   time.Time
 	NoCert     bool
+	// NoDecrypt makes an RSA key that may sign but not decrypt.
+	NoDecrypt bool
 }
 
-// GenerateKeys logs in to the token and generates each key on it, private and
-// not extractable, with a self-signed certificate under the same CKA_ID and
-// label. It returns the certificates in the order of specs (nil for NoCert).
+// GenerateKeys logs in to the token and generates each key on it, private,
+// sensitive and not extractable, with a self-signed certificate under the
+// same CKA_ID and label. RSA keys may sign and decrypt (certificate login
+// decrypts a challenge on the token) unless NoDecrypt. It returns the
+// certificates in the order of specs (nil for NoCert).
 func GenerateKeys(module, tokenLabel, pin string, specs []KeySpec) ([]*x509.Certificate, error) {
-	ctx, err := crypto11.Configure(&crypto11.Config{Path: module, TokenLabel: tokenLabel, Pin: pin})
+	err := withSession(module, tokenLabel, pin, func(ctx *p11.Ctx, sh p11.SessionHandle) error {
+		for _, s := range specs {
+			if err := generate(ctx, sh, s); err != nil {
+				return fmt.Errorf("could not generate key %q: %w", s.Label, err)
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("could not log in to token %q: %w", tokenLabel, err)
+		return nil, err
 	}
-	defer ctx.Close()
 	certs := make([]*x509.Certificate, len(specs))
 	for i, s := range specs {
-		var key crypto.Signer
-		var err error
-		switch s.Type {
-		case RSA2048:
-			key, err = ctx.GenerateRSAKeyPairWithLabel(s.ID, []byte(s.Label), 2048)
-		case P256:
-			key, err = ctx.GenerateECDSAKeyPairWithLabel(s.ID, []byte(s.Label), elliptic.P256())
-		case P384:
-			key, err = ctx.GenerateECDSAKeyPairWithLabel(s.ID, []byte(s.Label), elliptic.P384())
-		default:
-			return nil, fmt.Errorf("unknown key type %q", s.Type)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("could not generate key %q: %w", s.Label, err)
-		}
 		if s.NoCert {
 			continue
 		}
+		key, err := pkcs11.Open(context.Background(), pkcs11.Selection{Module: module, Token: pkcs11.TokenSelector{Label: tokenLabel},
+			KeyLabel: s.Label, KeyID: s.ID, NoCertificate: true, PIN: pkcs11.PINSource{Value: pin}}, zerolog.Nop())
+		if err != nil {
+			return nil, fmt.Errorf("could not open the new key %q: %w", s.Label, err)
+		}
 		cert, err := SelfSigned(key, s.CommonName, s.NotBefore, s.NotAfter)
+		key.Close()
 		if err != nil {
 			return nil, fmt.Errorf("could not make a certificate for key %q: %w", s.Label, err)
 		}
-		if err := ctx.ImportCertificateWithLabel(s.ID, []byte(s.Label), cert); err != nil {
-			return nil, fmt.Errorf("could not store the certificate of key %q: %w", s.Label, err)
+		if err := ImportCertificate(module, tokenLabel, pin, s.ID, s.Label, cert); err != nil {
+			return nil, err
 		}
 		certs[i] = cert
 	}
 	return certs, nil
 }
 
-// ImportCertificate stores cert on the token under id and label.
-func ImportCertificate(module, tokenLabel, pin string, id []byte, label string, cert *x509.Certificate) error {
-	ctx, err := crypto11.Configure(&crypto11.Config{Path: module, TokenLabel: tokenLabel, Pin: pin})
+func generate(ctx *p11.Ctx, sh p11.SessionHandle, s KeySpec) error {
+	common := func(private bool) []*p11.Attribute {
+		return []*p11.Attribute{
+			p11.NewAttribute(p11.CKA_TOKEN, true),
+			p11.NewAttribute(p11.CKA_PRIVATE, private),
+			p11.NewAttribute(p11.CKA_ID, s.ID),
+			p11.NewAttribute(p11.CKA_LABEL, s.Label),
+		}
+	}
+	pub := append(common(false), p11.NewAttribute(p11.CKA_VERIFY, true))
+	priv := append(common(true),
+		p11.NewAttribute(p11.CKA_SIGN, true),
+		p11.NewAttribute(p11.CKA_SENSITIVE, true),
+		p11.NewAttribute(p11.CKA_EXTRACTABLE, false),
+	)
+	var mech uint
+	switch s.Type {
+	case RSA2048:
+		mech = p11.CKM_RSA_PKCS_KEY_PAIR_GEN
+		pub = append(pub,
+			p11.NewAttribute(p11.CKA_KEY_TYPE, p11.CKK_RSA),
+			p11.NewAttribute(p11.CKA_MODULUS_BITS, 2048),
+			p11.NewAttribute(p11.CKA_PUBLIC_EXPONENT, []byte{1, 0, 1}),
+			p11.NewAttribute(p11.CKA_ENCRYPT, !s.NoDecrypt))
+		priv = append(priv, p11.NewAttribute(p11.CKA_KEY_TYPE, p11.CKK_RSA), p11.NewAttribute(p11.CKA_DECRYPT, !s.NoDecrypt))
+	case P256, P384:
+		mech = p11.CKM_EC_KEY_PAIR_GEN
+		oid := asn1.ObjectIdentifier{1, 2, 840, 10045, 3, 1, 7}
+		if s.Type == P384 {
+			oid = asn1.ObjectIdentifier{1, 3, 132, 0, 34}
+		}
+		params, err := asn1.Marshal(oid)
+		if err != nil {
+			return err
+		}
+		pub = append(pub, p11.NewAttribute(p11.CKA_KEY_TYPE, p11.CKK_EC), p11.NewAttribute(p11.CKA_EC_PARAMS, params))
+		priv = append(priv, p11.NewAttribute(p11.CKA_KEY_TYPE, p11.CKK_EC))
+	default:
+		return fmt.Errorf("unknown key type %q", s.Type)
+	}
+	_, _, err := ctx.GenerateKeyPair(sh, []*p11.Mechanism{p11.NewMechanism(mech, nil)}, pub, priv)
+	return err
+}
+
+// withSession runs fn in a read-write session logged in to the token.
+func withSession(module, tokenLabel, pin string, fn func(*p11.Ctx, p11.SessionHandle) error) error {
+	ctx, release, err := pkcs11.OpenRaw(module)
 	if err != nil {
+		return err
+	}
+	defer release()
+	slot, err := findSlot(ctx, tokenLabel)
+	if err != nil {
+		return err
+	}
+	sh, err := ctx.OpenSession(slot, p11.CKF_SERIAL_SESSION|p11.CKF_RW_SESSION)
+	if err != nil {
+		return fmt.Errorf("could not open a session: %w", err)
+	}
+	defer ctx.CloseSession(sh)
+	if err := ctx.Login(sh, p11.CKU_USER, pin); err != nil && !errors.Is(err, p11.Error(p11.CKR_USER_ALREADY_LOGGED_IN)) {
 		return fmt.Errorf("could not log in to token %q: %w", tokenLabel, err)
 	}
-	defer ctx.Close()
-	return ctx.ImportCertificateWithLabel(id, []byte(label), cert)
+	return fn(ctx, sh)
+}
+
+func findSlot(ctx *p11.Ctx, label string) (uint, error) {
+	slots, err := ctx.GetSlotList(true)
+	if err != nil {
+		return 0, fmt.Errorf("could not list slots: %w", err)
+	}
+	for _, s := range slots {
+		ti, err := ctx.GetTokenInfo(s)
+		if err == nil && strings.TrimRight(ti.Label, " ") == label && ti.Flags&p11.CKF_TOKEN_INITIALIZED != 0 {
+			return s, nil
+		}
+	}
+	return 0, fmt.Errorf("no token labelled %q", label)
+}
+
+// ImportCertificate stores cert on the token under id and label.
+func ImportCertificate(module, tokenLabel, pin string, id []byte, label string, cert *x509.Certificate) error {
+	return withSession(module, tokenLabel, pin, func(ctx *p11.Ctx, sh p11.SessionHandle) error {
+		_, err := ctx.CreateObject(sh, []*p11.Attribute{
+			p11.NewAttribute(p11.CKA_CLASS, p11.CKO_CERTIFICATE),
+			p11.NewAttribute(p11.CKA_CERTIFICATE_TYPE, p11.CKC_X_509),
+			p11.NewAttribute(p11.CKA_TOKEN, true),
+			p11.NewAttribute(p11.CKA_PRIVATE, false),
+			p11.NewAttribute(p11.CKA_ID, id),
+			p11.NewAttribute(p11.CKA_LABEL, label),
+			p11.NewAttribute(p11.CKA_SUBJECT, cert.RawSubject),
+			p11.NewAttribute(p11.CKA_ISSUER, cert.RawIssuer),
+			p11.NewAttribute(p11.CKA_SERIAL_NUMBER, serialDER(cert)),
+			p11.NewAttribute(p11.CKA_VALUE, cert.Raw),
+		})
+		if err != nil {
+			return fmt.Errorf("could not store the certificate of key %q: %w", label, err)
+		}
+		return nil
+	})
+}
+
+func serialDER(c *x509.Certificate) []byte {
+	b, _ := asn1.Marshal(c.SerialNumber)
+	return b
 }
 
 // SelfSigned makes a self-signed signing certificate for key, signed on the

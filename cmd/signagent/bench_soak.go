@@ -31,7 +31,7 @@ func runSoak(c *cli.Context, e *env, workers int, delay time.Duration) error {
 		if err != nil {
 			return err
 		}
-		key, err := pkcs11.Open(sel, zerolog.Nop())
+		key, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
 		if err != nil {
 			return err
 		}

@@ -49,7 +49,7 @@ func toolRows(c *cli.Context, e *env, sel pkcs11.Selection, cert *x509.Certifica
 	if err != nil {
 		return nil, err
 	}
-	tokens, err := pkcs11.ListTokens(mod.Path)
+	tokens, err := pkcs11.ListTokens(context.Background(), mod.Path)
 	if err != nil {
 		return nil, err
 	}

@@ -104,7 +104,7 @@ func runBench(c *cli.Context, e *env) error {
 	var rows []*bench.Result
 
 	// 1. The token alone, and CMS on it: the ceiling.
-	key, err := pkcs11.Open(sel, zerolog.Nop())
+	key, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
 	if err != nil {
 		return err
 	}
@@ -129,7 +129,7 @@ func runBench(c *cli.Context, e *env) error {
 	if label := c.String("ec-key-label"); label != "" {
 		ecSel := sel
 		ecSel.KeyLabel, ecSel.KeyID, ecSel.URI, ecSel.CertFile = label, nil, "", ""
-		ec, err := pkcs11.Open(ecSel, zerolog.Nop())
+		ec, err := pkcs11.Open(context.Background(), ecSel, zerolog.Nop())
 		if err != nil {
 			key.Close()
 			return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -331,7 +332,7 @@ func serve(c *cli.Context, e *env) error {
 
 	var a *agent.Agent
 	open := func(sel pkcs11.Selection) agent.Opener {
-		return func() (agent.Token, error) { return pkcs11.Open(sel, e.log) }
+		return func(ctx context.Context) (agent.Token, error) { return pkcs11.Open(ctx, sel, e.log) }
 	}
 	tm, err := agent.NewTokenManager(agent.TokenOptions{
 		Open: open(cfg.sel), Signature: cfg.sigOpts, Workers: cfg.workers, Backlog: cfg.queue, Delay: cfg.delay, Log: e.log,

@@ -62,6 +62,18 @@ func signFlags() []cli.Flag {
 	}
 }
 
+// openKey asks for the PIN first (a prompt is not bounded by the token's
+// deadline), then opens the key within --token-timeout.
+func openKey(ctx context.Context, sel pkcs11.Selection, e *env) (*pkcs11.Key, error) {
+	var err error
+	if sel.PIN, err = sel.PIN.Resolve(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, sel.Timeout)
+	defer cancel()
+	return pkcs11.Open(ctx, sel, e.log)
+}
+
 // openSigner opens the key the flags select and returns a CMS signer over it.
 func openSigner(c *cli.Context, e *env) (*pkcs11.Key, *signer.CMS, error) {
 	h, err := signer.HashFromName(c.String("hash"))
@@ -78,7 +90,7 @@ func openSigner(c *cli.Context, e *env) (*pkcs11.Key, *signer.CMS, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	key, err := pkcs11.Open(sel, e.log)
+	key, err := openKey(c.Context, sel, e)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,7 +29,7 @@ func tokensCommand(e *env) *cli.Command {
 			if err != nil {
 				return err
 			}
-			tokens, err := pkcs11.ListTokens(mod.Path)
+			tokens, err := pkcs11.ListTokens(context.Background(), mod.Path)
 			if err != nil {
 				return err
 			}
@@ -67,7 +68,7 @@ func keysCommand(e *env) *cli.Command {
 			if err != nil {
 				return err
 			}
-			objs, err := pkcs11.ListObjects(mod.Path, pkcs11.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")}, pin)
+			objs, err := pkcs11.ListObjects(context.Background(), mod.Path, pkcs11.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")}, pin)
 			if err != nil {
 				return err
 			}

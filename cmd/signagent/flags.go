@@ -44,8 +44,9 @@ func tokenFlags() []cli.Flag {
 		&cli.StringFlag{Name: "key-label", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_LABEL"}, Usage: "choose the key by `LABEL`"},
 		&cli.StringFlag{Name: "key-id", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_ID"}, Usage: "choose the key by CKA_ID in `HEX`"},
 		&cli.StringFlag{Name: "cert", Category: catToken, EnvVars: []string{"SIGNAGENT_CERT"}, Usage: "certificate `FILE` (PEM or DER) instead of the one on the token"},
-		&cli.StringFlag{Name: "pin-file", Category: catToken, EnvVars: []string{"SIGNAGENT_PIN_FILE"}, Usage: "read the PIN from `FILE` (else $SIGNAGENT_PIN, else a prompt on a terminal)"},
-		&cli.DurationFlag{Name: "token-timeout", Category: catToken, Value: 30 * time.Second, EnvVars: []string{"SIGNAGENT_TOKEN_TIMEOUT"}, Usage: "give up on a token operation after this long"},
+		&cli.StringFlag{Name: "pin-file", Category: catToken, Usage: "read the PIN from `FILE` (else $SIGNAGENT_PIN, else $SIGNAGENT_PIN_FILE, else a prompt on a terminal)"},
+		&cli.BoolFlag{Name: "allow-final-pin-try", Category: catToken, Usage: "log in even when the token says one more wrong PIN locks it"},
+		&cli.DurationFlag{Name: "token-timeout", Category: catToken, Value: 30 * time.Second, EnvVars: []string{"SIGNAGENT_TOKEN_TIMEOUT"}, Usage: "give up on opening the token, and on each token operation, after this long"},
 	}
 }
 
@@ -56,13 +57,30 @@ func selection(c *cli.Context) (pkcs11.Selection, error) {
 // selectionFrom reads the token flags; prompt allows asking for the PIN on
 // a terminal (never in the daemon).
 func selectionFrom(c *settings, prompt bool) (pkcs11.Selection, error) {
+	allowFinal, err := c.Bool("allow-final-pin-try")
+	if err != nil {
+		return pkcs11.Selection{}, err
+	}
+	timeout, err := c.Duration("token-timeout")
+	if err != nil {
+		return pkcs11.Selection{}, err
+	}
 	sel := pkcs11.Selection{
-		Module:   c.String("module"),
-		Token:    pkcs11.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")},
-		URI:      c.String("key"),
-		KeyLabel: c.String("key-label"),
-		CertFile: c.String("cert"),
-		PIN:      pkcs11.PINSource{File: c.String("pin-file"), Prompt: prompt},
+		Module:        c.String("module"),
+		Token:         pkcs11.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")},
+		URI:           c.String("key"),
+		KeyLabel:      c.String("key-label"),
+		CertFile:      c.String("cert"),
+		PIN:           pkcs11.PINSource{Prompt: prompt},
+		Timeout:       timeout,
+		AllowFinalTry: allowFinal,
+	}
+	// A PIN file named on the command line beats the environment; one named
+	// in the configuration file comes after it (flag > environment > file).
+	if c.c.IsSet("pin-file") {
+		sel.PIN.File = c.c.String("pin-file")
+	} else {
+		sel.PIN.ConfigFile = c.String("pin-file")
 	}
 	if id := c.String("key-id"); id != "" {
 		b, err := pkcs11.ParseKeyID(id)

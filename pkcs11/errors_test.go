@@ -1,75 +1,15 @@
 package pkcs11
 
 import (
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	p11 "github.com/miekg/pkcs11"
-	"github.com/rs/zerolog"
 )
-
-// staleSigner answers like a token whose object handle was invalidated.
-type staleSigner struct {
-	crypto.Signer
-	calls *int
-	err   error
-}
-
-func (s staleSigner) Sign(io.Reader, []byte, crypto.SignerOpts) ([]byte, error) {
-	*s.calls++
-	return nil, s.err
-}
-
-func TestSignLooksKeyUpAgainOnce(t *testing.T) {
-	priv, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	cert := &x509.Certificate{PublicKey: priv.Public()}
-	digest := make([]byte, 32)
-
-	var staleCalls, finds int
-	k := &Key{cert: cert, label: "k", log: zerolog.Nop(),
-		signer: staleSigner{priv, &staleCalls, p11.Error(p11.CKR_OBJECT_HANDLE_INVALID)}}
-	k.find = func() (crypto.Signer, error) { finds++; return priv, nil }
-	if _, err := k.Sign(rand.Reader, digest, crypto.SHA256); err != nil {
-		t.Fatalf("Sign after a stale handle: %v", err)
-	}
-	if staleCalls != 1 || finds != 1 {
-		t.Fatalf("stale calls %d, finds %d; want 1 and 1", staleCalls, finds)
-	}
-	// The fresh handle is kept: no further look-up.
-	if _, err := k.Sign(rand.Reader, digest, crypto.SHA256); err != nil || finds != 1 {
-		t.Fatalf("second Sign: err=%v finds=%d", err, finds)
-	}
-
-	// A key found again that is still stale is not looked up in a loop.
-	staleCalls, finds = 0, 0
-	k.signer = staleSigner{priv, &staleCalls, p11.Error(p11.CKR_OBJECT_HANDLE_INVALID)}
-	k.find = func() (crypto.Signer, error) {
-		finds++
-		return staleSigner{priv, &staleCalls, p11.Error(p11.CKR_OBJECT_HANDLE_INVALID)}, nil
-	}
-	_, err := k.Sign(rand.Reader, digest, crypto.SHA256)
-	if !errors.Is(err, ErrObjectInvalid) || finds != 1 || staleCalls != 2 {
-		t.Fatalf("err=%v finds=%d calls=%d", err, finds, staleCalls)
-	}
-
-	// A key found again that is another key is refused.
-	other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	k.signer = staleSigner{priv, &staleCalls, p11.Error(p11.CKR_KEY_HANDLE_INVALID)}
-	k.find = func() (crypto.Signer, error) { return other, nil }
-	if _, err := k.Sign(rand.Reader, digest, crypto.SHA256); !errors.Is(err, ErrCertMismatch) {
-		t.Fatalf("err=%v, want ErrCertMismatch", err)
-	}
-}
 
 func TestClassify(t *testing.T) {
 	for _, tc := range []struct {

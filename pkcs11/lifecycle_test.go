@@ -1,0 +1,284 @@
+package pkcs11
+
+import (
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	p11 "github.com/miekg/pkcs11"
+	"github.com/rs/zerolog"
+)
+
+// fakeSetup returns a registry whose loader hands out f, a selection of
+// its key with PIN pin, and the number of loads.
+func fakeSetup(t *testing.T, f *fakeToken, pin string) (*Registry, Selection, *atomic.Int32) {
+	t.Helper()
+	lib := filepath.Join(t.TempDir(), "fake.so")
+	os.WriteFile(lib, nil, 0o600)
+	pinFile := filepath.Join(t.TempDir(), "pin")
+	os.WriteFile(pinFile, []byte(pin+"\n"), 0o600)
+	loads := &atomic.Int32{}
+	reg := NewRegistry(func(string) (Backend, error) { loads.Add(1); return f, nil })
+	return reg, Selection{Module: lib, Registry: reg, PIN: PINSource{File: pinFile}, Timeout: 5 * time.Second}, loads
+}
+
+func openFake(t *testing.T, sel Selection) *Key {
+	t.Helper()
+	k, err := Open(context.Background(), sel, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Close() })
+	return k
+}
+
+var digest = func() []byte { d := sha256.Sum256([]byte("text")); return d[:] }()
+
+func TestModuleLoadedOnceAndFinalizedByTheLast(t *testing.T) {
+	f := newFakeToken(t)
+	_, sel, loads := fakeSetup(t, f, "1234")
+	a := openFake(t, sel)
+	b := openFake(t, sel)
+	if loads.Load() != 1 || f.count("Initialize") != 1 {
+		t.Fatalf("two keys: %d loads, %d C_Initialize; want 1 and 1", loads.Load(), f.count("Initialize"))
+	}
+	a.Close()
+	if f.count("Finalize") != 0 {
+		t.Fatal("finalized while a key still uses the module")
+	}
+	b.Close()
+	b.Close() // a second Close does nothing (it used to panic)
+	if f.count("Finalize") != 1 || f.count("Destroy") != 1 || f.open() != 0 {
+		t.Fatalf("after the last Close: %d C_Finalize, %d unloads, %d sessions open", f.count("Finalize"), f.count("Destroy"), f.open())
+	}
+}
+
+// TestTokenFailuresMarkTheKeyLost: each way a token goes away makes the
+// key fail at once from then on, and its Close initializes the module
+// again so that a returning token is seen.
+func TestTokenFailuresMarkTheKeyLost(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(f *fakeToken)
+		want error
+	}{
+		{"device removed", func(f *fakeToken) { f.always["Sign"] = p11.Error(p11.CKR_DEVICE_REMOVED) }, ErrDeviceRemoved},
+		{"token not present", func(f *fakeToken) { f.always["SignInit"] = p11.Error(p11.CKR_TOKEN_NOT_PRESENT) }, ErrDeviceRemoved},
+		{"session invalid", func(f *fakeToken) { f.always["SignInit"] = p11.Error(p11.CKR_SESSION_HANDLE_INVALID) }, ErrSessionClosed},
+		{"handle invalid, then nothing found", func(f *fakeToken) {
+			f.always["SignInit"] = p11.Error(p11.CKR_OBJECT_HANDLE_INVALID)
+			f.gone = true
+		}, ErrTokenLost},
+		{"device error", func(f *fakeToken) { f.always["Sign"] = p11.Error(p11.CKR_DEVICE_ERROR) }, ErrDeviceError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeToken(t)
+			_, sel, _ := fakeSetup(t, f, "1234")
+			k := openFake(t, sel)
+			if _, err := k.Sign(nil, digest, crypto.SHA256); err != nil {
+				t.Fatal(err)
+			}
+			f.set(tc.set)
+			_, err := k.Sign(nil, digest, crypto.SHA256)
+			if !errors.Is(err, tc.want) || !Recoverable(err) || k.Lost() == nil {
+				t.Fatalf("err = %v (recoverable %v, lost %v); want %v", err, Recoverable(err), k.Lost(), tc.want)
+			}
+			signs := f.count("SignInit")
+			if _, err := k.Sign(nil, digest, crypto.SHA256); !errors.Is(err, ErrTokenUnavailable) || f.count("SignInit") != signs {
+				t.Fatalf("after the loss: err = %v, %d more calls into the token", err, f.count("SignInit")-signs)
+			}
+			inits := f.count("Initialize")
+			k.Close()
+			if f.count("Initialize") != inits+1 {
+				t.Fatal("Close after a loss did not initialize the module again")
+			}
+		})
+	}
+}
+
+func TestStaleHandleIsLookedUpAgainOnce(t *testing.T) {
+	f := newFakeToken(t)
+	_, sel, _ := fakeSetup(t, f, "1234")
+	k := openFake(t, sel)
+	f.set(func(f *fakeToken) { f.fail["SignInit"] = p11.Error(p11.CKR_OBJECT_HANDLE_INVALID) })
+	finds := f.count("FindObjectsInit")
+	sig, err := k.Sign(nil, digest, crypto.SHA256)
+	if err != nil || k.Lost() != nil {
+		t.Fatalf("err = %v, lost = %v", err, k.Lost())
+	}
+	if err := rsa.VerifyPKCS1v15(&f.key.PublicKey, crypto.SHA256, digest, sig); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.count("FindObjectsInit") - finds; n != 1 {
+		t.Fatalf("%d look-ups after a stale handle; want 1", n)
+	}
+}
+
+func TestRefusedPINIsNotTriedAgain(t *testing.T) {
+	f := newFakeToken(t)
+	reg, sel, _ := fakeSetup(t, f, "0000")
+	for range 4 { // four reloads of an agent with a wrong PIN
+		if _, err := Open(context.Background(), sel, zerolog.Nop()); !errors.Is(err, ErrPINIncorrect) {
+			t.Fatalf("err = %v", err)
+		} else if strings.Contains(err.Error(), "0000") || !strings.Contains(err.Error(), sel.PIN.File) {
+			t.Fatalf("the error should name where the PIN came from, not the PIN: %v", err)
+		}
+	}
+	if n := f.count("Login"); n != 1 {
+		t.Fatalf("the token was sent a refused PIN %d times", n)
+	}
+	// The PIN source changes: the new PIN is tried.
+	os.WriteFile(sel.PIN.File, []byte("1234\n"), 0o600)
+	k, err := Open(context.Background(), sel, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Close()
+	if n := f.count("Login"); n != 2 {
+		t.Fatalf("%d logins; want 2", n)
+	}
+	_ = reg
+}
+
+func TestPINFlagsAreReadBeforeLogin(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		flags      uint
+		allowFinal bool
+		loginErr   error
+		want       error
+		logins     int
+	}{
+		{"locked", p11.CKF_USER_PIN_LOCKED, false, nil, ErrPINLocked, 0},
+		{"final try refused", p11.CKF_USER_PIN_FINAL_TRY, false, nil, ErrPINFinalTry, 0},
+		{"final try allowed", p11.CKF_USER_PIN_FINAL_TRY, true, nil, nil, 1},
+		{"count low logs in", p11.CKF_USER_PIN_COUNT_LOW, false, nil, nil, 1},
+		{"locked by the login", 0, false, p11.Error(p11.CKR_PIN_LOCKED), ErrPINLocked, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeToken(t)
+			f.flags |= tc.flags
+			if tc.loginErr != nil {
+				f.always["Login"] = tc.loginErr
+			}
+			_, sel, _ := fakeSetup(t, f, "1234")
+			sel.AllowFinalTry = tc.allowFinal
+			k, err := Open(context.Background(), sel, zerolog.Nop())
+			if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if err == nil {
+				k.Close()
+			} else if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("not one line: %q", err)
+			}
+			if f.count("Login") != tc.logins {
+				t.Fatalf("%d logins, want %d", f.count("Login"), tc.logins)
+			}
+		})
+	}
+}
+
+// TestHungCallIsAbandoned: a module that never returns from C_Sign. The
+// caller is answered at its deadline, the key is lost, Close neither waits
+// nor finalizes, and when the call finally returns its session is closed.
+func TestHungCallIsAbandoned(t *testing.T) {
+	f := newFakeToken(t)
+	_, sel, _ := fakeSetup(t, f, "1234")
+	sel.Timeout = 100 * time.Millisecond
+	k := openFake(t, sel)
+	release := make(chan struct{})
+	f.set(func(f *fakeToken) { f.hang["Sign"] = release })
+	start := time.Now()
+	_, err := k.Sign(nil, digest, crypto.SHA256)
+	if d := time.Since(start); !errors.Is(err, ErrTokenTimeout) || !Recoverable(err) || d > time.Second {
+		t.Fatalf("err = %v after %v", err, d)
+	}
+	start = time.Now()
+	k.Close()
+	if d := time.Since(start); d > 100*time.Millisecond || f.count("Finalize") != 0 {
+		t.Fatalf("Close took %v and finalized %d times with a call stuck in the module", d, f.count("Finalize"))
+	}
+	close(release)
+	deadline := time.Now().Add(2 * time.Second)
+	for f.open() != 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if f.open() != 0 {
+		t.Fatalf("%d sessions left open after the stuck call returned", f.open())
+	}
+}
+
+func TestOpenIsBoundedByItsContext(t *testing.T) {
+	for _, op := range []string{"Initialize", "GetSlotList", "Login", "FindObjects"} {
+		t.Run(op, func(t *testing.T) {
+			f := newFakeToken(t)
+			release := make(chan struct{})
+			defer close(release)
+			f.hang[op] = release
+			_, sel, _ := fakeSetup(t, f, "1234")
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			_, err := Open(ctx, sel, zerolog.Nop())
+			if d := time.Since(start); !errors.Is(err, ErrTokenTimeout) || d > time.Second {
+				t.Fatalf("err = %v after %v", err, d)
+			}
+		})
+	}
+}
+
+func TestDecryptOnTheToken(t *testing.T) {
+	f := newFakeToken(t)
+	_, sel, _ := fakeSetup(t, f, "1234")
+	k := openFake(t, sel)
+	ct, _ := rsa.EncryptPKCS1v15(rand.Reader, &f.key.PublicKey, []byte("challenge"))
+	pt, err := k.Decrypt(nil, ct, nil)
+	if err != nil || string(pt) != "challenge" {
+		t.Fatalf("%q %v", pt, err)
+	}
+}
+
+func TestCertificateChoice(t *testing.T) {
+	now := time.Now()
+	t.Run("valid beats expired", func(t *testing.T) {
+		f := newFakeToken(t)
+		f.certs = nil
+		f.addCert(t, "expired", now.AddDate(-2, 0, 0), now.AddDate(-1, 0, 0))
+		valid := f.addCert(t, "valid", now.Add(-time.Hour), now.AddDate(1, 0, 0))
+		_, sel, _ := fakeSetup(t, f, "1234")
+		if k := openFake(t, sel); !k.Certificate().Equal(valid) {
+			t.Fatalf("chose %q", k.Certificate().Subject.CommonName)
+		}
+	})
+	t.Run("two valid is an error that lists them", func(t *testing.T) {
+		f := newFakeToken(t)
+		a := f.addCert(t, "second", now.Add(-time.Hour), now.AddDate(1, 0, 0))
+		_, sel, _ := fakeSetup(t, f, "1234")
+		_, err := Open(context.Background(), sel, zerolog.Nop())
+		if !errors.Is(err, ErrCertAmbiguous) || !strings.Contains(err.Error(), Thumbprint(a)) || !strings.Contains(err.Error(), "--cert") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("only another key's certificate", func(t *testing.T) {
+		f := newFakeToken(t)
+		other, _ := rsa.GenerateKey(rand.Reader, 2048)
+		f.certs = nil
+		c := f.addCert(t, "x", now.Add(-time.Hour), now.AddDate(1, 0, 0))
+		_ = c
+		f.key, other = other, f.key // the certificate was made for the old key
+		_, sel, _ := fakeSetup(t, f, "1234")
+		if _, err := Open(context.Background(), sel, zerolog.Nop()); !errors.Is(err, ErrCertMismatch) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}

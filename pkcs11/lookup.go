@@ -1,0 +1,199 @@
+package pkcs11
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/asn1"
+	"encoding/hex"
+	"fmt"
+	"math/big"
+	"slices"
+	"strings"
+
+	p11 "github.com/miekg/pkcs11"
+)
+
+// keyInfo is what is public about a private key object.
+type keyInfo struct {
+	h             p11.ObjectHandle
+	label         string
+	id            []byte
+	keyType       uint
+	pub           crypto.PublicKey // nil when it cannot be read
+	sign, decrypt bool
+}
+
+// findAll returns every object matching tmpl.
+func findAll(b Backend, sh p11.SessionHandle, tmpl []*p11.Attribute) ([]p11.ObjectHandle, error) {
+	if err := b.FindObjectsInit(sh, tmpl); err != nil {
+		return nil, err
+	}
+	defer b.FindObjectsFinal(sh)
+	var all []p11.ObjectHandle
+	for {
+		hs, _, err := b.FindObjects(sh, 64)
+		if err != nil {
+			return nil, err
+		}
+		if len(hs) == 0 {
+			return all, nil
+		}
+		all = append(all, hs...)
+	}
+}
+
+// attrs reads the attributes types of object h; one the token will not
+// give (sensitive, absent) is left out of the map.
+func attrs(b Backend, sh p11.SessionHandle, h p11.ObjectHandle, types ...uint) map[uint][]byte {
+	out := map[uint][]byte{}
+	for _, t := range types {
+		// One at a time: a module answers a template with one unreadable
+		// attribute with an error for the whole of it.
+		a, err := b.GetAttributeValue(sh, h, []*p11.Attribute{p11.NewAttribute(t, nil)})
+		if err == nil && len(a) == 1 && a[0].Value != nil {
+			out[t] = a[0].Value
+		}
+	}
+	return out
+}
+
+// template matches objects of class with the given label and id (either
+// may be empty: not part of the match).
+func template(class uint, label string, id []byte) []*p11.Attribute {
+	t := []*p11.Attribute{p11.NewAttribute(p11.CKA_CLASS, class)}
+	if label != "" {
+		t = append(t, p11.NewAttribute(p11.CKA_LABEL, label))
+	}
+	if len(id) > 0 {
+		t = append(t, p11.NewAttribute(p11.CKA_ID, id))
+	}
+	return t
+}
+
+// findKeys returns the private keys with label and id, and their public halves.
+func findKeys(b Backend, sh p11.SessionHandle, label string, id []byte) ([]keyInfo, error) {
+	hs, err := findAll(b, sh, template(p11.CKO_PRIVATE_KEY, label, id))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]keyInfo, 0, len(hs))
+	for _, h := range hs {
+		a := attrs(b, sh, h, p11.CKA_LABEL, p11.CKA_ID, p11.CKA_KEY_TYPE, p11.CKA_SIGN, p11.CKA_DECRYPT, p11.CKA_MODULUS, p11.CKA_PUBLIC_EXPONENT, p11.CKA_EC_PARAMS)
+		ki := keyInfo{h: h, label: string(a[p11.CKA_LABEL]), id: a[p11.CKA_ID], keyType: ulong(a[p11.CKA_KEY_TYPE]),
+			sign: isTrue(a[p11.CKA_SIGN]), decrypt: isTrue(a[p11.CKA_DECRYPT])}
+		switch ki.keyType {
+		case p11.CKK_RSA:
+			if n, e := a[p11.CKA_MODULUS], a[p11.CKA_PUBLIC_EXPONENT]; len(n) > 0 && len(e) > 0 {
+				ki.pub = &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())}
+			}
+		case p11.CKK_EC:
+			ki.pub = ecPublic(b, sh, ki, a[p11.CKA_EC_PARAMS])
+		}
+		out = append(out, ki)
+	}
+	return out, nil
+}
+
+// ecPublic reads an EC key's point from the public key object beside it
+// (a private key object carries only the curve).
+func ecPublic(b Backend, sh p11.SessionHandle, ki keyInfo, params []byte) crypto.PublicKey {
+	curve := curveOf(params)
+	if curve == nil || len(ki.id) == 0 {
+		return nil
+	}
+	hs, err := findAll(b, sh, template(p11.CKO_PUBLIC_KEY, "", ki.id))
+	if err != nil {
+		return nil
+	}
+	for _, h := range hs {
+		point := attrs(b, sh, h, p11.CKA_EC_POINT)[p11.CKA_EC_POINT]
+		// CKA_EC_POINT is a DER OCTET STRING; some modules give it bare.
+		var inner []byte
+		if rest, err := asn1.Unmarshal(point, &inner); err == nil && len(rest) == 0 {
+			point = inner
+		}
+		if pub, err := ecdsa.ParseUncompressedPublicKey(curve, point); err == nil {
+			return pub
+		}
+	}
+	return nil
+}
+
+func curveOf(params []byte) elliptic.Curve {
+	var oid asn1.ObjectIdentifier
+	if _, err := asn1.Unmarshal(params, &oid); err != nil {
+		return nil
+	}
+	switch curveOIDs[oid.String()] {
+	case "P-256":
+		return elliptic.P256()
+	case "P-384":
+		return elliptic.P384()
+	case "P-521":
+		return elliptic.P521()
+	}
+	return nil
+}
+
+func isTrue(b []byte) bool { return len(b) == 1 && b[0] != 0 }
+
+// findCerts returns the certificates stored with the key's id or label.
+func findCerts(b Backend, sh p11.SessionHandle, id []byte, label string) ([]*x509.Certificate, error) {
+	var hs []p11.ObjectHandle
+	for _, tmpl := range [][]*p11.Attribute{template(p11.CKO_CERTIFICATE, "", id), template(p11.CKO_CERTIFICATE, label, nil)} {
+		if len(tmpl) == 1 {
+			continue // neither id nor label: would match every certificate
+		}
+		found, err := findAll(b, sh, tmpl)
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range found {
+			if !slices.Contains(hs, h) {
+				hs = append(hs, h)
+			}
+		}
+	}
+	var out []*x509.Certificate
+	for _, h := range hs {
+		der := attrs(b, sh, h, p11.CKA_VALUE)[p11.CKA_VALUE]
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			continue
+		}
+		if !slices.ContainsFunc(out, func(o *x509.Certificate) bool { return bytes.Equal(o.Raw, c.Raw) }) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+func describeSel(label string, id []byte) string {
+	var parts []string
+	if label != "" {
+		parts = append(parts, fmt.Sprintf("labelled %q", label))
+	}
+	if len(id) > 0 {
+		parts = append(parts, "with id "+hex.EncodeToString(id))
+	}
+	if len(parts) == 0 {
+		return "at all"
+	}
+	return strings.Join(parts, " and ")
+}
+
+func listKeys(keys []keyInfo) string {
+	if len(keys) == 0 {
+		return "no private keys"
+	}
+	names := make([]string, 0, len(keys))
+	for _, k := range keys {
+		names = append(names, fmt.Sprintf("%q (id %s)", k.label, hex.EncodeToString(k.id)))
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
