@@ -18,6 +18,7 @@ import (
 var (
 	ErrModuleNotFound   = errors.New("PKCS#11 module not found")
 	ErrNotAModule       = errors.New("not a PKCS#11 module")
+	ErrModuleFailed     = errors.New("the PKCS#11 module failed to start")
 	ErrTokenNotFound    = errors.New("token not found")
 	ErrPINIncorrect     = errors.New("the token rejected the PIN")
 	ErrPINLocked        = errors.New("the token's PIN is locked")

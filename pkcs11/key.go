@@ -183,6 +183,10 @@ func Open(ctx context.Context, sel Selection, log zerolog.Logger) (*Key, error) 
 
 func (k *Key) open(ctx context.Context) error {
 	m := k.mod
+	if m.stuck.Load() > 0 {
+		// A hung card is not ready, whatever else it still answers.
+		return fmt.Errorf("could not open the token: %w (an earlier call into the module has not returned)", ErrTokenTimeout)
+	}
 	if err := m.ensureInitialized(); err != nil {
 		return err
 	}
@@ -552,11 +556,8 @@ func (k *Key) DecryptContext(ctx context.Context, msg []byte, opts crypto.Decryp
 		if err != nil {
 			return nil, err
 		}
-		var src uint
-		if len(o.Label) > 0 {
-			src = p11.CKZ_DATA_SPECIFIED
-		}
-		mech = []*p11.Mechanism{p11.NewMechanism(p11.CKM_RSA_PKCS_OAEP, p11.NewOAEPParams(hash, mgf, src, o.Label))}
+		// CKZ_DATA_SPECIFIED is the only source PKCS#11 defines, label or not.
+		mech = []*p11.Mechanism{p11.NewMechanism(p11.CKM_RSA_PKCS_OAEP, p11.NewOAEPParams(hash, mgf, p11.CKZ_DATA_SPECIFIED, o.Label))}
 	}
 	return k.do(ctx, fmt.Sprintf("decrypt with key %q", k.label), func(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) ([]byte, error) {
 		if err := b.DecryptInit(sh, mech, h); err != nil {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto"
 	"crypto/ecdsa"
+	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/x509"
 	"errors"
@@ -213,5 +215,93 @@ func TestListing(t *testing.T) {
 		if o.Class == "private-key" {
 			t.Fatalf("private key listed without login: %+v", o)
 		}
+	}
+}
+
+// TestTokenRemovedBetweenOpenAndSign: the real SoftHSM token goes away
+// after the key was found. The signature fails as the token's failure (so
+// an owner reconnects), later ones fail at once, and once the token is back
+// a new Open finds it: Close initialized the module again.
+func TestTokenRemovedBetweenOpenAndSign(t *testing.T) {
+	tk := hsmtest.New(t)
+	k, err := pkcs11.Open(context.Background(), tk.Selection("rsa"), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := sha256.Sum256([]byte("x"))
+	tk.Remove(t)
+	_, err = k.Sign(nil, digest[:], crypto.SHA256)
+	if !pkcs11.Recoverable(err) || !errors.Is(err, pkcs11.ErrTokenLost) || k.Lost() == nil {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := k.Sign(nil, digest[:], crypto.SHA256); !errors.Is(err, pkcs11.ErrTokenUnavailable) {
+		t.Fatalf("second signature: %v", err)
+	}
+	k.Close()
+	if _, err := pkcs11.Open(context.Background(), tk.Selection("rsa"), zerolog.Nop()); !errors.Is(err, pkcs11.ErrModuleFailed) && !errors.Is(err, pkcs11.ErrTokenNotFound) && !pkcs11.Recoverable(err) {
+		t.Fatalf("open while out: %v", err)
+	}
+	tk.Insert(t)
+	k = tk.Open(t, "rsa")
+	if _, err := k.Sign(nil, digest[:], crypto.SHA256); err != nil {
+		t.Fatalf("after the token came back: %v", err)
+	}
+}
+
+// TestValidCertificateBeatsExpired: an expired certificate stored beside a
+// valid one under the same id and label is passed over.
+func TestValidCertificateBeatsExpired(t *testing.T) {
+	tk := hsmtest.New(t)
+	k := tk.Open(t, "rsa")
+	old, err := softhsm.SelfSigned(k, "expired twin", time.Now().AddDate(-3, 0, 0), time.Now().AddDate(-1, 0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Close()
+	if err := softhsm.ImportCertificate(tk.Module, tk.Label, tk.PIN, tk.RSA.ID, "rsa", old); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		k := tk.Open(t, "rsa")
+		if !k.Certificate().Equal(tk.RSA.Cert) {
+			t.Fatalf("chose %q (valid until %s)", k.Certificate().Subject.CommonName, k.Certificate().NotAfter)
+		}
+		k.Close()
+	}
+	// A second valid one is an error naming both.
+	k = tk.Open(t, "rsa")
+	twin, err := softhsm.SelfSigned(k, "valid twin", time.Time{}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Close()
+	if err := softhsm.ImportCertificate(tk.Module, tk.Label, tk.PIN, tk.RSA.ID, "rsa", twin); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pkcs11.Open(context.Background(), tk.Selection("rsa"), zerolog.Nop())
+	if !errors.Is(err, pkcs11.ErrCertAmbiguous) || !strings.Contains(err.Error(), pkcs11.Thumbprint(twin)) || !strings.Contains(err.Error(), pkcs11.Thumbprint(tk.RSA.Cert)) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestDecryptOnSoftHSM: the development keys may decrypt (certificate
+// login), with PKCS#1 v1.5 and OAEP; a key made without CKA_DECRYPT says so.
+func TestDecryptOnSoftHSM(t *testing.T) {
+	tk := hsmtest.NewWith(t, hsmtest.Options{Extra: []softhsm.KeySpec{{Type: softhsm.RSA2048, Label: "sign-only", ID: []byte{9}, NoDecrypt: true}}})
+	k := tk.Open(t, "rsa")
+	pub := k.Public().(*rsa.PublicKey)
+	ct, _ := rsa.EncryptPKCS1v15(rand.Reader, pub, []byte("challenge"))
+	if pt, err := k.Decrypt(nil, ct, nil); err != nil || string(pt) != "challenge" {
+		t.Fatalf("PKCS#1 v1.5: %q %v", pt, err)
+	}
+	// SoftHSM offers OAEP with SHA-1 only.
+	ct, _ = rsa.EncryptOAEP(sha1.New(), rand.Reader, pub, []byte("challenge"), nil)
+	if pt, err := k.Decrypt(nil, ct, &rsa.OAEPOptions{Hash: crypto.SHA1}); err != nil || string(pt) != "challenge" {
+		t.Fatalf("OAEP: %q %v", pt, err)
+	}
+	k.Close()
+	so := tk.Open(t, "sign-only")
+	if _, err := so.Decrypt(nil, ct, nil); !errors.Is(err, pkcs11.ErrKeyUsage) || !strings.Contains(err.Error(), "CKA_DECRYPT") {
+		t.Fatalf("err = %v", err)
 	}
 }

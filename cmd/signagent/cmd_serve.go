@@ -334,8 +334,16 @@ func serve(c *cli.Context, e *env) error {
 	open := func(sel pkcs11.Selection) agent.Opener {
 		return func(ctx context.Context) (agent.Token, error) { return pkcs11.Open(ctx, sel, e.log) }
 	}
+	probeCtx, cancelProbe := context.WithTimeout(c.Context, cfg.sel.Timeout)
+	err = probe(probeCtx, cfg.sel)
+	cancelProbe()
+	if err != nil {
+		closeAll()
+		return err
+	}
 	tm, err := agent.NewTokenManager(agent.TokenOptions{
-		Open: open(cfg.sel), Signature: cfg.sigOpts, Workers: cfg.workers, Backlog: cfg.queue, Delay: cfg.delay, Log: e.log,
+		OpenTimeout: cfg.sel.Timeout,
+		Open:        open(cfg.sel), Signature: cfg.sigOpts, Workers: cfg.workers, Backlog: cfg.queue, Delay: cfg.delay, Log: e.log,
 		OnSign: func(d time.Duration, err error) {
 			if a != nil {
 				a.ObserveSign(d, err)

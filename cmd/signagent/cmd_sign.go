@@ -71,7 +71,24 @@ func openKey(ctx context.Context, sel pkcs11.Selection, e *env) (*pkcs11.Key, er
 	}
 	ctx, cancel := context.WithTimeout(ctx, sel.Timeout)
 	defer cancel()
+	if err := probe(ctx, sel); err != nil {
+		return nil, err
+	}
 	return pkcs11.Open(ctx, sel, e.log)
+}
+
+// probe tries the selected module in a child process first, so that a
+// module that crashes while initializing is reported in one line.
+func probe(ctx context.Context, sel pkcs11.Selection) error {
+	path := sel.Module
+	if u, err := pkcs11.ParseURI(sel.URI); err == nil && u.ModulePath != "" && path == "" {
+		path = u.ModulePath
+	}
+	mod, err := pkcs11.ResolveModule(path, "flag")
+	if err != nil {
+		return err
+	}
+	return pkcs11.Probe(ctx, mod.Path)
 }
 
 // openSigner opens the key the flags select and returns a CMS signer over it.

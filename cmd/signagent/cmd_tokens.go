@@ -112,10 +112,13 @@ func kept(o pkcs11.Object) string {
 // says which it is when the operator named none.
 func resolveModule(c *cli.Context, e *env) (pkcs11.Module, error) {
 	mod, err := pkcs11.ResolveModule(c.String("module"), "flag")
-	if err == nil && mod.Source == "default location" {
+	if err != nil {
+		return mod, err
+	}
+	if mod.Source == "default location" {
 		e.log.Info().Str("module", mod.Path).Msg("using PKCS#11 module")
 	}
-	return mod, err
+	return mod, pkcs11.Probe(c.Context, mod.Path)
 }
 
 func writeJSON(e *env, v any) error {

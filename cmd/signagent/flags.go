@@ -18,9 +18,9 @@ import (
 // exit with status 2.
 var badInput = []error{
 	canonical.ErrInvalidCredential, canonical.ErrInvalidTimestamp, canonical.ErrInvalidAPIKey,
-	pkcs11.ErrModuleNotFound, pkcs11.ErrNotAModule, pkcs11.ErrTokenNotFound,
-	pkcs11.ErrKeyNotFound, pkcs11.ErrKeyAmbiguous, pkcs11.ErrCertNotFound, pkcs11.ErrCertMismatch,
-	pkcs11.ErrBadURI, pkcs11.ErrBadSelection, pkcs11.ErrPINMissing,
+	pkcs11.ErrModuleNotFound, pkcs11.ErrTokenNotFound,
+	pkcs11.ErrKeyNotFound, pkcs11.ErrKeyAmbiguous, pkcs11.ErrCertNotFound, pkcs11.ErrCertMismatch, pkcs11.ErrCertAmbiguous,
+	pkcs11.ErrBadURI, pkcs11.ErrBadSelection, pkcs11.ErrPINMissing, pkcs11.ErrKeyUsage,
 	signer.ErrUnsupported, trusted.ErrInvalidInput,
 }
 

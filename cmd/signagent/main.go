@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -28,7 +29,10 @@ const (
 	exitTransport = 4 // the service could not be reached or timed out
 )
 
-func main() { os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr)) }
+func main() {
+	pkcs11.RunProbe() // when started by pkcs11.Probe: try the module and exit
+	os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr))
+}
 
 // run is main with its streams given, so tests can drive it in-process.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {

@@ -1,0 +1,36 @@
+package hsmtest
+
+import (
+	_ "embed"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+//go:embed shim/shim.c
+var shimSource string
+
+// Shim builds the test module of shim/shim.c with gcc and returns its path.
+// It wraps SoftHSM and, on request through its environment, hangs in
+// C_Sign or crashes in C_Initialize: a real token cannot be made to do
+// either when a test wants it. The PKCS#11 headers are miekg/pkcs11's.
+func Shim(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/miekg/pkcs11").Output()
+	if err != nil {
+		t.Fatalf("find the PKCS#11 headers: %v", err)
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "shim.c")
+	if err := os.WriteFile(src, []byte(shimSource), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(dir, "libshim.so")
+	cmd := exec.Command("gcc", "-shared", "-fPIC", "-o", lib, "-I", strings.TrimSpace(string(out)), src, "-ldl")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the test module: %v\n%s", err, b)
+	}
+	return lib
+}

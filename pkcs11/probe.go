@@ -1,0 +1,81 @@
+package pkcs11
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+
+	p11 "github.com/miekg/pkcs11"
+)
+
+// probeEnv, set in a process's environment, makes RunProbe load and
+// initialize the module it names, then exit.
+const probeEnv = "SIGNAGENT_INTERNAL_PROBE_MODULE"
+
+// RunProbe is called first thing in main. When this process was started by
+// Probe, it loads and initializes the module, finalizes it and exits: 0 when
+// all went well, 1 with one line on stderr otherwise. Otherwise it returns.
+func RunProbe() {
+	path := os.Getenv(probeEnv)
+	if path == "" {
+		return
+	}
+	b, err := loadLibrary(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, notAModule(path))
+		os.Exit(1)
+	}
+	if err := b.Initialize(); err != nil && !isCode(err, p11.CKR_CRYPTOKI_ALREADY_INITIALIZED) {
+		fmt.Fprintln(os.Stderr, classify("initialize the PKCS#11 module "+path, err))
+		os.Exit(1)
+	}
+	_ = b.Finalize()
+	os.Exit(0)
+}
+
+// Probe loads and initializes the module at path in a child process (this
+// program run again, which must call RunProbe first), within ctx. A module
+// is foreign code in our address space: one that crashes in C_Initialize
+// would take the process down with a Go stack dump, so an operator's
+// command first lets it crash in a child and reports that in one line.
+func Probe(ctx context.Context, path string) error {
+	if _, err := ResolveModule(path, "flag"); err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil // cannot probe; the module is loaded in-process as before
+	}
+	cmd := exec.CommandContext(ctx, exe)
+	cmd.Args = []string{"signagent"}
+	cmd.Env = append(os.Environ(), probeEnv+"="+path)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("could not initialize the PKCS#11 module %s: %w", path, timeoutErr(ctx.Err()))
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return fmt.Errorf("%w: %s crashed while being loaded and initialized (%s); it cannot be used", ErrNotAModule, path, ws.Signal())
+		}
+		msg := strings.TrimSpace(strings.SplitN(stderr.String(), "\n", 2)[0])
+		if strings.Contains(msg, ErrNotAModule.Error()) {
+			return fmt.Errorf("%w: %s could not be loaded as a shared library with C_GetFunctionList", ErrNotAModule, path)
+		}
+		if msg == "" {
+			msg = ee.Error()
+		}
+		return fmt.Errorf("%w: %s", ErrModuleFailed, msg)
+	}
+	return nil // could not start the child; the module is loaded in-process as before
+}
