@@ -642,7 +642,7 @@ func (k *Key) markLost(err error) error {
 	k.mu.Lock()
 	if k.lost == nil {
 		k.lost = err
-		k.log.Error().Err(err).Str("key", k.label).Msg("the token failed; the key must be opened again")
+		k.log.Debug().Err(err).Str("key", k.label).Msg("the token failed; the key must be opened again")
 	}
 	k.mu.Unlock()
 	return err

@@ -25,6 +25,7 @@ func RunProbe() {
 	if path == "" {
 		return
 	}
+	defaultCrashSignals()
 	b, err := loadLibrary(path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, notAModule(path))

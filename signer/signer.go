@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"golang.org/x/crypto/cryptobyte"
@@ -154,6 +155,10 @@ func Sign(content []byte, key crypto.Signer, cert *x509.Certificate, opts Option
 	}
 	sig, err := key.Sign(rand.Reader, toSign, h)
 	if err != nil {
+		// A token key's error already says what it was attempting.
+		if strings.HasPrefix(err.Error(), "could not ") {
+			return nil, err
+		}
 		return nil, fmt.Errorf("could not sign: %w", err)
 	}
 

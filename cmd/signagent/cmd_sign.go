@@ -63,14 +63,18 @@ func signFlags() []cli.Flag {
 }
 
 // openKey asks for the PIN first (a prompt is not bounded by the token's
-// deadline), then opens the key within --token-timeout.
+// deadline), then opens the key within ctx's deadline, or --token-timeout
+// when ctx has none.
 func openKey(ctx context.Context, sel pkcs11.Selection, e *env) (*pkcs11.Key, error) {
 	var err error
 	if sel.PIN, err = sel.PIN.Resolve(); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, sel.Timeout)
-	defer cancel()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, sel.Timeout)
+		defer cancel()
+	}
 	if err := probe(ctx, sel); err != nil {
 		return nil, err
 	}
@@ -91,8 +95,9 @@ func probe(ctx context.Context, sel pkcs11.Selection) error {
 	return pkcs11.Probe(ctx, mod.Path)
 }
 
-// openSigner opens the key the flags select and returns a CMS signer over it.
-func openSigner(c *cli.Context, e *env) (*pkcs11.Key, *signer.CMS, error) {
+// openSigner opens the key the flags select and returns a CMS signer over
+// it, within ctx.
+func openSigner(ctx context.Context, c *cli.Context, e *env, sel pkcs11.Selection) (*pkcs11.Key, *signer.CMS, error) {
 	h, err := signer.HashFromName(c.String("hash"))
 	if err != nil {
 		return nil, nil, err
@@ -103,11 +108,7 @@ func openSigner(c *cli.Context, e *env) (*pkcs11.Key, *signer.CMS, error) {
 			return nil, nil, err
 		}
 	}
-	sel, err := selection(c)
-	if err != nil {
-		return nil, nil, err
-	}
-	key, err := openKey(c.Context, sel, e)
+	key, err := openKey(ctx, sel, e)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -145,13 +146,22 @@ func signCommand(e *env) *cli.Command {
 				return err
 			}
 			ts, _ := canonical.ParseTimestamp(stamp)
-			key, cms, err := openSigner(c, e)
+			sel, err := selection(c)
+			if err != nil {
+				return err
+			}
+			if sel.PIN, err = sel.PIN.Resolve(); err != nil {
+				return err
+			}
+			// --token-timeout bounds all the token work: loading the
+			// module, logging in, finding the key and signing.
+			ctx, cancel := context.WithTimeout(c.Context, sel.Timeout)
+			defer cancel()
+			key, cms, err := openSigner(ctx, c, e, sel)
 			if err != nil {
 				return err
 			}
 			defer key.Close()
-			ctx, cancel := context.WithTimeout(c.Context, c.Duration("token-timeout"))
-			defer cancel()
 			der, err := cms.SignText(ctx, text, ts)
 			if err != nil {
 				return err

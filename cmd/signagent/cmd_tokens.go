@@ -26,6 +26,9 @@ func tokensCommand(e *env) *cli.Command {
 				return err
 			}
 			mod, err := resolveModule(c, e)
+			if err == nil {
+				err = pkcs11.Probe(c.Context, mod.Path)
+			}
 			if err != nil {
 				return err
 			}
@@ -57,6 +60,9 @@ func keysCommand(e *env) *cli.Command {
 				return err
 			}
 			mod, err := resolveModule(c, e)
+			if err == nil {
+				err = pkcs11.Probe(c.Context, mod.Path)
+			}
 			if err != nil {
 				return err
 			}
@@ -118,7 +124,7 @@ func resolveModule(c *cli.Context, e *env) (pkcs11.Module, error) {
 	if mod.Source == "default location" {
 		e.log.Info().Str("module", mod.Path).Msg("using PKCS#11 module")
 	}
-	return mod, pkcs11.Probe(c.Context, mod.Path)
+	return mod, nil
 }
 
 func writeJSON(e *env, v any) error {

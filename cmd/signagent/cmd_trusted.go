@@ -103,7 +103,11 @@ func sessionCommand(e *env) *cli.Command {
 			if _, err := apiKey(c); err != nil {
 				return err
 			}
-			key, cms, err := openSigner(c, e)
+			sel, err := selection(c)
+			if err != nil {
+				return err
+			}
+			key, cms, err := openSigner(c.Context, c, e, sel)
 			if err != nil {
 				return err
 			}

@@ -77,7 +77,7 @@ func TestBadInput(t *testing.T) {
 		{"malformed timestamp", []string{"--phone", "9161234567", "--timestamp", "1.2.2024 3:04:05"}, testAPIKey, exitBadInput, "invalid timestamp"},
 		{"impossible date", []string{"--phone", "9161234567", "--timestamp", "31.02.2024 10:00:00"}, testAPIKey, exitBadInput, "not a real date"},
 		{"module missing", []string{"--phone", "9161234567", "--module", "/nonexistent/libp11.so"}, testAPIKey, exitBadInput, "does not exist"},
-		{"not a module", []string{"--phone", "9161234567", "--module", notModule}, testAPIKey, exitBadInput, "not a PKCS#11 module"},
+		{"not a module", []string{"--phone", "9161234567", "--module", notModule}, testAPIKey, exitFailure, "not a PKCS#11 module"},
 		{"unknown token", []string{"--phone", "9161234567", "--token-label", "nope"}, testAPIKey, exitBadInput, `token "nope" is not there`},
 		{"wrong PIN", []string{"--phone", "9161234567", "--pin-file", wrongPIN}, testAPIKey, exitFailure, "the token rejected the PIN"},
 		{"key matches nothing", []string{"--phone", "9161234567", "--key-label", "nope"}, testAPIKey, exitBadInput, `no private key labelled "nope"`},
