@@ -119,12 +119,30 @@ func (tk *Token) Selection(keyLabel string) pkcs11.Selection {
 // Open opens the key labelled keyLabel and closes it when the test ends.
 func (tk *Token) Open(t testing.TB, keyLabel string) *pkcs11.Key {
 	t.Helper()
-	k, err := pkcs11.Open(context.Background(), tk.Selection(keyLabel), zerolog.Nop())
+	return openSel(t, tk.Selection(keyLabel))
+}
+
+func openSel(t testing.TB, sel pkcs11.Selection) *pkcs11.Key {
+	t.Helper()
+	k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
 	if err != nil {
-		t.Fatalf("open key %q: %v", keyLabel, err)
+		t.Fatalf("open key %q: %v", sel.KeyLabel, err)
 	}
 	t.Cleanup(func() { k.Close() })
 	return k
+}
+
+// Kinds lists the token implementations tests run on: SoftHSM and a TPM.
+var Kinds = []struct {
+	Name string
+	New  func(testing.TB) *Token
+}{{"softhsm", New}, {"tpm2", NewTPM}}
+
+// Each runs f as a subtest on a fresh token of each kind.
+func Each(t *testing.T, f func(t *testing.T, tk *Token)) {
+	for _, k := range Kinds {
+		t.Run(k.Name, func(t *testing.T) { f(t, k.New(t)) })
+	}
 }
 
 // Remove takes the token away as far as SoftHSM can be made to show it: its

@@ -82,27 +82,48 @@ func findKeys(b Backend, sh p11.SessionHandle, label string, id []byte) ([]keyIn
 	}
 	out := make([]keyInfo, 0, len(hs))
 	for _, h := range hs {
-		a := attrs(b, sh, h, p11.CKA_LABEL, p11.CKA_ID, p11.CKA_KEY_TYPE, p11.CKA_SIGN, p11.CKA_DECRYPT, p11.CKA_MODULUS, p11.CKA_PUBLIC_EXPONENT, p11.CKA_EC_PARAMS)
+		a := attrs(b, sh, h, p11.CKA_LABEL, p11.CKA_ID, p11.CKA_KEY_TYPE, p11.CKA_SIGN, p11.CKA_DECRYPT, p11.CKA_MODULUS, p11.CKA_PUBLIC_EXPONENT)
 		ki := keyInfo{h: h, label: string(a[p11.CKA_LABEL]), id: a[p11.CKA_ID], keyType: ulong(a[p11.CKA_KEY_TYPE]),
 			sign: isTrue(a[p11.CKA_SIGN]), decrypt: isTrue(a[p11.CKA_DECRYPT])}
-		switch ki.keyType {
-		case p11.CKK_RSA:
-			if n, e := a[p11.CKA_MODULUS], a[p11.CKA_PUBLIC_EXPONENT]; len(n) > 0 && len(e) > 0 {
-				ki.pub = &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())}
-			}
-		case p11.CKK_EC:
-			ki.pub = ecPublic(b, sh, ki, a[p11.CKA_EC_PARAMS])
+		ki.pub = publicKey(ki.keyType, a)
+		if ki.pub == nil {
+			ki.pub = pairedPublic(b, sh, ki)
 		}
 		out = append(out, ki)
 	}
 	return out, nil
 }
 
-// ecPublic reads an EC key's point from the public key object beside it
-// (a private key object carries only the curve).
-func ecPublic(b Backend, sh p11.SessionHandle, ki keyInfo, params []byte) crypto.PublicKey {
-	curve := curveOf(params)
-	if curve == nil || len(ki.id) == 0 {
+// publicKey builds a public key from an object's attributes: the modulus
+// and exponent of an RSA key, the curve and point of an EC key.
+func publicKey(keyType uint, a map[uint][]byte) crypto.PublicKey {
+	switch keyType {
+	case p11.CKK_RSA:
+		if n, e := a[p11.CKA_MODULUS], a[p11.CKA_PUBLIC_EXPONENT]; len(n) > 0 && len(e) > 0 {
+			return &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())}
+		}
+	case p11.CKK_EC:
+		curve, point := curveOf(a[p11.CKA_EC_PARAMS]), a[p11.CKA_EC_POINT]
+		if curve == nil || point == nil {
+			return nil
+		}
+		// CKA_EC_POINT is a DER OCTET STRING; some modules give it bare.
+		var inner []byte
+		if rest, err := asn1.Unmarshal(point, &inner); err == nil && len(rest) == 0 {
+			point = inner
+		}
+		if pub, err := ecdsa.ParseUncompressedPublicKey(curve, point); err == nil {
+			return pub
+		}
+	}
+	return nil
+}
+
+// pairedPublic reads the public half from the public key object with the
+// private key's id: an EC private key carries no point, and some modules
+// (tpm2-pkcs11) give no modulus on an RSA private key either.
+func pairedPublic(b Backend, sh p11.SessionHandle, ki keyInfo) crypto.PublicKey {
+	if len(ki.id) == 0 {
 		return nil
 	}
 	hs, err := findAll(b, sh, template(p11.CKO_PUBLIC_KEY, "", ki.id))
@@ -110,13 +131,11 @@ func ecPublic(b Backend, sh p11.SessionHandle, ki keyInfo, params []byte) crypto
 		return nil
 	}
 	for _, h := range hs {
-		point := attrs(b, sh, h, p11.CKA_EC_POINT)[p11.CKA_EC_POINT]
-		// CKA_EC_POINT is a DER OCTET STRING; some modules give it bare.
-		var inner []byte
-		if rest, err := asn1.Unmarshal(point, &inner); err == nil && len(rest) == 0 {
-			point = inner
+		a := attrs(b, sh, h, p11.CKA_KEY_TYPE, p11.CKA_MODULUS, p11.CKA_PUBLIC_EXPONENT, p11.CKA_EC_PARAMS, p11.CKA_EC_POINT)
+		if ulong(a[p11.CKA_KEY_TYPE]) != ki.keyType {
+			continue
 		}
-		if pub, err := ecdsa.ParseUncompressedPublicKey(curve, point); err == nil {
+		if pub := publicKey(ki.keyType, a); pub != nil {
 			return pub
 		}
 	}

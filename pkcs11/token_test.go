@@ -10,7 +10,9 @@ import (
 	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,8 +28,9 @@ import (
 	"github.com/signagent/signagent/softhsm"
 )
 
-func TestSignOnToken(t *testing.T) {
-	tk := hsmtest.New(t)
+func TestSignOnToken(t *testing.T) { hsmtest.Each(t, testSignOnToken) }
+
+func testSignOnToken(t *testing.T, tk *hsmtest.Token) {
 	text := canonical.Text("KEY", canonical.Credential{Kind: canonical.Phone, Value: "9161234567"}, canonical.Now())
 	for _, ref := range []hsmtest.KeyRef{tk.RSA, tk.EC} {
 		t.Run(ref.Label, func(t *testing.T) {
@@ -79,12 +82,17 @@ func TestP384OnToken(t *testing.T) {
 	hsmtest.RequireExternalVerify(t, der, text, k.Certificate(), []*x509.Certificate{k.Certificate()})
 }
 
-func TestSelectionByURIAndID(t *testing.T) {
-	tk := hsmtest.New(t)
+func TestSelectionByURIAndID(t *testing.T) { hsmtest.Each(t, testSelection) }
+
+func testSelection(t *testing.T, tk *hsmtest.Token) {
+	pctID := ""
+	for _, b := range tk.EC.ID {
+		pctID += fmt.Sprintf("%%%02x", b)
+	}
 	for name, sel := range map[string]pkcs11.Selection{
 		"uri":    {URI: "pkcs11:token=" + tk.Label + ";object=ec?module-path=" + tk.Module + "&pin-source=file:" + tk.PINFile},
-		"uri-id": {Module: tk.Module, URI: "pkcs11:serial=" + tk.Serial + ";id=%02", PIN: pkcs11.PINSource{File: tk.PINFile}},
-		"key-id": {Module: tk.Module, Token: pkcs11.TokenSelector{Serial: tk.Serial}, KeyID: []byte{2}, PIN: pkcs11.PINSource{File: tk.PINFile}},
+		"uri-id": {Module: tk.Module, URI: "pkcs11:serial=" + tk.Serial + ";id=" + pctID, PIN: pkcs11.PINSource{File: tk.PINFile}},
+		"key-id": {Module: tk.Module, Token: pkcs11.TokenSelector{Serial: tk.Serial}, KeyID: tk.EC.ID, PIN: pkcs11.PINSource{File: tk.PINFile}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
@@ -97,6 +105,43 @@ func TestSelectionByURIAndID(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOpenErrorsOnEachKind: the errors that make sense on any token, on
+// SoftHSM and on the TPM.
+func TestOpenErrorsOnEachKind(t *testing.T) {
+	hsmtest.Each(t, func(t *testing.T, tk *hsmtest.Token) {
+		dir := t.TempDir()
+		wrongPIN := filepath.Join(dir, "wrong-pin")
+		os.WriteFile(wrongPIN, []byte("000000\n"), 0o600)
+		otherCert := filepath.Join(dir, "other.pem")
+		os.WriteFile(otherCert, hsmtest.PEM(tk.RSA.Cert), 0o600)
+		for _, tc := range []struct {
+			name   string
+			edit   func(*pkcs11.Selection)
+			want   error
+			inText string
+		}{
+			{"unknown token", func(s *pkcs11.Selection) { s.Token.Label = "nope" }, pkcs11.ErrTokenNotFound, tk.Label},
+			{"wrong PIN", func(s *pkcs11.Selection) { s.PIN.File = wrongPIN }, pkcs11.ErrPINIncorrect, wrongPIN},
+			{"key label matches nothing", func(s *pkcs11.Selection) { s.KeyLabel = "absent" }, pkcs11.ErrKeyNotFound, `"rsa"`},
+			{"no key chosen among two", func(s *pkcs11.Selection) { s.KeyLabel = "" }, pkcs11.ErrKeyAmbiguous, "choose one"},
+			{"certificate of another key", func(s *pkcs11.Selection) { s.KeyLabel = "ec"; s.CertFile = otherCert }, pkcs11.ErrCertMismatch, "another key"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				sel := tk.Selection("rsa")
+				tc.edit(&sel)
+				k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
+				if err == nil {
+					k.Close()
+					t.Fatal("opened")
+				}
+				if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.inText) || strings.Contains(err.Error(), tk.PIN) {
+					t.Fatalf("err = %v, want %v naming %q", err, tc.want, tc.inText)
+				}
+			})
+		}
+	})
 }
 
 func TestOpenErrors(t *testing.T) {
@@ -168,8 +213,9 @@ func TestOpenErrors(t *testing.T) {
 	})
 }
 
-func TestListing(t *testing.T) {
-	tk := hsmtest.New(t)
+func TestListing(t *testing.T) { hsmtest.Each(t, testListing) }
+
+func testListing(t *testing.T, tk *hsmtest.Token) {
 	tokens, err := pkcs11.ListTokens(context.Background(), tk.Module)
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +237,7 @@ func TestListing(t *testing.T) {
 	for _, o := range objs {
 		seen[o.Class+"/"+o.Label] = o
 	}
-	if o := seen["private-key/rsa"]; o.KeyType != "RSA" || o.Bits != 2048 || o.ID != "01" {
+	if o := seen["private-key/rsa"]; o.KeyType != "RSA" || o.Bits != 2048 || o.ID != hex.EncodeToString(tk.RSA.ID) {
 		t.Fatalf("rsa private key: %+v", o)
 	}
 	for _, label := range []string{"rsa", "ec"} {

@@ -1,0 +1,165 @@
+package hsmtest
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/softhsm"
+)
+
+// TPMModules are where Debian's libtpm2-pkcs11-1 puts the module.
+var TPMModules = []string{
+	"/usr/lib/x86_64-linux-gnu/pkcs11/libtpm2_pkcs11.so",
+	"/usr/lib/aarch64-linux-gnu/pkcs11/libtpm2_pkcs11.so",
+}
+
+// NewTPM gives the test a token of a second PKCS#11 implementation: a
+// software TPM 2.0 (swtpm) behind the resource manager tpm2-abrmd on a
+// private D-Bus session bus, with tpm2-pkcs11's store in the test's
+// directory, an RSA-2048 and a P-256 key made by tpm2_ptool and self-signed
+// certificates stored next to them through PKCS#11. Everything it starts is
+// stopped when the test ends. `make test` installs the packages.
+func NewTPM(t testing.TB) *Token {
+	t.Helper()
+	module := ""
+	for _, p := range TPMModules {
+		if _, err := os.Stat(p); err == nil {
+			module = p
+		}
+	}
+	if module == "" {
+		t.Fatal("tpm2-pkcs11 is not installed; `make test` installs it (libtpm2-pkcs11-1)")
+	}
+	for _, tool := range []string{"swtpm", "tpm2-abrmd", "dbus-daemon", "tpm2_ptool"} {
+		NeedTool(t, tool)
+	}
+	dir := t.TempDir()
+	tk := &Token{Module: module, Dir: dir, Label: "signagent-tpm", PIN: "123456", SOPIN: "12345678"}
+	for _, v := range []string{pkcs11.ModuleEnv, pkcs11.PINEnv, pkcs11.PINFileEnv, "SIGNAGENT_TOKEN_LABEL"} {
+		t.Setenv(v, "")
+	}
+
+	// The TPM, on two free loopback ports (commands and control).
+	port := freePortPair(t)
+	state := filepath.Join(dir, "state")
+	os.Mkdir(state, 0o700)
+	start(t, exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+state,
+		"--server", fmt.Sprintf("type=tcp,port=%d,bindaddr=127.0.0.1", port),
+		"--ctrl", fmt.Sprintf("type=tcp,port=%d,bindaddr=127.0.0.1", port+1),
+		"--flags", "not-need-init,startup-clear"))
+
+	// A session bus of our own, and the resource manager on it: without
+	// it the TPM runs out of object slots.
+	bus := exec.Command("dbus-daemon", "--session", "--nofork", "--print-address=1")
+	out, err := bus.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, bus)
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("dbus-daemon printed no address: %v", err)
+	}
+	t.Setenv("DBUS_SESSION_BUS_ADDRESS", strings.TrimSpace(addr))
+	abrmd := exec.Command("tpm2-abrmd", "--session", "--allow-root", fmt.Sprintf("--tcti=swtpm:port=%d", port))
+	start(t, abrmd)
+	tcti := "tabrmd:bus_type=session"
+	store := filepath.Join(dir, "store")
+	os.Mkdir(store, 0o700)
+	t.Setenv("TPM2_PKCS11_TCTI", tcti)
+	t.Setenv("TPM2TOOLS_TCTI", tcti)
+	t.Setenv("TPM2_PKCS11_STORE", store)
+	t.Setenv("TPM2_PKCS11_LOG_LEVEL", "0")
+
+	// The store, the token and its keys. The resource manager takes a
+	// moment to claim its name on the bus: init is retried until it does.
+	ptool := func(args ...string) error {
+		b, err := exec.Command("tpm2_ptool", append(args, "--path="+store)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("tpm2_ptool %s: %v\n%s", args[0], err, b)
+		}
+		return nil
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for err = ptool("init"); err != nil && time.Now().Before(deadline); err = ptool("init") {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.RSA = KeyRef{Label: "rsa", ID: []byte("01")}
+	tk.EC = KeyRef{Label: "ec", ID: []byte("02")}
+	// tpm2_ptool takes the PINs on its command line; they are the test
+	// token's fixed ones, nothing of an operator's.
+	if err := ptool("addtoken", "--pid=1", "--sopin="+tk.SOPIN, "--userpin="+tk.PIN, "--label="+tk.Label); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []struct {
+		ref *KeyRef
+		alg string
+	}{{&tk.RSA, "rsa2048"}, {&tk.EC, "ecc256"}} {
+		if err := ptool("addkey", "--algorithm="+k.alg, "--label="+tk.Label, "--userpin="+tk.PIN, "--key-label="+k.ref.Label, "--id="+string(k.ref.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tk.PINFile = filepath.Join(dir, "pin")
+	if err := os.WriteFile(tk.PINFile, []byte(tk.PIN+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range []*KeyRef{&tk.RSA, &tk.EC} {
+		sel := tk.Selection(ref.Label)
+		sel.NoCertificate = true
+		k := openSel(t, sel)
+		cert, err := softhsm.SelfSigned(k, "signagent test TPM "+ref.Label, time.Time{}, time.Time{})
+		k.Close()
+		if err != nil {
+			t.Fatalf("certificate for the TPM key %q: %v", ref.Label, err)
+		}
+		if err := softhsm.ImportCertificate(tk.Module, tk.Label, tk.PIN, ref.ID, ref.Label, cert); err != nil {
+			t.Fatal(err)
+		}
+		ref.Cert = cert
+	}
+	tk.Serial = "0000000000000000"
+	return tk
+}
+
+// start starts cmd and stops it when the test ends.
+func start(t testing.TB, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", cmd.Path, err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+}
+
+// freePortPair returns a loopback port p with p+1 free too (at the moment).
+func freePortPair(t testing.TB) int {
+	t.Helper()
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l2, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+1))
+		l.Close()
+		if err == nil {
+			l2.Close()
+			return p
+		}
+	}
+	t.Fatal("no two free loopback ports in a row")
+	return 0
+}
