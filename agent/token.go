@@ -69,7 +69,7 @@ type TokenOptions struct {
 	Workers       int           // concurrent token operations (default 1)
 	Backlog       int           // requests that may wait (default 64)
 	BackoffFirst  time.Duration // first reconnect delay (default 100ms)
-	BackoffMax    time.Duration // longest reconnect delay (default 5s)
+	BackoffMax    time.Duration // longest reconnect delay (default 1s)
 	Delay         time.Duration // slow-card mode: added to every signature
 	OpenTimeout   time.Duration // bounds opening the token and each check (default 30s)
 	CheckEvery    time.Duration // how often the token is asked whether it is there (default 2s; <0: never)
@@ -92,7 +92,9 @@ func NewTokenManager(o TokenOptions) (*TokenManager, error) {
 		o.BackoffFirst = 100 * time.Millisecond
 	}
 	if o.BackoffMax < o.BackoffFirst {
-		o.BackoffMax = 5 * time.Second
+		// A returning token is seen within about a second; a retry costs
+		// little (the module is initialized again, no PIN is sent twice).
+		o.BackoffMax = time.Second
 	}
 	if o.OpenTimeout <= 0 {
 		o.OpenTimeout = 30 * time.Second

@@ -237,10 +237,7 @@ func (k *Key) findToken(ctx context.Context) (TokenInfo, error) {
 // never sent when the token already refused it, when the PIN is locked, or
 // when the next wrong try would lock it (unless the operator allows it).
 func (k *Key) login(ctx context.Context, sh p11.SessionHandle) error {
-	info, err := call(ctx, k.mod, func(b Backend) (p11.TokenInfo, error) { return b.GetTokenInfo(k.token.Slot) }, nil)
-	if err != nil {
-		return classify("read the token's state", err)
-	}
+	info := k.token.raw // read just now, when the token was chosen
 	if info.Flags&p11.CKF_LOGIN_REQUIRED == 0 {
 		return nil
 	}
@@ -375,7 +372,7 @@ func (k *Key) findCert(ctx context.Context, sh p11.SessionHandle) error {
 		k.setCert(cert)
 		return nil
 	}
-	certs, err := call(ctx, k.mod, func(b Backend) ([]*x509.Certificate, error) { return findCerts(b, sh, k.id, k.label) }, nil)
+	certs, err := call(ctx, k.mod, func(b Backend) ([]*x509.Certificate, error) { return findCerts(b, sh, k.id, k.label, k.pub) }, nil)
 	if err != nil {
 		return classify("look for the certificate", err)
 	}

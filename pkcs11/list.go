@@ -23,6 +23,8 @@ type TokenInfo struct {
 	Model        string   `json:"model"`
 	Flags        []string `json:"flags"`
 	Initialized  bool     `json:"initialized"`
+
+	raw p11.TokenInfo // as the module gave it
 }
 
 // ListTokens returns the tokens present in the module's slots.
@@ -86,6 +88,7 @@ func listTokens(m Backend) ([]TokenInfo, error) {
 			Model:        strings.TrimRight(ti.Model, " \x00"),
 			Flags:        tokenFlags(ti.Flags),
 			Initialized:  ti.Flags&p11.CKF_TOKEN_INITIALIZED != 0,
+			raw:          ti,
 		})
 	}
 	return out, nil

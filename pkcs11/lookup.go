@@ -50,9 +50,23 @@ func findAll(b Backend, sh p11.SessionHandle, tmpl []*p11.Attribute) ([]p11.Obje
 // give (sensitive, absent) is left out of the map.
 func attrs(b Backend, sh p11.SessionHandle, h p11.ObjectHandle, types ...uint) map[uint][]byte {
 	out := map[uint][]byte{}
+	tmpl := make([]*p11.Attribute, len(types))
+	for i, t := range types {
+		tmpl[i] = p11.NewAttribute(t, nil)
+	}
+	// All at once when the module gives them all (each call costs: SoftHSM
+	// checks the object's file every time)...
+	if a, err := b.GetAttributeValue(sh, h, tmpl); err == nil && len(a) == len(types) {
+		for _, x := range a {
+			if x.Value != nil {
+				out[x.Type] = x.Value
+			}
+		}
+		return out
+	}
+	// ...else one at a time: a module answers a template with one
+	// unreadable (absent, sensitive) attribute with an error for the whole.
 	for _, t := range types {
-		// One at a time: a module answers a template with one unreadable
-		// attribute with an error for the whole of it.
 		a, err := b.GetAttributeValue(sh, h, []*p11.Attribute{p11.NewAttribute(t, nil)})
 		if err == nil && len(a) == 1 && a[0].Value != nil {
 			out[t] = a[0].Value
@@ -160,32 +174,27 @@ func curveOf(params []byte) elliptic.Curve {
 
 func isTrue(b []byte) bool { return len(b) == 1 && b[0] != 0 }
 
-// findCerts returns the certificates stored with the key's id or label.
-func findCerts(b Backend, sh p11.SessionHandle, id []byte, label string) ([]*x509.Certificate, error) {
-	var hs []p11.ObjectHandle
+// findCerts returns the certificates stored with the key's id, or, when
+// none of those is the key's, with its label. (Each search costs: SoftHSM
+// reads its object files again for every one.)
+func findCerts(b Backend, sh p11.SessionHandle, id []byte, label string, pub crypto.PublicKey) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
 	for _, tmpl := range [][]*p11.Attribute{template(p11.CKO_CERTIFICATE, "", id), template(p11.CKO_CERTIFICATE, label, nil)} {
 		if len(tmpl) == 1 {
 			continue // neither id nor label: would match every certificate
 		}
-		found, err := findAll(b, sh, tmpl)
+		hs, err := findAll(b, sh, tmpl)
 		if err != nil {
 			return nil, err
 		}
-		for _, h := range found {
-			if !slices.Contains(hs, h) {
-				hs = append(hs, h)
+		for _, h := range hs {
+			c, err := x509.ParseCertificate(attrs(b, sh, h, p11.CKA_VALUE)[p11.CKA_VALUE])
+			if err == nil && !slices.ContainsFunc(out, func(o *x509.Certificate) bool { return bytes.Equal(o.Raw, c.Raw) }) {
+				out = append(out, c)
 			}
 		}
-	}
-	var out []*x509.Certificate
-	for _, h := range hs {
-		der := attrs(b, sh, h, p11.CKA_VALUE)[p11.CKA_VALUE]
-		c, err := x509.ParseCertificate(der)
-		if err != nil {
-			continue
-		}
-		if !slices.ContainsFunc(out, func(o *x509.Certificate) bool { return bytes.Equal(o.Raw, c.Raw) }) {
-			out = append(out, c)
+		if slices.ContainsFunc(out, func(c *x509.Certificate) bool { return samePublicKey(c.PublicKey, pub) }) {
+			return out, nil
 		}
 	}
 	return out, nil
