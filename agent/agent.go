@@ -56,6 +56,8 @@ type Agent struct {
 	metrics *metrics
 	client  atomic.Pointer[trusted.Client]
 	key     atomic.Pointer[string]
+	// refusals rate-limits the log and audit lines of refused callers.
+	refusals *sampler
 }
 
 // New returns an agent.
@@ -69,7 +71,7 @@ func New(o Options) *Agent {
 	if o.MaxBody <= 0 {
 		o.MaxBody = 64 << 10
 	}
-	a := &Agent{o: o, tm: o.Token, cache: newSessionCache(o.SessionTTL), metrics: newMetrics(o.Token)}
+	a := &Agent{o: o, tm: o.Token, cache: newSessionCache(o.SessionTTL), metrics: newMetrics(o.Token), refusals: newSampler(10, time.Second)}
 	a.client.Store(o.Client)
 	a.key.Store(&o.APIKey)
 	return a
@@ -167,25 +169,40 @@ func (s *statusWriter) WriteHeader(code int) {
 	s.ResponseWriter.WriteHeader(code)
 }
 
+// routeLabel is the metrics label of a request: one of Routes, or "other"
+// for any other method or path. Labels come from this fixed set only, so
+// that callers cannot grow the metrics by inventing methods and paths.
+func routeLabel(r *http.Request) string {
+	route := r.Method + " " + r.URL.Path
+	if slices.Contains(Routes, route) {
+		return route
+	}
+	return "other"
+}
+
 func (a *Agent) wrap(mux *http.ServeMux, auth Authenticator) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		route := "unknown"
-		if _, pattern := mux.Handler(r); pattern != "" && pattern != "/" {
-			route = r.Method + " " + pattern
+		route := routeLabel(r)
+		caller, status, apiErr := auth.Authenticate(r)
+		if status != 0 {
+			// Refused callers share one label, one log budget and a
+			// closed connection: they cannot grow the metrics, fill the
+			// logs, or keep descriptors open.
+			a.metrics.requests.WithLabelValues("refused", fmt.Sprint(status)).Inc()
+			if ok, suppressed := a.refusals.allow(start); ok {
+				a.o.Log.Warn().Str("client", caller).Str("route", route).Int("status", status).Str("reason", apiErr.Message).Int("suppressed", suppressed).Msg("caller refused")
+				a.o.Audit.write(auditEntry{caller: caller, operation: route, outcome: apiErr.Code, latency: time.Since(start)})
+			}
+			sw.Header().Set("Connection", "close")
+			writeError(sw, status, apiErr)
+			return
 		}
 		defer func() {
 			a.metrics.requests.WithLabelValues(route, fmt.Sprint(sw.status)).Inc()
 			a.metrics.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 		}()
-		caller, status, apiErr := auth.Authenticate(r)
-		if status != 0 {
-			a.o.Log.Warn().Str("client", caller).Str("route", route).Int("status", status).Str("reason", apiErr.Message).Msg("caller refused")
-			a.o.Audit.write(auditEntry{caller: caller, operation: route, outcome: apiErr.Code, latency: time.Since(start)})
-			writeError(sw, status, apiErr)
-			return
-		}
 		ctx, cancel := context.WithTimeout(r.Context(), a.o.RequestDeadline)
 		defer cancel()
 		ctx = context.WithValue(ctx, callerKey, caller)

@@ -32,6 +32,9 @@ const peerKey ctxKey = 2
 // ConnContext records the peer credentials of a Unix-socket connection in
 // its context; use it as http.Server.ConnContext.
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	if lc, ok := c.(*limitConn); ok {
+		c = lc.unwrapConn()
+	}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return ctx

@@ -13,10 +13,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -43,8 +45,11 @@ type UnixSocket struct {
 }
 
 // ListenUnix creates the socket with mode 0600 (0660 with a group). A stale
-// socket file left by a crashed agent is replaced; a live one (another
-// agent answers on it) is an error.
+// socket file left by a crashed agent of the same user is replaced: one
+// that refuses connections (ECONNREFUSED: nobody listens on it) and that
+// this user owns. Anything else (another agent answers, the socket is
+// another user's, the connect failed for another reason such as EACCES or
+// a full backlog) is an error, and the file is left alone.
 func ListenUnix(s UnixSocket) (net.Listener, error) {
 	dir := filepath.Dir(s.Path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -54,9 +59,8 @@ func ListenUnix(s UnixSocket) (net.Listener, error) {
 		if st.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("%s exists and is not a socket; remove it or choose another path", s.Path)
 		}
-		if c, err := net.DialTimeout("unix", s.Path, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("another agent is already serving on %s", s.Path)
+		if err := staleSocket(s.Path, st); err != nil {
+			return nil, err
 		}
 		os.Remove(s.Path)
 	}
@@ -83,7 +87,50 @@ func ListenUnix(s UnixSocket) (net.Listener, error) {
 		os.Remove(s.Path)
 		return nil, err
 	}
-	return l, nil
+	ul := &unixListener{Listener: limit(l, DefaultMaxConnsUnix), path: s.Path}
+	if st, err := os.Lstat(s.Path); err == nil {
+		ul.id = fileID(st)
+	}
+	return ul, nil
+}
+
+// unixListener is a socket this process created; it remembers which file
+// that was, so that it removes its own socket and never one that another
+// process put at the same path since.
+type unixListener struct {
+	net.Listener
+	path string
+	id   [2]uint64 // device and inode
+}
+
+// removeSocket removes the socket file if it is still the one created here.
+func (u *unixListener) removeSocket() {
+	if st, err := os.Lstat(u.path); err == nil && fileID(st) == u.id {
+		os.Remove(u.path)
+	}
+}
+
+func fileID(st os.FileInfo) [2]uint64 {
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		return [2]uint64{uint64(sys.Dev), sys.Ino}
+	}
+	return [2]uint64{}
+}
+
+// staleSocket returns nil when the socket at path is a dead one of ours.
+func staleSocket(path string, st os.FileInfo) error {
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("another agent is already serving on %s", path)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("%s is a socket that may be in use (connecting to it failed: %v); not replacing it: stop the agent that owns it or choose another path", path, errors.Unwrap(errors.Unwrap(err)))
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); !ok || int(sys.Uid) != os.Getuid() {
+		return fmt.Errorf("%s is a dead socket of another user; not replacing it: remove it or choose another path", path)
+	}
+	return nil
 }
 
 // TLSFiles names the certificate, key and (optional) client CA of a TLS
@@ -100,13 +147,16 @@ func (t TLSFiles) Config() (*tls.Config, error) {
 		}
 		return nil, nil
 	}
+	if err := pkcs11.CheckSecretFile(t.Key); err != nil {
+		return nil, fmt.Errorf("the TLS key: %w", err)
+	}
 	cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
 	if err != nil {
 		return nil, fmt.Errorf("could not load the TLS certificate and key: %w", err)
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	if t.ClientCA != "" {
-		pem, err := os.ReadFile(t.ClientCA)
+		pem, err := pkcs11.ReadFileLimit(t.ClientCA, 1<<20)
 		if err != nil {
 			return nil, err
 		}
@@ -134,11 +184,22 @@ func ListenTCP(addr string, tlsCfg *tls.Config) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("could not listen on %s: %w", addr, err)
 	}
+	// The cap goes below TLS: net/http sees a TLS connection only as a
+	// *tls.Conn.
+	l = limit(l, DefaultMaxConnsTCP)
 	if tlsCfg != nil {
 		l = tls.NewListener(l, tlsCfg)
 	}
-	return l, nil
+	return cappedListener{l}, nil
 }
+
+// capped marks listeners that already cap their connections.
+type capped interface{ capped() }
+
+type cappedListener struct{ net.Listener }
+
+func (cappedListener) capped() {}
+func (*unixListener) capped()  {}
 
 // Serve serves the API on every listener until ctx is done, then stops
 // accepting, lets requests in flight finish within grace, and removes the
@@ -147,12 +208,21 @@ func (a *Agent) Serve(ctx context.Context, ls []Listener, grace time.Duration) e
 	var servers []*http.Server
 	errs := make(chan error, len(ls))
 	for _, l := range ls {
+		if _, ok := l.Listener.(capped); !ok { // handed over by systemd
+			max := DefaultMaxConnsUnix
+			if _, ok := l.Listener.Addr().(*net.TCPAddr); ok {
+				max = DefaultMaxConnsTCP
+			}
+			l.Listener = limit(l.Listener, max)
+		}
 		srv := &http.Server{
-			Handler:           a.Handler(l.Auth),
-			ReadHeaderTimeout: 5 * time.Second,
+			Handler: a.Handler(l.Auth),
+			// Short header and idle timeouts: a connection that sends
+			// nothing, or sits idle, gives its descriptor back soon.
+			ReadHeaderTimeout: 3 * time.Second,
 			ReadTimeout:       15 * time.Second,
 			WriteTimeout:      a.o.RequestDeadline + 5*time.Second,
-			IdleTimeout:       120 * time.Second,
+			IdleTimeout:       30 * time.Second,
 			MaxHeaderBytes:    16 << 10,
 			ConnContext:       ConnContext,
 			// net/http's own complaints (a failed TLS handshake, a broken
@@ -186,8 +256,8 @@ func (a *Agent) Serve(ctx context.Context, ls []Listener, grace time.Duration) e
 	}
 	wg.Wait()
 	for _, l := range ls {
-		if l.Path != "" {
-			os.Remove(l.Path)
+		if u, ok := l.Listener.(*unixListener); ok && l.Path != "" {
+			u.removeSocket()
 		}
 	}
 	return serveErr

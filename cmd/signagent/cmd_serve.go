@@ -171,8 +171,8 @@ func readAgentConfig(s *settings, e *env) (*agentConfig, error) {
 // bearerToken reads the bearer token file, creating it with a random token
 // (mode 0600) when it does not exist.
 func bearerToken(path string, e *env) (string, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
+	b, err := pkcs11.ReadSecretFile(path, 4096)
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOENT) {
 		raw := make([]byte, 32)
 		if _, err := rand.Read(raw); err != nil {
 			return "", err
@@ -188,7 +188,7 @@ func bearerToken(path string, e *env) (string, error) {
 		return tok, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("could not read the bearer token file: %w", err)
+		return "", usageErr(fmt.Errorf("the bearer token file: %w", err))
 	}
 	tok := string(trimSpace(b))
 	if len(tok) < 16 {

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/signagent/signagent/hsmtest"
+)
+
+// freePort returns a loopback port free at the moment.
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// tcpAgent starts serve on a Unix socket and a loopback port with a bearer
+// token file of the test's.
+func tcpAgent(t *testing.T) (*agentProc, string, string) {
+	tk := hsmtest.New(t)
+	dir := shortDir(t)
+	sock := filepath.Join(dir, "a.sock")
+	bearer := filepath.Join(dir, "bearer")
+	os.WriteFile(bearer, []byte("0123456789abcdef0123456789abcdef\n"), 0o600)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	a := startServe(t, signagent(t, serveEnv(tk), "serve", "--listen", "unix:"+sock, "--listen", "tcp:"+addr,
+		"--bearer-token-file", bearer, "--audit-log", filepath.Join(dir, "audit.log")), sock)
+	return a, addr, dir
+}
+
+// rawHTTP sends one request line with method on a new TCP connection and
+// returns the status line and whether the server closed the connection.
+func rawHTTP(t *testing.T, addr, method string) (string, bool) {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "%s /v1/signatures HTTP/1.1\r\nHost: agent\r\nContent-Length: 0\r\n\r\n", method)
+	r := bufio.NewReader(c)
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.Status, resp.Close
+}
+
+// TestInventedMethodsDoNotGrowMetrics: unauthenticated requests with
+// invented methods are answered 401, close their connection, share one
+// metrics label, and write only a rate-limited few log and audit lines.
+func TestInventedMethodsDoNotGrowMetrics(t *testing.T) {
+	a, addr, dir := tcpAgent(t)
+	_, before := a.do("GET", "/metrics", "")
+	for i := range 300 {
+		status, closed := rawHTTP(t, addr, fmt.Sprintf("INVENTED%d", i))
+		if !strings.HasPrefix(status, "401") || !closed {
+			t.Fatalf("request %d: %s, connection closed %v", i, status, closed)
+		}
+	}
+	_, after := a.do("GET", "/metrics", "")
+	if strings.Contains(after, "INVENTED") {
+		t.Fatal("an invented method became a metrics label")
+	}
+	if !strings.Contains(after, `signagent_requests_total{route="refused",status="401"} 300`) {
+		t.Fatalf("refused requests not counted under one label:\n%s", grepLines(after, "signagent_requests_total"))
+	}
+	if len(after) > len(before)+2048 {
+		t.Fatalf("/metrics grew from %d to %d bytes", len(before), len(after))
+	}
+	audit, _ := os.ReadFile(filepath.Join(dir, "audit.log"))
+	if n := strings.Count(string(audit), "unauthorized"); n > 50 {
+		t.Fatalf("%d audit lines for 300 refused requests: not rate-limited", n)
+	}
+	if n := strings.Count(a.stderr.String(), "caller refused"); n > 50 {
+		t.Fatalf("%d log lines for 300 refused requests: not rate-limited", n)
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestIdleConnectionsAreBounded: 10,000 idle TCP connections cost the agent
+// at most its TCP budget of descriptors, and a caller on the Unix socket is
+// still served at once. The test closes its connections and stops itself.
+func TestIdleConnectionsAreBounded(t *testing.T) {
+	a, addr, _ := tcpAgent(t)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	for fails := 0; len(conns) < 10000 && fails < 50 && time.Now().Before(deadline); {
+		c, err := net.DialTimeout("tcp", addr, 50*time.Millisecond)
+		if err != nil {
+			fails++ // the backlog is full: the kernel holds them, the agent is untouched
+			continue
+		}
+		fails = 0
+		conns = append(conns, c)
+	}
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", a.cmd.Process.Pid))
+	t.Logf("%d idle connections opened; the agent holds %d descriptors", len(conns), len(fds))
+	if len(fds) > 128+64 {
+		t.Fatalf("the agent holds %d descriptors with %d idle connections open", len(fds), len(conns))
+	}
+	start := time.Now()
+	if code, body := a.sign(); code != 200 {
+		t.Fatalf("a caller on the Unix socket: %d %s", code, body)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("a caller on the Unix socket waited %v", d)
+	}
+}
+
+// TestSocketTakeover: a second agent never removes a socket it did not
+// make: a live one, and a dead one of another user.
+func TestSocketTakeover(t *testing.T) {
+	tk := hsmtest.New(t)
+	dir := shortDir(t)
+	sock := filepath.Join(dir, "a.sock")
+	first := startServe(t, signagent(t, serveEnv(tk), "serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull), sock)
+	code, stderr, _ := runBinary(t, signagent(t, serveEnv(tk), "serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull))
+	if code == 0 || !strings.Contains(stderr, "another agent is already serving") {
+		t.Fatalf("second agent on a live socket: exit %d: %s", code, stderr)
+	}
+	if c, body := first.sign(); c != 200 {
+		t.Fatalf("the first agent lost its socket: %d %s", c, body)
+	}
+
+	if os.Getuid() != 0 {
+		return // a socket of another user needs root to make
+	}
+	dead := filepath.Join(dir, "dead.sock")
+	l, err := net.Listen("unix", dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	os.Lchown(dead, 65534, 65534)
+	code, stderr, _ = runBinary(t, signagent(t, serveEnv(tk), "serve", "--listen", "unix:"+dead, "--audit-log", os.DevNull))
+	if code == 0 || !strings.Contains(stderr, "dead socket of another user") {
+		t.Fatalf("a dead socket of another user: exit %d: %s", code, stderr)
+	}
+	if _, err := os.Lstat(dead); err != nil {
+		t.Fatalf("the other user's socket was removed: %v", err)
+	}
+}
+
+// TestWorldReadableSecrets: a bearer token file or TLS key that every user
+// may read is refused at start.
+func TestWorldReadableSecrets(t *testing.T) {
+	tk := hsmtest.New(t)
+	dir := shortDir(t)
+	bearer := filepath.Join(dir, "bearer")
+	os.WriteFile(bearer, []byte("0123456789abcdef0123456789abcdef\n"), 0o644)
+	os.Chmod(bearer, 0o644)
+	code, stderr, _ := runBinary(t, signagent(t, serveEnv(tk), "serve", "--listen", "unix:"+filepath.Join(dir, "a.sock"),
+		"--listen", "tcp:127.0.0.1:"+strconv.Itoa(freePort(t)), "--bearer-token-file", bearer))
+	if code != exitBadInput || !strings.Contains(stderr, "has mode 0644") {
+		t.Fatalf("world-readable bearer file: exit %d: %s", code, stderr)
+	}
+	_ = syscall.Getuid
+}
