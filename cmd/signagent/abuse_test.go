@@ -185,3 +185,86 @@ func TestWorldReadableSecrets(t *testing.T) {
 	}
 	_ = syscall.Getuid
 }
+
+// TestSignOutputs: --out at a FIFO, a symlink and a character device made
+// by the test, and /dev/stdout; a bad --out is refused before the token is
+// used and leaves no --text-out behind.
+func TestSignOutputs(t *testing.T) {
+	tk := hsmtest.New(t)
+	dir := t.TempDir()
+	env := []string{"SIGNAGENT_API_KEY=" + testAPIKey, "SIGNAGENT_PIN_FILE=" + tk.PINFile, "SIGNAGENT_TOKEN_LABEL=" + tk.Label,
+		"SIGNAGENT_KEY_LABEL=rsa", "SIGNAGENT_PKCS11_MODULE=" + tk.Module}
+	sign := func(args ...string) (int, string, string) {
+		cmd := signagent(t, env, append([]string{"sign", "--phone", "9161234567", "--format", "base64"}, args...)...)
+		var stdout strings.Builder
+		cmd.Stdout = &stdout
+		code, stderr, _ := runBinary(t, cmd)
+		return code, stdout.String(), stderr
+	}
+
+	t.Run("/dev/stdout", func(t *testing.T) {
+		code, stdout, stderr := sign("--out", "/dev/stdout")
+		if code != 0 || !strings.HasPrefix(stdout, "MII") {
+			t.Fatalf("exit %d, stdout %q: %s", code, stdout, stderr)
+		}
+		if st, err := os.Lstat("/dev/stdout"); err != nil || st.Mode()&os.ModeSymlink == 0 {
+			t.Fatalf("/dev/stdout is no longer the symlink it was: %v %v", st, err)
+		}
+	})
+	t.Run("a FIFO", func(t *testing.T) {
+		fifo := filepath.Join(dir, "fifo")
+		syscall.Mkfifo(fifo, 0o600)
+		got := make(chan string)
+		go func() { b, _ := os.ReadFile(fifo); got <- string(b) }()
+		time.Sleep(50 * time.Millisecond)
+		if code, _, stderr := sign("--out", fifo); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		if s := <-got; !strings.HasPrefix(s, "MII") {
+			t.Fatalf("the FIFO's reader got %q", s)
+		}
+		if st, _ := os.Lstat(fifo); st.Mode()&os.ModeNamedPipe == 0 {
+			t.Fatal("the FIFO was replaced")
+		}
+	})
+	t.Run("a symlink to a file", func(t *testing.T) {
+		target := filepath.Join(dir, "target")
+		os.WriteFile(target, nil, 0o600)
+		link := filepath.Join(dir, "link")
+		os.Symlink(target, link)
+		if code, _, stderr := sign("--out", link); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		if b, _ := os.ReadFile(target); !strings.HasPrefix(string(b), "MII") {
+			t.Fatalf("the target holds %q", b)
+		}
+		if st, _ := os.Lstat(link); st.Mode()&os.ModeSymlink == 0 {
+			t.Fatal("the symlink was replaced")
+		}
+	})
+	t.Run("a character device", func(t *testing.T) {
+		if os.Getuid() != 0 {
+			t.Skip("making a device node needs root; CI runs as root")
+		}
+		dev := filepath.Join(dir, "null")
+		if err := syscall.Mknod(dev, syscall.S_IFCHR|0o666, 1<<8|3); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, stderr := sign("--out", dev); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		if st, _ := os.Lstat(dev); st.Mode()&os.ModeCharDevice == 0 {
+			t.Fatal("the device node was replaced by a file")
+		}
+	})
+	t.Run("a bad --out leaves no --text-out", func(t *testing.T) {
+		textOut := filepath.Join(dir, "text")
+		code, _, stderr := sign("--text-out", textOut, "--out", dir)
+		if code != exitBadInput || !strings.Contains(stderr, "is a directory") {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		if _, err := os.Stat(textOut); err == nil {
+			t.Fatal("--text-out was written though --out was refused")
+		}
+	})
+}

@@ -7,15 +7,13 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/signer"
-	"github.com/signagent/signagent/softhsm"
 )
 
 func canonicalCommand(e *env) *cli.Command {
@@ -134,11 +132,16 @@ func signCommand(e *env) *cli.Command {
 			if format != "der" && format != "pem" && format != "base64" {
 				return usageErr(fmt.Errorf("--format %q: want der, pem or base64", format))
 			}
-			for _, name := range []string{"out", "text-out"} {
-				if out := c.String(name); out != "" {
-					if st, err := os.Stat(filepath.Dir(out)); err != nil || !st.IsDir() {
-						return usageErr(fmt.Errorf("--%s %s: the directory %s does not exist", name, out, filepath.Dir(out)))
+			// The outputs are checked before the token is touched, and
+			// written together at the end (both or neither).
+			var outs []*safefile.Out
+			for _, name := range []string{"text-out", "out"} {
+				if path := c.String(name); path != "" {
+					o, err := safefile.Check(path, 0o600)
+					if err != nil {
+						return usageErr(fmt.Errorf("--%s: %w", name, err))
 					}
+					outs = append(outs, o)
 				}
 			}
 			text, cred, stamp, err := buildText(c)
@@ -184,15 +187,19 @@ func signCommand(e *env) *cli.Command {
 			} else {
 				out = encodeSignature(der, format)
 			}
-			if f := c.String("text-out"); f != "" {
-				if err := softhsm.WriteFileAtomic(f, text, 0o600); err != nil {
-					return err
-				}
+			var data [][]byte
+			if c.String("text-out") != "" {
+				data = append(data, text)
 			}
-			if f := c.String("out"); f != "" {
-				return softhsm.WriteFileAtomic(f, out, 0o600)
+			if c.String("out") != "" {
+				data = append(data, out)
 			}
-			_, err = e.stdout.Write(out)
+			if err := safefile.WriteAll(outs, data); err != nil {
+				return err
+			}
+			if c.String("out") == "" {
+				_, err = e.stdout.Write(out)
+			}
 			return err
 		},
 	}
