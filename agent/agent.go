@@ -46,6 +46,12 @@ type Options struct {
 	MaxBody int64
 	// LegacySNILS accepts SNILS numbers whose check number fails the rule.
 	LegacySNILS bool
+	// ExposeCanonical returns the signed text (it holds the partner's API
+	// key) in /v1/signatures answers. Off by default: the agent exists so
+	// that callers do not hold the key.
+	ExposeCanonical bool
+	// Routes opens routes per caller class (see RouteRule).
+	Routes []RouteRule
 }
 
 // Agent serves the API.
@@ -58,6 +64,7 @@ type Agent struct {
 	key     atomic.Pointer[string]
 	// refusals rate-limits the log and audit lines of refused callers.
 	refusals *sampler
+	rules    atomic.Pointer[[]RouteRule]
 }
 
 // New returns an agent.
@@ -74,6 +81,7 @@ func New(o Options) *Agent {
 	a := &Agent{o: o, tm: o.Token, cache: newSessionCache(o.SessionTTL), metrics: newMetrics(o.Token), refusals: newSampler(10, time.Second)}
 	a.client.Store(o.Client)
 	a.key.Store(&o.APIKey)
+	a.SetRouteRules(o.Routes)
 	return a
 }
 
@@ -203,6 +211,11 @@ func (a *Agent) wrap(mux *http.ServeMux, auth Authenticator) http.Handler {
 			a.metrics.requests.WithLabelValues(route, fmt.Sprint(sw.status)).Inc()
 			a.metrics.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 		}()
+		if !a.routeAllowed(r, route) {
+			sw.Header().Set("Connection", "close")
+			writeError(sw, http.StatusForbidden, APIError{Code: CodeForbidden, Message: fmt.Sprintf("%s is not open to %s (route rules)", route, caller)})
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), a.o.RequestDeadline)
 		defer cancel()
 		ctx = context.WithValue(ctx, callerKey, caller)
@@ -287,8 +300,12 @@ func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
 		}
 		thumb := pkcs11.Thumbprint(cert)
 		entry.thumbprint = thumb
-		return &api.SignatureResponse{Signature: base64.StdEncoding.EncodeToString(der), Canonical: string(text),
-			Timestamp: canonical.FormatTimestamp(ts), CertificateThumbprint: thumb}, nil
+		resp := &api.SignatureResponse{Signature: base64.StdEncoding.EncodeToString(der),
+			Timestamp: canonical.FormatTimestamp(ts), CertificateThumbprint: thumb}
+		if a.o.ExposeCanonical {
+			resp.Canonical = string(text)
+		}
+		return resp, nil
 	}()
 	a.finish(w, r, entry, start, resp, err)
 }

@@ -42,7 +42,7 @@ func raw(t *testing.T, sock, method, path, body string, hdr ...string) (int, htt
 }
 
 func TestEndpoints(t *testing.T) {
-	h := start(t, options{})
+	h := start(t, options{expose: true})
 	ctx := context.Background()
 
 	t.Run("signatures", func(t *testing.T) {
@@ -542,3 +542,44 @@ func TestNoSecretsInLogs(t *testing.T) {
 var _ interface{ Temporary() bool } = (*agentclient.Error)(nil)
 
 func signReq() api.SignatureRequest { return api.SignatureRequest{Credential: phone} }
+
+// TestCanonicalHiddenByDefault: the signed text holds the partner's API
+// key; callers get it only when the operator says so.
+func TestCanonicalHiddenByDefault(t *testing.T) {
+	h := start(t, options{})
+	code, _, body := raw(t, h.sock, "POST", "/v1/signatures", `{"phone":"9161234567"}`)
+	if code != 200 || strings.Contains(body, "canonical") || strings.Contains(strings.ToLower(body), strings.ToLower(apiKey)) {
+		t.Fatalf("%d %s", code, body)
+	}
+}
+
+// TestRouteRules: routes closed per caller class answer 403; the others,
+// health and metrics stay open.
+func TestRouteRules(t *testing.T) {
+	only := func(s string) agent.RouteRule {
+		r, err := agent.ParseRouteRule(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	h := start(t, options{routes: []agent.RouteRule{only(fmt.Sprintf("uid:%d=sessions,links", os.Getuid()))}})
+	if code, _, body := raw(t, h.sock, "POST", "/v1/signatures", `{"phone":"9161234567"}`); code != 403 || !strings.Contains(body, "route rules") {
+		t.Fatalf("signatures closed to this uid: %d %s", code, body)
+	}
+	if code, _, _ := raw(t, h.sock, "GET", "/readyz", ""); code != 200 {
+		t.Fatalf("readyz: %d", code)
+	}
+	h.agent.SetRouteRules([]agent.RouteRule{only("unix=signatures")})
+	if code, _, body := raw(t, h.sock, "POST", "/v1/signatures", `{"phone":"9161234567"}`); code != 200 {
+		t.Fatalf("signatures open to unix callers: %d %s", code, body)
+	}
+	if code, _, _ := raw(t, h.sock, "POST", "/v1/links", `{"phone":"9161234567","serviceUserId":"x"}`); code != 403 {
+		t.Fatalf("links closed: %d", code)
+	}
+	for _, bad := range []string{"uid=signatures", "uid:x=signatures", "tcp=everything", "web:1=sessions", "tcp"} {
+		if _, err := agent.ParseRouteRule(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}

@@ -1,7 +1,12 @@
 package agent
 
 import (
+	"errors"
+	"fmt"
 	"io"
+	"os"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -51,4 +56,77 @@ func (a *Audit) write(e auditEntry) {
 		ev = ev.Bool("cached", *e.cached)
 	}
 	ev.Send()
+}
+
+// AuditFile is the audit log on disk: appended to, mode 0600, reopened on
+// SIGHUP so that it can be rotated (logrotate moves it, then signals).
+type AuditFile struct {
+	path string
+	mu   sync.Mutex
+	f    *os.File
+}
+
+// OpenAuditFile opens (creating, 0600) the audit log at path. A symlink is
+// not followed, and a file that is not regular, that another user owns, or
+// that every user may read or write is refused: the audit log says who
+// used the key.
+func OpenAuditFile(path string) (*AuditFile, error) {
+	f, err := openAudit(path)
+	if err != nil {
+		return nil, err
+	}
+	return &AuditFile{path: path, f: f}, nil
+}
+
+func openAudit(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("the audit log %s is a symlink; give the file itself", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("could not open the audit log: %w", err)
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("the audit log %s is not a regular file", path)
+	}
+	if err == nil && st.Mode().Perm()&0o007 != 0 {
+		err = fmt.Errorf("the audit log %s has mode %04o; run chmod o-rwx %s", path, st.Mode().Perm(), path)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); err == nil && ok && int(sys.Uid) != os.Geteuid() {
+		err = fmt.Errorf("the audit log %s belongs to uid %d, not to this user", path, sys.Uid)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// Write appends one line.
+func (a *AuditFile) Write(p []byte) (int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.f.Write(p)
+}
+
+// Reopen opens the path again (a rotated log starts anew) and closes the
+// old file. On an error the old file is kept.
+func (a *AuditFile) Reopen() error {
+	f, err := openAudit(a.path)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	old := a.f
+	a.f = f
+	a.mu.Unlock()
+	return old.Close()
+}
+
+// Close closes the file.
+func (a *AuditFile) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.f.Close()
 }

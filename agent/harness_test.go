@@ -48,6 +48,8 @@ type options struct {
 	noService bool
 	auth      agent.Authenticator
 	timeout   time.Duration // trusted client's request time-out
+	expose    bool          // ExposeCanonical
+	routes    []agent.RouteRule
 }
 
 func start(t testing.TB, o options) *harness {
@@ -92,7 +94,7 @@ func start(t testing.TB, o options) *harness {
 		}
 	}
 	h.agent = agent.New(agent.Options{Token: h.tm, Client: client, APIKey: apiKey, Log: log, Audit: agent.NewAudit(audit),
-		RequestDeadline: o.deadline})
+		RequestDeadline: o.deadline, ExposeCanonical: o.expose, Routes: o.routes})
 
 	dir, err := os.MkdirTemp("", "sa") // short: a socket path has ~100 bytes at most
 	if err != nil {

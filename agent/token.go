@@ -39,11 +39,26 @@ var ErrTokenNotReady = errors.New("the token is not ready")
 // TokenState is the token's state as /readyz reports it.
 type TokenState = api.TokenState
 
+// conn is one open token: the key, its CMS signer, and the signatures in
+// flight on it, so that a replaced connection is closed only once they are
+// done.
+type conn struct {
+	tok    Token
+	cms    *signer.CMS
+	flight sync.WaitGroup
+}
+
+// close waits for the signatures in flight, then closes the token. A
+// token's operations are bounded by its own deadline, so this ends.
+func (c *conn) close() {
+	c.flight.Wait()
+	c.tok.Close()
+}
+
 // TokenManager owns the token: it signs through a bounded queue, notices
 // when the token goes away, answers at once while it is out, and reconnects
 // with backoff until it is back.
 type TokenManager struct {
-	open    Opener
 	opts    signer.Options
 	log     zerolog.Logger
 	q       *queue
@@ -54,8 +69,9 @@ type TokenManager struct {
 	every   time.Duration // how often an idle token is checked
 
 	mu           sync.RWMutex
-	tok          Token
-	cms          *signer.CMS
+	open         Opener
+	id           string // what open opens (see Reopen)
+	cur          *conn  // nil while not ready
 	state        TokenState
 	reconnecting bool
 	closed       bool
@@ -64,7 +80,10 @@ type TokenManager struct {
 
 // TokenOptions configures a TokenManager.
 type TokenOptions struct {
-	Open          Opener
+	Open Opener
+	// ID names what Open opens (the selection); Reopen with the same ID
+	// while the token is ready changes nothing.
+	ID            string
 	Signature     signer.Options
 	Workers       int           // concurrent token operations (default 1)
 	Backlog       int           // requests that may wait (default 64)
@@ -102,7 +121,7 @@ func NewTokenManager(o TokenOptions) (*TokenManager, error) {
 	if o.CheckEvery == 0 {
 		o.CheckEvery = 2 * time.Second
 	}
-	m := &TokenManager{open: o.Open, opts: o.Signature, log: o.Log, q: newQueue(o.Workers, o.Backlog),
+	m := &TokenManager{open: o.Open, id: o.ID, opts: o.Signature, log: o.Log, q: newQueue(o.Workers, o.Backlog),
 		backoff: [2]time.Duration{o.BackoffFirst, o.BackoffMax}, delay: o.Delay, onSign: o.OnSign,
 		timeout: o.OpenTimeout, every: o.CheckEvery, stop: make(chan struct{})}
 	m.state = TokenState{Reason: "starting", Since: time.Now()}
@@ -133,44 +152,78 @@ func (m *TokenManager) watch() {
 			return
 		case <-t.C:
 		}
-		m.mu.RLock()
-		tok, cms := m.tok, m.cms
-		m.mu.RUnlock()
-		c, ok := tok.(checker)
-		if !ok || cms == nil {
+		c := m.lease()
+		if c == nil {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
-		err := c.Check(ctx)
-		cancel()
-		if err != nil && pkcs11.Recoverable(err) {
-			m.fail(cms, err)
+		if ch, ok := c.tok.(checker); ok {
+			ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
+			err := ch.Check(ctx)
+			cancel()
+			if err != nil && pkcs11.Recoverable(err) {
+				m.fail(c, err)
+			}
 		}
+		c.flight.Done()
 	}
 }
 
-func (m *TokenManager) connect() error {
+// lease returns the current connection with one more operation in flight
+// on it (the caller calls flight.Done), or nil while not ready.
+func (m *TokenManager) lease() *conn {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.cur == nil {
+		return nil
+	}
+	m.cur.flight.Add(1)
+	return m.cur
+}
+
+// openConn opens the token with open.
+func (m *TokenManager) openConn(open Opener) (*conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
 	defer cancel()
-	tok, err := m.open(ctx)
+	tok, err := open(ctx)
 	if _, ok := pkcs11.Code(err); ok {
 		err = pkcs11.Classify("open the token", err)
 	}
 	if err != nil {
+		return nil, err
+	}
+	return &conn{tok: tok, cms: &signer.CMS{Key: tok, Cert: tok.Certificate(), Options: m.opts}}, nil
+}
+
+// connect opens the token and makes it the current one.
+func (m *TokenManager) connect() error {
+	m.mu.RLock()
+	open := m.open
+	m.mu.RUnlock()
+	c, err := m.openConn(open)
+	if err != nil {
 		m.setState(TokenState{Reason: err.Error(), Since: time.Now(), PINRejected: isPINError(err)})
 		return err
 	}
+	return m.install(c)
+}
+
+// install makes c the current connection; the one it replaces is closed
+// once its signatures in flight are done.
+func (m *TokenManager) install(c *conn) error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		tok.Close()
+		c.tok.Close()
 		return errors.New("closed")
 	}
-	m.tok = tok
-	m.cms = &signer.CMS{Key: tok, Cert: tok.Certificate(), Options: m.opts}
-	m.state = TokenState{Ready: true, Since: time.Now(), Key: tok.Label(), Thumbprint: pkcs11.Thumbprint(tok.Certificate())}
+	old := m.cur
+	m.cur = c
+	m.state = TokenState{Ready: true, Since: time.Now(), Key: c.tok.Label(), Thumbprint: pkcs11.Thumbprint(c.tok.Certificate())}
 	m.mu.Unlock()
-	m.log.Info().Str("key", tok.Label()).Msg("token ready")
+	if old != nil {
+		go old.close()
+	}
+	m.log.Info().Str("key", c.tok.Label()).Msg("token ready")
 	return nil
 }
 
@@ -182,7 +235,8 @@ func canWaitFor(err error) bool {
 }
 
 func isPINError(err error) bool {
-	return errors.Is(err, pkcs11.ErrPINIncorrect) || errors.Is(err, pkcs11.ErrPINLocked) || errors.Is(err, pkcs11.ErrPINMissing)
+	return errors.Is(err, pkcs11.ErrPINIncorrect) || errors.Is(err, pkcs11.ErrPINLocked) ||
+		errors.Is(err, pkcs11.ErrPINMissing) || errors.Is(err, pkcs11.ErrPINFinalTry)
 }
 
 func (m *TokenManager) setState(s TokenState) {
@@ -202,10 +256,10 @@ func (m *TokenManager) State() TokenState {
 func (m *TokenManager) Certificate() *x509.Certificate {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	if m.cms == nil {
+	if m.cur == nil {
 		return nil
 	}
-	return m.cms.Cert
+	return m.cur.cms.Cert
 }
 
 // QueueDepth is the number of token operations waiting or running.
@@ -225,22 +279,25 @@ func (m *TokenManager) SignText(ctx context.Context, text []byte, ts time.Time) 
 // certificate of the key that made it (the token may be replaced at any
 // moment after).
 func (m *TokenManager) Sign(ctx context.Context, text []byte, ts time.Time) ([]byte, *x509.Certificate, error) {
-	m.mu.RLock()
-	ready, cms, reason := m.state.Ready, m.cms, m.state.Reason
-	m.mu.RUnlock()
-	if !ready {
-		return nil, nil, fmt.Errorf("%w: %s", ErrTokenNotReady, reason)
+	if !m.State().Ready {
+		return nil, nil, m.notReady() // at once: do not queue for a token that is out
 	}
+	var cert *x509.Certificate
 	sig, err := m.q.do(ctx, func(ctx context.Context) ([]byte, error) {
+		c := m.lease()
+		if c == nil {
+			return nil, m.notReady()
+		}
+		defer c.flight.Done()
 		start := time.Now()
 		if m.delay > 0 {
 			time.Sleep(m.delay) // a slow card holds the worker, as a real one does
 		}
-		// The worker signs without watching ctx: the queue already dropped
-		// the request if its deadline passed, and the caller stops waiting
-		// at its deadline whatever the token does (queue.do). Watching ctx
-		// here too would cost another goroutine hand-off per signature.
-		sig, err := cms.SignText(context.WithoutCancel(ctx), text, ts)
+		// The worker signs without watching the caller's ctx: the queue
+		// already dropped the request if its deadline passed, the caller
+		// stops waiting at its deadline whatever the token does
+		// (queue.do), and the token's own deadline bounds the operation.
+		sig, err := c.cms.SignText(context.WithoutCancel(ctx), text, ts)
 		if m.onSign != nil {
 			m.onSign(time.Since(start), err)
 		}
@@ -248,30 +305,36 @@ func (m *TokenManager) Sign(ctx context.Context, text []byte, ts time.Time) ([]b
 			err = pkcs11.Classify("sign", err) // a bare CKR_ value: say what it means
 		}
 		if err != nil && pkcs11.Recoverable(err) {
-			m.fail(cms, err)
+			m.fail(c, err)
 		}
+		cert = c.cms.Cert
 		return sig, err
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	return sig, cms.Cert, nil
+	return sig, cert, nil
 }
 
-// fail marks the token not ready after err from the token behind cms, and
-// starts reconnecting. Failures of an older connection are ignored.
-func (m *TokenManager) fail(cms *signer.CMS, err error) {
+func (m *TokenManager) notReady() error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return fmt.Errorf("%w: %s", ErrTokenNotReady, m.state.Reason)
+}
+
+// fail marks the token not ready after err from connection c, and starts
+// reconnecting. Failures of an older connection are ignored.
+func (m *TokenManager) fail(c *conn, err error) {
 	m.mu.Lock()
-	if m.cms != cms || !m.state.Ready {
+	if m.cur != c {
 		m.mu.Unlock()
 		return
 	}
-	tok := m.tok
-	m.tok, m.cms = nil, nil
+	m.cur = nil
 	m.state = TokenState{Reason: err.Error(), Since: time.Now()}
 	m.mu.Unlock()
 	m.log.Error().Err(err).Msg("lost the token; answering 503 until it is back")
-	go tok.Close() // may block on a dead device; do not hold up callers
+	go c.tok.Close() // the key is lost: its operations fail at once; do not hold up callers
 	m.startReconnect(err)
 }
 
@@ -302,6 +365,9 @@ func (m *TokenManager) reconnect() {
 			return
 		case <-time.After(wait):
 		}
+		if m.State().Ready {
+			return // a reload connected meanwhile
+		}
 		err := m.connect()
 		if err == nil {
 			m.log.Info().Int("attempts", attempt).Msg("the token is back")
@@ -318,28 +384,42 @@ func (m *TokenManager) reconnect() {
 	}
 }
 
-// Reopen closes the token and connects again (SIGHUP), so that a fixed PIN
-// or a new key selection takes effect.
-func (m *TokenManager) Reopen(open Opener) error {
+// Reopen applies a new token selection (SIGHUP). With the same id while the
+// token is ready it changes nothing. Otherwise the new selection is opened
+// first, while the current key keeps signing, then swapped in; the old key
+// is closed once its signatures in flight are done, so a reload never
+// fails a request nor answers 503 meanwhile. When the new selection cannot
+// be opened the current key stays (its error is returned); when the token
+// was not ready, the new selection is retried in the background if the
+// token may yet come.
+func (m *TokenManager) Reopen(open Opener, id string) error {
 	m.mu.Lock()
-	if open != nil {
-		m.open = open
-	}
-	tok := m.tok
-	m.tok, m.cms = nil, nil
-	m.state = TokenState{Reason: "reopening", Since: time.Now()}
+	same := id == m.id && m.cur != nil
 	m.mu.Unlock()
-	if tok != nil {
-		tok.Close()
+	if same {
+		return nil
 	}
-	err := m.connect()
-	if err != nil && canWaitFor(err) {
-		m.startReconnect(err)
+	c, err := m.openConn(open)
+	m.mu.Lock()
+	ready := m.cur != nil
+	if err == nil || !ready {
+		m.open, m.id = open, id // from now on, reconnects use the new selection
 	}
-	return err
+	m.mu.Unlock()
+	if err != nil {
+		if !ready {
+			m.setState(TokenState{Reason: err.Error(), Since: time.Now(), PINRejected: isPINError(err)})
+			if canWaitFor(err) {
+				m.startReconnect(err)
+			}
+		}
+		return err
+	}
+	return m.install(c)
 }
 
-// Close stops reconnecting, waits for nothing more, and closes the token.
+// Close stops reconnecting and closes the token. It does not wait for a
+// token operation that does not return.
 func (m *TokenManager) Close() error {
 	m.mu.Lock()
 	if m.closed {
@@ -348,13 +428,13 @@ func (m *TokenManager) Close() error {
 	}
 	m.closed = true
 	close(m.stop)
-	tok := m.tok
-	m.tok, m.cms = nil, nil
+	c := m.cur
+	m.cur = nil
 	m.state = TokenState{Reason: "shutting down", Since: time.Now()}
 	m.mu.Unlock()
 	m.q.close()
-	if tok != nil {
-		return tok.Close()
+	if c != nil {
+		return c.tok.Close()
 	}
 	return nil
 }

@@ -22,8 +22,8 @@ type SignatureRequest struct {
 
 // SignatureResponse is the answer of POST /v1/signatures.
 type SignatureResponse struct {
-	Signature             string `json:"signature"` // base64 of the DER of the detached CMS
-	Canonical             string `json:"canonical"` // the signed text (it holds the API key)
+	Signature             string `json:"signature"`           // base64 of the DER of the detached CMS
+	Canonical             string `json:"canonical,omitempty"` // the signed text (it holds the API key); only with --expose-canonical
 	Timestamp             string `json:"timestamp"`
 	CertificateThumbprint string `json:"certificateThumbprint"`
 }

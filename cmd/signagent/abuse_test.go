@@ -268,3 +268,84 @@ func TestSignOutputs(t *testing.T) {
 		}
 	})
 }
+
+// TestSIGHUPUnderLoad: SIGHUP every 30ms while four callers sign: every
+// answer is 200 (a reload that changes nothing changes nothing), and the
+// audit log, moved away as logrotate does, is reopened.
+func TestSIGHUPUnderLoad(t *testing.T) {
+	tk := hsmtest.New(t)
+	dir := shortDir(t)
+	sock := filepath.Join(dir, "a.sock")
+	auditLog := filepath.Join(dir, "audit.log")
+	a := startServe(t, signagent(t, serveEnv(tk), "serve", "--listen", "unix:"+sock, "--audit-log", auditLog), sock)
+	stop := make(chan struct{})
+	wait := load(a, 4, stop)
+	for range 100 {
+		a.cmd.Process.Signal(syscall.SIGHUP)
+		time.Sleep(30 * time.Millisecond)
+	}
+	close(stop)
+	counts := wait()
+	t.Logf("answers during 100 SIGHUPs: %v", counts)
+	if len(counts) != 1 || counts[200] == 0 {
+		t.Fatalf("answers other than 200 during reloads: %v\n%s", counts, a.stderr.String())
+	}
+	os.Rename(auditLog, auditLog+".1")
+	a.cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, 5*time.Second, "a new audit log after SIGHUP", func() bool {
+		a.sign()
+		b, err := os.ReadFile(auditLog)
+		return err == nil && strings.Contains(string(b), `"operation":"sign"`)
+	})
+}
+
+// TestAuditLogChecks: an audit log that is a symlink, or that every user
+// may read, is refused at start.
+func TestAuditLogChecks(t *testing.T) {
+	tk := hsmtest.New(t)
+	dir := shortDir(t)
+	target := filepath.Join(dir, "real.log")
+	os.WriteFile(target, nil, 0o600)
+	link := filepath.Join(dir, "link.log")
+	os.Symlink(target, link)
+	open := filepath.Join(dir, "open.log")
+	os.WriteFile(open, nil, 0o644)
+	os.Chmod(open, 0o644)
+	for file, want := range map[string]string{link: "is a symlink", open: "has mode 0644"} {
+		code, stderr, _ := runBinary(t, signagent(t, serveEnv(tk), "serve", "--listen", "unix:"+filepath.Join(dir, "a.sock"), "--audit-log", file))
+		if code != exitBadInput || !strings.Contains(stderr, want) {
+			t.Fatalf("--audit-log %s: exit %d: %s", file, code, stderr)
+		}
+	}
+}
+
+// TestReloadSwapsKeysUnderLoad: each SIGHUP switches the key (rsa, ec, ...)
+// while four callers sign: the new key is opened first and the old one
+// closed once its signatures are done, so every answer is 200.
+func TestReloadSwapsKeysUnderLoad(t *testing.T) {
+	tk := hsmtest.New(t)
+	dir := shortDir(t)
+	sock := filepath.Join(dir, "a.sock")
+	conf := filepath.Join(dir, "agent.yaml")
+	var env []string
+	for _, kv := range serveEnv(tk) {
+		if !strings.HasPrefix(kv, "SIGNAGENT_KEY_LABEL=") {
+			env = append(env, kv)
+		}
+	}
+	os.WriteFile(conf, []byte("key-label: rsa\n"), 0o600)
+	a := startServe(t, signagent(t, env, "serve", "--config", conf, "--listen", "unix:"+sock, "--audit-log", os.DevNull), sock)
+	stop := make(chan struct{})
+	wait := load(a, 4, stop)
+	for i := range 20 {
+		os.WriteFile(conf, []byte("key-label: "+[]string{"ec", "rsa"}[i%2]+"\n"), 0o600)
+		a.cmd.Process.Signal(syscall.SIGHUP)
+		time.Sleep(60 * time.Millisecond)
+	}
+	close(stop)
+	counts := wait()
+	t.Logf("answers during 20 key swaps: %v", counts)
+	if len(counts) != 1 || counts[200] == 0 {
+		t.Fatalf("answers other than 200 during key swaps: %v\n%s", counts, a.stderr.String())
+	}
+}

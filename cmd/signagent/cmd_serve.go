@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -56,6 +57,8 @@ func serveFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "request-deadline", Category: catAgent, Value: 30 * time.Second, EnvVars: []string{"SIGNAGENT_REQUEST_DEADLINE"}, Usage: "limit for one API request, waiting for the token included"},
 		&cli.IntFlag{Name: "max-body", Category: catAgent, Value: 64 << 10, EnvVars: []string{"SIGNAGENT_MAX_BODY"}, Usage: "largest request body in bytes"},
 		&cli.DurationFlag{Name: "shutdown-grace", Category: catAgent, Value: 10 * time.Second, EnvVars: []string{"SIGNAGENT_SHUTDOWN_GRACE"}, Usage: "on SIGTERM, time for requests in flight to finish"},
+		&cli.BoolFlag{Name: "expose-canonical", Category: catAgent, EnvVars: []string{"SIGNAGENT_EXPOSE_CANONICAL"}, Usage: "return the signed text (it holds the API key) in /v1/signatures answers"},
+		&cli.StringSliceFlag{Name: "routes", Category: catAgent, EnvVars: []string{"SIGNAGENT_ROUTES"}, Usage: "open routes per caller class, repeatable: `CLASS=ROUTES` with CLASS uid:N, gid:N, unix, tcp or default and ROUTES from signatures,sessions,links (default: all routes to every admitted caller)"},
 		&cli.StringFlag{Name: "audit-log", Category: catAgent, Value: "-", EnvVars: []string{"SIGNAGENT_AUDIT_LOG"}, Usage: "audit `FILE` (JSON lines, mode 0600, appended), or - for stderr"},
 	}, tokenFlags(), signFlags(), serviceFlags()[:5], []cli.Flag{
 		&cli.BoolFlag{Name: "legacy-snils", Category: catCredential, EnvVars: []string{"SIGNAGENT_LEGACY_SNILS"}, Usage: "accept SNILS numbers whose check number does not follow the rule"},
@@ -94,6 +97,9 @@ type agentConfig struct {
 	maxBody     int
 	grace       time.Duration
 	legacySNILS bool
+	// exposeCanonical returns the signed text (with the API key) to callers.
+	exposeCanonical bool
+	routes          []agent.RouteRule
 }
 
 // readAgentConfig reads the agent's settings from s (flags, environment and
@@ -133,6 +139,18 @@ func readAgentConfig(s *settings, e *env) (*agentConfig, error) {
 	er.check(err)
 	cfg.legacySNILS, err = s.Bool("legacy-snils")
 	er.check(err)
+	cfg.exposeCanonical, err = s.Bool("expose-canonical")
+	er.check(err)
+	routes, err := s.Strings("routes")
+	er.check(err)
+	for _, r := range routes {
+		rule, err := agent.ParseRouteRule(r)
+		if err != nil {
+			er.check(usageErr(err))
+			continue
+		}
+		cfg.routes = append(cfg.routes, rule)
+	}
 	if er.err != nil {
 		return nil, er.err
 	}
@@ -209,6 +227,12 @@ func lookupGroup(g string) (int, error) {
 }
 
 func serve(c *cli.Context, e *env) error {
+	// SIGHUP is caught from the start: its default action would kill an
+	// agent that is still starting. One that comes early is applied once
+	// serving begins.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	s, err := loadSettings(c, c.String("config"))
 	if err != nil {
 		return err
@@ -222,13 +246,15 @@ func serve(c *cli.Context, e *env) error {
 		return err
 	}
 	var audit io.Writer = e.stderr
-	if f := s.String("audit-log"); f != "-" && f != "" {
-		af, err := os.OpenFile(f, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-		if err != nil {
-			return fmt.Errorf("could not open the audit log: %w", err)
+	var auditFile *agent.AuditFile
+	if f := s.String("audit-log"); f == os.DevNull {
+		audit = io.Discard
+	} else if f != "-" && f != "" {
+		if auditFile, err = agent.OpenAuditFile(f); err != nil {
+			return usageErr(err)
 		}
-		defer af.Close()
-		audit = af
+		defer auditFile.Close()
+		audit = auditFile
 	}
 
 	// Listeners first, so that a bad address fails before the token is
@@ -342,6 +368,7 @@ func serve(c *cli.Context, e *env) error {
 		return err
 	}
 	tm, err := agent.NewTokenManager(agent.TokenOptions{
+		ID:          selectionID(cfg.sel),
 		OpenTimeout: cfg.sel.Timeout,
 		Open:        open(cfg.sel), Signature: cfg.sigOpts, Workers: cfg.workers, Backlog: cfg.queue, Delay: cfg.delay, Log: e.log,
 		OnSign: func(d time.Duration, err error) {
@@ -360,13 +387,11 @@ func serve(c *cli.Context, e *env) error {
 		return err
 	}
 	a = agent.New(agent.Options{Token: tm, Client: client, APIKey: cfg.apiKey, Log: e.log, Audit: agent.NewAudit(audit),
-		SessionTTL: cfg.sessionTTL, RequestDeadline: cfg.deadline, MaxBody: int64(cfg.maxBody), LegacySNILS: cfg.legacySNILS})
+		SessionTTL: cfg.sessionTTL, RequestDeadline: cfg.deadline, MaxBody: int64(cfg.maxBody), LegacySNILS: cfg.legacySNILS,
+		ExposeCanonical: cfg.exposeCanonical, Routes: cfg.routes})
 
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	go func() {
 		for {
 			select {
@@ -374,6 +399,11 @@ func serve(c *cli.Context, e *env) error {
 				return
 			case <-hup:
 				daemon.SdNotify(false, daemon.SdNotifyReloading)
+				if auditFile != nil {
+					if err := auditFile.Reopen(); err != nil {
+						e.log.Error().Err(err).Msg("could not reopen the audit log; still writing to the old one")
+					}
+				}
 				if err := reload(c, e, a, tm, peer, bearer, bearerFile, open); err != nil {
 					e.log.Error().Err(err).Msg("reload failed; keeping the running configuration")
 				} else {
@@ -408,6 +438,13 @@ func serviceClient(cfg *agentConfig, tm *agent.TokenManager) (*trusted.Client, e
 	return trusted.New(sc)
 }
 
+// selectionID names a token selection, so that a reload that does not
+// change it does not reopen the token.
+func selectionID(sel pkcs11.Selection) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%#v", sel)))
+	return hex.EncodeToString(sum[:])
+}
+
 // reload reads the configuration again and applies what can change while
 // running: caller allow-lists, the bearer token, the service address and API
 // key, the session lifetime, and the token selection (the token is reopened,
@@ -436,7 +473,8 @@ func reload(c *cli.Context, e *env, a *agent.Agent, tm *agent.TokenManager, peer
 	}
 	a.SetService(cfg.apiKey, client)
 	a.SetSessionTTL(cfg.sessionTTL)
-	if err := tm.Reopen(open(cfg.sel)); err != nil {
+	a.SetRouteRules(cfg.routes)
+	if err := tm.Reopen(open(cfg.sel), selectionID(cfg.sel)); err != nil {
 		e.log.Warn().Err(err).Msg("the token did not reopen")
 	}
 	return nil
