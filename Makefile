@@ -21,6 +21,7 @@ demo: deps build
 test: deps
 	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
+	@$(GO) mod tidy -diff >/dev/null || { echo "go mod tidy would change go.mod or go.sum: run go mod tidy"; exit 1; }
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 

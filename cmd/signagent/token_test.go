@@ -165,6 +165,17 @@ func TestPINInputs(t *testing.T) {
 			oneLine(t, stderr.String(), tc.want)
 		})
 	}
+	t.Run("--cert and --chain at /dev/zero", func(t *testing.T) {
+		t.Setenv("SIGNAGENT_API_KEY", testAPIKey)
+		for _, flag := range []string{"--cert", "--chain"} {
+			var stdout, stderr bytes.Buffer
+			code := run(append(base, "--pin-file", tk.PINFile, flag, "/dev/zero"), strings.NewReader(""), &stdout, &stderr)
+			if code != exitBadInput {
+				t.Fatalf("%s /dev/zero: exit %d: %s", flag, code, stderr.String())
+			}
+			oneLine(t, stderr.String(), "is a character device, not a regular file")
+		}
+	})
 	t.Run("a flag beats the environment", func(t *testing.T) {
 		t.Setenv("SIGNAGENT_API_KEY", testAPIKey)
 		t.Setenv("SIGNAGENT_PIN", "999999") // stale: would cost a try if it won
