@@ -206,33 +206,16 @@ func TestPINInputs(t *testing.T) {
 type agentProc struct {
 	cmd    *exec.Cmd
 	sock   string
-	stderr *syncBuffer
+	stderr *hsmtest.LogBuffer
 	done   chan struct{}
 	client *http.Client
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// startAgent starts serve with args on a socket in dir and waits until it
+// startServe starts serve with args on a socket in dir and waits until it
 // listens.
 func startServe(t *testing.T, cmd *exec.Cmd, sock string) *agentProc {
 	t.Helper()
-	a := &agentProc{cmd: cmd, sock: sock, stderr: &syncBuffer{}, done: make(chan struct{})}
+	a := &agentProc{cmd: cmd, sock: sock, stderr: &hsmtest.LogBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = a.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
