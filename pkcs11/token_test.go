@@ -126,7 +126,7 @@ func TestOpenErrorsOnEachKind(t *testing.T) {
 			{"wrong PIN", func(s *pkcs11.Selection) { s.PIN.File = wrongPIN }, pkcs11.ErrPINIncorrect, wrongPIN},
 			{"key label matches nothing", func(s *pkcs11.Selection) { s.KeyLabel = "absent" }, pkcs11.ErrKeyNotFound, `"rsa"`},
 			{"no key chosen among two", func(s *pkcs11.Selection) { s.KeyLabel = "" }, pkcs11.ErrKeyAmbiguous, "choose one"},
-			} {
+		} {
 			t.Run(tc.name, func(t *testing.T) {
 				sel := tk.Selection("rsa")
 				tc.edit(&sel)
