@@ -126,6 +126,7 @@ func TestOpenErrorsOnEachKind(t *testing.T) {
 			{"wrong PIN", func(s *pkcs11.Selection) { s.PIN.File = wrongPIN }, pkcs11.ErrPINIncorrect, wrongPIN},
 			{"key label matches nothing", func(s *pkcs11.Selection) { s.KeyLabel = "absent" }, pkcs11.ErrKeyNotFound, `"rsa"`},
 			{"no key chosen among two", func(s *pkcs11.Selection) { s.KeyLabel = "" }, pkcs11.ErrKeyAmbiguous, "choose one"},
+			{"certificate of another key", func(s *pkcs11.Selection) { s.KeyLabel = "ec"; s.CertFile = otherCert }, pkcs11.ErrCertMismatch, "another key"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				sel := tk.Selection("rsa")
@@ -151,12 +152,8 @@ func TestOpenErrors(t *testing.T) {
 		{Type: softhsm.P256, Label: "nocert", ID: []byte{0x13}, NoCert: true},
 	}})
 	dir := t.TempDir()
-	wrongPIN := filepath.Join(dir, "wrong-pin")
-	os.WriteFile(wrongPIN, []byte("000000\n"), 0o600)
 	notModule := filepath.Join(dir, "not-a-module.so")
 	os.WriteFile(notModule, []byte("hello"), 0o600)
-	otherCert := filepath.Join(dir, "other.pem")
-	os.WriteFile(otherCert, hsmtest.PEM(tk.RSA.Cert), 0o600)
 
 	for _, tc := range []struct {
 		name   string
@@ -170,7 +167,6 @@ func TestOpenErrors(t *testing.T) {
 		{"key label matches nothing", func(s *pkcs11.Selection) { s.KeyLabel = "absent" }, pkcs11.ErrKeyNotFound, `"rsa" (id 01)`},
 		{"key label matches two", func(s *pkcs11.Selection) { s.KeyLabel = "twin" }, pkcs11.ErrKeyAmbiguous, `"twin" (id 10), "twin" (id 11)`},
 		{"no key chosen among many", func(s *pkcs11.Selection) { s.KeyLabel = "" }, pkcs11.ErrKeyAmbiguous, "choose one"},
-		{"certificate of another key", func(s *pkcs11.Selection) { s.KeyLabel = "ec"; s.CertFile = otherCert }, pkcs11.ErrCertMismatch, "another key"},
 		{"no certificate", func(s *pkcs11.Selection) { s.KeyLabel = "nocert" }, pkcs11.ErrCertNotFound, "--cert"},
 		{"pin-value in URI", func(s *pkcs11.Selection) { s.URI = "pkcs11:token=x?pin-value=1234" }, pkcs11.ErrBadURI, "pin-value"},
 		{"URI contradicts flag", func(s *pkcs11.Selection) { s.URI = "pkcs11:object=ec" }, pkcs11.ErrBadSelection, "both"},
