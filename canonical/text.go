@@ -37,6 +37,11 @@ func ParseTimestamp(s string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%w: %q is not a real date and time", ErrInvalidTimestamp, s)
 	}
+	// Year 0 and 1 parse, but no such signature can be meant, and the
+	// zero time would pass for "not set" downstream (signingTime = now).
+	if t.Year() < 1970 {
+		return time.Time{}, fmt.Errorf("%w: %q is before 1970", ErrInvalidTimestamp, s)
+	}
 	return t, nil
 }
 
