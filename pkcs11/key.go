@@ -285,8 +285,14 @@ func (k *Key) newSession(ctx context.Context) (p11.SessionHandle, error) {
 	select {
 	case k.slots <- struct{}{}:
 	case <-ctx.Done():
-		return 0, timeoutErr(ctx.Err())
+		return 0, k.busy(ctx)
 	}
+	return k.openSession(ctx)
+}
+
+// openSession opens a session for a slot the caller took; the slot is
+// given back when the session cannot be opened.
+func (k *Key) openSession(ctx context.Context) (p11.SessionHandle, error) {
 	sh, err := call(ctx, k.mod, func(b Backend) (p11.SessionHandle, error) {
 		return b.OpenSession(k.token.Slot, p11.CKF_SERIAL_SESSION)
 	}, nil)
@@ -300,7 +306,7 @@ func (k *Key) newSession(ctx context.Context) (p11.SessionHandle, error) {
 // session returns an idle session, or a new one while fewer than
 // MaxSessions exist, or waits for one within ctx.
 func (k *Key) session(ctx context.Context) (p11.SessionHandle, error) {
-	select {
+	select { // an idle session first: select picks at random among ready cases
 	case sh := <-k.free:
 		return sh, nil
 	default:
@@ -309,11 +315,17 @@ func (k *Key) session(ctx context.Context) (p11.SessionHandle, error) {
 	case sh := <-k.free:
 		return sh, nil
 	case k.slots <- struct{}{}:
-		<-k.slots // newSession takes it again
-		return k.newSession(ctx)
+		return k.openSession(ctx)
 	case <-ctx.Done():
-		return 0, fmt.Errorf("could not get a session with token %q: %w", k.token.Label, timeoutErr(ctx.Err()))
+		return 0, k.busy(ctx)
 	}
+}
+
+// busy is the error for a deadline that passed while every session was in
+// use: a queue problem, not the token's (it is not ErrTokenTimeout, so the
+// key is not marked lost for it).
+func (k *Key) busy(ctx context.Context) error {
+	return fmt.Errorf("could not get a session with token %q: all %d are in use: %w", k.token.Label, cap(k.slots), ctx.Err())
 }
 
 // discard closes a session that will not be used again.
@@ -581,10 +593,10 @@ func (k *Key) do(ctx context.Context, what string, op func(Backend, p11.SessionH
 	}
 	sh, err := k.session(ctx)
 	if err != nil {
-		if errors.Is(err, ErrTokenTimeout) {
-			return nil, err // every session is busy: a queue problem, not a token failure
+		if Recoverable(err) { // the token would not open a session
+			return nil, k.markLost(err)
 		}
-		return nil, k.markLost(err)
+		return nil, err
 	}
 	abandoned := func() { k.discard(context.Background(), sh) }
 	run := func(h p11.ObjectHandle) ([]byte, error) {

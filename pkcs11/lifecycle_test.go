@@ -125,7 +125,7 @@ func TestStaleHandleIsLookedUpAgainOnce(t *testing.T) {
 
 func TestRefusedPINIsNotTriedAgain(t *testing.T) {
 	f := newFakeToken(t)
-	reg, sel, _ := fakeSetup(t, f, "0000")
+	_, sel, _ := fakeSetup(t, f, "0000")
 	for range 4 { // four reloads of an agent with a wrong PIN
 		if _, err := Open(context.Background(), sel, zerolog.Nop()); !errors.Is(err, ErrPINIncorrect) {
 			t.Fatalf("err = %v", err)
@@ -146,7 +146,6 @@ func TestRefusedPINIsNotTriedAgain(t *testing.T) {
 	if n := f.count("Login"); n != 2 {
 		t.Fatalf("%d logins; want 2", n)
 	}
-	_ = reg
 }
 
 func TestPINFlagsAreReadBeforeLogin(t *testing.T) {
@@ -271,14 +270,46 @@ func TestCertificateChoice(t *testing.T) {
 	})
 	t.Run("only another key's certificate", func(t *testing.T) {
 		f := newFakeToken(t)
-		other, _ := rsa.GenerateKey(rand.Reader, 2048)
 		f.certs = nil
-		c := f.addCert(t, "x", now.Add(-time.Hour), now.AddDate(1, 0, 0))
-		_ = c
-		f.key, other = other, f.key // the certificate was made for the old key
+		f.addCert(t, "x", now.Add(-time.Hour), now.AddDate(1, 0, 0))
+		other, _ := rsa.GenerateKey(rand.Reader, 2048)
+		f.key = other // the certificate stays the old key's
 		_, sel, _ := fakeSetup(t, f, "1234")
 		if _, err := Open(context.Background(), sel, zerolog.Nop()); !errors.Is(err, ErrCertMismatch) {
 			t.Fatalf("err = %v", err)
 		}
 	})
+}
+
+// TestBusySessionsAreNotATokenFailure: a deadline that passes while every
+// session is in use is the queue's problem: the key stays usable.
+func TestBusySessionsAreNotATokenFailure(t *testing.T) {
+	f := newFakeToken(t)
+	_, sel, _ := fakeSetup(t, f, "1234")
+	sel.MaxSessions = 2
+	k := openFake(t, sel)
+	release := make(chan struct{})
+	f.set(func(f *fakeToken) { f.hang["Sign"] = release })
+	done := make(chan error, 2)
+	for range 2 {
+		go func() { _, err := k.Sign(nil, digest, crypto.SHA256); done <- err }()
+	}
+	for f.count("Sign") < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := k.SignContext(ctx, digest, crypto.SHA256)
+	if err == nil || Recoverable(err) || !errors.Is(err, context.DeadlineExceeded) || k.Lost() != nil {
+		t.Fatalf("err = %v (recoverable %v), lost = %v", err, Recoverable(err), k.Lost())
+	}
+	close(release)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := k.Sign(nil, digest, crypto.SHA256); err != nil {
+		t.Fatalf("after the busy spell: %v", err)
+	}
 }

@@ -69,20 +69,6 @@ func ResolveModule(explicit, source string) (Module, error) {
 	return m, nil
 }
 
-// CheckModule reports whether path exists and loads as a PKCS#11 module (a
-// shared library exporting C_GetFunctionList). It does not initialize it.
-func CheckModule(path string) error {
-	if _, err := ResolveModule(path, "flag"); err != nil {
-		return err
-	}
-	b, err := loadLibrary(path)
-	if err != nil {
-		return notAModule(path)
-	}
-	b.Destroy()
-	return nil
-}
-
 func notAModule(path string) error {
 	return fmt.Errorf("%w: %s could not be loaded as a shared library with C_GetFunctionList", ErrNotAModule, path)
 }

@@ -107,6 +107,22 @@ func testSelection(t *testing.T, tk *hsmtest.Token) {
 	}
 }
 
+// requireOpenError opens the rsa key with the selection edited and requires
+// error want: one line naming inText, without the PIN.
+func requireOpenError(t *testing.T, tk *hsmtest.Token, edit func(*pkcs11.Selection), want error, inText string) {
+	t.Helper()
+	sel := tk.Selection("rsa")
+	edit(&sel)
+	k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
+	if err == nil {
+		k.Close()
+		t.Fatal("opened")
+	}
+	if msg := err.Error(); !errors.Is(err, want) || !strings.Contains(msg, inText) || strings.Contains(msg, "\n") || strings.Contains(msg, tk.PIN) {
+		t.Fatalf("err = %q, want %v: one line naming %q, without the PIN", msg, want, inText)
+	}
+}
+
 // TestOpenErrorsOnEachKind: the errors that make sense on any token, on
 // SoftHSM and on the TPM.
 func TestOpenErrorsOnEachKind(t *testing.T) {
@@ -128,18 +144,7 @@ func TestOpenErrorsOnEachKind(t *testing.T) {
 			{"no key chosen among two", func(s *pkcs11.Selection) { s.KeyLabel = "" }, pkcs11.ErrKeyAmbiguous, "choose one"},
 			{"certificate of another key", func(s *pkcs11.Selection) { s.KeyLabel = "ec"; s.CertFile = otherCert }, pkcs11.ErrCertMismatch, "another key"},
 		} {
-			t.Run(tc.name, func(t *testing.T) {
-				sel := tk.Selection("rsa")
-				tc.edit(&sel)
-				k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
-				if err == nil {
-					k.Close()
-					t.Fatal("opened")
-				}
-				if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.inText) || strings.Contains(err.Error(), tk.PIN) {
-					t.Fatalf("err = %v, want %v naming %q", err, tc.want, tc.inText)
-				}
-			})
+			t.Run(tc.name, func(t *testing.T) { requireOpenError(t, tk, tc.edit, tc.want, tc.inText) })
 		}
 	})
 }
@@ -171,22 +176,7 @@ func TestOpenErrors(t *testing.T) {
 		{"pin-value in URI", func(s *pkcs11.Selection) { s.URI = "pkcs11:token=x?pin-value=1234" }, pkcs11.ErrBadURI, "pin-value"},
 		{"URI contradicts flag", func(s *pkcs11.Selection) { s.URI = "pkcs11:object=ec" }, pkcs11.ErrBadSelection, "both"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			sel := tk.Selection("rsa")
-			tc.edit(&sel)
-			k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
-			if err == nil {
-				k.Close()
-				t.Fatal("opened")
-			}
-			if !errors.Is(err, tc.want) {
-				t.Fatalf("err = %v, want %v", err, tc.want)
-			}
-			msg := err.Error()
-			if !strings.Contains(msg, tc.inText) || strings.Contains(msg, "\n") || strings.Contains(msg, tk.PIN) {
-				t.Fatalf("message %q should be one line naming %q, without the PIN", msg, tc.inText)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { requireOpenError(t, tk, tc.edit, tc.want, tc.inText) })
 	}
 
 	t.Run("expired certificate signs with a warning", func(t *testing.T) {

@@ -183,7 +183,6 @@ func TestWorldReadableSecrets(t *testing.T) {
 	if code != exitBadInput || !strings.Contains(stderr, "has mode 0644") {
 		t.Fatalf("world-readable bearer file: exit %d: %s", code, stderr)
 	}
-	_ = syscall.Getuid
 }
 
 // TestSignOutputs: --out at a FIFO, a symlink and a character device made
@@ -285,11 +284,7 @@ func TestSIGHUPUnderLoad(t *testing.T) {
 		time.Sleep(30 * time.Millisecond)
 	}
 	close(stop)
-	counts := wait()
-	t.Logf("answers during 100 SIGHUPs: %v", counts)
-	if len(counts) != 1 || counts[200] == 0 {
-		t.Fatalf("answers other than 200 during reloads: %v\n%s", counts, a.stderr.String())
-	}
+	allOK(t, a, "100 SIGHUPs", wait())
 	os.Rename(auditLog, auditLog+".1")
 	a.cmd.Process.Signal(syscall.SIGHUP)
 	waitFor(t, 5*time.Second, "a new audit log after SIGHUP", func() bool {
@@ -343,9 +338,14 @@ func TestReloadSwapsKeysUnderLoad(t *testing.T) {
 		time.Sleep(60 * time.Millisecond)
 	}
 	close(stop)
-	counts := wait()
-	t.Logf("answers during 20 key swaps: %v", counts)
+	allOK(t, a, "20 key swaps", wait())
+}
+
+// allOK requires that every answer counted during what was 200.
+func allOK(t *testing.T, a *agentProc, what string, counts map[int]int) {
+	t.Helper()
+	t.Logf("answers during %s: %v", what, counts)
 	if len(counts) != 1 || counts[200] == 0 {
-		t.Fatalf("answers other than 200 during key swaps: %v\n%s", counts, a.stderr.String())
+		t.Fatalf("answers other than 200 during %s: %v\n%s", what, counts, a.stderr.String())
 	}
 }

@@ -190,7 +190,7 @@ func readAgentConfig(s *settings, e *env) (*agentConfig, error) {
 // (mode 0600) when it does not exist.
 func bearerToken(path string, e *env) (string, error) {
 	b, err := pkcs11.ReadSecretFile(path, 4096)
-	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOENT) {
+	if errors.Is(err, os.ErrNotExist) {
 		raw := make([]byte, 32)
 		if _, err := rand.Read(raw); err != nil {
 			return "", err
