@@ -65,6 +65,7 @@ type Agent struct {
 	// refusals rate-limits the log and audit lines of refused callers.
 	refusals *sampler
 	rules    atomic.Pointer[[]RouteRule]
+	expose   atomic.Bool
 }
 
 // New returns an agent.
@@ -82,8 +83,13 @@ func New(o Options) *Agent {
 	a.client.Store(o.Client)
 	a.key.Store(&o.APIKey)
 	a.SetRouteRules(o.Routes)
+	a.expose.Store(o.ExposeCanonical)
 	return a
 }
+
+// SetExposeCanonical turns the signed text in /v1/signatures answers on or
+// off (configuration reload).
+func (a *Agent) SetExposeCanonical(on bool) { a.expose.Store(on) }
 
 // SetService replaces the API key and the trusted client (configuration
 // reload).
@@ -302,7 +308,7 @@ func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
 		entry.thumbprint = thumb
 		resp := &api.SignatureResponse{Signature: base64.StdEncoding.EncodeToString(der),
 			Timestamp: canonical.FormatTimestamp(ts), CertificateThumbprint: thumb}
-		if a.o.ExposeCanonical {
+		if a.expose.Load() {
 			resp.Canonical = string(text)
 		}
 		return resp, nil

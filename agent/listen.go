@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -205,8 +206,33 @@ func (*unixListener) capped()  {}
 // accepting, lets requests in flight finish within grace, and removes the
 // Unix sockets it created.
 func (a *Agent) Serve(ctx context.Context, ls []Listener, grace time.Duration) error {
-	var servers []*http.Server
-	errs := make(chan error, len(ls))
+	set := a.startServers(ls)
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-set.errs:
+	}
+	shut, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	set.shutdown(shut, a.o.Log)
+	for _, l := range ls {
+		if u, ok := l.Listener.(*unixListener); ok && l.Path != "" {
+			u.removeSocket()
+		}
+	}
+	return serveErr
+}
+
+// serverSet is one HTTP server per listener.
+type serverSet struct {
+	servers []*http.Server
+	errs    chan error
+}
+
+// startServers serves the API on every listener, each capped in its
+// connections.
+func (a *Agent) startServers(ls []Listener) *serverSet {
+	set := &serverSet{errs: make(chan error, len(ls))}
 	for _, l := range ls {
 		if _, ok := l.Listener.(capped); !ok { // handed over by systemd
 			max := DefaultMaxConnsUnix
@@ -229,38 +255,35 @@ func (a *Agent) Serve(ctx context.Context, ls []Listener, grace time.Duration) e
 			// connection) go to the diagnostic log, not bare to stderr.
 			ErrorLog: stdlog.New(a.o.Log.With().Str("component", "http").Logger().Level(zerolog.WarnLevel), "", 0),
 		}
-		servers = append(servers, srv)
+		set.servers = append(set.servers, srv)
 		go func(l Listener) {
 			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errs <- fmt.Errorf("serving on %s: %w", l.Addr(), err)
+				set.errs <- fmt.Errorf("serving on %s: %w", l.Addr(), err)
 			}
 		}(l)
 	}
-	var serveErr error
-	select {
-	case <-ctx.Done():
-	case serveErr = <-errs:
-	}
-	shut, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
+	return set
+}
+
+// shutdown stops accepting and waits for requests in flight until ctx is
+// done, then cuts the rest off.
+func (set *serverSet) shutdown(ctx context.Context, log zerolog.Logger) {
 	var wg sync.WaitGroup
-	for _, srv := range servers {
+	var cut atomic.Bool
+	for _, srv := range set.servers {
 		wg.Add(1)
 		go func(srv *http.Server) {
 			defer wg.Done()
-			if err := srv.Shutdown(shut); err != nil {
-				a.o.Log.Warn().Err(err).Msg("requests still running at the end of the grace period were cut off")
+			if err := srv.Shutdown(ctx); err != nil {
+				cut.Store(true)
 				srv.Close()
 			}
 		}(srv)
 	}
 	wg.Wait()
-	for _, l := range ls {
-		if u, ok := l.Listener.(*unixListener); ok && l.Path != "" {
-			u.removeSocket()
-		}
+	if cut.Load() {
+		log.Warn().Msg("requests still running at the end of the grace period were cut off")
 	}
-	return serveErr
 }
 
 // ParseListen splits a --listen value: unix:PATH or tcp:HOST:PORT.

@@ -2,18 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/signal"
-	"os/user"
-	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -22,27 +15,16 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/agent"
-	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/signer"
-	"github.com/signagent/signagent/softhsm"
 	"github.com/signagent/signagent/trusted"
 )
 
 const catAgent = "Agent"
 
-// defaultSocket is $XDG_RUNTIME_DIR/signagent/agent.sock for a user, and
-// /run/signagent/agent.sock for root or a system service.
-func defaultSocket() string {
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && os.Getuid() != 0 {
-		return filepath.Join(d, "signagent", "agent.sock")
-	}
-	return "/run/signagent/agent.sock"
-}
-
 func serveFlags() []cli.Flag {
 	return concat([]cli.Flag{
 		&cli.StringFlag{Name: "config", Category: catAgent, EnvVars: []string{"SIGNAGENT_CONFIG"}, Usage: "YAML `FILE` of settings, keyed by flag name; reloaded on SIGHUP"},
-		&cli.StringSliceFlag{Name: "listen", Category: catAgent, EnvVars: []string{"SIGNAGENT_LISTEN"}, Usage: "unix:PATH or tcp:HOST:PORT, repeatable (default unix:" + defaultSocket() + ")"},
+		&cli.StringSliceFlag{Name: "listen", Category: catAgent, EnvVars: []string{"SIGNAGENT_LISTEN"}, Usage: "unix:PATH or tcp:HOST:PORT, repeatable (default unix:" + agent.DefaultSocket() + ")"},
 		&cli.StringFlag{Name: "socket-group", Category: catAgent, EnvVars: []string{"SIGNAGENT_SOCKET_GROUP"}, Usage: "`GROUP` (name or gid) owning the socket, made mode 0660 instead of 0600"},
 		&cli.StringSliceFlag{Name: "allow-uid", Category: catAgent, EnvVars: []string{"SIGNAGENT_ALLOW_UID"}, Usage: "only these `UID`s may call over the Unix socket (SO_PEERCRED), repeatable"},
 		&cli.StringSliceFlag{Name: "allow-gid", Category: catAgent, EnvVars: []string{"SIGNAGENT_ALLOW_GID"}, Usage: "only callers with these primary `GID`s, repeatable"},
@@ -81,149 +63,125 @@ func serveCommand(e *env) *cli.Command {
 	}
 }
 
-// agentConfig is what serve reads from its settings; reload reads it again.
-type agentConfig struct {
-	sel         pkcs11.Selection
-	sigOpts     signer.Options
-	apiKey      string
-	service     *trusted.Config // nil without --base-url; Signer is set by serve
-	allowUIDs   []int
-	allowGIDs   []int
-	sessionTTL  time.Duration
-	workers     int
-	queue       int
-	delay       time.Duration
-	deadline    time.Duration
-	maxBody     int
-	grace       time.Duration
-	legacySNILS bool
-	// exposeCanonical returns the signed text (with the API key) to callers.
-	exposeCanonical bool
-	routes          []agent.RouteRule
-}
-
 // readAgentConfig reads the agent's settings from s (flags, environment and
 // the configuration file, already loaded).
-func readAgentConfig(s *settings, e *env) (*agentConfig, error) {
+func readAgentConfig(s *settings, e *env) (agent.Config, error) {
 	var err error
 	var er errs
-	cfg := &agentConfig{}
-	cfg.sel, err = selectionFrom(s, false)
+	cfg := agent.Config{Log: e.log, Stderr: e.stderr, Probe: probe,
+		SocketGroup: s.String("socket-group"), BearerTokenFile: s.String("bearer-token-file"), AuditLog: s.String("audit-log"),
+		TLS: agent.TLSFiles{Cert: s.String("tls-cert"), Key: s.String("tls-key"), ClientCA: s.String("tls-client-ca")}}
+	cfg.Listen, err = s.Strings("listen")
 	er.check(err)
-	h, err := signer.HashFromName(s.String("hash"))
+	cfg.Token, err = selectionFrom(s, false)
 	er.check(err)
-	noAttrs, err := s.Bool("no-signed-attributes")
+	cfg.Signature, err = signatureOptions(s)
 	er.check(err)
-	cfg.sigOpts = signer.Options{Hash: h, NoSignedAttributes: noAttrs}
-	if f := s.String("chain"); f != "" {
-		cfg.sigOpts.Chain, err = readCerts(f)
-		er.check(err)
+	cfg.AllowUIDs, err = s.Ints("allow-uid")
+	er.check(err)
+	cfg.AllowGIDs, err = s.Ints("allow-gid")
+	er.check(err)
+	cfg.SessionTTL, err = s.Duration("session-ttl")
+	er.check(err)
+	cfg.TokenConcurrency, err = s.Int("token-concurrency")
+	er.check(err)
+	cfg.QueueSize, err = s.Int("queue-size")
+	er.check(err)
+	cfg.TokenDelay, err = s.Duration("token-delay")
+	er.check(err)
+	cfg.RequestDeadline, err = s.Duration("request-deadline")
+	er.check(err)
+	maxBody, err := s.Int("max-body")
+	er.check(err)
+	cfg.MaxBody = int64(maxBody)
+	cfg.ShutdownGrace, err = s.Duration("shutdown-grace")
+	er.check(err)
+	cfg.LegacySNILS, err = s.Bool("legacy-snils")
+	er.check(err)
+	cfg.ExposeCanonical, err = s.Bool("expose-canonical")
+	er.check(err)
+	cfg.Routes, err = routeRules(s)
+	er.check(err)
+	if er.err != nil {
+		return cfg, er.err
 	}
-	cfg.allowUIDs, err = s.Ints("allow-uid")
-	er.check(err)
-	cfg.allowGIDs, err = s.Ints("allow-gid")
-	er.check(err)
-	cfg.sessionTTL, err = s.Duration("session-ttl")
-	er.check(err)
-	cfg.workers, err = s.Int("token-concurrency")
-	er.check(err)
-	cfg.queue, err = s.Int("queue-size")
-	er.check(err)
-	cfg.delay, err = s.Duration("token-delay")
-	er.check(err)
-	cfg.deadline, err = s.Duration("request-deadline")
-	er.check(err)
-	cfg.maxBody, err = s.Int("max-body")
-	er.check(err)
-	cfg.grace, err = s.Duration("shutdown-grace")
-	er.check(err)
-	cfg.legacySNILS, err = s.Bool("legacy-snils")
-	er.check(err)
-	cfg.exposeCanonical, err = s.Bool("expose-canonical")
-	er.check(err)
+	// The API key: needed for signatures and sessions alike.
+	if cfg.APIKey, err = apiKeyFrom(s); err != nil {
+		return cfg, err
+	}
+	cfg.Service, err = serviceConfig(s, e, cfg.APIKey)
+	return cfg, err
+}
+
+func signatureOptions(s *settings) (signer.Options, error) {
+	h, err := signer.HashFromName(s.String("hash"))
+	if err != nil {
+		return signer.Options{}, err
+	}
+	noAttrs, err := s.Bool("no-signed-attributes")
+	if err != nil {
+		return signer.Options{}, err
+	}
+	o := signer.Options{Hash: h, NoSignedAttributes: noAttrs}
+	if f := s.String("chain"); f != "" {
+		o.Chain, err = readCerts(f)
+	}
+	return o, err
+}
+
+func routeRules(s *settings) ([]agent.RouteRule, error) {
 	routes, err := s.Strings("routes")
-	er.check(err)
+	if err != nil {
+		return nil, err
+	}
+	var out []agent.RouteRule
 	for _, r := range routes {
 		rule, err := agent.ParseRouteRule(r)
 		if err != nil {
-			er.check(usageErr(err))
-			continue
+			return nil, usageErr(err)
 		}
-		cfg.routes = append(cfg.routes, rule)
+		out = append(out, rule)
 	}
-	if er.err != nil {
-		return nil, er.err
-	}
-	if cfg.workers < 1 || cfg.queue < 1 || cfg.maxBody < 1 || cfg.deadline <= 0 || cfg.sessionTTL <= 0 {
-		return nil, usageErr(errors.New("token-concurrency, queue-size, max-body, request-deadline and session-ttl must be positive"))
-	}
-	// The API key: needed for signatures and sessions alike.
-	if cfg.apiKey, err = apiKeyFrom(s); err != nil {
-		return nil, err
-	}
-	if base := s.String("base-url"); base != "" {
-		insecure, err := s.Bool("insecure-http")
-		if err != nil {
-			return nil, err
-		}
-		timeout, err := s.Duration("request-timeout")
-		if err != nil {
-			return nil, err
-		}
-		attempts, err := s.Int("attempts")
-		if err != nil {
-			return nil, err
-		}
-		cfg.service = &trusted.Config{BaseURL: base, AllowInsecureHTTP: insecure, APIKey: cfg.apiKey,
-			Timeout: timeout, Attempts: attempts, UserAgent: "signagent/" + version, Log: e.log}
-		// Check the address now, so that a bad one fails at start-up.
-		if _, err := trusted.New(*cfg.service); err != nil {
-			return nil, err
-		}
-	} else {
-		e.log.Warn().Msg("no --base-url: /v1/sessions and /v1/links answer 503 until one is configured")
-	}
-	return cfg, nil
+	return out, nil
 }
 
-// bearerToken reads the bearer token file, creating it with a random token
-// (mode 0600) when it does not exist.
-func bearerToken(path string, e *env) (string, error) {
-	b, err := pkcs11.ReadSecretFile(path, 4096)
-	if errors.Is(err, os.ErrNotExist) {
-		raw := make([]byte, 32)
-		if _, err := rand.Read(raw); err != nil {
-			return "", err
-		}
-		tok := hex.EncodeToString(raw)
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return "", err
-		}
-		if err := softhsm.WriteFileAtomic(path, []byte(tok+"\n"), 0o600); err != nil {
-			return "", err
-		}
-		e.log.Info().Str("file", path).Msg("created a bearer token for TCP callers")
-		return tok, nil
+// serviceConfig is the trusted service's settings; nil without --base-url.
+func serviceConfig(s *settings, e *env, apiKey string) (*trusted.Config, error) {
+	base := s.String("base-url")
+	if base == "" {
+		return nil, nil
 	}
-	if err != nil {
-		return "", usageErr(fmt.Errorf("the bearer token file: %w", err))
-	}
-	tok := string(trimSpace(b))
-	if len(tok) < 16 {
-		return "", usageErr(fmt.Errorf("the bearer token in %s is shorter than 16 characters", path))
-	}
-	return tok, nil
+	var er errs
+	insecure, err := s.Bool("insecure-http")
+	er.check(err)
+	timeout, err := s.Duration("request-timeout")
+	er.check(err)
+	attempts, err := s.Int("attempts")
+	er.check(err)
+	return &trusted.Config{BaseURL: base, AllowInsecureHTTP: insecure, APIKey: apiKey,
+		Timeout: timeout, Attempts: attempts, UserAgent: "signagent/" + version, Log: e.log}, er.err
 }
 
-func lookupGroup(g string) (int, error) {
-	if n, err := strconv.Atoi(g); err == nil {
-		return n, nil
-	}
-	gr, err := user.LookupGroup(g)
+// agentSettings loads the settings and the logger they name, and reads the
+// agent's configuration from them.
+func agentSettings(c *cli.Context, e *env) (agent.Config, error) {
+	s, err := loadSettings(c, c.String("config"))
 	if err != nil {
-		return 0, usageErr(fmt.Errorf("--socket-group %q: %w", g, err))
+		return agent.Config{}, err
 	}
-	return strconv.Atoi(gr.Gid)
+	// The log settings may come from the file: apply them before anything logs.
+	if e.log, err = newLogger(e.stderr, s.String("log-level"), s.String("log-format")); err != nil {
+		return agent.Config{}, err
+	}
+	return readAgentConfig(s, e)
+}
+
+// agentErr gives configuration errors the bad-input exit status.
+func agentErr(err error) error {
+	if errors.Is(err, agent.ErrConfig) {
+		return usageErr(err)
+	}
+	return err
 }
 
 func serve(c *cli.Context, e *env) error {
@@ -233,249 +191,51 @@ func serve(c *cli.Context, e *env) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	s, err := loadSettings(c, c.String("config"))
+	cfg, err := agentSettings(c, e)
 	if err != nil {
 		return err
 	}
-	// The log settings may come from the file: apply them before anything logs.
-	if e.log, err = newLogger(e.stderr, s.String("log-level"), s.String("log-format")); err != nil {
-		return err
-	}
-	cfg, err := readAgentConfig(s, e)
-	if err != nil {
-		return err
-	}
-	var audit io.Writer = e.stderr
-	var auditFile *agent.AuditFile
-	if f := s.String("audit-log"); f == os.DevNull {
-		audit = io.Discard
-	} else if f != "-" && f != "" {
-		if auditFile, err = agent.OpenAuditFile(f); err != nil {
-			return usageErr(err)
-		}
-		defer auditFile.Close()
-		audit = auditFile
-	}
-
-	// Listeners first, so that a bad address fails before the token is
-	// touched; then the token; then serving.
-	peer := agent.NewPeerAuth(cfg.allowUIDs, cfg.allowGIDs)
-	var bearer *agent.BearerAuth
-	tlsCfg, err := agent.TLSFiles{Cert: s.String("tls-cert"), Key: s.String("tls-key"), ClientCA: s.String("tls-client-ca")}.Config()
-	if err != nil {
-		return usageErr(err)
-	}
-	var listeners []agent.Listener
-	closeAll := func() {
-		for _, l := range listeners {
-			l.Close()
-			if l.Path != "" {
-				os.Remove(l.Path)
-			}
-		}
-	}
-	specs, err := s.Strings("listen")
-	if err != nil {
-		return err
-	}
-	activated, err := activation.Listeners()
-	if err != nil {
+	if cfg.Inherited, err = activation.Listeners(); err != nil {
 		return fmt.Errorf("could not take the sockets systemd passed: %w", err)
 	}
-	if len(specs) == 0 && len(activated) == 0 {
-		specs = []string{"unix:" + defaultSocket()}
-	}
-	bearerFile := s.String("bearer-token-file")
-	needBearer := func() (*agent.BearerAuth, error) {
-		if bearer != nil {
-			return bearer, nil
-		}
-		if bearerFile == "" {
-			bearerFile = filepath.Join(filepath.Dir(defaultSocket()), "bearer-token")
-		}
-		tok, err := bearerToken(bearerFile, e)
-		if err != nil {
-			return nil, err
-		}
-		bearer = agent.NewBearerAuth(tok)
-		return bearer, nil
-	}
-	for _, l := range activated {
-		if l == nil {
-			continue
-		}
-		if _, ok := l.(*net.UnixListener); ok {
-			listeners = append(listeners, agent.Listener{Listener: l, Auth: peer})
-			continue
-		}
-		b, err := needBearer()
-		if err != nil {
-			closeAll()
-			return err
-		}
-		listeners = append(listeners, agent.Listener{Listener: l, Auth: b})
-	}
-	for _, spec := range specs {
-		network, addr, err := agent.ParseListen(spec)
-		if err != nil {
-			closeAll()
-			return usageErr(err)
-		}
-		switch network {
-		case "unix":
-			us := agent.UnixSocket{Path: addr}
-			if g := s.String("socket-group"); g != "" {
-				if us.Group, err = lookupGroup(g); err != nil {
-					closeAll()
-					return err
-				}
-				us.HasGroup = true
-			}
-			l, err := agent.ListenUnix(us)
-			if err != nil {
-				closeAll()
-				return err
-			}
-			listeners = append(listeners, agent.Listener{Listener: l, Auth: peer, Path: addr})
-		case "tcp":
-			l, err := agent.ListenTCP(addr, tlsCfg)
-			if err != nil {
-				closeAll()
-				if errors.Is(err, agent.ErrInsecureListen) {
-					return usageErr(err)
-				}
-				return err
-			}
-			listeners = append(listeners, agent.Listener{Listener: l})
-			b, err := needBearer()
-			if err != nil {
-				closeAll()
-				return err
-			}
-			listeners[len(listeners)-1].Auth = b
-		}
-	}
-
-	var a *agent.Agent
-	open := func(sel pkcs11.Selection) agent.Opener {
-		return func(ctx context.Context) (agent.Token, error) { return pkcs11.Open(ctx, sel, e.log) }
-	}
-	probeCtx, cancelProbe := context.WithTimeout(c.Context, cfg.sel.Timeout)
-	err = probe(probeCtx, cfg.sel)
-	cancelProbe()
-	if err != nil {
-		closeAll()
-		return err
-	}
-	tm, err := agent.NewTokenManager(agent.TokenOptions{
-		ID:          selectionID(cfg.sel),
-		OpenTimeout: cfg.sel.Timeout,
-		Open:        open(cfg.sel), Signature: cfg.sigOpts, Workers: cfg.workers, Backlog: cfg.queue, Delay: cfg.delay, Log: e.log,
-		OnSign: func(d time.Duration, err error) {
-			if a != nil {
-				a.ObserveSign(d, err)
-			}
-		},
-	})
-	if err != nil {
-		closeAll()
-		return err
-	}
-	defer tm.Close()
-	client, err := serviceClient(cfg, tm)
-	if err != nil {
-		return err
-	}
-	a = agent.New(agent.Options{Token: tm, Client: client, APIKey: cfg.apiKey, Log: e.log, Audit: agent.NewAudit(audit),
-		SessionTTL: cfg.sessionTTL, RequestDeadline: cfg.deadline, MaxBody: int64(cfg.maxBody), LegacySNILS: cfg.legacySNILS,
-		ExposeCanonical: cfg.exposeCanonical, Routes: cfg.routes})
-
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				daemon.SdNotify(false, daemon.SdNotifyReloading)
-				if auditFile != nil {
-					if err := auditFile.Reopen(); err != nil {
-						e.log.Error().Err(err).Msg("could not reopen the audit log; still writing to the old one")
-					}
-				}
-				if err := reload(c, e, a, tm, peer, bearer, bearerFile, open); err != nil {
-					e.log.Error().Err(err).Msg("reload failed; keeping the running configuration")
-				} else {
-					e.log.Info().Msg("configuration reloaded")
-				}
-				daemon.SdNotify(false, daemon.SdNotifyReady)
-			}
-		}
-	}()
-
-	addrs := make([]string, len(listeners))
-	for i, l := range listeners {
-		addrs[i] = l.Addr().Network() + ":" + l.Addr().String()
+	d, err := agent.Start(ctx, cfg)
+	if err != nil {
+		return agentErr(err)
 	}
-	st := tm.State()
-	e.log.Info().Strs("listen", addrs).Bool("tokenReady", st.Ready).Msg("agent serving")
+	e.log.Info().Strs("listen", d.Addrs()).Bool("tokenReady", d.Ready()).Msg("agent serving")
 	daemon.SdNotify(false, daemon.SdNotifyReady)
-	err = a.Serve(ctx, listeners, cfg.grace)
-	daemon.SdNotify(false, daemon.SdNotifyStopping)
-	e.log.Info().Msg("agent stopped")
-	return err
-}
-
-// serviceClient is the trusted client the agent runs sessions and links
-// with, signing through the token manager's queue; nil without a base URL.
-func serviceClient(cfg *agentConfig, tm *agent.TokenManager) (*trusted.Client, error) {
-	if cfg.service == nil {
-		return nil, nil
-	}
-	sc := *cfg.service
-	sc.Signer = tm
-	return trusted.New(sc)
-}
-
-// selectionID names a token selection, so that a reload that does not
-// change it does not reopen the token.
-func selectionID(sel pkcs11.Selection) string {
-	sum := sha256.Sum256([]byte(fmt.Sprintf("%#v", sel)))
-	return hex.EncodeToString(sum[:])
-}
-
-// reload reads the configuration again and applies what can change while
-// running: caller allow-lists, the bearer token, the service address and API
-// key, the session lifetime, and the token selection (the token is reopened,
-// which also retries a PIN the token refused).
-func reload(c *cli.Context, e *env, a *agent.Agent, tm *agent.TokenManager, peer *agent.PeerAuth,
-	bearer *agent.BearerAuth, bearerFile string, open func(pkcs11.Selection) agent.Opener) error {
-	s, err := loadSettings(c, c.String("config"))
-	if err != nil {
-		return err
-	}
-	cfg, err := readAgentConfig(s, e)
-	if err != nil {
-		return err
-	}
-	peer.Set(cfg.allowUIDs, cfg.allowGIDs)
-	if bearer != nil {
-		tok, err := bearerToken(bearerFile, e)
-		if err != nil {
-			return err
+	for {
+		select {
+		case <-hup:
+			daemon.SdNotify(false, daemon.SdNotifyReloading)
+			reload(c, e, d, cfg.Inherited)
+			daemon.SdNotify(false, daemon.SdNotifyReady)
+			continue
+		case <-ctx.Done():
+		case err = <-d.Failed():
 		}
-		bearer.Set(tok)
-	}
-	client, err := serviceClient(cfg, tm)
-	if err != nil {
+		daemon.SdNotify(false, daemon.SdNotifyStopping)
+		shut, cancel := context.WithTimeout(context.Background(), d.Grace())
+		d.Shutdown(shut)
+		cancel()
+		e.log.Info().Msg("agent stopped")
 		return err
 	}
-	a.SetService(cfg.apiKey, client)
-	a.SetSessionTTL(cfg.sessionTTL)
-	a.SetRouteRules(cfg.routes)
-	if err := tm.Reopen(open(cfg.sel), selectionID(cfg.sel)); err != nil {
-		e.log.Warn().Err(err).Msg("the token did not reopen")
+}
+
+// reload reads the settings again and hands them to the daemon; a failure
+// keeps the running configuration.
+func reload(c *cli.Context, e *env, d *agent.Daemon, inherited []net.Listener) {
+	cfg, err := agentSettings(c, e)
+	if err == nil {
+		cfg.Inherited = inherited
+		err = d.Reload(cfg)
 	}
-	return nil
+	if err != nil {
+		e.log.Error().Err(err).Msg("reload failed; keeping the running configuration")
+		return
+	}
+	e.log.Info().Msg("configuration reloaded")
 }

@@ -1,0 +1,496 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/safefile"
+	"github.com/signagent/signagent/signer"
+	"github.com/signagent/signagent/trusted"
+)
+
+// Config is everything the daemon runs with, resolved by the caller from
+// its flags, environment and configuration file. Reload takes a new one.
+type Config struct {
+	// Listen holds unix:PATH and tcp:HOST:PORT addresses. With none and no
+	// Inherited listeners the agent listens on DefaultSocket().
+	Listen []string
+	// Inherited are sockets handed over by systemd: Unix ones authenticate
+	// callers by their credentials, the others by the bearer token.
+	Inherited []net.Listener
+	// SocketGroup (a name or a gid) owns created sockets, which are then
+	// mode 0660 instead of 0600.
+	SocketGroup string
+	// AllowUIDs and AllowGIDs restrict Unix callers (empty: anyone who can
+	// reach the socket).
+	AllowUIDs, AllowGIDs []int
+	// BearerTokenFile holds the TCP callers' token; created when absent
+	// (default: beside DefaultSocket()).
+	BearerTokenFile string
+	TLS             TLSFiles
+	// AuditLog is a file (appended, 0600, reopened by Reload), "-" or ""
+	// for Stderr, or os.DevNull for none.
+	AuditLog string
+	Stderr   io.Writer
+
+	Token            pkcs11.Selection
+	Signature        signer.Options
+	TokenConcurrency int
+	QueueSize        int
+	TokenDelay       time.Duration
+
+	APIKey string
+	// Service is the trusted-authentication service; nil answers sessions
+	// and links with 503. Its Signer is set by the daemon.
+	Service         *trusted.Config
+	SessionTTL      time.Duration
+	RequestDeadline time.Duration
+	ShutdownGrace   time.Duration
+	MaxBody         int64
+	LegacySNILS     bool
+	ExposeCanonical bool
+	Routes          []RouteRule
+
+	Log zerolog.Logger
+	// Open opens the token (default pkcs11.Open).
+	Open func(context.Context, pkcs11.Selection, zerolog.Logger) (Token, error)
+	// Probe, when set, tries the module before Start touches the token (the
+	// CLI loads it in a child process first, so that a crashing module is
+	// an error line, not a dead agent).
+	Probe func(context.Context, pkcs11.Selection) error
+}
+
+// DefaultSocket is $XDG_RUNTIME_DIR/signagent/agent.sock for a user, and
+// /run/signagent/agent.sock for root or a system service.
+func DefaultSocket() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && os.Getuid() != 0 {
+		return filepath.Join(d, "signagent", "agent.sock")
+	}
+	return "/run/signagent/agent.sock"
+}
+
+// ErrConfig marks an error in the configuration (as opposed to the token
+// or the system): the CLI exits with its bad-input status.
+var ErrConfig = errors.New("configuration")
+
+type configError struct{ err error }
+
+func (e configError) Error() string        { return e.err.Error() }
+func (e configError) Unwrap() error        { return e.err }
+func (e configError) Is(target error) bool { return target == ErrConfig }
+
+func badConfig(err error) error { return configError{err} }
+
+func (c *Config) validate() error {
+	if c.TokenConcurrency < 1 || c.QueueSize < 1 || c.MaxBody < 1 || c.RequestDeadline <= 0 || c.SessionTTL <= 0 {
+		return badConfig(errors.New("token-concurrency, queue-size, max-body, request-deadline and session-ttl must be positive"))
+	}
+	if c.Stderr == nil {
+		c.Stderr = os.Stderr
+	}
+	if c.Open == nil {
+		c.Open = func(ctx context.Context, sel pkcs11.Selection, log zerolog.Logger) (Token, error) {
+			return pkcs11.Open(ctx, sel, log)
+		}
+	}
+	if c.BearerTokenFile == "" {
+		c.BearerTokenFile = filepath.Join(filepath.Dir(DefaultSocket()), "bearer-token")
+	}
+	if len(c.Listen) == 0 && len(c.Inherited) == 0 {
+		c.Listen = []string{"unix:" + DefaultSocket()}
+	}
+	return nil
+}
+
+// Daemon is a running agent: its listeners, token, caches, metrics and
+// audit log.
+type Daemon struct {
+	cfg     Config
+	log     zerolog.Logger
+	agent   *Agent
+	tm      *TokenManager
+	peer    *PeerAuth
+	bearer  *BearerAuth // nil without TCP listeners
+	tls     atomic.Pointer[tls.Config]
+	audit   *AuditFile // nil for stderr or none
+	ls      []Listener
+	servers *serverSet
+
+	mu     sync.Mutex // serializes Reload and Shutdown
+	closed bool
+}
+
+// Start opens the audit log and the listeners (so that a bad address fails
+// before the token is touched), then the token, and starts serving.
+func Start(ctx context.Context, cfg Config) (*Daemon, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	d := &Daemon{cfg: cfg, log: cfg.Log, peer: NewPeerAuth(cfg.AllowUIDs, cfg.AllowGIDs)}
+	if err := d.start(ctx); err != nil {
+		d.release()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *Daemon) start(ctx context.Context) error {
+	cfg := d.cfg
+	audit, err := d.openAudit()
+	if err != nil {
+		return err
+	}
+	if err := d.listen(); err != nil {
+		return err
+	}
+	if err := d.openToken(ctx); err != nil {
+		return err
+	}
+	client, err := d.serviceClient(cfg)
+	if err != nil {
+		return err
+	}
+	d.agent = New(Options{Token: d.tm, Client: client, APIKey: cfg.APIKey, Log: cfg.Log, Audit: NewAudit(audit),
+		SessionTTL: cfg.SessionTTL, RequestDeadline: cfg.RequestDeadline, MaxBody: cfg.MaxBody, LegacySNILS: cfg.LegacySNILS,
+		ExposeCanonical: cfg.ExposeCanonical, Routes: cfg.Routes})
+	d.servers = d.agent.startServers(d.ls)
+	return nil
+}
+
+func (d *Daemon) openAudit() (io.Writer, error) {
+	switch f := d.cfg.AuditLog; f {
+	case "", "-":
+		return d.cfg.Stderr, nil
+	case os.DevNull:
+		return io.Discard, nil
+	default:
+		a, err := OpenAuditFile(f)
+		if err != nil {
+			return nil, badConfig(err)
+		}
+		d.audit = a
+		return a, nil
+	}
+}
+
+func (d *Daemon) openToken(ctx context.Context) error {
+	sel := d.cfg.Token
+	if d.cfg.Probe != nil {
+		pctx, cancel := context.WithTimeout(ctx, sel.Timeout)
+		err := d.cfg.Probe(pctx, sel)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	tm, err := NewTokenManager(TokenOptions{
+		ID: selectionID(sel), OpenTimeout: sel.Timeout, Open: d.opener(d.cfg),
+		Signature: d.cfg.Signature, Workers: d.cfg.TokenConcurrency, Backlog: d.cfg.QueueSize, Delay: d.cfg.TokenDelay, Log: d.log,
+		OnSign: func(t time.Duration, err error) {
+			if a := d.agent; a != nil {
+				a.ObserveSign(t, err)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	d.tm = tm
+	return nil
+}
+
+func (d *Daemon) opener(cfg Config) Opener {
+	return func(ctx context.Context) (Token, error) { return cfg.Open(ctx, cfg.Token, cfg.Log) }
+}
+
+// serviceClient is the trusted client the agent runs sessions and links
+// with, signing through the token manager's queue; nil without a service.
+func (d *Daemon) serviceClient(cfg Config) (*trusted.Client, error) {
+	if cfg.Service == nil {
+		d.log.Warn().Msg("no --base-url: /v1/sessions and /v1/links answer 503 until one is configured")
+		return nil, nil
+	}
+	sc := *cfg.Service
+	sc.Signer = d.tm
+	c, err := trusted.New(sc)
+	if err != nil {
+		return nil, badConfig(err)
+	}
+	return c, nil
+}
+
+// selectionID names a token selection, so that a reload that does not
+// change it does not reopen the token.
+func selectionID(sel pkcs11.Selection) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%#v", sel)))
+	return hex.EncodeToString(sum[:])
+}
+
+// Addrs lists the addresses served, as network:address.
+func (d *Daemon) Addrs() []string {
+	out := make([]string, len(d.ls))
+	for i, l := range d.ls {
+		out[i] = l.Addr().Network() + ":" + l.Addr().String()
+	}
+	return out
+}
+
+// Ready says whether the token is ready now.
+func (d *Daemon) Ready() bool { return d.tm.State().Ready }
+
+// Failed delivers an error when a listener stops serving on its own.
+func (d *Daemon) Failed() <-chan error { return d.servers.errs }
+
+// Reload applies a new configuration while serving: caller allow-lists and
+// route rules, the bearer token, the TLS certificate, the service address
+// and API key, the session lifetime and the token selection. New state is
+// built and checked first, then swapped in; the old drains. What does not
+// change is left alone: an unchanged token selection keeps the token open
+// and the agent ready throughout. The audit log is reopened (rotation).
+// Listen addresses, the socket group and the audit log's path take a
+// restart; a change to them is logged and otherwise ignored.
+func (d *Daemon) Reload(cfg Config) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return errors.New("the agent is shutting down")
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if d.audit != nil {
+		if err := d.audit.Reopen(); err != nil {
+			d.log.Error().Err(err).Msg("could not reopen the audit log; still writing to the old one")
+		}
+	}
+	if needsRestart(d.cfg, cfg) {
+		d.log.Warn().Msg("listen addresses, the socket group and the audit log's path change only on restart")
+	}
+	// Build and check everything before changing anything.
+	var tok string
+	if d.bearer != nil {
+		var err error
+		if tok, err = bearerToken(cfg.BearerTokenFile, d.log); err != nil {
+			return err
+		}
+	}
+	var tlsCfg *tls.Config
+	if d.tls.Load() != nil {
+		var err error
+		if tlsCfg, err = cfg.TLS.Config(); err != nil {
+			return badConfig(err)
+		}
+	}
+	client, err := d.serviceClient(cfg)
+	if err != nil {
+		return err
+	}
+	d.peer.Set(cfg.AllowUIDs, cfg.AllowGIDs)
+	if d.bearer != nil {
+		d.bearer.Set(tok)
+	}
+	if tlsCfg != nil {
+		d.tls.Store(tlsCfg)
+	}
+	d.agent.SetService(cfg.APIKey, client)
+	d.agent.SetSessionTTL(cfg.SessionTTL)
+	d.agent.SetRouteRules(cfg.Routes)
+	d.agent.SetExposeCanonical(cfg.ExposeCanonical)
+	if err := d.tm.Reopen(d.opener(cfg), selectionID(cfg.Token)); err != nil {
+		d.log.Warn().Err(err).Msg("the token did not reopen")
+	}
+	d.cfg = cfg
+	return nil
+}
+
+func needsRestart(old, new Config) bool {
+	return strings.Join(old.Listen, "\n") != strings.Join(new.Listen, "\n") ||
+		old.SocketGroup != new.SocketGroup || old.AuditLog != new.AuditLog
+}
+
+// Shutdown stops accepting, lets requests in flight finish until ctx is
+// done (then cuts them off), closes the token and the audit log, and
+// removes the sockets this process created. Requests cut off are logged.
+func (d *Daemon) Shutdown(ctx context.Context) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return
+	}
+	d.closed = true
+	if d.servers != nil {
+		d.servers.shutdown(ctx, d.log)
+	}
+	d.release()
+}
+
+// Grace is the configured shutdown grace period.
+func (d *Daemon) Grace() time.Duration { return d.cfg.ShutdownGrace }
+
+// release closes what Start opened.
+func (d *Daemon) release() {
+	for _, l := range d.ls {
+		l.Close()
+		if u, ok := l.Listener.(*unixListener); ok && l.Path != "" {
+			u.removeSocket()
+		}
+	}
+	if d.tm != nil {
+		d.tm.Close()
+	}
+	if d.audit != nil {
+		d.audit.Close()
+	}
+}
+
+// listen opens the inherited and configured listeners.
+func (d *Daemon) listen() error {
+	for _, l := range d.cfg.Inherited {
+		if l == nil {
+			continue
+		}
+		if _, ok := l.(*net.UnixListener); ok {
+			d.ls = append(d.ls, Listener{Listener: l, Auth: d.peer})
+			continue
+		}
+		b, err := d.needBearer()
+		if err != nil {
+			return err
+		}
+		d.ls = append(d.ls, Listener{Listener: l, Auth: b})
+	}
+	for _, spec := range d.cfg.Listen {
+		l, err := d.listenOn(spec)
+		if err != nil {
+			return err
+		}
+		d.ls = append(d.ls, l)
+	}
+	return nil
+}
+
+func (d *Daemon) listenOn(spec string) (Listener, error) {
+	network, addr, err := ParseListen(spec)
+	if err != nil {
+		return Listener{}, badConfig(err)
+	}
+	if network == "unix" {
+		us := UnixSocket{Path: addr}
+		if g := d.cfg.SocketGroup; g != "" {
+			if us.Group, err = lookupGroup(g); err != nil {
+				return Listener{}, err
+			}
+			us.HasGroup = true
+		}
+		l, err := ListenUnix(us)
+		if err != nil {
+			return Listener{}, err
+		}
+		return Listener{Listener: l, Auth: d.peer, Path: addr}, nil
+	}
+	tlsCfg, err := d.serverTLS()
+	if err != nil {
+		return Listener{}, err
+	}
+	b, err := d.needBearer()
+	if err != nil {
+		return Listener{}, err
+	}
+	l, err := ListenTCP(addr, tlsCfg)
+	if errors.Is(err, ErrInsecureListen) {
+		return Listener{}, badConfig(err)
+	}
+	if err != nil {
+		return Listener{}, err
+	}
+	return Listener{Listener: l, Auth: b}, nil
+}
+
+// serverTLS loads the TLS files once and returns a configuration that
+// reads the current one at each handshake, so that Reload can replace the
+// certificate; nil without TLS files.
+func (d *Daemon) serverTLS() (*tls.Config, error) {
+	if d.tls.Load() == nil {
+		c, err := d.cfg.TLS.Config()
+		if err != nil {
+			return nil, badConfig(err)
+		}
+		if c == nil {
+			return nil, nil
+		}
+		d.tls.Store(c)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		return d.tls.Load(), nil
+	}}, nil
+}
+
+func (d *Daemon) needBearer() (*BearerAuth, error) {
+	if d.bearer == nil {
+		tok, err := bearerToken(d.cfg.BearerTokenFile, d.log)
+		if err != nil {
+			return nil, err
+		}
+		d.bearer = NewBearerAuth(tok)
+	}
+	return d.bearer, nil
+}
+
+// bearerToken reads the bearer token file (checked like every secret
+// file: regular, not readable by every user), creating it with a random
+// token (mode 0600) when it does not exist.
+func bearerToken(path string, log zerolog.Logger) (string, error) {
+	b, err := pkcs11.ReadSecretFile(path, 4096)
+	if errors.Is(err, os.ErrNotExist) {
+		raw := make([]byte, 32)
+		if _, err := rand.Read(raw); err != nil {
+			return "", err
+		}
+		tok := hex.EncodeToString(raw)
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return "", err
+		}
+		if err := safefile.Write(path, []byte(tok+"\n"), 0o600); err != nil {
+			return "", err
+		}
+		log.Info().Str("file", path).Msg("created a bearer token for TCP callers")
+		return tok, nil
+	}
+	if err != nil {
+		return "", badConfig(fmt.Errorf("the bearer token file: %w", err))
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < 16 {
+		return "", badConfig(fmt.Errorf("the bearer token in %s is shorter than 16 characters", path))
+	}
+	return tok, nil
+}
+
+func lookupGroup(g string) (int, error) {
+	if n, err := strconv.Atoi(g); err == nil {
+		return n, nil
+	}
+	gr, err := user.LookupGroup(g)
+	if err != nil {
+		return 0, badConfig(fmt.Errorf("--socket-group %q: %w", g, err))
+	}
+	return strconv.Atoi(gr.Gid)
+}
