@@ -65,9 +65,13 @@ func (r *Result) ErrorCount() int {
 // counted) and records the latency of each call. op returns an error kind
 // ("" for success).
 func Run(name string, conc int, d time.Duration, op func(context.Context) string) *Result {
-	ctx := context.Background()
+	return RunContext(context.Background(), name, conc, d, op)
+}
+
+// RunContext is Run that ends early when ctx is done.
+func RunContext(ctx context.Context, name string, conc int, d time.Duration, op func(context.Context) string) *Result {
 	warm := time.Now().Add(min(d/10, 500*time.Millisecond))
-	for time.Now().Before(warm) {
+	for time.Now().Before(warm) && ctx.Err() == nil {
 		op(ctx)
 	}
 	var (
@@ -85,7 +89,7 @@ func Run(name string, conc int, d time.Duration, op func(context.Context) string
 			defer wg.Done()
 			var mine []time.Duration
 			mineErr := map[string]int{}
-			for time.Now().Before(finish) {
+			for time.Now().Before(finish) && ctx.Err() == nil {
 				t0 := time.Now()
 				kind := op(ctx)
 				ops.Add(1)

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -16,9 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/urfave/cli/v2"
-
-	"github.com/signagent/signagent/bench"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/pkcs11"
 )
@@ -27,8 +24,8 @@ import (
 // `pkcs11-tool --sign`, one process per signature, one at a time and
 // `workers` at a time. The PIN reaches them through a 0600 file and an
 // environment variable, never their command lines.
-func toolRows(c *cli.Context, e *env, sel pkcs11.Selection, cert *x509.Certificate, keyID []byte, apiKey string,
-	d time.Duration, workers int, raw1, rawN *bench.Result) ([]*bench.Result, error) {
+func (o *Options) toolRows(ctx context.Context, cert *x509.Certificate, keyID []byte, raw1, rawN *Result) ([]*Result, error) {
+	sel, d, workers := o.Token, o.Each, o.Workers
 	openssl, err := exec.LookPath("openssl")
 	if err != nil {
 		return nil, errors.New("openssl is not installed")
@@ -49,7 +46,7 @@ func toolRows(c *cli.Context, e *env, sel pkcs11.Selection, cert *x509.Certifica
 	if err != nil {
 		return nil, err
 	}
-	tokens, err := pkcs11.ListTokens(context.Background(), mod.Path)
+	tokens, err := pkcs11.ListTokens(ctx, mod.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +84,7 @@ init = 0
 `, engine, mod.Path)))
 	certFile := write("cert.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}))
 	ts := canonical.Now()
-	text := write("text", canonical.Text(apiKey, canonical.Credential{Kind: canonical.Phone, Value: "9161234567"}, ts))
+	text := write("text", canonical.Text(o.APIKey, canonical.Credential{Kind: canonical.Phone, Value: "9161234567"}, ts))
 	uri := "pkcs11:token=" + url.PathEscape(label) + ";id=" + pctEncode(keyID) + ";type=private?pin-source=file:" + pinFile
 	env := append(os.Environ(), "OPENSSL_CONF="+conf, "SIGNAGENT_BENCH_PIN="+pin)
 	// SoftHSM (like many tokens) has no hashing ECDSA mechanism: for an EC
@@ -115,14 +112,14 @@ init = 0
 		"-inkey", uri, "-outform", "DER", "-out")
 	toolSign := run(p11tool, "--module", mod.Path, "--token-label", label, "--login", "--pin", "env:SIGNAGENT_BENCH_PIN",
 		"--sign", "-m", mech, "--id", hex.EncodeToString(keyID), "-i", toolInput, "-o")
-	if osslSign(context.Background()) != "" {
+	if osslSign(ctx) != "" {
 		return nil, errors.New("openssl cms -sign through the PKCS#11 engine failed; is libengine-pkcs11-openssl installed?")
 	}
-	if toolSign(context.Background()) != "" {
+	if toolSign(ctx) != "" {
 		return nil, errors.New("pkcs11-tool --sign failed")
 	}
-	fmt.Fprintf(e.stderr, "bench: openssl cms -sign and pkcs11-tool --sign, a process per signature...\n")
-	var rows []*bench.Result
+	o.say("openssl cms -sign and pkcs11-tool --sign, a process per signature...")
+	var rows []*Result
 	for _, t := range []struct {
 		name string
 		op   func(context.Context) string
@@ -131,9 +128,9 @@ init = 0
 		{"openssl cms -sign (process)", osslSign, "engine_pkcs11, CMS"},
 		{"pkcs11-tool --sign (process)", toolSign, "bare signature, no CMS"},
 	} {
-		r1 := bench.Run(t.name, 1, d, t.op)
+		r1 := RunContext(ctx, t.name, 1, d, t.op)
 		r1.Base, r1.Note = raw1, t.note
-		rN := bench.Run(t.name, workers, d, t.op)
+		rN := RunContext(ctx, t.name, workers, d, t.op)
 		rN.Base, rN.Note = rawN, t.note
 		rows = append(rows, r1, rN)
 	}

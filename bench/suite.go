@@ -1,0 +1,253 @@
+package bench
+
+import (
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/signagent/signagent/agentclient"
+	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/signer"
+)
+
+// Options configures a benchmark run (`signagent bench`).
+type Options struct {
+	// Token is the key to measure; ECKeyLabel names a second (P-256) key
+	// whose raw rate is measured too.
+	Token      pkcs11.Selection
+	ECKeyLabel string
+	// ServeArgs are the token-selection flags handed to the started agent
+	// (the PIN reaches it through PINFile, never argv).
+	ServeArgs []string
+	PINFile   string
+	// APIKey is written into the signed texts; the run's own emulator knows it.
+	APIKey string
+
+	Each        time.Duration // how long each row runs
+	Concurrency []int         // callers of /v1/signatures
+	Workers     int           // token workers: the agent's and the raw rate's
+	TokenDelay  time.Duration // slow-card mode
+	QueueSize   int           // the started agent's queue
+	NoTools     bool          // skip openssl and pkcs11-tool
+
+	// Socket drives an agent already serving instead of starting one;
+	// AgentPID is its process, for memory figures.
+	Socket   string
+	AgentPID int
+	// Executable is the signagent binary started as the agent.
+	Executable string
+
+	// Soak mode: SoakCallers drive /v1/signatures for Duration.
+	Duration    time.Duration
+	SoakCallers int
+
+	Version        string
+	Stdout, Stderr io.Writer
+}
+
+func (o *Options) say(format string, a ...any) { fmt.Fprintf(o.Stderr, "bench: "+format+"\n", a...) }
+
+// delayed is the slow-card wrapper: it holds each signature for d.
+type delayed struct {
+	crypto.Signer
+	d time.Duration
+}
+
+func (s delayed) Sign(r io.Reader, digest []byte, o crypto.SignerOpts) ([]byte, error) {
+	time.Sleep(s.d)
+	return s.Signer.Sign(r, digest, o)
+}
+
+func (o *Options) slow(k crypto.Signer) crypto.Signer {
+	if o.TokenDelay > 0 {
+		return delayed{k, o.TokenDelay}
+	}
+	return k
+}
+
+// Suite runs the whole table: the raw token, CMS in-process, the tools
+// people use instead, and the agent over its socket. It stops early, with
+// the agent it started, when ctx is done.
+func Suite(ctx context.Context, o Options) error {
+	o.Workers = max(o.Workers, 1)
+	key, err := pkcs11.Open(ctx, o.Token, zerolog.Nop())
+	if err != nil {
+		return err
+	}
+	cert, keyID := key.Certificate(), key.ID()
+	raw1, rawN, rows, err := o.rawRows(ctx, key)
+	key.Close()
+	if err != nil {
+		return err
+	}
+	if !o.NoTools && o.TokenDelay == 0 {
+		tools, err := o.toolRows(ctx, cert, keyID, raw1, rawN)
+		if err != nil {
+			o.say("skipping the openssl and pkcs11-tool rows: %v", err)
+		}
+		rows = append(rows, tools...)
+	}
+	sock, pid := o.Socket, o.AgentPID
+	if sock == "" {
+		a, err := StartAgent(ctx, &o, cert)
+		if err != nil {
+			return err
+		}
+		defer a.Stop()
+		sock, pid = a.Socket, a.PID
+		rows = append(rows, &Result{Name: "agent start-up to ready", Value: a.Startup.Round(time.Millisecond).String(), Note: "target < 100ms"})
+	}
+	rows = append(rows, o.agentRows(ctx, agentclient.NewUnix(sock), pid, raw1, rawN)...)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	fmt.Fprintf(o.Stdout, "signagent bench: %s, %d CPU, Go %s, %s, token workers %d, %v a row",
+		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), o.Version, o.Workers, o.Each)
+	if o.TokenDelay > 0 {
+		fmt.Fprintf(o.Stdout, ", slow card +%v a signature", o.TokenDelay)
+	}
+	fmt.Fprintln(o.Stdout)
+	Table(o.Stdout, rows, raw1)
+	return nil
+}
+
+// rawRows measures the token alone and CMS on it: the ceiling.
+func (o *Options) rawRows(ctx context.Context, key *pkcs11.Key) (raw1, rawN *Result, rows []*Result, err error) {
+	digest := sha256.Sum256([]byte("bench"))
+	raw := func(s crypto.Signer) func(context.Context) string {
+		return func(context.Context) string {
+			if _, err := s.Sign(rand.Reader, digest[:], crypto.SHA256); err != nil {
+				return "error"
+			}
+			return ""
+		}
+	}
+	k := o.slow(key)
+	o.say("raw token signatures (%s, %v a row)...", KeyKind(key.Certificate()), o.Each)
+	raw1 = RunContext(ctx, "raw token "+KeyKind(key.Certificate()), 1, o.Each, raw(k))
+	rawN = RunContext(ctx, "raw token "+KeyKind(key.Certificate()), o.Workers, o.Each, raw(k))
+	rows = append(rows, raw1, rawN)
+	if o.ECKeyLabel != "" {
+		sel := o.Token
+		sel.KeyLabel, sel.KeyID, sel.URI, sel.CertFile = o.ECKeyLabel, nil, "", ""
+		ec, err := pkcs11.Open(ctx, sel, zerolog.Nop())
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		name := "raw token " + KeyKind(ec.Certificate())
+		rows = append(rows, RunContext(ctx, name, 1, o.Each, raw(o.slow(ec))), RunContext(ctx, name, o.Workers, o.Each, raw(o.slow(ec))))
+		ec.Close()
+	}
+	cms := &signer.CMS{Key: k, Cert: key.Certificate()}
+	cred := canonical.Credential{Kind: canonical.Phone, Value: "9161234567"}
+	cmsOp := func(ctx context.Context) string {
+		ts := canonical.Now()
+		if _, err := cms.SignText(ctx, canonical.Text(o.APIKey, cred, ts), ts); err != nil {
+			return "error"
+		}
+		return ""
+	}
+	o.say("CMS signatures in-process...")
+	cms1 := RunContext(ctx, "CMS in-process", 1, o.Each, cmsOp)
+	cms1.Base = raw1
+	cmsN := RunContext(ctx, "CMS in-process", o.Workers, o.Each, cmsOp)
+	cmsN.Base = rawN
+	return raw1, rawN, append(rows, cms1, cmsN), nil
+}
+
+// agentRows drives /v1/signatures at each concurrency (and, for an agent
+// this run started, /v1/sessions cold and cached), with memory figures
+// when the agent's process is known.
+func (o *Options) agentRows(ctx context.Context, client *agentclient.Client, pid int, raw1, rawN *Result) []*Result {
+	var rows []*Result
+	if pid > 0 {
+		time.Sleep(200 * time.Millisecond)
+		if rss, err := RSS(pid); err == nil {
+			rows = append(rows, &Result{Name: "agent RSS idle", Value: MB(rss), Note: "target < 40 MB"})
+		}
+	}
+	sign := signOp(client)
+	var peak int64
+	for i, n := range o.Concurrency {
+		o.say("/v1/signatures at concurrency %d...", n)
+		var stopRSS chan struct{}
+		var rssCh <-chan int64
+		if pid > 0 && i == len(o.Concurrency)-1 {
+			stopRSS = make(chan struct{})
+			rssCh = MaxRSS(pid, stopRSS)
+		}
+		r := RunContext(ctx, "agent /v1/signatures", n, o.Each, sign)
+		r.Base = raw1
+		if n > 1 {
+			r.Base = rawN
+		}
+		rows = append(rows, r)
+		if stopRSS != nil {
+			close(stopRSS)
+			peak = <-rssCh
+		}
+	}
+	if peak > 0 {
+		rows = append(rows, &Result{Name: fmt.Sprintf("agent RSS at concurrency %d", o.Concurrency[len(o.Concurrency)-1]), Value: MB(peak), Note: "target < 80 MB"})
+	}
+	if o.Socket != "" {
+		return rows
+	}
+	o.say("/v1/sessions, cold and cached...")
+	req := api.SessionRequest{Credential: api.Credential{Phone: "9161234567"}, ServiceUserID: "bench-user-0"}
+	var n atomic.Int64
+	r := RunContext(ctx, "agent /v1/sessions cold", 1, o.Each, func(ctx context.Context) string {
+		cold := req
+		cold.Refresh, cold.ServiceUserID = true, fmt.Sprintf("bench-user-%d", n.Add(1)%benchUsers)
+		_, err := client.Session(ctx, cold)
+		return errKind(err)
+	})
+	r.Base, r.Note = raw1, "full flow: sign + 2 calls"
+	rows = append(rows, r)
+	r = RunContext(ctx, "agent /v1/sessions cached", 1, o.Each, func(ctx context.Context) string { _, err := client.Session(ctx, req); return errKind(err) })
+	r.Base, r.Note = raw1, "target p50 < 200µs"
+	return append(rows, r)
+}
+
+func signOp(client *agentclient.Client) func(context.Context) string {
+	return func(ctx context.Context) string {
+		_, err := client.Sign(ctx, api.SignatureRequest{Credential: api.Credential{Phone: "9161234567"}})
+		return errKind(err)
+	}
+}
+
+// KeyKind names a certificate's key: RSA-2048, ECDSA P-256, ...
+func KeyKind(c *x509.Certificate) string {
+	switch kind, bits, curve := pkcs11.KeyShape(c); kind {
+	case "RSA":
+		return fmt.Sprintf("RSA-%d", bits)
+	case "EC":
+		return "ECDSA " + curve
+	default:
+		return kind
+	}
+}
+
+func errKind(err error) string {
+	var ae *agentclient.Error
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &ae):
+		return strconv.Itoa(ae.Status)
+	}
+	return "transport"
+}
