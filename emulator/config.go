@@ -9,7 +9,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/signer"
 )
 
@@ -31,6 +31,8 @@ type Config struct {
 	TimestampSkew Duration `yaml:"timestampSkew"`
 	// KeyTTL is how long a step-1 Key can be approved (default 5m).
 	KeyTTL Duration `yaml:"keyTTL"`
+	// ReadTimeout bounds reading one request, body included (default 30s).
+	ReadTimeout Duration `yaml:"readTimeout"`
 
 	prepared bool
 }
@@ -81,7 +83,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // LoadConfig reads and checks a configuration file. Relative file names in
 // it are relative to the file's directory.
 func LoadConfig(path string) (*Config, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.Read(path, 1<<20)
 	if err != nil {
 		return nil, fmt.Errorf("could not read the emulator configuration: %w", err)
 	}
@@ -117,6 +119,9 @@ func (cfg *Config) check(dir string) error {
 	if cfg.KeyTTL <= 0 {
 		cfg.KeyTTL = Duration(5 * time.Minute)
 	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = Duration(30 * time.Second)
+	}
 	if len(cfg.Partners) == 0 {
 		return errors.New("no partners")
 	}
@@ -132,7 +137,7 @@ func (cfg *Config) check(dir string) error {
 		}
 		names[p.Name] = true
 		if p.APIKeyFile != "" {
-			b, err := os.ReadFile(resolve(dir, p.APIKeyFile))
+			b, err := safefile.Read(resolve(dir, p.APIKeyFile), 4096)
 			if err != nil {
 				return fmt.Errorf("partner %q: %w", p.Name, err)
 			}
@@ -222,7 +227,7 @@ func resolve(dir, p string) string {
 func loadCerts(dir, spec string) ([]*x509.Certificate, error) {
 	data := []byte(spec)
 	if !strings.Contains(spec, "-----BEGIN") {
-		b, err := os.ReadFile(resolve(dir, spec))
+		b, err := safefile.Read(resolve(dir, spec), 4<<20)
 		if err != nil {
 			return nil, err
 		}

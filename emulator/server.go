@@ -3,6 +3,7 @@ package emulator
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
@@ -43,6 +44,7 @@ const (
 	CodeUntrustedCertificate = "UntrustedCertificate"
 	CodeInvalidKey           = "InvalidKey"
 	CodeKeyExpired           = "KeyExpired"
+	CodeSignatureReused      = "SignatureReused"
 	CodeInternal             = "InternalError"
 )
 
@@ -67,6 +69,11 @@ type Stats struct {
 	SessionsByUser map[string]int `json:"sessionsByUser"`
 	// ChallengesByUser counts Keys issued per service user id.
 	ChallengesByUser map[string]int `json:"challengesByUser"`
+	// PendingKeys and SpentSignatures are what the emulator holds in
+	// memory now: Keys not yet approved and step-1 signatures remembered
+	// against replay.
+	PendingKeys     int `json:"pendingKeys"`
+	SpentSignatures int `json:"spentSignatures"`
 }
 
 type linkKey struct{ partner, serviceUserID string }
@@ -93,15 +100,20 @@ type Server struct {
 	log zerolog.Logger
 	now func() time.Time
 
-	mu       sync.Mutex
-	links    map[linkKey]string // -> user id
-	keys     map[string]*pendingKey
-	sids     map[string]SessionRecord
-	stats    Stats
-	faults   map[string][]Fault
-	baseURL  string
-	listener net.Listener
-	srv      *http.Server
+	mu    sync.Mutex
+	links map[linkKey]string // -> user id
+	keys  map[string]*pendingKey
+	// used holds the digests of step-1 signatures already accepted, until
+	// their timestamp leaves the skew window (then the timestamp check
+	// refuses them anyway): a signed request is good once.
+	used      map[[32]byte]spent
+	nextSweep time.Time
+	sids      map[string]SessionRecord
+	stats     Stats
+	faults    map[string][]Fault
+	baseURL   string
+	listener  net.Listener
+	srv       *http.Server
 }
 
 // New returns an emulator for cfg, from LoadConfig or built in code (file
@@ -114,6 +126,7 @@ func New(cfg *Config, log zerolog.Logger) (*Server, error) {
 		cfg: cfg, log: log, now: time.Now,
 		links:  map[linkKey]string{},
 		keys:   map[string]*pendingKey{},
+		used:   map[[32]byte]spent{},
 		sids:   map[string]SessionRecord{},
 		faults: map[string][]Fault{},
 		stats: Stats{Requests: map[string]int{}, Rejections: map[string]int{},
@@ -157,6 +170,7 @@ func (s *Server) Stats() Stats {
 	c := s.stats
 	c.Requests, c.Rejections = clone(s.stats.Requests), clone(s.stats.Rejections)
 	c.SessionsByUser, c.ChallengesByUser = clone(s.stats.SessionsByUser), clone(s.stats.ChallengesByUser)
+	c.PendingKeys, c.SpentSignatures = len(s.keys), len(s.used)
 	return c
 }
 
@@ -419,19 +433,64 @@ func (s *Server) authenticate(r *http.Request, p *Partner) (any, *refusal) {
 		return nil, ref
 	}
 	key := randomHex(16)
+	// One signed request is one Key: sent again (a retry whose answer was
+	// lost), it gets the same Key while that is pending, and a refusal
+	// once the Key is spent or expired.
+	digest := sha256.Sum256(append(append([]byte{}, der...), "\n"+serviceUserID...))
 	s.mu.Lock()
+	s.sweep(now)
 	linked := s.links[linkKey{p.Name, serviceUserID}]
 	if linked != u.ID {
 		s.mu.Unlock()
 		return nil, refuse(http.StatusForbidden, CodeUserNotFound, "user "+u.ID+" is not linked to "+p.Name+":"+serviceUserID)
 	}
+	if sp, seen := s.used[digest]; seen {
+		pk, pending := s.keys[sp.key]
+		base := s.baseURL
+		s.mu.Unlock()
+		if !pending || now.After(pk.expires) {
+			return nil, refuse(http.StatusBadRequest, CodeSignatureReused, "this signed request was already used; sign a new one")
+		}
+		return challenge(base, rawID, sp.key), nil
+	}
+	s.used[digest] = spent{key: key, until: ts.Add(time.Duration(s.cfg.TimestampSkew))}
 	s.keys[key] = &pendingKey{partner: p.Name, userID: u.ID, id: rawID, serviceUserID: serviceUserID, expires: now.Add(time.Duration(s.cfg.KeyTTL))}
 	s.stats.Challenges++
 	s.stats.ChallengesByUser[serviceUserID]++
 	base := s.baseURL
 	s.mu.Unlock()
+	return challenge(base, rawID, key), nil
+}
+
+// spent is a step-1 request already answered: its Key, and until when it is
+// remembered.
+type spent struct {
+	key   string
+	until time.Time
+}
+
+func challenge(base, rawID, key string) map[string]any {
 	href := base + apiPath + "approve-truster?id=" + url.QueryEscape(rawID) + "&key=" + key
-	return map[string]any{"Key": key, "Link": map[string]string{"Rel": "Send key to this link", "Href": href}}, nil
+	return map[string]any{"Key": key, "Link": map[string]string{"Rel": "Send key to this link", "Href": href}}
+}
+
+// sweep forgets expired Keys and spent signatures whose timestamps are out
+// of the window, at most once a second: unused Keys do not pile up.
+func (s *Server) sweep(now time.Time) {
+	if now.Before(s.nextSweep) {
+		return
+	}
+	s.nextSweep = now.Add(time.Second)
+	for k, pk := range s.keys {
+		if now.After(pk.expires) {
+			delete(s.keys, k)
+		}
+	}
+	for d, sp := range s.used {
+		if now.After(sp.until) {
+			delete(s.used, d)
+		}
+	}
 }
 
 // trusted reports whether the signer's certificate is one the partner
@@ -510,7 +569,8 @@ func (s *Server) Listen(addr string) error {
 	s.mu.Lock()
 	s.listener = l
 	s.baseURL = "http://" + l.Addr().String()
-	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: time.Duration(s.cfg.ReadTimeout), WriteTimeout: time.Duration(s.cfg.ReadTimeout) + 30*time.Second, IdleTimeout: time.Minute}
 	s.mu.Unlock()
 	go s.srv.Serve(l)
 	return nil

@@ -70,6 +70,7 @@ type Client struct {
 	cfg    Config
 	base   *url.URL
 	apiKey string
+	stamps stamps
 }
 
 // New checks the configuration and returns a client.
@@ -161,8 +162,13 @@ func (c *Client) Authenticate(ctx context.Context, cred canonical.Credential, se
 	}
 	var body []byte
 	var q string
+	var sent time.Time
 	prepare := func(ctx context.Context) error {
-		ts := c.cfg.Now().UTC().Truncate(time.Second)
+		ts, err := c.stamps.next(ctx, c.cfg.Now, cred.Kind.String()+"="+cred.Value+"\n"+serviceUserID, sent)
+		if err != nil {
+			return err
+		}
+		sent = ts
 		text := canonical.Text(c.apiKey, cred, ts)
 		sig, err := c.cfg.Signer.SignText(ctx, text, ts)
 		if err != nil {
