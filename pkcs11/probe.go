@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	p11 "github.com/miekg/pkcs11"
+	"github.com/rs/zerolog"
 )
 
 // probeEnv, set in a process's environment, makes RunProbe load and
@@ -79,4 +80,38 @@ func Probe(ctx context.Context, path string) error {
 		return fmt.Errorf("%w: %s", ErrModuleFailed, msg)
 	}
 	return nil // could not start the child; the module is loaded in-process as before
+}
+
+// ProbeSelection probes the module a selection names (--module, or the
+// module-path of its URI).
+func ProbeSelection(ctx context.Context, sel Selection) error {
+	path := sel.Module
+	if u, err := ParseURI(sel.URI); err == nil && u.ModulePath != "" && path == "" {
+		path = u.ModulePath
+	}
+	mod, err := ResolveModule(path, "flag")
+	if err != nil {
+		return err
+	}
+	return Probe(ctx, mod.Path)
+}
+
+// OpenProbed is Open for a command-line tool: the PIN is resolved first (a
+// prompt is not bounded by the token's deadline), then the module is
+// probed in a child process and the key opened, all within ctx's deadline,
+// or sel.Timeout when ctx has none.
+func OpenProbed(ctx context.Context, sel Selection, log zerolog.Logger) (*Key, error) {
+	var err error
+	if sel.PIN, err = sel.PIN.Resolve(); err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, sel.Timeout)
+		defer cancel()
+	}
+	if err := ProbeSelection(ctx, sel); err != nil {
+		return nil, err
+	}
+	return Open(ctx, sel, log)
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/trusted"
 )
@@ -65,77 +67,52 @@ func serveCommand(e *env) *cli.Command {
 
 // readAgentConfig reads the agent's settings from s (flags, environment and
 // the configuration file, already loaded).
-func readAgentConfig(s *settings, e *env) (agent.Config, error) {
-	var err error
+func readAgentConfig(s *settings.Settings, e *env) (agent.Config, error) {
+	cfg := agent.Config{Log: e.log, Stderr: e.stderr, Probe: pkcs11.ProbeSelection,
+		Listen: s.Strings("listen"), SocketGroup: s.String("socket-group"), AllowUIDs: s.Ints("allow-uid"), AllowGIDs: s.Ints("allow-gid"),
+		BearerTokenFile: s.String("bearer-token-file"), AuditLog: s.String("audit-log"),
+		TLS:              agent.TLSFiles{Cert: s.String("tls-cert"), Key: s.String("tls-key"), ClientCA: s.String("tls-client-ca")},
+		TokenConcurrency: s.Int("token-concurrency"), QueueSize: s.Int("queue-size"), TokenDelay: s.Duration("token-delay"),
+		SessionTTL: s.Duration("session-ttl"), RequestDeadline: s.Duration("request-deadline"), MaxBody: int64(s.Int("max-body")),
+		ShutdownGrace: s.Duration("shutdown-grace"), LegacySNILS: s.Bool("legacy-snils"), ExposeCanonical: s.Bool("expose-canonical")}
 	var er errs
-	cfg := agent.Config{Log: e.log, Stderr: e.stderr, Probe: probe,
-		SocketGroup: s.String("socket-group"), BearerTokenFile: s.String("bearer-token-file"), AuditLog: s.String("audit-log"),
-		TLS: agent.TLSFiles{Cert: s.String("tls-cert"), Key: s.String("tls-key"), ClientCA: s.String("tls-client-ca")}}
-	cfg.Listen, err = s.Strings("listen")
-	er.check(err)
+	var err error
 	cfg.Token, err = selectionFrom(s, false)
 	er.check(err)
 	cfg.Signature, err = signatureOptions(s)
 	er.check(err)
-	cfg.AllowUIDs, err = s.Ints("allow-uid")
+	cfg.Routes, err = routeRules(s.Strings("routes"))
 	er.check(err)
-	cfg.AllowGIDs, err = s.Ints("allow-gid")
-	er.check(err)
-	cfg.SessionTTL, err = s.Duration("session-ttl")
-	er.check(err)
-	cfg.TokenConcurrency, err = s.Int("token-concurrency")
-	er.check(err)
-	cfg.QueueSize, err = s.Int("queue-size")
-	er.check(err)
-	cfg.TokenDelay, err = s.Duration("token-delay")
-	er.check(err)
-	cfg.RequestDeadline, err = s.Duration("request-deadline")
-	er.check(err)
-	maxBody, err := s.Int("max-body")
-	er.check(err)
-	cfg.MaxBody = int64(maxBody)
-	cfg.ShutdownGrace, err = s.Duration("shutdown-grace")
-	er.check(err)
-	cfg.LegacySNILS, err = s.Bool("legacy-snils")
-	er.check(err)
-	cfg.ExposeCanonical, err = s.Bool("expose-canonical")
-	er.check(err)
-	cfg.Routes, err = routeRules(s)
-	er.check(err)
-	if er.err != nil {
-		return cfg, er.err
-	}
 	// The API key: needed for signatures and sessions alike.
-	if cfg.APIKey, err = apiKeyFrom(s); err != nil {
-		return cfg, err
+	cfg.APIKey, err = apiKeyFrom(s)
+	er.check(err)
+	if s.String("base-url") != "" {
+		cfg.Service, err = serviceConfig(s, e, cfg.APIKey)
+		er.check(err)
+	} else {
+		e.log.Warn().Msg("no --base-url: /v1/sessions and /v1/links answer 503 until one is configured")
 	}
-	cfg.Service, err = serviceConfig(s, e, cfg.APIKey)
-	return cfg, err
+	er.check(s.Err())
+	return cfg, er.err
 }
 
-func signatureOptions(s *settings) (signer.Options, error) {
+// signatureOptions are the CMS options: --hash, --no-signed-attributes,
+// --chain.
+func signatureOptions(s *settings.Settings) (signer.Options, error) {
 	h, err := signer.HashFromName(s.String("hash"))
 	if err != nil {
 		return signer.Options{}, err
 	}
-	noAttrs, err := s.Bool("no-signed-attributes")
-	if err != nil {
-		return signer.Options{}, err
-	}
-	o := signer.Options{Hash: h, NoSignedAttributes: noAttrs}
+	o := signer.Options{Hash: h, NoSignedAttributes: s.Bool("no-signed-attributes")}
 	if f := s.String("chain"); f != "" {
 		o.Chain, err = readCerts(f)
 	}
 	return o, err
 }
 
-func routeRules(s *settings) ([]agent.RouteRule, error) {
-	routes, err := s.Strings("routes")
-	if err != nil {
-		return nil, err
-	}
+func routeRules(specs []string) ([]agent.RouteRule, error) {
 	var out []agent.RouteRule
-	for _, r := range routes {
+	for _, r := range specs {
 		rule, err := agent.ParseRouteRule(r)
 		if err != nil {
 			return nil, usageErr(err)
@@ -145,27 +122,22 @@ func routeRules(s *settings) ([]agent.RouteRule, error) {
 	return out, nil
 }
 
-// serviceConfig is the trusted service's settings; nil without --base-url.
-func serviceConfig(s *settings, e *env, apiKey string) (*trusted.Config, error) {
-	base := s.String("base-url")
-	if base == "" {
-		return nil, nil
+// serviceConfig is the trusted service's settings.
+func serviceConfig(s *settings.Settings, e *env, apiKey string) (*trusted.Config, error) {
+	if s.String("base-url") == "" {
+		return nil, usageErr(errors.New("give the service's address with --base-url or SIGNAGENT_BASE_URL"))
 	}
-	var er errs
-	insecure, err := s.Bool("insecure-http")
-	er.check(err)
-	timeout, err := s.Duration("request-timeout")
-	er.check(err)
-	attempts, err := s.Int("attempts")
-	er.check(err)
-	return &trusted.Config{BaseURL: base, AllowInsecureHTTP: insecure, APIKey: apiKey,
-		Timeout: timeout, Attempts: attempts, UserAgent: "signagent/" + version, Log: e.log}, er.err
+	if s.Int("attempts") < 1 {
+		return nil, usageErr(errors.New("--attempts must be at least 1"))
+	}
+	return &trusted.Config{BaseURL: s.String("base-url"), AllowInsecureHTTP: s.Bool("insecure-http"), APIKey: apiKey,
+		Timeout: s.Duration("request-timeout"), Attempts: s.Int("attempts"), UserAgent: "signagent/" + version, Log: e.log}, s.Err()
 }
 
 // agentSettings loads the settings and the logger they name, and reads the
 // agent's configuration from them.
 func agentSettings(c *cli.Context, e *env) (agent.Config, error) {
-	s, err := loadSettings(c, c.String("config"))
+	s, err := settings.Load(c, c.String("config"))
 	if err != nil {
 		return agent.Config{}, err
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
-	"errors"
 	"fmt"
 
 	"github.com/urfave/cli/v2"
@@ -60,39 +58,6 @@ func signFlags() []cli.Flag {
 	}
 }
 
-// openKey asks for the PIN first (a prompt is not bounded by the token's
-// deadline), then opens the key within ctx's deadline, or --token-timeout
-// when ctx has none.
-func openKey(ctx context.Context, sel pkcs11.Selection, e *env) (*pkcs11.Key, error) {
-	var err error
-	if sel.PIN, err = sel.PIN.Resolve(); err != nil {
-		return nil, err
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, sel.Timeout)
-		defer cancel()
-	}
-	if err := probe(ctx, sel); err != nil {
-		return nil, err
-	}
-	return pkcs11.Open(ctx, sel, e.log)
-}
-
-// probe tries the selected module in a child process first, so that a
-// module that crashes while initializing is reported in one line.
-func probe(ctx context.Context, sel pkcs11.Selection) error {
-	path := sel.Module
-	if u, err := pkcs11.ParseURI(sel.URI); err == nil && u.ModulePath != "" && path == "" {
-		path = u.ModulePath
-	}
-	mod, err := pkcs11.ResolveModule(path, "flag")
-	if err != nil {
-		return err
-	}
-	return pkcs11.Probe(ctx, mod.Path)
-}
-
 // openSigner opens the key the flags select and returns a CMS signer over
 // it, within ctx.
 func openSigner(ctx context.Context, c *cli.Context, e *env, sel pkcs11.Selection) (*pkcs11.Key, *signer.CMS, error) {
@@ -106,7 +71,7 @@ func openSigner(ctx context.Context, c *cli.Context, e *env, sel pkcs11.Selectio
 			return nil, nil, err
 		}
 	}
-	key, err := openKey(ctx, sel, e)
+	key, err := pkcs11.OpenProbed(ctx, sel, e.log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -128,116 +93,90 @@ func signCommand(e *env) *cli.Command {
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			format := c.String("format")
-			if format != "der" && format != "pem" && format != "base64" {
-				return usageErr(fmt.Errorf("--format %q: want der, pem or base64", format))
-			}
-			// The outputs are checked before the token is touched, and
-			// written together at the end (both or neither).
-			var outs []*safefile.Out
-			for _, name := range []string{"text-out", "out"} {
-				if path := c.String(name); path != "" {
-					o, err := safefile.Check(path, 0o600)
-					if err != nil {
-						return usageErr(fmt.Errorf("--%s: %w", name, err))
-					}
-					outs = append(outs, o)
-				}
-			}
-			text, cred, stamp, err := buildText(c)
-			if err != nil {
-				return err
-			}
-			ts, _ := canonical.ParseTimestamp(stamp)
-			sel, err := selection(c)
-			if err != nil {
-				return err
-			}
-			if sel.PIN, err = sel.PIN.Resolve(); err != nil {
-				return err
-			}
-			// --token-timeout bounds all the token work: loading the
-			// module, logging in, finding the key and signing.
-			ctx, cancel := context.WithTimeout(c.Context, sel.Timeout)
-			defer cancel()
-			key, cms, err := openSigner(ctx, c, e, sel)
-			if err != nil {
-				return err
-			}
-			defer key.Close()
-			der, err := cms.SignText(ctx, text, ts)
-			if err != nil {
-				return err
-			}
-			e.log.Info().Str("credential", cred.Masked()).Str("timestamp", stamp).Str("key", key.Label()).
-				Str("certificate", pkcs11.Thumbprint(key.Certificate())).Msg("signed")
-			var out []byte
-			if c.Bool("json") {
-				out, err = json.MarshalIndent(map[string]string{
-					"timestamp":             stamp,
-					"canonical":             string(text),
-					"signature":             base64.StdEncoding.EncodeToString(der),
-					"certificateThumbprint": pkcs11.Thumbprint(key.Certificate()),
-					"keyLabel":              key.Label(),
-				}, "", "  ")
-				if err != nil {
-					return err
-				}
-				out = append(out, '\n')
-			} else {
-				out = encodeSignature(der, format)
-			}
-			var data [][]byte
-			if c.String("text-out") != "" {
-				data = append(data, text)
-			}
-			if c.String("out") != "" {
-				data = append(data, out)
-			}
-			if err := safefile.WriteAll(outs, data); err != nil {
-				return err
-			}
-			if c.String("out") == "" {
-				_, err = e.stdout.Write(out)
-			}
-			return err
+			return sign(c, e)
 		},
 	}
 }
 
-func encodeSignature(der []byte, format string) []byte {
-	switch format {
-	case "pem":
-		return pem.EncodeToMemory(&pem.Block{Type: "CMS", Bytes: der})
-	case "base64":
-		return []byte(base64.StdEncoding.EncodeToString(der) + "\n")
+func sign(c *cli.Context, e *env) error {
+	if _, err := signer.Encode(nil, c.String("format")); err != nil {
+		return usageErr(fmt.Errorf("--%w", err))
 	}
-	return der
-}
-
-// decodeSignature accepts DER, PEM (CMS or PKCS7) or base64.
-func decodeSignature(b []byte) ([]byte, error) {
-	if len(b) > 0 && b[0] == 0x30 {
-		return b, nil
-	}
-	if blk, _ := pem.Decode(b); blk != nil {
-		return blk.Bytes, nil
-	}
-	der, err := base64.StdEncoding.DecodeString(string(trimSpace(b)))
-	if err != nil {
-		return nil, errors.New("the signature file is neither DER, PEM nor base64")
-	}
-	return der, nil
-}
-
-func trimSpace(b []byte) []byte {
-	out := make([]byte, 0, len(b))
-	for _, c := range b {
-		if c != ' ' && c != '\n' && c != '\r' && c != '\t' {
-			out = append(out, c)
+	// The outputs are checked before the token is touched, and written
+	// together at the end (both or neither).
+	var outs []*safefile.Out
+	for _, name := range []string{"text-out", "out"} {
+		if path := c.String(name); path != "" {
+			o, err := safefile.Check(path, 0o600)
+			if err != nil {
+				return usageErr(fmt.Errorf("--%s: %w", name, err))
+			}
+			outs = append(outs, o)
 		}
 	}
-	return out
+	text, cred, stamp, err := buildText(c)
+	if err != nil {
+		return err
+	}
+	ts, _ := canonical.ParseTimestamp(stamp)
+	sel, err := selection(c)
+	if err != nil {
+		return err
+	}
+	if sel.PIN, err = sel.PIN.Resolve(); err != nil {
+		return err
+	}
+	// --token-timeout bounds all the token work: loading the module,
+	// logging in, finding the key and signing.
+	ctx, cancel := context.WithTimeout(c.Context, sel.Timeout)
+	defer cancel()
+	key, cms, err := openSigner(ctx, c, e, sel)
+	if err != nil {
+		return err
+	}
+	defer key.Close()
+	if err := signer.CheckValidity(key.Certificate(), ts); err != nil {
+		e.log.Warn().Err(err).Msg("signing anyway: the service will refuse this signature")
+	}
+	der, err := cms.SignText(ctx, text, ts)
+	if err != nil {
+		return err
+	}
+	e.log.Info().Str("credential", cred.Masked()).Str("timestamp", stamp).Str("key", key.Label()).
+		Str("certificate", pkcs11.Thumbprint(key.Certificate())).Msg("signed")
+	out, err := signatureOutput(c, key, text, stamp, der)
+	if err != nil {
+		return err
+	}
+	var data [][]byte
+	if c.String("text-out") != "" {
+		data = append(data, text)
+	}
+	if c.String("out") != "" {
+		data = append(data, out)
+	}
+	if err := safefile.WriteAll(outs, data); err != nil {
+		return err
+	}
+	if c.String("out") == "" {
+		_, err = e.stdout.Write(out)
+	}
+	return err
+}
+
+// signatureOutput is the signature in --format, or the --json document.
+func signatureOutput(c *cli.Context, key *pkcs11.Key, text []byte, stamp string, der []byte) ([]byte, error) {
+	if !c.Bool("json") {
+		return signer.Encode(der, c.String("format"))
+	}
+	out, err := json.MarshalIndent(map[string]string{
+		"timestamp":             stamp,
+		"canonical":             string(text),
+		"signature":             base64.StdEncoding.EncodeToString(der),
+		"certificateThumbprint": pkcs11.Thumbprint(key.Certificate()),
+		"keyLabel":              key.Label(),
+	}, "", "  ")
+	return append(out, '\n'), err
 }
 
 func concat(sets ...[]cli.Flag) []cli.Flag {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/softhsm"
 	"github.com/signagent/signagent/trusted"
 )
@@ -34,22 +35,12 @@ func newClient(c *cli.Context, e *env, s trusted.Signer) (*trusted.Client, error
 	if err != nil {
 		return nil, err
 	}
-	if c.String("base-url") == "" {
-		return nil, usageErr(errors.New("give the service's address with --base-url or SIGNAGENT_BASE_URL"))
+	cfg, err := serviceConfig(settings.Of(c), e, key)
+	if err != nil {
+		return nil, err
 	}
-	if c.Int("attempts") < 1 {
-		return nil, usageErr(errors.New("--attempts must be at least 1"))
-	}
-	return trusted.New(trusted.Config{
-		BaseURL:           c.String("base-url"),
-		AllowInsecureHTTP: c.Bool("insecure-http"),
-		APIKey:            key,
-		Signer:            s,
-		Timeout:           c.Duration("request-timeout"),
-		Attempts:          c.Int("attempts"),
-		UserAgent:         "signagent/" + version,
-		Log:               e.log,
-	})
+	cfg.Signer = s
+	return trusted.New(*cfg)
 }
 
 func linkCommand(e *env) *cli.Command {

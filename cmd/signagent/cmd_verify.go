@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/x509"
 	"fmt"
-	"os"
 
 	"github.com/urfave/cli/v2"
 
@@ -25,15 +24,15 @@ func verifyCommand(e *env) *cli.Command {
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			raw, err := os.ReadFile(c.String("signature"))
+			raw, err := pkcs11.ReadFileLimit(c.String("signature"), 1<<20)
 			if err != nil {
 				return usageErr(err)
 			}
-			der, err := decodeSignature(raw)
+			der, err := signer.Decode(raw)
 			if err != nil {
-				return usageErr(err)
+				return usageErr(fmt.Errorf("%s: %w", c.String("signature"), err))
 			}
-			content, err := os.ReadFile(c.String("content"))
+			content, err := pkcs11.ReadFileLimit(c.String("content"), 64<<20)
 			if err != nil {
 				return usageErr(err)
 			}

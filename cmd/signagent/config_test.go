@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/signagent/signagent/internal/settings"
 	"github.com/urfave/cli/v2"
 )
 
@@ -29,27 +30,26 @@ func TestSettingsPrecedence(t *testing.T) {
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}
-			var got *settings
+			var got *settings.Settings
 			app := &cli.App{Commands: []*cli.Command{{Name: "serve", Flags: append(serveFlags(), logFlags("")...), Action: func(c *cli.Context) error {
 				var err error
-				got, err = loadSettings(c, c.String("config"))
+				got, err = settings.Load(c, c.String("config"))
 				return err
 			}}}}
 			if err := app.Run(append([]string{"signagent", "serve"}, tc.args...)); err != nil {
 				t.Fatal(err)
 			}
-			q, err := got.Int("queue-size")
-			if err != nil || q != tc.queue {
-				t.Fatalf("queue-size %d (%v), want %d", q, err, tc.queue)
+			if q := got.Int("queue-size"); q != tc.queue {
+				t.Fatalf("queue-size %d, want %d", q, tc.queue)
 			}
-			ttl, err := got.Duration("session-ttl")
-			if err != nil || ttl != tc.ttl {
-				t.Fatalf("session-ttl %v (%v), want %v", ttl, err, tc.ttl)
+			if ttl := got.Duration("session-ttl"); ttl != tc.ttl {
+				t.Fatalf("session-ttl %v, want %v", ttl, tc.ttl)
+			}
+			if err := got.Err(); err != nil {
+				t.Fatal(err)
 			}
 			if tc.name == "file over default" {
-				uids, _ := got.Ints("allow-uid")
-				listen, _ := got.Strings("listen")
-				legacy, _ := got.Bool("legacy-snils")
+				uids, listen, legacy := got.Ints("allow-uid"), got.Strings("listen"), got.Bool("legacy-snils")
 				if len(uids) != 2 || uids[1] != 6 || len(listen) != 1 || listen[0] != "unix:/from/file" || !legacy {
 					t.Fatalf("lists and bools from the file: %v %v %v", uids, listen, legacy)
 				}
@@ -75,18 +75,14 @@ func TestSettingsRefuseUnknownAndMistyped(t *testing.T) {
 			file := filepath.Join(dir, "c.yaml")
 			os.WriteFile(file, []byte(body), 0o600)
 			app := &cli.App{Commands: []*cli.Command{{Name: "serve", Flags: serveFlags(), Action: func(c *cli.Context) error {
-				s, err := loadSettings(c, c.String("config"))
+				s, err := settings.Load(c, c.String("config"))
 				if err != nil {
 					return err
 				}
-				_, err = s.Duration("session-ttl")
-				if err == nil {
-					_, err = s.Int("queue-size")
-				}
-				if err == nil {
-					_, err = s.Bool("legacy-snils")
-				}
-				return err
+				s.Duration("session-ttl")
+				s.Int("queue-size")
+				s.Bool("legacy-snils")
+				return s.Err()
 			}}}}
 			if err := app.Run([]string{"signagent", "serve", "--config", file}); err == nil || exitCode(err) != exitBadInput {
 				t.Fatalf("err = %v (exit %d)", err, exitCode(err))

@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/trusted"
@@ -21,7 +22,7 @@ var badInput = []error{
 	pkcs11.ErrModuleNotFound, pkcs11.ErrTokenNotFound,
 	pkcs11.ErrKeyNotFound, pkcs11.ErrKeyAmbiguous, pkcs11.ErrCertNotFound, pkcs11.ErrCertMismatch, pkcs11.ErrCertAmbiguous,
 	pkcs11.ErrBadURI, pkcs11.ErrBadSelection, pkcs11.ErrPINMissing, pkcs11.ErrKeyUsage,
-	signer.ErrUnsupported, trusted.ErrInvalidInput,
+	signer.ErrUnsupported, trusted.ErrInvalidInput, settings.ErrInvalid,
 }
 
 const (
@@ -51,20 +52,12 @@ func tokenFlags() []cli.Flag {
 }
 
 func selection(c *cli.Context) (pkcs11.Selection, error) {
-	return selectionFrom(&settings{c: c}, true)
+	return selectionFrom(settings.Of(c), true)
 }
 
 // selectionFrom reads the token flags; prompt allows asking for the PIN on
 // a terminal (never in the daemon).
-func selectionFrom(c *settings, prompt bool) (pkcs11.Selection, error) {
-	allowFinal, err := c.Bool("allow-final-pin-try")
-	if err != nil {
-		return pkcs11.Selection{}, err
-	}
-	timeout, err := c.Duration("token-timeout")
-	if err != nil {
-		return pkcs11.Selection{}, err
-	}
+func selectionFrom(c *settings.Settings, prompt bool) (pkcs11.Selection, error) {
 	sel := pkcs11.Selection{
 		Module:        c.String("module"),
 		Token:         pkcs11.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")},
@@ -72,13 +65,13 @@ func selectionFrom(c *settings, prompt bool) (pkcs11.Selection, error) {
 		KeyLabel:      c.String("key-label"),
 		CertFile:      c.String("cert"),
 		PIN:           pkcs11.PINSource{Prompt: prompt},
-		Timeout:       timeout,
-		AllowFinalTry: allowFinal,
+		Timeout:       c.Duration("token-timeout"),
+		AllowFinalTry: c.Bool("allow-final-pin-try"),
 	}
 	// A PIN file named on the command line beats the environment; one named
 	// in the configuration file comes after it (flag > environment > file).
-	if c.c.IsSet("pin-file") {
-		sel.PIN.File = c.c.String("pin-file")
+	if c.Context().IsSet("pin-file") {
+		sel.PIN.File = c.Context().String("pin-file")
 	} else {
 		sel.PIN.ConfigFile = c.String("pin-file")
 	}
@@ -89,7 +82,7 @@ func selectionFrom(c *settings, prompt bool) (pkcs11.Selection, error) {
 		}
 		sel.KeyID = b
 	}
-	return sel, nil
+	return sel, c.Err()
 }
 
 func credentialFlags() []cli.Flag {
@@ -136,9 +129,9 @@ func apiKeyFlags() []cli.Flag {
 
 // apiKey returns the partner's API key from --api-key-file, else from
 // $SIGNAGENT_API_KEY. It never comes from argv.
-func apiKey(c *cli.Context) (string, error) { return apiKeyFrom(&settings{c: c}) }
+func apiKey(c *cli.Context) (string, error) { return apiKeyFrom(settings.Of(c)) }
 
-func apiKeyFrom(c *settings) (string, error) {
+func apiKeyFrom(c *settings.Settings) (string, error) {
 	if f := c.String("api-key-file"); f != "" {
 		if err := pkcs11.CheckSecretFile(f); err != nil {
 			return "", fmt.Errorf("%w: %w", canonical.ErrInvalidAPIKey, err)
@@ -163,4 +156,13 @@ func noArgs(c *cli.Context) error {
 		return usageErr(errors.New("this command takes no positional arguments (a value given without its --flag?); see --help"))
 	}
 	return nil
+}
+
+// errs collects the first error of several reads.
+type errs struct{ err error }
+
+func (e *errs) check(err error) {
+	if e.err == nil && err != nil {
+		e.err = err
+	}
 }
