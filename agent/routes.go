@@ -94,3 +94,16 @@ func (a *Agent) routeAllowed(r *http.Request, route string) bool {
 	}
 	return true
 }
+
+// ParseRouteRules parses each of specs (the repeatable --routes).
+func ParseRouteRules(specs []string) ([]RouteRule, error) {
+	var out []RouteRule
+	for _, r := range specs {
+		rule, err := ParseRouteRule(r)
+		if err != nil {
+			return nil, badConfig(err)
+		}
+		out = append(out, rule)
+	}
+	return out, nil
+}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -250,4 +251,17 @@ func errKind(err error) string {
 		return strconv.Itoa(ae.Status)
 	}
 	return "transport"
+}
+
+// ParseConcurrency reads a comma-separated list of caller counts: 1,2,8,32.
+func ParseConcurrency(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("--concurrency %q: want numbers like 1,2,8,32", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

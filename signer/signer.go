@@ -298,3 +298,22 @@ func (s *CMS) SignText(ctx context.Context, text []byte, ts time.Time) ([]byte, 
 	opts.SigningTime = ts
 	return Sign(text, key, s.Cert, opts)
 }
+
+// TextSigner signs a text with its timestamp (a *CMS).
+type TextSigner interface {
+	SignText(ctx context.Context, text []byte, ts time.Time) ([]byte, error)
+}
+
+// Bounded bounds each signature by Timeout: a token that hangs fails the
+// signature rather than the caller.
+type Bounded struct {
+	Signer  TextSigner
+	Timeout time.Duration
+}
+
+// SignText signs within Timeout.
+func (b Bounded) SignText(ctx context.Context, text []byte, ts time.Time) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.Timeout)
+	defer cancel()
+	return b.Signer.SignText(ctx, text, ts)
+}

@@ -1,10 +1,14 @@
 package signer
 
 import (
+	"crypto/sha1"
 	"crypto/x509"
 	"encoding/asn1"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"time"
 
 	"github.com/smallstep/pkcs7"
@@ -53,4 +57,22 @@ func Verify(der, content []byte, roots *x509.CertPool) (*Verified, error) {
 		v.SigningTime = st.UTC()
 	}
 	return v, nil
+}
+
+// Report prints what Verify found, for a person: the signer, its SHA-1
+// thumbprint, the signing time, and whether the chain was checked.
+func (v *Verified) Report(w io.Writer, chainChecked bool) error {
+	sum := sha1.Sum(v.Signer.Raw)
+	fmt.Fprintf(w, "signature OK\nsigner: %s\nthumbprint: %s\n", v.Signer.Subject, strings.ToUpper(hex.EncodeToString(sum[:])))
+	if !v.SigningTime.IsZero() {
+		fmt.Fprintf(w, "signing time: %s UTC\n", v.SigningTime.UTC().Format("02.01.2006 15:04:05"))
+	} else {
+		fmt.Fprintln(w, "signed attributes: none")
+	}
+	chain := "not checked (give --ca to check it)"
+	if chainChecked {
+		chain = "trusted"
+	}
+	_, err := fmt.Fprintf(w, "certificate chain: %s\n", chain)
+	return err
 }

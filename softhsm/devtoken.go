@@ -4,12 +4,14 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/rs/zerolog"
+	"github.com/signagent/signagent/pkcs11"
 )
 
 // DevMarker marks a directory DevToken made; it removes files only in a
@@ -141,4 +143,34 @@ func (d DevToken) make() (err error) {
 	}
 	// The PIN file is written last: its presence means the token is complete.
 	return WriteFileAtomic(d.PINFile(), []byte(pin+"\n"), 0o600)
+}
+
+// WriteEnv prints the shell lines that point signagent at the token. Every
+// line is safe for eval: the comment holds no newline (strconv.Quote), the
+// values are single-quoted where needed.
+func (d DevToken) WriteEnv(w io.Writer, reused bool) error {
+	what := "made"
+	if reused {
+		what = "reused"
+	}
+	fmt.Fprintf(w, "# signagent development token %s %s in %s\n", strconv.Quote(d.Label), what, strconv.Quote(d.Dir))
+	for _, kv := range [][2]string{
+		{ConfEnv, d.Conf()},
+		{pkcs11.ModuleEnv, d.Module},
+		{"SIGNAGENT_TOKEN_LABEL", d.Label},
+		{"SIGNAGENT_KEY_LABEL", d.Label},
+		{pkcs11.PINFileEnv, d.PINFile()},
+	} {
+		if _, err := fmt.Fprintf(w, "export %s=%s\n", kv[0], shellQuote(kv[1])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

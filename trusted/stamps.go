@@ -18,7 +18,6 @@ type stamps struct {
 	last map[string]time.Time
 }
 
-//
 // A retry of a request (retry is the timestamp it was sent with) may be
 // the same request again: it does not wait.
 func (s *stamps) next(ctx context.Context, now func() time.Time, key string, retry time.Time) (time.Time, error) {

@@ -4,12 +4,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -43,30 +40,15 @@ func benchCommand(e *env) *cli.Command {
 			&cli.IntFlag{Name: "agent-pid", Usage: "with --socket: the agent's `PID`, to report its resident memory"},
 		}),
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
 			return runBench(c, e)
 		},
 	}
 }
 
-func parseConcurrency(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, usageErr(fmt.Errorf("--concurrency %q: want numbers like 1,2,8,32", s))
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
-
 func runBench(c *cli.Context, e *env) error {
-	conc, err := parseConcurrency(c.String("concurrency"))
+	conc, err := bench.ParseConcurrency(c.String("concurrency"))
 	if err != nil {
-		return err
+		return usageErr(err)
 	}
 	sel, err := selection(c)
 	if err != nil {

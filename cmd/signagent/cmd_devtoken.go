@@ -10,7 +10,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/softhsm"
 )
 
@@ -40,9 +39,6 @@ func devTokenCommand(e *env) *cli.Command {
 			&cli.BoolFlag{Name: "ec", Usage: "also generate a P-256 key labelled LABEL-ec (id 02), for benchmarks"},
 		},
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
 			dir, err := filepath.Abs(c.String("dir"))
 			if err != nil {
 				return usageErr(err)
@@ -69,35 +65,7 @@ func devTokenCommand(e *env) *cli.Command {
 				}
 				return err
 			}
-			printDevEnv(e, dt, reuse)
-			return nil
+			return dt.WriteEnv(e.stdout, reuse)
 		},
 	}
-}
-
-// printDevEnv prints the environment that points at the token. Every line
-// is safe for eval: the comment holds no newline (strconv.Quote), the
-// values are single-quoted.
-func printDevEnv(e *env, dt softhsm.DevToken, reuse bool) {
-	what := "made"
-	if reuse {
-		what = "reused"
-	}
-	fmt.Fprintf(e.stdout, "# signagent development token %s %s in %s\n", strconv.Quote(dt.Label), what, strconv.Quote(dt.Dir))
-	for _, kv := range [][2]string{
-		{softhsm.ConfEnv, dt.Conf()},
-		{pkcs11.ModuleEnv, dt.Module},
-		{"SIGNAGENT_TOKEN_LABEL", dt.Label},
-		{"SIGNAGENT_KEY_LABEL", dt.Label},
-		{pkcs11.PINFileEnv, dt.PINFile()},
-	} {
-		fmt.Fprintf(e.stdout, "export %s=%s\n", kv[0], shellQuote(kv[1]))
-	}
-}
-
-func shellQuote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -57,9 +57,6 @@ func serveCommand(e *env) *cli.Command {
 			"SIGTERM or SIGINT stops it gracefully; SIGHUP reloads the configuration and reopens the token.",
 		Flags: serveFlags(),
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
 			return serve(c, e)
 		},
 	}
@@ -75,25 +72,17 @@ func readAgentConfig(s *settings.Settings, e *env) (agent.Config, error) {
 		TokenConcurrency: s.Int("token-concurrency"), QueueSize: s.Int("queue-size"), TokenDelay: s.Duration("token-delay"),
 		SessionTTL: s.Duration("session-ttl"), RequestDeadline: s.Duration("request-deadline"), MaxBody: int64(s.Int("max-body")),
 		ShutdownGrace: s.Duration("shutdown-grace"), LegacySNILS: s.Bool("legacy-snils"), ExposeCanonical: s.Bool("expose-canonical")}
-	var er errs
-	var err error
-	cfg.Token, err = selectionFrom(s, false)
-	er.check(err)
-	cfg.Signature, err = signatureOptions(s)
-	er.check(err)
-	cfg.Routes, err = routeRules(s.Strings("routes"))
-	er.check(err)
-	// The API key: needed for signatures and sessions alike.
-	cfg.APIKey, err = apiKeyFrom(s)
-	er.check(err)
+	var errs [5]error // all are reported, not only the first
+	cfg.Token, errs[0] = selectionFrom(s, false)
+	cfg.Signature, errs[1] = signatureOptions(s)
+	cfg.Routes, errs[2] = agent.ParseRouteRules(s.Strings("routes"))
+	cfg.APIKey, errs[3] = apiKeyFrom(s) // needed for signatures and sessions alike
 	if s.String("base-url") != "" {
-		cfg.Service, err = serviceConfig(s, e, cfg.APIKey)
-		er.check(err)
+		cfg.Service, errs[4] = serviceConfig(s, e, cfg.APIKey)
 	} else {
 		e.log.Warn().Msg("no --base-url: /v1/sessions and /v1/links answer 503 until one is configured")
 	}
-	er.check(s.Err())
-	return cfg, er.err
+	return cfg, agentErr(errors.Join(append(errs[:], s.Err())...))
 }
 
 // signatureOptions are the CMS options: --hash, --no-signed-attributes,
@@ -108,18 +97,6 @@ func signatureOptions(s *settings.Settings) (signer.Options, error) {
 		o.Chain, err = readCerts(f)
 	}
 	return o, err
-}
-
-func routeRules(specs []string) ([]agent.RouteRule, error) {
-	var out []agent.RouteRule
-	for _, r := range specs {
-		rule, err := agent.ParseRouteRule(r)
-		if err != nil {
-			return nil, usageErr(err)
-		}
-		out = append(out, rule)
-	}
-	return out, nil
 }
 
 // serviceConfig is the trusted service's settings.

@@ -21,9 +21,6 @@ func canonicalCommand(e *env) *cli.Command {
 		UsageText: "signagent canonical --phone P | --snils S | --thumbprint T [--timestamp \"dd.MM.yyyy HH:mm:ss\"]",
 		Flags:     append(credentialFlags(), apiKeyFlags()...),
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
 			text, _, _, err := buildText(c)
 			if err != nil {
 				return err
@@ -90,9 +87,6 @@ func signCommand(e *env) *cli.Command {
 			&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print timestamp, canonical text, base64 signature, certificate thumbprint and key label as JSON"},
 		}),
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
 			return sign(c, e)
 		},
 	}
@@ -104,15 +98,9 @@ func sign(c *cli.Context, e *env) error {
 	}
 	// The outputs are checked before the token is touched, and written
 	// together at the end (both or neither).
-	var outs []*safefile.Out
-	for _, name := range []string{"text-out", "out"} {
-		if path := c.String(name); path != "" {
-			o, err := safefile.Check(path, 0o600)
-			if err != nil {
-				return usageErr(fmt.Errorf("--%s: %w", name, err))
-			}
-			outs = append(outs, o)
-		}
+	outs, err := checkOutputs(c, "text-out", "out")
+	if err != nil {
+		return err
 	}
 	text, cred, stamp, err := buildText(c)
 	if err != nil {
@@ -162,6 +150,21 @@ func sign(c *cli.Context, e *env) error {
 		_, err = e.stdout.Write(out)
 	}
 	return err
+}
+
+// checkOutputs checks the output files the flags name, in order.
+func checkOutputs(c *cli.Context, flags ...string) ([]*safefile.Out, error) {
+	var outs []*safefile.Out
+	for _, name := range flags {
+		if path := c.String(name); path != "" {
+			o, err := safefile.Check(path, 0o600)
+			if err != nil {
+				return nil, usageErr(fmt.Errorf("--%s: %w", name, err))
+			}
+			outs = append(outs, o)
+		}
+	}
+	return outs, nil
 }
 
 // signatureOutput is the signature in --format, or the --json document.

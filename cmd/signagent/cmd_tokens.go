@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
-	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
@@ -22,13 +20,7 @@ func tokensCommand(e *env) *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		},
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
-			mod, err := resolveModule(c, e)
-			if err == nil {
-				err = pkcs11.Probe(c.Context, mod.Path)
-			}
+			mod, err := probedModule(c, e)
 			if err != nil {
 				return err
 			}
@@ -40,12 +32,7 @@ func tokensCommand(e *env) *cli.Command {
 				return writeJSON(e, map[string]any{"module": mod.Path, "tokens": nonNil(tokens)})
 			}
 			fmt.Fprintf(e.stdout, "module: %s (%s)\n", mod.Path, mod.Source)
-			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SLOT\tLABEL\tSERIAL\tMANUFACTURER\tMODEL\tFLAGS")
-			for _, t := range tokens {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", t.Slot, t.Label, t.Serial, t.Manufacturer, t.Model, strings.Join(t.Flags, ","))
-			}
-			return tw.Flush()
+			return pkcs11.WriteTokenTable(e.stdout, tokens)
 		},
 	}
 }
@@ -56,13 +43,7 @@ func keysCommand(e *env) *cli.Command {
 		Usage: "list the keys and certificates on a token (private keys only with a PIN)",
 		Flags: append(tokenFlags()[:3], tokenFlags()[7], &cli.BoolFlag{Name: "json", Usage: "print JSON"}),
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
-			mod, err := resolveModule(c, e)
-			if err == nil {
-				err = pkcs11.Probe(c.Context, mod.Path)
-			}
+			mod, err := probedModule(c, e)
 			if err != nil {
 				return err
 			}
@@ -81,37 +62,9 @@ func keysCommand(e *env) *cli.Command {
 			if c.Bool("json") {
 				return writeJSON(e, map[string]any{"objects": nonNil(objs)})
 			}
-			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "CLASS\tLABEL\tID\tTYPE\tSIZE\tKEPT\tSUBJECT\tISSUER\tNOT AFTER\tTHUMBPRINT")
-			for _, o := range objs {
-				size := ""
-				if o.Bits > 0 {
-					size = fmt.Sprint(o.Bits)
-				}
-				if o.Curve != "" {
-					size = o.Curve
-				}
-				notAfter := ""
-				if !o.NotAfter.IsZero() {
-					notAfter = o.NotAfter.Format("2006-01-02")
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Class, o.Label, o.ID, o.KeyType, size, kept(o), o.Subject, o.Issuer, notAfter, o.Thumbprint)
-			}
-			return tw.Flush()
+			return pkcs11.WriteObjectTable(e.stdout, objs)
 		},
 	}
-}
-
-// kept says how a private key is held: "on-token" when it is sensitive and
-// not extractable, "EXTRACTABLE" when the token would let it out.
-func kept(o pkcs11.Object) string {
-	switch {
-	case o.Extractable != nil && *o.Extractable:
-		return "EXTRACTABLE"
-	case o.Sensitive != nil && *o.Sensitive:
-		return "on-token"
-	}
-	return ""
 }
 
 // resolveModule finds the module --module names (or the default one) and
@@ -125,6 +78,15 @@ func resolveModule(c *cli.Context, e *env) (pkcs11.Module, error) {
 		e.log.Info().Str("module", mod.Path).Msg("using PKCS#11 module")
 	}
 	return mod, nil
+}
+
+// probedModule is resolveModule, then the module tried in a child process.
+func probedModule(c *cli.Context, e *env) (pkcs11.Module, error) {
+	mod, err := resolveModule(c, e)
+	if err == nil {
+		err = pkcs11.Probe(c.Context, mod.Path)
+	}
+	return mod, err
 }
 
 func writeJSON(e *env, v any) error {

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,7 +13,7 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/internal/settings"
-	"github.com/signagent/signagent/softhsm"
+	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -50,9 +48,6 @@ func linkCommand(e *env) *cli.Command {
 		UsageText: "signagent link --service-user-id ID --phone P [--base-url URL]",
 		Flags:     append(serviceFlags(), credentialFlags()[0]),
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
 			if !c.IsSet("phone") {
 				return usageErr(errors.New("users are linked by phone: give --phone"))
 			}
@@ -84,9 +79,6 @@ func sessionCommand(e *env) *cli.Command {
 			&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print {\"sid\",\"kind\",\"obtainedAt\"}"},
 		}),
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
 			cred, err := credential(c)
 			if err != nil {
 				return err
@@ -103,7 +95,7 @@ func sessionCommand(e *env) *cli.Command {
 				return err
 			}
 			defer key.Close()
-			client, err := newClient(c, e, tokenSigner{cms, c.Duration("token-timeout")})
+			client, err := newClient(c, e, signer.Bounded{Signer: cms, Timeout: c.Duration("token-timeout")})
 			if err != nil {
 				return err
 			}
@@ -121,18 +113,6 @@ func sessionCommand(e *env) *cli.Command {
 	}
 }
 
-// tokenSigner bounds each token signature by the token time limit.
-type tokenSigner struct {
-	s       trusted.Signer
-	timeout time.Duration
-}
-
-func (t tokenSigner) SignText(ctx context.Context, text []byte, ts time.Time) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, t.timeout)
-	defer cancel()
-	return t.s.SignText(ctx, text, ts)
-}
-
 func emulatorCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Name:  "emulator",
@@ -143,37 +123,13 @@ func emulatorCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "url-file", Usage: "write the base URL to `FILE` once listening"},
 		},
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
-			host, _, err := net.SplitHostPort(c.String("listen"))
-			if err != nil || !trusted.IsLoopback(host) {
-				return usageErr(fmt.Errorf("--listen %q: the emulator serves on loopback only (127.0.0.1:PORT or [::1]:PORT)", c.String("listen")))
-			}
-			cfg, err := emulator.LoadConfig(c.String("config"))
-			if err != nil {
-				return usageErr(err)
-			}
-			srv, err := emulator.New(cfg, e.log)
-			if err != nil {
-				return usageErr(err)
-			}
-			if err := srv.Listen(c.String("listen")); err != nil {
-				return fmt.Errorf("could not listen on %s: %w", c.String("listen"), err)
-			}
-			if f := c.String("url-file"); f != "" {
-				if err := softhsm.WriteFileAtomic(f, []byte(srv.URL()+"\n"), 0o644); err != nil {
-					return err
-				}
-			}
-			e.log.Info().Str("url", srv.URL()).Int("partners", len(cfg.Partners)).Int("users", len(cfg.Users)).Msg("emulator listening")
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			<-ctx.Done()
-			e.log.Info().Msg("emulator stopping")
-			shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			return srv.Close(shut)
+			err := emulator.RunLoopback(ctx, c.String("listen"), c.String("config"), c.String("url-file"), e.log)
+			if errors.Is(err, emulator.ErrConfig) {
+				return usageErr(err)
+			}
+			return err
 		},
 	}
 }

@@ -21,9 +21,6 @@ func verifyCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "ca", Usage: "PEM `FILE` of trusted certificates the signer must chain to"},
 		},
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
 			raw, err := pkcs11.ReadFileLimit(c.String("signature"), 1<<20)
 			if err != nil {
 				return usageErr(err)
@@ -51,18 +48,7 @@ func verifyCommand(e *env) *cli.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "signature OK\nsigner: %s\nthumbprint: %s\n", v.Signer.Subject, pkcs11.Thumbprint(v.Signer))
-			if !v.SigningTime.IsZero() {
-				fmt.Fprintf(e.stdout, "signing time: %s\n", v.SigningTime.Format("02.01.2006 15:04:05")+" UTC")
-			} else {
-				fmt.Fprintln(e.stdout, "signed attributes: none")
-			}
-			if roots == nil {
-				fmt.Fprintln(e.stdout, "certificate chain: not checked (give --ca to check it)")
-			} else {
-				fmt.Fprintln(e.stdout, "certificate chain: trusted")
-			}
-			return nil
+			return v.Report(e.stdout, roots != nil)
 		},
 	}
 }

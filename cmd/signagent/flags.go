@@ -133,12 +133,9 @@ func apiKey(c *cli.Context) (string, error) { return apiKeyFrom(settings.Of(c)) 
 
 func apiKeyFrom(c *settings.Settings) (string, error) {
 	if f := c.String("api-key-file"); f != "" {
-		if err := pkcs11.CheckSecretFile(f); err != nil {
-			return "", fmt.Errorf("%w: %w", canonical.ErrInvalidAPIKey, err)
-		}
-		b, err := os.ReadFile(f)
+		b, err := pkcs11.ReadSecretFile(f, 4096)
 		if err != nil {
-			return "", fmt.Errorf("%w: could not read the API key file: %w", canonical.ErrInvalidAPIKey, err)
+			return "", fmt.Errorf("%w: %w", canonical.ErrInvalidAPIKey, err)
 		}
 		return canonical.NormalizeAPIKey(string(b))
 	}
@@ -156,13 +153,4 @@ func noArgs(c *cli.Context) error {
 		return usageErr(errors.New("this command takes no positional arguments (a value given without its --flag?); see --help"))
 	}
 	return nil
-}
-
-// errs collects the first error of several reads.
-type errs struct{ err error }
-
-func (e *errs) check(err error) {
-	if e.err == nil && err != nil {
-		e.err = err
-	}
 }

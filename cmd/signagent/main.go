@@ -99,6 +99,10 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		// operators tend to put them (signagent sign --log-level debug).
 		cmd.Flags = append(cmd.Flags, logFlags("Logging")...)
 		cmd.Before = func(c *cli.Context) error {
+			// No command takes positional arguments.
+			if err := noArgs(c); err != nil {
+				return err
+			}
 			if !c.IsSet("log-level") && !c.IsSet("log-format") {
 				return nil
 			}
