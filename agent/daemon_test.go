@@ -22,7 +22,7 @@ import (
 
 // daemonConfig is a daemon on a fresh SoftHSM token, a temporary socket
 // and an audit file; no service.
-func daemonConfig(t *testing.T) (agent.Config, *atomic.Int64) {
+func daemonConfig(t testing.TB) (agent.Config, *atomic.Int64) {
 	tk := hsmtest.New(t)
 	dir, err := os.MkdirTemp("", "sd")
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 )
 
 // freePort returns a loopback port free at the moment.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -28,7 +28,7 @@ func freePort(t *testing.T) int {
 
 // tcpAgent starts serve on a Unix socket and a loopback port with a bearer
 // token file of the test's.
-func tcpAgent(t *testing.T) (*agentProc, string, string) {
+func tcpAgent(t testing.TB) (*agentProc, string, string) {
 	tk := hsmtest.New(t)
 	dir := shortDir(t)
 	sock := filepath.Join(dir, "a.sock")
@@ -42,7 +42,7 @@ func tcpAgent(t *testing.T) (*agentProc, string, string) {
 
 // rawHTTP sends one request line with method on a new TCP connection and
 // returns the status line and whether the server closed the connection.
-func rawHTTP(t *testing.T, addr, method string) (string, bool) {
+func rawHTTP(t testing.TB, addr, method string) (string, bool) {
 	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)

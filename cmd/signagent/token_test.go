@@ -213,7 +213,7 @@ type agentProc struct {
 
 // startServe starts serve with args on a socket in dir and waits until it
 // listens.
-func startServe(t *testing.T, cmd *exec.Cmd, sock string) *agentProc {
+func startServe(t testing.TB, cmd *exec.Cmd, sock string) *agentProc {
 	t.Helper()
 	a := &agentProc{cmd: cmd, sock: sock, stderr: &hsmtest.LogBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = a.stderr
@@ -462,7 +462,7 @@ func TestTwoAgentsOnOneToken(t *testing.T) {
 
 // shortDir is a temporary directory with a short path (a socket path has
 // room for about 100 bytes).
-func shortDir(t *testing.T) string {
+func shortDir(t testing.TB) string {
 	d, err := os.MkdirTemp("", "sa")
 	if err != nil {
 		t.Fatal(err)
