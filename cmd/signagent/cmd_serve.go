@@ -150,6 +150,11 @@ func serve(c *cli.Context, e *env) error {
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	d, err := agent.Start(ctx, cfg)
+	if err != nil && ctx.Err() != nil && c.Context.Err() == nil {
+		// SIGTERM or SIGINT while starting: a stop, not a failure.
+		e.log.Info().Msg("stopped while starting")
+		return nil
+	}
 	if err != nil {
 		return agentErr(err)
 	}
