@@ -321,9 +321,9 @@ func (d *Daemon) Reload(cfg Config) error {
 	return nil
 }
 
-func needsRestart(old, new Config) bool {
-	return strings.Join(old.Listen, "\n") != strings.Join(new.Listen, "\n") ||
-		old.SocketGroup != new.SocketGroup || old.AuditLog != new.AuditLog
+func needsRestart(was, now Config) bool {
+	return strings.Join(was.Listen, "\n") != strings.Join(now.Listen, "\n") ||
+		was.SocketGroup != now.SocketGroup || was.AuditLog != now.AuditLog
 }
 
 // Shutdown stops accepting, lets requests in flight finish until ctx is
