@@ -13,9 +13,11 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
 	"gopkg.in/yaml.v3"
 
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/signer"
 )
@@ -33,6 +35,23 @@ type Config struct {
 	KeyTTL Duration `yaml:"keyTTL"`
 	// ReadTimeout bounds reading one request, body included (default 30s).
 	ReadTimeout Duration `yaml:"readTimeout"`
+	// SidTTL is how long an auth.sid can be exchanged for a legacy token
+	// (default 24h).
+	SidTTL Duration `yaml:"sidTTL"`
+
+	// Developers are the integrators of the legacy scheme, by developer key.
+	Developers []Developer `yaml:"developers"`
+	// TokenTTL is how long a legacy token is valid (default 24h).
+	TokenTTL Duration `yaml:"tokenTTL"`
+	// ChallengeTTL is how long a certificate login's random waits for
+	// AuthenticateConfirm (default 10m).
+	ChallengeTTL Duration `yaml:"challengeTTL"`
+	// OAEP makes certificate logins transport the content key with RSA-OAEP
+	// (SHA-1) instead of RSA PKCS#1 v1.5.
+	OAEP bool `yaml:"oaep"`
+
+	// Organizations and their boxes, for the business methods.
+	Organizations []Organization `yaml:"organizations"`
 
 	prepared bool
 }
@@ -55,13 +74,30 @@ type Partner struct {
 	roots *x509.CertPool
 }
 
+// Developer is an integrator of the legacy scheme.
+type Developer struct {
+	Name string `yaml:"name"`
+	// Key, or KeyFile holding it: the developer key (an opaque string).
+	Key     string `yaml:"key"`
+	KeyFile string `yaml:"keyFile"`
+}
+
 // User is a user of the service.
 type User struct {
-	ID          string   `yaml:"id"`
-	Phone       string   `yaml:"phone"`
-	SNILS       string   `yaml:"snils"`
+	ID    string `yaml:"id"`
+	Phone string `yaml:"phone"`
+	SNILS string `yaml:"snils"`
+	// Thumbprints are the user's certificates (SHA-1): a credential of
+	// trusted authentication, and the certificates a legacy certificate
+	// login accepts.
 	Thumbprints []string `yaml:"thumbprints"`
 	Admin       bool     `yaml:"admin"`
+	// Login and PasswordHash (bcrypt, from signagent emulator
+	// --hash-password) are the legacy password login.
+	Login        string `yaml:"login"`
+	PasswordHash string `yaml:"passwordHash"`
+	// Boxes the user may use, as GUIDs or <32 hex>@<domain>.
+	Boxes []string `yaml:"boxes"`
 	// Linked lists the trusted-system ids this user is already linked to,
 	// as "partner-name:serviceUserId".
 	Linked []string `yaml:"linked"`
@@ -122,8 +158,22 @@ func (cfg *Config) check(dir string) error {
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = Duration(30 * time.Second)
 	}
-	if len(cfg.Partners) == 0 {
-		return errors.New("no partners")
+	for _, d := range []*Duration{&cfg.SidTTL, &cfg.TokenTTL} {
+		if *d <= 0 {
+			*d = Duration(24 * time.Hour)
+		}
+	}
+	if cfg.ChallengeTTL <= 0 {
+		cfg.ChallengeTTL = Duration(10 * time.Minute)
+	}
+	if len(cfg.Partners) == 0 && len(cfg.Developers) == 0 {
+		return errors.New("no partners and no developers: the emulator would refuse everyone")
+	}
+	if err := cfg.checkDevelopers(dir); err != nil {
+		return err
+	}
+	if err := cfg.checkOrganizations(); err != nil {
+		return err
 	}
 	names := map[string]bool{}
 	keys := map[string]bool{}
@@ -176,6 +226,7 @@ func (cfg *Config) check(dir string) error {
 		}
 	}
 	ids := map[string]bool{}
+	logins := map[string]bool{}
 	for i := range cfg.Users {
 		u := &cfg.Users[i]
 		if u.ID == "" {
@@ -205,6 +256,9 @@ func (cfg *Config) check(dir string) error {
 				return fmt.Errorf("user %q: %w", u.ID, err)
 			}
 			u.Thumbprints[j] = c.Value
+		}
+		if err := checkLogin(u, logins); err != nil {
+			return err
 		}
 		for _, l := range u.Linked {
 			partner, id, ok := strings.Cut(l, ":")
@@ -238,4 +292,51 @@ func loadCerts(dir, spec string) ([]*x509.Certificate, error) {
 		return nil, fmt.Errorf("%.40q: %w", spec, err)
 	}
 	return certs, nil
+}
+
+func (cfg *Config) checkDevelopers(dir string) error {
+	names, keys := map[string]bool{}, map[string]bool{}
+	for i := range cfg.Developers {
+		d := &cfg.Developers[i]
+		if d.Name == "" {
+			d.Name = fmt.Sprintf("developer%d", i+1)
+		}
+		if names[d.Name] {
+			return fmt.Errorf("developer %q appears twice", d.Name)
+		}
+		names[d.Name] = true
+		if d.KeyFile != "" {
+			b, err := safefile.Read(resolve(dir, d.KeyFile), 4096)
+			if err != nil {
+				return fmt.Errorf("developer %q: %w", d.Name, err)
+			}
+			d.Key = string(b)
+		}
+		k, err := legacy.CheckDeveloperKey(d.Key)
+		if err != nil {
+			return fmt.Errorf("developer %q: %w", d.Name, err)
+		}
+		if keys[k] {
+			return fmt.Errorf("developer %q: its key is another developer's too", d.Name)
+		}
+		d.Key, keys[k] = k, true
+	}
+	return nil
+}
+
+func checkLogin(u *User, logins map[string]bool) error {
+	if (u.Login == "") != (u.PasswordHash == "") {
+		return fmt.Errorf("user %q: give both login and passwordHash, or neither", u.ID)
+	}
+	if u.Login == "" {
+		return nil
+	}
+	if logins[strings.ToLower(u.Login)] {
+		return fmt.Errorf("user %q: login %q is another user's too", u.ID, u.Login)
+	}
+	logins[strings.ToLower(u.Login)] = true
+	if _, err := bcrypt.Cost([]byte(u.PasswordHash)); err != nil {
+		return fmt.Errorf("user %q: passwordHash is not a bcrypt hash (make one with signagent emulator --hash-password): %w", u.ID, err)
+	}
+	return nil
 }

@@ -74,6 +74,12 @@ type Stats struct {
 	// against replay.
 	PendingKeys     int `json:"pendingKeys"`
 	SpentSignatures int `json:"spentSignatures"`
+	// LegacyTokens and LegacyChallenges count what Authenticate (V3)
+	// issued; HeldTokens and PendingRandoms are what it holds now.
+	LegacyTokens     int `json:"legacyTokens"`
+	LegacyChallenges int `json:"legacyChallenges"`
+	HeldTokens       int `json:"heldTokens"`
+	PendingRandoms   int `json:"pendingRandoms"`
 }
 
 type linkKey struct{ partner, serviceUserID string }
@@ -106,14 +112,17 @@ type Server struct {
 	// used holds the digests of step-1 signatures already accepted, until
 	// their timestamp leaves the skew window (then the timestamp check
 	// refuses them anyway): a signed request is good once.
-	used      map[[32]byte]spent
-	nextSweep time.Time
-	sids      map[string]SessionRecord
-	stats     Stats
-	faults    map[string][]Fault
-	baseURL   string
-	listener  net.Listener
-	srv       *http.Server
+	used            map[[32]byte]spent
+	nextSweep       time.Time
+	sids            map[string]SessionRecord
+	tokens          map[string]legacyToken    // legacy authorization tokens
+	randoms         map[string]*pendingRandom // by certificate thumbprint
+	nextLegacySweep time.Time
+	stats           Stats
+	faults          map[string][]Fault
+	baseURL         string
+	listener        net.Listener
+	srv             *http.Server
 }
 
 // New returns an emulator for cfg, from LoadConfig or built in code (file
@@ -128,6 +137,7 @@ func New(cfg *Config, log zerolog.Logger) (*Server, error) {
 		keys:   map[string]*pendingKey{},
 		used:   map[[32]byte]spent{},
 		sids:   map[string]SessionRecord{},
+		tokens: map[string]legacyToken{}, randoms: map[string]*pendingRandom{},
 		faults: map[string][]Fault{},
 		stats: Stats{Requests: map[string]int{}, Rejections: map[string]int{},
 			SessionsByUser: map[string]int{}, ChallengesByUser: map[string]int{}},
@@ -171,6 +181,7 @@ func (s *Server) Stats() Stats {
 	c.Requests, c.Rejections = clone(s.stats.Requests), clone(s.stats.Rejections)
 	c.SessionsByUser, c.ChallengesByUser = clone(s.stats.SessionsByUser), clone(s.stats.ChallengesByUser)
 	c.PendingKeys, c.SpentSignatures = len(s.keys), len(s.used)
+	c.HeldTokens, c.PendingRandoms = len(s.tokens), len(s.randoms)
 	return c
 }
 
@@ -199,7 +210,11 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /_emulator/stats", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Stats())
 	})
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.legacyRoute(w, r) && !s.businessRoute(w, r) {
+			mux.ServeHTTP(w, r)
+		}
+	})
 }
 
 // refusal is an error answer.
@@ -217,29 +232,10 @@ type handler func(r *http.Request, p *Partner) (any, *refusal)
 // (query name apiKey, or api-key in the link step), and writes the answer.
 func (s *Server) serve(step string, h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
-		s.stats.Requests[step]++
-		var fault *Fault
-		if q := s.faults[step]; len(q) > 0 {
-			fault, s.faults[step] = &q[0], q[1:]
+		if s.takeFault(w, r, step) {
+			return
 		}
-		s.mu.Unlock()
 		log := s.log.With().Str("step", step).Logger()
-		if fault != nil {
-			if fault.Delay > 0 {
-				select {
-				case <-time.After(fault.Delay):
-				case <-r.Context().Done():
-					log.Info().Msg("injected delay: the client gave up")
-					return
-				}
-			}
-			if fault.Status != 0 {
-				log.Info().Int("status", fault.Status).Msg("injected fault")
-				writeJSON(w, fault.Status, map[string]string{"Code": CodeInternal})
-				return
-			}
-		}
 		name := "apiKey"
 		if step == "register-external-service-id" {
 			name = "api-key"
@@ -264,6 +260,40 @@ func (s *Server) serve(step string, h handler) http.HandlerFunc {
 		}
 		writeJSON(w, http.StatusOK, ans)
 	}
+}
+
+// takeFault counts a request to step and applies the next fault queued
+// for it; it reports whether the fault answered the request.
+func (s *Server) takeFault(w http.ResponseWriter, r *http.Request, step string) bool {
+	s.mu.Lock()
+	s.stats.Requests[step]++
+	var fault *Fault
+	if q := s.faults[step]; len(q) > 0 {
+		fault, s.faults[step] = &q[0], q[1:]
+	}
+	s.mu.Unlock()
+	if fault == nil {
+		return false
+	}
+	log := s.log.With().Str("step", step).Logger()
+	if fault.Delay > 0 {
+		select {
+		case <-time.After(fault.Delay):
+		case <-r.Context().Done():
+			log.Info().Msg("injected delay: the client gave up")
+			return true
+		}
+	}
+	if fault.Status == 0 {
+		return false
+	}
+	log.Info().Int("status", fault.Status).Msg("injected fault")
+	if step == legacyAuthenticate || step == legacyConfirm {
+		plainError(w, fault.Status, CodeInternal, "Internal server error")
+	} else {
+		writeJSON(w, fault.Status, map[string]string{"Code": CodeInternal})
+	}
+	return true
 }
 
 func (s *Server) partner(key string) *Partner {

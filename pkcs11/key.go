@@ -551,13 +551,22 @@ func (k *Key) Decrypt(_ io.Reader, msg []byte, opts crypto.DecrypterOpts) ([]byt
 	return k.DecryptContext(ctx, msg, opts)
 }
 
-// DecryptContext is Decrypt bounded by ctx.
-func (k *Key) DecryptContext(ctx context.Context, msg []byte, opts crypto.DecrypterOpts) ([]byte, error) {
+// CanDecrypt says, without asking the token anything, why the key cannot
+// decrypt (not RSA, CKA_DECRYPT false), or nil.
+func (k *Key) CanDecrypt() error {
 	if k.keyType != p11.CKK_RSA {
-		return nil, fmt.Errorf("%w: key %q is not an RSA key; only RSA keys decrypt here", ErrKeyUsage, k.label)
+		return fmt.Errorf("%w: key %q is not an RSA key; only RSA keys decrypt here", ErrKeyUsage, k.label)
 	}
 	if !k.decrypt {
-		return nil, fmt.Errorf("%w: key %q may not decrypt (CKA_DECRYPT is false); use a key made for encryption, or one with both uses", ErrKeyUsage, k.label)
+		return fmt.Errorf("%w: key %q may not decrypt (CKA_DECRYPT is false); use a key made for encryption, or one with both uses", ErrKeyUsage, k.label)
+	}
+	return nil
+}
+
+// DecryptContext is Decrypt bounded by ctx.
+func (k *Key) DecryptContext(ctx context.Context, msg []byte, opts crypto.DecrypterOpts) ([]byte, error) {
+	if err := k.CanDecrypt(); err != nil {
+		return nil, err
 	}
 	mech := []*p11.Mechanism{p11.NewMechanism(p11.CKM_RSA_PKCS, nil)}
 	if o, ok := opts.(*rsa.OAEPOptions); ok {

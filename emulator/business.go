@@ -1,0 +1,170 @@
+package emulator
+
+import (
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// Organization is an organization of the service, with its boxes.
+type Organization struct {
+	ID        string `yaml:"id"`
+	Inn       string `yaml:"inn"`
+	Kpp       string `yaml:"kpp"`
+	FullName  string `yaml:"fullName"`
+	ShortName string `yaml:"shortName"`
+	Boxes     []Box  `yaml:"boxes"`
+}
+
+// Box is a box of an organization: a GUID, and the domain of its older
+// form <32 hex digits>@<domain>.
+type Box struct {
+	GUID   string `yaml:"guid"`
+	Domain string `yaml:"domain"`
+	Title  string `yaml:"title"`
+}
+
+// BoxID is the box's older form of id.
+func (b Box) BoxID() string { return strings.ReplaceAll(b.GUID, "-", "") + "@" + b.Domain }
+
+// normalizeBoxID reads a box id given as a GUID (any case, with or without
+// dashes or braces) or as <32 hex digits>@<domain>, and returns its 32
+// lower-case hex digits.
+func normalizeBoxID(id string) (string, bool) {
+	id = strings.TrimSpace(id)
+	if at := strings.IndexByte(id, '@'); at >= 0 {
+		if at+1 == len(id) {
+			return "", false
+		}
+		id = id[:at]
+	}
+	id = strings.ToLower(strings.NewReplacer("-", "", "{", "", "}", "").Replace(id))
+	if b, err := hex.DecodeString(id); err != nil || len(b) != 16 {
+		return "", false
+	}
+	return id, true
+}
+
+func (cfg *Config) checkOrganizations() error {
+	boxes := map[string]bool{}
+	for i := range cfg.Organizations {
+		o := &cfg.Organizations[i]
+		if o.ID == "" || o.FullName == "" {
+			return fmt.Errorf("organization %d: give id and fullName", i+1)
+		}
+		for j := range o.Boxes {
+			b := &o.Boxes[j]
+			n, ok := normalizeBoxID(b.GUID)
+			if !ok || strings.Contains(b.GUID, "@") {
+				return fmt.Errorf("organization %q: box %q: guid must be a GUID", o.ID, b.GUID)
+			}
+			if boxes[n] {
+				return fmt.Errorf("organization %q: box %q appears twice", o.ID, b.GUID)
+			}
+			boxes[n] = true
+			if b.Domain == "" {
+				b.Domain = "box.example"
+			}
+		}
+	}
+	for _, u := range cfg.Users {
+		for _, b := range u.Boxes {
+			if n, ok := normalizeBoxID(b); !ok || !boxes[n] {
+				return fmt.Errorf("user %q: box %q is not a box of any organization", u.ID, b)
+			}
+		}
+	}
+	return nil
+}
+
+// businessRoute serves the business methods (paths matched
+// case-insensitively, as the service does); ok is false for other paths.
+func (s *Server) businessRoute(w http.ResponseWriter, r *http.Request) (ok bool) {
+	if !strings.EqualFold(r.URL.Path, "/GetMyOrganizations") {
+		return false
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodPost {
+		w.Header().Set("Allow", "GET, POST")
+		plainError(w, http.StatusMethodNotAllowed, CodeBadRequest, "Method not allowed")
+		return true
+	}
+	if s.takeFault(w, r, "GetMyOrganizations") {
+		return true
+	}
+	user, ref := s.businessUser(r)
+	if ref != nil {
+		s.mu.Lock()
+		s.stats.Rejections[ref.code]++
+		s.mu.Unlock()
+		s.log.Warn().Str("call", "GetMyOrganizations").Int("status", ref.status).Str("code", ref.code).Str("reason", ref.why).Msg("rejected")
+		plainError(w, ref.status, ref.code, ref.why)
+		return true
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"Organizations": s.organizationsOf(user)})
+	return true
+}
+
+// businessUser is the access check's first step (section 5.4): the user
+// behind the Authorization header, or 401.
+func (s *Server) businessUser(r *http.Request) (*User, *refusal) {
+	h := r.Header.Get("Authorization")
+	var id string
+	var ref *refusal
+	switch {
+	case h == "":
+		return nil, refuse(http.StatusUnauthorized, CodeHTTPAuth, "Authorization header is missing")
+	case strings.HasPrefix(h, "ServiceAuth "):
+		id, ref = s.legacyUser(h)
+	default:
+		return nil, refuse(http.StatusUnauthorized, CodeHTTPAuth, "Unsupported authorization scheme")
+	}
+	if ref != nil {
+		return nil, ref
+	}
+	for i := range s.cfg.Users {
+		if s.cfg.Users[i].ID == id {
+			return &s.cfg.Users[i], nil
+		}
+	}
+	return nil, refuse(http.StatusUnauthorized, CodeInvalidAuthToken, "Invalid auth token")
+}
+
+type boxJSON struct {
+	BoxID     string `json:"BoxId"`
+	BoxIDGUID string `json:"BoxIdGuid"`
+	Title     string `json:"Title"`
+}
+
+type organizationJSON struct {
+	OrgID     string    `json:"OrgId"`
+	Inn       string    `json:"Inn"`
+	Kpp       string    `json:"Kpp,omitempty"`
+	FullName  string    `json:"FullName"`
+	ShortName string    `json:"ShortName,omitempty"`
+	Boxes     []boxJSON `json:"Boxes"`
+}
+
+// organizationsOf lists the organizations where u may use a box, with
+// their boxes.
+func (s *Server) organizationsOf(u *User) []organizationJSON {
+	mine := map[string]bool{}
+	for _, b := range u.Boxes {
+		n, _ := normalizeBoxID(b)
+		mine[n] = true
+	}
+	out := []organizationJSON{}
+	for _, o := range s.cfg.Organizations {
+		var boxes []boxJSON
+		member := false
+		for _, b := range o.Boxes {
+			n, _ := normalizeBoxID(b.GUID)
+			member = member || mine[n]
+			boxes = append(boxes, boxJSON{BoxID: b.BoxID(), BoxIDGUID: strings.ToLower(b.GUID), Title: b.Title})
+		}
+		if member {
+			out = append(out, organizationJSON{OrgID: o.ID, Inn: o.Inn, Kpp: o.Kpp, FullName: o.FullName, ShortName: o.ShortName, Boxes: boxes})
+		}
+	}
+	return out
+}

@@ -1,0 +1,446 @@
+package legacy
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha1"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/signagent/signagent/envelope"
+	"github.com/signagent/signagent/trusted"
+)
+
+// Method is how a user authenticates: the type parameter of Authenticate.
+type Method string
+
+// The three ways in.
+const (
+	ByPassword    Method = "password"
+	ByCertificate Method = "certificate"
+	BySid         Method = "sid"
+)
+
+// ParseMethod reads a --by value.
+func ParseMethod(s string) (Method, error) {
+	switch m := Method(strings.ToLower(strings.TrimSpace(s))); m {
+	case ByPassword, ByCertificate, BySid:
+		return m, nil
+	}
+	return "", fmt.Errorf("%w: %q is not a way to authenticate: want password, certificate or sid", ErrInvalidInput, s)
+}
+
+// DefaultTokenTTL is how long the service keeps a token valid.
+const DefaultTokenTTL = 24 * time.Hour
+
+// maxAnswer bounds what is read of any answer: a token is about 172 bytes,
+// an envelope holding a random well under 4 KiB.
+const maxAnswer = 64 << 10
+
+// Config configures a Client.
+type Config struct {
+	// APIURL is the service's business address; Authenticate is at
+	// APIURL/V3/Authenticate. https unless the host is loopback or
+	// AllowInsecureHTTP is set.
+	APIURL            string
+	AllowInsecureHTTP bool
+	// DeveloperKey is the integrator's key (secret).
+	DeveloperKey string
+	// TokenTTL is how long a token is taken to live after it was issued
+	// (default 24h, the service's figure).
+	TokenTTL time.Duration
+	// HTTPClient defaults to one with sensible transport time-outs.
+	HTTPClient *http.Client
+	// Timeout bounds each request (default 15s).
+	Timeout time.Duration
+	// Attempts is how many times a request is tried that failed in
+	// transport or with 5xx (default 3); AuthenticateConfirm is tried again
+	// only when it never reached the service.
+	Attempts int
+	// Backoff is the first retry's base delay (default 200ms), doubled
+	// each time, with full jitter.
+	Backoff   time.Duration
+	UserAgent string
+	Now       func() time.Time
+	Log       zerolog.Logger
+}
+
+// Client calls Authenticate (V3) and AuthenticateConfirm (V3).
+type Client struct {
+	cfg  Config
+	base *url.URL
+	key  string
+}
+
+// Token is an authorization token and its lifetime as the client reckons
+// it (the service does not say).
+type Token struct {
+	Value      string
+	By         Method
+	ObtainedAt time.Time
+	ExpiresAt  time.Time
+}
+
+// New checks the configuration and returns a client.
+func New(cfg Config) (*Client, error) {
+	u, err := ParseAPIURL(cfg.APIURL, cfg.AllowInsecureHTTP)
+	if err != nil {
+		return nil, err
+	}
+	key, err := CheckDeveloperKey(cfg.DeveloperKey)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.TokenTTL <= 0 {
+		cfg.TokenTTL = DefaultTokenTTL
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout:   5 * time.Second,
+			ResponseHeaderTimeout: 30 * time.Second,
+			IdleConnTimeout:       90 * time.Second,
+			MaxIdleConnsPerHost:   16,
+			ForceAttemptHTTP2:     true,
+		}}
+	}
+	// A redirect would carry the developer key somewhere else: never follow.
+	hc := *cfg.HTTPClient
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	cfg.HTTPClient = &hc
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 15 * time.Second
+	}
+	if cfg.Attempts <= 0 {
+		cfg.Attempts = 3
+	}
+	if cfg.Backoff <= 0 {
+		cfg.Backoff = 200 * time.Millisecond
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "signagent"
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Client{cfg: cfg, base: u, key: key}, nil
+}
+
+// ParseAPIURL checks the service's business address: https (plain http
+// only to loopback, or when allowed), no user info, query or fragment.
+func ParseAPIURL(raw string, allowHTTP bool) (*url.URL, error) {
+	base := strings.TrimRight(strings.TrimSpace(raw), "/")
+	if base == "" {
+		return nil, fmt.Errorf("%w: no service API URL: give --api-url or set SIGNAGENT_API_URL", ErrInvalidInput)
+	}
+	if !strings.Contains(base, "://") {
+		base = "https://" + base
+	}
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return nil, fmt.Errorf("%w: API URL %q must be https://host[:port][/prefix]", ErrInvalidInput, raw)
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("%w: the API URL must not carry user info, a query or a fragment", ErrInvalidInput)
+	}
+	if u.Scheme == "http" && !allowHTTP && !trusted.IsLoopback(u.Hostname()) {
+		return nil, fmt.Errorf("%w: API URL %s is plain http to a non-loopback host; use https (or --insecure-http if you really mean it)", ErrInvalidInput, u.Redacted())
+	}
+	return u, nil
+}
+
+// CheckDeveloperKey trims a developer key (one trailing newline, as a file
+// has) and refuses one that cannot go into the header: empty, with white
+// space, a comma, or a control character. The key is never in the error.
+func CheckDeveloperKey(key string) (string, error) {
+	key = strings.TrimSuffix(strings.TrimSuffix(key, "\n"), "\r")
+	if key == "" {
+		return "", fmt.Errorf("%w: the developer key is empty: set SIGNAGENT_DEVELOPER_KEY or give --developer-key-file", ErrDeveloperKey)
+	}
+	if len(key) > 512 {
+		return "", fmt.Errorf("%w: the developer key is %d bytes long; a key is a short opaque string", ErrDeveloperKey, len(key))
+	}
+	for _, r := range key {
+		if r <= ' ' || r == ',' || r == 0x7f || r > 0x7e {
+			return "", fmt.Errorf("%w: the developer key holds white space, a comma or a character outside printable ASCII", ErrDeveloperKey)
+		}
+	}
+	return key, nil
+}
+
+// Header is the business call's header value for a token of this client.
+func (c *Client) Header(token string) string { return Header(c.key, token) }
+
+// DeveloperKeyID is a short, non-secret name for the developer key (for
+// logs and cache keys): the first 8 hex digits of its SHA-1.
+func (c *Client) DeveloperKeyID() string {
+	sum := sha1.Sum([]byte(c.key))
+	return hex.EncodeToString(sum[:4])
+}
+
+// Password authenticates by login and password.
+func (c *Client) Password(ctx context.Context, login, password string) (Token, error) {
+	if strings.TrimSpace(login) == "" {
+		return Token{}, fmt.Errorf("%w: no login: give --login", ErrInvalidInput)
+	}
+	if password == "" {
+		return Token{}, fmt.Errorf("%w: the password is empty", ErrInvalidInput)
+	}
+	body, err := json.Marshal(map[string]string{"login": login, "password": password})
+	if err != nil {
+		return Token{}, err
+	}
+	ans, err := c.call(ctx, callAuthenticate(ByPassword), body, "application/json", retryAlways, password)
+	if err != nil {
+		return Token{}, err
+	}
+	return c.token(ByPassword, ans)
+}
+
+// Sid exchanges an auth.sid from trusted authentication for a token.
+func (c *Client) Sid(ctx context.Context, sid string) (Token, error) {
+	sid = strings.TrimSpace(sid)
+	if sid == "" || strings.ContainsFunc(sid, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
+		return Token{}, fmt.Errorf("%w: the auth.sid is empty or holds white space or control characters", ErrInvalidInput)
+	}
+	ans, err := c.call(ctx, callAuthenticate(BySid), []byte(sid), "text/plain", retryAlways, sid)
+	if err != nil {
+		return Token{}, err
+	}
+	return c.token(BySid, ans)
+}
+
+// Certificate authenticates with the certificate of a key that can
+// decrypt: the service answers an EnvelopedData holding a random encrypted
+// to cert; key (on the token) opens it; AuthenticateConfirm sends the
+// random back and answers the token. The private key never leaves key.
+func (c *Client) Certificate(ctx context.Context, cert *x509.Certificate, key crypto.Decrypter) (Token, error) {
+	if cert == nil || key == nil {
+		return Token{}, fmt.Errorf("%w: certificate login needs the key's certificate", ErrInvalidInput)
+	}
+	// A key that cannot decrypt is refused before the service is asked
+	// for a challenge it could not answer.
+	if k, ok := key.(interface{ CanDecrypt() error }); ok {
+		if err := k.CanDecrypt(); err != nil {
+			return Token{}, err
+		}
+	}
+	if _, ok := cert.PublicKey.(*rsa.PublicKey); !ok {
+		return Token{}, fmt.Errorf("%w: certificate login works with RSA certificates here (%s)", envelope.ErrUnsupported, cert.PublicKeyAlgorithm)
+	}
+	env, err := c.call(ctx, callAuthenticate(ByCertificate), cert.Raw, "application/octet-stream", retryAlways, "")
+	if err != nil {
+		return Token{}, err
+	}
+	random, err := envelope.Open(env, cert, withContext(ctx, key))
+	if err != nil {
+		return Token{}, fmt.Errorf("%s: the service's challenge: %w", callAuthenticate(ByCertificate), err)
+	}
+	defer clear(random)
+	encoded := base64.StdEncoding.EncodeToString(random)
+	q := url.Values{"thumbprint": {Thumbprint(cert)}, "token": {encoded}}
+	ans, err := c.call(ctx, apiCall{name: "AuthenticateConfirm", path: "/V3/AuthenticateConfirm", query: q.Encode()},
+		nil, "", retryUnsent, encoded)
+	if err != nil {
+		return Token{}, err
+	}
+	return c.token(ByCertificate, ans)
+}
+
+// Thumbprint is the certificate's SHA-1 in upper-case hex, as
+// AuthenticateConfirm takes it.
+func Thumbprint(cert *x509.Certificate) string {
+	sum := sha1.Sum(cert.Raw)
+	return strings.ToUpper(hex.EncodeToString(sum[:]))
+}
+
+// token reads a token answer: plain text (a JSON string is tolerated).
+func (c *Client) token(by Method, body []byte) (Token, error) {
+	v := strings.TrimSpace(string(body))
+	if s, err := unquote(v); err == nil {
+		v = s
+	}
+	if v == "" || len(v) > 4096 || strings.ContainsFunc(v, func(r rune) bool { return r < 0x21 || r > 0x7e || r == ',' }) {
+		return Token{}, fmt.Errorf("Authenticate (V3) type=%s: the answer is not a token (empty, too long, or not printable ASCII without commas)", by)
+	}
+	now := c.cfg.Now().UTC()
+	return Token{Value: v, By: by, ObtainedAt: now, ExpiresAt: now.Add(c.cfg.TokenTTL)}, nil
+}
+
+func unquote(s string) (string, error) {
+	if !strings.HasPrefix(s, `"`) {
+		return "", errors.New("not quoted")
+	}
+	var v string
+	err := json.Unmarshal([]byte(s), &v)
+	return v, err
+}
+
+// apiCall names a request: what it is called in messages, its path below
+// the API URL and its query.
+type apiCall struct {
+	name, path, query string
+}
+
+func callAuthenticate(by Method) apiCall {
+	return apiCall{name: "Authenticate (V3) type=" + string(by), path: "/V3/Authenticate", query: "type=" + string(by)}
+}
+
+type retryPolicy int
+
+const (
+	retryAlways retryPolicy = iota // transport failures and 5xx
+	retryUnsent                    // only a request that never reached the service
+)
+
+// call sends a request with the developer key alone in the header, with
+// retries, and returns the 2xx answer's body. secret (the password, sid or
+// random) is scrubbed from whatever the service answers in an error.
+func (c *Client) call(ctx context.Context, ac apiCall, body []byte, ctype string, policy retryPolicy, secret string) ([]byte, error) {
+	var last error
+	for attempt := 1; attempt <= c.cfg.Attempts; attempt++ {
+		if attempt > 1 {
+			if err := c.sleep(ctx, attempt-1); err != nil {
+				return nil, last
+			}
+		}
+		ans, sent, err := c.once(ctx, ac, body, ctype, secret)
+		if err == nil {
+			return ans, nil
+		}
+		last = err
+		var se *ServiceError
+		var te *TransportError
+		retry := false
+		switch {
+		case policy == retryUnsent:
+			retry = errors.As(err, &te) && !sent
+		case errors.As(err, &se):
+			retry = se.Status >= 500
+		case errors.As(err, &te):
+			retry = true
+		}
+		if !retry || ctx.Err() != nil {
+			return nil, err
+		}
+		c.cfg.Log.Warn().Str("call", ac.name).Int("attempt", attempt).Err(err).Msg("request failed; retrying")
+	}
+	return nil, last
+}
+
+func (c *Client) sleep(ctx context.Context, n int) error {
+	ceiling := c.cfg.Backoff << (n - 1)
+	d := ceiling / 2
+	if j, err := rand.Int(rand.Reader, big.NewInt(int64(ceiling)+1)); err == nil {
+		d = time.Duration(j.Int64())
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Client) once(ctx context.Context, ac apiCall, body []byte, ctype, secret string) ([]byte, bool, error) {
+	u := *c.base
+	u.Path = c.base.Path + ac.path
+	u.RawQuery = ac.query
+	shown := u.Scheme + "://" + u.Host + u.Path // the query may carry the random
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	var sent bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { sent = true }})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: could not build the request for %s", ac.name, shown)
+	}
+	req.Header.Set("Authorization", AuthenticateHeader(c.key))
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.cfg.UserAgent)
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	start := time.Now()
+	resp, err := c.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return nil, sent, &TransportError{Call: ac.name, URL: shown, Timeout: isTimeout(ctx, err), Err: cleanErr(err)}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	if err != nil {
+		return nil, true, &TransportError{Call: ac.name, URL: shown, Timeout: isTimeout(ctx, err), Err: cleanErr(err)}
+	}
+	ev := c.cfg.Log.Debug()
+	if resp.StatusCode >= 300 {
+		ev = c.cfg.Log.Info()
+	}
+	ev.Str("call", ac.name).Str("url", shown).Int("status", resp.StatusCode).Dur("latency", time.Since(start)).Msg("service answered")
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, true, &ServiceError{Call: ac.name, Status: resp.StatusCode,
+			Code:    oneLine(resp.Header.Get(ErrorCodeHeader), 80, c.key, secret),
+			Message: oneLine(string(data), 200, c.key, secret)}
+	}
+	if len(data) > maxAnswer {
+		return nil, true, fmt.Errorf("%s: the answer is larger than %d bytes", ac.name, maxAnswer)
+	}
+	return data, true, nil
+}
+
+func isTimeout(ctx context.Context, err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// cleanErr drops the URL *url.Error prints: the query may carry the random.
+func cleanErr(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// ctxDecrypter bounds a token's decryption by the caller's context.
+type ctxDecrypter struct {
+	ctx context.Context
+	key interface {
+		crypto.Decrypter
+		DecryptContext(context.Context, []byte, crypto.DecrypterOpts) ([]byte, error)
+	}
+}
+
+func (d ctxDecrypter) Public() crypto.PublicKey { return d.key.Public() }
+func (d ctxDecrypter) Decrypt(_ io.Reader, msg []byte, opts crypto.DecrypterOpts) ([]byte, error) {
+	return d.key.DecryptContext(d.ctx, msg, opts)
+}
+
+func withContext(ctx context.Context, key crypto.Decrypter) crypto.Decrypter {
+	if k, ok := key.(interface {
+		crypto.Decrypter
+		DecryptContext(context.Context, []byte, crypto.DecrypterOpts) ([]byte, error)
+	}); ok {
+		return ctxDecrypter{ctx, k}
+	}
+	return key
+}

@@ -1,0 +1,104 @@
+package legacy
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrorCodeHeader is the response header that carries the service's error
+// code; the body is plain text.
+const ErrorCodeHeader = "X-Service-ErrorCode"
+
+// Error codes the wire notes show.
+const (
+	CodeAuth             = "Http.Auth"
+	CodeRndBytesNotFound = "Auth.RndBytesNotFound"
+)
+
+var (
+	// ErrInvalidInput is wrapped by errors about what the caller passed in.
+	ErrInvalidInput = errors.New("invalid input")
+	// ErrDeveloperKey is wrapped by errors about the developer key given.
+	ErrDeveloperKey = errors.New("developer key")
+)
+
+// ServiceError is a non-2xx answer.
+type ServiceError struct {
+	Call    string // "Authenticate (V3) type=password", "AuthenticateConfirm"
+	Status  int
+	Code    string // X-Service-ErrorCode, "" when absent
+	Message string // the body's text, one line, secrets scrubbed
+}
+
+func (e *ServiceError) Error() string {
+	msg := fmt.Sprintf("%s: the service answered HTTP %d", e.Call, e.Status)
+	if e.Code != "" {
+		msg += " " + e.Code
+	}
+	if e.Message != "" {
+		msg += ": " + e.Message
+	}
+	if h := e.hint(); h != "" {
+		msg += "; " + h
+	}
+	return msg
+}
+
+func (e *ServiceError) hint() string {
+	switch {
+	case e.Status == 401 && (e.Code == CodeAuth || strings.Contains(strings.ToLower(e.Message), "api client id")):
+		return "the developer key is missing or wrong: check SIGNAGENT_DEVELOPER_KEY or --developer-key-file"
+	case e.Status == 403 && e.Code == CodeRndBytesNotFound:
+		return "the service holds no challenge for this certificate (never issued, already used, expired, or replaced by a newer login): log in again"
+	case e.Status >= 500:
+		return "the service failed; try again later"
+	}
+	return ""
+}
+
+// Temporary reports whether trying again later may help (5xx).
+func (e *ServiceError) Temporary() bool { return e.Status >= 500 }
+
+// TransportError is a request that got no HTTP answer.
+type TransportError struct {
+	Call    string
+	URL     string // without the query
+	Timeout bool
+	Err     error
+}
+
+func (e *TransportError) Error() string {
+	if e.Timeout {
+		return fmt.Sprintf("%s: no answer from %s in time: %v", e.Call, e.URL, e.Err)
+	}
+	return fmt.Sprintf("%s: could not reach %s: %v", e.Call, e.URL, e.Err)
+}
+
+func (e *TransportError) Unwrap() error { return e.Err }
+
+// oneLine makes what a service sent fit one line of an error message: the
+// first line, printable characters only, at most max bytes, with any of the
+// secrets replaced by a mask (a hostile or broken service may echo them).
+func oneLine(s string, max int, secrets ...string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	for _, sec := range secrets {
+		if len(sec) >= 4 {
+			s = strings.ReplaceAll(s, sec, "[redacted]")
+		}
+	}
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, s)
+	s = strings.TrimSpace(s)
+	if len(s) > max {
+		s = strings.ToValidUTF8(s[:max], "") + "…"
+	}
+	if strings.HasPrefix(strings.ToLower(s), "<!doctype") || strings.HasPrefix(strings.ToLower(s), "<html") {
+		return "(an HTML page)"
+	}
+	return s
+}
