@@ -163,7 +163,14 @@ func (c *Client) Authenticate(ctx context.Context, cred canonical.Credential, se
 	var body []byte
 	var q string
 	var sent time.Time
-	prepare := func(ctx context.Context) error {
+	prepare := func(ctx context.Context, lastErr error) error {
+		// A request the service calls a replay (another process signed the
+		// same text in the same second) is signed anew with a later
+		// timestamp; any other retry may resend the same request.
+		var se *ServiceError
+		if errors.As(lastErr, &se) && se.Code == CodeSignatureReused {
+			sent = time.Time{}
+		}
 		ts, err := c.stamps.next(ctx, c.cfg.Now, cred.Kind.String()+"="+cred.Value+"\n"+serviceUserID, sent)
 		if err != nil {
 			return err
@@ -249,7 +256,7 @@ func (c *Client) do(ctx context.Context, step Step, method, q string, body []byt
 
 // doPrepared sends a request, calling prepare (when not nil) before every
 // attempt so that each attempt can carry fresh content.
-func (c *Client) doPrepared(ctx context.Context, step Step, method string, prepare func(context.Context) error,
+func (c *Client) doPrepared(ctx context.Context, step Step, method string, prepare func(context.Context, error) error,
 	request func() (string, []byte), ctype string, policy retryPolicy) (string, []byte, error) {
 	var lastErr error
 	for attempt := 1; attempt <= c.cfg.Attempts; attempt++ {
@@ -259,7 +266,7 @@ func (c *Client) doPrepared(ctx context.Context, step Step, method string, prepa
 			}
 		}
 		if prepare != nil {
-			if err := prepare(ctx); err != nil {
+			if err := prepare(ctx, lastErr); err != nil {
 				return "", nil, err
 			}
 		}
@@ -284,7 +291,7 @@ func (c *Client) retryable(err error, sent bool, policy retryPolicy) bool {
 	case policy == retryUnsent:
 		return errors.As(err, &te) && !sent
 	case errors.As(err, &se):
-		return se.Temporary()
+		return se.Temporary() || se.Code == CodeSignatureReused
 	case errors.As(err, &te):
 		return true
 	}

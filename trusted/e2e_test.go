@@ -484,3 +484,23 @@ func TestApproveNotRetriedAfterSending(t *testing.T) {
 		t.Fatalf("approve sent %d times, want once", n)
 	}
 }
+
+// TestTwoProcessesInOneSecond: two clients (two processes, each with its
+// own timestamp memory) authenticate the same user in the same second.
+// Their signed requests are byte for byte the same, so the emulator takes
+// the second for a replay; that client signs again with the next second's
+// timestamp and succeeds.
+func TestTwoProcessesInOneSecond(t *testing.T) {
+	e := newEnv(t, nil)
+	cred := e.linked(t)
+	fixed := time.Now().UTC().Truncate(time.Second)
+	same := func(c *trusted.Config) { c.Now = func() time.Time { return fixed } }
+	for i := range 2 {
+		if _, err := e.newClient(t, same).Session(context.Background(), cred, serviceUser); err != nil {
+			t.Fatalf("client %d: %v", i+1, err)
+		}
+	}
+	if n := e.emu.Stats().Rejections[emulator.CodeSignatureReused]; n != 1 {
+		t.Fatalf("%d replays refused; want the second client's first try", n)
+	}
+}

@@ -23,6 +23,9 @@ const (
 	CodeUserNotFound           = "UserNotFound"
 	CodeUserNotUniq            = "UserNotUniq"
 	CodeUnknownError           = "UnknownError"
+	// CodeSignatureReused is the emulator's answer to a step-1 request it
+	// has seen before: the client signs again with a later timestamp.
+	CodeSignatureReused = "SignatureReused"
 )
 
 // explanations say, for each code, what an operator can do about it.
