@@ -91,7 +91,10 @@ type User struct {
 	// trusted authentication, and the certificates a legacy certificate
 	// login accepts.
 	Thumbprints []string `yaml:"thumbprints"`
-	Admin       bool     `yaml:"admin"`
+	// Certificates are PEM files (or inline PEM) whose thumbprints are
+	// added to Thumbprints.
+	Certificates []string `yaml:"certificates"`
+	Admin        bool     `yaml:"admin"`
 	// Login and PasswordHash (bcrypt, from signagent emulator
 	// --hash-password) are the legacy password login.
 	Login        string `yaml:"login"`
@@ -175,6 +178,16 @@ func (cfg *Config) check(dir string) error {
 	if err := cfg.checkOrganizations(); err != nil {
 		return err
 	}
+	names, err := cfg.checkPartners(dir)
+	if err != nil {
+		return err
+	}
+	return cfg.checkUsers(dir, names)
+}
+
+// checkPartners loads the partners' keys and certificates; it returns
+// their names.
+func (cfg *Config) checkPartners(dir string) (map[string]bool, error) {
 	names := map[string]bool{}
 	keys := map[string]bool{}
 	for i := range cfg.Partners {
@@ -183,29 +196,29 @@ func (cfg *Config) check(dir string) error {
 			p.Name = fmt.Sprintf("partner%d", i+1)
 		}
 		if names[p.Name] {
-			return fmt.Errorf("partner %q appears twice", p.Name)
+			return nil, fmt.Errorf("partner %q appears twice", p.Name)
 		}
 		names[p.Name] = true
 		if p.APIKeyFile != "" {
 			b, err := safefile.Read(resolve(dir, p.APIKeyFile), 4096)
 			if err != nil {
-				return fmt.Errorf("partner %q: %w", p.Name, err)
+				return nil, fmt.Errorf("partner %q: %w", p.Name, err)
 			}
 			p.APIKey = string(b)
 		}
 		k, err := canonical.NormalizeAPIKey(p.APIKey)
 		if err != nil {
-			return fmt.Errorf("partner %q: %w", p.Name, err)
+			return nil, fmt.Errorf("partner %q: %w", p.Name, err)
 		}
 		p.APIKey = k
 		if keys[strings.ToLower(k)] {
-			return fmt.Errorf("partner %q: its API key is another partner's too", p.Name)
+			return nil, fmt.Errorf("partner %q: its API key is another partner's too", p.Name)
 		}
 		keys[strings.ToLower(k)] = true
 		for _, c := range p.Certificates {
 			certs, err := loadCerts(dir, c)
 			if err != nil {
-				return fmt.Errorf("partner %q: %w", p.Name, err)
+				return nil, fmt.Errorf("partner %q: %w", p.Name, err)
 			}
 			p.certs = append(p.certs, certs...)
 		}
@@ -214,7 +227,7 @@ func (cfg *Config) check(dir string) error {
 			for _, c := range p.CAs {
 				certs, err := loadCerts(dir, c)
 				if err != nil {
-					return fmt.Errorf("partner %q: %w", p.Name, err)
+					return nil, fmt.Errorf("partner %q: %w", p.Name, err)
 				}
 				for _, cert := range certs {
 					p.roots.AddCert(cert)
@@ -222,9 +235,14 @@ func (cfg *Config) check(dir string) error {
 			}
 		}
 		if len(p.certs) == 0 && p.roots == nil {
-			return fmt.Errorf("partner %q trusts no certificate: give certificates or cas", p.Name)
+			return nil, fmt.Errorf("partner %q trusts no certificate: give certificates or cas", p.Name)
 		}
 	}
+	return names, nil
+}
+
+// checkUsers checks the users and normalizes their credentials.
+func (cfg *Config) checkUsers(dir string, partners map[string]bool) error {
 	ids := map[string]bool{}
 	logins := map[string]bool{}
 	for i := range cfg.Users {
@@ -250,6 +268,15 @@ func (cfg *Config) check(dir string) error {
 			}
 			u.SNILS = c.Value
 		}
+		for _, c := range u.Certificates {
+			certs, err := loadCerts(dir, c)
+			if err != nil {
+				return fmt.Errorf("user %q: %w", u.ID, err)
+			}
+			for _, cert := range certs {
+				u.Thumbprints = append(u.Thumbprints, thumbprint(cert.Raw))
+			}
+		}
 		for j, t := range u.Thumbprints {
 			c, err := canonical.ParseThumbprint(t)
 			if err != nil {
@@ -262,7 +289,7 @@ func (cfg *Config) check(dir string) error {
 		}
 		for _, l := range u.Linked {
 			partner, id, ok := strings.Cut(l, ":")
-			if !ok || !names[partner] || id == "" {
+			if !ok || !partners[partner] || id == "" {
 				return fmt.Errorf("user %q: linked %q must be partner-name:serviceUserId with a known partner", u.ID, l)
 			}
 		}

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
 	"syscall"
 
 	"golang.org/x/term"
+
+	"github.com/signagent/signagent/internal/secret"
 )
 
 // PINEnv is the environment variable that may hold the PIN.
@@ -102,37 +103,11 @@ func (src PINSource) read() (pin, from string, err error) {
 	return "", "", fmt.Errorf("%w: give --pin-file, set %s or %s, or run on a terminal to be asked", ErrPINMissing, PINEnv, PINFileEnv)
 }
 
-// promptPIN asks for the PIN without echo. An interrupt while it waits puts
-// the terminal back as it was before the process dies, so that the shell is
-// not left without echo.
+// promptPIN asks for the PIN without echo (see secret.Prompt).
 func promptPIN(tty *os.File, out io.Writer) ([]byte, error) {
-	fd := int(tty.Fd())
-	state, err := term.GetState(fd)
+	b, err := secret.Prompt(tty, out, "Token PIN: ")
 	if err != nil {
-		return nil, fmt.Errorf("%w: could not read it from the terminal: %w", ErrPINMissing, err)
-	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	stop := make(chan struct{})
-	defer func() { signal.Stop(sigs); close(stop) }()
-	go func() {
-		select {
-		case s := <-sigs:
-			_ = term.Restore(fd, state)
-			fmt.Fprintln(out)
-			signal.Reset(s)
-			_ = syscall.Kill(os.Getpid(), s.(syscall.Signal))
-		case <-stop:
-		}
-	}()
-	fmt.Fprint(out, "Token PIN: ")
-	b, err := term.ReadPassword(fd)
-	fmt.Fprintln(out)
-	if err != nil {
-		return nil, fmt.Errorf("%w: could not read it from the terminal: %w", ErrPINMissing, err)
-	}
-	if len(b) == 0 {
-		return nil, fmt.Errorf("%w: the PIN entered is empty", ErrPINMissing)
+		return nil, fmt.Errorf("%w: %w", ErrPINMissing, err)
 	}
 	if err := checkPIN(string(b)); err != nil {
 		return nil, fmt.Errorf("%w: the PIN entered %w", ErrPINMissing, err)

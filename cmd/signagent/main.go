@@ -13,6 +13,9 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/envelope"
+	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/trusted"
 )
@@ -79,19 +82,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return usageErr(err)
 		},
-		Commands: []*cli.Command{
-			canonicalCommand(e),
-			signCommand(e),
-			verifyCommand(e),
-			tokensCommand(e),
-			keysCommand(e),
-			devTokenCommand(e),
-			linkCommand(e),
-			sessionCommand(e),
-			emulatorCommand(e),
-			serveCommand(e),
-			benchCommand(e),
-		},
+		Commands: commands(e),
 	}
 	for _, cmd := range app.Commands {
 		cmd.OnUsageError = app.OnUsageError
@@ -114,6 +105,25 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		}
 	}
 	return app
+}
+
+// commands are signagent's commands, in the order help lists them.
+func commands(e *env) []*cli.Command {
+	return []*cli.Command{
+		canonicalCommand(e),
+		signCommand(e),
+		verifyCommand(e),
+		tokensCommand(e),
+		keysCommand(e),
+		devTokenCommand(e),
+		linkCommand(e),
+		sessionCommand(e),
+		legacyTokenCommand(e),
+		headerCommand(e),
+		emulatorCommand(e),
+		serveCommand(e),
+		benchCommand(e),
+	}
 }
 
 // logFlags are --log-level and --log-format, in the given help category.
@@ -157,13 +167,18 @@ func exitCode(err error) int {
 	}
 	var se *trusted.ServiceError
 	var te *trusted.TransportError
+	var lse *legacy.ServiceError
+	var lte *legacy.TransportError
+	var refused *authz.RefusedError
 	switch {
-	case errors.As(err, &te):
+	case errors.As(err, &te), errors.As(err, &lte):
 		return exitTransport
-	case errors.As(err, &se) && se.Temporary():
+	case errors.As(err, &se) && se.Temporary(), errors.As(err, &lse) && lse.Temporary():
 		return exitTransport // 5xx after retries: the service is not answering properly
-	case errors.As(err, &se):
+	case errors.As(err, &se), errors.As(err, &lse), errors.As(err, &refused):
 		return exitRefused
+	case errors.Is(err, envelope.ErrMalformed), errors.Is(err, envelope.ErrNotForUs):
+		return exitTransport // the service's challenge is not one we can answer: it is failing
 	}
 	for _, bad := range badInput {
 		if errors.Is(err, bad) {

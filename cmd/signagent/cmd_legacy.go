@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/internal/secret"
+	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/legacy"
+	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/signer"
+)
+
+const catLegacy = "Legacy scheme"
+
+// legacyServiceFlags say where the business API is and which developer
+// key calls it; the agent takes them too.
+func legacyServiceFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "api-url", Category: catLegacy, EnvVars: []string{"SIGNAGENT_API_URL"}, Usage: "the service's business API `URL` (Authenticate is at URL/V3/Authenticate)"},
+		&cli.StringFlag{Name: "developer-key-file", Category: catLegacy, EnvVars: []string{"SIGNAGENT_DEVELOPER_KEY_FILE"}, Usage: "read the developer key from `FILE` (else $SIGNAGENT_DEVELOPER_KEY)"},
+		&cli.DurationFlag{Name: "legacy-token-ttl", Category: catLegacy, Value: legacy.DefaultTokenTTL, EnvVars: []string{"SIGNAGENT_LEGACY_TOKEN_TTL"}, Usage: "how long a legacy token lives (the service's 24h); caches reuse it until a margin before"},
+	}
+}
+
+// legacyLoginFlags choose how to authenticate.
+func legacyLoginFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "by", Category: catLegacy, Usage: "authenticate by `WAY`: password, certificate (the token's key decrypts a challenge) or sid"},
+		&cli.StringFlag{Name: "login", Category: catLegacy, EnvVars: []string{"SIGNAGENT_LOGIN"}, Usage: "the user's `LOGIN` (--by password)"},
+		&cli.StringFlag{Name: "password-file", Category: catLegacy, EnvVars: []string{"SIGNAGENT_PASSWORD_FILE"}, Usage: "read the password from `FILE` (else $SIGNAGENT_PASSWORD, else a prompt on a terminal)"},
+		&cli.StringFlag{Name: "sid-file", Category: catLegacy, EnvVars: []string{"SIGNAGENT_SID_FILE"}, Usage: "read the auth.sid from `FILE` (else $SIGNAGENT_SID, else run trusted authentication with the credential flags)"},
+	}
+}
+
+func legacyCommandFlags(extra ...cli.Flag) []cli.Flag {
+	return concat(legacyLoginFlags(), legacyServiceFlags(), credentialFlags()[:4], serviceFlags(), tokenFlags(), signFlags(), extra)
+}
+
+func legacyTokenCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:  "legacy-token",
+		Usage: "obtain a legacy authorization token (Authenticate V3) by password, certificate or auth.sid; print it",
+		UsageText: "signagent legacy-token --by password --login L\n" +
+			"signagent legacy-token --by certificate [token flags]\n" +
+			"signagent legacy-token --by sid [--sid-file F | --snils S --service-user-id ID]",
+		Flags: legacyCommandFlags(&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print {\"token\",\"by\",\"obtainedAt\",\"expiresAt\"}"}),
+		Action: func(c *cli.Context) error {
+			tok, _, err := obtainLegacy(c, e)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return writeJSON(e, map[string]string{"token": tok.Value, "by": string(tok.By),
+					"obtainedAt": tok.ObtainedAt.Format(time.RFC3339), "expiresAt": tok.ExpiresAt.Format(time.RFC3339)})
+			}
+			_, err = fmt.Fprintln(e.stdout, tok.Value)
+			return err
+		},
+	}
+}
+
+func headerCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "header",
+		Usage:     "print the Authorization header value of a business call",
+		UsageText: "signagent header --scheme legacy --by password|certificate|sid [...]",
+		Flags: legacyCommandFlags(&cli.StringFlag{Name: "scheme", Category: catOutput, Value: "legacy",
+			Usage: "the authorization `SCHEME`: legacy (ServiceAuth ddauth_api_client_id=...,ddauth_token=...)"}),
+		Action: func(c *cli.Context) error {
+			if s := c.String("scheme"); s != "legacy" {
+				return usageErr(fmt.Errorf("--scheme %q: want legacy", s))
+			}
+			tok, client, err := obtainLegacy(c, e)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(e.stdout, client.Header(tok.Value))
+			return err
+		},
+	}
+}
+
+// obtainLegacy checks the flags, builds the identity (opening the token
+// when the way in needs it) and authenticates.
+func obtainLegacy(c *cli.Context, e *env) (legacy.Token, *legacy.Client, error) {
+	s := settings.Of(c)
+	if !c.IsSet("by") {
+		return legacy.Token{}, nil, usageErr(errors.New("give --by password, --by certificate or --by sid"))
+	}
+	by, err := legacy.ParseMethod(c.String("by"))
+	if err != nil {
+		return legacy.Token{}, nil, err
+	}
+	client, err := legacyClient(s, e)
+	if err != nil {
+		return legacy.Token{}, nil, err
+	}
+	id, done, err := legacyIdentity(c, e, by)
+	if err != nil {
+		return legacy.Token{}, nil, err
+	}
+	defer done()
+	tok, err := client.Authenticate(c.Context, id)
+	if err != nil {
+		return legacy.Token{}, nil, err
+	}
+	e.log.Info().Str("by", string(by)).Str("subject", id.Subject).Str("token", legacy.Mask(tok.Value)).
+		Time("expiresAt", tok.ExpiresAt).Msg("legacy token obtained")
+	return tok, client, nil
+}
+
+// legacyClient builds the client from --api-url and the developer key.
+func legacyClient(s *settings.Settings, e *env) (*legacy.Client, error) {
+	key, err := developerKey(s)
+	if err != nil {
+		return nil, err
+	}
+	if s.String("api-url") == "" {
+		return nil, usageErr(errors.New("give the service's business API address with --api-url or SIGNAGENT_API_URL"))
+	}
+	cfg := legacy.Config{APIURL: s.String("api-url"), AllowInsecureHTTP: s.Bool("insecure-http"), DeveloperKey: key,
+		TokenTTL: s.Duration("legacy-token-ttl"), Timeout: s.Duration("request-timeout"), Attempts: s.Int("attempts"),
+		UserAgent: "signagent/" + version, Log: e.log}
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	return legacy.New(cfg)
+}
+
+// developerKey reads the developer key from --developer-key-file (or
+// $SIGNAGENT_DEVELOPER_KEY_FILE), else $SIGNAGENT_DEVELOPER_KEY; never argv.
+func developerKey(s *settings.Settings) (string, error) {
+	if f := s.String("developer-key-file"); f != "" {
+		b, err := pkcs11.ReadSecretFile(f, 4096)
+		if err != nil {
+			return "", fmt.Errorf("%w: %w", legacy.ErrDeveloperKey, err)
+		}
+		return legacy.CheckDeveloperKey(string(b))
+	}
+	if k, ok := os.LookupEnv("SIGNAGENT_DEVELOPER_KEY"); ok {
+		return legacy.CheckDeveloperKey(k)
+	}
+	return "", fmt.Errorf("%w: set SIGNAGENT_DEVELOPER_KEY or give --developer-key-file", legacy.ErrDeveloperKey)
+}
+
+// legacyIdentity builds who logs in; done releases the token, if opened.
+func legacyIdentity(c *cli.Context, e *env, by legacy.Method) (legacy.Identity, func(), error) {
+	none := func() {}
+	switch by {
+	case legacy.ByPassword:
+		login := strings.TrimSpace(c.String("login"))
+		if login == "" {
+			return legacy.Identity{}, none, usageErr(errors.New("--by password needs --login (or SIGNAGENT_LOGIN)"))
+		}
+		pw, err := readPassword(settings.Of(c), e, login)
+		return legacy.Identity{By: by, Subject: login, Password: pw}, none, err
+	case legacy.ByCertificate:
+		sel, err := selection(c)
+		if err != nil {
+			return legacy.Identity{}, none, err
+		}
+		key, err := pkcs11.OpenProbed(c.Context, sel, e.log)
+		if err != nil {
+			return legacy.Identity{}, none, err
+		}
+		cert := key.Certificate()
+		return legacy.Identity{By: by, Subject: legacy.Thumbprint(cert), Certificate: cert, Key: key}, func() { key.Close() }, nil
+	}
+	return sidIdentity(c, e)
+}
+
+// sidIdentity reads the auth.sid from --sid-file or $SIGNAGENT_SID, or runs
+// trusted authentication on the token for the credential flags.
+func sidIdentity(c *cli.Context, e *env) (legacy.Identity, func(), error) {
+	none := func() {}
+	s := settings.Of(c)
+	if f := s.String("sid-file"); f != "" {
+		b, err := pkcs11.ReadSecretFile(f, 4096)
+		if err != nil {
+			return legacy.Identity{}, none, fmt.Errorf("%w: --sid-file: %w", legacy.ErrInvalidInput, err)
+		}
+		return staticSid(f, string(b)), none, nil
+	}
+	if sid, ok := os.LookupEnv("SIGNAGENT_SID"); ok {
+		return staticSid("$SIGNAGENT_SID", sid), none, nil
+	}
+	cred, err := credential(c)
+	if err != nil {
+		return legacy.Identity{}, none, usageErr(fmt.Errorf("--by sid needs --sid-file, SIGNAGENT_SID, or a trusted credential (--phone, --snils or --thumbprint) with --service-user-id: %w", err))
+	}
+	if _, err := apiKey(c); err != nil {
+		return legacy.Identity{}, none, err
+	}
+	sel, err := selection(c)
+	if err != nil {
+		return legacy.Identity{}, none, err
+	}
+	key, cms, err := openSigner(c.Context, c, e, sel)
+	if err != nil {
+		return legacy.Identity{}, none, err
+	}
+	client, err := newClient(c, e, signer.Bounded{Signer: cms, Timeout: c.Duration("token-timeout")})
+	if err != nil {
+		key.Close()
+		return legacy.Identity{}, none, err
+	}
+	userID := c.String("service-user-id")
+	return legacy.Identity{By: legacy.BySid, Subject: "trusted " + cred.Masked() + " serviceUserId=" + userID,
+		Sid: func(ctx context.Context) (string, error) {
+			sess, err := client.Session(ctx, cred, userID)
+			if err != nil {
+				return "", err
+			}
+			return sess.Sid, nil
+		}}, func() { key.Close() }, nil
+}
+
+func staticSid(from, sid string) legacy.Identity {
+	sid = strings.TrimSpace(sid)
+	return legacy.Identity{By: legacy.BySid, Subject: "the auth.sid from " + from,
+		Sid: func(context.Context) (string, error) { return sid, nil }}
+}
+
+// readPassword reads the password from --password-file (or
+// $SIGNAGENT_PASSWORD_FILE), else $SIGNAGENT_PASSWORD, else a prompt on
+// the terminal; never argv.
+func readPassword(s *settings.Settings, e *env, login string) (string, error) {
+	if f := s.String("password-file"); f != "" {
+		b, err := pkcs11.ReadSecretFile(f, 4096)
+		if err != nil {
+			return "", fmt.Errorf("%w: --password-file: %w", legacy.ErrInvalidInput, err)
+		}
+		pw := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+		if pw == "" {
+			return "", fmt.Errorf("%w: the password file %s is empty", legacy.ErrInvalidInput, f)
+		}
+		return pw, nil
+	}
+	if pw, ok := os.LookupEnv("SIGNAGENT_PASSWORD"); ok && pw != "" {
+		return pw, nil
+	}
+	if tty, ok := e.stdin.(*os.File); ok && secret.IsTerminal(tty) {
+		b, err := secret.Prompt(tty, e.stderr, "Password for "+login+": ")
+		if err != nil {
+			return "", fmt.Errorf("%w: the password: %w", legacy.ErrInvalidInput, err)
+		}
+		return string(b), nil
+	}
+	return "", fmt.Errorf("%w: no password: give --password-file, set SIGNAGENT_PASSWORD or SIGNAGENT_PASSWORD_FILE, or run on a terminal to be asked", legacy.ErrInvalidInput)
+}
