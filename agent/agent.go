@@ -66,6 +66,7 @@ type Agent struct {
 	refusals *sampler
 	rules    atomic.Pointer[[]RouteRule]
 	expose   atomic.Bool
+	legacy   atomic.Pointer[Legacy]
 }
 
 // New returns an agent.
@@ -112,6 +113,7 @@ var Routes = []string{
 	"POST /v1/sessions",
 	"DELETE /v1/sessions",
 	"POST /v1/links",
+	"POST /v1/authorizations",
 	"GET /healthz",
 	"GET /readyz",
 	"GET /metrics",
@@ -121,13 +123,14 @@ var Routes = []string{
 // returns its name for the audit log, or an error answer).
 func (a *Agent) Handler(auth Authenticator) http.Handler {
 	handlers := map[string]http.HandlerFunc{
-		"POST /v1/signatures": a.signature,
-		"POST /v1/sessions":   a.session,
-		"DELETE /v1/sessions": a.dropSession,
-		"POST /v1/links":      a.link,
-		"GET /healthz":        a.healthz,
-		"GET /readyz":         a.readyz,
-		"GET /metrics":        a.metrics.handler().ServeHTTP,
+		"POST /v1/signatures":     a.signature,
+		"POST /v1/sessions":       a.session,
+		"DELETE /v1/sessions":     a.dropSession,
+		"POST /v1/links":          a.link,
+		"POST /v1/authorizations": a.authorization,
+		"GET /healthz":            a.healthz,
+		"GET /readyz":             a.readyz,
+		"GET /metrics":            a.metrics.handler().ServeHTTP,
 	}
 	// Routes are dispatched by path, then by method, so that a wrong method
 	// gets a JSON 405 with Allow, like every other error.

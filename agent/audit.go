@@ -35,6 +35,8 @@ type auditEntry struct {
 	serviceCode string
 	cached      *bool
 	latency     time.Duration
+	scheme      string // of an authorization
+	identity    string // who it is for, without a secret
 }
 
 func (a *Audit) write(e auditEntry) {
@@ -45,6 +47,9 @@ func (a *Audit) write(e auditEntry) {
 		Float64("latencyMs", float64(e.latency.Microseconds())/1000)
 	if e.kind != "" {
 		ev = ev.Str("credentialKind", e.kind).Str("credential", e.credential)
+	}
+	if e.scheme != "" {
+		ev = ev.Str("scheme", e.scheme).Str("identity", e.identity)
 	}
 	if e.thumbprint != "" {
 		ev = ev.Str("keyThumbprint", e.thumbprint)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/user"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/signer"
@@ -68,6 +70,11 @@ type Config struct {
 	LegacySNILS     bool
 	ExposeCanonical bool
 	Routes          []RouteRule
+	// Legacy is the legacy scheme's client configuration (the business API
+	// address and the developer key); nil answers legacy authorizations
+	// with 503. LegacyPasswords are the accounts it may log in as.
+	Legacy          *legacy.Config
+	LegacyPasswords map[string]string
 
 	Log zerolog.Logger
 	// Open opens the token (default pkcs11.Open).
@@ -171,6 +178,11 @@ func (d *Daemon) start(ctx context.Context) error {
 	d.agent = New(Options{Token: d.tm, Client: client, APIKey: cfg.APIKey, Log: cfg.Log, Audit: NewAudit(audit),
 		SessionTTL: cfg.SessionTTL, RequestDeadline: cfg.RequestDeadline, MaxBody: cfg.MaxBody, LegacySNILS: cfg.LegacySNILS,
 		ExposeCanonical: cfg.ExposeCanonical, Routes: cfg.Routes})
+	lg, err := d.legacyScheme(cfg, Config{})
+	if err != nil {
+		return err
+	}
+	d.agent.SetLegacy(lg)
 	d.servers = d.agent.startServers(d.ls)
 	return nil
 }
@@ -235,6 +247,33 @@ func (d *Daemon) serviceClient(cfg Config) (*trusted.Client, error) {
 		return nil, badConfig(err)
 	}
 	return c, nil
+}
+
+// legacyScheme builds the legacy scheme's token cache for cfg. When the
+// configuration is the same as was (a reload that did not touch it), the
+// current cache is kept, with its tokens.
+func (d *Daemon) legacyScheme(cfg, was Config) (*Legacy, error) {
+	if cfg.Legacy == nil {
+		d.log.Info().Msg("no --api-url: legacy authorizations answer 503 until one is configured")
+		return nil, nil
+	}
+	if sameLegacy(was.Legacy, cfg.Legacy) && maps.Equal(was.LegacyPasswords, cfg.LegacyPasswords) && d.agent != nil {
+		if cur := d.agent.legacy.Load(); cur != nil {
+			return cur, nil
+		}
+	}
+	lc := *cfg.Legacy
+	lc.Log = d.log
+	c, err := legacy.New(lc)
+	if err != nil {
+		return nil, badConfig(err)
+	}
+	return &Legacy{Tokens: legacy.NewTokens(c, 0, cfg.RequestDeadline), Passwords: cfg.LegacyPasswords}, nil
+}
+
+func sameLegacy(a, b *legacy.Config) bool {
+	return a != nil && b != nil && a.APIURL == b.APIURL && a.AllowInsecureHTTP == b.AllowInsecureHTTP &&
+		a.DeveloperKey == b.DeveloperKey && a.TokenTTL == b.TokenTTL && a.Timeout == b.Timeout && a.Attempts == b.Attempts
 }
 
 // selectionID names a token selection, so that a reload that does not
@@ -303,6 +342,10 @@ func (d *Daemon) Reload(cfg Config) error {
 	if err != nil {
 		return err
 	}
+	lg, err := d.legacyScheme(cfg, d.cfg)
+	if err != nil {
+		return err
+	}
 	d.peer.Set(cfg.AllowUIDs, cfg.AllowGIDs)
 	if d.bearer != nil {
 		d.bearer.Set(tok)
@@ -311,6 +354,7 @@ func (d *Daemon) Reload(cfg Config) error {
 		d.tls.Store(tlsCfg)
 	}
 	d.agent.SetService(cfg.APIKey, client)
+	d.agent.SetLegacy(lg)
 	d.agent.SetSessionTTL(cfg.SessionTTL)
 	d.agent.SetRouteRules(cfg.Routes)
 	d.agent.SetExposeCanonical(cfg.ExposeCanonical)

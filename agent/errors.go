@@ -9,6 +9,8 @@ import (
 
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/envelope"
+	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/trusted"
 )
@@ -47,11 +49,13 @@ func classify(err error) (int, APIError) {
 	var se *trusted.ServiceError
 	var te *trusted.TransportError
 	var mbe *http.MaxBytesError
+	var lse *legacy.ServiceError
+	var lte *legacy.TransportError
 	switch {
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, APIError{Code: CodeTooLarge, Message: err.Error()}
 	case errors.Is(err, canonical.ErrInvalidCredential), errors.Is(err, canonical.ErrInvalidTimestamp),
-		errors.Is(err, trusted.ErrInvalidInput), errors.Is(err, errBadJSON):
+		errors.Is(err, trusted.ErrInvalidInput), errors.Is(err, errBadJSON), errors.Is(err, legacy.ErrInvalidInput):
 		return http.StatusBadRequest, APIError{Code: CodeBadInput, Message: err.Error()}
 	case errors.Is(err, ErrQueueFull):
 		return http.StatusTooManyRequests, APIError{Code: CodeQueueFull, Message: "the token is busy and its queue is full; retry after a moment"}
@@ -66,7 +70,16 @@ func classify(err error) (int, APIError) {
 		return http.StatusGatewayTimeout, APIError{Code: CodeServiceTimeout, Message: te.Error(), Step: string(te.Step)}
 	case errors.As(err, &te):
 		return http.StatusBadGateway, APIError{Code: CodeServiceUnreachable, Message: te.Error(), Step: string(te.Step)}
-	case errors.Is(err, errNotConfigured), errors.Is(err, errNoAPIKey):
+	case errors.As(err, &lse) && lse.Temporary():
+		return http.StatusBadGateway, APIError{Code: CodeServiceError, Message: lse.Error(), ServiceCode: lse.Code, Step: lse.Call}
+	case errors.As(err, &lse):
+		return http.StatusUnprocessableEntity, APIError{Code: CodeServiceRefused, Message: lse.Error(), ServiceCode: lse.Code, Step: lse.Call}
+	case errors.As(err, &lte) && lte.Timeout:
+		return http.StatusGatewayTimeout, APIError{Code: CodeServiceTimeout, Message: lte.Error(), Step: lte.Call}
+	case errors.As(err, &lte), errors.Is(err, envelope.ErrMalformed), errors.Is(err, envelope.ErrNotForUs):
+		return http.StatusBadGateway, APIError{Code: CodeServiceUnreachable, Message: err.Error()}
+	case errors.Is(err, errNotConfigured), errors.Is(err, errNoAPIKey), errors.Is(err, errLegacyNotConfigured),
+		errors.Is(err, pkcs11.ErrKeyUsage), errors.Is(err, envelope.ErrUnsupported):
 		return http.StatusServiceUnavailable, APIError{Code: CodeNotConfigured, Message: err.Error()}
 	case errors.Is(err, errExpired), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, APIError{Code: CodeTokenTimeout, Message: "the request's deadline passed before the token signed"}

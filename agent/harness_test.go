@@ -17,6 +17,7 @@ import (
 	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/trusted"
 )
@@ -50,7 +51,13 @@ type options struct {
 	timeout   time.Duration // trusted client's request time-out
 	expose    bool          // ExposeCanonical
 	routes    []agent.RouteRule
+	legacy    bool // the legacy scheme, with alice's password
 }
+
+const (
+	devKey        = "testClient-0a1b2c3d4e"
+	alicePassword = "correct horse battery"
+)
 
 func start(t testing.TB, o options) *harness {
 	t.Helper()
@@ -58,13 +65,19 @@ func start(t testing.TB, o options) *harness {
 	logs, audit := &hsmtest.LogBuffer{}, &hsmtest.LogBuffer{}
 	log := zerolog.New(logs)
 
-	users := []emulator.User{{ID: "u1", Phone: "9161234567", SNILS: "11223344595", Linked: []string{"p:crm-42"}}}
+	hash, err := emulator.HashPassword([]byte(alicePassword))
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := []emulator.User{{ID: "u1", Phone: "9161234567", SNILS: "11223344595", Linked: []string{"p:crm-42"},
+		Login: "alice@example.com", PasswordHash: hash, Thumbprints: []string{pkcs11.Thumbprint(tk.RSA.Cert)}}}
 	for i := range o.users {
 		users = append(users, emulator.User{ID: fmt.Sprintf("user%d", i), Phone: fmt.Sprintf("92000000%02d", i), Linked: []string{fmt.Sprintf("p:suid%d", i)}})
 	}
 	emu, err := emulator.New(&emulator.Config{
-		Partners: []emulator.Partner{{Name: "p", APIKey: apiKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}, CanLinkByPhone: true}},
-		Users:    users,
+		Partners:   []emulator.Partner{{Name: "p", APIKey: apiKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}, CanLinkByPhone: true}},
+		Developers: []emulator.Developer{{Name: "crm", Key: devKey}},
+		Users:      users,
 	}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +108,14 @@ func start(t testing.TB, o options) *harness {
 	}
 	h.agent = agent.New(agent.Options{Token: h.tm, Client: client, APIKey: apiKey, Log: log, Audit: agent.NewAudit(audit),
 		RequestDeadline: o.deadline, ExposeCanonical: o.expose, Routes: o.routes})
+	if o.legacy {
+		lc, err := legacy.New(legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey, Backoff: time.Millisecond, Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.agent.SetLegacy(&agent.Legacy{Tokens: legacy.NewTokens(lc, 0, 0), Passwords: map[string]string{
+			"alice@example.com": alicePassword, "bob@example.com": "not bob's password"}})
+	}
 
 	dir, err := os.MkdirTemp("", "sa") // short: a socket path has ~100 bytes at most
 	if err != nil {

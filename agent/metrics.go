@@ -18,6 +18,20 @@ type metrics struct {
 	cacheHits   prometheus.Counter
 	cacheMisses prometheus.Counter
 	rejected    prometheus.Counter
+	authz       *prometheus.CounterVec
+}
+
+// observeAuthorization counts an authorization by scheme and result:
+// cached, obtained or failed.
+func (m *metrics) observeAuthorization(scheme string, cached bool, err error) {
+	result := "obtained"
+	switch {
+	case err != nil:
+		result = "failed"
+	case cached:
+		result = "cached"
+	}
+	m.authz.WithLabelValues(scheme, result).Inc()
 }
 
 func newMetrics(tm *TokenManager) *metrics {
@@ -38,8 +52,10 @@ func newMetrics(tm *TokenManager) *metrics {
 		cacheHits:   prometheus.NewCounter(prometheus.CounterOpts{Name: "signagent_session_cache_hits_total", Help: "Sessions answered from the cache."}),
 		cacheMisses: prometheus.NewCounter(prometheus.CounterOpts{Name: "signagent_session_cache_misses_total", Help: "Sessions that ran the flow."}),
 		rejected:    prometheus.NewCounter(prometheus.CounterOpts{Name: "signagent_queue_rejected_total", Help: "Requests refused with 429 because the token's queue was full."}),
+		authz: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_authorizations_total",
+			Help: "Authorization header values by scheme and result (cached, obtained, failed)."}, []string{"scheme", "result"}),
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.signing, m.signErrors, m.cacheHits, m.cacheMisses, m.rejected,
+	m.reg.MustRegister(m.authz, m.requests, m.duration, m.signing, m.signErrors, m.cacheHits, m.cacheMisses, m.rejected,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "signagent_token_ready", Help: "1 when the token is logged in and the key found."},
 			func() float64 {
 				if tm.State().Ready {

@@ -83,6 +83,15 @@ func (c *Client) Session(ctx context.Context, req api.SessionRequest) (*api.Sess
 	return &out, c.do(ctx, http.MethodPost, "/v1/sessions", req, &out)
 }
 
+// Authorization asks for the Authorization header value of a business call
+// (legacy scheme: ServiceAuth ddauth_api_client_id=...,ddauth_token=...),
+// from the agent's cache when it has one. Set Refresh after the service
+// answered 401 to the value.
+func (c *Client) Authorization(ctx context.Context, req api.AuthorizationRequest) (*api.AuthorizationResponse, error) {
+	var out api.AuthorizationResponse
+	return &out, c.do(ctx, http.MethodPost, "/v1/authorizations", req, &out)
+}
+
 // DropSession makes the agent forget a cached auth.sid, e.g. one the service
 // rejected. It reports whether one was cached.
 func (c *Client) DropSession(ctx context.Context, cred api.Credential, serviceUserID string) (bool, error) {

@@ -115,3 +115,28 @@ const (
 	CodeServiceTimeout     = "service_timeout"        // 504
 	CodeTokenTimeout       = "token_timeout"          // 504
 )
+
+// AuthorizationRequest is the body of POST /v1/authorizations: which
+// scheme, and who. For the legacy scheme, by is "password" (login names an
+// account whose password is in the agent's configuration), "certificate"
+// (the agent's token key decrypts the challenge) or "sid" (an auth.sid
+// given, or one obtained by trusted authentication for credential and
+// serviceUserId).
+type AuthorizationRequest struct {
+	Scheme        string      `json:"scheme"`
+	By            string      `json:"by,omitempty"`
+	Login         string      `json:"login,omitempty"`
+	Sid           string      `json:"sid,omitempty"`
+	Credential    *Credential `json:"credential,omitempty"`
+	ServiceUserID string      `json:"serviceUserId,omitempty"`
+	// Refresh skips the cache, e.g. after the service answered 401.
+	Refresh bool `json:"refresh,omitempty"`
+}
+
+// AuthorizationResponse is the Authorization header value of a business
+// call and until when the agent takes it to be valid.
+type AuthorizationResponse struct {
+	Authorization string    `json:"authorization"`
+	ExpiresAt     time.Time `json:"expiresAt"`
+	Cached        bool      `json:"cached"`
+}

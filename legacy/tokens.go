@@ -19,6 +19,10 @@ import (
 type Identity struct {
 	By      Method
 	Subject string
+	// CacheKey, when set, keys the cache instead of Subject: for an
+	// identity whose Subject is masked (a phone number's last digits) and
+	// so may name two people. It is never logged.
+	CacheKey string
 
 	Password    string            // ByPassword
 	Certificate *x509.Certificate // ByCertificate, with Key on the token
@@ -30,7 +34,12 @@ type Identity struct {
 
 func (id Identity) String() string { return string(id.By) + " " + id.Subject }
 
-func (id Identity) cacheKey() string { return string(id.By) + "\x00" + id.Subject }
+func (id Identity) cacheKey() string {
+	if id.CacheKey != "" {
+		return string(id.By) + "\x00\x00" + id.CacheKey
+	}
+	return string(id.By) + "\x00" + id.Subject
+}
 
 // Authenticate obtains a new token for id, without the cache.
 func (c *Client) Authenticate(ctx context.Context, id Identity) (Token, error) {
@@ -130,6 +139,16 @@ func (t *Tokens) Reject(id Identity, value string) bool {
 		return true
 	}
 	return false
+}
+
+// Forget drops id's token, whatever it is (a caller asking for a fresh
+// one); it reports whether there was one.
+func (t *Tokens) Forget(id Identity) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.entries[id.cacheKey()]
+	delete(t.entries, id.cacheKey())
+	return ok
 }
 
 // Len is how many tokens the cache holds.

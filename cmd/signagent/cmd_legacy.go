@@ -118,6 +118,14 @@ func obtainLegacy(c *cli.Context, e *env) (legacy.Token, *legacy.Client, error) 
 
 // legacyClient builds the client from --api-url and the developer key.
 func legacyClient(s *settings.Settings, e *env) (*legacy.Client, error) {
+	cfg, err := legacyConfig(s, e)
+	if err != nil {
+		return nil, err
+	}
+	return legacy.New(*cfg)
+}
+
+func legacyConfig(s *settings.Settings, e *env) (*legacy.Config, error) {
 	key, err := developerKey(s)
 	if err != nil {
 		return nil, err
@@ -125,13 +133,35 @@ func legacyClient(s *settings.Settings, e *env) (*legacy.Client, error) {
 	if s.String("api-url") == "" {
 		return nil, usageErr(errors.New("give the service's business API address with --api-url or SIGNAGENT_API_URL"))
 	}
-	cfg := legacy.Config{APIURL: s.String("api-url"), AllowInsecureHTTP: s.Bool("insecure-http"), DeveloperKey: key,
-		TokenTTL: s.Duration("legacy-token-ttl"), Timeout: s.Duration("request-timeout"), Attempts: s.Int("attempts"),
-		UserAgent: "signagent/" + version, Log: e.log}
-	if err := s.Err(); err != nil {
+	if _, err := legacy.ParseAPIURL(s.String("api-url"), s.Bool("insecure-http")); err != nil {
 		return nil, err
 	}
-	return legacy.New(cfg)
+	cfg := &legacy.Config{APIURL: s.String("api-url"), AllowInsecureHTTP: s.Bool("insecure-http"), DeveloperKey: key,
+		TokenTTL: s.Duration("legacy-token-ttl"), Timeout: s.Duration("request-timeout"), Attempts: s.Int("attempts"),
+		UserAgent: "signagent/" + version, Log: e.log}
+	return cfg, s.Err()
+}
+
+// legacyAgentConfig is the agent's legacy scheme: the client's
+// configuration and the passwords of --legacy-password-file LOGIN=FILE.
+func legacyAgentConfig(s *settings.Settings, e *env) (*legacy.Config, map[string]string, error) {
+	cfg, err := legacyConfig(s, e)
+	if err != nil {
+		return nil, nil, err
+	}
+	pws := map[string]string{}
+	for _, spec := range s.Strings("legacy-password-file") {
+		login, file, ok := strings.Cut(spec, "=")
+		if !ok || strings.TrimSpace(login) == "" || file == "" {
+			return nil, nil, fmt.Errorf("%w: --legacy-password-file %q: want LOGIN=FILE", legacy.ErrInvalidInput, spec)
+		}
+		pw, err := passwordFile(file)
+		if err != nil {
+			return nil, nil, err
+		}
+		pws[strings.TrimSpace(login)] = pw
+	}
+	return cfg, pws, nil
 }
 
 // developerKey reads the developer key from --developer-key-file (or
@@ -233,15 +263,7 @@ func staticSid(from, sid string) legacy.Identity {
 // the terminal; never argv.
 func readPassword(s *settings.Settings, e *env, login string) (string, error) {
 	if f := s.String("password-file"); f != "" {
-		b, err := pkcs11.ReadSecretFile(f, 4096)
-		if err != nil {
-			return "", fmt.Errorf("%w: --password-file: %w", legacy.ErrInvalidInput, err)
-		}
-		pw := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
-		if pw == "" {
-			return "", fmt.Errorf("%w: the password file %s is empty", legacy.ErrInvalidInput, f)
-		}
-		return pw, nil
+		return passwordFile(f)
 	}
 	if pw, ok := os.LookupEnv("SIGNAGENT_PASSWORD"); ok && pw != "" {
 		return pw, nil
@@ -254,4 +276,18 @@ func readPassword(s *settings.Settings, e *env, login string) (string, error) {
 		return string(b), nil
 	}
 	return "", fmt.Errorf("%w: no password: give --password-file, set SIGNAGENT_PASSWORD or SIGNAGENT_PASSWORD_FILE, or run on a terminal to be asked", legacy.ErrInvalidInput)
+}
+
+// passwordFile reads a password from a file that others may not read,
+// without its trailing newline.
+func passwordFile(f string) (string, error) {
+	b, err := pkcs11.ReadSecretFile(f, 4096)
+	if err != nil {
+		return "", fmt.Errorf("%w: the password file: %w", legacy.ErrInvalidInput, err)
+	}
+	pw := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if pw == "" {
+		return "", fmt.Errorf("%w: the password file %s is empty", legacy.ErrInvalidInput, f)
+	}
+	return pw, nil
 }

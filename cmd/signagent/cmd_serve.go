@@ -44,8 +44,9 @@ func serveFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "expose-canonical", Category: catAgent, EnvVars: []string{"SIGNAGENT_EXPOSE_CANONICAL"}, Usage: "return the signed text (it holds the API key) in /v1/signatures answers"},
 		&cli.StringSliceFlag{Name: "routes", Category: catAgent, EnvVars: []string{"SIGNAGENT_ROUTES"}, Usage: "open routes per caller class, repeatable: `CLASS=ROUTES` with CLASS uid:N, gid:N, unix, tcp or default and ROUTES from signatures,sessions,links (default: all routes to every admitted caller)"},
 		&cli.StringFlag{Name: "audit-log", Category: catAgent, Value: "-", EnvVars: []string{"SIGNAGENT_AUDIT_LOG"}, Usage: "audit `FILE` (JSON lines, mode 0600, appended), or - for stderr"},
-	}, tokenFlags(), signFlags(), serviceFlags()[:5], []cli.Flag{
+	}, tokenFlags(), signFlags(), serviceFlags()[:5], legacyServiceFlags(), []cli.Flag{
 		&cli.BoolFlag{Name: "legacy-snils", Category: catCredential, EnvVars: []string{"SIGNAGENT_LEGACY_SNILS"}, Usage: "accept SNILS numbers whose check number does not follow the rule"},
+		&cli.StringSliceFlag{Name: "legacy-password-file", Category: catLegacy, EnvVars: []string{"SIGNAGENT_LEGACY_PASSWORD_FILE"}, Usage: "an account the agent may log in as by password, repeatable: `LOGIN=FILE` (the file holds the password)"},
 	})
 }
 
@@ -72,7 +73,7 @@ func readAgentConfig(s *settings.Settings, e *env) (agent.Config, error) {
 		TokenConcurrency: s.Int("token-concurrency"), QueueSize: s.Int("queue-size"), TokenDelay: s.Duration("token-delay"),
 		SessionTTL: s.Duration("session-ttl"), RequestDeadline: s.Duration("request-deadline"), MaxBody: int64(s.Int("max-body")),
 		ShutdownGrace: s.Duration("shutdown-grace"), LegacySNILS: s.Bool("legacy-snils"), ExposeCanonical: s.Bool("expose-canonical")}
-	var errs [5]error // all are reported, not only the first
+	var errs [6]error // all are reported, not only the first
 	cfg.Token, errs[0] = selectionFrom(s, false)
 	cfg.Signature, errs[1] = signatureOptions(s)
 	cfg.Routes, errs[2] = agent.ParseRouteRules(s.Strings("routes"))
@@ -81,6 +82,9 @@ func readAgentConfig(s *settings.Settings, e *env) (agent.Config, error) {
 		cfg.Service, errs[4] = serviceConfig(s, e, cfg.APIKey)
 	} else {
 		e.log.Warn().Msg("no --base-url: /v1/sessions and /v1/links answer 503 until one is configured")
+	}
+	if s.String("api-url") != "" {
+		cfg.Legacy, cfg.LegacyPasswords, errs[5] = legacyAgentConfig(s, e)
 	}
 	return cfg, agentErr(errors.Join(append(errs[:], s.Err())...))
 }

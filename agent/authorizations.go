@@ -1,0 +1,135 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/legacy"
+	"github.com/signagent/signagent/trusted"
+)
+
+// Legacy is the legacy scheme in the agent: the token cache (its client
+// holds the developer key) and the passwords of the accounts it may log in
+// as, both from the agent's own configuration, never from callers.
+type Legacy struct {
+	Tokens    *legacy.Tokens
+	Passwords map[string]string // login -> password
+}
+
+// errLegacyNotConfigured answers legacy authorizations without --api-url.
+var errLegacyNotConfigured = errors.New("the legacy scheme is not configured (--api-url and the developer key)")
+
+// SetLegacy replaces the legacy scheme's configuration (start, reload);
+// nil turns it off.
+func (a *Agent) SetLegacy(l *Legacy) { a.legacy.Store(l) }
+
+// authorization is POST /v1/authorizations: the Authorization header
+// value of a business call, cached per identity, one login at a time.
+func (a *Agent) authorization(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	entry := auditEntry{caller: callerOf(r), operation: "authorization"}
+	var req api.AuthorizationRequest
+	resp, err := func() (*api.AuthorizationResponse, error) {
+		if err := decode(r, &req); err != nil {
+			return nil, err
+		}
+		if req.Scheme != "legacy" {
+			return nil, fmt.Errorf("%w: scheme %q: want legacy", trusted.ErrInvalidInput, req.Scheme)
+		}
+		l := a.legacy.Load()
+		if l == nil {
+			return nil, errLegacyNotConfigured
+		}
+		id, dropSession, err := a.legacyIdentity(l, req)
+		if err != nil {
+			return nil, err
+		}
+		entry.scheme, entry.identity = "legacy", id.String()
+		if req.Refresh {
+			l.Tokens.Forget(id)
+		}
+		tok, cached, err := l.Tokens.Token(r.Context(), id)
+		// A cached auth.sid the service no longer takes is dropped and the
+		// trusted flow runs once more.
+		var se *legacy.ServiceError
+		if errors.As(err, &se) && se.Status == http.StatusUnauthorized && se.Code != legacy.CodeAuth && dropSession != nil && dropSession() {
+			tok, cached, err = l.Tokens.Token(r.Context(), id)
+		}
+		a.metrics.observeAuthorization("legacy", cached, err)
+		if err != nil {
+			return nil, err
+		}
+		entry.cached = &cached
+		return &api.AuthorizationResponse{Authorization: l.Tokens.Client().Header(tok.Value), ExpiresAt: tok.ExpiresAt, Cached: cached}, nil
+	}()
+	a.finish(w, r, entry, start, resp, err)
+}
+
+// legacyIdentity is who the request names, with what the way in needs.
+func (a *Agent) legacyIdentity(l *Legacy, req api.AuthorizationRequest) (legacy.Identity, func() bool, error) {
+	by, err := legacy.ParseMethod(req.By)
+	if err != nil {
+		return legacy.Identity{}, nil, err
+	}
+	switch by {
+	case legacy.ByPassword:
+		pw, ok := l.Passwords[req.Login]
+		if !ok {
+			return legacy.Identity{}, nil, fmt.Errorf("%w: no password for login %q in the agent's configuration (--legacy-password-file LOGIN=FILE)", legacy.ErrInvalidInput, req.Login)
+		}
+		return legacy.Identity{By: by, Subject: req.Login, Password: pw}, nil, nil
+	case legacy.ByCertificate:
+		key, cert, err := a.tm.Decrypter()
+		if err != nil {
+			return legacy.Identity{}, nil, err
+		}
+		return legacy.Identity{By: by, Subject: legacy.Thumbprint(cert), Certificate: cert, Key: key}, nil, nil
+	}
+	if req.Sid != "" {
+		if req.Credential != nil {
+			return legacy.Identity{}, nil, fmt.Errorf("%w: give sid or credential, not both", legacy.ErrInvalidInput)
+		}
+		sum := sha256.Sum256([]byte(req.Sid))
+		sid := req.Sid
+		return legacy.Identity{By: by, Subject: "a given auth.sid", CacheKey: hex.EncodeToString(sum[:]),
+			Sid: func(context.Context) (string, error) { return sid, nil }}, nil, nil
+	}
+	return a.sidChain(req)
+}
+
+// sidChain is the identity of a trusted user: its auth.sid comes from the
+// session cache (trusted authentication on the token when there is none).
+func (a *Agent) sidChain(req api.AuthorizationRequest) (legacy.Identity, func() bool, error) {
+	if req.Credential == nil {
+		return legacy.Identity{}, nil, fmt.Errorf("%w: by sid needs sid, or credential and serviceUserId", legacy.ErrInvalidInput)
+	}
+	cred, err := parseCredential(*req.Credential, a.o.LegacySNILS)
+	if err != nil {
+		return legacy.Identity{}, nil, err
+	}
+	userID := req.ServiceUserID
+	if strings.TrimSpace(userID) == "" {
+		return legacy.Identity{}, nil, fmt.Errorf("%w: serviceUserId is empty", trusted.ErrInvalidInput)
+	}
+	c := a.client.Load()
+	if c == nil {
+		return legacy.Identity{}, nil, errNotConfigured
+	}
+	k := sessionKey{cred.Kind, cred.Value, userID}
+	return legacy.Identity{By: legacy.BySid, Subject: "trusted " + cred.Masked() + " serviceUserId=" + userID, CacheKey: k.String(),
+		Sid: func(ctx context.Context) (string, error) {
+			s, _, err := a.cache.obtain(ctx, k, false, a.o.RequestDeadline,
+				func(ctx context.Context) (*trusted.Session, error) { return c.Session(ctx, cred, userID) })
+			if err != nil {
+				return "", err
+			}
+			return s.sid, nil
+		}}, func() bool { return a.cache.drop(k) }, nil
+}

@@ -1,0 +1,133 @@
+package agent_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/signagent/signagent/api"
+)
+
+// business calls GetMyOrganizations on the emulator with header.
+func (h *harness) business(t *testing.T, header string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, h.emu.URL()+"/GetMyOrganizations", nil)
+	req.Header.Set("Authorization", header)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestLegacyAuthorizations(t *testing.T) {
+	h := start(t, options{legacy: true})
+	ctx := context.Background()
+	snils := &api.Credential{SNILS: "11223344595"}
+	for name, req := range map[string]api.AuthorizationRequest{
+		"password":    {Scheme: "legacy", By: "password", Login: "alice@example.com"},
+		"certificate": {Scheme: "legacy", By: "certificate"},
+		"sid chain":   {Scheme: "legacy", By: "sid", Credential: snils, ServiceUserID: "crm-42"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			a, err := h.client.Authorization(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(a.Authorization, "ServiceAuth ddauth_api_client_id="+devKey+",ddauth_token=") || a.Cached || a.ExpiresAt.IsZero() {
+				t.Fatalf("%+v", a)
+			}
+			if st := h.business(t, a.Authorization); st != 200 {
+				t.Fatalf("GetMyOrganizations answered %d", st)
+			}
+			again, err := h.client.Authorization(ctx, req)
+			if err != nil || !again.Cached || again.Authorization != a.Authorization {
+				t.Fatalf("second ask: %+v %v", again, err)
+			}
+			req.Refresh = true
+			fresh, err := h.client.Authorization(ctx, req)
+			if err != nil || fresh.Cached || fresh.Authorization == a.Authorization {
+				t.Fatalf("refresh: %+v %v", fresh, err)
+			}
+		})
+	}
+	// The sid that the sid chain obtained is the session cache's: a
+	// /v1/sessions for the same user is answered from it.
+	s, err := h.client.Session(ctx, api.SessionRequest{Credential: *snils, ServiceUserID: "crm-42"})
+	if err != nil || !s.Cached {
+		t.Fatalf("session after the chain: %+v %v", s, err)
+	}
+	// A given sid.
+	a, err := h.client.Authorization(ctx, api.AuthorizationRequest{Scheme: "legacy", By: "sid", Sid: s.Sid})
+	if err != nil || h.business(t, a.Authorization) != 200 {
+		t.Fatalf("given sid: %v", err)
+	}
+	for _, secret := range []string{devKey, alicePassword, s.Sid, strings.TrimPrefix(a.Authorization, "ServiceAuth ddauth_api_client_id="+devKey+",ddauth_token=")} {
+		if strings.Contains(h.logs.String(), secret) || strings.Contains(h.audit.String(), secret) {
+			t.Fatalf("a secret in the log or audit:\n%s\n%s", h.logs.String(), h.audit.String())
+		}
+	}
+	if !strings.Contains(h.audit.String(), `"identity":"password alice@example.com"`) {
+		t.Fatalf("the audit does not say whose authorization:\n%s", h.audit.String())
+	}
+	if m := h.metric(t, `signagent_authorizations_total{result="cached",scheme="legacy"}`); m != "3" {
+		t.Fatalf("cached authorizations metric %s", m)
+	}
+}
+
+func TestLegacyAuthorizationsSingleFlight(t *testing.T) {
+	h := start(t, options{legacy: true})
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := h.client.Authorization(context.Background(), api.AuthorizationRequest{Scheme: "legacy", By: "certificate"}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := h.emu.Stats().LegacyTokens; n != 1 {
+		t.Fatalf("16 callers at once: %d logins", n)
+	}
+}
+
+func TestLegacyAuthorizationRefusals(t *testing.T) {
+	h := start(t, options{legacy: true})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		req    api.AuthorizationRequest
+		status int
+		want   string
+	}{
+		{"unknown scheme", api.AuthorizationRequest{Scheme: "kerberos", By: "password"}, 400, `scheme "kerberos"`},
+		{"unknown way", api.AuthorizationRequest{Scheme: "legacy", By: "telepathy"}, 400, "not a way to authenticate"},
+		{"login not configured", api.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "carol@example.com"}, 400, "no password for login"},
+		{"wrong password configured", api.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "bob@example.com"}, 422, "Wrong password"},
+		{"sid and credential", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Sid: "x", Credential: &api.Credential{Phone: "9161234567"}}, 400, "not both"},
+		{"sid chain without user id", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Credential: &api.Credential{Phone: "9161234567"}}, 400, "serviceUserId is empty"},
+		{"unknown sid", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Sid: "no-such-sid"}, 422, "Auth.InvalidSid"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := h.client.Authorization(ctx, tc.req)
+			e := apiErr(t, err)
+			if e.Status != tc.status || !strings.Contains(e.Body.Message, tc.want) {
+				t.Fatalf("got %d %q, want %d %q", e.Status, e.Body.Message, tc.status, tc.want)
+			}
+		})
+	}
+	if strings.Contains(h.logs.String(), "not bob's password") || strings.Contains(h.logs.String(), devKey) {
+		t.Fatal("a secret in the log")
+	}
+	// Without the legacy scheme configured.
+	h.agent.SetLegacy(nil)
+	_, err := h.client.Authorization(ctx, api.AuthorizationRequest{Scheme: "legacy", By: "certificate"})
+	if e := apiErr(t, err); e.Status != 503 || !strings.Contains(e.Body.Message, "--api-url") {
+		t.Fatalf("%d %q", e.Status, e.Body.Message)
+	}
+}
