@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -87,4 +88,39 @@ func BenchmarkTokenReturn(b *testing.B) {
 		total += time.Since(back)
 	}
 	b.ReportMetric(total.Seconds()*1000/float64(b.N), "ms-to-first-signature")
+}
+
+// BenchmarkCachedAuthorization compares a cached legacy header from
+// POST /v1/authorizations with a do-nothing GET /readyz over the same Unix
+// socket in the same run, alternating them so that both see the same
+// machine. It reports both medians and their ratio (target: under 1.2).
+func BenchmarkCachedAuthorization(b *testing.B) {
+	h := start(b, options{legacy: true})
+	ctx := context.Background()
+	req := api.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "alice@example.com"}
+	if _, err := h.client.Authorization(ctx, req); err != nil {
+		b.Fatal(err)
+	}
+	var authz, ready []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if a, err := h.client.Authorization(ctx, req); err != nil || !a.Cached {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := h.client.Ready(ctx); err != nil {
+			b.Fatal(err)
+		}
+		authz, ready = append(authz, t1.Sub(t0)), append(ready, time.Since(t1))
+	}
+	ma, mr := median(authz), median(ready)
+	b.ReportMetric(float64(ma.Microseconds()), "authz-median-µs")
+	b.ReportMetric(float64(mr.Microseconds()), "readyz-median-µs")
+	b.ReportMetric(float64(ma)/float64(mr), "authz/readyz")
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
