@@ -20,6 +20,10 @@ if [ ! -s "$demo/api-key" ]; then
   (umask 077; printf '0F6C2E5B-9D4A-4C1E-8A2B-7E3D1F0A9B8C\n' > "$demo/api-key")
 fi
 export SIGNAGENT_API_KEY_FILE="$demo/api-key"
+if [ ! -s "$demo/developer-key" ]; then
+  (umask 077; printf 'demoClient-%s\n' "$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" > "$demo/developer-key")
+fi
+export SIGNAGENT_DEVELOPER_KEY_FILE="$demo/developer-key"
 
 step "2. Emulator of the service on loopback (partner trusts the token's certificate)"
 cat > "$demo/emulator.yaml" <<YAML
@@ -28,6 +32,9 @@ partners:
     apiKeyFile: api-key
     certificates: [hsm/cert.pem]
     canLinkByPhone: true
+developers:
+  - name: demo-integrator
+    keyFile: developer-key
 users:
   - id: ivanov
     phone: "+7 916 123-45-67"
@@ -40,6 +47,7 @@ trap 'kill $emu 2>/dev/null; wait $emu 2>/dev/null || true' EXIT
 for _ in $(seq 100); do [ -s "$demo/emulator.url" ] && break; sleep 0.05; done
 [ -s "$demo/emulator.url" ] || { echo "the emulator did not start" >&2; exit 1; }
 export SIGNAGENT_BASE_URL="$(cat "$demo/emulator.url")"
+export SIGNAGENT_API_URL="$SIGNAGENT_BASE_URL"
 echo "emulator at $SIGNAGENT_BASE_URL"
 
 step "3. Text signed for the sample user (CR LF shown as \\r, API key masked)"
@@ -56,5 +64,10 @@ echo "auth.sid: $sid"
 
 step "6. The same with the SNILS, as JSON"
 $bin --log-level warn session --snils '112-233-445 95' --service-user-id crm-user-42 --json
+
+step "7. The auth.sid exchanged for a legacy token (Authenticate V3 type=sid); the business header, masked"
+(umask 077; printf '%s\n' "$sid" > "$demo/sid")
+$bin --log-level warn header --scheme legacy --by sid --sid-file "$demo/sid" |
+  sed -E 's/(ddauth_api_client_id=.{4})[^,]*/\1…(masked)/; s/(ddauth_token=.{4}).*/\1…(masked)/'
 
 printf '\nDone. To use the token yourself:\n  eval "$(%s dev-token --dir %s)"\n' "$bin" "$demo/hsm"
