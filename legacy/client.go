@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto"
-	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha1"
 	"crypto/x509"
@@ -14,8 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -25,7 +22,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/envelope"
-	"github.com/signagent/signagent/trusted"
+	"github.com/signagent/signagent/internal/httpx"
 )
 
 // Method is how a user authenticates: the type parameter of Authenticate.
@@ -111,21 +108,8 @@ func New(cfg Config) (*Client, error) {
 	if cfg.TokenTTL <= 0 {
 		cfg.TokenTTL = DefaultTokenTTL
 	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Transport: &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			TLSHandshakeTimeout:   5 * time.Second,
-			ResponseHeaderTimeout: 30 * time.Second,
-			IdleConnTimeout:       90 * time.Second,
-			MaxIdleConnsPerHost:   16,
-			ForceAttemptHTTP2:     true,
-		}}
-	}
 	// A redirect would carry the developer key somewhere else: never follow.
-	hc := *cfg.HTTPClient
-	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	cfg.HTTPClient = &hc
+	cfg.HTTPClient = httpx.Client(cfg.HTTPClient)
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 15 * time.Second
 	}
@@ -147,22 +131,12 @@ func New(cfg Config) (*Client, error) {
 // ParseAPIURL checks the service's business address: https (plain http
 // only to loopback, or when allowed), no user info, query or fragment.
 func ParseAPIURL(raw string, allowHTTP bool) (*url.URL, error) {
-	base := strings.TrimRight(strings.TrimSpace(raw), "/")
-	if base == "" {
+	if strings.TrimSpace(raw) == "" {
 		return nil, fmt.Errorf("%w: no service API URL: give --api-url or set SIGNAGENT_API_URL", ErrInvalidInput)
 	}
-	if !strings.Contains(base, "://") {
-		base = "https://" + base
-	}
-	u, err := url.Parse(base)
-	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-		return nil, fmt.Errorf("%w: API URL %q must be https://host[:port][/prefix]", ErrInvalidInput, raw)
-	}
-	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("%w: the API URL must not carry user info, a query or a fragment", ErrInvalidInput)
-	}
-	if u.Scheme == "http" && !allowHTTP && !trusted.IsLoopback(u.Hostname()) {
-		return nil, fmt.Errorf("%w: API URL %s is plain http to a non-loopback host; use https (or --insecure-http if you really mean it)", ErrInvalidInput, u.Redacted())
+	u, err := httpx.ParseBaseURL(raw, allowHTTP)
+	if err != nil {
+		return nil, fmt.Errorf("%w: API %w", ErrInvalidInput, err)
 	}
 	return u, nil
 }
@@ -318,7 +292,7 @@ func (c *Client) call(ctx context.Context, ac apiCall, body []byte, ctype string
 	var last error
 	for attempt := 1; attempt <= c.cfg.Attempts; attempt++ {
 		if attempt > 1 {
-			if err := c.sleep(ctx, attempt-1); err != nil {
+			if err := httpx.Backoff(ctx, c.cfg.Backoff, attempt-1); err != nil {
 				return nil, last
 			}
 		}
@@ -346,22 +320,6 @@ func (c *Client) call(ctx context.Context, ac apiCall, body []byte, ctype string
 	return nil, last
 }
 
-func (c *Client) sleep(ctx context.Context, n int) error {
-	ceiling := c.cfg.Backoff << (n - 1)
-	d := ceiling / 2
-	if j, err := rand.Int(rand.Reader, big.NewInt(int64(ceiling)+1)); err == nil {
-		d = time.Duration(j.Int64())
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 func (c *Client) once(ctx context.Context, ac apiCall, body []byte, ctype, secret string) ([]byte, bool, error) {
 	u := *c.base
 	u.Path = c.base.Path + ac.path
@@ -384,12 +342,12 @@ func (c *Client) once(ctx context.Context, ac apiCall, body []byte, ctype, secre
 	start := time.Now()
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return nil, sent, &TransportError{Call: ac.name, URL: shown, Timeout: isTimeout(ctx, err), Err: cleanErr(err)}
+		return nil, sent, &TransportError{Call: ac.name, URL: shown, Timeout: httpx.IsTimeout(ctx, err), Err: httpx.CleanErr(err)}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	if err != nil {
-		return nil, true, &TransportError{Call: ac.name, URL: shown, Timeout: isTimeout(ctx, err), Err: cleanErr(err)}
+		return nil, true, &TransportError{Call: ac.name, URL: shown, Timeout: httpx.IsTimeout(ctx, err), Err: httpx.CleanErr(err)}
 	}
 	ev := c.cfg.Log.Debug()
 	if resp.StatusCode >= 300 {
@@ -405,20 +363,6 @@ func (c *Client) once(ctx context.Context, ac apiCall, body []byte, ctype, secre
 		return nil, true, fmt.Errorf("%s: the answer is larger than %d bytes", ac.name, maxAnswer)
 	}
 	return data, true, nil
-}
-
-func isTimeout(ctx context.Context, err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded || (errors.As(err, &ne) && ne.Timeout())
-}
-
-// cleanErr drops the URL *url.Error prints: the query may carry the random.
-func cleanErr(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
 }
 
 // ctxDecrypter bounds a token's decryption by the caller's context.

@@ -12,12 +12,9 @@ package trusted
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -27,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/internal/httpx"
 )
 
 // APIPath is where the three endpoints live below the base address.
@@ -75,39 +73,15 @@ type Client struct {
 
 // New checks the configuration and returns a client.
 func New(cfg Config) (*Client, error) {
-	base := strings.TrimRight(cfg.BaseURL, "/")
-	if base != "" && !strings.Contains(base, "://") {
-		base = "https://" + base // https unless told otherwise
-	}
-	u, err := url.Parse(base)
-	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-		return nil, fmt.Errorf("%w: base URL %q must be https://host[:port][/prefix]", ErrInvalidInput, cfg.BaseURL)
-	}
-	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("%w: base URL must not carry user info, a query or a fragment", ErrInvalidInput)
-	}
-	if u.Scheme == "http" && !cfg.AllowInsecureHTTP && !IsLoopback(u.Hostname()) {
-		return nil, fmt.Errorf("%w: base URL %s is plain http to a non-loopback host; use https (or --insecure-http if you really mean it)", ErrInvalidInput, u.Redacted())
+	u, err := httpx.ParseBaseURL(cfg.BaseURL, cfg.AllowInsecureHTTP)
+	if err != nil {
+		return nil, fmt.Errorf("%w: base %w", ErrInvalidInput, err)
 	}
 	key, err := canonical.NormalizeAPIKey(cfg.APIKey)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Transport: &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			TLSHandshakeTimeout:   5 * time.Second,
-			ResponseHeaderTimeout: 30 * time.Second,
-			IdleConnTimeout:       90 * time.Second,
-			MaxIdleConnsPerHost:   16,
-			ForceAttemptHTTP2:     true,
-		}}
-	}
-	// Never follow a redirect: it would carry the API key to another place.
-	client := *cfg.HTTPClient
-	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	cfg.HTTPClient = &client
+	cfg.HTTPClient = httpx.Client(cfg.HTTPClient)
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 15 * time.Second
 	}
@@ -128,13 +102,7 @@ func New(cfg Config) (*Client, error) {
 
 // IsLoopback reports whether host names this machine: localhost or a
 // loopback address.
-func IsLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+func IsLoopback(host string) bool { return httpx.IsLoopback(host) }
 
 // Link asks the service to link the service user identified by phone to the
 // trusted system's user serviceUserID (step 0).
@@ -261,7 +229,7 @@ func (c *Client) doPrepared(ctx context.Context, step Step, method string, prepa
 	var lastErr error
 	for attempt := 1; attempt <= c.cfg.Attempts; attempt++ {
 		if attempt > 1 {
-			if err := c.sleep(ctx, attempt-1); err != nil {
+			if err := httpx.Backoff(ctx, c.cfg.Backoff, attempt-1); err != nil {
 				return "", nil, lastErr
 			}
 		}
@@ -298,25 +266,6 @@ func (c *Client) retryable(err error, sent bool, policy retryPolicy) bool {
 	return false
 }
 
-// sleep waits the backoff before retry n (1-based): a random time up to
-// Backoff * 2^(n-1).
-func (c *Client) sleep(ctx context.Context, n int) error {
-	ceiling := c.cfg.Backoff << (n - 1)
-	j, err := rand.Int(rand.Reader, big.NewInt(int64(ceiling)+1))
-	d := ceiling / 2
-	if err == nil {
-		d = time.Duration(j.Int64())
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // once sends one request. sent reports whether the request was written to
 // the connection (so the server may have acted on it).
 func (c *Client) once(ctx context.Context, step Step, method, q string, body []byte, ctype string) (string, []byte, bool, error) {
@@ -347,12 +296,12 @@ func (c *Client) once(ctx context.Context, step Step, method, q string, body []b
 	start := time.Now()
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return "", nil, sent, &TransportError{Step: step, URL: masked, Timeout: isTimeout(err, ctx), Err: cleanErr(err)}
+		return "", nil, sent, &TransportError{Step: step, URL: masked, Timeout: httpx.IsTimeout(ctx, err), Err: httpx.CleanErr(err)}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return "", nil, true, &TransportError{Step: step, URL: masked, Timeout: isTimeout(err, ctx), Err: cleanErr(err)}
+		return "", nil, true, &TransportError{Step: step, URL: masked, Timeout: httpx.IsTimeout(ctx, err), Err: httpx.CleanErr(err)}
 	}
 	ev := c.cfg.Log.Debug()
 	if resp.StatusCode >= 300 {
@@ -363,18 +312,4 @@ func (c *Client) once(ctx context.Context, step Step, method, q string, body []b
 		return "", nil, true, &ServiceError{Step: step, Status: resp.StatusCode, Code: ParseErrorCode(data), URL: masked}
 	}
 	return resp.Header.Get("Content-Type"), data, true, nil
-}
-
-func isTimeout(err error, ctx context.Context) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded || (errors.As(err, &ne) && ne.Timeout())
-}
-
-// cleanErr drops the URL that *url.Error would print: it carries the API key.
-func cleanErr(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
 }
