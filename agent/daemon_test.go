@@ -16,7 +16,9 @@ import (
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
 )
 
@@ -204,5 +206,60 @@ func TestDaemonStartFailsCleanly(t *testing.T) {
 	}
 	if n := opens.Load(); n != 0 {
 		t.Errorf("the token was opened %d times although Start failed before it", n)
+	}
+}
+
+// TestDaemonLegacyReload: a reload that leaves the legacy settings alone
+// keeps the cached tokens; one that changes them (a new token lifetime)
+// starts a new cache; one without --api-url turns the route off (503).
+func TestDaemonLegacyReload(t *testing.T) {
+	cfg, _ := daemonConfig(t)
+	hash, _ := emulator.HashPassword([]byte(alicePassword))
+	emu, err := emulator.New(&emulator.Config{Developers: []emulator.Developer{{Key: devKey}},
+		Users: []emulator.User{{ID: "a", Login: "alice@example.com", PasswordHash: hash}}}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := emu.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer emu.Close(context.Background())
+	cfg.Legacy = &legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey}
+	cfg.LegacyPasswords = map[string]string{"alice@example.com": alicePassword}
+	d, err := agent.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Shutdown(context.Background())
+	c := agentclient.NewUnix(strings.TrimPrefix(cfg.Listen[0], "unix:"))
+	ask := func() (*api.AuthorizationResponse, error) {
+		return c.Authorization(context.Background(), api.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "alice@example.com"})
+	}
+	if a, err := ask(); err != nil || a.Cached {
+		t.Fatalf("first: %+v %v", a, err)
+	}
+	same := cfg
+	same.Legacy = &legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey}
+	if err := d.Reload(same); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := ask(); err != nil || !a.Cached {
+		t.Fatalf("after an unchanged reload: %+v %v", a, err)
+	}
+	changed := same
+	changed.Legacy = &legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey, TokenTTL: time.Hour}
+	if err := d.Reload(changed); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := ask(); err != nil || a.Cached || time.Until(a.ExpiresAt) > time.Hour {
+		t.Fatalf("after a changed reload: %+v %v", a, err)
+	}
+	off := changed
+	off.Legacy = nil
+	if err := d.Reload(off); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ask(); apiErr(t, err).Status != 503 {
+		t.Fatalf("without --api-url: %v", err)
 	}
 }
