@@ -116,6 +116,12 @@ func (s *Server) businessUser(r *http.Request) (*User, *refusal) {
 		return nil, refuse(http.StatusUnauthorized, CodeHTTPAuth, "Authorization header is missing")
 	case strings.HasPrefix(h, "ServiceAuth "):
 		id, ref = s.legacyUser(h)
+	case strings.HasPrefix(h, "Bearer "):
+		g, ok := s.bearer(h)
+		if !ok {
+			return nil, refuse(http.StatusUnauthorized, CodeInvalidAuthToken, "Invalid or expired access token")
+		}
+		id = g.user
 	default:
 		return nil, refuse(http.StatusUnauthorized, CodeHTTPAuth, "Unsupported authorization scheme")
 	}

@@ -50,6 +50,9 @@ type Config struct {
 	// (SHA-1) instead of RSA PKCS#1 v1.5.
 	OAEP bool `yaml:"oaep"`
 
+	// OIDC is the identity provider's side (OpenID Connect).
+	OIDC OIDCConfig `yaml:"oidc"`
+
 	// Organizations and their boxes, for the business methods.
 	Organizations []Organization `yaml:"organizations"`
 
@@ -169,8 +172,11 @@ func (cfg *Config) check(dir string) error {
 	if cfg.ChallengeTTL <= 0 {
 		cfg.ChallengeTTL = Duration(10 * time.Minute)
 	}
-	if len(cfg.Partners) == 0 && len(cfg.Developers) == 0 {
-		return errors.New("no partners and no developers: the emulator would refuse everyone")
+	if len(cfg.Partners) == 0 && len(cfg.Developers) == 0 && len(cfg.OIDC.Clients) == 0 {
+		return errors.New("no partners, developers or OpenID Connect clients: the emulator would refuse everyone")
+	}
+	if err := cfg.OIDC.check(dir); err != nil {
+		return err
 	}
 	if err := cfg.checkDevelopers(dir); err != nil {
 		return err

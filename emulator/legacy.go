@@ -150,19 +150,8 @@ func (s *Server) byPassword(body []byte, dev *Developer) (string, []byte, *refus
 	if json.Unmarshal(body, &in) != nil || in.Login == nil || in.Password == nil {
 		return "", nil, refuse(http.StatusBadRequest, CodeBadRequest, "Could not deserialize the request body: want {\"login\",\"password\"}")
 	}
-	var user *User
-	for i := range s.cfg.Users {
-		if u := &s.cfg.Users[i]; u.Login != "" && strings.EqualFold(u.Login, *in.Login) {
-			user = u
-		}
-	}
-	// Compare against some hash even for an unknown login, so that the
-	// answer's timing does not tell which logins exist.
-	hash := []byte(dummyHash)
-	if user != nil && user.PasswordHash != "" {
-		hash = []byte(user.PasswordHash)
-	}
-	if bcrypt.CompareHashAndPassword(hash, []byte(*in.Password)) != nil || user == nil || user.PasswordHash == "" {
+	user := s.checkPassword(*in.Login, *in.Password)
+	if user == nil {
 		return "", nil, refuse(http.StatusUnauthorized, CodeWrongPassword, "Wrong password provided for login")
 	}
 	return s.issueToken(user.ID, dev)

@@ -80,6 +80,9 @@ type Stats struct {
 	LegacyChallenges int `json:"legacyChallenges"`
 	HeldTokens       int `json:"heldTokens"`
 	PendingRandoms   int `json:"pendingRandoms"`
+	// AccessTokens and Refreshes count what the identity provider issued.
+	AccessTokens int `json:"accessTokens"`
+	Refreshes    int `json:"refreshes"`
 }
 
 type linkKey struct{ partner, serviceUserID string }
@@ -118,6 +121,8 @@ type Server struct {
 	tokens          map[string]legacyToken    // legacy authorization tokens
 	randoms         map[string]*pendingRandom // by certificate thumbprint
 	nextLegacySweep time.Time
+	idp             *idp
+	nextOIDCSweep   time.Time
 	stats           Stats
 	faults          map[string][]Fault
 	baseURL         string
@@ -131,8 +136,12 @@ func New(cfg *Config, log zerolog.Logger) (*Server, error) {
 	if err := cfg.prepare("."); err != nil {
 		return nil, err
 	}
+	idp, err := newIDP()
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
-		cfg: cfg, log: log, now: time.Now,
+		cfg: cfg, log: log, now: time.Now, idp: idp,
 		links:  map[linkKey]string{},
 		keys:   map[string]*pendingKey{},
 		used:   map[[32]byte]spent{},
@@ -211,7 +220,7 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, s.Stats())
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.legacyRoute(w, r) && !s.businessRoute(w, r) {
+		if !s.legacyRoute(w, r) && !s.businessRoute(w, r) && !s.oidcRoute(w, r) {
 			mux.ServeHTTP(w, r)
 		}
 	})
