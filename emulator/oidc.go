@@ -238,6 +238,27 @@ func (s *Server) client(r *http.Request) (*OIDCClient, bool) {
 	return nil, basic
 }
 
+// formClient reads a token-endpoint form and authenticates its client;
+// nil when it has answered the request (a bad form, invalid_client: 400,
+// or 401 when HTTP Basic was tried).
+func (s *Server) formClient(w http.ResponseWriter, r *http.Request) *OIDCClient {
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if err := r.ParseForm(); err != nil {
+		oidcError(w, http.StatusBadRequest, "invalid_request", "the body is not a form")
+		return nil
+	}
+	c, basic := s.client(r)
+	if c == nil {
+		status := http.StatusBadRequest
+		if basic {
+			status = http.StatusUnauthorized
+		}
+		s.reject("invalid_client")
+		oidcError(w, status, "invalid_client", "")
+	}
+	return c
+}
+
 func (s *Server) clientByID(id string) *OIDCClient {
 	for i := range s.cfg.OIDC.Clients {
 		if s.cfg.OIDC.Clients[i].ID == id {
@@ -262,19 +283,8 @@ func hasScope(scope, want string) bool { return slices.Contains(strings.Fields(s
 
 // token is POST /connect/token for the three grants.
 func (s *Server) token(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := r.ParseForm(); err != nil {
-		oidcError(w, http.StatusBadRequest, "invalid_request", "the body is not a form")
-		return
-	}
-	c, basic := s.client(r)
+	c := s.formClient(w, r)
 	if c == nil {
-		status := http.StatusBadRequest
-		if basic {
-			status = http.StatusUnauthorized
-		}
-		s.reject("invalid_client")
-		oidcError(w, status, "invalid_client", "")
 		return
 	}
 	var g grant

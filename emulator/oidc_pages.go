@@ -174,19 +174,8 @@ func (s *Server) checkPassword(login, password string) *User {
 
 // deviceAuthorization is POST /connect/deviceauthorization.
 func (s *Server) deviceAuthorization(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := r.ParseForm(); err != nil {
-		oidcError(w, http.StatusBadRequest, "invalid_request", "the body is not a form")
-		return
-	}
-	c, basic := s.client(r)
+	c := s.formClient(w, r)
 	if c == nil {
-		status := http.StatusBadRequest
-		if basic {
-			status = http.StatusUnauthorized
-		}
-		s.reject("invalid_client")
-		oidcError(w, status, "invalid_client", "")
 		return
 	}
 	scope := r.PostForm.Get("scope")
