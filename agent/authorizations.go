@@ -12,6 +12,7 @@ import (
 
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/legacy"
+	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -90,7 +91,7 @@ func (a *Agent) legacyIdentity(l *Legacy, req api.AuthorizationRequest) (legacy.
 		if err != nil {
 			return legacy.Identity{}, nil, err
 		}
-		return legacy.Identity{By: by, Subject: legacy.Thumbprint(cert), Certificate: cert, Key: key}, nil, nil
+		return legacy.Identity{By: by, Subject: pkcs11.Thumbprint(cert), Certificate: cert, Key: key}, nil, nil
 	}
 	if req.Sid != "" {
 		if req.Credential != nil {

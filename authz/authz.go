@@ -52,12 +52,21 @@ func Do(ctx context.Context, a Authorizer, send func(ctx context.Context, author
 		if err != nil || resp.StatusCode != http.StatusUnauthorized {
 			return resp, err
 		}
-		code := resp.Header.Get("X-Service-ErrorCode")
+		// The code is the service's: at most a short printable word here.
+		code := strings.Map(func(r rune) rune {
+			if r <= ' ' || r > '~' {
+				return -1
+			}
+			return r
+		}, resp.Header.Get("X-Service-ErrorCode"))
+		if len(code) > 80 {
+			code = code[:80]
+		}
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
 		a.Reject(v)
 		if attempt == 2 {
-			return nil, &RefusedError{Identity: a.String(), Status: resp.StatusCode, Code: strings.TrimSpace(code)}
+			return nil, &RefusedError{Identity: a.String(), Status: resp.StatusCode, Code: code}
 		}
 	}
 }

@@ -5,10 +5,8 @@ import (
 	"context"
 	"crypto"
 	"crypto/rsa"
-	"crypto/sha1"
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/internal/httpx"
+	"github.com/signagent/signagent/pkcs11"
 )
 
 // Method is how a user authenticates: the type parameter of Authenticate.
@@ -163,13 +162,6 @@ func CheckDeveloperKey(key string) (string, error) {
 // Header is the business call's header value for a token of this client.
 func (c *Client) Header(token string) string { return Header(c.key, token) }
 
-// DeveloperKeyID is a short, non-secret name for the developer key (for
-// logs and cache keys): the first 8 hex digits of its SHA-1.
-func (c *Client) DeveloperKeyID() string {
-	sum := sha1.Sum([]byte(c.key))
-	return hex.EncodeToString(sum[:4])
-}
-
 // Password authenticates by login and password.
 func (c *Client) Password(ctx context.Context, login, password string) (Token, error) {
 	if strings.TrimSpace(login) == "" {
@@ -230,20 +222,13 @@ func (c *Client) Certificate(ctx context.Context, cert *x509.Certificate, key cr
 	}
 	defer clear(random)
 	encoded := base64.StdEncoding.EncodeToString(random)
-	q := url.Values{"thumbprint": {Thumbprint(cert)}, "token": {encoded}}
+	q := url.Values{"thumbprint": {pkcs11.Thumbprint(cert)}, "token": {encoded}}
 	ans, err := c.call(ctx, apiCall{name: "AuthenticateConfirm", path: "/V3/AuthenticateConfirm", query: q.Encode()},
 		nil, "", retryUnsent, encoded)
 	if err != nil {
 		return Token{}, err
 	}
 	return c.token(ByCertificate, ans)
-}
-
-// Thumbprint is the certificate's SHA-1 in upper-case hex, as
-// AuthenticateConfirm takes it.
-func Thumbprint(cert *x509.Certificate) string {
-	sum := sha1.Sum(cert.Raw)
-	return strings.ToUpper(hex.EncodeToString(sum[:]))
 }
 
 // token reads a token answer: plain text (a JSON string is tolerated).

@@ -313,7 +313,7 @@ func TestServiceFailing(t *testing.T) {
 func TestTokensCacheSingleFlight(t *testing.T) {
 	b := newBed(t, nil)
 	tokens := legacy.NewTokens(b.client, 0, 0)
-	id := legacy.Identity{By: legacy.ByCertificate, Subject: legacy.Thumbprint(b.key.Certificate()), Certificate: b.key.Certificate(), Key: b.key}
+	id := legacy.Identity{By: legacy.ByCertificate, Subject: pkcs11.Thumbprint(b.key.Certificate()), Certificate: b.key.Certificate(), Key: b.key}
 	var wg sync.WaitGroup
 	got := make([]string, 16)
 	for i := range got {

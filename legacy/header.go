@@ -58,12 +58,3 @@ func ParseHeader(v string) (developerKey, token string, err error) {
 	}
 	return developerKey, token, nil
 }
-
-// Mask shows enough of a secret (developer key, token) to tell two apart
-// in a log: its first four characters and its length.
-func Mask(secret string) string {
-	if len(secret) <= 8 {
-		return fmt.Sprintf("…(%d)", len(secret))
-	}
-	return fmt.Sprintf("%s…(%d)", secret[:4], len(secret))
-}

@@ -2,7 +2,6 @@ package legacy
 
 import (
 	"errors"
-	"strings"
 	"testing"
 )
 
@@ -40,16 +39,6 @@ func TestParseHeaderRefuses(t *testing.T) {
 		if _, _, err := ParseHeader(h); !errors.Is(err, ErrHeader) {
 			t.Errorf("%q: err = %v", h, err)
 		}
-	}
-}
-
-func TestMaskHidesTheSecret(t *testing.T) {
-	key := "api-3f2a0c1e-5b7d-4e8f-9a01-23456789abcd"
-	if m := Mask(key); strings.Contains(m, key[4:]) || !strings.HasPrefix(m, "api-") {
-		t.Fatalf("%q", m)
-	}
-	if m := Mask("short"); strings.Contains(m, "short") {
-		t.Fatalf("%q", m)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/signer"
+	"github.com/signagent/signagent/trusted"
 )
 
 const catLegacy = "Legacy scheme"
@@ -111,7 +112,7 @@ func obtainLegacy(c *cli.Context, e *env) (legacy.Token, *legacy.Client, error) 
 	if err != nil {
 		return legacy.Token{}, nil, err
 	}
-	e.log.Info().Str("by", string(by)).Str("subject", id.Subject).Str("token", legacy.Mask(tok.Value)).
+	e.log.Info().Str("by", string(by)).Str("subject", id.Subject).Str("token", trusted.MaskSecret(tok.Value)).
 		Time("expiresAt", tok.ExpiresAt).Msg("legacy token obtained")
 	return tok, client, nil
 }
@@ -201,7 +202,7 @@ func legacyIdentity(c *cli.Context, e *env, by legacy.Method) (legacy.Identity, 
 			return legacy.Identity{}, none, err
 		}
 		cert := key.Certificate()
-		return legacy.Identity{By: by, Subject: legacy.Thumbprint(cert), Certificate: cert, Key: key}, func() { key.Close() }, nil
+		return legacy.Identity{By: by, Subject: pkcs11.Thumbprint(cert), Certificate: cert, Key: key}, func() { key.Close() }, nil
 	}
 	return sidIdentity(c, e)
 }
