@@ -36,6 +36,9 @@ type OIDCConfig struct {
 	// and expires_in (defaults 5s and 300s).
 	DeviceInterval  Duration `yaml:"deviceInterval"`
 	DeviceExpiresIn Duration `yaml:"deviceExpiresIn"`
+	// NoDiscovery answers 404 to /.well-known/openid-configuration, as a
+	// provider without discovery does (clients use the /connect/* paths).
+	NoDiscovery bool `yaml:"noDiscovery"`
 }
 
 // OIDCClient is an application registered with the identity provider.
@@ -193,6 +196,10 @@ func (s *Server) oidcRoute(w http.ResponseWriter, r *http.Request) (ok bool) {
 }
 
 func (s *Server) discovery(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.OIDC.NoDiscovery {
+		http.NotFound(w, r)
+		return
+	}
 	base := s.URL()
 	writeJSON(w, http.StatusOK, map[string]any{
 		"issuer":                                base,

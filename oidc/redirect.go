@@ -1,0 +1,92 @@
+package oidc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"html"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/signagent/signagent/internal/httpx"
+)
+
+// Receiver listens on a loopback redirect address for the provider's
+// redirect and hands its query to the sign-in.
+type Receiver struct {
+	srv  *http.Server
+	ln   net.Listener
+	path string
+	got  chan url.Values
+}
+
+// Listen starts a receiver for a loopback http redirect URI
+// (http://127.0.0.1:PORT/path). The URI must name a port: the provider
+// redirects to exactly the registered address.
+func Listen(redirectURI string) (*Receiver, error) {
+	u, err := url.Parse(redirectURI)
+	if err != nil || u.Scheme != "http" || !httpx.IsLoopback(u.Hostname()) || u.Port() == "" {
+		return nil, fmt.Errorf("%w: --redirect-uri %q: signagent can receive the redirect only on a loopback http address with a port (http://127.0.0.1:PORT/path); use --no-browser to paste the redirected address instead", ErrInvalidInput, redirectURI)
+	}
+	ln, err := net.Listen("tcp", u.Host)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cannot listen on %s for the redirect: %w", ErrInvalidInput, u.Host, errors.Unwrap(err))
+	}
+	r := &Receiver{ln: ln, path: u.Path, got: make(chan url.Values, 1)}
+	if r.path == "" {
+		r.path = "/"
+	}
+	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}
+	go r.srv.Serve(ln)
+	return r, nil
+}
+
+// Redirects delivers the query of the first redirect that carries a code
+// or an error.
+func (r *Receiver) Redirects() <-chan url.Values { return r.got }
+
+// Close stops listening.
+func (r *Receiver) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	r.srv.Shutdown(ctx)
+}
+
+func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	q := req.URL.Query()
+	if req.URL.Path != r.path || (q.Get("code") == "" && q.Get("error") == "") {
+		http.NotFound(w, req)
+		return
+	}
+	select {
+	case r.got <- q:
+	default: // a sign-in takes one redirect
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	msg := "Signed in. You can close this tab and go back to the terminal."
+	if e := q.Get("error"); e != "" {
+		msg = "The sign-in did not complete: " + printable(e, 40) + ". You can close this tab."
+	}
+	fmt.Fprintf(w, "<!doctype html><html><head><meta charset=\"utf-8\"><title>signagent</title></head><body><p>%s</p></body></html>\n", html.EscapeString(msg))
+}
+
+// ParsePasted reads the redirected address a user pasted (the whole URL,
+// or just its query).
+func ParsePasted(line string) (url.Values, error) {
+	line = strings.TrimSpace(line)
+	if i := strings.IndexByte(line, '?'); i >= 0 {
+		line = line[i+1:]
+	}
+	if i := strings.IndexByte(line, '#'); i >= 0 {
+		line = line[:i]
+	}
+	q, err := url.ParseQuery(line)
+	if err != nil || (q.Get("code") == "" && q.Get("error") == "") {
+		return nil, fmt.Errorf("%w: paste the whole address the browser was sent to (it holds code= and state=)", ErrInvalidInput)
+	}
+	return q, nil
+}

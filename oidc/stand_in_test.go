@@ -1,0 +1,76 @@
+package oidc
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/json"
+	"strings"
+
+	"github.com/go-jose/go-jose/v4"
+
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+func newHTMLServer(t *testing.T) string {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.Write([]byte("<!doctype html><html><body>Welcome to the hotel network</body></html>"))
+	}))
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
+func closedURL(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := "http://" + ln.Addr().String()
+	ln.Close()
+	return u
+}
+
+// fakeIDP is a stand-in provider whose token endpoint returns an id_token
+// the test chooses: the emulator always issues good ones, and these tests
+// are about the client refusing bad ones.
+type fakeIDP struct {
+	url       string
+	published *rsa.PrivateKey
+	claims    func(nonce string) map[string]any
+	signer    *rsa.PrivateKey // nil: the published key
+}
+
+func newFakeIDP(t *testing.T) *fakeIDP {
+	t.Helper()
+	key, _ := rsa.GenerateKey(rand.Reader, 2048)
+	f := &fakeIDP{published: key}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(map[string]any{"issuer": f.url, "authorization_endpoint": f.url + "/connect/authorize",
+			"token_endpoint": f.url + "/connect/token", "jwks_uri": f.url + "/jwks", "device_authorization_endpoint": f.url + "/connect/deviceauthorization"})
+	})
+	mux.HandleFunc("GET /jwks", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: "k1", Algorithm: "RS256", Use: "sig"}}})
+	})
+	mux.HandleFunc("POST /connect/token", func(w http.ResponseWriter, r *http.Request) {
+		r.ParseForm()
+		signWith := f.published
+		if f.signer != nil {
+			signWith = f.signer
+		}
+		sig, _ := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: signWith}, (&jose.SignerOptions{}).WithHeader("kid", "k1"))
+		payload, _ := json.Marshal(f.claims(r.Form.Get("nonce")))
+		obj, _ := sig.Sign(payload)
+		idt, _ := obj.CompactSerialize()
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"access_token": strings.Repeat("a", 64), "token_type": "Bearer",
+			"expires_in": 3600, "refresh_token": "rt", "id_token": idt})
+	})
+	s := httptest.NewServer(mux)
+	t.Cleanup(s.Close)
+	f.url = s.URL
+	return f
+}

@@ -1,0 +1,189 @@
+package oidc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+)
+
+// Tokens hands out a profile's access token from the store, refreshing it
+// when it has less than Before left: one refresh at a time per profile,
+// in this process (single-flight) and across processes (the store's lock),
+// and a record another process refreshed meanwhile is used as it is.
+type Tokens struct {
+	Store Store
+	// Client returns the client that refreshes rec (its provider and
+	// client_id, with the configured secret).
+	Client func(rec *Record) (*Client, error)
+	// Before is how much life an access token must have left to be used
+	// (default 60s).
+	Before time.Duration
+	// Timeout bounds one refresh, waiting for another process's included
+	// (default 60s).
+	Timeout time.Duration
+	Now     func() time.Time
+	// OnRefresh, when set, is told each refresh's outcome: "ok",
+	// "refused" (sign in again) or "error".
+	OnRefresh func(profile, result string)
+
+	sf    singleflight.Group
+	mu    sync.Mutex
+	cache map[string]cached
+}
+
+// cached is a record read from the store and the file it came from: the
+// agent answers from memory while the file is unchanged.
+type cached struct {
+	rec  *Record
+	stat fileID
+}
+
+type fileID struct {
+	ino, size int64
+	mtime     time.Time
+}
+
+func statID(path string) (fileID, bool) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fileID{}, false
+	}
+	id := fileID{size: st.Size(), mtime: st.ModTime()}
+	if s, ok := st.Sys().(interface{ Ino() uint64 }); ok {
+		id.ino = int64(s.Ino())
+	}
+	return id, true
+}
+
+func (t *Tokens) now() time.Time {
+	if t.Now != nil {
+		return t.Now()
+	}
+	return time.Now()
+}
+
+func (t *Tokens) fresh(r *Record) bool {
+	before := t.Before
+	if before <= 0 {
+		before = DefaultRefreshBefore
+	}
+	return t.now().Add(before).Before(r.Expiry)
+}
+
+// Token returns profile's record with an access token good for at least
+// Before, refreshing it when needed. A profile that must sign in again
+// wraps ErrSignIn.
+func (t *Tokens) Token(ctx context.Context, profile string) (*Record, bool, error) {
+	rec, err := t.load(profile)
+	if err != nil {
+		return nil, false, err
+	}
+	if t.fresh(rec) {
+		return rec, true, nil
+	}
+	ch := t.sf.DoChan(profile, func() (any, error) {
+		timeout := t.Timeout
+		if timeout <= 0 {
+			timeout = 60 * time.Second
+		}
+		// Detached from the first caller: its giving up must not cancel
+		// the refresh the others wait for.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		return t.refresh(rctx, profile)
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return nil, false, r.Err
+		}
+		return r.Val.(*Record), false, nil
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	}
+}
+
+// load reads the record, from memory while the file is unchanged.
+func (t *Tokens) load(profile string) (*Record, error) {
+	if err := CheckProfile(profile); err != nil {
+		return nil, err
+	}
+	id, ok := statID(t.Store.Path(profile))
+	t.mu.Lock()
+	c, hit := t.cache[profile]
+	t.mu.Unlock()
+	if ok && hit && c.stat == id {
+		return c.rec, nil
+	}
+	rec, err := t.Store.Load(profile)
+	if err != nil {
+		t.forget(profile)
+		return nil, err
+	}
+	t.remember(profile, rec, id)
+	return rec, nil
+}
+
+func (t *Tokens) remember(profile string, rec *Record, id fileID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.cache == nil {
+		t.cache = map[string]cached{}
+	}
+	t.cache[profile] = cached{rec: rec, stat: id}
+}
+
+func (t *Tokens) forget(profile string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.cache, profile)
+}
+
+func (t *Tokens) refresh(ctx context.Context, profile string) (*Record, error) {
+	unlock, err := t.Store.Lock(ctx, profile)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	// Another process may have refreshed while we waited for the lock.
+	rec, err := t.Store.Load(profile)
+	if err != nil {
+		return nil, err
+	}
+	if t.fresh(rec) {
+		t.forget(profile)
+		return rec, nil
+	}
+	c, err := t.Client(rec)
+	if err != nil {
+		return nil, err
+	}
+	nrec, err := c.Refresh(ctx, rec)
+	if err != nil {
+		result := "error"
+		if errors.Is(err, ErrSignIn) {
+			result = "refused"
+			err = fmt.Errorf("%w; sign in again: signagent login --profile %s", err, profile)
+		}
+		t.report(profile, result)
+		return nil, err
+	}
+	if err := t.Store.Save(nrec); err != nil {
+		t.report(profile, "error")
+		return nil, err
+	}
+	t.report(profile, "ok")
+	t.forget(profile)
+	return nrec, nil
+}
+
+func (t *Tokens) report(profile, result string) {
+	if t.OnRefresh != nil {
+		t.OnRefresh(profile, result)
+	}
+}
