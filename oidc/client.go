@@ -373,3 +373,28 @@ func random() string {
 	rand.Read(b)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
+
+// CheckCode asks the provider for the authorization page before the user
+// is sent there: a client or redirect_uri it does not know is shown as an
+// error page the user would be left looking at; this says it here.
+func (c *Client) CheckCode(ctx context.Context, r *CodeRequest) error {
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, r.URL, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return transportErr(rctx, "authorization", c.base.String(), err)
+	}
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode >= 500:
+		return &TransportError{Step: "authorization", URL: c.base.String(), Msg: fmt.Sprintf("answered HTTP %d", resp.StatusCode)}
+	case resp.StatusCode >= 400:
+		return &ProviderError{Step: "authorization", Status: resp.StatusCode,
+			Description: fmt.Sprintf("it refuses the sign-in request; is client %q known there and --redirect-uri %s registered for it?", c.cfg.ClientID, c.cfg.RedirectURI)}
+	}
+	return nil
+}

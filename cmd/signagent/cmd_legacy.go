@@ -69,14 +69,25 @@ func legacyTokenCommand(e *env) *cli.Command {
 
 func headerCommand(e *env) *cli.Command {
 	return &cli.Command{
-		Name:      "header",
-		Usage:     "print the Authorization header value of a business call",
-		UsageText: "signagent header --scheme legacy --by password|certificate|sid [...]",
-		Flags: legacyCommandFlags(&cli.StringFlag{Name: "scheme", Category: catOutput, Value: "legacy",
-			Usage: "the authorization `SCHEME`: legacy (ServiceAuth ddauth_api_client_id=...,ddauth_token=...)"}),
+		Name:  "header",
+		Usage: "print the Authorization header value of a business call",
+		UsageText: "signagent header --scheme legacy --by password|certificate|sid [...]\n" +
+			"signagent header --scheme oidc [--profile NAME]",
+		Flags: concat(legacyCommandFlags(&cli.StringFlag{Name: "scheme", Category: catOutput, Value: "legacy",
+			Usage: "the authorization `SCHEME`: legacy (ServiceAuth ddauth_api_client_id=...,ddauth_token=...) or oidc (Bearer <access token>)"}),
+			oidcHeaderFlags()),
 		Action: func(c *cli.Context) error {
-			if s := c.String("scheme"); s != "legacy" {
-				return usageErr(fmt.Errorf("--scheme %q: want legacy", s))
+			switch s := c.String("scheme"); s {
+			case "oidc":
+				rec, err := oidcToken(c, e)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintln(e.stdout, rec.Header())
+				return err
+			case "legacy":
+			default:
+				return usageErr(fmt.Errorf("--scheme %q: want legacy or oidc", s))
 			}
 			tok, client, err := obtainLegacy(c, e)
 			if err != nil {

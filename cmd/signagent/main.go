@@ -16,6 +16,7 @@ import (
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/legacy"
+	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/trusted"
 )
@@ -25,11 +26,13 @@ var version = "dev"
 
 // Exit statuses.
 const (
-	exitOK        = 0
-	exitFailure   = 1 // anything not below
-	exitBadInput  = 2 // bad input or usage
-	exitRefused   = 3 // the service refused
-	exitTransport = 4 // the service could not be reached or timed out
+	exitOK          = 0
+	exitFailure     = 1   // anything not below
+	exitBadInput    = 2   // bad input or usage
+	exitRefused     = 3   // the service refused
+	exitTransport   = 4   // the service could not be reached or timed out
+	exitSignIn      = 5   // OpenID Connect: sign in (again): none, refused refresh token, expired device code
+	exitInterrupted = 130 // Ctrl-C
 )
 
 func main() {
@@ -120,6 +123,10 @@ func commands(e *env) []*cli.Command {
 		sessionCommand(e),
 		legacyTokenCommand(e),
 		headerCommand(e),
+		loginCommand(e),
+		tokenCommand(e),
+		statusCommand(e),
+		logoutCommand(e),
 		emulatorCommand(e),
 		serveCommand(e),
 		benchCommand(e),
@@ -170,6 +177,9 @@ func exitCode(err error) int {
 	var lse *legacy.ServiceError
 	var lte *legacy.TransportError
 	var refused *authz.RefusedError
+	if code, ok := oidcExitCode(err); ok {
+		return code
+	}
 	switch {
 	case errors.As(err, &te), errors.As(err, &lte):
 		return exitTransport
@@ -186,4 +196,21 @@ func exitCode(err error) int {
 		}
 	}
 	return exitFailure
+}
+
+// oidcExitCode classes the OpenID Connect errors.
+func oidcExitCode(err error) (int, bool) {
+	var pe *oidc.ProviderError
+	var te *oidc.TransportError
+	switch {
+	case errors.Is(err, oidc.ErrSignIn), errors.Is(err, oidc.ErrExpired):
+		return exitSignIn, true
+	case errors.As(err, &te), errors.Is(err, oidc.ErrIDToken):
+		return exitTransport, true // the provider is down or sent what cannot be trusted
+	case errors.As(err, &pe):
+		return exitRefused, true
+	case errors.Is(err, oidc.ErrInvalidInput), errors.Is(err, oidc.ErrState), errors.Is(err, oidc.ErrStore):
+		return exitBadInput, true
+	}
+	return 0, false
 }

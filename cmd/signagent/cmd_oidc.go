@@ -1,0 +1,406 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mdp/qrterminal/v3"
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/internal/secret"
+	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/oidc"
+	"github.com/signagent/signagent/pkcs11"
+)
+
+const catOIDC = "OpenID Connect"
+
+// oidcFlags say which application signs in where, and where the tokens
+// are kept; the agent takes them too.
+func oidcFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "auth-url", Category: catOIDC, EnvVars: []string{"SIGNAGENT_AUTH_URL"}, Usage: "the identity provider's `URL` ({auth_url}; /connect/* is below it)"},
+		&cli.StringFlag{Name: "client-id", Category: catOIDC, EnvVars: []string{"SIGNAGENT_CLIENT_ID"}, Usage: "the application's client_id"},
+		&cli.StringFlag{Name: "client-secret-file", Category: catOIDC, EnvVars: []string{"SIGNAGENT_CLIENT_SECRET_FILE"}, Usage: "read the client secret from `FILE` (else $SIGNAGENT_CLIENT_SECRET)"},
+		&cli.StringFlag{Name: "token-store", Category: catOIDC, EnvVars: []string{"SIGNAGENT_TOKEN_STORE"}, Usage: "keep the tokens in `DIR` (default $XDG_STATE_HOME/signagent, else ~/.local/state/signagent)"},
+		&cli.DurationFlag{Name: "refresh-before", Category: catOIDC, Value: oidc.DefaultRefreshBefore, EnvVars: []string{"SIGNAGENT_REFRESH_BEFORE"}, Usage: "refresh an access token with less than this left"},
+		&cli.BoolFlag{Name: "insecure-http", Category: catOIDC, EnvVars: []string{"SIGNAGENT_INSECURE_HTTP"}, Usage: "allow plain http to a non-loopback identity provider"},
+		&cli.DurationFlag{Name: "request-timeout", Category: catOIDC, Value: 15 * time.Second, EnvVars: []string{"SIGNAGENT_REQUEST_TIMEOUT"}, Usage: "give up on one request after this long"},
+	}
+}
+
+// oidcHeaderFlags are the OpenID Connect flags header adds to the legacy
+// ones (which already hold --insecure-http and --request-timeout).
+func oidcHeaderFlags() []cli.Flag {
+	var out []cli.Flag
+	for _, f := range oidcFlags() {
+		if n := f.Names()[0]; n != "insecure-http" && n != "request-timeout" {
+			out = append(out, f)
+		}
+	}
+	return append(out, profileFlag())
+}
+
+func profileFlag() cli.Flag {
+	return &cli.StringFlag{Name: "profile", Category: catOIDC, Value: "default", EnvVars: []string{"SIGNAGENT_PROFILE"}, Usage: "the token store's `NAME` for this sign-in"}
+}
+
+func loginCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:  "login",
+		Usage: "sign a user in with OpenID Connect (device or authorization-code flow) and keep the tokens",
+		UsageText: "signagent login --space staging|production [--flow device] [--no-qr]\n" +
+			"signagent login --flow code --redirect-uri http://127.0.0.1:PORT/callback [--no-browser]",
+		Flags: concat(oidcFlags(), []cli.Flag{profileFlag(),
+			&cli.StringFlag{Name: "space", Category: catOIDC, EnvVars: []string{"SIGNAGENT_SPACE"}, Usage: "`SPACE` of the service: staging (Service.PublicAPI.Staging) or production (Service.PublicAPI)"},
+			&cli.StringSliceFlag{Name: "scope", Category: catOIDC, Usage: "ask for `SCOPE` too (besides openid profile email offline_access and the space's)"},
+			&cli.StringFlag{Name: "flow", Category: catOIDC, Value: "device", Usage: "`FLOW`: device (a code to enter on any device) or code (a browser on this machine)"},
+			&cli.BoolFlag{Name: "no-qr", Category: catOIDC, Usage: "device flow: do not draw the QR code"},
+			&cli.StringFlag{Name: "redirect-uri", Category: catOIDC, EnvVars: []string{"SIGNAGENT_REDIRECT_URI"}, Usage: "code flow: the redirect `URI` registered in the integrator's cabinet (loopback: signagent receives it)"},
+			&cli.BoolFlag{Name: "no-browser", Category: catOIDC, Usage: "code flow: do not open a browser; print the URL and read the redirected address pasted back (over SSH)"},
+			&cli.DurationFlag{Name: "login-timeout", Category: catOIDC, Value: 10 * time.Minute, Usage: "code flow: give up when the sign-in is not done after this long"},
+		}),
+		Action: func(c *cli.Context) error { return login(c, e) },
+	}
+}
+
+func login(c *cli.Context, e *env) error {
+	s := settings.Of(c)
+	profile := s.String("profile")
+	if err := oidc.CheckProfile(profile); err != nil {
+		return err
+	}
+	flow := c.String("flow")
+	if flow != "device" && flow != "code" {
+		return usageErr(fmt.Errorf("--flow %q: want device or code", flow))
+	}
+	if s.String("space") == "" {
+		return usageErr(errors.New("give the space with --space staging or --space production (or SIGNAGENT_SPACE)"))
+	}
+	store, err := tokenStore(s)
+	if err != nil {
+		return err
+	}
+	client, err := oidcClient(s, e, s.String("auth-url"), s.String("client-id"))
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var rec *oidc.Record
+	if flow == "device" {
+		rec, err = deviceLogin(ctx, c, e, client)
+	} else {
+		rec, err = codeLogin(ctx, c, e, client)
+	}
+	if err != nil {
+		if ctx.Err() != nil && c.Context.Err() == nil {
+			return &exitError{exitInterrupted, errors.New("login interrupted; nothing was saved")}
+		}
+		return err
+	}
+	rec.Profile = profile
+	if err := saveLogin(ctx, store, rec); err != nil {
+		return err
+	}
+	e.log.Info().Object("tokens", rec).Msg("signed in")
+	fmt.Fprintf(e.stdout, "Signed in as %s to %s (profile %s); the access token expires at %s.\n",
+		who(rec), rec.Space(), profile, rec.Expiry.Local().Format(time.DateTime))
+	return nil
+}
+
+// saveLogin replaces the profile's tokens under its lock, so that a
+// refresh running meanwhile does not write over the new sign-in.
+func saveLogin(ctx context.Context, store oidc.Store, rec *oidc.Record) error {
+	lctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	unlock, err := store.Lock(lctx, rec.Profile)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return store.Save(rec)
+}
+
+func who(r *oidc.Record) string {
+	if r.Email != "" {
+		return fmt.Sprintf("%s (%s)", r.Subject, r.Email)
+	}
+	return r.Subject
+}
+
+func deviceLogin(ctx context.Context, c *cli.Context, e *env, client *oidc.Client) (*oidc.Record, error) {
+	d, err := client.StartDevice(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := e.stdout
+	if d.VerificationURIComplete != "" {
+		fmt.Fprintf(out, "To sign in, open %s\n", d.VerificationURIComplete)
+		fmt.Fprintf(out, "or go to %s and enter the code %s\n", d.VerificationURI, d.UserCode)
+	} else {
+		fmt.Fprintf(out, "To sign in, go to %s and enter the code %s\n", d.VerificationURI, d.UserCode)
+	}
+	if f, ok := out.(*os.File); ok && secret.IsTerminal(f) && !c.Bool("no-qr") {
+		qr := d.VerificationURIComplete
+		if qr == "" {
+			qr = d.VerificationURI
+		}
+		qrterminal.GenerateHalfBlock(qr, qrterminal.L, out)
+	}
+	fmt.Fprintf(out, "Waiting for the approval (the code expires at %s; Ctrl-C to stop)...\n", d.Expiry.Local().Format(time.TimeOnly))
+	return client.PollDevice(ctx, d)
+}
+
+func codeLogin(ctx context.Context, c *cli.Context, e *env, client *oidc.Client) (*oidc.Record, error) {
+	req, err := client.StartCode(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := client.CheckCode(ctx, req); err != nil {
+		return nil, err
+	}
+	var redirects <-chan url.Values
+	if !c.Bool("no-browser") {
+		recv, err := oidc.Listen(c.String("redirect-uri"))
+		if err != nil {
+			return nil, err
+		}
+		defer recv.Close()
+		redirects = recv.Redirects()
+	}
+	fmt.Fprintf(e.stdout, "Open this address in a browser to sign in:\n  %s\n", req.URL)
+	pasted := make(chan string, 1)
+	if c.Bool("no-browser") {
+		fmt.Fprintf(e.stdout, "After you allow access, the browser goes to %s?code=...\nPaste that whole address here: ", c.String("redirect-uri"))
+		go readLine(e, pasted)
+	} else if err := openBrowser(req.URL); err != nil {
+		e.log.Debug().Err(err).Msg("no browser opened; open the address yourself")
+	}
+	timeout := time.NewTimer(c.Duration("login-timeout"))
+	defer timeout.Stop()
+	var q url.Values
+	select {
+	case q = <-redirects:
+	case line, ok := <-pasted:
+		if !ok {
+			return nil, usageErr(errors.New("no redirected address was pasted (end of input)"))
+		}
+		if q, err = oidc.ParsePasted(line); err != nil {
+			return nil, err
+		}
+	case <-timeout.C:
+		return nil, fmt.Errorf("%w: the sign-in was not finished within --login-timeout %s", oidc.ErrSignIn, c.Duration("login-timeout"))
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return client.FinishCode(ctx, req, q)
+}
+
+func readLine(e *env, out chan<- string) {
+	sc := bufio.NewScanner(e.stdin)
+	sc.Buffer(make([]byte, 0, 4096), 64<<10)
+	if sc.Scan() {
+		out <- sc.Text()
+	}
+	close(out)
+}
+
+// openBrowser opens url with $BROWSER, else xdg-open when there is a
+// display; it does not wait for the browser.
+func openBrowser(u string) error {
+	name := os.Getenv("BROWSER")
+	if name == "" {
+		if os.Getenv("DISPLAY") == "" && os.Getenv("WAYLAND_DISPLAY") == "" {
+			return errors.New("no display")
+		}
+		name = "xdg-open"
+	}
+	cmd := exec.Command(name, u)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	go cmd.Wait()
+	return nil
+}
+
+// tokenStore is --token-store, else the default directory.
+func tokenStore(s *settings.Settings) (oidc.Store, error) {
+	if d := s.String("token-store"); d != "" {
+		return oidc.Store{Dir: d}, nil
+	}
+	d, err := oidc.DefaultDir()
+	return oidc.Store{Dir: d}, err
+}
+
+// oidcClient builds the client for an identity provider and application,
+// with the secret from $SIGNAGENT_CLIENT_SECRET or --client-secret-file.
+func oidcClient(s *settings.Settings, e *env, authURL, clientID string) (*oidc.Client, error) {
+	sec, err := clientSecret(s)
+	if err != nil {
+		return nil, err
+	}
+	return oidc.New(oidc.Config{AuthURL: authURL, AllowInsecureHTTP: s.Bool("insecure-http"), ClientID: clientID,
+		ClientSecret: sec, Space: s.String("space"), ExtraScopes: s.Strings("scope"), RedirectURI: s.String("redirect-uri"),
+		Timeout: s.Duration("request-timeout"), Log: e.log})
+}
+
+func clientSecret(s *settings.Settings) (string, error) {
+	if f := s.String("client-secret-file"); f != "" {
+		b, err := pkcs11.ReadSecretFile(f, 4096)
+		if err != nil {
+			return "", fmt.Errorf("%w: --client-secret-file: %w", oidc.ErrInvalidInput, err)
+		}
+		return oidc.CheckSecret(string(b))
+	}
+	if v, ok := os.LookupEnv("SIGNAGENT_CLIENT_SECRET"); ok {
+		return oidc.CheckSecret(v)
+	}
+	return "", nil // oidc.New says what to give
+}
+
+// oidcTokens hands out the profiles' tokens, refreshing with a client for
+// the provider and application each profile signed in with.
+func oidcTokens(s *settings.Settings, e *env) (*oidc.Tokens, error) {
+	store, err := tokenStore(s)
+	if err != nil {
+		return nil, err
+	}
+	return &oidc.Tokens{Store: store, Before: s.Duration("refresh-before"),
+		Client: func(rec *oidc.Record) (*oidc.Client, error) { return refreshClient(s, e, rec) }}, nil
+}
+
+// refreshClient is the client that refreshes rec: its provider and
+// client_id; a different --auth-url or --client-id is a mistake.
+func refreshClient(s *settings.Settings, e *env, rec *oidc.Record) (*oidc.Client, error) {
+	for _, f := range []struct{ flag, want string }{{"auth-url", rec.AuthURL}, {"client-id", rec.ClientID}} {
+		if v := s.String(f.flag); v != "" && strings.TrimRight(v, "/") != f.want {
+			return nil, fmt.Errorf("%w: profile %q was signed in with --%s %s, not %s; sign in again to change it",
+				oidc.ErrInvalidInput, rec.Profile, f.flag, f.want, v)
+		}
+	}
+	sec, err := clientSecret(s)
+	if err != nil {
+		return nil, err
+	}
+	space := rec.Space()
+	if space == "" {
+		space = oidc.SpaceStaging // a refresh sends no scope
+	}
+	return oidc.New(oidc.Config{AuthURL: rec.AuthURL, AllowInsecureHTTP: s.Bool("insecure-http"), ClientID: rec.ClientID,
+		ClientSecret: sec, Space: space, Timeout: s.Duration("request-timeout"), Log: e.log})
+}
+
+func tokenCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "token",
+		Usage:     "print the profile's access token, refreshed when it has less than --refresh-before left",
+		UsageText: "curl -H \"Authorization: Bearer $(signagent token)\" ...",
+		Flags:     concat(oidcFlags(), []cli.Flag{profileFlag()}),
+		Action: func(c *cli.Context) error {
+			rec, err := oidcToken(c, e)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(e.stdout, rec.AccessToken)
+			return err
+		},
+	}
+}
+
+func oidcToken(c *cli.Context, e *env) (*oidc.Record, error) {
+	s := settings.Of(c)
+	tk, err := oidcTokens(s, e)
+	if err != nil {
+		return nil, err
+	}
+	rec, cached, err := tk.Token(c.Context, s.String("profile"))
+	if err != nil {
+		return nil, err
+	}
+	e.log.Debug().Object("tokens", rec).Bool("cached", cached).Msg("access token")
+	return rec, nil
+}
+
+func statusCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "show who the profile is signed in as, the scopes and space, and when the tokens expire (no token is shown)",
+		Flags: []cli.Flag{profileFlag(), oidcFlags()[3],
+			&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print it as JSON"}},
+		Action: func(c *cli.Context) error {
+			s := settings.Of(c)
+			store, err := tokenStore(s)
+			if err != nil {
+				return err
+			}
+			rec, err := store.Load(s.String("profile"))
+			if err != nil {
+				return err
+			}
+			return printStatus(e, rec, c.Bool("json"))
+		},
+	}
+}
+
+func printStatus(e *env, r *oidc.Record, asJSON bool) error {
+	now := time.Now()
+	if asJSON {
+		v := map[string]any{"profile": r.Profile, "subject": r.Subject, "email": r.Email, "name": r.Name,
+			"space": r.Space(), "scopes": r.Scopes, "authUrl": r.AuthURL, "clientId": r.ClientID,
+			"accessTokenExpiresAt": r.Expiry.Format(time.RFC3339), "accessTokenValid": now.Before(r.Expiry),
+			"refreshToken": r.RefreshToken != "", "signedInAt": r.SignedInAt.Format(time.RFC3339)}
+		if !r.RefreshedAt.IsZero() {
+			v["refreshedAt"] = r.RefreshedAt.Format(time.RFC3339)
+		}
+		return writeJSON(e, v)
+	}
+	left := "expired"
+	if now.Before(r.Expiry) {
+		left = "valid for " + r.Expiry.Sub(now).Round(time.Second).String()
+	}
+	refresh := "none (offline_access not granted): sign in again when the access token expires"
+	if r.RefreshToken != "" {
+		refresh = "held; it is refreshed when under --refresh-before is left"
+	}
+	fmt.Fprintf(e.stdout, "profile:       %s\nsigned in as:  %s\nname:          %s\nspace:         %s\nscopes:        %s\n"+
+		"provider:      %s (client %s)\naccess token:  %s (expires %s)\nrefresh token: %s\nsigned in at:  %s\n",
+		r.Profile, who(r), r.Name, r.Space(), strings.Join(r.Scopes, " "), r.AuthURL, r.ClientID, left,
+		r.Expiry.Local().Format(time.DateTime), refresh, r.SignedInAt.Local().Format(time.DateTime))
+	return nil
+}
+
+func logoutCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:  "logout",
+		Usage: "remove the profile's tokens from the token store",
+		Flags: []cli.Flag{profileFlag(), oidcFlags()[3]},
+		Action: func(c *cli.Context) error {
+			s := settings.Of(c)
+			store, err := tokenStore(s)
+			if err != nil {
+				return err
+			}
+			profile := s.String("profile")
+			removed, err := store.Remove(profile)
+			if err != nil {
+				return err
+			}
+			if removed {
+				fmt.Fprintf(e.stdout, "Signed out: the tokens of profile %s are removed.\n", profile)
+			} else {
+				fmt.Fprintf(e.stdout, "Profile %s was not signed in.\n", profile)
+			}
+			return nil
+		},
+	}
+}
