@@ -22,6 +22,7 @@ import (
 
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/trusted"
 )
@@ -67,6 +68,7 @@ type Agent struct {
 	rules    atomic.Pointer[[]RouteRule]
 	expose   atomic.Bool
 	legacy   atomic.Pointer[Legacy]
+	oidc     atomic.Pointer[oidc.Tokens]
 }
 
 // New returns an agent.

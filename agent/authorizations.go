@@ -12,6 +12,7 @@ import (
 
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/legacy"
+	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/trusted"
 )
@@ -41,37 +42,75 @@ func (a *Agent) authorization(w http.ResponseWriter, r *http.Request) {
 		if err := decode(r, &req); err != nil {
 			return nil, err
 		}
-		if req.Scheme != "legacy" {
-			return nil, fmt.Errorf("%w: scheme %q: want legacy", trusted.ErrInvalidInput, req.Scheme)
+		switch req.Scheme {
+		case "legacy":
+			return a.legacyAuthorization(r.Context(), req, &entry)
+		case "oidc":
+			return a.oidcAuthorization(r.Context(), req, &entry)
 		}
-		l := a.legacy.Load()
-		if l == nil {
-			return nil, errLegacyNotConfigured
-		}
-		id, dropSession, err := a.legacyIdentity(l, req)
-		if err != nil {
-			return nil, err
-		}
-		entry.scheme, entry.identity = "legacy", id.String()
-		if req.Refresh {
-			l.Tokens.Forget(id)
-		}
-		tok, cached, err := l.Tokens.Token(r.Context(), id)
-		// A cached auth.sid the service no longer takes is dropped and the
-		// trusted flow runs once more.
-		var se *legacy.ServiceError
-		if errors.As(err, &se) && se.Status == http.StatusUnauthorized && se.Code != legacy.CodeAuth && dropSession != nil && dropSession() {
-			tok, cached, err = l.Tokens.Token(r.Context(), id)
-		}
-		a.metrics.observeAuthorization("legacy", cached, err)
-		if err != nil {
-			return nil, err
-		}
-		entry.cached = &cached
-		return &api.AuthorizationResponse{Authorization: l.Tokens.Client().Header(tok.Value), ExpiresAt: tok.ExpiresAt, Cached: cached}, nil
+		return nil, fmt.Errorf("%w: scheme %q: want legacy or oidc", trusted.ErrInvalidInput, req.Scheme)
 	}()
 	a.finish(w, r, entry, start, resp, err)
 }
+
+func (a *Agent) legacyAuthorization(ctx context.Context, req api.AuthorizationRequest, entry *auditEntry) (*api.AuthorizationResponse, error) {
+	l := a.legacy.Load()
+	if l == nil {
+		return nil, errLegacyNotConfigured
+	}
+	id, dropSession, err := a.legacyIdentity(l, req)
+	if err != nil {
+		return nil, err
+	}
+	entry.scheme, entry.identity = "legacy", id.String()
+	if req.Refresh {
+		l.Tokens.Forget(id)
+	}
+	tok, cached, err := l.Tokens.Token(ctx, id)
+	// A cached auth.sid the service no longer takes is dropped and the
+	// trusted flow runs once more.
+	var se *legacy.ServiceError
+	if errors.As(err, &se) && se.Status == http.StatusUnauthorized && se.Code != legacy.CodeAuth && dropSession != nil && dropSession() {
+		tok, cached, err = l.Tokens.Token(ctx, id)
+	}
+	a.metrics.observeAuthorization("legacy", cached, err)
+	if err != nil {
+		return nil, err
+	}
+	entry.cached = &cached
+	return &api.AuthorizationResponse{Authorization: l.Tokens.Client().Header(tok.Value), ExpiresAt: tok.ExpiresAt, Cached: cached}, nil
+}
+
+// oidcAuthorization is a profile's Bearer header from the token store an
+// operator signed in to with signagent login, refreshed ahead of expiry.
+func (a *Agent) oidcAuthorization(ctx context.Context, req api.AuthorizationRequest, entry *auditEntry) (*api.AuthorizationResponse, error) {
+	t := a.oidc.Load()
+	if t == nil {
+		return nil, errOIDCNotConfigured
+	}
+	profile := req.Profile
+	if profile == "" {
+		profile = "default"
+	}
+	entry.scheme, entry.identity = "oidc", "profile "+profile
+	if req.Refresh {
+		t.Expire(profile)
+	}
+	rec, cached, err := t.Token(ctx, profile)
+	a.metrics.observeAuthorization("oidc", cached, err)
+	if err != nil {
+		return nil, err
+	}
+	entry.identity += " (" + rec.Subject + ")"
+	entry.cached = &cached
+	return &api.AuthorizationResponse{Authorization: rec.Header(), ExpiresAt: rec.Expiry, Cached: cached}, nil
+}
+
+// SetOIDC replaces the OpenID Connect token source (start, reload); nil
+// turns the scheme off.
+func (a *Agent) SetOIDC(t *oidc.Tokens) { a.oidc.Store(t) }
+
+var errOIDCNotConfigured = errors.New("the OpenID Connect scheme is not configured in this agent")
 
 // legacyIdentity is who the request names, with what the way in needs.
 func (a *Agent) legacyIdentity(l *Legacy, req api.AuthorizationRequest) (legacy.Identity, func() bool, error) {

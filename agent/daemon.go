@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/legacy"
+	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/signer"
@@ -75,6 +76,10 @@ type Config struct {
 	// with 503. LegacyPasswords are the accounts it may log in as.
 	Legacy          *legacy.Config
 	LegacyPasswords map[string]string
+	// OIDC hands out the access tokens of the profiles an operator signed
+	// in with signagent login (the same token store); nil answers oidc
+	// authorizations with 503.
+	OIDC *oidc.Tokens
 
 	Log zerolog.Logger
 	// Open opens the token (default pkcs11.Open).
@@ -183,6 +188,7 @@ func (d *Daemon) start(ctx context.Context) error {
 		return err
 	}
 	d.agent.SetLegacy(lg)
+	d.agent.SetOIDC(d.oidcScheme(cfg))
 	d.servers = d.agent.startServers(d.ls)
 	return nil
 }
@@ -271,6 +277,23 @@ func (d *Daemon) legacyScheme(cfg, was Config) (*Legacy, error) {
 	return &Legacy{Tokens: legacy.NewTokens(c, 0, cfg.RequestDeadline), Passwords: cfg.LegacyPasswords}, nil
 }
 
+// oidcScheme wires cfg's token source to the metrics and the log.
+func (d *Daemon) oidcScheme(cfg Config) *oidc.Tokens {
+	t := cfg.OIDC
+	if t == nil {
+		return nil
+	}
+	if t.Timeout <= 0 {
+		t.Timeout = cfg.RequestDeadline
+	}
+	m, log := d.agent.metrics, d.log
+	t.OnRefresh = func(profile, result string) {
+		m.oidcRefreshes.WithLabelValues(result).Inc()
+		log.Info().Str("profile", profile).Str("result", result).Msg("OpenID Connect refresh")
+	}
+	return t
+}
+
 func sameLegacy(a, b *legacy.Config) bool {
 	return a != nil && b != nil && a.APIURL == b.APIURL && a.AllowInsecureHTTP == b.AllowInsecureHTTP &&
 		a.DeveloperKey == b.DeveloperKey && a.TokenTTL == b.TokenTTL && a.Timeout == b.Timeout && a.Attempts == b.Attempts
@@ -355,6 +378,7 @@ func (d *Daemon) Reload(cfg Config) error {
 	}
 	d.agent.SetService(cfg.APIKey, client)
 	d.agent.SetLegacy(lg)
+	d.agent.SetOIDC(d.oidcScheme(cfg))
 	d.agent.SetSessionTTL(cfg.SessionTTL)
 	d.agent.SetRouteRules(cfg.Routes)
 	d.agent.SetExposeCanonical(cfg.ExposeCanonical)

@@ -11,6 +11,7 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/legacy"
+	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/trusted"
 )
@@ -27,6 +28,7 @@ const (
 	CodeMethodNotAllowed   = api.CodeMethodNotAllowed
 	CodeTooLarge           = api.CodeTooLarge
 	CodeQueueFull          = api.CodeQueueFull
+	CodeSignInRequired     = api.CodeSignInRequired
 	CodeTokenNotReady      = api.CodeTokenNotReady
 	CodeTokenTimeout       = api.CodeTokenTimeout
 	CodeServiceRefused     = api.CodeServiceRefused
@@ -54,6 +56,8 @@ func classify(err error) (int, APIError) {
 	switch {
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, APIError{Code: CodeTooLarge, Message: err.Error()}
+	case isOIDC(err):
+		return classifyOIDC(err)
 	case errors.Is(err, canonical.ErrInvalidCredential), errors.Is(err, canonical.ErrInvalidTimestamp),
 		errors.Is(err, trusted.ErrInvalidInput), errors.Is(err, errBadJSON), errors.Is(err, legacy.ErrInvalidInput):
 		return http.StatusBadRequest, APIError{Code: CodeBadInput, Message: err.Error()}
@@ -78,7 +82,7 @@ func classify(err error) (int, APIError) {
 		return http.StatusGatewayTimeout, APIError{Code: CodeServiceTimeout, Message: lte.Error(), Step: lte.Call}
 	case errors.As(err, &lte), errors.Is(err, envelope.ErrMalformed), errors.Is(err, envelope.ErrNotForUs):
 		return http.StatusBadGateway, APIError{Code: CodeServiceUnreachable, Message: err.Error()}
-	case errors.Is(err, errNotConfigured), errors.Is(err, errNoAPIKey), errors.Is(err, errLegacyNotConfigured),
+	case errors.Is(err, errNotConfigured), errors.Is(err, errNoAPIKey), errors.Is(err, errLegacyNotConfigured), errors.Is(err, errOIDCNotConfigured),
 		errors.Is(err, pkcs11.ErrKeyUsage), errors.Is(err, envelope.ErrUnsupported):
 		return http.StatusServiceUnavailable, APIError{Code: CodeNotConfigured, Message: err.Error()}
 	case errors.Is(err, errExpired), errors.Is(err, context.DeadlineExceeded):
@@ -86,6 +90,39 @@ func classify(err error) (int, APIError) {
 	}
 	return http.StatusInternalServerError, APIError{Code: CodeInternal, Message: firstLine(err.Error())}
 }
+
+func isOIDC(err error) bool {
+	var pe *oidc.ProviderError
+	var te *oidc.TransportError
+	return errors.As(err, &pe) || errors.As(err, &te) || errors.Is(err, oidc.ErrSignIn) || errors.Is(err, oidc.ErrStore) ||
+		errors.Is(err, oidc.ErrIDToken) || errors.Is(err, oidc.ErrInvalidInput) || errors.Is(err, oidc.ErrExpired)
+}
+
+// classifyOIDC: a profile that must sign in again (or whose store an
+// operator must fix) is 409 naming signagent login; the provider's
+// refusals 422, its failures 502/504; a bad profile name 400; what the
+// agent lacks to refresh 503.
+func classifyOIDC(err error) (int, APIError) {
+	var pe *oidc.ProviderError
+	var te *oidc.TransportError
+	switch {
+	case errors.Is(err, oidc.ErrSignIn), errors.Is(err, oidc.ErrStore), errors.Is(err, oidc.ErrExpired):
+		return http.StatusConflict, APIError{Code: CodeSignInRequired, Message: err.Error()}
+	case errors.Is(err, ErrOIDCSecret):
+		return http.StatusServiceUnavailable, APIError{Code: CodeNotConfigured, Message: err.Error()}
+	case errors.As(err, &pe):
+		return http.StatusUnprocessableEntity, APIError{Code: CodeServiceRefused, Message: err.Error(), ServiceCode: pe.Code, Step: pe.Step}
+	case errors.As(err, &te) && errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, APIError{Code: CodeServiceTimeout, Message: err.Error(), Step: te.Step}
+	case errors.As(err, &te), errors.Is(err, oidc.ErrIDToken):
+		return http.StatusBadGateway, APIError{Code: CodeServiceUnreachable, Message: err.Error()}
+	}
+	return http.StatusBadRequest, APIError{Code: CodeBadInput, Message: err.Error()}
+}
+
+// ErrOIDCSecret is what the agent answers when a profile needs a refresh
+// and the agent was given no client secret.
+var ErrOIDCSecret = errors.New("the agent has no OpenID Connect client secret (SIGNAGENT_CLIENT_SECRET or --client-secret-file), so it cannot refresh tokens")
 
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {

@@ -10,15 +10,16 @@ import (
 
 // metrics are the agent's Prometheus metrics, in a registry of its own.
 type metrics struct {
-	reg         *prometheus.Registry
-	requests    *prometheus.CounterVec
-	duration    *prometheus.HistogramVec
-	signing     prometheus.Histogram
-	signErrors  prometheus.Counter
-	cacheHits   prometheus.Counter
-	cacheMisses prometheus.Counter
-	rejected    prometheus.Counter
-	authz       *prometheus.CounterVec
+	reg           *prometheus.Registry
+	requests      *prometheus.CounterVec
+	duration      *prometheus.HistogramVec
+	signing       prometheus.Histogram
+	signErrors    prometheus.Counter
+	cacheHits     prometheus.Counter
+	cacheMisses   prometheus.Counter
+	rejected      prometheus.Counter
+	authz         *prometheus.CounterVec
+	oidcRefreshes *prometheus.CounterVec
 }
 
 // observeAuthorization counts an authorization by scheme and result:
@@ -52,10 +53,12 @@ func newMetrics(tm *TokenManager) *metrics {
 		cacheHits:   prometheus.NewCounter(prometheus.CounterOpts{Name: "signagent_session_cache_hits_total", Help: "Sessions answered from the cache."}),
 		cacheMisses: prometheus.NewCounter(prometheus.CounterOpts{Name: "signagent_session_cache_misses_total", Help: "Sessions that ran the flow."}),
 		rejected:    prometheus.NewCounter(prometheus.CounterOpts{Name: "signagent_queue_rejected_total", Help: "Requests refused with 429 because the token's queue was full."}),
+		oidcRefreshes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_oidc_refreshes_total",
+			Help: "OpenID Connect access-token refreshes by result (ok, refused: sign in again, error)."}, []string{"result"}),
 		authz: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_authorizations_total",
 			Help: "Authorization header values by scheme and result (cached, obtained, failed)."}, []string{"scheme", "result"}),
 	}
-	m.reg.MustRegister(m.authz, m.requests, m.duration, m.signing, m.signErrors, m.cacheHits, m.cacheMisses, m.rejected,
+	m.reg.MustRegister(m.authz, m.oidcRefreshes, m.requests, m.duration, m.signing, m.signErrors, m.cacheHits, m.cacheMisses, m.rejected,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "signagent_token_ready", Help: "1 when the token is logged in and the key found."},
 			func() float64 {
 				if tm.State().Ready {

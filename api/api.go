@@ -106,6 +106,7 @@ const (
 	CodeMethodNotAllowed   = "method_not_allowed"     // 405
 	CodeTooLarge           = "body_too_large"         // 413
 	CodeServiceRefused     = "service_refused"        // 422
+	CodeSignInRequired     = "sign_in_required"       // 409
 	CodeQueueFull          = "queue_full"             // 429
 	CodeInternal           = "internal"               // 500
 	CodeServiceError       = "service_error"          // 502
@@ -129,6 +130,9 @@ type AuthorizationRequest struct {
 	Sid           string      `json:"sid,omitempty"`
 	Credential    *Credential `json:"credential,omitempty"`
 	ServiceUserID string      `json:"serviceUserId,omitempty"`
+	// Profile is the token store's profile of scheme oidc (default
+	// "default"), signed in with signagent login.
+	Profile string `json:"profile,omitempty"`
 	// Refresh skips the cache, e.g. after the service answered 401.
 	Refresh bool `json:"refresh,omitempty"`
 }

@@ -31,9 +31,10 @@ type Tokens struct {
 	// "refused" (sign in again) or "error".
 	OnRefresh func(profile, result string)
 
-	sf    singleflight.Group
-	mu    sync.Mutex
-	cache map[string]cached
+	sf       singleflight.Group
+	mu       sync.Mutex
+	cache    map[string]cached
+	rejected map[string]string // profile -> an access token the service refused
 }
 
 // cached is a record read from the store and the file it came from: the
@@ -68,6 +69,12 @@ func (t *Tokens) now() time.Time {
 }
 
 func (t *Tokens) fresh(r *Record) bool {
+	t.mu.Lock()
+	bad := t.rejected[r.Profile] == r.AccessToken
+	t.mu.Unlock()
+	if bad {
+		return false
+	}
 	before := t.Before
 	if before <= 0 {
 		before = DefaultRefreshBefore
@@ -127,6 +134,25 @@ func (t *Tokens) load(profile string) (*Record, error) {
 	}
 	t.remember(profile, rec, id)
 	return rec, nil
+}
+
+// Reject marks value, profile's access token that the service answered
+// 401 to, as unusable: the next Token refreshes (unless another process
+// already has).
+func (t *Tokens) Reject(profile, value string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.rejected == nil {
+		t.rejected = map[string]string{}
+	}
+	t.rejected[profile] = value
+}
+
+// Expire rejects the profile's current access token, whatever it is.
+func (t *Tokens) Expire(profile string) {
+	if rec, err := t.load(profile); err == nil {
+		t.Reject(profile, rec.AccessToken)
+	}
 }
 
 func (t *Tokens) remember(profile string, rec *Record, id fileID) {

@@ -16,6 +16,7 @@ import (
 	"github.com/mdp/qrterminal/v3"
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/oidc"
@@ -38,16 +39,39 @@ func oidcFlags() []cli.Flag {
 	}
 }
 
-// oidcHeaderFlags are the OpenID Connect flags header adds to the legacy
-// ones (which already hold --insecure-http and --request-timeout).
-func oidcHeaderFlags() []cli.Flag {
+// oidcAgentFlags are the OpenID Connect flags of commands that have
+// --insecure-http and --request-timeout already (header, serve).
+func oidcAgentFlags() []cli.Flag {
 	var out []cli.Flag
 	for _, f := range oidcFlags() {
 		if n := f.Names()[0]; n != "insecure-http" && n != "request-timeout" {
 			out = append(out, f)
 		}
 	}
-	return append(out, profileFlag())
+	return out
+}
+
+func oidcHeaderFlags() []cli.Flag { return append(oidcAgentFlags(), profileFlag()) }
+
+// oidcAgentConfig is the agent's OpenID Connect scheme: the token store
+// operators sign in to, and the client secret (read once; without one the
+// agent serves fresh tokens and answers 503 to what needs a refresh).
+func oidcAgentConfig(s *settings.Settings, e *env) (*oidc.Tokens, error) {
+	store, err := tokenStore(s)
+	if err != nil {
+		e.log.Warn().Err(err).Msg("no token store: oidc authorizations answer 503")
+		return nil, nil
+	}
+	sec, err := clientSecret(s)
+	if err != nil {
+		return nil, err
+	}
+	return &oidc.Tokens{Store: store, Before: s.Duration("refresh-before"), Client: func(rec *oidc.Record) (*oidc.Client, error) {
+		if sec == "" {
+			return nil, agent.ErrOIDCSecret
+		}
+		return refreshClient(s, e, rec, sec)
+	}}, nil
 }
 
 func profileFlag() cli.Flag {
@@ -275,22 +299,23 @@ func oidcTokens(s *settings.Settings, e *env) (*oidc.Tokens, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &oidc.Tokens{Store: store, Before: s.Duration("refresh-before"),
-		Client: func(rec *oidc.Record) (*oidc.Client, error) { return refreshClient(s, e, rec) }}, nil
+	return &oidc.Tokens{Store: store, Before: s.Duration("refresh-before"), Client: func(rec *oidc.Record) (*oidc.Client, error) {
+		sec, err := clientSecret(s)
+		if err != nil {
+			return nil, err
+		}
+		return refreshClient(s, e, rec, sec)
+	}}, nil
 }
 
 // refreshClient is the client that refreshes rec: its provider and
 // client_id; a different --auth-url or --client-id is a mistake.
-func refreshClient(s *settings.Settings, e *env, rec *oidc.Record) (*oidc.Client, error) {
+func refreshClient(s *settings.Settings, e *env, rec *oidc.Record, sec string) (*oidc.Client, error) {
 	for _, f := range []struct{ flag, want string }{{"auth-url", rec.AuthURL}, {"client-id", rec.ClientID}} {
 		if v := s.String(f.flag); v != "" && strings.TrimRight(v, "/") != f.want {
 			return nil, fmt.Errorf("%w: profile %q was signed in with --%s %s, not %s; sign in again to change it",
 				oidc.ErrInvalidInput, rec.Profile, f.flag, f.want, v)
 		}
-	}
-	sec, err := clientSecret(s)
-	if err != nil {
-		return nil, err
 	}
 	space := rec.Space()
 	if space == "" {

@@ -47,7 +47,7 @@ func serveFlags() []cli.Flag {
 	}, tokenFlags(), signFlags(), serviceFlags()[:5], legacyServiceFlags(), []cli.Flag{
 		&cli.BoolFlag{Name: "legacy-snils", Category: catCredential, EnvVars: []string{"SIGNAGENT_LEGACY_SNILS"}, Usage: "accept SNILS numbers whose check number does not follow the rule"},
 		&cli.StringSliceFlag{Name: "legacy-password-file", Category: catLegacy, EnvVars: []string{"SIGNAGENT_LEGACY_PASSWORD_FILE"}, Usage: "an account the agent may log in as by password, repeatable: `LOGIN=FILE` (the file holds the password)"},
-	})
+	}, oidcAgentFlags())
 }
 
 func serveCommand(e *env) *cli.Command {
@@ -73,7 +73,7 @@ func readAgentConfig(s *settings.Settings, e *env) (agent.Config, error) {
 		TokenConcurrency: s.Int("token-concurrency"), QueueSize: s.Int("queue-size"), TokenDelay: s.Duration("token-delay"),
 		SessionTTL: s.Duration("session-ttl"), RequestDeadline: s.Duration("request-deadline"), MaxBody: int64(s.Int("max-body")),
 		ShutdownGrace: s.Duration("shutdown-grace"), LegacySNILS: s.Bool("legacy-snils"), ExposeCanonical: s.Bool("expose-canonical")}
-	var errs [6]error // all are reported, not only the first
+	var errs [7]error // all are reported, not only the first
 	cfg.Token, errs[0] = selectionFrom(s, false)
 	cfg.Signature, errs[1] = signatureOptions(s)
 	cfg.Routes, errs[2] = agent.ParseRouteRules(s.Strings("routes"))
@@ -86,6 +86,7 @@ func readAgentConfig(s *settings.Settings, e *env) (agent.Config, error) {
 	if s.String("api-url") != "" {
 		cfg.Legacy, cfg.LegacyPasswords, errs[5] = legacyAgentConfig(s, e)
 	}
+	cfg.OIDC, errs[6] = oidcAgentConfig(s, e)
 	return cfg, agentErr(errors.Join(append(errs[:], s.Err())...))
 }
 
