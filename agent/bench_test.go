@@ -94,10 +94,21 @@ func BenchmarkTokenReturn(b *testing.B) {
 // POST /v1/authorizations with a do-nothing GET /readyz over the same Unix
 // socket in the same run, alternating them so that both see the same
 // machine. It reports both medians and their ratio (target: under 1.2).
+// BenchmarkCachedAuthorization: a cached legacy header from the agent
+// against /readyz over the same socket.
 func BenchmarkCachedAuthorization(b *testing.B) {
-	h := start(b, options{legacy: true})
+	benchAuthorization(b, options{legacy: true}, api.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "alice@example.com"})
+}
+
+// BenchmarkCachedOIDCAuthorization: a signed-in profile's Bearer header
+// (a fresh token in the store) against /readyz over the same socket.
+func BenchmarkCachedOIDCAuthorization(b *testing.B) {
+	benchAuthorization(b, options{oidc: true}, api.AuthorizationRequest{Scheme: "oidc"})
+}
+
+func benchAuthorization(b *testing.B, o options, req api.AuthorizationRequest) {
+	h := start(b, o)
 	ctx := context.Background()
-	req := api.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "alice@example.com"}
 	if _, err := h.client.Authorization(ctx, req); err != nil {
 		b.Fatal(err)
 	}

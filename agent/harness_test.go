@@ -18,6 +18,7 @@ import (
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/legacy"
+	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/trusted"
 )
@@ -38,6 +39,7 @@ type harness struct {
 	opens   *atomic.Int64
 	stop    context.CancelFunc
 	stopped chan error
+	store   oidc.Store
 }
 
 type options struct {
@@ -52,6 +54,7 @@ type options struct {
 	expose    bool          // ExposeCanonical
 	routes    []agent.RouteRule
 	legacy    bool // the legacy scheme, with alice's password
+	oidc      bool // the OpenID Connect scheme, alice signed in as profile "default"
 }
 
 const (
@@ -78,6 +81,8 @@ func start(t testing.TB, o options) *harness {
 		Partners:   []emulator.Partner{{Name: "p", APIKey: apiKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}, CanLinkByPhone: true}},
 		Developers: []emulator.Developer{{Name: "crm", Key: devKey}},
 		Users:      users,
+		OIDC: emulator.OIDCConfig{Clients: []emulator.OIDCClient{{ID: oidcClientID, Secret: oidcSecret}},
+			DeviceInterval: emulator.Duration(time.Second)},
 	}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +120,10 @@ func start(t testing.TB, o options) *harness {
 		}
 		h.agent.SetLegacy(&agent.Legacy{Tokens: legacy.NewTokens(lc, 0, 0), Passwords: map[string]string{
 			"alice@example.com": alicePassword, "bob@example.com": "not bob's password"}})
+	}
+	if o.oidc {
+		h.store = h.signInOIDC(t)
+		h.agent.SetOIDC(&oidc.Tokens{Store: h.store, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }})
 	}
 
 	dir, err := os.MkdirTemp("", "sa") // short: a socket path has ~100 bytes at most

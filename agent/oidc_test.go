@@ -1,0 +1,120 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/signagent/signagent/agentclient"
+	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/oidc"
+)
+
+const (
+	oidcClientID = "crm-app"
+	oidcSecret   = "s3cret-of-the-app"
+)
+
+func (h *harness) oidcClient(t testing.TB) *oidc.Client {
+	c, err := oidc.New(oidc.Config{AuthURL: h.emu.URL(), ClientID: oidcClientID, ClientSecret: oidcSecret, Space: oidc.SpaceStaging})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// signInOIDC signs alice in with the device flow, approving on the
+// emulator's /device page, and keeps the tokens as profile "default".
+func (h *harness) signInOIDC(t testing.TB) oidc.Store {
+	t.Helper()
+	c := h.oidcClient(t)
+	d, err := c.StartDevice(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.PostForm(h.emu.URL()+"/device", map[string][]string{"user_code": {d.UserCode},
+		"login": {"alice@example.com"}, "password": {alicePassword}, "decision": {"allow"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	rec, err := c.PollDevice(context.Background(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Profile = "default"
+	s := oidc.Store{Dir: t.TempDir() + "/signagent"}
+	if err := s.Save(rec); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestOIDCAuthorization(t *testing.T) {
+	h := start(t, options{oidc: true})
+	ctx := context.Background()
+	req := api.AuthorizationRequest{Scheme: "oidc"}
+	a, err := h.client.Authorization(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(a.Authorization, "Bearer ") || !a.Cached || time.Until(a.ExpiresAt) < time.Hour {
+		t.Fatalf("%+v", a)
+	}
+	if st := h.business(t, a.Authorization); st != 200 {
+		t.Fatalf("GetMyOrganizations answered %d", st)
+	}
+	// refresh: a new access token, saved for the CLI to see too.
+	req.Refresh = true
+	fresh, err := h.client.Authorization(ctx, req)
+	if err != nil || fresh.Cached || fresh.Authorization == a.Authorization {
+		t.Fatalf("refresh: %+v %v", fresh, err)
+	}
+	if rec, _ := h.store.Load("default"); rec.Header() != fresh.Authorization {
+		t.Fatal("the refreshed token was not saved")
+	}
+	if h.business(t, fresh.Authorization) != 200 {
+		t.Fatal("the refreshed token is refused")
+	}
+	if !strings.Contains(h.audit.String(), `"identity":"profile default (u1)"`) || strings.Contains(h.audit.String(), strings.TrimPrefix(fresh.Authorization, "Bearer ")) {
+		t.Fatalf("audit: %s", h.audit.String())
+	}
+}
+
+func TestOIDCSignInRequired(t *testing.T) {
+	h := start(t, options{oidc: true})
+	ctx := context.Background()
+	wantConflict := func(t *testing.T, profile, text string) {
+		t.Helper()
+		_, err := h.client.Authorization(ctx, api.AuthorizationRequest{Scheme: "oidc", Profile: profile})
+		var ae *agentclient.Error
+		if !errors.As(err, &ae) || ae.Status != http.StatusConflict || ae.Body.Code != api.CodeSignInRequired || !strings.Contains(ae.Body.Message, text) {
+			t.Fatalf("err = %v", err)
+		}
+	}
+	t.Run("never signed in", func(t *testing.T) { wantConflict(t, "nobody", "signagent login --profile nobody") })
+	t.Run("refresh token refused", func(t *testing.T) {
+		rec, _ := h.store.Load("default")
+		rec.Expiry, rec.RefreshToken = time.Now().Add(-time.Minute), "revoked-refresh-token"
+		if err := h.store.Save(rec); err != nil {
+			t.Fatal(err)
+		}
+		wantConflict(t, "default", "sign in again: signagent login --profile default")
+		if strings.Contains(h.logs.String(), "revoked-refresh-token") {
+			t.Fatal("the refresh token is in the log")
+		}
+	})
+	t.Run("store readable by others", func(t *testing.T) {
+		os.Chmod(h.store.Path("default"), 0o644)
+		wantConflict(t, "default", "chmod 0600")
+	})
+	_, err := h.client.Authorization(ctx, api.AuthorizationRequest{Scheme: "oidc", Profile: "../etc"})
+	var ae *agentclient.Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
+		t.Fatalf("bad profile name: %v", err)
+	}
+}
