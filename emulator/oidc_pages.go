@@ -41,13 +41,17 @@ var pages = template.Must(template.New("").Parse(`
 type pageData struct {
 	Title, Error, Client, Scope, Login, UserCode, Message string
 	Hidden                                                map[string]string
+	// RedirectOrigin is where the sign-in form's answer redirects to; the
+	// page's form-action must allow it (browsers apply form-action to the
+	// redirect after a form is posted).
+	RedirectOrigin string
 }
 
 func render(w http.ResponseWriter, status int, name string, d pageData) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Frame-Options", "DENY")
-	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'"+d.RedirectOrigin)
 	w.WriteHeader(status)
 	pages.ExecuteTemplate(w, name, d)
 }
@@ -117,7 +121,12 @@ func signinData(c *OIDCClient, q url.Values, errMsg string) pageData {
 			hidden[k] = v
 		}
 	}
-	return pageData{Title: "Sign in", Client: c.ID, Scope: q.Get("scope"), Hidden: hidden, Error: errMsg, Login: q.Get("login")}
+	d := pageData{Title: "Sign in", Client: c.ID, Scope: q.Get("scope"), Hidden: hidden, Error: errMsg, Login: q.Get("login")}
+	// redirect_uri is one registered for c (checkAuthorize).
+	if u, err := url.Parse(q.Get("redirect_uri")); err == nil && u.Host != "" && !strings.ContainsAny(u.Host, " ;'") {
+		d.RedirectOrigin = " " + u.Scheme + "://" + u.Host
+	}
+	return d
 }
 
 func (s *Server) authorizeSubmit(w http.ResponseWriter, r *http.Request) {

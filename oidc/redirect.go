@@ -71,7 +71,7 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if e := q.Get("error"); e != "" {
 		msg = "The sign-in did not complete: " + printable(e, 40) + ". You can close this tab."
 	}
-	fmt.Fprintf(w, "<!doctype html><html><head><meta charset=\"utf-8\"><title>signagent</title></head><body><p>%s</p></body></html>\n", html.EscapeString(msg))
+	fmt.Fprintf(w, "<!doctype html><html><head><meta charset=\"utf-8\"><title>signagent</title></head><body><p id=\"result\">%s</p></body></html>\n", html.EscapeString(msg))
 }
 
 // ParsePasted reads the redirected address a user pasted (the whole URL,

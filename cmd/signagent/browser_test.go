@@ -1,0 +1,252 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/rs/zerolog"
+
+	"github.com/signagent/signagent/emulator"
+)
+
+// The identity provider's pages in a real browser: Debian's chromium,
+// driven by chromedp, signs in to the emulator while the real signagent
+// binary runs login. Screenshots go to the test's temp dir, or to
+// $SIGNAGENT_SCREENSHOTS (make screenshots refreshes the README's).
+
+const browserPassword = "correct horse battery"
+
+type browserBed struct {
+	emu      *emulator.Server
+	redirect string
+	env      []string
+	shots    string
+}
+
+func newBrowserBed(t *testing.T) *browserBed {
+	t.Helper()
+	if _, err := exec.LookPath("chromium"); err != nil {
+		t.Fatal("chromium is not installed: make test installs it (scripts/deps.sh chromium)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	redirect := fmt.Sprintf("http://%s/callback", ln.Addr())
+	ln.Close()
+	hash, _ := emulator.HashPassword([]byte(browserPassword))
+	emu, err := emulator.New(&emulator.Config{
+		OIDC: emulator.OIDCConfig{Clients: []emulator.OIDCClient{{ID: "crm-app", Secret: "s3cret-of-the-app", RedirectURIs: []string{redirect}}},
+			DeviceInterval: emulator.Duration(time.Second)},
+		Users: []emulator.User{{ID: "alice", Login: "alice@example.com", PasswordHash: hash}},
+	}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := emu.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { emu.Close(context.Background()) })
+	shots := os.Getenv("SIGNAGENT_SCREENSHOTS")
+	if shots == "" {
+		shots = t.TempDir()
+	}
+	return &browserBed{emu: emu, redirect: redirect, shots: shots, env: []string{
+		"XDG_STATE_HOME=" + t.TempDir(), "SIGNAGENT_AUTH_URL=" + emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
+		"SIGNAGENT_CLIENT_SECRET=s3cret-of-the-app", "SIGNAGENT_SPACE=staging", "DISPLAY=", "WAYLAND_DISPLAY=", "BROWSER="}}
+}
+
+// browser starts a headless chromium (no sandbox: CI runs as root).
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(900, 700))
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	// chromium is newer than chromedp's protocol tables: events it cannot
+	// decode are logged, not failures.
+	ctx, cancel2 := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	t.Cleanup(cancel2)
+	ctx, cancel3 := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(cancel3)
+	return ctx
+}
+
+// login runs signagent login and returns the lines it prints, as they
+// come, and a channel with its exit status and stderr.
+func (b *browserBed) login(t *testing.T, args ...string) (<-chan string, <-chan [2]string) {
+	t.Helper()
+	cmd := signagent(t, b.env, append([]string{"login"}, args...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	lines, done := make(chan string, 64), make(chan [2]string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		io.Copy(io.Discard, out)
+		close(lines)
+		err := cmd.Wait()
+		done <- [2]string{fmt.Sprint(cmd.ProcessState.ExitCode()), stderr.String() + fmt.Sprint(err)}
+	}()
+	return lines, done
+}
+
+func waitLine(t *testing.T, lines <-chan string, re *regexp.Regexp) []string {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("login ended before printing %s", re)
+			}
+			if m := re.FindStringSubmatch(l); m != nil {
+				return m
+			}
+		case <-timeout:
+			t.Fatalf("login did not print %s", re)
+		}
+	}
+}
+
+func (b *browserBed) shot(name string) chromedp.Action {
+	var buf []byte
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		if err := chromedp.FullScreenshot(&buf, 100).Do(ctx); err != nil { // quality 100: PNG
+			return err
+		}
+		return os.WriteFile(filepath.Join(b.shots, name), buf, 0o644)
+	})
+}
+
+// redirected waits until the browser shows the page login serves on the
+// loopback redirect address.
+func (b *browserBed) redirected() chromedp.Action {
+	return chromedp.WaitVisible("#result", chromedp.ByID)
+}
+
+func waitExit(t *testing.T, done <-chan [2]string) (string, string) {
+	t.Helper()
+	select {
+	case r := <-done:
+		return r[0], r[1]
+	case <-time.After(60 * time.Second):
+		t.Fatal("login did not end")
+	}
+	return "", ""
+}
+
+var urlLine = regexp.MustCompile(`^  (http://\S+)$`)
+
+// TestBrowserCodeFlow: login --flow code prints the URL and listens on the
+// loopback redirect; the browser signs in and allows; login exchanges the
+// code and saves the tokens.
+func TestBrowserCodeFlow(t *testing.T) {
+	b := newBrowserBed(t)
+	lines, done := b.login(t, "--flow", "code", "--redirect-uri", b.redirect)
+	u := waitLine(t, lines, urlLine)[1]
+	var final string
+	err := chromedp.Run(browser(t),
+		chromedp.Navigate(u),
+		chromedp.WaitVisible("#login", chromedp.ByID),
+		b.shot("signin.png"),
+		chromedp.SendKeys("#login", "alice@example.com", chromedp.ByID),
+		chromedp.SendKeys("#password", browserPassword, chromedp.ByID),
+		chromedp.Click("#allow", chromedp.ByID),
+		b.redirected(),
+		chromedp.Text("body", &final, chromedp.ByQuery),
+		b.shot("signed-in.png"),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(final, "Signed in") {
+		t.Fatalf("the redirect page says %q", final)
+	}
+	code, stderr := waitExit(t, done)
+	if code != "0" {
+		t.Fatalf("login exit %s: %s", code, stderr)
+	}
+	if m := waitLine(t, lines, regexp.MustCompile(`^Signed in as alice`)); m == nil {
+		t.Fatal("no sign-in line")
+	}
+}
+
+// TestBrowserDevicePage: the device flow's user enters the code on the
+// /device page in a browser.
+func TestBrowserDevicePage(t *testing.T) {
+	b := newBrowserBed(t)
+	lines, done := b.login(t)
+	m := waitLine(t, lines, regexp.MustCompile(`^or go to (\S+) and enter the code ([A-Z]{8})$`))
+	var msg string
+	err := chromedp.Run(browser(t),
+		chromedp.Navigate(m[1]),
+		chromedp.WaitVisible("#user_code", chromedp.ByID),
+		chromedp.SendKeys("#user_code", m[2], chromedp.ByID),
+		chromedp.SendKeys("#login", "alice@example.com", chromedp.ByID),
+		chromedp.SendKeys("#password", browserPassword, chromedp.ByID),
+		b.shot("device.png"),
+		chromedp.Click("#allow", chromedp.ByID),
+		chromedp.WaitVisible("#done", chromedp.ByID),
+		chromedp.Text("#done", &msg, chromedp.ByID),
+		b.shot("device-done.png"),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(msg, "may now use the service") {
+		t.Fatalf("the page says %q", msg)
+	}
+	if code, stderr := waitExit(t, done); code != "0" {
+		t.Fatalf("login exit %s: %s", code, stderr)
+	}
+}
+
+// TestBrowserDeny: the user denies on the sign-in page; the browser is
+// sent back with error=access_denied and login ends with its sentence and
+// exit status 3.
+func TestBrowserDeny(t *testing.T) {
+	b := newBrowserBed(t)
+	lines, done := b.login(t, "--flow", "code", "--redirect-uri", b.redirect)
+	u := waitLine(t, lines, urlLine)[1]
+	var final string
+	err := chromedp.Run(browser(t),
+		chromedp.Navigate(u),
+		chromedp.WaitVisible("#deny", chromedp.ByID),
+		chromedp.Click("#deny", chromedp.ByID),
+		b.redirected(),
+		chromedp.Text("body", &final, chromedp.ByQuery),
+		b.shot("denied.png"),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(final, "access_denied") {
+		t.Fatalf("the redirect page says %q", final)
+	}
+	code, stderr := waitExit(t, done)
+	if code != "3" || !strings.Contains(stderr, "access_denied") || !strings.Contains(stderr, "did not grant access") {
+		t.Fatalf("login exit %s: %s", code, stderr)
+	}
+}
