@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -185,4 +186,47 @@ func rawRequest(addr, req string) error {
 		return err
 	}
 	return resp.Body.Close()
+}
+
+// BenchmarkTokenStartup compares `signagent token` with a fresh access
+// token in the store (no network: the provider is not even named) against
+// the start-up of `signagent --version`, alternating, medians:
+//
+//	go test -run '^$' -bench TokenStartup -benchtime 200x ./cmd/signagent
+func BenchmarkTokenStartup(b *testing.B) {
+	dir := b.TempDir()
+	store := filepath.Join(dir, "signagent")
+	rec := `{"version":1,"profile":"default","authUrl":"https://idp.example","clientId":"crm-app","subject":"alice",` +
+		`"scopes":["openid","Service.PublicAPI.Staging"],"accessToken":"` + strings.Repeat("ab", 32) + `","tokenType":"Bearer",` +
+		`"expiresAt":"` + time.Now().Add(24*time.Hour).UTC().Format(time.RFC3339) + `","signedInAt":"2026-01-01T00:00:00Z"}`
+	if err := os.MkdirAll(store, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(store, "default.json"), []byte(rec), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	env := []string{"XDG_STATE_HOME=" + dir}
+	run := func(args ...string) time.Duration {
+		cmd := signagent(b, env, args...)
+		start := time.Now()
+		if out, err := cmd.Output(); err != nil || len(out) == 0 {
+			b.Fatalf("%v: %v %q", args, err, out)
+		}
+		return time.Since(start)
+	}
+	var tok, ver []time.Duration
+	for b.Loop() {
+		tok = append(tok, run("token"))
+		ver = append(ver, run("--version"))
+	}
+	mt, mv := medianOf(tok), medianOf(ver)
+	b.ReportMetric(float64(mt.Microseconds()), "token-median-µs")
+	b.ReportMetric(float64(mv.Microseconds()), "version-median-µs")
+	b.ReportMetric(float64(mt)/float64(mv), "token/version")
+}
+
+func medianOf(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
