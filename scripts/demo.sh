@@ -24,6 +24,12 @@ if [ ! -s "$demo/developer-key" ]; then
   (umask 077; printf 'demoClient-%s\n' "$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" > "$demo/developer-key")
 fi
 export SIGNAGENT_DEVELOPER_KEY_FILE="$demo/developer-key"
+# The OpenID Connect application's client secret and the sample user's
+# password, random per demo directory, in 0600 files.
+for f in client-secret user-password; do
+  [ -s "$demo/$f" ] || (umask 077; od -An -N12 -tx1 /dev/urandom | tr -d ' \n' > "$demo/$f")
+done
+hash=$($bin emulator --hash-password < "$demo/user-password")
 
 step "2. Emulator of the service on loopback (partner trusts the token's certificate)"
 cat > "$demo/emulator.yaml" <<YAML
@@ -35,10 +41,17 @@ partners:
 developers:
   - name: demo-integrator
     keyFile: developer-key
+oidc:
+  clients:
+    - id: demo-app
+      secretFile: client-secret
+  deviceInterval: 1s
 users:
   - id: ivanov
     phone: "+7 916 123-45-67"
     snils: "112-233-445 95"
+    login: ivanov@example.com
+    passwordHash: "$hash"
 YAML
 rm -f "$demo/emulator.url"
 $bin --log-level warn emulator --listen 127.0.0.1:0 --config "$demo/emulator.yaml" --url-file "$demo/emulator.url" &
@@ -69,5 +82,25 @@ step "7. The auth.sid exchanged for a legacy token (Authenticate V3 type=sid); t
 (umask 077; printf '%s\n' "$sid" > "$demo/sid")
 $bin --log-level warn header --scheme legacy --by sid --sid-file "$demo/sid" |
   sed -E 's/(ddauth_api_client_id=.{4})[^,]*/\1…(masked)/; s/(ddauth_token=.{4}).*/\1…(masked)/'
+
+step "8. OpenID Connect device flow: login shows a code; the demo approves it on the emulator's /device page, as the user would"
+export XDG_STATE_HOME="$PWD/$demo/state" SIGNAGENT_AUTH_URL="$SIGNAGENT_BASE_URL" SIGNAGENT_CLIENT_ID=demo-app \
+  SIGNAGENT_CLIENT_SECRET_FILE="$demo/client-secret" SIGNAGENT_SPACE=staging
+$bin --log-level warn login --no-qr > "$demo/login.out" &
+login=$!
+for _ in $(seq 200); do grep -q 'enter the code' "$demo/login.out" && break; sleep 0.05; done
+code=$(sed -n 's/.*enter the code \([A-Z]*\)$/\1/p' "$demo/login.out")
+[ -n "$code" ] || { cat "$demo/login.out" >&2; echo "login printed no code" >&2; exit 1; }
+status=$(curl -sS -o /dev/null -w '%{http_code}' --data-urlencode "user_code=$code" --data-urlencode login=ivanov@example.com \
+  --data-urlencode "password@$demo/user-password" --data-urlencode decision=allow "$SIGNAGENT_AUTH_URL/device")
+echo "POST /device as ivanov@example.com, code $code: HTTP $status"
+[ "$status" = 200 ] || { kill $login; echo "the approval failed" >&2; exit 1; }
+wait $login
+cat "$demo/login.out"
+tok=$($bin --log-level warn token)
+printf 'access token: %s…(masked, %d characters), expires %s\n' "${tok:0:4}" "${#tok}" \
+  "$($bin status --json | sed -n 's/.*"accessTokenExpiresAt": "\(.*\)".*/\1/p')"
+printf 'GetMyOrganizations with it: HTTP %s\n' \
+  "$(curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $tok" "$SIGNAGENT_API_URL/GetMyOrganizations")"
 
 printf '\nDone. To use the token yourself:\n  eval "$(%s dev-token --dir %s)"\n' "$bin" "$demo/hsm"
