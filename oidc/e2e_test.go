@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -471,5 +470,3 @@ func writeFile(t *testing.T, path, data string, mode os.FileMode) {
 	}
 	os.Chmod(path, mode)
 }
-
-var _ = filepath.Join

@@ -140,12 +140,6 @@ func (b *browserBed) shot(name string) chromedp.Action {
 	})
 }
 
-// redirected waits until the browser shows the page login serves on the
-// loopback redirect address.
-func (b *browserBed) redirected() chromedp.Action {
-	return chromedp.WaitVisible("#result", chromedp.ByID)
-}
-
 func waitExit(t *testing.T, done <-chan [2]string) (string, string) {
 	t.Helper()
 	select {
@@ -159,11 +153,12 @@ func waitExit(t *testing.T, done <-chan [2]string) (string, string) {
 
 var urlLine = regexp.MustCompile(`^  (http://\S+)$`)
 
-// TestBrowserCodeFlow: login --flow code prints the URL and listens on the
-// loopback redirect; the browser signs in and allows; login exchanges the
-// code and saves the tokens.
-func TestBrowserCodeFlow(t *testing.T) {
-	b := newBrowserBed(t)
+// codeFlow runs login --flow code and plays the user in the browser: sign
+// in and press decision (allow or deny). It returns the text of the page
+// the browser lands on (login's loopback page), login's exit status and
+// stderr, and login's output lines.
+func (b *browserBed) codeFlow(t *testing.T, decision string) (string, string, string, <-chan string) {
+	t.Helper()
 	lines, done := b.login(t, "--flow", "code", "--redirect-uri", b.redirect)
 	u := waitLine(t, lines, urlLine)[1]
 	var final string
@@ -173,24 +168,28 @@ func TestBrowserCodeFlow(t *testing.T) {
 		b.shot("signin.png"),
 		chromedp.SendKeys("#login", "alice@example.com", chromedp.ByID),
 		chromedp.SendKeys("#password", browserPassword, chromedp.ByID),
-		chromedp.Click("#allow", chromedp.ByID),
-		b.redirected(),
+		chromedp.Click("#"+decision, chromedp.ByID),
+		chromedp.WaitVisible("#result", chromedp.ByID), // the page login serves on the redirect address
 		chromedp.Text("body", &final, chromedp.ByQuery),
-		b.shot("signed-in.png"),
+		b.shot("after-"+decision+".png"),
 	)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(final, "Signed in") {
-		t.Fatalf("the redirect page says %q", final)
-	}
 	code, stderr := waitExit(t, done)
-	if code != "0" {
-		t.Fatalf("login exit %s: %s", code, stderr)
+	return final, code, stderr, lines
+}
+
+// TestBrowserCodeFlow: login --flow code prints the URL and listens on the
+// loopback redirect; the browser signs in and allows; login exchanges the
+// code and saves the tokens.
+func TestBrowserCodeFlow(t *testing.T) {
+	b := newBrowserBed(t)
+	final, code, stderr, lines := b.codeFlow(t, "allow")
+	if !strings.Contains(final, "Signed in") || code != "0" {
+		t.Fatalf("the redirect page says %q; login exit %s: %s", final, code, stderr)
 	}
-	if m := waitLine(t, lines, regexp.MustCompile(`^Signed in as alice`)); m == nil {
-		t.Fatal("no sign-in line")
-	}
+	waitLine(t, lines, regexp.MustCompile(`^Signed in as alice`))
 }
 
 // TestBrowserDevicePage: the device flow's user enters the code on the
@@ -228,25 +227,9 @@ func TestBrowserDevicePage(t *testing.T) {
 // exit status 3.
 func TestBrowserDeny(t *testing.T) {
 	b := newBrowserBed(t)
-	lines, done := b.login(t, "--flow", "code", "--redirect-uri", b.redirect)
-	u := waitLine(t, lines, urlLine)[1]
-	var final string
-	err := chromedp.Run(browser(t),
-		chromedp.Navigate(u),
-		chromedp.WaitVisible("#deny", chromedp.ByID),
-		chromedp.Click("#deny", chromedp.ByID),
-		b.redirected(),
-		chromedp.Text("body", &final, chromedp.ByQuery),
-		b.shot("denied.png"),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(final, "access_denied") {
-		t.Fatalf("the redirect page says %q", final)
-	}
-	code, stderr := waitExit(t, done)
-	if code != "3" || !strings.Contains(stderr, "access_denied") || !strings.Contains(stderr, "did not grant access") {
-		t.Fatalf("login exit %s: %s", code, stderr)
+	final, code, stderr, _ := b.codeFlow(t, "deny")
+	if !strings.Contains(final, "access_denied") || code != "3" || !strings.Contains(stderr, "access_denied") ||
+		!strings.Contains(stderr, "did not grant access") {
+		t.Fatalf("the redirect page says %q; login exit %s: %s", final, code, stderr)
 	}
 }
