@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -78,31 +79,102 @@ func (cfg *Config) checkOrganizations() error {
 	return nil
 }
 
+// Codes of the box check (the emulator's own; the wire notes give the
+// texts).
+const (
+	CodeBoxAccessDenied = "Http.Forbidden"
+	CodeBoxNotFound     = "Http.NotFound"
+)
+
 // businessRoute serves the business methods (paths matched
 // case-insensitively, as the service does); ok is false for other paths.
 func (s *Server) businessRoute(w http.ResponseWriter, r *http.Request) (ok bool) {
-	if !strings.EqualFold(r.URL.Path, "/GetMyOrganizations") {
+	var call string
+	methods := []string{http.MethodGet, http.MethodPost}
+	switch {
+	case strings.EqualFold(r.URL.Path, "/GetMyOrganizations"):
+		call = "GetMyOrganizations"
+	case strings.EqualFold(r.URL.Path, "/GetMyEmployee"):
+		call, methods = "GetMyEmployee", methods[:1]
+	default:
 		return false
 	}
-	if r.Method != http.MethodGet && r.Method != http.MethodPost {
-		w.Header().Set("Allow", "GET, POST")
+	if !slices.Contains(methods, r.Method) {
+		w.Header().Set("Allow", strings.Join(methods, ", "))
 		plainError(w, http.StatusMethodNotAllowed, CodeBadRequest, "Method not allowed")
 		return true
 	}
-	if s.takeFault(w, r, "GetMyOrganizations") {
+	if s.takeFault(w, r, call) {
 		return true
 	}
 	user, ref := s.businessUser(r)
+	var answer any
+	if ref == nil && call == "GetMyOrganizations" {
+		answer = map[string]any{"Organizations": s.organizationsOf(user)}
+	} else if ref == nil {
+		answer, ref = s.employee(user, r.URL.Query().Get("boxId"))
+	}
 	if ref != nil {
 		s.mu.Lock()
 		s.stats.Rejections[ref.code]++
 		s.mu.Unlock()
-		s.log.Warn().Str("call", "GetMyOrganizations").Int("status", ref.status).Str("code", ref.code).Str("reason", ref.why).Msg("rejected")
+		s.log.Warn().Str("call", call).Int("status", ref.status).Str("code", ref.code).Str("reason", ref.why).Msg("rejected")
 		plainError(w, ref.status, ref.code, ref.why)
 		return true
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"Organizations": s.organizationsOf(user)})
+	writeJSON(w, http.StatusOK, answer)
 	return true
+}
+
+// employee is GetMyEmployee: the box check of section 5.4 (steps 2 and 3)
+// and the user as an employee of the box's organization.
+func (s *Server) employee(u *User, boxID string) (any, *refusal) {
+	n, ok := normalizeBoxID(boxID)
+	if !ok {
+		return nil, refuse(http.StatusBadRequest, CodeBadRequest, "Could not get boxId from query param")
+	}
+	if s.boxByID(n) == nil {
+		return nil, refuse(http.StatusNotFound, CodeBoxNotFound, fmt.Sprintf("Box [%s] is not found", printableID(boxID)))
+	}
+	mine := false
+	for _, b := range u.Boxes {
+		m, _ := normalizeBoxID(b)
+		mine = mine || m == n
+	}
+	if !mine {
+		return nil, refuse(http.StatusForbidden, CodeBoxAccessDenied, fmt.Sprintf("Access to Box [%s] is denied", printableID(boxID)))
+	}
+	return map[string]any{
+		"User":        map[string]any{"UserId": u.ID, "Login": u.Login, "FullName": map[string]string{"FirstName": u.ID}},
+		"Permissions": map[string]any{"UserDepartmentId": "00000000-0000-0000-0000-000000000000", "IsAdministrator": u.Admin, "DocumentAccessLevel": "AllDocuments"},
+		"Position":    "Employee",
+	}, nil
+}
+
+// printableID keeps a box id the caller sent fit for an error text.
+func printableID(id string) string {
+	id = strings.Map(func(r rune) rune {
+		if r < ' ' || r > '~' {
+			return -1
+		}
+		return r
+	}, strings.TrimSpace(id))
+	if len(id) > 80 {
+		id = id[:80]
+	}
+	return id
+}
+
+// boxByID finds a box by its normalized id.
+func (s *Server) boxByID(n string) *Box {
+	for i := range s.cfg.Organizations {
+		for j := range s.cfg.Organizations[i].Boxes {
+			if m, _ := normalizeBoxID(s.cfg.Organizations[i].Boxes[j].GUID); m == n {
+				return &s.cfg.Organizations[i].Boxes[j]
+			}
+		}
+	}
+	return nil
 }
 
 // businessUser is the access check's first step (section 5.4): the user

@@ -27,6 +27,7 @@ import (
 const (
 	testDevKey = "testClient-0123456789abcdef"
 	boxGUID    = "3f2a0c1e-5b7d-4e8f-9a01-23456789abcd"
+	otherBox   = "7d1e2f30-4a5b-4c6d-8e9f-0a1b2c3d4e5f" // a box of another organization
 )
 
 // softCert is a certificate with its key in memory: the emulator's side is
@@ -71,7 +72,7 @@ func newLegacyBed(t *testing.T, oaep bool) *legacyBed {
 		Developers: []Developer{{Name: "crm", Key: testDevKey}},
 		TokenTTL:   Duration(time.Hour), OAEP: oaep,
 		Organizations: []Organization{{ID: "org-1", Inn: "6663003127", FullName: "Horns and Hooves LLC",
-			Boxes: []Box{{GUID: boxGUID, Title: "main"}}}},
+			Boxes: []Box{{GUID: boxGUID, Title: "main"}}}, otherOrg},
 		Users: []User{
 			{ID: "alice", Login: "alice@example.com", PasswordHash: hash, Thumbprints: []string{thumbprint(b.alice.cert.Raw)},
 				Boxes: []string{strings.ReplaceAll(boxGUID, "-", "") + "@box.example"}},

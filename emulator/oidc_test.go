@@ -31,7 +31,7 @@ func newIDPBed(t *testing.T, edit func(*OIDCConfig)) idpBed {
 	cfg := &Config{
 		OIDC: OIDCConfig{Clients: []OIDCClient{{ID: clientID, Secret: clientSecret, RedirectURIs: []string{redirectURI}}},
 			AccessTokenTTL: Duration(time.Minute), DeviceInterval: Duration(3 * time.Second)},
-		Organizations: []Organization{{ID: "org-1", FullName: "Horns and Hooves LLC", Boxes: []Box{{GUID: boxGUID}}}},
+		Organizations: []Organization{{ID: "org-1", FullName: "Horns and Hooves LLC", Boxes: []Box{{GUID: boxGUID}}}, otherOrg},
 		Users:         []User{{ID: "alice", Login: "alice@example.com", PasswordHash: hash, Boxes: []string{boxGUID}}},
 	}
 	if edit != nil {
