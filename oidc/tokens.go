@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/singleflight"
+
+	"github.com/signagent/signagent/authz"
 )
 
 // Tokens hands out a profile's access token from the store, refreshing it
@@ -213,3 +216,26 @@ func (t *Tokens) report(profile, result string) {
 		t.OnRefresh(profile, result)
 	}
 }
+
+// For is profile's authz.Authorizer: the Bearer header of its access
+// token; a value the service refused makes the next one a refresh.
+func (t *Tokens) For(profile string) authz.Authorizer { return authorizer{t, profile} }
+
+type authorizer struct {
+	t       *Tokens
+	profile string
+}
+
+func (a authorizer) Authorization(ctx context.Context) (string, error) {
+	rec, _, err := a.t.Token(ctx, a.profile)
+	if err != nil {
+		return "", err
+	}
+	return rec.Header(), nil
+}
+
+func (a authorizer) Reject(value string) {
+	a.t.Reject(a.profile, strings.TrimPrefix(value, "Bearer "))
+}
+
+func (a authorizer) String() string { return "the OpenID Connect access token of profile " + a.profile }
