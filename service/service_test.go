@@ -163,9 +163,11 @@ func TestExpiredBetweenCalls(t *testing.T) {
 
 type deadAuth struct{}
 
-func (deadAuth) Authorization(context.Context) (string, error) { return "Bearer " + strings.Repeat("0", 64), nil }
-func (deadAuth) Reject(string)                                 {}
-func (deadAuth) String() string                                { return "a dead token" }
+func (deadAuth) Authorization(context.Context) (string, error) {
+	return "Bearer " + strings.Repeat("0", 64), nil
+}
+func (deadAuth) Reject(string)  {}
+func (deadAuth) String() string { return "a dead token" }
 
 func TestRefusedTwice(t *testing.T) {
 	b := newBed(t)
