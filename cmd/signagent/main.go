@@ -18,6 +18,7 @@ import (
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/service"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -93,9 +94,11 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		// operators tend to put them (signagent sign --log-level debug).
 		cmd.Flags = append(cmd.Flags, logFlags("Logging")...)
 		cmd.Before = func(c *cli.Context) error {
-			// No command takes positional arguments.
-			if err := noArgs(c); err != nil {
-				return err
+			// No command but api takes positional arguments.
+			if c.Command.Name != "api" {
+				if err := noArgs(c); err != nil {
+					return err
+				}
 			}
 			if !c.IsSet("log-level") && !c.IsSet("log-format") {
 				return nil
@@ -127,6 +130,7 @@ func commands(e *env) []*cli.Command {
 		tokenCommand(e),
 		statusCommand(e),
 		logoutCommand(e),
+		apiCommand(e),
 		emulatorCommand(e),
 		serveCommand(e),
 		benchCommand(e),
@@ -180,6 +184,9 @@ func exitCode(err error) int {
 	if code, ok := oidcExitCode(err); ok {
 		return code
 	}
+	if code, ok := serviceExitCode(err); ok {
+		return code
+	}
 	switch {
 	case errors.As(err, &te), errors.As(err, &lte):
 		return exitTransport
@@ -210,6 +217,21 @@ func oidcExitCode(err error) (int, bool) {
 	case errors.As(err, &pe):
 		return exitRefused, true
 	case errors.Is(err, oidc.ErrInvalidInput), errors.Is(err, oidc.ErrState), errors.Is(err, oidc.ErrStore):
+		return exitBadInput, true
+	}
+	return 0, false
+}
+
+// serviceExitCode classes the business client's errors.
+func serviceExitCode(err error) (int, bool) {
+	var se *service.Error
+	var te *service.TransportError
+	switch {
+	case errors.As(err, &se) && se.Status >= 500, errors.As(err, &te):
+		return exitTransport, true
+	case errors.As(err, &se):
+		return exitRefused, true
+	case errors.Is(err, service.ErrInvalidInput):
 		return exitBadInput, true
 	}
 	return 0, false
