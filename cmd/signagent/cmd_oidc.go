@@ -32,7 +32,7 @@ func oidcFlags() []cli.Flag {
 		&cli.StringFlag{Name: "auth-url", Category: catOIDC, EnvVars: []string{"SIGNAGENT_AUTH_URL"}, Usage: "the identity provider's `URL` ({auth_url}; /connect/* is below it)"},
 		&cli.StringFlag{Name: "client-id", Category: catOIDC, EnvVars: []string{"SIGNAGENT_CLIENT_ID"}, Usage: "the application's client_id"},
 		&cli.StringFlag{Name: "client-secret-file", Category: catOIDC, EnvVars: []string{"SIGNAGENT_CLIENT_SECRET_FILE"}, Usage: "read the client secret from `FILE` (else $SIGNAGENT_CLIENT_SECRET)"},
-		&cli.StringFlag{Name: "token-store", Category: catOIDC, EnvVars: []string{"SIGNAGENT_TOKEN_STORE"}, Usage: "keep the tokens in `DIR` (default $XDG_STATE_HOME/signagent, else ~/.local/state/signagent)"},
+		tokenStoreFlag(),
 		&cli.DurationFlag{Name: "refresh-before", Category: catOIDC, Value: oidc.DefaultRefreshBefore, EnvVars: []string{"SIGNAGENT_REFRESH_BEFORE"}, Usage: "refresh an access token with less than this left"},
 		&cli.BoolFlag{Name: "insecure-http", Category: catOIDC, EnvVars: []string{"SIGNAGENT_INSECURE_HTTP"}, Usage: "allow plain http to a non-loopback identity provider"},
 		&cli.DurationFlag{Name: "request-timeout", Category: catOIDC, Value: 15 * time.Second, EnvVars: []string{"SIGNAGENT_REQUEST_TIMEOUT"}, Usage: "give up on one request after this long"},
@@ -72,6 +72,10 @@ func oidcAgentConfig(s *settings.Settings, e *env) (*oidc.Tokens, error) {
 		}
 		return refreshClient(s, e, rec, sec)
 	}}, nil
+}
+
+func tokenStoreFlag() cli.Flag {
+	return &cli.StringFlag{Name: "token-store", Category: catOIDC, EnvVars: []string{"SIGNAGENT_TOKEN_STORE"}, Usage: "keep the tokens in `DIR` (default $XDG_STATE_HOME/signagent, else ~/.local/state/signagent)"}
 }
 
 func profileFlag() cli.Flag {
@@ -360,7 +364,7 @@ func statusCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Name:  "status",
 		Usage: "show who the profile is signed in as, the scopes and space, and when the tokens expire (no token is shown)",
-		Flags: []cli.Flag{profileFlag(), oidcFlags()[3],
+		Flags: []cli.Flag{profileFlag(), tokenStoreFlag(),
 			&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print it as JSON"}},
 		Action: func(c *cli.Context) error {
 			s := settings.Of(c)
@@ -408,7 +412,7 @@ func logoutCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Name:  "logout",
 		Usage: "remove the profile's tokens from the token store",
-		Flags: []cli.Flag{profileFlag(), oidcFlags()[3]},
+		Flags: []cli.Flag{profileFlag(), tokenStoreFlag()},
 		Action: func(c *cli.Context) error {
 			s := settings.Of(c)
 			store, err := tokenStore(s)
