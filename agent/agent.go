@@ -53,6 +53,9 @@ type Options struct {
 	ExposeCanonical bool
 	// Routes opens routes per caller class (see RouteRule).
 	Routes []RouteRule
+	// ServiceMaxBody bounds the bodies of proxied business calls (default
+	// 16 MiB); they are held in memory for the retry after a 401.
+	ServiceMaxBody int64
 }
 
 // Agent serves the API.
@@ -69,6 +72,7 @@ type Agent struct {
 	expose   atomic.Bool
 	legacy   atomic.Pointer[Legacy]
 	oidc     atomic.Pointer[oidc.Tokens]
+	target   atomic.Pointer[proxyTarget]
 }
 
 // New returns an agent.
@@ -81,6 +85,9 @@ func New(o Options) *Agent {
 	}
 	if o.MaxBody <= 0 {
 		o.MaxBody = 64 << 10
+	}
+	if o.ServiceMaxBody <= 0 {
+		o.ServiceMaxBody = 16 << 20
 	}
 	a := &Agent{o: o, tm: o.Token, cache: newSessionCache(o.SessionTTL), metrics: newMetrics(o.Token), refusals: newSampler(10, time.Second)}
 	a.client.Store(o.Client)
@@ -116,6 +123,8 @@ var Routes = []string{
 	"DELETE /v1/sessions",
 	"POST /v1/links",
 	"POST /v1/authorizations",
+	proxyGet,
+	proxyPost,
 	"GET /healthz",
 	"GET /readyz",
 	"GET /metrics",
@@ -138,6 +147,9 @@ func (a *Agent) Handler(auth Authenticator) http.Handler {
 	// gets a JSON 405 with Allow, like every other error.
 	byPath := map[string]map[string]http.HandlerFunc{}
 	for _, r := range Routes {
+		if handlers[r] == nil {
+			continue // the proxy, dispatched before the mux
+		}
 		method, path, _ := strings.Cut(r, " ")
 		if byPath[path] == nil {
 			byPath[path] = map[string]http.HandlerFunc{}
@@ -163,7 +175,13 @@ func (a *Agent) Handler(auth Authenticator) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, APIError{Code: CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})
-	return a.wrap(mux, auth)
+	return a.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isProxied(r) {
+			a.proxy(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}), auth)
 }
 
 type ctxKey int
@@ -192,6 +210,13 @@ func (s *statusWriter) WriteHeader(code int) {
 // for any other method or path. Labels come from this fixed set only, so
 // that callers cannot grow the metrics by inventing methods and paths.
 func routeLabel(r *http.Request) string {
+	if isProxied(r) {
+		r := r.Method + " " + servicePrefix + "{method}"
+		if r == proxyGet || r == proxyPost {
+			return r
+		}
+		return "other"
+	}
 	route := r.Method + " " + r.URL.Path
 	if slices.Contains(Routes, route) {
 		return route
@@ -199,7 +224,7 @@ func routeLabel(r *http.Request) string {
 	return "other"
 }
 
-func (a *Agent) wrap(mux *http.ServeMux, auth Authenticator) http.Handler {
+func (a *Agent) wrap(mux http.Handler, auth Authenticator) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
@@ -230,7 +255,11 @@ func (a *Agent) wrap(mux *http.ServeMux, auth Authenticator) http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), a.o.RequestDeadline)
 		defer cancel()
 		ctx = context.WithValue(ctx, callerKey, caller)
-		r.Body = http.MaxBytesReader(sw, r.Body, a.o.MaxBody)
+		limit := a.o.MaxBody
+		if route == proxyGet || route == proxyPost {
+			limit = a.o.ServiceMaxBody
+		}
+		r.Body = http.MaxBytesReader(sw, r.Body, limit)
 		mux.ServeHTTP(sw, r.WithContext(ctx))
 	})
 }

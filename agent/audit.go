@@ -37,6 +37,9 @@ type auditEntry struct {
 	latency     time.Duration
 	scheme      string // of an authorization
 	identity    string // who it is for, without a secret
+	call        string // a proxied business call: "GET /GetMyOrganizations"
+	status      int    // the service's answer to it
+	retried     bool   // after a 401 to the cached header
 }
 
 func (a *Audit) write(e auditEntry) {
@@ -56,6 +59,15 @@ func (a *Audit) write(e auditEntry) {
 	}
 	if e.serviceCode != "" {
 		ev = ev.Str("serviceCode", e.serviceCode)
+	}
+	if e.call != "" {
+		ev = ev.Str("call", e.call)
+	}
+	if e.status != 0 {
+		ev = ev.Int("serviceStatus", e.status)
+	}
+	if e.retried {
+		ev = ev.Bool("retried", true)
 	}
 	if e.cached != nil {
 		ev = ev.Bool("cached", *e.cached)

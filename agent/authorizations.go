@@ -42,18 +42,37 @@ func (a *Agent) authorization(w http.ResponseWriter, r *http.Request) {
 		if err := decode(r, &req); err != nil {
 			return nil, err
 		}
-		switch req.Scheme {
-		case "legacy":
-			return a.legacyAuthorization(r.Context(), req, &entry)
-		case "oidc":
-			return a.oidcAuthorization(r.Context(), req, &entry)
+		id, err := a.identity(req, &entry)
+		if err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("%w: scheme %q: want legacy or oidc", trusted.ErrInvalidInput, req.Scheme)
+		return id.token(r.Context(), req.Refresh)
 	}()
 	a.finish(w, r, entry, start, resp, err)
 }
 
-func (a *Agent) legacyAuthorization(ctx context.Context, req api.AuthorizationRequest, entry *auditEntry) (*api.AuthorizationResponse, error) {
+// identity is one scheme's identity in the agent: its header value
+// (cached, or obtained; refresh forces a new one), how to drop a value the
+// service refused, and its name for messages (no secret).
+type identity struct {
+	name   string
+	token  func(ctx context.Context, refresh bool) (*api.AuthorizationResponse, error)
+	reject func(value string)
+}
+
+// identity resolves an authorization request; entry gets its scheme and
+// identity for the audit log.
+func (a *Agent) identity(req api.AuthorizationRequest, entry *auditEntry) (*identity, error) {
+	switch req.Scheme {
+	case "legacy":
+		return a.legacyIdentityOf(req, entry)
+	case "oidc":
+		return a.oidcIdentity(req, entry)
+	}
+	return nil, fmt.Errorf("%w: scheme %q: want legacy or oidc", trusted.ErrInvalidInput, req.Scheme)
+}
+
+func (a *Agent) legacyIdentityOf(req api.AuthorizationRequest, entry *auditEntry) (*identity, error) {
 	l := a.legacy.Load()
 	if l == nil {
 		return nil, errLegacyNotConfigured
@@ -63,27 +82,31 @@ func (a *Agent) legacyAuthorization(ctx context.Context, req api.AuthorizationRe
 		return nil, err
 	}
 	entry.scheme, entry.identity = "legacy", id.String()
-	if req.Refresh {
-		l.Tokens.Forget(id)
+	auth := l.Tokens.For(id)
+	token := func(ctx context.Context, refresh bool) (*api.AuthorizationResponse, error) {
+		if refresh {
+			l.Tokens.Forget(id)
+		}
+		tok, cached, err := l.Tokens.Token(ctx, id)
+		// A cached auth.sid the service no longer takes is dropped and the
+		// trusted flow runs once more.
+		var se *legacy.ServiceError
+		if errors.As(err, &se) && se.Status == http.StatusUnauthorized && se.Code != legacy.CodeAuth && dropSession != nil && dropSession() {
+			tok, cached, err = l.Tokens.Token(ctx, id)
+		}
+		a.metrics.observeAuthorization("legacy", cached, err)
+		if err != nil {
+			return nil, err
+		}
+		entry.cached = &cached
+		return &api.AuthorizationResponse{Authorization: l.Tokens.Client().Header(tok.Value), ExpiresAt: tok.ExpiresAt, Cached: cached}, nil
 	}
-	tok, cached, err := l.Tokens.Token(ctx, id)
-	// A cached auth.sid the service no longer takes is dropped and the
-	// trusted flow runs once more.
-	var se *legacy.ServiceError
-	if errors.As(err, &se) && se.Status == http.StatusUnauthorized && se.Code != legacy.CodeAuth && dropSession != nil && dropSession() {
-		tok, cached, err = l.Tokens.Token(ctx, id)
-	}
-	a.metrics.observeAuthorization("legacy", cached, err)
-	if err != nil {
-		return nil, err
-	}
-	entry.cached = &cached
-	return &api.AuthorizationResponse{Authorization: l.Tokens.Client().Header(tok.Value), ExpiresAt: tok.ExpiresAt, Cached: cached}, nil
+	return &identity{name: auth.String(), token: token, reject: auth.Reject}, nil
 }
 
-// oidcAuthorization is a profile's Bearer header from the token store an
+// oidcIdentity is a profile's Bearer header from the token store an
 // operator signed in to with signagent login, refreshed ahead of expiry.
-func (a *Agent) oidcAuthorization(ctx context.Context, req api.AuthorizationRequest, entry *auditEntry) (*api.AuthorizationResponse, error) {
+func (a *Agent) oidcIdentity(req api.AuthorizationRequest, entry *auditEntry) (*identity, error) {
 	t := a.oidc.Load()
 	if t == nil {
 		return nil, errOIDCNotConfigured
@@ -92,18 +115,25 @@ func (a *Agent) oidcAuthorization(ctx context.Context, req api.AuthorizationRequ
 	if profile == "" {
 		profile = "default"
 	}
-	entry.scheme, entry.identity = "oidc", "profile "+profile
-	if req.Refresh {
-		t.Expire(profile)
-	}
-	rec, cached, err := t.Token(ctx, profile)
-	a.metrics.observeAuthorization("oidc", cached, err)
-	if err != nil {
+	if err := oidc.CheckProfile(profile); err != nil {
 		return nil, err
 	}
-	entry.identity += " (" + rec.Subject + ")"
-	entry.cached = &cached
-	return &api.AuthorizationResponse{Authorization: rec.Header(), ExpiresAt: rec.Expiry, Cached: cached}, nil
+	entry.scheme, entry.identity = "oidc", "profile "+profile
+	auth := t.For(profile)
+	token := func(ctx context.Context, refresh bool) (*api.AuthorizationResponse, error) {
+		if refresh {
+			t.Expire(profile)
+		}
+		rec, cached, err := t.Token(ctx, profile)
+		a.metrics.observeAuthorization("oidc", cached, err)
+		if err != nil {
+			return nil, err
+		}
+		entry.identity = "profile " + profile + " (" + rec.Subject + ")"
+		entry.cached = &cached
+		return &api.AuthorizationResponse{Authorization: rec.Header(), ExpiresAt: rec.Expiry, Cached: cached}, nil
+	}
+	return &identity{name: auth.String(), token: token, reject: auth.Reject}, nil
 }
 
 // SetOIDC replaces the OpenID Connect token source (start, reload); nil

@@ -22,6 +22,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
@@ -76,6 +77,13 @@ type Config struct {
 	// with 503. LegacyPasswords are the accounts it may log in as.
 	Legacy          *legacy.Config
 	LegacyPasswords map[string]string
+	// APIURL is the business API the proxy (/v1/service/{method}) forwards
+	// to; empty answers proxied calls with 503. AllowInsecureAPI allows
+	// plain http to a host that is not loopback. ServiceMaxBody bounds a
+	// proxied call's body (default 16 MiB).
+	APIURL           string
+	AllowInsecureAPI bool
+	ServiceMaxBody   int64
 	// OIDC hands out the access tokens of the profiles an operator signed
 	// in with signagent login (the same token store); nil answers oidc
 	// authorizations with 503.
@@ -114,6 +122,11 @@ func badConfig(err error) error { return configError{err} }
 func (c *Config) validate() error {
 	if c.TokenConcurrency < 1 || c.QueueSize < 1 || c.MaxBody < 1 || c.RequestDeadline <= 0 || c.SessionTTL <= 0 {
 		return badConfig(errors.New("token-concurrency, queue-size, max-body, request-deadline and session-ttl must be positive"))
+	}
+	if c.APIURL != "" {
+		if _, err := httpx.ParseBaseURL(c.APIURL, c.AllowInsecureAPI); err != nil {
+			return badConfig(fmt.Errorf("--api-url: %w", err))
+		}
 	}
 	if c.Stderr == nil {
 		c.Stderr = os.Stderr
@@ -182,7 +195,10 @@ func (d *Daemon) start(ctx context.Context) error {
 	}
 	d.agent = New(Options{Token: d.tm, Client: client, APIKey: cfg.APIKey, Log: cfg.Log, Audit: NewAudit(audit),
 		SessionTTL: cfg.SessionTTL, RequestDeadline: cfg.RequestDeadline, MaxBody: cfg.MaxBody, LegacySNILS: cfg.LegacySNILS,
-		ExposeCanonical: cfg.ExposeCanonical, Routes: cfg.Routes})
+		ExposeCanonical: cfg.ExposeCanonical, Routes: cfg.Routes, ServiceMaxBody: cfg.ServiceMaxBody})
+	if err := d.agent.SetServiceAPI(cfg.APIURL, cfg.AllowInsecureAPI); err != nil {
+		return err
+	}
 	lg, err := d.legacyScheme(cfg, Config{})
 	if err != nil {
 		return err
@@ -380,6 +396,7 @@ func (d *Daemon) Reload(cfg Config) error {
 	d.agent.SetLegacy(lg)
 	d.agent.SetOIDC(d.oidcScheme(cfg))
 	d.agent.SetSessionTTL(cfg.SessionTTL)
+	_ = d.agent.SetServiceAPI(cfg.APIURL, cfg.AllowInsecureAPI) // checked by validate
 	d.agent.SetRouteRules(cfg.Routes)
 	d.agent.SetExposeCanonical(cfg.ExposeCanonical)
 	if err := d.tm.Reopen(d.opener(cfg), selectionID(cfg.Token)); err != nil {

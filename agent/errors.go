@@ -13,6 +13,7 @@ import (
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/service"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -53,13 +54,15 @@ func classify(err error) (int, APIError) {
 	var mbe *http.MaxBytesError
 	var lse *legacy.ServiceError
 	var lte *legacy.TransportError
+	var ste *service.TransportError
 	switch {
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, APIError{Code: CodeTooLarge, Message: err.Error()}
 	case isOIDC(err):
 		return classifyOIDC(err)
 	case errors.Is(err, canonical.ErrInvalidCredential), errors.Is(err, canonical.ErrInvalidTimestamp),
-		errors.Is(err, trusted.ErrInvalidInput), errors.Is(err, errBadJSON), errors.Is(err, legacy.ErrInvalidInput):
+		errors.Is(err, trusted.ErrInvalidInput), errors.Is(err, errBadJSON), errors.Is(err, legacy.ErrInvalidInput),
+		errors.Is(err, service.ErrInvalidInput):
 		return http.StatusBadRequest, APIError{Code: CodeBadInput, Message: err.Error()}
 	case errors.Is(err, ErrQueueFull):
 		return http.StatusTooManyRequests, APIError{Code: CodeQueueFull, Message: "the token is busy and its queue is full; retry after a moment"}
@@ -82,7 +85,11 @@ func classify(err error) (int, APIError) {
 		return http.StatusGatewayTimeout, APIError{Code: CodeServiceTimeout, Message: lte.Error(), Step: lte.Call}
 	case errors.As(err, &lte), errors.Is(err, envelope.ErrMalformed), errors.Is(err, envelope.ErrNotForUs):
 		return http.StatusBadGateway, APIError{Code: CodeServiceUnreachable, Message: err.Error()}
-	case errors.Is(err, errNotConfigured), errors.Is(err, errNoAPIKey), errors.Is(err, errLegacyNotConfigured), errors.Is(err, errOIDCNotConfigured),
+	case errors.As(err, &ste) && errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, APIError{Code: CodeServiceTimeout, Message: ste.Error()}
+	case errors.As(err, &ste):
+		return http.StatusBadGateway, APIError{Code: CodeServiceUnreachable, Message: ste.Error()}
+	case errors.Is(err, errNoAPI), errors.Is(err, errNotConfigured), errors.Is(err, errNoAPIKey), errors.Is(err, errLegacyNotConfigured), errors.Is(err, errOIDCNotConfigured),
 		errors.Is(err, pkcs11.ErrKeyUsage), errors.Is(err, envelope.ErrUnsupported):
 		return http.StatusServiceUnavailable, APIError{Code: CodeNotConfigured, Message: err.Error()}
 	case errors.Is(err, errExpired), errors.Is(err, context.DeadlineExceeded):

@@ -40,7 +40,11 @@ type harness struct {
 	stop    context.CancelFunc
 	stopped chan error
 	store   oidc.Store
+	offset  atomic.Int64 // the emulator's clock runs this far ahead
 }
+
+// advance moves the emulator's clock (tokens it issued expire).
+func (h *harness) advance(d time.Duration) { h.offset.Add(int64(d)) }
 
 type options struct {
 	workers   int
@@ -55,7 +59,15 @@ type options struct {
 	routes    []agent.RouteRule
 	legacy    bool // the legacy scheme, with alice's password
 	oidc      bool // the OpenID Connect scheme, alice signed in as profile "default"
+	apiURL    string // the proxy's business API ("emu": the emulator)
+	maxBody   int64  // ServiceMaxBody
 }
+
+// Alice's box, and another organization's.
+const (
+	myBox    = "3f2a0c1e-5b7d-4e8f-9a01-23456789abcd"
+	otherBox = "7d1e2f30-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
+)
 
 const (
 	devKey        = "testClient-0a1b2c3d4e"
@@ -73,7 +85,7 @@ func start(t testing.TB, o options) *harness {
 		t.Fatal(err)
 	}
 	users := []emulator.User{{ID: "u1", Phone: "9161234567", SNILS: "11223344595", Linked: []string{"p:crm-42"},
-		Login: "alice@example.com", PasswordHash: hash, Thumbprints: []string{pkcs11.Thumbprint(tk.RSA.Cert)}}}
+		Login: "alice@example.com", PasswordHash: hash, Thumbprints: []string{pkcs11.Thumbprint(tk.RSA.Cert)}, Boxes: []string{myBox}}}
 	for i := range o.users {
 		users = append(users, emulator.User{ID: fmt.Sprintf("user%d", i), Phone: fmt.Sprintf("92000000%02d", i), Linked: []string{fmt.Sprintf("p:suid%d", i)}})
 	}
@@ -83,6 +95,8 @@ func start(t testing.TB, o options) *harness {
 		Users:      users,
 		OIDC: emulator.OIDCConfig{Clients: []emulator.OIDCClient{{ID: oidcClientID, Secret: oidcSecret}},
 			DeviceInterval: emulator.Duration(time.Second)},
+		Organizations: []emulator.Organization{{ID: "org-1", FullName: "Horns and Hooves LLC", Boxes: []emulator.Box{{GUID: myBox}}},
+			{ID: "org-2", FullName: "Someone Else JSC", Boxes: []emulator.Box{{GUID: otherBox}}}},
 	}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +107,7 @@ func start(t testing.TB, o options) *harness {
 	t.Cleanup(func() { emu.Close(context.Background()) })
 
 	h := &harness{tk: tk, emu: emu, logs: logs, audit: audit, opens: &atomic.Int64{}}
+	emu.SetClock(func() time.Time { return time.Now().Add(time.Duration(h.offset.Load())) })
 	sel := tk.Selection(tk.RSA.Label)
 	open := func(ctx context.Context) (agent.Token, error) {
 		h.opens.Add(1)
@@ -112,7 +127,13 @@ func start(t testing.TB, o options) *harness {
 		}
 	}
 	h.agent = agent.New(agent.Options{Token: h.tm, Client: client, APIKey: apiKey, Log: log, Audit: agent.NewAudit(audit),
-		RequestDeadline: o.deadline, ExposeCanonical: o.expose, Routes: o.routes})
+		RequestDeadline: o.deadline, ExposeCanonical: o.expose, Routes: o.routes, ServiceMaxBody: o.maxBody})
+	if o.apiURL == "emu" {
+		o.apiURL = emu.URL()
+	}
+	if err := h.agent.SetServiceAPI(o.apiURL, false); err != nil {
+		t.Fatal(err)
+	}
 	if o.legacy {
 		lc, err := legacy.New(legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey, Backoff: time.Millisecond, Log: log})
 		if err != nil {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"net/http"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -20,7 +21,22 @@ type metrics struct {
 	rejected      prometheus.Counter
 	authz         *prometheus.CounterVec
 	oidcRefreshes *prometheus.CounterVec
+	calls         *prometheus.CounterVec
+	retries       *prometheus.CounterVec
+	methods       methodLabels
 }
+
+// observeCall counts a proxied business call by method and the status the
+// caller got, and its retry after a 401.
+func (m *metrics) observeCall(method string, status int, retried bool) {
+	m.calls.WithLabelValues(method, strconv.Itoa(status)).Inc()
+	if retried {
+		m.retries.WithLabelValues(method).Inc()
+	}
+}
+
+// methodLabel is a business method's metrics label (see methodLabels).
+func (m *metrics) methodLabel(method string) string { return m.methods.label(method) }
 
 // observeAuthorization counts an authorization by scheme and result:
 // cached, obtained or failed.
@@ -55,10 +71,14 @@ func newMetrics(tm *TokenManager) *metrics {
 		rejected:    prometheus.NewCounter(prometheus.CounterOpts{Name: "signagent_queue_rejected_total", Help: "Requests refused with 429 because the token's queue was full."}),
 		oidcRefreshes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_oidc_refreshes_total",
 			Help: "OpenID Connect access-token refreshes by result (ok, refused: sign in again, error)."}, []string{"result"}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_service_calls_total",
+			Help: "Business calls through the proxy by method and the status the caller got (the service's, or the agent's own error)."}, []string{"method", "status"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_service_retries_total",
+			Help: "Business calls through the proxy sent again with a fresh Authorization after a 401."}, []string{"method"}),
 		authz: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_authorizations_total",
 			Help: "Authorization header values by scheme and result (cached, obtained, failed)."}, []string{"scheme", "result"}),
 	}
-	m.reg.MustRegister(m.authz, m.oidcRefreshes, m.requests, m.duration, m.signing, m.signErrors, m.cacheHits, m.cacheMisses, m.rejected,
+	m.reg.MustRegister(m.calls, m.retries, m.authz, m.oidcRefreshes, m.requests, m.duration, m.signing, m.signErrors, m.cacheHits, m.cacheMisses, m.rejected,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "signagent_token_ready", Help: "1 when the token is logged in and the key found."},
 			func() float64 {
 				if tm.State().Ready {

@@ -15,6 +15,8 @@ var guarded = map[string]string{
 	"POST /v1/sessions":   "sessions",
 	"DELETE /v1/sessions": "sessions",
 	"POST /v1/links":      "links",
+	proxyGet:              "service",
+	proxyPost:             "service",
 }
 
 // RouteRule opens routes to a class of callers: "uid:N" or "gid:N" (Unix
@@ -24,7 +26,7 @@ var guarded = map[string]string{
 // default); with no rules at all, every route is open.
 type RouteRule struct {
 	Class  string
-	Routes []string // signatures, sessions, links; none: no route
+	Routes []string // signatures, sessions, links, service; none: no route
 }
 
 // ParseRouteRule parses CLASS=ROUTE[,ROUTE...], e.g. "gid:50=signatures",
@@ -32,7 +34,7 @@ type RouteRule struct {
 func ParseRouteRule(s string) (RouteRule, error) {
 	class, list, ok := strings.Cut(s, "=")
 	bad := func(why string) error {
-		return fmt.Errorf("route rule %q: %s; want CLASS=ROUTES, CLASS one of uid:N, gid:N, unix, tcp, default, ROUTES from signatures, sessions, links", s, why)
+		return fmt.Errorf("route rule %q: %s; want CLASS=ROUTES, CLASS one of uid:N, gid:N, unix, tcp, default, ROUTES from signatures, sessions, links, service", s, why)
 	}
 	if !ok {
 		return RouteRule{}, bad("no '='")
@@ -55,7 +57,7 @@ func ParseRouteRule(s string) (RouteRule, error) {
 		if name == "" {
 			continue
 		}
-		if name != "signatures" && name != "sessions" && name != "links" {
+		if name != "signatures" && name != "sessions" && name != "links" && name != "service" {
 			return RouteRule{}, bad("unknown route " + strconv.Quote(name))
 		}
 		r.Routes = append(r.Routes, name)

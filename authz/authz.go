@@ -43,30 +43,52 @@ func (e *RefusedError) Error() string {
 // obtains a new one and sends once more. A second 401 is a *RefusedError.
 // send must be repeatable (build a new request each time).
 func Do(ctx context.Context, a Authorizer, send func(ctx context.Context, authorization string) (*http.Response, error)) (*http.Response, error) {
+	resp, _, err := Retry(ctx, a, send)
+	if err != nil || resp.StatusCode != http.StatusUnauthorized {
+		return resp, err
+	}
+	code := serviceCode(resp)
+	discard(resp)
+	return nil, &RefusedError{Identity: a.String(), Status: resp.StatusCode, Code: code}
+}
+
+// Retry is Do for a caller that passes the service's answer on: the
+// second 401 is returned as it came (its body unread), and retried says
+// whether the first value was refused.
+func Retry(ctx context.Context, a Authorizer, send func(ctx context.Context, authorization string) (*http.Response, error)) (resp *http.Response, retried bool, err error) {
 	for attempt := 1; ; attempt++ {
 		v, err := a.Authorization(ctx)
 		if err != nil {
-			return nil, err
+			return nil, retried, err
 		}
 		resp, err := send(ctx, v)
-		if err != nil || resp.StatusCode != http.StatusUnauthorized {
-			return resp, err
+		if err != nil || resp.StatusCode != http.StatusUnauthorized || attempt == 2 {
+			return resp, retried, err
 		}
-		// The code is the service's: at most a short printable word here.
-		code := strings.Map(func(r rune) rune {
-			if r <= ' ' || r > '~' {
-				return -1
-			}
-			return r
-		}, resp.Header.Get("X-Service-ErrorCode"))
-		if len(code) > 80 {
-			code = code[:80]
-		}
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		resp.Body.Close()
+		discard(resp)
 		a.Reject(v)
-		if attempt == 2 {
-			return nil, &RefusedError{Identity: a.String(), Status: resp.StatusCode, Code: code}
-		}
+		retried = true
 	}
+}
+
+// serviceCode is the answer's X-Service-ErrorCode: the service's, so at
+// most a short printable word here.
+func serviceCode(resp *http.Response) string {
+	code := strings.Map(func(r rune) rune {
+		if r <= ' ' || r > '~' {
+			return -1
+		}
+		return r
+	}, resp.Header.Get("X-Service-ErrorCode"))
+	if len(code) > 80 {
+		code = code[:80]
+	}
+	return code
+}
+
+// discard reads a little of an answer that is not passed on (so that the
+// connection can be reused) and closes it.
+func discard(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
 }

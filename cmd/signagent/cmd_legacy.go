@@ -192,6 +192,12 @@ func developerKey(s *settings.Settings) (string, error) {
 	return "", fmt.Errorf("%w: set SIGNAGENT_DEVELOPER_KEY or give --developer-key-file", legacy.ErrDeveloperKey)
 }
 
+// hasDeveloperKey reports whether a developer key is given at all.
+func hasDeveloperKey(s *settings.Settings) bool {
+	_, env := os.LookupEnv("SIGNAGENT_DEVELOPER_KEY")
+	return env || s.String("developer-key-file") != ""
+}
+
 // legacyIdentity builds who logs in; done releases the token, if opened.
 func legacyIdentity(c *cli.Context, e *env, by legacy.Method) (legacy.Identity, func(), error) {
 	none := func() {}

@@ -1,0 +1,349 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/internal/httpx"
+	"github.com/signagent/signagent/service"
+	"github.com/signagent/signagent/trusted"
+)
+
+// The authorizing proxy: a partner system sends a business request to
+// /v1/service/{method} with no service credentials and names the identity
+// in IdentityHeader; the agent adds that identity's Authorization header
+// (cached), forwards the request to the business API, retries once with a
+// fresh header on a 401, and streams the answer back as it came.
+
+// IdentityHeader names the identity a proxied call is made for.
+const IdentityHeader = "Signagent-Identity"
+
+const servicePrefix = "/v1/service/"
+
+// The proxy's routes as Routes, the metrics and the route rules name them.
+const (
+	proxyGet  = "GET /v1/service/{method}"
+	proxyPost = "POST /v1/service/{method}"
+)
+
+// errNoAPI answers proxied calls when the agent has no business API address.
+var errNoAPI = errors.New("no business API address is configured (--api-url)")
+
+// identityUsage is what a malformed selector's error ends with.
+const identityUsage = "; want " + IdentityHeader + ": oidc [profile=NAME] | trusted phone=N|snils=N|thumbprint=HEX serviceUserId=ID | legacy login=LOGIN | legacy certificate"
+
+// proxyTarget is the business API the proxy forwards to.
+type proxyTarget struct {
+	base      *url.URL
+	transport http.RoundTripper
+}
+
+// SetServiceAPI points the proxy at the business API (start, reload); an
+// empty address turns it off (503).
+func (a *Agent) SetServiceAPI(rawURL string, allowHTTP bool) error {
+	if rawURL == "" {
+		a.target.Store(nil)
+		return nil
+	}
+	base, err := httpx.ParseBaseURL(rawURL, allowHTTP)
+	if err != nil {
+		return badConfig(fmt.Errorf("--api-url: %w", err))
+	}
+	if cur := a.target.Load(); cur != nil && cur.base.String() == base.String() {
+		return nil // keep the connections
+	}
+	a.target.Store(&proxyTarget{base: base, transport: httpx.Client(nil).Transport})
+	return nil
+}
+
+// isProxied reports whether r is for the proxy. It is decided before the
+// mux, which would answer a path with ".." by a redirect.
+func isProxied(r *http.Request) bool {
+	return strings.HasPrefix(r.URL.Path, servicePrefix) || strings.HasPrefix(r.URL.EscapedPath(), servicePrefix)
+}
+
+// proxyCall is one proxied request's state, for the audit log and the
+// metrics.
+type proxyCall struct {
+	entry   auditEntry
+	method  string // business method, as the metrics label it
+	status  int    // the service's, when it answered
+	retried bool
+}
+
+// proxy serves /v1/service/{method}.
+func (a *Agent) proxy(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	call := &proxyCall{entry: auditEntry{caller: callerOf(r), operation: "service"}, method: "other"}
+	if r.Method != http.MethodGet && r.Method != http.MethodPost {
+		w.Header().Set("Allow", "GET, POST")
+		writeError(w, http.StatusMethodNotAllowed, APIError{Code: CodeMethodNotAllowed, Message: r.Method + " is not allowed on " + servicePrefix + "{method}; use GET or POST"})
+		return
+	}
+	rp, err := a.prepareProxy(r, call)
+	if err != nil {
+		a.proxyFailed(w, call, start, err)
+		return
+	}
+	rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, err error) { a.proxyFailed(w, call, start, err) }
+	rp.ModifyResponse = func(resp *http.Response) error {
+		call.status = resp.StatusCode
+		a.metrics.observeCall(call.method, resp.StatusCode, call.retried)
+		call.entry.outcome, call.entry.latency = "ok", time.Since(start)
+		call.entry.status, call.entry.retried = resp.StatusCode, call.retried
+		a.o.Audit.write(call.entry)
+		return nil
+	}
+	rp.ServeHTTP(w, r)
+}
+
+// prepareProxy checks the request (path, identity, body) and returns the
+// reverse proxy that forwards it.
+func (a *Agent) prepareProxy(r *http.Request, call *proxyCall) (*httputil.ReverseProxy, error) {
+	path, err := service.Path(strings.TrimPrefix(r.URL.EscapedPath(), strings.TrimSuffix(servicePrefix, "/")))
+	if err != nil {
+		return nil, err
+	}
+	call.method = a.metrics.methodLabel(strings.TrimPrefix(path, "/"))
+	call.entry.call = r.Method + " " + path
+	req, err := ParseIdentity(r.Header.Get(IdentityHeader), a.o.LegacySNILS)
+	if err != nil {
+		return nil, err
+	}
+	target := a.target.Load()
+	if target == nil {
+		return nil, errNoAPI
+	}
+	id, err := a.identity(req, &call.entry)
+	if err != nil {
+		return nil, err
+	}
+	// The body is read whole (MaxBytesReader bounds it) before anything is
+	// sent: a retry sends it again.
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, err
+	}
+	base := target.base
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL = &url.URL{Scheme: base.Scheme, Host: base.Host, Path: strings.TrimRight(base.Path, "/") + path, RawQuery: pr.In.URL.RawQuery}
+			pr.Out.Host = ""
+			// The service's credentials are the agent's to add; what the
+			// caller sent for the agent stays here.
+			for _, h := range []string{"Authorization", "Proxy-Authorization", "Cookie", IdentityHeader} {
+				pr.Out.Header.Del(h)
+			}
+		},
+		Transport: &authorizingTransport{id: id, body: body, base: target.transport, retried: &call.retried},
+		// An answer cut off while it streamed (the caller went away, the
+		// deadline passed) is logged here, not on stderr.
+		ErrorLog: log.New(a.o.Log.With().Str("operation", "service").Str("call", call.entry.call).Logger(), "", 0),
+	}, nil
+}
+
+// proxyFailed answers a call the proxy could not complete with the
+// agent's JSON error.
+func (a *Agent) proxyFailed(w http.ResponseWriter, call *proxyCall, start time.Time, err error) {
+	var te *upstreamError
+	if errors.As(err, &te) {
+		err = te.classified()
+	}
+	status, apiErr := classify(err)
+	a.metrics.observeCall(call.method, status, call.retried)
+	call.entry.outcome, call.entry.serviceCode, call.entry.latency = apiErr.Code, apiErr.ServiceCode, time.Since(start)
+	call.entry.retried = call.retried
+	a.o.Audit.write(call.entry)
+	ev := a.o.Log.Info()
+	if status >= 500 {
+		ev = a.o.Log.Warn()
+	}
+	ev.Str("client", call.entry.caller).Str("operation", "service").Str("call", call.entry.call).Int("status", status).Str("code", apiErr.Code).Msg(apiErr.Message)
+	writeError(w, status, apiErr)
+}
+
+// authorizingTransport sends the proxied request with the identity's
+// header, and once more with a fresh one after a 401.
+type authorizingTransport struct {
+	id      *identity
+	body    []byte
+	base    http.RoundTripper
+	retried *bool
+}
+
+func (t *authorizingTransport) RoundTrip(in *http.Request) (*http.Response, error) {
+	resp, retried, err := authz.Retry(in.Context(), identityAuthorizer{t.id}, func(ctx context.Context, authorization string) (*http.Response, error) {
+		out := in.Clone(ctx)
+		out.Body, out.ContentLength = http.NoBody, 0
+		if len(t.body) > 0 {
+			out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(t.body)), int64(len(t.body))
+		}
+		out.Header.Set("Authorization", authorization)
+		resp, err := t.base.RoundTrip(out)
+		if err != nil {
+			return nil, &upstreamError{ctx: ctx, err: err}
+		}
+		return resp, nil
+	})
+	*t.retried = retried
+	return resp, err
+}
+
+// identityAuthorizer is an identity as an authz.Authorizer.
+type identityAuthorizer struct{ id *identity }
+
+func (i identityAuthorizer) Authorization(ctx context.Context) (string, error) {
+	resp, err := i.id.token(ctx, false)
+	if err != nil {
+		return "", err
+	}
+	return resp.Authorization, nil
+}
+func (i identityAuthorizer) Reject(value string) { i.id.reject(value) }
+func (i identityAuthorizer) String() string      { return i.id.name }
+
+// upstreamError is a proxied request that got no answer.
+type upstreamError struct {
+	ctx context.Context
+	err error
+}
+
+func (e *upstreamError) Error() string { return httpx.CleanErr(e.err).Error() }
+func (e *upstreamError) Unwrap() error { return e.err }
+
+// classified is the error as a service.TransportError, which classify
+// knows: a time-out (the request deadline) or no answer.
+func (e *upstreamError) classified() error {
+	if httpx.IsTimeout(e.ctx, e.err) {
+		return &service.TransportError{Method: "the business call", Msg: "the service did not answer within the request deadline", Err: context.DeadlineExceeded}
+	}
+	return &service.TransportError{Method: "the business call", Msg: "could not reach the service: " + e.Error()}
+}
+
+// ParseIdentity reads an identity selector, IdentityHeader's value:
+//
+//	oidc [profile=NAME]
+//	trusted phone=N|snils=N|thumbprint=HEX serviceUserId=ID
+//	legacy login=LOGIN
+//	legacy certificate
+//
+// The error names what is wrong without repeating the values.
+func ParseIdentity(s string, legacySNILS bool) (api.AuthorizationRequest, error) {
+	bad := func(why string) error {
+		return fmt.Errorf("%w: %s: %s%s", trusted.ErrInvalidInput, IdentityHeader, why, identityUsage)
+	}
+	if strings.TrimSpace(s) == "" {
+		return api.AuthorizationRequest{}, bad("missing")
+	}
+	if len(s) > 1024 || strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return api.AuthorizationRequest{}, bad("too long or not printable")
+	}
+	words := strings.Fields(s)
+	kv, flags := map[string]string{}, map[string]bool{}
+	for _, w := range words[1:] {
+		k, v, ok := strings.Cut(w, "=")
+		if _, dup := kv[k]; dup || flags[k] {
+			return api.AuthorizationRequest{}, bad(fmt.Sprintf("%q given twice", k))
+		}
+		if !ok {
+			flags[k] = true
+			continue
+		}
+		if v == "" {
+			return api.AuthorizationRequest{}, bad(fmt.Sprintf("%q is empty", k))
+		}
+		kv[k] = v
+	}
+	req, allowed, err := identityRequest(words[0], kv, flags)
+	if err != nil {
+		return api.AuthorizationRequest{}, bad(err.Error())
+	}
+	for k := range kv {
+		if !strings.Contains(" "+allowed+" ", " "+k+" ") {
+			return api.AuthorizationRequest{}, bad(fmt.Sprintf("%q is not a %s selector's key", printableKey(k), words[0]))
+		}
+	}
+	if req.Credential != nil {
+		if _, err := parseCredential(*req.Credential, legacySNILS); err != nil {
+			return api.AuthorizationRequest{}, fmt.Errorf("%s: %w", IdentityHeader, err)
+		}
+	}
+	return req, nil
+}
+
+// identityRequest maps a selector to the authorization request it means,
+// and the keys the scheme takes.
+func identityRequest(scheme string, kv map[string]string, flags map[string]bool) (api.AuthorizationRequest, string, error) {
+	switch scheme {
+	case "oidc":
+		if len(flags) > 0 {
+			return api.AuthorizationRequest{}, "", errors.New("oidc takes only profile=NAME")
+		}
+		return api.AuthorizationRequest{Scheme: "oidc", Profile: kv["profile"]}, "profile", nil
+	case "trusted":
+		if len(flags) > 0 || kv["serviceUserId"] == "" {
+			return api.AuthorizationRequest{}, "", errors.New("trusted needs one credential and serviceUserId=ID")
+		}
+		cred := api.Credential{Phone: kv["phone"], SNILS: kv["snils"], Thumbprint: kv["thumbprint"]}
+		return api.AuthorizationRequest{Scheme: "legacy", By: "sid", Credential: &cred, ServiceUserID: kv["serviceUserId"]},
+			"phone snils thumbprint serviceUserId", nil
+	case "legacy":
+		switch {
+		case len(kv) == 0 && len(flags) == 1 && flags["certificate"]:
+			return api.AuthorizationRequest{Scheme: "legacy", By: "certificate"}, "", nil
+		case len(flags) == 0 && kv["login"] != "":
+			return api.AuthorizationRequest{Scheme: "legacy", By: "password", Login: kv["login"]}, "login", nil
+		}
+		return api.AuthorizationRequest{}, "", errors.New("legacy needs login=LOGIN or the word certificate")
+	}
+	return api.AuthorizationRequest{}, "", fmt.Errorf("unknown scheme %q", printableKey(scheme))
+}
+
+func printableKey(s string) string {
+	if len(s) > 32 {
+		s = s[:32] + "…"
+	}
+	return s
+}
+
+// The metrics name a business method only when it is a plain name and the
+// agent has not labelled too many already: callers cannot grow /metrics.
+var methodName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,63}(/[A-Za-z][A-Za-z0-9_]{0,63})?$`)
+
+const maxMethodLabels = 64
+
+type methodLabels struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (l *methodLabels) label(method string) string {
+	if !methodName.MatchString(method) {
+		return "other"
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen == nil {
+		l.seen = map[string]bool{}
+	}
+	if !l.seen[method] {
+		if len(l.seen) >= maxMethodLabels {
+			return "other"
+		}
+		l.seen[method] = true
+	}
+	return method
+}

@@ -1,0 +1,322 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/legacy"
+)
+
+// call sends a request to the agent's socket as a partner system would;
+// path is sent as it is (no cleaning, no escaping).
+func (h *harness) call(t testing.TB, method, path, identity string, header http.Header, body string) (*http.Response, string) {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", h.sock)
+	}}}
+	req, err := http.NewRequest(method, "http://agent", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.URL.Opaque = path
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if identity != "" {
+		req.Header.Set(agent.IdentityHeader, identity)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+const (
+	aliceOIDC    = "oidc profile=default"
+	aliceLegacy  = "legacy login=alice@example.com"
+	aliceTrusted = "trusted snils=11223344595 serviceUserId=crm-42"
+)
+
+// TestProxyBusinessCalls: the same business calls through the proxy for
+// alice under each scheme, answered as the service answered them.
+func TestProxyBusinessCalls(t *testing.T) {
+	h := start(t, options{legacy: true, oidc: true, apiURL: "emu"})
+	for _, id := range []string{aliceOIDC, aliceLegacy, aliceTrusted, "legacy certificate"} {
+		t.Run(strings.Fields(id)[0]+"-"+strings.Fields(id)[1], func(t *testing.T) {
+			resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", id, nil, "")
+			if resp.StatusCode != 200 || !strings.Contains(body, `"FullName":"Horns and Hooves LLC"`) || strings.Contains(body, "Someone Else") ||
+				!strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+				t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, body)
+			}
+			resp, _ = h.call(t, "GET", "/v1/service/GetMyEmployee?boxId="+myBox, id, nil, "")
+			if resp.StatusCode != 200 {
+				t.Fatalf("own box: %d", resp.StatusCode)
+			}
+			// 403, 404 and 400 come back as the service sent them.
+			for _, c := range []struct {
+				query, code, text string
+				status            int
+			}{
+				{"?boxId=" + otherBox, emulator.CodeBoxAccessDenied, "Access to Box [" + otherBox + "] is denied", 403},
+				{"?boxId=00000000000000000000000000000001@box.example", emulator.CodeBoxNotFound, "", 404},
+				{"", "Http.BadRequest", "Could not get boxId from query param", 400},
+			} {
+				resp, body := h.call(t, "GET", "/v1/service/GetMyEmployee"+c.query, id, nil, "")
+				if resp.StatusCode != c.status || !strings.Contains(body, c.text) || resp.Header.Get(legacy.ErrorCodeHeader) != c.code {
+					t.Errorf("%q: %d %q %q", c.query, resp.StatusCode, resp.Header.Get(legacy.ErrorCodeHeader), body)
+				}
+			}
+		})
+	}
+	if v := h.metric(t, `signagent_service_calls_total{method="GetMyEmployee",status="403"}`); v != "4" {
+		t.Errorf("403s counted: %s", v)
+	}
+	if v := h.metric(t, `signagent_service_calls_total{method="GetMyOrganizations",status="200"}`); v != "4" {
+		t.Errorf("200s counted: %s", v)
+	}
+	// The audit log: who called what for whom, and no secret.
+	audit := h.audit.String()
+	for _, want := range []string{`"call":"GET /GetMyEmployee"`, `"serviceStatus":403`, `"identity":"profile default (u1)"`,
+		`"identity":"password alice@example.com"`, `"identity":"sid trusted snils=*******4595 serviceUserId=crm-42"`} {
+		if !strings.Contains(audit, want) {
+			t.Errorf("audit lacks %s:\n%s", want, audit)
+		}
+	}
+	if strings.Contains(audit, "?boxId") {
+		t.Error("the audit log holds a query")
+	}
+	for _, secret := range []string{"Bearer ", "ddauth_token", alicePassword} {
+		if strings.Contains(audit+h.logs.String(), secret) {
+			t.Errorf("audit or log holds %q", secret)
+		}
+	}
+}
+
+// TestProxyExpiredBetweenCalls: a token the service stops taking between
+// two calls is replaced transparently, once; the retry shows in metrics.
+func TestProxyExpiredBetweenCalls(t *testing.T) {
+	h := start(t, options{legacy: true, apiURL: "emu"})
+	if resp, _ := h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceLegacy, nil, ""); resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+	h.advance(25 * time.Hour) // past the emulator's token lifetime; the agent's cache still holds it
+	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceLegacy, nil, ""); resp.StatusCode != 200 {
+		t.Fatal(resp.Status, body)
+	}
+	if st := h.emu.Stats(); st.LegacyTokens != 2 || st.Rejections[emulator.CodeInvalidAuthToken] != 1 {
+		t.Fatalf("tokens %d, rejections %v", st.LegacyTokens, st.Rejections)
+	}
+	if v := h.metric(t, `signagent_service_retries_total{method="GetMyOrganizations"}`); v != "1" {
+		t.Fatalf("retries = %s", v)
+	}
+	if !strings.Contains(h.audit.String(), `"retried":true`) {
+		t.Fatal("the audit line does not say the call was retried")
+	}
+}
+
+// TestProxyRefusals: the 401 causes the agent can meet. The service
+// refusing a fresh header too is passed on as it came (fault injection:
+// the emulator takes every token the agent obtains); a developer key the
+// service does not know fails at Authenticate, before any call (422).
+func TestProxyRefusals(t *testing.T) {
+	h := start(t, options{legacy: true, oidc: true, apiURL: "emu"})
+	h.emu.InjectFaults("GetMyOrganizations", emuStatus(401), emuStatus(401))
+	resp, _ := h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceOIDC, nil, "")
+	if resp.StatusCode != 401 || h.metric(t, `signagent_service_retries_total{method="GetMyOrganizations"}`) != "1" {
+		t.Fatalf("refused twice: %d", resp.StatusCode)
+	}
+	if resp.Header.Get("WWW-Authenticate") != "" {
+		t.Fatal("a service 401 must not look like the agent's own")
+	}
+	// Not signed in (OpenID Connect): 409 naming signagent login.
+	resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", "oidc profile=nobody", nil, "")
+	if resp.StatusCode != 409 || !strings.Contains(body, "signagent login --profile nobody") {
+		t.Fatalf("not signed in: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestProxyUnknownDeveloperKey: an unknown ddauth_api_client_id (the
+// agent's developer key is not the service's) fails at Authenticate,
+// before the call: 422 without the key.
+func TestProxyUnknownDeveloperKey(t *testing.T) {
+	h2 := start(t, options{apiURL: "emu"})
+	lc, err := legacy.New(legacy.Config{APIURL: h2.emu.URL(), DeveloperKey: "unknownClient-0a1b2c3d4e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2.agent.SetLegacy(&agent.Legacy{Tokens: legacy.NewTokens(lc, 0, 0), Passwords: map[string]string{"alice@example.com": alicePassword}})
+	resp, body := h2.call(t, "GET", "/v1/service/GetMyOrganizations", aliceLegacy, nil, "")
+	if resp.StatusCode != 422 || !strings.Contains(body, "service_refused") || strings.Contains(body, devKey) {
+		t.Fatalf("unknown developer key: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestProxyBadInput: selectors, paths, bodies and methods the proxy
+// refuses, each before anything reaches the service.
+func TestProxyBadInput(t *testing.T) {
+	h := start(t, options{legacy: true, oidc: true, apiURL: "emu", maxBody: 1024})
+	before := h.emu.Stats().Requests["GetMyOrganizations"]
+	for _, c := range []struct {
+		name, method, path, identity, body, code string
+		status                                   int
+	}{
+		{"no selector", "GET", "/v1/service/GetMyOrganizations", "", "", "bad_input", 400},
+		{"unknown scheme", "GET", "/v1/service/GetMyOrganizations", "kerberos user=x", "", "bad_input", 400},
+		{"two credentials", "GET", "/v1/service/GetMyOrganizations", "trusted snils=11223344595 phone=9161234567 serviceUserId=crm-42", "", "bad_input", 400},
+		{"bad snils", "GET", "/v1/service/GetMyOrganizations", "trusted snils=11223344500 serviceUserId=crm-42", "", "bad_input", 400},
+		{"no serviceUserId", "GET", "/v1/service/GetMyOrganizations", "trusted snils=11223344595", "", "bad_input", 400},
+		{"unknown key", "GET", "/v1/service/GetMyOrganizations", "oidc profile=default password=hunter2", "", "bad_input", 400},
+		{"key twice", "GET", "/v1/service/GetMyOrganizations", "oidc profile=a profile=b", "", "bad_input", 400},
+		{"bad profile", "GET", "/v1/service/GetMyOrganizations", "oidc profile=../../etc", "", "bad_input", 400},
+		{"legacy without login", "GET", "/v1/service/GetMyOrganizations", "legacy", "", "bad_input", 400},
+		{"no password for login", "GET", "/v1/service/GetMyOrganizations", "legacy login=mallory@example.com", "", "bad_input", 400},
+		{"dot-dot", "GET", "/v1/service/../v1/signatures", aliceOIDC, "", "bad_input", 400},
+		{"dot-dot inside", "GET", "/v1/service/a/../GetMyOrganizations", aliceOIDC, "", "bad_input", 400},
+		{"escaped dot-dot", "GET", "/v1/service/%2e%2e/x", aliceOIDC, "", "bad_input", 400},
+		{"escaped slash", "GET", "/v1/service/a%2F..%2Fb", aliceOIDC, "", "bad_input", 400},
+		{"//host", "GET", "/v1/service//evil.example/x", aliceOIDC, "", "bad_input", 400},
+		{"absolute URL", "GET", "/v1/service/http://evil.example/x", aliceOIDC, "", "bad_input", 400},
+		{"no method", "GET", "/v1/service/", aliceOIDC, "", "bad_input", 400},
+		{"body over the limit", "POST", "/v1/service/GetMyOrganizations", aliceOIDC, strings.Repeat("x", 1025), "body_too_large", 413},
+		{"PUT", "PUT", "/v1/service/GetMyOrganizations", aliceOIDC, "", "method_not_allowed", 405},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			resp, body := h.call(t, c.method, c.path, c.identity, nil, c.body)
+			var e struct{ Error struct{ Code, Message string } }
+			if err := json.Unmarshal([]byte(body), &e); err != nil || resp.StatusCode != c.status || e.Error.Code != c.code {
+				t.Fatalf("%d %s", resp.StatusCode, body)
+			}
+			if strings.Contains(e.Error.Message, "\n") || strings.Contains(body, "hunter2") || strings.Contains(body, "11223344") {
+				t.Fatalf("message: %s", body)
+			}
+		})
+	}
+	if after := h.emu.Stats().Requests["GetMyOrganizations"]; after != before {
+		t.Fatalf("%d refused requests reached the service", after-before)
+	}
+	// A body within the limit is sent, once per attempt.
+	if resp, _ := h.call(t, "POST", "/v1/service/GetMyOrganizations", aliceOIDC, http.Header{"Content-Type": {"application/json"}}, "{}"); resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+	// Only the proxy's routes are open to rules naming "service".
+	if _, err := agent.ParseRouteRule("unix=service"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestProxyHeaders: what reaches the service and what comes back. The
+// emulator runs behind a recorder here (the same emulator, its handler
+// wrapped) because it cannot report the headers it was sent.
+func TestProxyHeaders(t *testing.T) {
+	h := start(t, options{oidc: true})
+	var mu sync.Mutex
+	var got http.Header
+	rec := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = r.Header.Clone()
+		mu.Unlock()
+		w.Header().Set("X-Answer", "kept")
+		w.Header().Set("Connection", "X-Hop-Back")
+		w.Header().Set("X-Hop-Back", "dropped")
+		h.emu.Handler().ServeHTTP(w, r)
+	}))
+	defer rec.Close()
+	if err := h.agent.SetServiceAPI(rec.URL, false); err != nil {
+		t.Fatal(err)
+	}
+	hdr := http.Header{"Authorization": {"DiadocAuth ddauth_token=the-callers-own"}, "Cookie": {"session=callers"},
+		"Connection": {"X-Hop"}, "X-Hop": {"1"}, "Proxy-Authorization": {"Basic eDp5"}, "X-Request-Id": {"r-1"}}
+	resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceOIDC, hdr, "")
+	if resp.StatusCode != 200 || !strings.Contains(body, "Horns and Hooves") {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if a := got.Get("Authorization"); !strings.HasPrefix(a, "Bearer ") {
+		t.Errorf("Authorization sent: %q", a)
+	}
+	for _, k := range []string{"Cookie", "X-Hop", "Proxy-Authorization", agent.IdentityHeader} {
+		if v := got.Get(k); v != "" {
+			t.Errorf("%s forwarded: %q", k, v)
+		}
+	}
+	if got.Get("X-Request-Id") != "r-1" {
+		t.Error("an end-to-end header was dropped")
+	}
+	if resp.Header.Get("X-Answer") != "kept" || resp.Header.Get("X-Hop-Back") != "" {
+		t.Errorf("answer headers: %v", resp.Header)
+	}
+}
+
+// TestProxyServiceTrouble: the service down, slow (past the request
+// deadline) or answering an HTML page.
+func TestProxyServiceTrouble(t *testing.T) {
+	h := start(t, options{oidc: true, deadline: 2 * time.Second})
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	if err := h.agent.SetServiceAPI(down.URL, false); err != nil {
+		t.Fatal(err)
+	}
+	resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceOIDC, nil, "")
+	if resp.StatusCode != 502 || !strings.Contains(body, "service_unreachable") || strings.Contains(body, down.URL) {
+		t.Fatalf("down: %d %s", resp.StatusCode, body)
+	}
+
+	h.agent.SetServiceAPI(h.emu.URL(), false)
+	h.emu.InjectFaults("GetMyOrganizations", emuDelay(time.Minute))
+	t0 := time.Now()
+	resp, body = h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceOIDC, nil, "")
+	if resp.StatusCode != 504 || !strings.Contains(body, "service_timeout") || time.Since(t0) > 10*time.Second {
+		t.Fatalf("slow: %d %s after %v", resp.StatusCode, body, time.Since(t0))
+	}
+
+	html := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(503)
+		w.Write([]byte("<!doctype html><p>maintenance</p>"))
+	}))
+	defer html.Close()
+	h.agent.SetServiceAPI(html.URL, false)
+	resp, body = h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceOIDC, nil, "")
+	if resp.StatusCode != 503 || resp.Header.Get("Content-Type") != "text/html" || !strings.Contains(body, "maintenance") {
+		t.Fatalf("HTML: %d %s", resp.StatusCode, body)
+	}
+	if v := h.metric(t, `signagent_service_calls_total{method="GetMyOrganizations",status="504"}`); v != "1" {
+		t.Fatalf("504s = %s", v)
+	}
+
+	// No business API configured: 503.
+	h.agent.SetServiceAPI("", false)
+	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceOIDC, nil, ""); resp.StatusCode != 503 || !strings.Contains(body, "--api-url") {
+		t.Fatalf("not configured: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestProxyMethodLabels: callers cannot grow /metrics by inventing
+// method names.
+func TestProxyMethodLabels(t *testing.T) {
+	h := start(t, options{oidc: true, apiURL: "emu"})
+	for i := range 100 {
+		h.call(t, "GET", "/v1/service/Made"+strings.Repeat("Up", i%40)+string(rune('A'+i%26))+"x", aliceOIDC, nil, "")
+	}
+	_, body := h.call(t, "GET", "/metrics", "", nil, "")
+	if n := strings.Count(body, "signagent_service_calls_total{"); n > 65 {
+		t.Fatalf("%d method series", n)
+	}
+	if !strings.Contains(body, `signagent_service_calls_total{method="other",status="404"}`) {
+		t.Fatal("no other label")
+	}
+}
