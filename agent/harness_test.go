@@ -57,8 +57,8 @@ type options struct {
 	timeout   time.Duration // trusted client's request time-out
 	expose    bool          // ExposeCanonical
 	routes    []agent.RouteRule
-	legacy    bool // the legacy scheme, with alice's password
-	oidc      bool // the OpenID Connect scheme, alice signed in as profile "default"
+	legacy    bool   // the legacy scheme, with alice's password
+	oidc      bool   // the OpenID Connect scheme, alice signed in as profile "default"
 	apiURL    string // the proxy's business API ("emu": the emulator)
 	maxBody   int64  // ServiceMaxBody
 }

@@ -195,7 +195,9 @@ func TestProxyBadInput(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			resp, body := h.call(t, c.method, c.path, c.identity, nil, c.body)
-			var e struct{ Error struct{ Code, Message string } }
+			var e struct {
+				Error struct{ Code, Message string }
+			}
 			if err := json.Unmarshal([]byte(body), &e); err != nil || resp.StatusCode != c.status || e.Error.Code != c.code {
 				t.Fatalf("%d %s", resp.StatusCode, body)
 			}
