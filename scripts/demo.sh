@@ -52,6 +52,14 @@ users:
     snils: "112-233-445 95"
     login: ivanov@example.com
     passwordHash: "$hash"
+    boxes: [3f2a0c1e-5b7d-4e8f-9a01-23456789abcd]
+organizations:
+  - id: org-horns
+    fullName: Horns and Hooves LLC
+    boxes: [{guid: 3f2a0c1e-5b7d-4e8f-9a01-23456789abcd, title: Main}]
+  - id: org-else
+    fullName: Someone Else JSC
+    boxes: [{guid: 7d1e2f30-4a5b-4c6d-8e9f-0a1b2c3d4e5f, title: Theirs}]
 YAML
 rm -f "$demo/emulator.url"
 $bin --log-level warn emulator --listen 127.0.0.1:0 --config "$demo/emulator.yaml" --url-file "$demo/emulator.url" &
@@ -102,5 +110,31 @@ printf 'access token: %s…(masked, %d characters), expires %s\n' "${tok:0:4}" "
   "$($bin status --json | sed -n 's/.*"accessTokenExpiresAt": "\(.*\)".*/\1/p')"
 printf 'GetMyOrganizations with it: HTTP %s\n' \
   "$(curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $tok" "$SIGNAGENT_API_URL/GetMyOrganizations")"
+
+step "9. signagent api for the OpenID Connect user: GetMyOrganizations"
+$bin --log-level warn api GET /GetMyOrganizations
+
+step "10. The agent as an authorizing proxy: GetMyOrganizations for the trusted user (auth.sid -> legacy token -> call)"
+rm -f "$demo/agent.sock"
+$bin --log-level warn serve --listen "unix:$PWD/$demo/agent.sock" --audit-log "$demo/audit.log" &
+agent=$!
+trap 'kill $agent $emu 2>/dev/null; wait $agent $emu 2>/dev/null || true' EXIT
+for _ in $(seq 200); do curl -sf --unix-socket "$demo/agent.sock" -o /dev/null http://agent/readyz && break; sleep 0.05; done
+trusted='Signagent-Identity: trusted phone=+79161234567 serviceUserId=crm-user-42'
+echo "GET /v1/service/GetMyOrganizations with $trusted"
+curl -sS --unix-socket "$demo/agent.sock" -H "$trusted" http://agent/v1/service/GetMyOrganizations
+echo
+echo "audit: $(tail -n 1 "$demo/audit.log")"
+
+step "11. A box that is not the user's: 403 from the service, passed on as it came (and the same through signagent api, exit 3)"
+curl -sS --unix-socket "$demo/agent.sock" -H "$trusted" -D - \
+  'http://agent/v1/service/GetMyEmployee?boxId=7d1e2f30-4a5b-4c6d-8e9f-0a1b2c3d4e5f' | grep -Ev '^(Date|Content-Length):'
+echo
+set +e
+$bin --log-level warn api 'GetMyEmployee?boxId=7d1e2f30-4a5b-4c6d-8e9f-0a1b2c3d4e5f'
+echo "signagent api exit status: $?"
+set -e
+kill -TERM $agent
+wait $agent
 
 printf '\nDone. To use the token yourself:\n  eval "$(%s dev-token --dir %s)"\n' "$bin" "$demo/hsm"
