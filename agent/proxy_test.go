@@ -106,24 +106,38 @@ func TestProxyBusinessCalls(t *testing.T) {
 }
 
 // TestProxyExpiredBetweenCalls: a token the service stops taking between
-// two calls is replaced transparently, once; the retry shows in metrics.
+// two calls (legacy and OpenID Connect) is replaced transparently, once;
+// the retry shows in metrics and the audit log.
 func TestProxyExpiredBetweenCalls(t *testing.T) {
-	h := start(t, options{legacy: true, apiURL: "emu"})
-	if resp, _ := h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceLegacy, nil, ""); resp.StatusCode != 200 {
-		t.Fatal(resp.Status)
+	h := start(t, options{legacy: true, oidc: true, apiURL: "emu"})
+	for _, id := range []string{aliceLegacy, aliceOIDC} {
+		if resp, _ := h.call(t, "GET", "/v1/service/GetMyOrganizations", id, nil, ""); resp.StatusCode != 200 {
+			t.Fatal(id, resp.Status)
+		}
 	}
-	h.advance(25 * time.Hour) // past the emulator's token lifetime; the agent's cache still holds it
-	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceLegacy, nil, ""); resp.StatusCode != 200 {
-		t.Fatal(resp.Status, body)
+	before, err := h.store.Load("default")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if st := h.emu.Stats(); st.LegacyTokens != 2 || st.Rejections[emulator.CodeInvalidAuthToken] != 1 {
+	// Past both tokens' lifetime at the service (24h); the agent still holds them.
+	h.advance(25 * time.Hour)
+	for _, id := range []string{aliceLegacy, aliceOIDC} {
+		if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", id, nil, ""); resp.StatusCode != 200 {
+			t.Fatal(id, resp.Status, body)
+		}
+	}
+	// One refusal per scheme, one new legacy token, one refreshed access token.
+	if st := h.emu.Stats(); st.LegacyTokens != 2 || st.Rejections[emulator.CodeInvalidAuthToken] != 2 {
 		t.Fatalf("tokens %d, rejections %v", st.LegacyTokens, st.Rejections)
 	}
-	if v := h.metric(t, `signagent_service_retries_total{method="GetMyOrganizations"}`); v != "1" {
+	if rec, err := h.store.Load("default"); err != nil || rec.AccessToken == before.AccessToken {
+		t.Fatalf("the refreshed token was not saved: %v", err)
+	}
+	if v := h.metric(t, `signagent_service_retries_total{method="GetMyOrganizations"}`); v != "2" {
 		t.Fatalf("retries = %s", v)
 	}
-	if !strings.Contains(h.audit.String(), `"retried":true`) {
-		t.Fatal("the audit line does not say the call was retried")
+	if n := strings.Count(h.audit.String(), `"retried":true`); n != 2 {
+		t.Fatalf("%d audit lines say retried", n)
 	}
 }
 
