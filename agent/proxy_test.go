@@ -336,3 +336,17 @@ func TestProxyMethodLabels(t *testing.T) {
 		t.Fatal("no other label")
 	}
 }
+
+// TestProxyRouteRule: a caller class whose rules do not name "service"
+// gets 403 from the proxy; one that does is served.
+func TestProxyRouteRule(t *testing.T) {
+	h := start(t, options{oidc: true, apiURL: "emu", routes: []agent.RouteRule{{Class: "unix", Routes: []string{"sessions"}}}})
+	resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceOIDC, nil, "")
+	if resp.StatusCode != 403 || !strings.Contains(body, `"code":"forbidden"`) {
+		t.Fatalf("closed: %d %s", resp.StatusCode, body)
+	}
+	h.agent.SetRouteRules([]agent.RouteRule{{Class: "unix", Routes: []string{"service"}}})
+	if resp, body := h.call(t, "POST", "/v1/service/GetMyOrganizations", aliceOIDC, nil, ""); resp.StatusCode != 200 {
+		t.Fatalf("open: %d %s", resp.StatusCode, body)
+	}
+}
