@@ -206,6 +206,10 @@ func (s *statusWriter) WriteHeader(code int) {
 	s.ResponseWriter.WriteHeader(code)
 }
 
+// Unwrap lets http.ResponseController reach the connection's Flush: the
+// proxy flushes a streamed answer as it comes.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
 // routeLabel is the metrics label of a request: one of Routes, or "other"
 // for any other method or path. Labels come from this fixed set only, so
 // that callers cannot grow the metrics by inventing methods and paths.

@@ -350,3 +350,49 @@ func TestProxyRouteRule(t *testing.T) {
 		t.Fatalf("open: %d %s", resp.StatusCode, body)
 	}
 }
+
+// TestProxyStreams: an answer the service sends in parts reaches the
+// caller part by part, not when the service has finished (a stand-in
+// service: the emulator's answers are small and whole).
+func TestProxyStreams(t *testing.T) {
+	h := start(t, options{oidc: true})
+	release := make(chan struct{})
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("first part\n"))
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-time.After(10 * time.Second):
+		}
+		w.Write([]byte("second part\n"))
+	}))
+	defer svc.Close()
+	defer close(release)
+	if err := h.agent.SetServiceAPI(svc.URL, false); err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", h.sock)
+	}}}
+	req, _ := http.NewRequest("GET", "http://agent/v1/service/Stream", nil)
+	req.Header.Set(agent.IdentityHeader, aliceOIDC)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got := make(chan string, 1)
+	go func() {
+		b := make([]byte, 64)
+		n, _ := resp.Body.Read(b)
+		got <- string(b[:n])
+	}()
+	select {
+	case s := <-got:
+		if s != "first part\n" {
+			t.Fatalf("first read %q", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first part did not arrive before the service finished")
+	}
+}
