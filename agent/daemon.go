@@ -276,7 +276,7 @@ func (d *Daemon) serviceClient(cfg Config) (*trusted.Client, error) {
 // current cache is kept, with its tokens.
 func (d *Daemon) legacyScheme(cfg, was Config) (*Legacy, error) {
 	if cfg.Legacy == nil {
-		d.log.Info().Msg("no --api-url: legacy authorizations answer 503 until one is configured")
+		d.log.Info().Msg("the legacy scheme is off (no --api-url or no developer key): its authorizations answer 503")
 		return nil, nil
 	}
 	if sameLegacy(was.Legacy, cfg.Legacy) && maps.Equal(was.LegacyPasswords, cfg.LegacyPasswords) && d.agent != nil {
