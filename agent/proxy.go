@@ -49,6 +49,9 @@ const identityUsage = "; want " + IdentityHeader + ": oidc [profile=NAME] | trus
 type proxyTarget struct {
 	base      *url.URL
 	transport http.RoundTripper
+	// errorLog gets the reverse proxy's own lines (an answer cut off
+	// while it streamed: the caller went away, the deadline passed).
+	errorLog *log.Logger
 }
 
 // SetServiceAPI points the proxy at the business API (start, reload); an
@@ -65,7 +68,8 @@ func (a *Agent) SetServiceAPI(rawURL string, allowHTTP bool) error {
 	if cur := a.target.Load(); cur != nil && cur.base.String() == base.String() {
 		return nil // keep the connections
 	}
-	a.target.Store(&proxyTarget{base: base, transport: httpx.Client(nil).Transport})
+	a.target.Store(&proxyTarget{base: base, transport: httpx.Client(nil).Transport,
+		errorLog: log.New(a.o.Log.With().Str("operation", "service").Logger(), "", 0)})
 	return nil
 }
 
@@ -149,9 +153,7 @@ func (a *Agent) prepareProxy(r *http.Request, call *proxyCall) (*httputil.Revers
 			}
 		},
 		Transport: &authorizingTransport{id: id, body: body, base: target.transport, retried: &call.retried},
-		// An answer cut off while it streamed (the caller went away, the
-		// deadline passed) is logged here, not on stderr.
-		ErrorLog: log.New(a.o.Log.With().Str("operation", "service").Str("call", call.entry.call).Logger(), "", 0),
+		ErrorLog:  target.errorLog,
 	}, nil
 }
 
