@@ -581,7 +581,14 @@ func (k *Key) DecryptContext(ctx context.Context, msg []byte, opts crypto.Decryp
 		if err := b.DecryptInit(sh, mech, h); err != nil {
 			return nil, err
 		}
-		return b.Decrypt(sh, msg)
+		out, err := b.Decrypt(sh, msg)
+		if code, ok := Code(err); ok && isBadCiphertext(code) {
+			// The message's fault, not the device's: the key stays in use.
+			// Otherwise whoever chooses the message (a certificate login's
+			// challenge) could take the token out of service, and see it.
+			return nil, errBadCiphertext
+		}
+		return out, err
 	})
 }
 
@@ -791,4 +798,21 @@ func (k *Key) Check(ctx context.Context) error {
 		return nil, err
 	})
 	return err
+}
+
+// errBadCiphertext is a decryption the token refused for the message's
+// sake. It carries no return value, so that it is not taken for a device
+// failure.
+var errBadCiphertext = errors.New("the token could not decrypt the message (bad padding or length)")
+
+// isBadCiphertext reports whether C_Decrypt's return value may mean a
+// message the key cannot decrypt. SoftHSM answers bad PKCS#1 v1.5 or OAEP
+// padding with CKR_GENERAL_ERROR, not CKR_ENCRYPTED_DATA_INVALID; the
+// operation and the session end cleanly either way.
+func isBadCiphertext(code p11.Error) bool {
+	switch code {
+	case p11.CKR_ENCRYPTED_DATA_INVALID, p11.CKR_ENCRYPTED_DATA_LEN_RANGE, p11.CKR_DATA_INVALID, p11.CKR_DATA_LEN_RANGE, p11.CKR_GENERAL_ERROR:
+		return true
+	}
+	return false
 }
