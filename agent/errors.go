@@ -83,7 +83,7 @@ func classify(err error) (int, APIError) {
 		return http.StatusUnprocessableEntity, APIError{Code: CodeServiceRefused, Message: lse.Error(), ServiceCode: lse.Code, Step: lse.Call}
 	case errors.As(err, &lte) && lte.Timeout:
 		return http.StatusGatewayTimeout, APIError{Code: CodeServiceTimeout, Message: lte.Error(), Step: lte.Call}
-	case errors.As(err, &lte), errors.Is(err, envelope.ErrMalformed), errors.Is(err, envelope.ErrNotForUs):
+	case errors.As(err, &lte), errors.Is(err, envelope.ErrNotChallenge):
 		return http.StatusBadGateway, APIError{Code: CodeServiceUnreachable, Message: err.Error()}
 	case errors.As(err, &ste) && errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, APIError{Code: CodeServiceTimeout, Message: ste.Error()}

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"encoding/asn1"
 	"errors"
-	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,10 +19,10 @@ import (
 	"github.com/signagent/signagent/softhsm"
 )
 
-// TestOpenOnSoftHSM opens envelopes addressed to the token's certificate
+// TestOpenOnSoftHSM opens challenges addressed to the token's certificate
 // with the key on the token (C_Decrypt): made by this package (PKCS#1 v1.5
 // and OAEP, AES-256-CBC) and by `openssl cms -encrypt` (AES-256-CBC and
-// 3DES-CBC, PKCS#1 v1.5 and OAEP), as the service's would be.
+// AES-128-CBC, PKCS#1 v1.5 and OAEP), as the service's would be.
 func TestOpenOnSoftHSM(t *testing.T) {
 	tk := hsmtest.NewWith(t, hsmtest.Options{Extra: []softhsm.KeySpec{{Type: softhsm.RSA2048, Label: "sign-only", ID: []byte{9}, NoDecrypt: true}}})
 	key := tk.Open(t, "rsa")
@@ -45,7 +44,7 @@ func TestOpenOnSoftHSM(t *testing.T) {
 	os.WriteFile(in, secret, 0o600)
 	for name, args := range map[string][]string{
 		"openssl aes256":      {"-aes256"},
-		"openssl des3":        {"-des3"},
+		"openssl aes128":      {"-aes128"},
 		"openssl aes256 OAEP": {"-aes256", "-keyopt", "rsa_padding_mode:oaep"},
 	} {
 		out := filepath.Join(dir, "env.der")
@@ -126,36 +125,9 @@ func signedData(*testing.T) []byte {
 // the token is asked anything.
 func TestGOSTRecipient(t *testing.T) {
 	cert := otherCert(t)
-	type algID struct{ Algorithm asn1.ObjectIdentifier }
-	type ias struct {
-		Issuer asn1.RawValue
-		Serial *big.Int
-	}
-	type ktri struct {
-		Version   int
-		Recipient ias
-		Algorithm algID
-		Key       []byte
-	}
-	type enveloped struct {
-		Version    int
-		Recipients []ktri `asn1:"set"`
-		Content    asn1.RawValue
-	}
-	ed, err := asn1.Marshal(enveloped{Recipients: []ktri{{Recipient: ias{asn1.RawValue{FullBytes: cert.RawIssuer}, cert.SerialNumber},
-		Algorithm: algID{asn1.ObjectIdentifier{1, 2, 643, 7, 1, 1, 1, 1}}, Key: []byte{1, 2, 3}}},
-		Content: asn1.RawValue{FullBytes: []byte{0x30, 0x00}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := asn1.Marshal(struct {
-		Type    asn1.ObjectIdentifier
-		Content asn1.RawValue
-	}{asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 7, 3}, asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: ed}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = envelope.Open(der, cert, nil) // no key: it must not be reached
+	s := challengeSpec(t, cert, make([]byte, envelope.ChallengeSize), 32)
+	s.keyAlg, s.keyParams = asn1.ObjectIdentifier{1, 2, 643, 7, 1, 1, 1, 1}, nil
+	_, err := envelope.Open(s.der(t), cert, nil) // no key: it must not be reached
 	if !errors.Is(err, envelope.ErrUnsupported) || !strings.Contains(err.Error(), "GOST") {
 		t.Fatalf("err = %v", err)
 	}

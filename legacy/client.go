@@ -218,7 +218,7 @@ func (c *Client) Certificate(ctx context.Context, cert *x509.Certificate, key cr
 	}
 	random, err := envelope.Open(env, cert, withContext(ctx, key))
 	if err != nil {
-		return Token{}, fmt.Errorf("%s: the service's challenge: %w", callAuthenticate(ByCertificate), err)
+		return Token{}, fmt.Errorf("%s: the service's challenge: %w", callAuthenticate(ByCertificate).name, err)
 	}
 	defer clear(random)
 	encoded := base64.StdEncoding.EncodeToString(random)

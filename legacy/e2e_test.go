@@ -246,36 +246,72 @@ func selfSigned(t *testing.T) soft {
 // TestBadEnvelopes points the client at a stand-in service that answers
 // the certificate login with envelopes the emulator would never send (a
 // fake, because that is what it cannot be made to do): each is one clear
-// error, and AuthenticateConfirm is never called.
+// error, AuthenticateConfirm is never called, and nothing of what the
+// envelope holds is in the error. Those that only the token can give away
+// (a key transport that does not decrypt, content that is not a random of
+// the challenge's length under the same ciphertext length) have one and
+// the same error; and the token still logs in afterwards.
 func TestBadEnvelopes(t *testing.T) {
 	b := newBed(t, nil)
 	cert := b.key.Certificate()
 	good, _ := envelope.Seal([]byte("random"), cert, false)
 	stranger := selfSigned(t)
 	toOther, _ := envelope.Seal([]byte("random"), stranger.cert, false)
+	doc := []byte("CONFIDENTIAL: the board meets on Friday; the merger price is 41 per share. Tell nobody.")
+	document, _ := envelope.Seal(doc, cert, false)
+	both, _ := envelope.Seal(make([]byte, envelope.ChallengeSize), cert, false)
+	// 33 bytes: 48 bytes encrypted, as a challenge's 32 are.
+	long, _ := envelope.Seal(append([]byte(strings.Repeat("S", 32)), '!'), cert, false)
+	// A challenge whose RSA block is damaged: the token's key transport fails.
+	damaged, _ := envelope.Seal(make([]byte, envelope.ChallengeSize), cert, false)
+	i := strings.Index(string(damaged), "\x04\x82\x01\x00") + 4
+	if i < 4 {
+		t.Fatal("no 256-byte encrypted key in the envelope")
+	}
+	damaged[i+100] ^= 0x5a
 	for name, tc := range map[string]struct {
 		body []byte
 		want error
 	}{
-		"truncated":  {good[:len(good)/2], envelope.ErrMalformed},
-		"not DER":    {[]byte("-----BEGIN PKCS7-----\nMIIB\n-----END PKCS7-----\n"), envelope.ErrMalformed},
-		"empty":      {nil, envelope.ErrMalformed},
-		"not for us": {toOther, envelope.ErrNotForUs},
+		"truncated":           {good[:len(good)/2], envelope.ErrMalformed},
+		"not DER":             {[]byte("-----BEGIN PKCS7-----\nMIIB\n-----END PKCS7-----\n"), envelope.ErrMalformed},
+		"empty":               {nil, envelope.ErrMalformed},
+		"not for us":          {toOther, envelope.ErrNotForUs},
+		"6 bytes":             {good, envelope.ErrNotChallenge},
+		"an 87-byte document": {document, envelope.ErrNotChallenge},
+		"33 bytes":            {long, envelope.ErrChallenge},
+		"damaged key":         {damaged, envelope.ErrChallenge},
+		"well-formed":         {both, nil},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var confirms atomic.Int32
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if strings.HasSuffix(r.URL.Path, "AuthenticateConfirm") {
 					confirms.Add(1)
+					http.Error(w, "no", http.StatusForbidden)
+					return
 				}
 				w.Write(tc.body)
 			}))
 			defer srv.Close()
 			_, err := b.newClient(t, devKey, srv.URL).Certificate(context.Background(), cert, b.key)
-			if !errors.Is(err, tc.want) || strings.Contains(err.Error(), "\n") || confirms.Load() != 0 {
+			if tc.want == nil { // the stand-in takes nothing back: the 403 shows the random was sent
+				if confirms.Load() != 1 || err == nil {
+					t.Fatalf("a challenge was not answered: %v (%d confirms)", err, confirms.Load())
+				}
+				return
+			}
+			if !errors.Is(err, tc.want) || strings.Contains(err.Error(), "\n") || confirms.Load() != 0 ||
+				strings.Contains(err.Error(), "CONFIDENTIAL") || strings.Contains(err.Error(), "SSSS") {
 				t.Fatalf("want %v, got %v (%d confirms)", tc.want, err, confirms.Load())
 			}
+			if tc.want == envelope.ErrChallenge && err.Error() != "Authenticate (V3) type=certificate: the service's challenge: "+envelope.ErrChallenge.Error() {
+				t.Fatalf("not the one error: %v", err)
+			}
 		})
+	}
+	if _, err := b.client.Certificate(context.Background(), cert, b.key); err != nil {
+		t.Fatalf("the token no longer logs in: %v", err)
 	}
 }
 

@@ -194,7 +194,7 @@ func exitCode(err error) int {
 		return exitTransport // 5xx after retries: the service is not answering properly
 	case errors.As(err, &se), errors.As(err, &lse), errors.As(err, &refused):
 		return exitRefused
-	case errors.Is(err, envelope.ErrMalformed), errors.Is(err, envelope.ErrNotForUs):
+	case errors.Is(err, envelope.ErrNotChallenge):
 		return exitTransport // the service's challenge is not one we can answer: it is failing
 	}
 	for _, bad := range badInput {
