@@ -49,6 +49,13 @@ type Config struct {
 	// OAEP makes certificate logins transport the content key with RSA-OAEP
 	// (SHA-1) instead of RSA PKCS#1 v1.5.
 	OAEP bool `yaml:"oaep"`
+	// ChallengeFault makes certificate logins answer what a hostile service
+	// would, for tests of the client's refusal: "document" seals an 87-byte
+	// document to the certificate instead of the 32-byte random (as
+	// `openssl cms -encrypt` does: AES-256-CBC, the same key transport), and
+	// AuthenticateConfirm then accepts that document back. "" is the real
+	// challenge.
+	ChallengeFault string `yaml:"challengeFault"`
 
 	// OIDC is the identity provider's side (OpenID Connect).
 	OIDC OIDCConfig `yaml:"oidc"`
@@ -171,6 +178,9 @@ func (cfg *Config) check(dir string) error {
 	}
 	if cfg.ChallengeTTL <= 0 {
 		cfg.ChallengeTTL = Duration(10 * time.Minute)
+	}
+	if f := cfg.ChallengeFault; f != "" && f != ChallengeDocument {
+		return fmt.Errorf("challengeFault %q: want %q or nothing", f, ChallengeDocument)
 	}
 	if len(cfg.Partners) == 0 && len(cfg.Developers) == 0 && len(cfg.OIDC.Clients) == 0 {
 		return errors.New("no partners, developers or OpenID Connect clients: the emulator would refuse everyone")

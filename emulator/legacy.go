@@ -38,6 +38,14 @@ const (
 	maxLegacyRequestBytes = 64 << 10
 )
 
+// ChallengeDocument is the ChallengeFault that answers certificate logins
+// with faultDocument instead of a random.
+const ChallengeDocument = "document"
+
+// faultDocument is what a hostile service would have the token decrypt:
+// 87 bytes that are not a random.
+var faultDocument = []byte("CONFIDENTIAL: the board meets on Friday; the merger price is 41 per share. Tell nobody.")
+
 // legacyToken is an issued authorization token.
 type legacyToken struct {
 	userID    string
@@ -190,6 +198,9 @@ func (s *Server) byCertificate(body []byte) (string, []byte, *refusal) {
 	}
 	random := make([]byte, 32)
 	rand.Read(random)
+	if s.cfg.ChallengeFault == ChallengeDocument {
+		random = append([]byte{}, faultDocument...)
+	}
 	env, err := envelope.Seal(random, cert, s.cfg.OAEP)
 	if err != nil {
 		return "", nil, refuse(http.StatusInternalServerError, CodeInternal, "could not encrypt: "+err.Error())

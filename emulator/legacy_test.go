@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"math/big"
 	"net/http"
@@ -61,7 +62,7 @@ type legacyBed struct {
 	now        time.Time
 }
 
-func newLegacyBed(t *testing.T, oaep bool) *legacyBed {
+func newLegacyBed(t *testing.T, oaep bool, edit ...func(*Config)) *legacyBed {
 	t.Helper()
 	b := &legacyBed{alice: newSoftCert(t, "alice"), bob: newSoftCert(t, "bob"), now: time.Now()}
 	hash, err := HashPassword([]byte("correct horse\n"))
@@ -78,6 +79,9 @@ func newLegacyBed(t *testing.T, oaep bool) *legacyBed {
 				Boxes: []string{strings.ReplaceAll(boxGUID, "-", "") + "@box.example"}},
 			{ID: "bob", Thumbprints: []string{thumbprint(b.bob.cert.Raw)}},
 		},
+	}
+	for _, e := range edit {
+		e(cfg)
 	}
 	s, err := New(cfg, zerolog.Nop())
 	if err != nil {
@@ -317,6 +321,22 @@ func TestV3CertificateChallenge(t *testing.T) {
 	}
 }
 
+// TestV3ChallengeFault: with challengeFault: document, a certificate login
+// is answered with an 87-byte document sealed to the certificate, which the
+// client's envelope.Open refuses, and which AuthenticateConfirm would take
+// back as the answer (the hostile service the fault stands for).
+func TestV3ChallengeFault(t *testing.T) {
+	b := newLegacyBed(t, false, func(c *Config) { c.ChallengeFault = ChallengeDocument })
+	a := b.post(t, "/V3/Authenticate?type=certificate", devHeader, "application/octet-stream", b.alice.cert.Raw)
+	if _, err := envelope.Open(a.body, b.alice.cert, b.alice.key); !errors.Is(err, envelope.ErrNotChallenge) || !strings.Contains(err.Error(), "96 bytes") {
+		t.Fatalf("the document was not refused: %v", err)
+	}
+	if len(faultDocument) != 87 {
+		t.Fatalf("the document is %d bytes", len(faultDocument))
+	}
+	b.confirm(t, thumbprint(b.alice.cert.Raw), faultDocument).token(t)
+}
+
 func TestEmulatorLegacyConfigRefusals(t *testing.T) {
 	for name, cfg := range map[string]Config{
 		"nobody":         {},
@@ -326,6 +346,7 @@ func TestEmulatorLegacyConfigRefusals(t *testing.T) {
 		"same key":       {Developers: []Developer{{Key: "k-1"}, {Key: "k-1"}}},
 		"unknown box":    {Developers: []Developer{{Key: "k-1"}}, Users: []User{{ID: "u", Boxes: []string{boxGUID}}}},
 		"box not a guid": {Developers: []Developer{{Key: "k-1"}}, Organizations: []Organization{{ID: "o", FullName: "O", Boxes: []Box{{GUID: "abc"}}}}},
+		"unknown fault":  {Developers: []Developer{{Key: "k-1"}}, ChallengeFault: "garbage"},
 	} {
 		if _, err := New(&cfg, zerolog.Nop()); err == nil {
 			t.Errorf("%s: accepted", name)
