@@ -33,7 +33,7 @@ func stepOne(t *testing.T, cfg Config) (*Server, func(time.Time) []byte, func([]
 		t.Fatal(err)
 	}
 	cfg.Partners = []Partner{{Name: "p", APIKey: "abc-123", Certificates: []string{string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}))}}}
-	cfg.Users = []User{{ID: "u1", Phone: "9161234567", Linked: []string{"p:crm-1"}}}
+	cfg.Users = []User{{ID: "u1", Phone: "9161234567", Linked: []string{"p:crm-1", "p:crm-2"}}}
 	s, err := New(&cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -104,6 +104,30 @@ func TestSignedRequestIsGoodOnce(t *testing.T) {
 	}
 	if got := s.Stats().Sessions; got != 1 {
 		t.Fatalf("%d sessions from one signed request", got)
+	}
+}
+
+// TestSignatureForAnotherServiceUserID: the signed text does not hold the
+// serviceUserId, so one signature sent for another serviceUserId is the
+// same text used twice: refused, even while its Key is pending.
+func TestSignatureForAnotherServiceUserID(t *testing.T) {
+	s, sign, send := stepOne(t, Config{})
+	ts := canonical.Now()
+	der := sign(ts)
+	if st := send(der, ts); st != 200 {
+		t.Fatalf("first use: %d", st)
+	}
+	q := url.Values{"apiKey": {"abc-123"}, "phone": {"9161234567"}, "timestamp": {canonical.FormatTimestamp(ts)}, "serviceUserId": {"crm-2"}}
+	resp, err := http.Post(s.URL()+apiPath+"authenticate-by-truster?"+q.Encode(), "application/octet-stream", strings.NewReader(string(der)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 || s.Stats().Rejections[CodeSignatureReused] != 1 {
+		t.Fatalf("the signature for crm-2: %d, %v", resp.StatusCode, s.Stats().Rejections)
+	}
+	if st := send(sign(ts.Add(time.Second)), ts.Add(time.Second)); st != 200 {
+		t.Fatalf("the next second's text: %d", st)
 	}
 }
 

@@ -51,11 +51,13 @@ const (
 const apiPath = "/auth/v5.16/"
 
 // Fault is an answer the emulator gives instead of serving a request: a
-// delay, then (when Status is set) that status. Tests use it to drive the
-// client's retries and time-outs.
+// delay, then (when Status is set) that status with Code (default
+// InternalError). Tests use it to drive the client's retries and time-outs,
+// and to have the service say what timing alone cannot make it say on cue.
 type Fault struct {
 	Delay  time.Duration
 	Status int
+	Code   string
 }
 
 // Stats counts what the emulator did.
@@ -297,10 +299,14 @@ func (s *Server) takeFault(w http.ResponseWriter, r *http.Request, step string) 
 		return false
 	}
 	log.Info().Int("status", fault.Status).Msg("injected fault")
+	code := fault.Code
+	if code == "" {
+		code = CodeInternal
+	}
 	if step == legacyAuthenticate || step == legacyConfirm {
-		plainError(w, fault.Status, CodeInternal, "Internal server error")
+		plainError(w, fault.Status, code, "Internal server error")
 	} else {
-		writeJSON(w, fault.Status, map[string]string{"Code": CodeInternal})
+		writeJSON(w, fault.Status, map[string]string{"Code": code})
 	}
 	return true
 }
@@ -472,10 +478,13 @@ func (s *Server) authenticate(r *http.Request, p *Partner) (any, *refusal) {
 		return nil, ref
 	}
 	key := randomHex(16)
-	// One signed request is one Key: sent again (a retry whose answer was
-	// lost), it gets the same Key while that is pending, and a refusal
-	// once the Key is spent or expired.
-	digest := sha256.Sum256(append(append([]byte{}, der...), "\n"+serviceUserID...))
+	// One signature is one Key: sent again with the same serviceUserId (a
+	// retry whose answer was lost), it gets the same Key while that is
+	// pending, and a refusal once the Key is spent or expired. Sent with
+	// another serviceUserId it is refused at once: the signed text does not
+	// hold the serviceUserId, so that is the same text signed once, used
+	// for someone else.
+	digest := sha256.Sum256(der)
 	s.mu.Lock()
 	s.sweep(now)
 	linked := s.links[linkKey{p.Name, serviceUserID}]
@@ -487,12 +496,12 @@ func (s *Server) authenticate(r *http.Request, p *Partner) (any, *refusal) {
 		pk, pending := s.keys[sp.key]
 		base := s.baseURL
 		s.mu.Unlock()
-		if !pending || now.After(pk.expires) {
-			return nil, refuse(http.StatusBadRequest, CodeSignatureReused, "this signed request was already used; sign a new one")
+		if !pending || now.After(pk.expires) || sp.serviceUserID != serviceUserID {
+			return nil, refuse(http.StatusBadRequest, CodeSignatureReused, "this signature was already used; sign a new text (another second)")
 		}
 		return challenge(base, rawID, sp.key), nil
 	}
-	s.used[digest] = spent{key: key, until: ts.Add(time.Duration(s.cfg.TimestampSkew))}
+	s.used[digest] = spent{key: key, serviceUserID: serviceUserID, until: ts.Add(time.Duration(s.cfg.TimestampSkew))}
 	s.keys[key] = &pendingKey{partner: p.Name, userID: u.ID, id: rawID, serviceUserID: serviceUserID, expires: now.Add(time.Duration(s.cfg.KeyTTL))}
 	s.stats.Challenges++
 	s.stats.ChallengesByUser[serviceUserID]++
@@ -501,11 +510,12 @@ func (s *Server) authenticate(r *http.Request, p *Partner) (any, *refusal) {
 	return challenge(base, rawID, key), nil
 }
 
-// spent is a step-1 request already answered: its Key, and until when it is
-// remembered.
+// spent is a step-1 signature already answered: its Key, the serviceUserId
+// it came with, and until when it is remembered.
 type spent struct {
-	key   string
-	until time.Time
+	key           string
+	serviceUserID string
+	until         time.Time
 }
 
 func challenge(base, rawID, key string) map[string]any {
