@@ -60,7 +60,11 @@ type Config struct {
 	UserAgent string
 	// Now returns the current time (default time.Now); the text's timestamp.
 	Now func() time.Time
-	Log zerolog.Logger
+	// Stamps hands out the texts' timestamps; clients that share one (the
+	// agent's, across reloads) never sign the same text twice between
+	// them. Default: the client's own.
+	Stamps *Stamps
+	Log    zerolog.Logger
 }
 
 // Client talks to the trusted-authentication endpoints.
@@ -68,7 +72,6 @@ type Client struct {
 	cfg    Config
 	base   *url.URL
 	apiKey string
-	stamps stamps
 }
 
 // New checks the configuration and returns a client.
@@ -97,8 +100,15 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Stamps == nil {
+		cfg.Stamps = NewStamps()
+	}
 	return &Client{cfg: cfg, base: u, apiKey: key}, nil
 }
+
+// Stamps is the client's timestamp memory (Config.Stamps), for a caller
+// that hands out texts of the same API key (see Stamps.Handout).
+func (c *Client) Stamps() *Stamps { return c.cfg.Stamps }
 
 // IsLoopback reports whether host names this machine: localhost or a
 // loopback address.
@@ -136,10 +146,12 @@ func (c *Client) Authenticate(ctx context.Context, cred canonical.Credential, se
 		// same text in the same second) is signed anew with a later
 		// timestamp; any other retry may resend the same request.
 		var se *ServiceError
-		if errors.As(lastErr, &se) && se.Code == CodeSignatureReused {
+		if errors.As(lastErr, &se) && se.Reused() {
 			sent = time.Time{}
 		}
-		ts, err := c.stamps.next(ctx, c.cfg.Now, cred.Kind.String()+"="+cred.Value+"\n"+serviceUserID, sent)
+		// Keyed by the text without its timestamp: sessions for one
+		// credential under other serviceUserIds sign the same text.
+		ts, err := c.cfg.Stamps.next(ctx, c.cfg.Now, stampKey(c.apiKey, cred), cred, sent)
 		if err != nil {
 			return err
 		}
@@ -259,7 +271,7 @@ func (c *Client) retryable(err error, sent bool, policy retryPolicy) bool {
 	case policy == retryUnsent:
 		return errors.As(err, &te) && !sent
 	case errors.As(err, &se):
-		return se.Temporary() || se.Code == CodeSignatureReused
+		return se.Temporary() || se.Reused()
 	case errors.As(err, &te):
 		return true
 	}

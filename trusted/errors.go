@@ -23,8 +23,9 @@ const (
 	CodeUserNotFound           = "UserNotFound"
 	CodeUserNotUniq            = "UserNotUniq"
 	CodeUnknownError           = "UnknownError"
-	// CodeSignatureReused is the emulator's answer to a step-1 request it
-	// has seen before: the client signs again with a later timestamp.
+	// CodeSignatureReused is the answer to a step-1 signature the service
+	// has seen before (the emulator's code): the client signs again with a
+	// later timestamp.
 	CodeSignatureReused = "SignatureReused"
 )
 
@@ -36,6 +37,7 @@ var explanations = map[string]string{
 	CodeUserNotFound:           "no user of the service matches this credential, or the user is not linked to this trusted-system id; check the credential or link the user first (signagent link)",
 	CodeUserNotUniq:            "more than one user of the service matches this credential; identify the user by another credential (SNILS or certificate thumbprint)",
 	CodeUnknownError:           "the service failed without saying why; try again later, and contact the service's support if it persists",
+	CodeSignatureReused:        "the service refused a signature it had already seen: another process signed the same text (this API key and credential, the same second) a moment ago; try again after a second",
 }
 
 // Explain returns the operator's sentence for a service error code, or "" for
@@ -76,6 +78,10 @@ func (e *ServiceError) Error() string {
 // Temporary reports whether the failure is the service's own (5xx), so that
 // trying again later may help.
 func (e *ServiceError) Temporary() bool { return e.Status >= 500 }
+
+// Reused reports whether the service refused a signature it had already
+// seen: nothing is wrong, and the same call a second later succeeds.
+func (e *ServiceError) Reused() bool { return e.Code == CodeSignatureReused }
 
 // TransportError is a request that got no HTTP answer: the connection
 // failed, or the answer did not come in time.

@@ -33,6 +33,7 @@ const (
 	exitRefused     = 3   // the service refused
 	exitTransport   = 4   // the service could not be reached or timed out
 	exitSignIn      = 5   // OpenID Connect: sign in (again): none, refused refresh token, expired device code
+	exitRetry       = 6   // try again in a second: the service saw this signed text already (another process)
 	exitInterrupted = 130 // Ctrl-C
 )
 
@@ -192,6 +193,8 @@ func exitCode(err error) int {
 		return exitTransport
 	case errors.As(err, &se) && se.Temporary(), errors.As(err, &lse) && lse.Temporary():
 		return exitTransport // 5xx after retries: the service is not answering properly
+	case errors.As(err, &se) && se.Reused(), errors.Is(err, trusted.ErrTooSoon):
+		return exitRetry
 	case errors.As(err, &se), errors.As(err, &lse), errors.As(err, &refused):
 		return exitRefused
 	case errors.Is(err, envelope.ErrNotChallenge):
