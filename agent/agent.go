@@ -327,7 +327,7 @@ func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, err
 		}
-		ts := canonical.Now()
+		var ts time.Time
 		if req.Timestamp != "" {
 			if ts, err = canonical.ParseTimestamp(req.Timestamp); err != nil {
 				return nil, err
@@ -337,6 +337,7 @@ func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
 		if key == "" {
 			return nil, errNoAPIKey
 		}
+		ts = a.stamp(key, cred, ts)
 		text := canonical.Text(key, cred, ts)
 		der, cert, err := a.tm.Sign(r.Context(), text, ts)
 		if err != nil {
@@ -352,6 +353,24 @@ func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
 		return resp, nil
 	}()
 	a.finish(w, r, entry, start, resp, err)
+}
+
+// stamp is the timestamp of a text handed to a caller: ts when the caller
+// chose one, else now (or a later second when a session of this agent
+// sent this credential's text in this second); either way the sessions'
+// Stamps records it, so that the agent never sends that text itself.
+func (a *Agent) stamp(apiKey string, cred canonical.Credential, ts time.Time) time.Time {
+	c := a.client.Load()
+	switch {
+	case c == nil && ts.IsZero():
+		return canonical.Now()
+	case c == nil:
+		return ts
+	case ts.IsZero():
+		return c.Stamps().Handout(time.Now, apiKey, cred)
+	}
+	c.Stamps().Note(time.Now, apiKey, cred, ts)
+	return ts
 }
 
 func (a *Agent) session(w http.ResponseWriter, r *http.Request) {

@@ -158,6 +158,7 @@ type Daemon struct {
 	audit   *AuditFile // nil for stderr or none
 	ls      []Listener
 	servers *serverSet
+	stamps  *trusted.Stamps // one for the daemon's life: every trusted client shares it
 
 	mu     sync.Mutex // serializes Reload and Shutdown
 	closed bool
@@ -169,7 +170,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, log: cfg.Log, peer: NewPeerAuth(cfg.AllowUIDs, cfg.AllowGIDs)}
+	d := &Daemon{cfg: cfg, log: cfg.Log, peer: NewPeerAuth(cfg.AllowUIDs, cfg.AllowGIDs), stamps: trusted.NewStamps()}
 	if err := d.start(ctx); err != nil {
 		d.release()
 		return nil, err
@@ -263,7 +264,7 @@ func (d *Daemon) serviceClient(cfg Config) (*trusted.Client, error) {
 		return nil, nil
 	}
 	sc := *cfg.Service
-	sc.Signer = d.tm
+	sc.Signer, sc.Stamps = d.tm, d.stamps
 	c, err := trusted.New(sc)
 	if err != nil {
 		return nil, badConfig(err)

@@ -66,6 +66,8 @@ func classify(err error) (int, APIError) {
 		return http.StatusBadRequest, APIError{Code: CodeBadInput, Message: err.Error()}
 	case errors.Is(err, ErrQueueFull):
 		return http.StatusTooManyRequests, APIError{Code: CodeQueueFull, Message: "the token is busy and its queue is full; retry after a moment"}
+	case errors.Is(err, trusted.ErrTooSoon):
+		return http.StatusTooManyRequests, APIError{Code: CodeQueueFull, Message: err.Error()}
 	case errors.Is(err, ErrTokenNotReady), pkcs11.Recoverable(err),
 		errors.Is(err, pkcs11.ErrPINIncorrect), errors.Is(err, pkcs11.ErrPINLocked), errors.Is(err, pkcs11.ErrPINMissing):
 		return http.StatusServiceUnavailable, APIError{Code: CodeTokenNotReady, Message: err.Error()}

@@ -54,8 +54,9 @@ type options struct {
 	users     int // extra users user0..userN-1, linked as suid0..
 	noService bool
 	auth      agent.Authenticator
-	timeout   time.Duration // trusted client's request time-out
-	expose    bool          // ExposeCanonical
+	timeout   time.Duration    // trusted client's request time-out
+	now       func() time.Time // trusted client's clock (default time.Now)
+	expose    bool             // ExposeCanonical
 	routes    []agent.RouteRule
 	legacy    bool   // the legacy scheme, with alice's password
 	oidc      bool   // the OpenID Connect scheme, alice signed in as profile "default"
@@ -121,7 +122,7 @@ func start(t testing.TB, o options) *harness {
 	var client *trusted.Client
 	if !o.noService {
 		client, err = trusted.New(trusted.Config{BaseURL: emu.URL(), APIKey: apiKey, Timeout: o.timeout,
-			Backoff: 5 * time.Millisecond, Signer: h.tm, Log: log})
+			Backoff: 5 * time.Millisecond, Signer: h.tm, Now: o.now, Log: log})
 		if err != nil {
 			t.Fatal(err)
 		}
