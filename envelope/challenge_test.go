@@ -18,9 +18,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/softhsm"
 )
 
 // document is what a hostile service would have the token decrypt: 87
@@ -289,4 +291,34 @@ func openssl(t *testing.T, content []byte, to []*x509.Certificate, cipher string
 		t.Fatal(err)
 	}
 	return der
+}
+
+// FuzzOpen: any bytes are a random of ChallengeSize bytes or an error of
+// the class ErrNotChallenge (or ErrUnsupported), never a panic or anything
+// else. The key is in memory: the fuzzer runs too many inputs for a token,
+// and what is under test is the parsing around the key transport.
+func FuzzOpen(f *testing.F) {
+	key, _ := rsa.GenerateKey(rand.Reader, 2048)
+	cert, err := softhsm.SelfSigned(key, "fuzz", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, content := range [][]byte{make([]byte, envelope.ChallengeSize), []byte("random")} {
+		for _, oaep := range []bool{false, true} {
+			der, err := envelope.Seal(content, cert, oaep)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(der)
+		}
+	}
+	f.Fuzz(func(t *testing.T, der []byte) {
+		got, err := envelope.Open(der, cert, key)
+		switch {
+		case err == nil && len(got) != envelope.ChallengeSize:
+			t.Fatalf("%d bytes opened", len(got))
+		case err != nil && !errors.Is(err, envelope.ErrNotChallenge) && !errors.Is(err, envelope.ErrUnsupported):
+			t.Fatalf("err = %v", err)
+		}
+	})
 }
