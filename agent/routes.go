@@ -8,16 +8,34 @@ import (
 	"strings"
 )
 
-// Guarded routes, by the names route rules use. Health, readiness and
-// metrics are open to every caller the listener admits.
+// Guarded routes, by the names route rules use. Every route of Routes is
+// either guarded here or listed in openRoutes (a test checks it); a route
+// in neither is closed to every caller while rules are set.
 var guarded = map[string]string{
-	"POST /v1/signatures": "signatures",
-	"POST /v1/sessions":   "sessions",
-	"DELETE /v1/sessions": "sessions",
-	"POST /v1/links":      "links",
-	proxyGet:              "service",
-	proxyPost:             "service",
+	"POST /v1/signatures":     "signatures",
+	"POST /v1/sessions":       "sessions",
+	"DELETE /v1/sessions":     "sessions",
+	"POST /v1/links":          "links",
+	"POST /v1/authorizations": "authorizations",
+	proxyGet:                  "service",
+	proxyPost:                 "service",
 }
+
+// openRoutes are open to every caller the listener admits: health,
+// readiness and metrics.
+var openRoutes = []string{"GET /healthz", "GET /readyz", "GET /metrics"}
+
+// RouteGuard returns the rule name that guards route (METHOD PATH, as in
+// Routes), or open when every admitted caller may use it.
+func RouteGuard(route string) (name string, open bool) {
+	if slices.Contains(openRoutes, route) {
+		return "", true
+	}
+	return guarded[route], false
+}
+
+// RouteNames are the names route rules use, in the order help lists them.
+var RouteNames = []string{"signatures", "sessions", "links", "authorizations", "service"}
 
 // RouteRule opens routes to a class of callers: "uid:N" or "gid:N" (Unix
 // socket callers by SO_PEERCRED), "unix" (any Unix socket caller), "tcp"
@@ -26,7 +44,7 @@ var guarded = map[string]string{
 // default); with no rules at all, every route is open.
 type RouteRule struct {
 	Class  string
-	Routes []string // signatures, sessions, links, service; none: no route
+	Routes []string // from RouteNames; none: no route
 }
 
 // ParseRouteRule parses CLASS=ROUTE[,ROUTE...], e.g. "gid:50=signatures",
@@ -34,7 +52,7 @@ type RouteRule struct {
 func ParseRouteRule(s string) (RouteRule, error) {
 	class, list, ok := strings.Cut(s, "=")
 	bad := func(why string) error {
-		return fmt.Errorf("route rule %q: %s; want CLASS=ROUTES, CLASS one of uid:N, gid:N, unix, tcp, default, ROUTES from signatures, sessions, links, service", s, why)
+		return fmt.Errorf("route rule %q: %s; want CLASS=ROUTES, CLASS one of uid:N, gid:N, unix, tcp, default, ROUTES from %s", s, why, strings.Join(RouteNames, ", "))
 	}
 	if !ok {
 		return RouteRule{}, bad("no '='")
@@ -57,7 +75,7 @@ func ParseRouteRule(s string) (RouteRule, error) {
 		if name == "" {
 			continue
 		}
-		if name != "signatures" && name != "sessions" && name != "links" && name != "service" {
+		if !slices.Contains(RouteNames, name) {
 			return RouteRule{}, bad("unknown route " + strconv.Quote(name))
 		}
 		r.Routes = append(r.Routes, name)
@@ -74,7 +92,8 @@ func (a *Agent) SetRouteRules(rules []RouteRule) {
 func (a *Agent) routeAllowed(r *http.Request, route string) bool {
 	name, ok := guarded[route]
 	if !ok {
-		return true
+		// Open routes, and "other" (no such route: 404 or 405 follows).
+		return route == "other" || slices.Contains(openRoutes, route)
 	}
 	p := a.rules.Load()
 	if p == nil || len(*p) == 0 {
