@@ -457,11 +457,11 @@ func (d *Daemon) listen() error {
 			d.ls = append(d.ls, Listener{Listener: l, Auth: d.peer})
 			continue
 		}
-		b, err := d.needBearer()
+		tl, err := d.inheritedTCP(l)
 		if err != nil {
 			return err
 		}
-		d.ls = append(d.ls, Listener{Listener: l, Auth: b})
+		d.ls = append(d.ls, tl)
 	}
 	for _, spec := range d.cfg.Listen {
 		l, err := d.listenOn(spec)
@@ -471,6 +471,27 @@ func (d *Daemon) listen() error {
 		d.ls = append(d.ls, l)
 	}
 	return nil
+}
+
+// inheritedTCP serves a TCP socket systemd passed under the rules of
+// --listen tcp: (TLS, loopback, bearer token).
+func (d *Daemon) inheritedTCP(l net.Listener) (Listener, error) {
+	tlsCfg, err := d.serverTLS()
+	if err != nil {
+		return Listener{}, err
+	}
+	b, err := d.needBearer()
+	if err != nil {
+		return Listener{}, err
+	}
+	tl, err := InheritedTCP(l, tlsCfg)
+	if errors.Is(err, ErrInsecureListen) {
+		return Listener{}, badConfig(err)
+	}
+	if err != nil {
+		return Listener{}, err
+	}
+	return Listener{Listener: tl, Auth: b}, nil
 }
 
 func (d *Daemon) listenOn(spec string) (Listener, error) {

@@ -178,20 +178,48 @@ func ListenTCP(addr string, tlsCfg *tls.Config) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tcp address %q: %w", addr, err)
 	}
-	if tlsCfg == nil && !trusted.IsLoopback(host) {
-		return nil, fmt.Errorf("%w: %s (use 127.0.0.1 or [::1], or give --tls-cert and --tls-key)", ErrInsecureListen, addr)
+	if err := checkTCP(host, addr, tlsCfg); err != nil {
+		return nil, err
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("could not listen on %s: %w", addr, err)
 	}
-	// The cap goes below TLS: net/http sees a TLS connection only as a
-	// *tls.Conn.
+	return secureTCP(l, tlsCfg), nil
+}
+
+// InheritedTCP applies ListenTCP's rules to a TCP socket handed over by
+// systemd: refused beyond loopback (a wildcard address included) without
+// TLS, wrapped in TLS when tlsCfg is set, capped in its connections.
+func InheritedTCP(l net.Listener, tlsCfg *tls.Config) (net.Listener, error) {
+	addr := l.Addr().String()
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("the socket systemd passed (%s): %w", addr, err)
+	}
+	if err := checkTCP(host, "the socket systemd passed, "+addr+",", tlsCfg); err != nil {
+		return nil, err
+	}
+	return secureTCP(l, tlsCfg), nil
+}
+
+// checkTCP refuses plain HTTP beyond loopback.
+func checkTCP(host, what string, tlsCfg *tls.Config) error {
+	if tlsCfg == nil && !trusted.IsLoopback(host) {
+		return fmt.Errorf("%w: %s (use 127.0.0.1 or [::1], or give --tls-cert and --tls-key)", ErrInsecureListen, what)
+	}
+	return nil
+}
+
+// secureTCP caps l's connections and wraps it in TLS when tlsCfg is set.
+// The cap goes below TLS: net/http sees a TLS connection only as a
+// *tls.Conn.
+func secureTCP(l net.Listener, tlsCfg *tls.Config) net.Listener {
 	l = limit(l, DefaultMaxConnsTCP)
 	if tlsCfg != nil {
 		l = tls.NewListener(l, tlsCfg)
 	}
-	return cappedListener{l}, nil
+	return cappedListener{l}
 }
 
 // capped marks listeners that already cap their connections.
