@@ -44,7 +44,7 @@ func serveFlags() []cli.Flag {
 		&cli.IntFlag{Name: "service-max-body", Category: catAgent, Value: 16 << 20, EnvVars: []string{"SIGNAGENT_SERVICE_MAX_BODY"}, Usage: "largest body in bytes of a business call through the proxy (/v1/service/...); held in memory for the retry"},
 		&cli.DurationFlag{Name: "shutdown-grace", Category: catAgent, Value: 10 * time.Second, EnvVars: []string{"SIGNAGENT_SHUTDOWN_GRACE"}, Usage: "on SIGTERM, time for requests in flight to finish"},
 		&cli.BoolFlag{Name: "expose-canonical", Category: catAgent, EnvVars: []string{"SIGNAGENT_EXPOSE_CANONICAL"}, Usage: "return the signed text (it holds the API key) in /v1/signatures answers"},
-		&cli.StringSliceFlag{Name: "routes", Category: catAgent, EnvVars: []string{"SIGNAGENT_ROUTES"}, Usage: "open routes per caller class, repeatable: `CLASS=ROUTES` with CLASS uid:N, gid:N, unix, tcp or default and ROUTES from "+strings.Join(agent.RouteNames, ",")+" (default: all routes to every admitted caller)"},
+		&cli.StringSliceFlag{Name: "routes", Category: catAgent, EnvVars: []string{"SIGNAGENT_ROUTES"}, Usage: "open routes per caller class, repeatable: `CLASS=ROUTES` with CLASS uid:N, gid:N, unix, tcp or default and ROUTES from " + strings.Join(agent.RouteNames, ",") + " (default: all routes to every admitted caller)"},
 		&cli.StringFlag{Name: "audit-log", Category: catAgent, Value: "-", EnvVars: []string{"SIGNAGENT_AUDIT_LOG"}, Usage: "audit `FILE` (JSON lines, mode 0600, appended), or - for stderr"},
 	}, tokenFlags(), signFlags(), serviceFlags()[:5], legacyServiceFlags(), []cli.Flag{
 		&cli.BoolFlag{Name: "legacy-snils", Category: catCredential, EnvVars: []string{"SIGNAGENT_LEGACY_SNILS"}, Usage: "accept SNILS numbers whose check number does not follow the rule"},
