@@ -385,8 +385,8 @@ func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, err
 		}
-		if strings.TrimSpace(req.ServiceUserID) == "" {
-			return nil, fmt.Errorf("%w: serviceUserId is empty", trusted.ErrInvalidInput)
+		if err := trusted.CheckServiceUserID(req.ServiceUserID); err != nil {
+			return nil, err
 		}
 		c := a.client.Load()
 		if c == nil {
@@ -423,8 +423,8 @@ func (a *Agent) dropSession(w http.ResponseWriter, r *http.Request) {
 			return nil, err
 		}
 		id := q.Get("serviceUserId")
-		if strings.TrimSpace(id) == "" {
-			return nil, fmt.Errorf("%w: serviceUserId is empty", trusted.ErrInvalidInput)
+		if err := trusted.CheckServiceUserID(id); err != nil {
+			return nil, err
 		}
 		return &api.DropResponse{Dropped: a.cache.drop(sessionKey{cred.Kind, cred.Value, id})}, nil
 	}()

@@ -156,6 +156,10 @@ func TestErrorStatuses(t *testing.T) {
 		{"bad SNILS", "POST", "/v1/sessions", `{"snils":"11223344594","serviceUserId":"x"}`, 400, api.CodeBadInput},
 		{"no serviceUserId", "POST", "/v1/sessions", `{"phone":"9161234567"}`, 400, api.CodeBadInput},
 		{"drop without credential", "DELETE", "/v1/sessions?serviceUserId=x", ``, 400, api.CodeBadInput},
+		{"serviceUserId with a newline", "POST", "/v1/sessions", `{"phone":"9161234567","serviceUserId":"crm-42\n{\"outcome\":\"ok\"}"}`, 400, api.CodeBadInput},
+		{"serviceUserId with an escape", "POST", "/v1/links", `{"phone":"9161234567","serviceUserId":"crm\u001b[2J"}`, 400, api.CodeBadInput},
+		{"serviceUserId too long", "POST", "/v1/sessions", `{"phone":"9161234567","serviceUserId":"` + strings.Repeat("x", 257) + `"}`, 400, api.CodeBadInput},
+		{"drop with a control character", "DELETE", "/v1/sessions?phone=9161234567&serviceUserId=crm%0D%0A42", ``, 400, api.CodeBadInput},
 		{"too large", "POST", "/v1/signatures", `{"phone":"` + strings.Repeat("9", 70<<10) + `"}`, 413, api.CodeTooLarge},
 		{"unknown path", "GET", "/v2/nothing", ``, 404, api.CodeNotFound},
 		{"wrong method", "GET", "/v1/signatures", ``, 405, api.CodeMethodNotAllowed},
@@ -172,6 +176,11 @@ func TestErrorStatuses(t *testing.T) {
 			}
 		})
 	}
+	t.Run("refused ids stay out of the audit log", func(t *testing.T) {
+		if a := h.audit.String(); strings.Contains(a, "xxxxxxxx") || strings.Contains(a, "\\u001b") || strings.Contains(a, "crm\\r") {
+			t.Fatalf("audit log holds a refused serviceUserId: %s", a)
+		}
+	})
 	t.Run("service code carried", func(t *testing.T) {
 		_, err := h.client.Session(context.Background(), api.SessionRequest{Credential: api.Credential{Phone: "9160000000"}, ServiceUserID: "crm-42"})
 		e := apiErr(t, err)

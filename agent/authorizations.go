@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/signagent/signagent/api"
@@ -185,8 +184,8 @@ func (a *Agent) sidChain(req api.AuthorizationRequest) (legacy.Identity, func() 
 		return legacy.Identity{}, nil, err
 	}
 	userID := req.ServiceUserID
-	if strings.TrimSpace(userID) == "" {
-		return legacy.Identity{}, nil, fmt.Errorf("%w: serviceUserId is empty", trusted.ErrInvalidInput)
+	if err := trusted.CheckServiceUserID(userID); err != nil {
+		return legacy.Identity{}, nil, err
 	}
 	c := a.client.Load()
 	if c == nil {

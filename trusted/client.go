@@ -20,6 +20,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
@@ -215,9 +217,25 @@ func (c *Client) Session(ctx context.Context, cred canonical.Credential, service
 	return &Session{Sid: sid, Kind: cred.Kind, ObtainedAt: c.cfg.Now().UTC()}, nil
 }
 
-func checkUserID(id string) error {
-	if strings.TrimSpace(id) == "" {
+func checkUserID(id string) error { return CheckServiceUserID(id) }
+
+// MaxServiceUserID is the longest trusted-system user id accepted: ids are
+// short (a number, a login, a GUID); a longer one is a mistake or an
+// attempt to fill logs.
+const MaxServiceUserID = 256
+
+// CheckServiceUserID checks a trusted-system user id (serviceUserId) as
+// the credential is checked: not empty, at most MaxServiceUserID bytes of
+// valid UTF-8, no control characters (it is written to the audit log and
+// sent in a query). The error does not repeat the value.
+func CheckServiceUserID(id string) error {
+	switch {
+	case strings.TrimSpace(id) == "":
 		return fmt.Errorf("%w: the trusted-system user id (serviceUserId) is empty", ErrInvalidInput)
+	case len(id) > MaxServiceUserID:
+		return fmt.Errorf("%w: the trusted-system user id (serviceUserId) is longer than %d bytes", ErrInvalidInput, MaxServiceUserID)
+	case !utf8.ValidString(id) || strings.ContainsFunc(id, unicode.IsControl):
+		return fmt.Errorf("%w: the trusted-system user id (serviceUserId) holds control characters or is not UTF-8", ErrInvalidInput)
 	}
 	return nil
 }
