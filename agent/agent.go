@@ -51,6 +51,13 @@ type Options struct {
 	// key) in /v1/signatures answers. Off by default: the agent exists so
 	// that callers do not hold the key.
 	ExposeCanonical bool
+	// ExposeLegacyHeader hands out legacy Authorization header values in
+	// /v1/authorizations answers. Off by default: the value holds the
+	// integrator's developer key; callers use the proxy instead.
+	ExposeLegacyHeader bool
+	// NoCertificateLogin turns legacy certificate login off: the token is
+	// never asked to decrypt a service's challenge.
+	NoCertificateLogin bool
 	// Routes opens routes per caller class (see RouteRule).
 	Routes []RouteRule
 	// ServiceMaxBody bounds the bodies of proxied business calls (default
@@ -69,7 +76,7 @@ type Agent struct {
 	// refusals rate-limits the log and audit lines of refused callers.
 	refusals *sampler
 	rules    atomic.Pointer[[]RouteRule]
-	expose   atomic.Bool
+	policy   atomic.Pointer[Policy]
 	legacy   atomic.Pointer[Legacy]
 	oidc     atomic.Pointer[oidc.Tokens]
 	target   atomic.Pointer[proxyTarget]
@@ -93,13 +100,20 @@ func New(o Options) *Agent {
 	a.client.Store(o.Client)
 	a.key.Store(&o.APIKey)
 	a.SetRouteRules(o.Routes)
-	a.expose.Store(o.ExposeCanonical)
+	a.SetPolicy(Policy{ExposeCanonical: o.ExposeCanonical, ExposeLegacyHeader: o.ExposeLegacyHeader, NoCertificateLogin: o.NoCertificateLogin})
 	return a
 }
 
-// SetExposeCanonical turns the signed text in /v1/signatures answers on or
-// off (configuration reload).
-func (a *Agent) SetExposeCanonical(on bool) { a.expose.Store(on) }
+// Policy is what the agent hands out and does for its callers, beyond the
+// route rules (Options has the meaning of each).
+type Policy struct {
+	ExposeCanonical    bool
+	ExposeLegacyHeader bool
+	NoCertificateLogin bool
+}
+
+// SetPolicy replaces the policy (configuration reload).
+func (a *Agent) SetPolicy(p Policy) { a.policy.Store(&p) }
 
 // SetService replaces the API key and the trusted client (configuration
 // reload).
@@ -347,7 +361,7 @@ func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
 		entry.thumbprint = thumb
 		resp := &api.SignatureResponse{Signature: base64.StdEncoding.EncodeToString(der),
 			Timestamp: canonical.FormatTimestamp(ts), CertificateThumbprint: thumb}
-		if a.expose.Load() {
+		if a.policy.Load().ExposeCanonical {
 			resp.Canonical = string(text)
 		}
 		return resp, nil

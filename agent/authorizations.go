@@ -24,6 +24,15 @@ type Legacy struct {
 	Passwords map[string]string // login -> password
 }
 
+// errLegacyHeaderHidden answers legacy /v1/authorizations unless the
+// operator allowed it: the header value holds the integrator's developer
+// key, which callers of the proxy never see.
+var errLegacyHeaderHidden = errors.New("this agent does not hand out legacy Authorization headers (they hold the integrator's developer key): call the business method through the proxy, /v1/service/{method} with Signagent-Identity, or start the agent with --expose-legacy-header")
+
+// errCertificateLoginOff answers legacy certificate identities when the
+// operator turned certificate login off.
+var errCertificateLoginOff = errors.New("certificate login is turned off in this agent (--certificate-login=false): the token decrypts no challenge; use another identity")
+
 // errLegacyNotConfigured answers legacy authorizations without --api-url.
 var errLegacyNotConfigured = errors.New("the legacy scheme is not configured (--api-url and the developer key)")
 
@@ -40,6 +49,9 @@ func (a *Agent) authorization(w http.ResponseWriter, r *http.Request) {
 	resp, err := func() (*api.AuthorizationResponse, error) {
 		if err := decode(r, &req); err != nil {
 			return nil, err
+		}
+		if req.Scheme == "legacy" && !a.policy.Load().ExposeLegacyHeader {
+			return nil, errLegacyHeaderHidden
 		}
 		id, err := a.identity(req, &entry)
 		if err != nil {
@@ -155,6 +167,9 @@ func (a *Agent) legacyIdentity(l *Legacy, req api.AuthorizationRequest) (legacy.
 		}
 		return legacy.Identity{By: by, Subject: req.Login, Password: pw}, nil, nil
 	case legacy.ByCertificate:
+		if a.policy.Load().NoCertificateLogin {
+			return legacy.Identity{}, nil, errCertificateLoginOff
+		}
 		key, cert, err := a.tm.Decrypter()
 		if err != nil {
 			return legacy.Identity{}, nil, err

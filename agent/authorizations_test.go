@@ -110,7 +110,7 @@ func TestLegacyAuthorizationRefusals(t *testing.T) {
 		{"login not configured", api.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "carol@example.com"}, 400, "no password for login"},
 		{"wrong password configured", api.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "bob@example.com"}, 422, "Wrong password"},
 		{"sid and credential", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Sid: "x", Credential: &api.Credential{Phone: "9161234567"}}, 400, "not both"},
-		{"sid chain without user id", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Credential: &api.Credential{Phone: "9161234567"}}, 400, "serviceUserId is empty"},
+		{"sid chain without user id", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Credential: &api.Credential{Phone: "9161234567"}}, 400, "serviceUserId) is empty"},
 		{"sid chain with a long user id", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Credential: &api.Credential{Phone: "9161234567"}, ServiceUserID: strings.Repeat("y", 300)}, 400, "longer than 256 bytes"},
 		{"sid chain with a control character", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Credential: &api.Credential{Phone: "9161234567"}, ServiceUserID: "crm\r\n42"}, 400, "control characters"},
 		{"unknown sid", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Sid: "no-such-sid"}, 422, "Auth.InvalidSid"},
@@ -131,5 +131,43 @@ func TestLegacyAuthorizationRefusals(t *testing.T) {
 	_, err := h.client.Authorization(ctx, api.AuthorizationRequest{Scheme: "legacy", By: "certificate"})
 	if e := apiErr(t, err); e.Status != 503 || !strings.Contains(e.Body.Message, "--api-url") {
 		t.Fatalf("%d %q", e.Status, e.Body.Message)
+	}
+}
+
+// TestLegacyHeaderPolicy: by default the agent hands out no legacy header
+// (it holds the developer key) and says to use the proxy, which still
+// serves the identity.
+func TestLegacyHeaderPolicy(t *testing.T) {
+	h := start(t, options{legacy: true, hideLegacy: true, apiURL: "emu"})
+	code, _, body := raw(t, h.sock, "POST", "/v1/authorizations", `{"scheme":"legacy","by":"password","login":"alice@example.com"}`)
+	if code != 403 || !strings.Contains(body, "/v1/service/") || !strings.Contains(body, "--expose-legacy-header") || strings.Contains(body, devKey) {
+		t.Fatalf("legacy header handed out by default: %d %s", code, body)
+	}
+	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", "legacy login=alice@example.com", nil, ""); resp.StatusCode != 200 {
+		t.Fatalf("the proxy with the same identity: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestCertificateLoginOff: with --certificate-login=false a certificate
+// identity is refused before the token is asked to decrypt anything.
+func TestCertificateLoginOff(t *testing.T) {
+	h2 := start(t, options{legacy: true, apiURL: "emu", noCertLogin: true})
+	challenges := h2.emu.Stats().LegacyChallenges
+	for _, r := range []func() (int, string){
+		func() (int, string) {
+			c, _, b := raw(t, h2.sock, "POST", "/v1/authorizations", `{"scheme":"legacy","by":"certificate"}`)
+			return c, b
+		},
+		func() (int, string) {
+			resp, b := h2.call(t, "GET", "/v1/service/GetMyOrganizations", "legacy certificate", nil, "")
+			return resp.StatusCode, b
+		},
+	} {
+		if code, body := r(); code != 403 || !strings.Contains(body, "--certificate-login=false") {
+			t.Fatalf("certificate login turned off: %d %s", code, body)
+		}
+	}
+	if h2.emu.Stats().LegacyChallenges != challenges {
+		t.Fatalf("a challenge was asked for with certificate login off")
 	}
 }

@@ -71,7 +71,10 @@ type Config struct {
 	MaxBody         int64
 	LegacySNILS     bool
 	ExposeCanonical bool
-	Routes          []RouteRule
+	// ExposeLegacyHeader and NoCertificateLogin: see Options.
+	ExposeLegacyHeader bool
+	NoCertificateLogin bool
+	Routes             []RouteRule
 	// Legacy is the legacy scheme's client configuration (the business API
 	// address and the developer key); nil answers legacy authorizations
 	// with 503. LegacyPasswords are the accounts it may log in as.
@@ -196,7 +199,7 @@ func (d *Daemon) start(ctx context.Context) error {
 	}
 	d.agent = New(Options{Token: d.tm, Client: client, APIKey: cfg.APIKey, Log: cfg.Log, Audit: NewAudit(audit),
 		SessionTTL: cfg.SessionTTL, RequestDeadline: cfg.RequestDeadline, MaxBody: cfg.MaxBody, LegacySNILS: cfg.LegacySNILS,
-		ExposeCanonical: cfg.ExposeCanonical, Routes: cfg.Routes, ServiceMaxBody: cfg.ServiceMaxBody})
+		ExposeCanonical: cfg.ExposeCanonical, ExposeLegacyHeader: cfg.ExposeLegacyHeader, NoCertificateLogin: cfg.NoCertificateLogin, Routes: cfg.Routes, ServiceMaxBody: cfg.ServiceMaxBody})
 	if err := d.agent.SetServiceAPI(cfg.APIURL, cfg.AllowInsecureAPI); err != nil {
 		return err
 	}
@@ -399,7 +402,7 @@ func (d *Daemon) Reload(cfg Config) error {
 	d.agent.SetSessionTTL(cfg.SessionTTL)
 	_ = d.agent.SetServiceAPI(cfg.APIURL, cfg.AllowInsecureAPI) // checked by validate
 	d.agent.SetRouteRules(cfg.Routes)
-	d.agent.SetExposeCanonical(cfg.ExposeCanonical)
+	d.agent.SetPolicy(Policy{ExposeCanonical: cfg.ExposeCanonical, ExposeLegacyHeader: cfg.ExposeLegacyHeader, NoCertificateLogin: cfg.NoCertificateLogin})
 	if err := d.tm.Reopen(d.opener(cfg), selectionID(cfg.Token)); err != nil {
 		d.log.Warn().Err(err).Msg("the token did not reopen")
 	}

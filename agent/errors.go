@@ -56,6 +56,8 @@ func classify(err error) (int, APIError) {
 	var lte *legacy.TransportError
 	var ste *service.TransportError
 	switch {
+	case errors.Is(err, errLegacyHeaderHidden), errors.Is(err, errCertificateLoginOff):
+		return http.StatusForbidden, APIError{Code: CodeForbidden, Message: err.Error()}
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, APIError{Code: CodeTooLarge, Message: err.Error()}
 	case isOIDC(err):

@@ -62,6 +62,9 @@ type options struct {
 	oidc      bool   // the OpenID Connect scheme, alice signed in as profile "default"
 	apiURL    string // the proxy's business API ("emu": the emulator)
 	maxBody   int64  // ServiceMaxBody
+	// policy, applied after start; with legacy set, legacy headers are
+	// handed out unless hideLegacy.
+	hideLegacy, noCertLogin bool
 }
 
 // Alice's box, and another organization's.
@@ -128,7 +131,8 @@ func start(t testing.TB, o options) *harness {
 		}
 	}
 	h.agent = agent.New(agent.Options{Token: h.tm, Client: client, APIKey: apiKey, Log: log, Audit: agent.NewAudit(audit),
-		RequestDeadline: o.deadline, ExposeCanonical: o.expose, Routes: o.routes, ServiceMaxBody: o.maxBody})
+		RequestDeadline: o.deadline, ExposeCanonical: o.expose, Routes: o.routes, ServiceMaxBody: o.maxBody,
+		ExposeLegacyHeader: o.legacy && !o.hideLegacy, NoCertificateLogin: o.noCertLogin})
 	if o.apiURL == "emu" {
 		o.apiURL = emu.URL()
 	}

@@ -44,6 +44,8 @@ func serveFlags() []cli.Flag {
 		&cli.IntFlag{Name: "service-max-body", Category: catAgent, Value: 16 << 20, EnvVars: []string{"SIGNAGENT_SERVICE_MAX_BODY"}, Usage: "largest body in bytes of a business call through the proxy (/v1/service/...); held in memory for the retry"},
 		&cli.DurationFlag{Name: "shutdown-grace", Category: catAgent, Value: 10 * time.Second, EnvVars: []string{"SIGNAGENT_SHUTDOWN_GRACE"}, Usage: "on SIGTERM, time for requests in flight to finish"},
 		&cli.BoolFlag{Name: "expose-canonical", Category: catAgent, EnvVars: []string{"SIGNAGENT_EXPOSE_CANONICAL"}, Usage: "return the signed text (it holds the API key) in /v1/signatures answers"},
+		&cli.BoolFlag{Name: "expose-legacy-header", Category: catAgent, EnvVars: []string{"SIGNAGENT_EXPOSE_LEGACY_HEADER"}, Usage: "hand out legacy ServiceAuth header values in /v1/authorizations answers (they hold the developer key; the proxy never shows them)"},
+		&cli.BoolFlag{Name: "certificate-login", Category: catAgent, Value: true, EnvVars: []string{"SIGNAGENT_CERTIFICATE_LOGIN"}, Usage: "allow legacy certificate login (the token decrypts the service's challenge); --certificate-login=false turns it off"},
 		&cli.StringSliceFlag{Name: "routes", Category: catAgent, EnvVars: []string{"SIGNAGENT_ROUTES"}, Usage: "open routes per caller class, repeatable: `CLASS=ROUTES` with CLASS uid:N, gid:N, unix, tcp or default and ROUTES from " + strings.Join(agent.RouteNames, ",") + " (default: all routes to every admitted caller)"},
 		&cli.StringFlag{Name: "audit-log", Category: catAgent, Value: "-", EnvVars: []string{"SIGNAGENT_AUDIT_LOG"}, Usage: "audit `FILE` (JSON lines, mode 0600, appended), or - for stderr"},
 	}, tokenFlags(), signFlags(), serviceFlags()[:5], legacyServiceFlags(), []cli.Flag{
@@ -75,6 +77,7 @@ func readAgentConfig(s *settings.Settings, e *env) (agent.Config, error) {
 		TokenConcurrency: s.Int("token-concurrency"), QueueSize: s.Int("queue-size"), TokenDelay: s.Duration("token-delay"),
 		SessionTTL: s.Duration("session-ttl"), RequestDeadline: s.Duration("request-deadline"), MaxBody: int64(s.Int("max-body")),
 		ShutdownGrace: s.Duration("shutdown-grace"), LegacySNILS: s.Bool("legacy-snils"), ExposeCanonical: s.Bool("expose-canonical"),
+		ExposeLegacyHeader: s.Bool("expose-legacy-header"), NoCertificateLogin: !s.Bool("certificate-login"),
 		APIURL: s.String("api-url"), AllowInsecureAPI: s.Bool("insecure-http"), ServiceMaxBody: int64(s.Int("service-max-body"))}
 	var errs [7]error // all are reported, not only the first
 	cfg.Token, errs[0] = selectionFrom(s, false)
