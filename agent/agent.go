@@ -60,10 +60,19 @@ type Options struct {
 	NoCertificateLogin bool
 	// Routes opens routes per caller class (see RouteRule).
 	Routes []RouteRule
+	// RefreshFloor: a caller's "refresh": true replaces a session or an
+	// Authorization header only once it is this old (default 30s); a
+	// younger one is handed out again, so that a caller repeating refresh
+	// cannot make the agent log in or sign on every request. A value the
+	// service refused (the proxy's retry) is replaced at once.
+	RefreshFloor time.Duration
 	// ServiceMaxBody bounds the bodies of proxied business calls (default
 	// 16 MiB); they are held in memory for the retry after a 401.
 	ServiceMaxBody int64
 }
+
+// DefaultRefreshFloor is Options.RefreshFloor's default.
+const DefaultRefreshFloor = 30 * time.Second
 
 // Agent serves the API.
 type Agent struct {
@@ -92,6 +101,9 @@ func New(o Options) *Agent {
 	}
 	if o.MaxBody <= 0 {
 		o.MaxBody = 64 << 10
+	}
+	if o.RefreshFloor <= 0 {
+		o.RefreshFloor = DefaultRefreshFloor
 	}
 	if o.ServiceMaxBody <= 0 {
 		o.ServiceMaxBody = 16 << 20
@@ -407,7 +419,7 @@ func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
 			return nil, errNotConfigured
 		}
 		k := sessionKey{cred.Kind, cred.Value, req.ServiceUserID}
-		s, cached, err := a.cache.obtain(r.Context(), k, req.Refresh, a.o.RequestDeadline,
+		s, cached, err := a.cache.obtain(r.Context(), k, req.Refresh, a.o.RefreshFloor, a.o.RequestDeadline,
 			func(ctx context.Context) (*trusted.Session, error) { return c.Session(ctx, cred, req.ServiceUserID) })
 		if err != nil {
 			return nil, err

@@ -96,7 +96,7 @@ func (a *Agent) legacyIdentityOf(req api.AuthorizationRequest, entry *auditEntry
 	auth := l.Tokens.For(id)
 	token := func(ctx context.Context, refresh bool) (*api.AuthorizationResponse, error) {
 		if refresh {
-			l.Tokens.Forget(id)
+			l.Tokens.ForgetOlder(id, a.o.RefreshFloor)
 		}
 		tok, cached, err := l.Tokens.Token(ctx, id)
 		// A cached auth.sid the service no longer takes is dropped and the
@@ -133,7 +133,7 @@ func (a *Agent) oidcIdentity(req api.AuthorizationRequest, entry *auditEntry) (*
 	auth := t.For(profile)
 	token := func(ctx context.Context, refresh bool) (*api.AuthorizationResponse, error) {
 		if refresh {
-			t.Expire(profile)
+			t.ExpireOlder(profile, a.o.RefreshFloor)
 		}
 		rec, cached, err := t.Token(ctx, profile)
 		a.metrics.observeAuthorization("oidc", cached, err)
@@ -209,7 +209,7 @@ func (a *Agent) sidChain(req api.AuthorizationRequest) (legacy.Identity, func() 
 	k := sessionKey{cred.Kind, cred.Value, userID}
 	return legacy.Identity{By: legacy.BySid, Subject: "trusted " + cred.Masked() + " serviceUserId=" + userID, CacheKey: k.String(),
 		Sid: func(ctx context.Context) (string, error) {
-			s, _, err := a.cache.obtain(ctx, k, false, a.o.RequestDeadline,
+			s, _, err := a.cache.obtain(ctx, k, false, 0, a.o.RequestDeadline,
 				func(ctx context.Context) (*trusted.Session, error) { return c.Session(ctx, cred, userID) })
 			if err != nil {
 				return "", err

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/signagent/signagent/api"
 )
@@ -169,5 +170,52 @@ func TestCertificateLoginOff(t *testing.T) {
 	}
 	if h2.emu.Stats().LegacyChallenges != challenges {
 		t.Fatalf("a challenge was asked for with certificate login off")
+	}
+}
+
+// TestRefreshFloor: fifty sequential "refresh": true for one identity
+// make one login, not fifty (before the floor each made a password login,
+// a refresh grant or a trusted flow with a signature); the proxy's retry
+// after a 401 still replaces the refused value at once.
+func TestRefreshFloor(t *testing.T) {
+	h := start(t, options{legacy: true, oidc: true, apiURL: "emu", floor: 30 * time.Second})
+	before := h.emu.Stats()
+	for _, req := range []string{
+		`{"scheme":"legacy","by":"password","login":"alice@example.com","refresh":true}`,
+		`{"scheme":"legacy","by":"sid","credential":{"snils":"11223344595"},"serviceUserId":"crm-42","refresh":true}`,
+		`{"scheme":"oidc","refresh":true}`,
+	} {
+		for i := range 50 {
+			if code, _, body := raw(t, h.sock, "POST", "/v1/authorizations", req); code != 200 {
+				t.Fatalf("%s #%d: %d %s", req, i, code, body)
+			}
+		}
+	}
+	for i := range 50 {
+		if code, _, body := raw(t, h.sock, "POST", "/v1/sessions", `{"phone":"9161234567","serviceUserId":"crm-42","refresh":true}`); code != 200 {
+			t.Fatalf("session #%d: %d %s", i, code, body)
+		}
+	}
+	after := h.emu.Stats()
+	// One password login and one sid exchange (Authenticate), one trusted
+	// flow per credential (the SNILS chain, the phone session), and no
+	// refresh grant (alice's access token is young).
+	if got := after.LegacyTokens - before.LegacyTokens; got != 2 {
+		t.Errorf("legacy logins: %d, want 2", got)
+	}
+	if got := after.Sessions - before.Sessions; got != 2 {
+		t.Errorf("trusted sessions: %d, want 2", got)
+	}
+	if got := after.Refreshes - before.Refreshes; got != 0 {
+		t.Errorf("refresh grants: %d, want 0", got)
+	}
+	// A value the service refuses is still replaced at once: the proxy's
+	// retry logs in again.
+	h.emu.InjectFaults("GetMyOrganizations", emuStatus(401))
+	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", "legacy login=alice@example.com", nil, ""); resp.StatusCode != 200 {
+		t.Fatalf("retry after a refused value: %d %s", resp.StatusCode, body)
+	}
+	if got := h.emu.Stats().LegacyTokens - after.LegacyTokens; got != 1 {
+		t.Errorf("the refused value was not replaced: %d new logins", got)
 	}
 }

@@ -77,14 +77,17 @@ func (c *sessionCache) setTTL(ttl time.Duration) {
 // callers asking at the same time. cached reports whether no flow ran for
 // this caller. The flow runs detached from any one caller's cancellation,
 // bounded by timeout, so that one caller giving up does not fail the others.
-func (c *sessionCache) obtain(ctx context.Context, k sessionKey, refresh bool, timeout time.Duration,
+//
+// refresh asks for a new session, but one obtained less than floor ago is
+// handed out instead: it is as fresh as another flow would give, and a
+// caller repeating refresh must not make the token sign on every request.
+func (c *sessionCache) obtain(ctx context.Context, k sessionKey, refresh bool, floor, timeout time.Duration,
 	flow func(context.Context) (*trusted.Session, error)) (cachedSession, bool, error) {
-	if !refresh {
-		if s, ok := c.get(k); ok {
-			return s, true, nil
-		}
-	} else {
-		c.drop(k)
+	if refresh {
+		c.dropOlder(k, floor)
+	}
+	if s, ok := c.get(k); ok {
+		return s, true, nil
 	}
 	ch := c.group.DoChan(k.String(), func() (any, error) {
 		if s, ok := c.get(k); ok { // filled while we queued for the group
@@ -111,6 +114,15 @@ func (c *sessionCache) obtain(ctx context.Context, k sessionKey, refresh bool, t
 		return r.Val.(cachedSession), false, nil
 	case <-ctx.Done():
 		return cachedSession{}, false, ctx.Err()
+	}
+}
+
+// dropOlder forgets k's session when it was obtained at least age ago.
+func (c *sessionCache) dropOlder(k sessionKey, age time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.entries[k]; ok && c.now().Sub(s.obtainedAt) >= age {
+		delete(c.entries, k)
 	}
 }
 

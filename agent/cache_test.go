@@ -18,7 +18,7 @@ func TestCacheSweepsExpired(t *testing.T) {
 	c.now = func() time.Time { return now }
 	add := func(i int) {
 		k := sessionKey{canonical.Phone, fmt.Sprintf("%010d", i), "u"}
-		_, _, err := c.obtain(context.Background(), k, false, time.Second, func(context.Context) (*trusted.Session, error) {
+		_, _, err := c.obtain(context.Background(), k, false, 0, time.Second, func(context.Context) (*trusted.Session, error) {
 			return &trusted.Session{Sid: "s", ObtainedAt: now}, nil
 		})
 		if err != nil {

@@ -226,6 +226,7 @@ func TestDaemonLegacyReload(t *testing.T) {
 	defer emu.Close(context.Background())
 	cfg.Legacy = &legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey}
 	cfg.LegacyPasswords = map[string]string{"alice@example.com": alicePassword}
+	cfg.ExposeLegacyHeader = true
 	d, err := agent.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

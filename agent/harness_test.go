@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -65,6 +66,9 @@ type options struct {
 	// policy, applied after start; with legacy set, legacy headers are
 	// handed out unless hideLegacy.
 	hideLegacy, noCertLogin bool
+	// floor is the RefreshFloor (default: a nanosecond, so that "refresh":
+	// true replaces what it finds, as the tests of forced refreshes want).
+	floor time.Duration
 }
 
 // Alice's box, and another organization's.
@@ -132,7 +136,7 @@ func start(t testing.TB, o options) *harness {
 	}
 	h.agent = agent.New(agent.Options{Token: h.tm, Client: client, APIKey: apiKey, Log: log, Audit: agent.NewAudit(audit),
 		RequestDeadline: o.deadline, ExposeCanonical: o.expose, Routes: o.routes, ServiceMaxBody: o.maxBody,
-		ExposeLegacyHeader: o.legacy && !o.hideLegacy, NoCertificateLogin: o.noCertLogin})
+		ExposeLegacyHeader: o.legacy && !o.hideLegacy, NoCertificateLogin: o.noCertLogin, RefreshFloor: cmp.Or(o.floor, time.Nanosecond)})
 	if o.apiURL == "emu" {
 		o.apiURL = emu.URL()
 	}

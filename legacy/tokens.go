@@ -151,6 +151,22 @@ func (t *Tokens) Forget(id Identity) bool {
 	return ok
 }
 
+// ForgetOlder drops id's token when it was obtained at least age ago (a
+// caller asking for a fresh one: a token obtained a moment ago is as fresh
+// as a new login would give, and a login costs the service a request with
+// the integrator's developer key). It reports whether it dropped one.
+func (t *Tokens) ForgetOlder(id Identity, age time.Duration) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := id.cacheKey()
+	tok, ok := t.entries[k]
+	if !ok || t.now().Sub(tok.ObtainedAt) < age {
+		return false
+	}
+	delete(t.entries, k)
+	return true
+}
+
 // Len is how many tokens the cache holds.
 func (t *Tokens) Len() int {
 	t.mu.Lock()

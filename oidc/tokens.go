@@ -152,8 +152,22 @@ func (t *Tokens) Reject(profile, value string) {
 }
 
 // Expire rejects the profile's current access token, whatever it is.
-func (t *Tokens) Expire(profile string) {
-	if rec, err := t.load(profile); err == nil {
+func (t *Tokens) Expire(profile string) { t.ExpireOlder(profile, 0) }
+
+// ExpireOlder rejects the profile's current access token when it was
+// obtained (signed in or refreshed) at least age ago: a caller asking for
+// a fresh one gets a token refreshed a moment ago instead of another
+// refresh grant.
+func (t *Tokens) ExpireOlder(profile string, age time.Duration) {
+	rec, err := t.load(profile)
+	if err != nil {
+		return
+	}
+	obtained := rec.SignedInAt
+	if rec.RefreshedAt.After(obtained) {
+		obtained = rec.RefreshedAt
+	}
+	if t.now().Sub(obtained) >= age {
 		t.Reject(profile, rec.AccessToken)
 	}
 }
