@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	stdlog "log"
 	"net"
 	"net/http"
 	"os"
@@ -281,7 +280,7 @@ func (a *Agent) startServers(ls []Listener) *serverSet {
 			ConnContext:       ConnContext,
 			// net/http's own complaints (a failed TLS handshake, a broken
 			// connection) go to the diagnostic log, not bare to stderr.
-			ErrorLog: stdlog.New(a.o.Log.With().Str("component", "http").Logger().Level(zerolog.WarnLevel), "", 0),
+			ErrorLog: warnLog(a.o.Log.With().Str("component", "http").Logger()),
 		}
 		set.servers = append(set.servers, srv)
 		go func(l Listener) {

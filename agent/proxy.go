@@ -69,7 +69,7 @@ func (a *Agent) SetServiceAPI(rawURL string, allowHTTP bool) error {
 		return nil // keep the connections
 	}
 	a.target.Store(&proxyTarget{base: base, transport: httpx.Client(nil).Transport,
-		errorLog: log.New(a.o.Log.With().Str("operation", "service").Logger(), "", 0)})
+		errorLog: warnLog(a.o.Log.With().Str("operation", "service").Logger())})
 	return nil
 }
 
@@ -86,6 +86,8 @@ type proxyCall struct {
 	method  string // business method, as the metrics label it
 	status  int    // the service's, when it answered
 	retried bool
+	// complete says the service's answer was read to its end.
+	complete bool
 }
 
 // proxy serves /v1/service/{method}.
@@ -106,12 +108,43 @@ func (a *Agent) proxy(w http.ResponseWriter, r *http.Request) {
 	rp.ModifyResponse = func(resp *http.Response) error {
 		call.status = resp.StatusCode
 		a.metrics.observeCall(call.method, resp.StatusCode, call.retried)
-		call.entry.outcome, call.entry.latency = "ok", time.Since(start)
-		call.entry.status, call.entry.retried = resp.StatusCode, call.retried
-		a.o.Audit.write(call.entry)
+		resp.Body = &watchedBody{ReadCloser: resp.Body, complete: &call.complete}
 		return nil
 	}
+	// The audit line is written once the answer has been passed on (or
+	// cut off: the reverse proxy then aborts the handler with a panic,
+	// which this deferred write sees through).
+	defer func() {
+		if call.status == 0 {
+			return // proxyFailed wrote it
+		}
+		call.entry.outcome = "ok"
+		if !call.complete {
+			call.entry.outcome = auditCutOff
+		}
+		call.entry.latency, call.entry.status, call.entry.retried = time.Since(start), call.status, call.retried
+		a.o.Audit.write(call.entry)
+	}()
 	rp.ServeHTTP(w, r)
+}
+
+// auditCutOff is the audit outcome of a proxied answer that did not reach
+// the caller whole: the deadline passed, or the caller or the service went
+// away while it streamed.
+const auditCutOff = "answer_cut_off"
+
+// watchedBody records whether the service's answer was read to its end.
+type watchedBody struct {
+	io.ReadCloser
+	complete *bool
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		*b.complete = true
+	}
+	return n, err
 }
 
 // prepareProxy checks the request (path, identity, body) and returns the

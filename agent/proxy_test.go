@@ -396,3 +396,53 @@ func TestProxyStreams(t *testing.T) {
 		t.Fatal("the first part did not arrive before the service finished")
 	}
 }
+
+// TestProxyCutOffAudited: an answer the request deadline cuts off while it
+// streams is audited as cut off, not "ok" (it was, with a log line of no
+// level), and the reverse proxy's own line is a warning. A stand-in
+// service: the emulator's answers are small and whole.
+func TestProxyCutOffAudited(t *testing.T) {
+	h := start(t, options{oidc: true, deadline: time.Second})
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100")
+		w.Write([]byte(`{"Organizations":[`))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer svc.Close()
+	if err := h.agent.SetServiceAPI(svc.URL, false); err != nil {
+		t.Fatal(err)
+	}
+	// The caller sees the connection broken (at the headers or within the
+	// body, whatever was flushed when the deadline came).
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", h.sock)
+	}}}
+	req, _ := http.NewRequest("GET", "http://agent/v1/service/Slow", nil)
+	req.Header.Set(agent.IdentityHeader, aliceOIDC)
+	if resp, err := c.Do(req); err == nil {
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil && len(b) == 100 {
+			t.Fatalf("the whole answer arrived: %q", b)
+		}
+	}
+	waitUntil(t, func() bool { return strings.Contains(h.audit.String(), `"call":"GET /Slow"`) })
+	audit := h.audit.String()
+	if !strings.Contains(audit, `"outcome":"answer_cut_off"`) || !strings.Contains(audit, `"serviceStatus":200`) {
+		t.Fatalf("audit: %s", audit)
+	}
+	if logs := h.logs.String(); !strings.Contains(logs, `"level":"warn"`) || !strings.Contains(logs, "body copy") {
+		t.Fatalf("the reverse proxy's line should be a warning: %s", logs)
+	}
+}
+
+// waitUntil polls cond for up to five seconds.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+	}
+}
