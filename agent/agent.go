@@ -66,6 +66,10 @@ type Options struct {
 	// cannot make the agent log in or sign on every request. A value the
 	// service refused (the proxy's retry) is replaced at once.
 	RefreshFloor time.Duration
+	// ServiceBodyBudget bounds the proxied bodies held at once, in memory
+	// or spooled (default 256 MiB); a call that does not fit is answered
+	// 503 busy at once.
+	ServiceBodyBudget int64
 	// ServiceMaxBody bounds the bodies of proxied business calls (default
 	// 16 MiB); they are held in memory for the retry after a 401.
 	ServiceMaxBody int64
@@ -89,6 +93,7 @@ type Agent struct {
 	legacy   atomic.Pointer[Legacy]
 	oidc     atomic.Pointer[oidc.Tokens]
 	target   atomic.Pointer[proxyTarget]
+	bodies   *bodyBudget
 }
 
 // New returns an agent.
@@ -105,10 +110,13 @@ func New(o Options) *Agent {
 	if o.RefreshFloor <= 0 {
 		o.RefreshFloor = DefaultRefreshFloor
 	}
+	if o.ServiceBodyBudget <= 0 {
+		o.ServiceBodyBudget = DefaultServiceBodyBudget
+	}
 	if o.ServiceMaxBody <= 0 {
 		o.ServiceMaxBody = 16 << 20
 	}
-	a := &Agent{o: o, tm: o.Token, cache: newSessionCache(o.SessionTTL), metrics: newMetrics(o.Token), refusals: newSampler(10, time.Second)}
+	a := &Agent{o: o, tm: o.Token, cache: newSessionCache(o.SessionTTL), metrics: newMetrics(o.Token), refusals: newSampler(10, time.Second), bodies: newBodyBudget(o.ServiceBodyBudget)}
 	a.client.Store(o.Client)
 	a.key.Store(&o.APIKey)
 	a.SetRouteRules(o.Routes)

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -87,6 +88,9 @@ type Config struct {
 	APIURL           string
 	AllowInsecureAPI bool
 	ServiceMaxBody   int64
+	// ServiceBodyBudget bounds the proxied bodies held at once (default
+	// 256 MiB); taken at start.
+	ServiceBodyBudget int64
 	// OIDC hands out the access tokens of the profiles an operator signed
 	// in with signagent login (the same token store); nil answers oidc
 	// authorizations with 503.
@@ -125,6 +129,9 @@ func badConfig(err error) error { return configError{err} }
 func (c *Config) validate() error {
 	if c.TokenConcurrency < 1 || c.QueueSize < 1 || c.MaxBody < 1 || c.RequestDeadline <= 0 || c.SessionTTL <= 0 {
 		return badConfig(errors.New("token-concurrency, queue-size, max-body, request-deadline and session-ttl must be positive"))
+	}
+	if c.ServiceBodyBudget < 0 || (c.ServiceBodyBudget > 0 && c.ServiceBodyBudget < cmp.Or(c.ServiceMaxBody, 16<<20)) {
+		return badConfig(errors.New("service-body-budget must be at least service-max-body (a body that fits the one must fit the other)"))
 	}
 	if c.APIURL != "" {
 		if _, err := httpx.ParseBaseURL(c.APIURL, c.AllowInsecureAPI); err != nil {
@@ -199,7 +206,7 @@ func (d *Daemon) start(ctx context.Context) error {
 	}
 	d.agent = New(Options{Token: d.tm, Client: client, APIKey: cfg.APIKey, Log: cfg.Log, Audit: NewAudit(audit),
 		SessionTTL: cfg.SessionTTL, RequestDeadline: cfg.RequestDeadline, MaxBody: cfg.MaxBody, LegacySNILS: cfg.LegacySNILS,
-		ExposeCanonical: cfg.ExposeCanonical, ExposeLegacyHeader: cfg.ExposeLegacyHeader, NoCertificateLogin: cfg.NoCertificateLogin, Routes: cfg.Routes, ServiceMaxBody: cfg.ServiceMaxBody})
+		ExposeCanonical: cfg.ExposeCanonical, ExposeLegacyHeader: cfg.ExposeLegacyHeader, NoCertificateLogin: cfg.NoCertificateLogin, Routes: cfg.Routes, ServiceMaxBody: cfg.ServiceMaxBody, ServiceBodyBudget: cfg.ServiceBodyBudget})
 	if err := d.agent.SetServiceAPI(cfg.APIURL, cfg.AllowInsecureAPI); err != nil {
 		return err
 	}

@@ -37,6 +37,7 @@ const (
 	CodeServiceUnreachable = api.CodeServiceUnreachable
 	CodeServiceTimeout     = api.CodeServiceTimeout
 	CodeNotConfigured      = api.CodeNotConfigured
+	CodeBusy               = api.CodeBusy
 	CodeInternal           = api.CodeInternal
 )
 
@@ -58,6 +59,8 @@ func classify(err error) (int, APIError) {
 	switch {
 	case errors.Is(err, errLegacyHeaderHidden), errors.Is(err, errCertificateLoginOff):
 		return http.StatusForbidden, APIError{Code: CodeForbidden, Message: err.Error()}
+	case errors.Is(err, errBodyBudget):
+		return http.StatusServiceUnavailable, APIError{Code: CodeBusy, Message: err.Error()}
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, APIError{Code: CodeTooLarge, Message: err.Error()}
 	case isOIDC(err):

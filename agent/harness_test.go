@@ -63,6 +63,7 @@ type options struct {
 	oidc      bool   // the OpenID Connect scheme, alice signed in as profile "default"
 	apiURL    string // the proxy's business API ("emu": the emulator)
 	maxBody   int64  // ServiceMaxBody
+	budget    int64  // ServiceBodyBudget
 	// policy, applied after start; with legacy set, legacy headers are
 	// handed out unless hideLegacy.
 	hideLegacy, noCertLogin bool
@@ -135,7 +136,7 @@ func start(t testing.TB, o options) *harness {
 		}
 	}
 	h.agent = agent.New(agent.Options{Token: h.tm, Client: client, APIKey: apiKey, Log: log, Audit: agent.NewAudit(audit),
-		RequestDeadline: o.deadline, ExposeCanonical: o.expose, Routes: o.routes, ServiceMaxBody: o.maxBody,
+		RequestDeadline: o.deadline, ExposeCanonical: o.expose, Routes: o.routes, ServiceMaxBody: o.maxBody, ServiceBodyBudget: o.budget,
 		ExposeLegacyHeader: o.legacy && !o.hideLegacy, NoCertificateLogin: o.noCertLogin, RefreshFloor: cmp.Or(o.floor, time.Nanosecond)})
 	if o.apiURL == "emu" {
 		o.apiURL = emu.URL()

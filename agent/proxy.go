@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -88,6 +87,7 @@ type proxyCall struct {
 	retried bool
 	// complete says the service's answer was read to its end.
 	complete bool
+	body     *heldBody // released when the call is done
 }
 
 // proxy serves /v1/service/{method}.
@@ -100,6 +100,9 @@ func (a *Agent) proxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rp, err := a.prepareProxy(r, call)
+	if call.body != nil {
+		defer call.body.Close()
+	}
 	if err != nil {
 		a.proxyFailed(w, call, start, err)
 		return
@@ -169,11 +172,13 @@ func (a *Agent) prepareProxy(r *http.Request, call *proxyCall) (*httputil.Revers
 		return nil, err
 	}
 	// The body is read whole (MaxBytesReader bounds it) before anything is
-	// sent: a retry sends it again.
-	body, err := io.ReadAll(r.Body)
+	// sent, within the agent's budget of held bodies: a retry sends it
+	// again.
+	body, err := a.bodies.hold(r.Body, r.ContentLength)
 	if err != nil {
 		return nil, err
 	}
+	call.body = body
 	base := target.base
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -214,7 +219,7 @@ func (a *Agent) proxyFailed(w http.ResponseWriter, call *proxyCall, start time.T
 // header, and once more with a fresh one after a 401.
 type authorizingTransport struct {
 	id      *identity
-	body    []byte
+	body    *heldBody
 	base    http.RoundTripper
 	retried *bool
 }
@@ -223,8 +228,8 @@ func (t *authorizingTransport) RoundTrip(in *http.Request) (*http.Response, erro
 	resp, retried, err := authz.Retry(in.Context(), identityAuthorizer{t.id}, func(ctx context.Context, authorization string) (*http.Response, error) {
 		out := in.Clone(ctx)
 		out.Body, out.ContentLength = http.NoBody, 0
-		if len(t.body) > 0 {
-			out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(t.body)), int64(len(t.body))
+		if t.body.size > 0 {
+			out.Body, out.ContentLength = io.NopCloser(t.body.reader()), t.body.size
 		}
 		out.Header.Set("Authorization", authorization)
 		resp, err := t.base.RoundTrip(out)

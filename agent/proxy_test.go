@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -444,5 +445,72 @@ func waitUntil(t *testing.T, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatal("condition not met within 5s")
 		}
+	}
+}
+
+// TestProxyBodyBudget: a body that does not fit the budget of held bodies
+// is answered 503 busy at once, without waiting and without reaching the
+// service; a large body is spooled and reaches the service whole, on the
+// retry after a 401 too. A stand-in service in front of the emulator
+// records the bodies it was sent (the emulator cannot report them).
+func TestProxyBodyBudget(t *testing.T) {
+	h := start(t, options{oidc: true, budget: 1 << 20})
+	big := bytes.Repeat([]byte("0123456789abcdef"), 700<<10/16)
+	var mu sync.Mutex
+	var bodies [][]byte
+	release := make(chan struct{})
+	rec := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, b)
+		mu.Unlock()
+		if r.URL.Path == "/Hold" {
+			<-release
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		r.URL.Path = "/GetMyOrganizations"
+		h.emu.Handler().ServeHTTP(w, r)
+	}))
+	defer rec.Close()
+	if err := h.agent.SetServiceAPI(rec.URL, false); err != nil {
+		t.Fatal(err)
+	}
+	// Spooled, and sent twice: the first value is refused once.
+	h.emu.InjectFaults("GetMyOrganizations", emuStatus(401))
+	resp, body := h.call(t, "POST", "/v1/service/Spooled", aliceOIDC, http.Header{"Content-Type": {"application/json"}}, string(big))
+	if resp.StatusCode != 200 {
+		t.Fatalf("spooled body: %d %s", resp.StatusCode, body)
+	}
+	mu.Lock()
+	if len(bodies) != 2 || !bytes.Equal(bodies[0], big) || !bytes.Equal(bodies[1], big) {
+		t.Fatalf("the service got %d bodies, not twice the %d bytes", len(bodies), len(big))
+	}
+	mu.Unlock()
+	// One 700 KiB body held by a call the service answers slowly: a second
+	// one does not fit the 1 MiB budget and is refused at once.
+	done := make(chan int)
+	go func() {
+		resp, _ := h.call(t, "POST", "/v1/service/Hold", aliceOIDC, nil, string(big))
+		done <- resp.StatusCode
+	}()
+	waitUntil(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(bodies) == 3 })
+	t0 := time.Now()
+	resp, body = h.call(t, "POST", "/v1/service/Second", aliceOIDC, nil, string(big))
+	if resp.StatusCode != 503 || !strings.Contains(body, `"code":"busy"`) || resp.Header.Get("Retry-After") == "" || time.Since(t0) > 2*time.Second {
+		t.Fatalf("over the budget: %d %s after %v", resp.StatusCode, body, time.Since(t0))
+	}
+	close(release)
+	if code := <-done; code != 200 {
+		t.Fatalf("held call: %d", code)
+	}
+	mu.Lock()
+	n := len(bodies)
+	mu.Unlock()
+	if n != 3 {
+		t.Fatalf("the refused call reached the service")
+	}
+	// Once the held body is released, a large body fits again.
+	if resp, body := h.call(t, "POST", "/v1/service/Again", aliceOIDC, nil, string(big)); resp.StatusCode != 200 {
+		t.Fatalf("after release: %d %s", resp.StatusCode, body)
 	}
 }

@@ -113,6 +113,7 @@ const (
 	CodeServiceUnreachable = "service_unreachable"    // 502
 	CodeTokenNotReady      = "token_not_ready"        // 503
 	CodeNotConfigured      = "service_not_configured" // 503
+	CodeBusy               = "busy"                   // 503: the proxy's budget of held bodies is full
 	CodeServiceTimeout     = "service_timeout"        // 504
 	CodeTokenTimeout       = "token_timeout"          // 504
 )

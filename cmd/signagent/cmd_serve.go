@@ -42,6 +42,7 @@ func serveFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "request-deadline", Category: catAgent, Value: 30 * time.Second, EnvVars: []string{"SIGNAGENT_REQUEST_DEADLINE"}, Usage: "limit for one API request, waiting for the token included"},
 		&cli.IntFlag{Name: "max-body", Category: catAgent, Value: 64 << 10, EnvVars: []string{"SIGNAGENT_MAX_BODY"}, Usage: "largest request body in bytes"},
 		&cli.IntFlag{Name: "service-max-body", Category: catAgent, Value: 16 << 20, EnvVars: []string{"SIGNAGENT_SERVICE_MAX_BODY"}, Usage: "largest body in bytes of a business call through the proxy (/v1/service/...); held in memory for the retry"},
+		&cli.IntFlag{Name: "service-body-budget", Category: catAgent, Value: agent.DefaultServiceBodyBudget, EnvVars: []string{"SIGNAGENT_SERVICE_BODY_BUDGET"}, Usage: "most bytes of proxied bodies held at once, in memory or spooled to unlinked temporary files (bodies over 256 KiB); a call past it is answered 503 at once"},
 		&cli.DurationFlag{Name: "shutdown-grace", Category: catAgent, Value: 10 * time.Second, EnvVars: []string{"SIGNAGENT_SHUTDOWN_GRACE"}, Usage: "on SIGTERM, time for requests in flight to finish"},
 		&cli.BoolFlag{Name: "expose-canonical", Category: catAgent, EnvVars: []string{"SIGNAGENT_EXPOSE_CANONICAL"}, Usage: "return the signed text (it holds the API key) in /v1/signatures answers"},
 		&cli.BoolFlag{Name: "expose-legacy-header", Category: catAgent, EnvVars: []string{"SIGNAGENT_EXPOSE_LEGACY_HEADER"}, Usage: "hand out legacy ServiceAuth header values in /v1/authorizations answers (they hold the developer key; the proxy never shows them)"},
@@ -78,7 +79,8 @@ func readAgentConfig(s *settings.Settings, e *env) (agent.Config, error) {
 		SessionTTL: s.Duration("session-ttl"), RequestDeadline: s.Duration("request-deadline"), MaxBody: int64(s.Int("max-body")),
 		ShutdownGrace: s.Duration("shutdown-grace"), LegacySNILS: s.Bool("legacy-snils"), ExposeCanonical: s.Bool("expose-canonical"),
 		ExposeLegacyHeader: s.Bool("expose-legacy-header"), NoCertificateLogin: !s.Bool("certificate-login"),
-		APIURL: s.String("api-url"), AllowInsecureAPI: s.Bool("insecure-http"), ServiceMaxBody: int64(s.Int("service-max-body"))}
+		APIURL: s.String("api-url"), AllowInsecureAPI: s.Bool("insecure-http"), ServiceMaxBody: int64(s.Int("service-max-body")),
+		ServiceBodyBudget: int64(s.Int("service-body-budget"))}
 	var errs [7]error // all are reported, not only the first
 	cfg.Token, errs[0] = selectionFrom(s, false)
 	cfg.Signature, errs[1] = signatureOptions(s)
