@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/authz"
@@ -288,7 +290,7 @@ func ParseIdentity(s string, legacySNILS bool) (api.AuthorizationRequest, error)
 	if strings.TrimSpace(s) == "" {
 		return api.AuthorizationRequest{}, bad("missing")
 	}
-	if len(s) > 1024 || strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+	if len(s) > 1024 || !utf8.ValidString(s) || strings.ContainsFunc(s, notPrintable) {
 		return api.AuthorizationRequest{}, bad("too long or not printable")
 	}
 	words := strings.Fields(s)
@@ -350,6 +352,13 @@ func identityRequest(scheme string, kv map[string]string, flags map[string]bool)
 		return api.AuthorizationRequest{}, "", errors.New("legacy needs login=LOGIN or the word certificate")
 	}
 	return api.AuthorizationRequest{}, "", fmt.Errorf("unknown scheme %q", printableKey(scheme))
+}
+
+// notPrintable is a rune that has no place in a selector: control
+// characters (C0, DEL, C1), format characters such as bidirectional
+// overrides, and line or paragraph separators.
+func notPrintable(r rune) bool {
+	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
 }
 
 func printableKey(s string) string {

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ func (h *harness) call(t testing.TB, method, path, identity string, header http.
 	t.Helper()
 	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", h.sock)
-	}}}
+	}}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	req, err := http.NewRequest(method, "http://agent", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -198,6 +199,10 @@ func TestProxyBadInput(t *testing.T) {
 		{"bad profile", "GET", "/v1/service/GetMyOrganizations", "oidc profile=../../etc", "", "bad_input", 400},
 		{"legacy without login", "GET", "/v1/service/GetMyOrganizations", "legacy", "", "bad_input", 400},
 		{"no password for login", "GET", "/v1/service/GetMyOrganizations", "legacy login=mallory@example.com", "", "bad_input", 400},
+		{"8-bit bytes", "GET", "/v1/service/GetMyOrganizations", "legacy login=\xff\xfe@example.com", "", "bad_input", 400},
+		{"bidi override", "GET", "/v1/service/GetMyOrganizations", "legacy login=alice\u202e@example.com", "", "bad_input", 400},
+		{"line separator", "GET", "/v1/service/GetMyOrganizations", "oidc profile=a\u2028b", "", "bad_input", 400},
+		{"long identity", "GET", "/v1/service/GetMyOrganizations", "legacy login=" + strings.Repeat("a", 2000), "", "bad_input", 400},
 		{"dot-dot", "GET", "/v1/service/../v1/signatures", aliceOIDC, "", "bad_input", 400},
 		{"dot-dot inside", "GET", "/v1/service/a/../GetMyOrganizations", aliceOIDC, "", "bad_input", 400},
 		{"escaped dot-dot", "GET", "/v1/service/%2e%2e/x", aliceOIDC, "", "bad_input", 400},
@@ -512,5 +517,42 @@ func TestProxyBodyBudget(t *testing.T) {
 	// Once the held body is released, a large body fits again.
 	if resp, body := h.call(t, "POST", "/v1/service/Again", aliceOIDC, nil, string(big)); resp.StatusCode != 200 {
 		t.Fatalf("after release: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestParseIdentityRefusesUnprintable: a selector with bytes that are not
+// UTF-8, control, format (bidirectional overrides) or separator
+// characters is refused before any of its values is looked at.
+func TestParseIdentityRefusesUnprintable(t *testing.T) {
+	for _, s := range []string{"legacy login=\xff\xfe@example.com", "legacy login=alice\u202e@example.com",
+		"legacy login=a\u2028b", "legacy login=a\u0085b", "legacy login=a\x1bb", "oidc profile=" + strings.Repeat("a", 1100)} {
+		if _, err := agent.ParseIdentity(s, false); err == nil || !strings.Contains(err.Error(), "too long or not printable") {
+			t.Errorf("%q: %v", s, err)
+		}
+	}
+	if _, err := agent.ParseIdentity("legacy login=алиса@пример.рф", false); err != nil {
+		t.Errorf("a non-ASCII login: %v", err)
+	}
+}
+
+// TestProxyDoesNotFollowRedirects: a business API that redirects to
+// another host gets its 3xx passed on to the caller; the agent never
+// follows it, so the identity's Authorization header never reaches the
+// other host. Stand-in servers: the emulator does not redirect.
+func TestProxyDoesNotFollowRedirects(t *testing.T) {
+	h := start(t, options{oidc: true})
+	var reached atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Add(1) }))
+	defer other.Close()
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/steal", http.StatusTemporaryRedirect)
+	}))
+	defer svc.Close()
+	if err := h.agent.SetServiceAPI(svc.URL, false); err != nil {
+		t.Fatal(err)
+	}
+	resp, _ := h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceOIDC, nil, "")
+	if resp.StatusCode != http.StatusTemporaryRedirect || resp.Header.Get("Location") != other.URL+"/steal" || reached.Load() != 0 {
+		t.Fatalf("%d %q, the other host reached %d times", resp.StatusCode, resp.Header.Get("Location"), reached.Load())
 	}
 }
