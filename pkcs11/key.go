@@ -1,7 +1,6 @@
 package pkcs11
 
 import (
-	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -51,48 +50,12 @@ type Selection struct {
 	// NoCertificate opens the key without looking for its certificate
 	// (provisioning, before the certificate exists).
 	NoCertificate bool
-}
+	// ModuleConfigDirs are p11-kit's module configuration directories for
+	// a URI's module-name (nil: DefaultModuleConfigDirs).
+	ModuleConfigDirs []string
 
-// resolve merges the URI into the selection and checks for conflicts.
-func (s Selection) resolve() (Selection, error) {
-	if s.URI == "" {
-		return s, nil
-	}
-	u, err := ParseURI(s.URI)
-	if err != nil {
-		return s, err
-	}
-	set := func(dst *string, v, what string) error {
-		if v == "" {
-			return nil
-		}
-		if *dst != "" && *dst != v {
-			return fmt.Errorf("%w: %s is given both by a flag (%q) and by the URI (%q)", ErrBadSelection, what, *dst, v)
-		}
-		*dst = v
-		return nil
-	}
-	if err := errors.Join(
-		set(&s.Token.Label, u.Token, "the token label"),
-		set(&s.Token.Serial, u.Serial, "the token serial"),
-		set(&s.KeyLabel, u.Object, "the key label"),
-		set(&s.PIN.File, u.PINSource, "the PIN file"),
-	); err != nil {
-		return s, err
-	}
-	if u.ModulePath != "" {
-		if s.Module != "" && s.Module != u.ModulePath {
-			return s, fmt.Errorf("%w: the module is given both by a flag and by the URI", ErrBadSelection)
-		}
-		s.Module, s.ModuleSource = u.ModulePath, "pkcs11 URI"
-	}
-	if len(u.ID) > 0 {
-		if len(s.KeyID) > 0 && !bytes.Equal(s.KeyID, u.ID) {
-			return s, fmt.Errorf("%w: the key id is given both by a flag and by the URI", ErrBadSelection)
-		}
-		s.KeyID = u.ID
-	}
-	return s, nil
+	completed bool     // Complete ran
+	ignored   []string // vendor attributes of the URI, ignored
 }
 
 // ParseKeyID decodes a hex key id, allowing colons between bytes.
@@ -136,7 +99,7 @@ type Key struct {
 // Open loads the module (once per process), logs in to the token and finds
 // the one key and the one certificate that sel names, all within ctx.
 func Open(ctx context.Context, sel Selection, log zerolog.Logger) (*Key, error) {
-	sel, err := sel.resolve()
+	sel, err := sel.Complete()
 	if err != nil {
 		return nil, err
 	}
@@ -163,6 +126,9 @@ func Open(ctx context.Context, sel Selection, log zerolog.Logger) (*Key, error) 
 		ev = log.Info() // the operator named none: say which one was found
 	}
 	ev.Str("module", mod.Path).Str("source", mod.Source).Msg("using PKCS#11 module")
+	if ign := sel.Ignored(); len(ign) > 0 {
+		log.Debug().Strs("attributes", ign).Msg("the pkcs11: URI's vendor attributes are not known here and are ignored")
+	}
 
 	m, err := reg.acquire(ctx, mod.Path)
 	if err != nil {

@@ -121,9 +121,21 @@ func tokenFlags(f uint) []string {
 type TokenSelector struct {
 	Label  string
 	Serial string
+	// Slot, when HasSlot, is the slot the token must be in (slot-id= of a
+	// pkcs11: URI).
+	Slot    uint
+	HasSlot bool
 }
 
 func (s TokenSelector) String() string {
+	if s.HasSlot {
+		t := s
+		t.HasSlot = false
+		if t.Label == "" && t.Serial == "" {
+			return fmt.Sprintf("in slot %d", s.Slot)
+		}
+		return fmt.Sprintf("%s in slot %d", t, s.Slot)
+	}
 	switch {
 	case s.Label != "" && s.Serial != "":
 		return fmt.Sprintf("label %q serial %q", s.Label, s.Serial)
@@ -136,7 +148,7 @@ func (s TokenSelector) String() string {
 }
 
 func (s TokenSelector) matches(t TokenInfo) bool {
-	return (s.Label == "" || s.Label == t.Label) && (s.Serial == "" || s.Serial == t.Serial)
+	return (s.Label == "" || s.Label == t.Label) && (s.Serial == "" || s.Serial == t.Serial) && (!s.HasSlot || s.Slot == t.Slot)
 }
 
 // choose returns the one token sel matches, or the only initialized token
@@ -151,7 +163,7 @@ func chooseToken(tokens []TokenInfo, sel TokenSelector) (TokenInfo, error) {
 	names := make([]string, 0, len(tokens))
 	for _, t := range tokens {
 		if t.Initialized {
-			names = append(names, fmt.Sprintf("%q (serial %s)", t.Label, t.Serial))
+			names = append(names, fmt.Sprintf("%q (serial %s, slot %d)", t.Label, t.Serial, t.Slot))
 		}
 	}
 	seen := "the module sees no initialized token"
@@ -161,7 +173,7 @@ func chooseToken(tokens []TokenInfo, sel TokenSelector) (TokenInfo, error) {
 	switch {
 	case len(found) == 1:
 		return found[0], nil
-	case len(found) == 0 && (sel.Label != "" || sel.Serial != ""):
+	case len(found) == 0 && (sel.Label != "" || sel.Serial != "" || sel.HasSlot):
 		return TokenInfo{}, fmt.Errorf("%w: token %s is not there; %s (`signagent tokens` lists them)", ErrTokenNotFound, sel, seen)
 	case len(found) == 0:
 		return TokenInfo{}, fmt.Errorf("%w: %s", ErrTokenNotFound, seen)

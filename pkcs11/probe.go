@@ -85,11 +85,11 @@ func Probe(ctx context.Context, path string) error {
 // ProbeSelection probes the module a selection names (--module, or the
 // module-path of its URI).
 func ProbeSelection(ctx context.Context, sel Selection) error {
-	path := sel.Module
-	if u, err := ParseURI(sel.URI); err == nil && u.ModulePath != "" && path == "" {
-		path = u.ModulePath
+	sel, err := sel.Complete()
+	if err != nil {
+		return err
 	}
-	mod, err := ResolveModule(path, "flag")
+	mod, err := ResolveModule(sel.Module, "flag")
 	if err != nil {
 		return err
 	}
@@ -101,7 +101,10 @@ func ProbeSelection(ctx context.Context, sel Selection) error {
 // probed in a child process and the key opened, all within ctx's deadline,
 // or sel.Timeout when ctx has none.
 func OpenProbed(ctx context.Context, sel Selection, log zerolog.Logger) (*Key, error) {
-	var err error
+	sel, err := sel.Complete()
+	if err != nil {
+		return nil, err
+	}
 	if sel.PIN, err = sel.PIN.Resolve(); err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package pkcs11
 import (
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -14,7 +15,14 @@ type URI struct {
 	ID         []byte // id= (CKA_ID, percent-encoded bytes)
 	Type       string // type= (private, cert, ...), informational
 	ModulePath string // module-path= (query)
+	ModuleName string // module-name= (query): a module registered with p11-kit
 	PINSource  string // pin-source= (query): a file path or file: URI
+	// SlotID, when HasSlot, is slot-id= (path): the slot the token is in.
+	SlotID  uint
+	HasSlot bool
+	// Ignored lists the vendor attributes (x-...) the URI carries; RFC 7512
+	// lets a consumer that does not know them ignore them.
+	Ignored []string
 }
 
 // ParseURI parses a pkcs11: URI. A URI carrying pin-value is refused: a PIN
@@ -49,10 +57,19 @@ func ParseURI(s string) (*URI, error) {
 				u.Type = val
 			case "pin-value":
 				return nil, fmt.Errorf("%w: it carries pin-value; give the PIN with SIGNAGENT_PIN, --pin-file or pin-source= instead", ErrBadURI)
-			case "manufacturer", "model", "library-manufacturer", "library-description", "library-version", "slot-description", "slot-manufacturer", "slot-id":
+			case "slot-id":
+				n, err := strconv.ParseUint(val, 10, 32)
+				if err != nil {
+					return nil, fmt.Errorf("%w: slot-id %q is not a decimal slot number", ErrBadURI, val)
+				}
+				u.SlotID, u.HasSlot = uint(n), true
+			case "manufacturer", "model", "library-manufacturer", "library-description", "library-version", "slot-description", "slot-manufacturer":
 				// Accepted and not used for selection.
 			default:
-				return nil, fmt.Errorf("%w: unknown path attribute %q", ErrBadURI, name)
+				if !strings.HasPrefix(name, "x-") {
+					return nil, fmt.Errorf("%w: unknown path attribute %q", ErrBadURI, name)
+				}
+				u.Ignored = append(u.Ignored, name)
 			}
 		}
 	}
@@ -74,8 +91,15 @@ func ParseURI(s string) (*URI, error) {
 			case "pin-value":
 				return nil, fmt.Errorf("%w: it carries pin-value; give the PIN with SIGNAGENT_PIN, --pin-file or pin-source= instead", ErrBadURI)
 			case "module-name":
+				if val == "" || strings.ContainsAny(val, "/\x00") {
+					return nil, fmt.Errorf("%w: module-name %q is not a module's name (a name like softhsm2, not a path: use module-path)", ErrBadURI, val)
+				}
+				u.ModuleName = val
 			default:
-				return nil, fmt.Errorf("%w: unknown query attribute %q", ErrBadURI, name)
+				if !strings.HasPrefix(name, "x-") {
+					return nil, fmt.Errorf("%w: unknown query attribute %q", ErrBadURI, name)
+				}
+				u.Ignored = append(u.Ignored, name)
 			}
 		}
 	}

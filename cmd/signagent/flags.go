@@ -44,7 +44,7 @@ func tokenFlags() []cli.Flag {
 		&cli.StringFlag{Name: "module", Category: catToken, Usage: "PKCS#11 module `PATH` (default: $SIGNAGENT_PKCS11_MODULE, then SoftHSM or p11-kit-proxy in the usual places)"},
 		&cli.StringFlag{Name: "token-label", Category: catToken, EnvVars: []string{"SIGNAGENT_TOKEN_LABEL"}, Usage: "choose the token by `LABEL`"},
 		&cli.StringFlag{Name: "token-serial", Category: catToken, EnvVars: []string{"SIGNAGENT_TOKEN_SERIAL"}, Usage: "choose the token by `SERIAL`"},
-		&cli.StringFlag{Name: "key", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_URI"}, Usage: "RFC 7512 pkcs11: `URI` of the key (token=, serial=, object=, id=, module-path=, pin-source=)"},
+		&cli.StringFlag{Name: "key", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_URI"}, Usage: "RFC 7512 pkcs11: `URI` of the key (token=, serial=, slot-id=, object=, id=, module-path=, module-name=, pin-source=)"},
 		&cli.StringFlag{Name: "key-label", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_LABEL"}, Usage: "choose the key by `LABEL`"},
 		&cli.StringFlag{Name: "key-id", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_ID"}, Usage: "choose the key by CKA_ID in `HEX`"},
 		&cli.StringFlag{Name: "cert", Category: catToken, EnvVars: []string{"SIGNAGENT_CERT"}, Usage: "certificate `FILE` (PEM or DER) instead of the one on the token"},
@@ -85,7 +85,12 @@ func selectionFrom(c *settings.Settings, prompt bool) (pkcs11.Selection, error) 
 		}
 		sel.KeyID = b
 	}
-	return sel, c.Err()
+	if err := c.Err(); err != nil {
+		return sel, err
+	}
+	// The URI's attributes (module-name, slot-id, pin-source, ...) are
+	// merged now, before the PIN is read: its pin-source is a PIN source.
+	return sel.Complete()
 }
 
 func credentialFlags() []cli.Flag {

@@ -1,0 +1,106 @@
+package pkcs11
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Complete merges the selection's pkcs11: URI into its fields (token,
+// slot, key, module by path or by p11-kit name, PIN source), and checks
+// that no value of the URI contradicts one given otherwise: a flag, or
+// $SIGNAGENT_PKCS11_MODULE for the module. It is the one place a
+// selection is completed, and it runs before the PIN is resolved (the
+// URI's pin-source is a PIN source, after --pin-file and before the
+// environment) and before the module is loaded. Completing twice changes
+// nothing.
+func (s Selection) Complete() (Selection, error) {
+	if s.completed {
+		return s, nil
+	}
+	s.completed = true
+	if s.URI == "" {
+		return s, nil
+	}
+	u, err := ParseURI(s.URI)
+	if err != nil {
+		return s, err
+	}
+	s.ignored = u.Ignored
+	set := func(dst *string, v, what string) error {
+		if v == "" {
+			return nil
+		}
+		if *dst != "" && *dst != v {
+			return fmt.Errorf("%w: %s is given both by a flag (%q) and by the URI (%q)", ErrBadSelection, what, *dst, v)
+		}
+		*dst = v
+		return nil
+	}
+	if err := errors.Join(
+		set(&s.Token.Label, u.Token, "the token label"),
+		set(&s.Token.Serial, u.Serial, "the token serial"),
+		set(&s.KeyLabel, u.Object, "the key label"),
+		set(&s.PIN.File, u.PINSource, "the PIN file"),
+		s.mergeModule(u),
+	); err != nil {
+		return s, err
+	}
+	if u.HasSlot {
+		s.Token.Slot, s.Token.HasSlot = u.SlotID, true
+	}
+	if len(u.ID) > 0 {
+		if len(s.KeyID) > 0 && !bytes.Equal(s.KeyID, u.ID) {
+			return s, fmt.Errorf("%w: the key id is given both by a flag and by the URI", ErrBadSelection)
+		}
+		s.KeyID = u.ID
+	}
+	return s, nil
+}
+
+// mergeModule takes the URI's module-path or module-name (through
+// p11-kit's configuration), refusing one that contradicts the other,
+// --module or $SIGNAGENT_PKCS11_MODULE.
+func (s *Selection) mergeModule(u *URI) error {
+	path, what := u.ModulePath, "module-path="+u.ModulePath
+	if u.ModuleName != "" {
+		byName, err := ModuleByName(u.ModuleName, s.ModuleConfigDirs)
+		if err != nil {
+			return err
+		}
+		if path != "" && !sameFile(path, byName) {
+			return fmt.Errorf("%w: the URI's module-path (%s) and module-name=%s (%s) are different modules", ErrBadSelection, path, u.ModuleName, byName)
+		}
+		path, what = byName, "module-name="+u.ModuleName+" ("+byName+")"
+	}
+	if path == "" {
+		return nil
+	}
+	other, from := s.Module, "--module"
+	if other == "" {
+		other, from = os.Getenv(ModuleEnv), "$"+ModuleEnv
+	}
+	if other != "" && !sameFile(other, path) {
+		return fmt.Errorf("%w: the module is %s by %s but the URI's %s; give one", ErrBadSelection, other, from, what)
+	}
+	s.Module, s.ModuleSource = path, "pkcs11 URI"
+	return nil
+}
+
+// sameFile says whether a and b name the same file (symbolic links
+// followed), or the same path when either cannot be resolved.
+func sameFile(a, b string) bool {
+	ra, erra := filepath.EvalSymlinks(a)
+	rb, errb := filepath.EvalSymlinks(b)
+	if erra != nil || errb != nil {
+		return filepath.Clean(a) == filepath.Clean(b)
+	}
+	return ra == rb
+}
+
+// Ignored lists the vendor attributes (x-...) of the selection's URI,
+// which signagent does not know and ignores, as RFC 7512 allows; set by
+// Complete.
+func (s Selection) Ignored() []string { return s.ignored }

@@ -1,0 +1,132 @@
+package pkcs11
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseURISlotModuleNameVendor(t *testing.T) {
+	u, err := ParseURI("pkcs11:token=t;slot-id=7;x-vendor=1?module-name=softhsm2&x-flavour=a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !u.HasSlot || u.SlotID != 7 || u.ModuleName != "softhsm2" || strings.Join(u.Ignored, ",") != "x-vendor,x-flavour" {
+		t.Fatalf("%+v", u)
+	}
+	for _, bad := range []string{
+		"pkcs11:slot-id=seven", "pkcs11:slot-id=-1", "pkcs11:slot-id=99999999999",
+		"pkcs11:token=t?module-name=/usr/lib/x.so", "pkcs11:token=t?module-name=", "pkcs11:token=t?color=red",
+	} {
+		if _, err := ParseURI(bad); !errors.Is(err, ErrBadURI) {
+			t.Errorf("ParseURI(%q) err=%v", bad, err)
+		}
+	}
+}
+
+// moduleConfDir writes p11-kit module configuration files into a new
+// directory.
+func moduleConfDir(t *testing.T, files map[string]string) string {
+	t.Helper()
+	d := t.TempDir()
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(d, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+func TestModuleByName(t *testing.T) {
+	lib := filepath.Join(t.TempDir(), "libfake.so")
+	os.WriteFile(lib, []byte("not really"), 0o644)
+	user := moduleConfDir(t, map[string]string{"mine.module": "# a comment\nmodule: " + lib + "\ncritical: yes\n"})
+	system := moduleConfDir(t, map[string]string{
+		"mine.module":     "module: /elsewhere/libother.so\n",
+		"nolib.module":    "critical: yes\n",
+		"relative.module": "module: libsurely-not-installed-here.so\n",
+	})
+	dirs := []string{user, system}
+
+	got, err := ModuleByName("mine", dirs)
+	if err != nil || got != lib {
+		t.Fatalf("mine: %q, %v (the first directory wins)", got, err)
+	}
+	for name, want := range map[string]string{
+		"no-such":  "registered: mine, nolib, relative",
+		"nolib":    `no "module:" line`,
+		"relative": "which is in none of",
+	} {
+		_, err := ModuleByName(name, dirs)
+		if !errors.Is(err, ErrModuleNotFound) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", name, err, want)
+		}
+	}
+	if _, err := ModuleByName("x", []string{t.TempDir()}); err == nil || !strings.Contains(err.Error(), "none is registered") {
+		t.Errorf("empty: %v", err)
+	}
+}
+
+func TestSelectionComplete(t *testing.T) {
+	lib := filepath.Join(t.TempDir(), "libfake.so")
+	os.WriteFile(lib, []byte("not really"), 0o644)
+	other := filepath.Join(t.TempDir(), "libother.so")
+	os.WriteFile(other, []byte("not really"), 0o644)
+	link := filepath.Join(t.TempDir(), "link.so")
+	os.Symlink(lib, link)
+	dirs := []string{moduleConfDir(t, map[string]string{"mine.module": "module: " + lib + "\n"})}
+	t.Setenv(ModuleEnv, "")
+
+	s, err := Selection{URI: "pkcs11:token=t;slot-id=3;object=k;x-v=1?module-name=mine&pin-source=file:/run/pin", ModuleConfigDirs: dirs}.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Module != lib || s.ModuleSource != "pkcs11 URI" || s.Token.Label != "t" || !s.Token.HasSlot || s.Token.Slot != 3 ||
+		s.KeyLabel != "k" || s.PIN.File != "/run/pin" || strings.Join(s.Ignored(), ",") != "x-v" {
+		t.Fatalf("%+v", s)
+	}
+	if again, err := s.Complete(); err != nil || again.Module != s.Module {
+		t.Fatalf("completing twice: %+v %v", again, err)
+	}
+	// The same module by a symbolic link is no contradiction.
+	if _, err := (Selection{Module: link, URI: "pkcs11:token=t?module-name=mine", ModuleConfigDirs: dirs}).Complete(); err != nil {
+		t.Errorf("same module by a link: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		sel  Selection
+		env  string
+		want string
+	}{
+		"module flag":      {Selection{Module: other, URI: "pkcs11:token=t?module-name=mine"}, "", "by --module but the URI's module-name=mine"},
+		"module env":       {Selection{URI: "pkcs11:token=t?module-path=" + lib}, other, "by $" + ModuleEnv},
+		"path and name":    {Selection{URI: "pkcs11:token=t?module-path=" + other + "&module-name=mine"}, "", "different modules"},
+		"unknown name":     {Selection{URI: "pkcs11:token=t?module-name=opensc-nothing"}, "", "p11-kit has no module of that name"},
+		"pin-file":         {Selection{PIN: PINSource{File: "/a"}, URI: "pkcs11:token=t?pin-source=/b"}, "", "the PIN file is given both"},
+		"token label flag": {Selection{Token: TokenSelector{Label: "u"}, URI: "pkcs11:token=t"}, "", "the token label is given both"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(ModuleEnv, tc.env)
+			tc.sel.ModuleConfigDirs = dirs
+			_, err := tc.sel.Complete()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestChooseTokenBySlot(t *testing.T) {
+	tokens := []TokenInfo{{Label: "a", Serial: "1", Slot: 5, Initialized: true}, {Label: "b", Serial: "2", Slot: 9, Initialized: true}}
+	got, err := chooseToken(tokens, TokenSelector{Slot: 9, HasSlot: true})
+	if err != nil || got.Label != "b" {
+		t.Fatalf("%+v %v", got, err)
+	}
+	for _, sel := range []TokenSelector{{Slot: 99999, HasSlot: true}, {Label: "a", Slot: 9, HasSlot: true}} {
+		_, err := chooseToken(tokens, sel)
+		if !errors.Is(err, ErrTokenNotFound) || !strings.Contains(err.Error(), "in slot") {
+			t.Errorf("%v: %v", sel, err)
+		}
+	}
+}
