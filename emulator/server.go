@@ -58,6 +58,9 @@ type Fault struct {
 	Delay  time.Duration
 	Status int
 	Code   string
+	// RetryAfter, when not empty, is sent as the Retry-After header (a
+	// 429 or 503 that asks the client to wait).
+	RetryAfter string
 }
 
 // Stats counts what the emulator did.
@@ -299,6 +302,9 @@ func (s *Server) takeFault(w http.ResponseWriter, r *http.Request, step string) 
 		return false
 	}
 	log.Info().Int("status", fault.Status).Msg("injected fault")
+	if fault.RetryAfter != "" {
+		w.Header().Set("Retry-After", fault.RetryAfter)
+	}
 	code := fault.Code
 	if code == "" {
 		code = CodeInternal

@@ -274,18 +274,11 @@ const (
 // retries, and returns the 2xx answer's body. secret (the password, sid or
 // random) is scrubbed from whatever the service answers in an error.
 func (c *Client) call(ctx context.Context, ac apiCall, body []byte, ctype string, policy retryPolicy, secret string) ([]byte, error) {
-	var last error
-	for attempt := 1; attempt <= c.cfg.Attempts; attempt++ {
-		if attempt > 1 {
-			if err := httpx.Backoff(ctx, c.cfg.Backoff, attempt-1); err != nil {
-				return nil, last
-			}
-		}
+	for attempt := 1; ; attempt++ {
 		ans, sent, err := c.once(ctx, ac, body, ctype, secret)
 		if err == nil {
 			return ans, nil
 		}
-		last = err
 		var se *ServiceError
 		var te *TransportError
 		retry := false
@@ -293,16 +286,27 @@ func (c *Client) call(ctx context.Context, ac apiCall, body []byte, ctype string
 		case policy == retryUnsent:
 			retry = errors.As(err, &te) && !sent
 		case errors.As(err, &se):
-			retry = se.Status >= 500
+			retry = se.Temporary()
 		case errors.As(err, &te):
 			retry = true
 		}
-		if !retry || ctx.Err() != nil {
+		if !retry || ctx.Err() != nil || attempt >= c.cfg.Attempts {
 			return nil, err
 		}
-		c.cfg.Log.Warn().Str("call", ac.name).Int("attempt", attempt).Err(err).Msg("request failed; retrying")
+		var asked time.Duration
+		if se != nil {
+			asked = se.RetryAfter
+		}
+		d := httpx.RetryDelay(c.cfg.Backoff, attempt, asked)
+		if werr := httpx.CheckWait(ctx, d); werr != nil {
+			return nil, fmt.Errorf("%w; %w", err, werr)
+		}
+		// Logged only now that another attempt follows.
+		c.cfg.Log.Warn().Str("call", ac.name).Int("attempt", attempt).Dur("wait", d).Err(err).Msg("request failed; retrying")
+		if werr := httpx.Wait(ctx, d); werr != nil {
+			return nil, err
+		}
 	}
-	return nil, last
 }
 
 func (c *Client) once(ctx context.Context, ac apiCall, body []byte, ctype, secret string) ([]byte, bool, error) {
@@ -340,7 +344,8 @@ func (c *Client) once(ctx context.Context, ac apiCall, body []byte, ctype, secre
 	}
 	ev.Str("call", ac.name).Str("url", shown).Int("status", resp.StatusCode).Dur("latency", time.Since(start)).Msg("service answered")
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, true, &ServiceError{Call: ac.name, Status: resp.StatusCode,
+		ra, _ := httpx.RetryAfter(resp.Header, time.Now())
+		return nil, true, &ServiceError{Call: ac.name, Status: resp.StatusCode, RetryAfter: ra,
 			Code:    oneLine(resp.Header.Get(ErrorCodeHeader), 80, c.key, secret),
 			Message: oneLine(string(data), 200, c.key, secret)}
 	}

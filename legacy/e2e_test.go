@@ -23,6 +23,7 @@ import (
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/signer"
@@ -149,7 +150,7 @@ func TestThreeWaysIn(t *testing.T) {
 
 func (b *bed) organizations(t *testing.T, header string) int {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, b.emu.URL()+"/GetMyOrganizations", nil)
+	req, _ := http.NewRequest(http.MethodGet, b.emu.URL()+"/GetMyOrganizations?autoRegister=false", nil)
 	req.Header.Set("Authorization", header)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -323,8 +324,25 @@ func TestServiceFailing(t *testing.T) {
 	if _, err := b.client.Password(context.Background(), "alice@example.com", password); err != nil {
 		t.Fatalf("one 503 then success: %v", err)
 	}
+	// 429 with Retry-After is waited out and tried again; a Retry-After
+	// longer than the caller's deadline ends the attempts at once.
+	b.emu.InjectFaults("Authenticate", emulator.Fault{Status: 429, RetryAfter: "1"})
+	before := b.emu.Stats().Requests["Authenticate"]
+	if _, err := b.client.Password(context.Background(), "alice@example.com", password); err != nil {
+		t.Fatalf("one 429 then success: %v", err)
+	}
+	if n := b.emu.Stats().Requests["Authenticate"] - before; n != 2 {
+		t.Fatalf("%d requests, want 2", n)
+	}
+	b.emu.InjectFaults("Authenticate", emulator.Fault{Status: 429, RetryAfter: "60"})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, err := b.client.Password(ctx, "alice@example.com", password)
+	cancel()
+	if se := serviceErr(t, err, 429, emulator.CodeInternal); !se.Temporary() || se.RetryAfter != time.Minute || !errors.Is(err, httpx.ErrNoTimeLeft) {
+		t.Fatalf("429 asking for a minute under a 5s deadline: %v", err)
+	}
 	b.emu.InjectFaults("Authenticate", emulator.Fault{Status: 500}, emulator.Fault{Status: 500}, emulator.Fault{Status: 500})
-	_, err := b.client.Password(context.Background(), "alice@example.com", password)
+	_, err = b.client.Password(context.Background(), "alice@example.com", password)
 	if se := serviceErr(t, err, 500, emulator.CodeInternal); !se.Temporary() {
 		t.Fatal("5xx not temporary")
 	}
@@ -393,7 +411,7 @@ func TestExpiredTokenOnBusinessCall(t *testing.T) {
 	a := tokens.For(legacy.Identity{By: legacy.ByPassword, Subject: "alice@example.com", Password: password})
 	call := func() (*http.Response, error) {
 		return authz.Do(context.Background(), a, func(ctx context.Context, h string) (*http.Response, error) {
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.emu.URL()+"/GetMyOrganizations", nil)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.emu.URL()+"/GetMyOrganizations?autoRegister=false", nil)
 			req.Header.Set("Authorization", h)
 			return http.DefaultClient.Do(req)
 		})
@@ -418,7 +436,7 @@ func TestRefusedTwice(t *testing.T) {
 	b2.emu.SetClock(time.Now) // a running clock: the tokens are dead before they are used
 	a2 := legacy.NewTokens(b2.client, 0, 0).For(legacy.Identity{By: legacy.ByPassword, Subject: "alice@example.com", Password: password})
 	_, err := authz.Do(context.Background(), a2, func(ctx context.Context, h string) (*http.Response, error) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b2.emu.URL()+"/GetMyOrganizations", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b2.emu.URL()+"/GetMyOrganizations?autoRegister=false", nil)
 		req.Header.Set("Authorization", h)
 		return http.DefaultClient.Do(req)
 	})

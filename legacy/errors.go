@@ -3,7 +3,9 @@ package legacy
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
+	"time"
 )
 
 // ErrorCodeHeader is the response header that carries the service's error
@@ -29,6 +31,9 @@ type ServiceError struct {
 	Status  int
 	Code    string // X-Service-ErrorCode, "" when absent
 	Message string // the body's text, one line, secrets scrubbed
+	// RetryAfter is the wait the service asked for (Retry-After), 0 when
+	// it asked for none.
+	RetryAfter time.Duration
 }
 
 func (e *ServiceError) Error() string {
@@ -53,12 +58,17 @@ func (e *ServiceError) hint() string {
 		return "the service holds no challenge for this certificate (never issued, already used, expired, or replaced by a newer login): log in again"
 	case e.Status >= 500:
 		return "the service failed; try again later"
+	case e.Status == http.StatusTooManyRequests:
+		return "the service is limiting requests; try again later"
 	}
 	return ""
 }
 
-// Temporary reports whether trying again later may help (5xx).
-func (e *ServiceError) Temporary() bool { return e.Status >= 500 }
+// Temporary reports whether trying again later may help (5xx, and 429:
+// too many requests).
+func (e *ServiceError) Temporary() bool {
+	return e.Status >= 500 || e.Status == http.StatusTooManyRequests
+}
 
 // TransportError is a request that got no HTTP answer.
 type TransportError struct {

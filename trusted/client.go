@@ -257,12 +257,7 @@ func (c *Client) do(ctx context.Context, step Step, method, q string, body []byt
 func (c *Client) doPrepared(ctx context.Context, step Step, method string, prepare func(context.Context, error) error,
 	request func() (string, []byte), ctype string, policy retryPolicy) (string, []byte, error) {
 	var lastErr error
-	for attempt := 1; attempt <= c.cfg.Attempts; attempt++ {
-		if attempt > 1 {
-			if err := httpx.Backoff(ctx, c.cfg.Backoff, attempt-1); err != nil {
-				return "", nil, lastErr
-			}
-		}
+	for attempt := 1; ; attempt++ {
 		if prepare != nil {
 			if err := prepare(ctx, lastErr); err != nil {
 				return "", nil, err
@@ -274,12 +269,24 @@ func (c *Client) doPrepared(ctx context.Context, step Step, method string, prepa
 			return ct, resp, nil
 		}
 		lastErr = err
-		if !c.retryable(err, sent, policy) || ctx.Err() != nil {
+		if !c.retryable(err, sent, policy) || ctx.Err() != nil || attempt >= c.cfg.Attempts {
 			return "", nil, err
 		}
-		c.cfg.Log.Warn().Str("step", string(step)).Int("attempt", attempt).Err(err).Msg("request failed; retrying")
+		var se *ServiceError
+		var asked time.Duration
+		if errors.As(err, &se) {
+			asked = se.RetryAfter
+		}
+		d := httpx.RetryDelay(c.cfg.Backoff, attempt, asked)
+		if werr := httpx.CheckWait(ctx, d); werr != nil {
+			return "", nil, fmt.Errorf("%w; %w", err, werr)
+		}
+		// Logged only now that another attempt follows.
+		c.cfg.Log.Warn().Str("step", string(step)).Int("attempt", attempt).Dur("wait", d).Err(err).Msg("request failed; retrying")
+		if err := httpx.Wait(ctx, d); err != nil {
+			return "", nil, lastErr
+		}
 	}
-	return "", nil, lastErr
 }
 
 func (c *Client) retryable(err error, sent bool, policy retryPolicy) bool {
@@ -339,7 +346,8 @@ func (c *Client) once(ctx context.Context, step Step, method, q string, body []b
 	}
 	ev.Str("step", string(step)).Str("url", masked).Int("status", resp.StatusCode).Dur("latency", time.Since(start)).Msg("service answered")
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return "", nil, true, &ServiceError{Step: step, Status: resp.StatusCode, Code: ParseErrorCode(data), URL: masked}
+		ra, _ := httpx.RetryAfter(resp.Header, time.Now())
+		return "", nil, true, &ServiceError{Step: step, Status: resp.StatusCode, Code: ParseErrorCode(data), URL: masked, RetryAfter: ra}
 	}
 	return resp.Header.Get("Content-Type"), data, true, nil
 }

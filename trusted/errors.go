@@ -3,6 +3,8 @@ package trusted
 import (
 	"errors"
 	"fmt"
+	"net/http"
+	"time"
 )
 
 // Step names a call of the trusted-authentication flow.
@@ -53,6 +55,9 @@ type ServiceError struct {
 	Status int    // HTTP status
 	Code   string // the service's error code, "" when the body had none
 	URL    string // the request URL with secret parameters masked
+	// RetryAfter is the wait the service asked for (Retry-After), 0 when
+	// it asked for none.
+	RetryAfter time.Duration
 }
 
 func (e *ServiceError) Error() string {
@@ -70,14 +75,18 @@ func (e *ServiceError) Error() string {
 			msg += " (no API key reached the service)"
 		case e.Status >= 500:
 			msg += " (the service failed; try again later)"
+		case e.Status == http.StatusTooManyRequests:
+			msg += " (the service is limiting requests; try again later)"
 		}
 	}
 	return msg
 }
 
-// Temporary reports whether the failure is the service's own (5xx), so that
-// trying again later may help.
-func (e *ServiceError) Temporary() bool { return e.Status >= 500 }
+// Temporary reports whether trying again later may help: the service's
+// own failure (5xx) or its limit on requests (429).
+func (e *ServiceError) Temporary() bool {
+	return e.Status >= 500 || e.Status == http.StatusTooManyRequests
+}
 
 // Reused reports whether the service refused a signature it had already
 // seen: nothing is wrong, and the same call a second later succeeds.

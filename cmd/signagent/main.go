@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -192,7 +193,7 @@ func exitCode(err error) int {
 	case errors.As(err, &te), errors.As(err, &lte):
 		return exitTransport
 	case errors.As(err, &se) && se.Temporary(), errors.As(err, &lse) && lse.Temporary():
-		return exitTransport // 5xx after retries: the service is not answering properly
+		return exitTransport // 5xx or 429 after retries: the service is failing or limiting requests
 	case errors.As(err, &se) && se.Reused(), errors.Is(err, trusted.ErrTooSoon):
 		return exitRetry
 	case errors.As(err, &se), errors.As(err, &lse), errors.As(err, &refused):
@@ -230,8 +231,8 @@ func serviceExitCode(err error) (int, bool) {
 	var se *service.Error
 	var te *service.TransportError
 	switch {
-	case errors.As(err, &se) && se.Status >= 500, errors.As(err, &te):
-		return exitTransport, true
+	case errors.As(err, &se) && (se.Status >= 500 || se.Status == http.StatusTooManyRequests), errors.As(err, &te):
+		return exitTransport, true // failing, or limiting requests: try later
 	case errors.As(err, &se):
 		return exitRefused, true
 	case errors.Is(err, service.ErrInvalidInput):

@@ -12,16 +12,10 @@ import (
 	"github.com/signagent/signagent/hsmtest"
 )
 
-// TestSessionSignatureReused: when the service refuses a step-1 signature
-// as one it has already seen (another process signed the same text in the
-// same second), `signagent session --attempts 1` exits 6 with one line that
-// says so and to retry after a second, not "a required parameter is
-// missing"; with the default attempts it signs again a second later and
-// succeeds. The emulator is told to answer SignatureReused (a fault): two
-// real processes meet in one second only by chance, and this binary under
-// -race spends about a second probing the module; package trusted's
-// TestSignatureReusedNamedPlainly makes the real collision.
-func TestSessionSignatureReused(t *testing.T) {
+// linkedEmulator starts an emulator that trusts the test token's RSA
+// certificate, with user 9161234567 linked as crm-42.
+func linkedEmulator(t *testing.T) (*hsmtest.Token, *emulator.Server) {
+	t.Helper()
 	tk := hsmtest.New(t)
 	emu, err := emulator.New(&emulator.Config{
 		Partners: []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}}},
@@ -33,14 +27,33 @@ func TestSessionSignatureReused(t *testing.T) {
 	if err := emu.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer emu.Close(context.Background())
+	t.Cleanup(func() { emu.Close(context.Background()) })
 	t.Setenv("SIGNAGENT_API_KEY", testAPIKey)
+	return tk, emu
+}
+
+// runSession runs `signagent session` for crm-42 in process.
+func runSession(tk *hsmtest.Token, emu *emulator.Server, logLevel string, extra ...string) (int, string, string) {
+	var stdout, stderr bytes.Buffer
+	args := append([]string{"signagent", "--log-level", logLevel, "session", "--phone", "9161234567", "--service-user-id", "crm-42", "--base-url", emu.URL(),
+		"--module", tk.Module, "--token-label", tk.Label, "--key-label", tk.RSA.Label, "--pin-file", tk.PINFile}, extra...)
+	code := run(args, strings.NewReader(""), &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// TestSessionSignatureReused: when the service refuses a step-1 signature
+// as one it has already seen (another process signed the same text in the
+// same second), `signagent session --attempts 1` exits 6 with one line that
+// says so and to retry after a second, not "a required parameter is
+// missing"; with the default attempts it signs again a second later and
+// succeeds. The emulator is told to answer SignatureReused (a fault): two
+// real processes meet in one second only by chance, and this binary under
+// -race spends about a second probing the module; package trusted's
+// TestSignatureReusedNamedPlainly makes the real collision.
+func TestSessionSignatureReused(t *testing.T) {
+	tk, emu := linkedEmulator(t)
 	session := func(extra ...string) (int, string, string) {
-		var stdout, stderr bytes.Buffer
-		args := append([]string{"signagent", "session", "--phone", "9161234567", "--service-user-id", "crm-42", "--base-url", emu.URL(),
-			"--module", tk.Module, "--token-label", tk.Label, "--key-label", tk.RSA.Label, "--pin-file", tk.PINFile, "--log-level", "error"}, extra...)
-		code := run(args, strings.NewReader(""), &stdout, &stderr)
-		return code, stdout.String(), stderr.String()
+		return runSession(tk, emu, "error", extra...)
 	}
 	reused := emulator.Fault{Status: 400, Code: emulator.CodeSignatureReused}
 
@@ -58,5 +71,44 @@ func TestSessionSignatureReused(t *testing.T) {
 	}
 	if n := emu.Stats().Requests["authenticate-by-truster"]; n != 3 {
 		t.Fatalf("%d step-1 requests, want 3 (one refused, one refused then signed again)", n)
+	}
+}
+
+// TestSessionTooManyRequests: a 429 is retried after the wait its
+// Retry-After asks for, and one that outlives the retries exits 4 (the
+// service is limiting requests: try later), not 3 (refused); "retrying" is
+// logged once per retry that follows, never after the last attempt. The
+// emulator answers 429 on cue (a fault): it has no rate limit of its own.
+func TestSessionTooManyRequests(t *testing.T) {
+	tk, emu := linkedEmulator(t)
+	session := func(extra ...string) (int, string, string) {
+		return runSession(tk, emu, "warn", extra...)
+	}
+	limited := emulator.Fault{Status: 429, Code: "TooManyRequests", RetryAfter: "1"}
+
+	// 429 asking for a second, then served.
+	emu.InjectFaults("authenticate-by-truster", limited)
+	code, stdout, stderr := session()
+	if code != exitOK || len(strings.TrimSpace(stdout)) != 43 {
+		t.Fatalf("after one 429: exit %d, %q %s", code, stdout, stderr)
+	}
+	if n := strings.Count(stderr, "request failed; retrying"); n != 1 || !strings.Contains(stderr, "wait=1000") {
+		t.Fatalf("want one retry line waiting the 1s asked for:\n%s", stderr)
+	}
+
+	// 429 on every attempt: exit 4, one error line, a retry line only
+	// between attempts.
+	emu.InjectFaults("authenticate-by-truster", limited, limited)
+	code, stdout, stderr = session("--attempts", "2")
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	errLines := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "signagent: ") {
+			errLines++
+		}
+	}
+	if code != exitTransport || stdout != "" || errLines != 1 || !strings.Contains(stderr, "HTTP 429") ||
+		strings.Count(stderr, "request failed; retrying") != 1 {
+		t.Fatalf("429 twice with 2 attempts: exit %d (want %d), stdout %q, stderr:\n%s", code, exitTransport, stdout, stderr)
 	}
 }

@@ -8,10 +8,12 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -68,13 +70,71 @@ func Client(c *http.Client) *http.Client {
 	return &cp
 }
 
-// Backoff waits before retry n (1-based): a random time up to base*2^(n-1)
-// (full jitter), or until ctx is done.
-func Backoff(ctx context.Context, base time.Duration, n int) error {
-	ceiling := base << (n - 1)
-	d := ceiling / 2
+// MaxBackoff caps one wait between attempts, however many were made.
+const MaxBackoff = 30 * time.Second
+
+// MaxRetryAfter caps how long a service's Retry-After is honoured: a
+// longer one is taken as this long (and the caller's deadline still ends
+// the attempts at once when it comes first).
+const MaxRetryAfter = 2 * time.Minute
+
+// BackoffDelay is the wait before retry n (1-based): a random time up to
+// base*2^(n-1) (full jitter), never more than MaxBackoff.
+func BackoffDelay(base time.Duration, n int) time.Duration {
+	ceiling := MaxBackoff
+	if base <= 0 {
+		return 0
+	}
+	if n >= 1 && n < 32 && base <= MaxBackoff>>(n-1) {
+		ceiling = base << (n - 1)
+	}
 	if j, err := rand.Int(rand.Reader, big.NewInt(int64(ceiling)+1)); err == nil {
-		d = time.Duration(j.Int64())
+		return time.Duration(j.Int64())
+	}
+	return ceiling / 2
+}
+
+// RetryAfter reads a Retry-After header (RFC 9110 10.2.3): delay-seconds
+// or an HTTP date, taken relative to now. A date in the past is no wait; a
+// value past MaxRetryAfter is MaxRetryAfter; ok is false when there is no
+// header or it is neither form.
+func RetryAfter(h http.Header, now time.Time) (d time.Duration, ok bool) {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+		if n > uint64(MaxRetryAfter/time.Second) {
+			return MaxRetryAfter, true
+		}
+		return time.Duration(n) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	return min(max(t.Sub(now), 0), MaxRetryAfter), true
+}
+
+// ErrNoTimeLeft is a wait before a retry that would end past the caller's
+// deadline: the attempts end now instead of sleeping into it.
+var ErrNoTimeLeft = errors.New("no time is left for another attempt")
+
+// CheckWait says whether a wait of d before another attempt ends before
+// ctx's deadline: ErrNoTimeLeft when it would not.
+func CheckWait(ctx context.Context, d time.Duration) error {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return fmt.Errorf("%w: the next would start %s from now, past the deadline", ErrNoTimeLeft, d.Round(time.Millisecond))
+	}
+	return nil
+}
+
+// Wait sleeps d before another attempt, or returns at once with
+// ErrNoTimeLeft when ctx's deadline comes first, or with ctx's error when
+// ctx ends while it waits.
+func Wait(ctx context.Context, d time.Duration) error {
+	if err := CheckWait(ctx, d); err != nil {
+		return err
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -84,6 +144,21 @@ func Backoff(ctx context.Context, base time.Duration, n int) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Backoff waits before retry n (1-based) as BackoffDelay says, or until
+// ctx is done.
+func Backoff(ctx context.Context, base time.Duration, n int) error {
+	return Wait(ctx, BackoffDelay(base, n))
+}
+
+// RetryDelay is the wait before retry n: the service's Retry-After when
+// it asked for one (retryAfter > 0), else the backoff.
+func RetryDelay(base time.Duration, n int, retryAfter time.Duration) time.Duration {
+	if retryAfter > 0 {
+		return retryAfter
+	}
+	return BackoffDelay(base, n)
 }
 
 // IsTimeout reports whether err (from a request under ctx) is a time-out.
@@ -101,3 +176,54 @@ func CleanErr(err error) error {
 	}
 	return err
 }
+
+// ErrAnswerTooLarge is an answer body longer than a client reads.
+var ErrAnswerTooLarge = errors.New("the answer is larger than signagent reads")
+
+// LimitBodies returns rt (nil: http.DefaultTransport) with every answer's
+// body cut at max bytes: reading past it fails with ErrAnswerTooLarge. It
+// bounds what libraries read whole on our behalf
+// (go-oidc's key set, x/oauth2's token answers), whatever they do.
+func LimitBodies(rt http.RoundTripper, max int64) http.RoundTripper {
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	return limitTransport{rt, max}
+}
+
+type limitTransport struct {
+	rt  http.RoundTripper
+	max int64
+}
+
+func (l limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := l.rt.RoundTrip(req)
+	if err == nil && resp.Body != nil {
+		resp.Body = &limitedBody{rc: resp.Body, left: l.max, max: l.max}
+	}
+	return resp, err
+}
+
+type limitedBody struct {
+	rc        io.ReadCloser
+	left, max int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left < 0 {
+		return 0, fmt.Errorf("%w (%d bytes)", ErrAnswerTooLarge, b.max)
+	}
+	// One byte past the limit tells an answer of exactly max bytes from a
+	// longer one.
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	if b.left < 0 {
+		return n - 1, fmt.Errorf("%w (%d bytes)", ErrAnswerTooLarge, b.max)
+	}
+	return n, err
+}
+
+func (b *limitedBody) Close() error { return b.rc.Close() }

@@ -1,0 +1,99 @@
+package httpx
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestBackoffDelayIsCapped(t *testing.T) {
+	for _, n := range []int{1, 5, 10, 31, 32, 63, 64, 1000} {
+		for range 50 {
+			d := BackoffDelay(time.Second, n)
+			if d < 0 || d > MaxBackoff {
+				t.Fatalf("retry %d: %v (cap %v)", n, d, MaxBackoff)
+			}
+		}
+	}
+	// The first retries still grow from the base.
+	for range 50 {
+		if d := BackoffDelay(100*time.Millisecond, 1); d > 100*time.Millisecond {
+			t.Fatalf("retry 1 of a 100ms base waited %v", d)
+		}
+	}
+	if d := BackoffDelay(0, 3); d != 0 {
+		t.Fatalf("no base: %v", d)
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	for v, want := range map[string]struct {
+		d  time.Duration
+		ok bool
+	}{
+		"":                              {0, false},
+		"3":                             {3 * time.Second, true},
+		" 0 ":                           {0, true},
+		"99999999999999999999999":       {0, false}, // overflows uint64: not a number
+		"86400":                         {MaxRetryAfter, true},
+		"Wed, 25 Nov 2026 10:00:07 GMT": {7 * time.Second, true},
+		"Wed, 25 Nov 2026 09:00:00 GMT": {0, true},
+		"Wed, 25 Nov 2099 10:00:00 GMT": {MaxRetryAfter, true},
+		"-5":                            {0, false},
+		"soon":                          {0, false},
+		"1.5":                           {0, false},
+	} {
+		h := http.Header{}
+		if v != "" {
+			h.Set("Retry-After", v)
+		}
+		d, ok := RetryAfter(h, now)
+		if d != want.d || ok != want.ok {
+			t.Errorf("Retry-After %q: %v %v, want %v %v", v, d, ok, want.d, want.ok)
+		}
+	}
+}
+
+func TestWaitPastDeadlineEndsAtOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	// ErrNoTimeLeft is returned before any sleep.
+	if err := Wait(ctx, time.Minute); !errors.Is(err, ErrNoTimeLeft) {
+		t.Fatalf("err = %v", err)
+	}
+	if err := Wait(ctx, time.Millisecond); err != nil {
+		t.Fatalf("a short wait: %v", err)
+	}
+	if d := RetryDelay(time.Second, 1, 3*time.Second); d != 3*time.Second {
+		t.Fatalf("asked 3s, got %v", d)
+	}
+	if d := RetryDelay(time.Second, 40, 0); d > MaxBackoff {
+		t.Fatalf("no Retry-After: %v", d)
+	}
+}
+
+type bodyTransport string
+
+func (b bodyTransport) RoundTrip(*http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader(string(b)))}, nil
+}
+
+func TestLimitBodies(t *testing.T) {
+	for body, ok := range map[string]bool{"": true, "12345": true, "123456": false, strings.Repeat("x", 100000): false} {
+		c := &http.Client{Transport: LimitBodies(bodyTransport(body), 5)}
+		resp, err := c.Get("http://example.invalid/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if ok != (err == nil) || (ok && string(got) != body) || (!ok && (!errors.Is(err, ErrAnswerTooLarge) || len(got) > 5)) {
+			t.Errorf("%d bytes: read %d, %v", len(body), len(got), err)
+		}
+	}
+}
