@@ -14,7 +14,7 @@ import (
 // business calls GetMyOrganizations on the emulator with header.
 func (h *harness) business(t *testing.T, header string) int {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, h.emu.URL()+"/GetMyOrganizations", nil)
+	req, _ := http.NewRequest(http.MethodGet, h.emu.URL()+"/GetMyOrganizations?autoRegister=false", nil)
 	req.Header.Set("Authorization", header)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -144,7 +144,7 @@ func TestLegacyHeaderPolicy(t *testing.T) {
 	if code != 403 || !strings.Contains(body, "/v1/service/") || !strings.Contains(body, "--expose-legacy-header") || strings.Contains(body, devKey) {
 		t.Fatalf("legacy header handed out by default: %d %s", code, body)
 	}
-	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", "legacy login=alice@example.com", nil, ""); resp.StatusCode != 200 {
+	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "legacy login=alice@example.com", nil, ""); resp.StatusCode != 200 {
 		t.Fatalf("the proxy with the same identity: %d %s", resp.StatusCode, body)
 	}
 }
@@ -160,7 +160,7 @@ func TestCertificateLoginOff(t *testing.T) {
 			return c, b
 		},
 		func() (int, string) {
-			resp, b := h2.call(t, "GET", "/v1/service/GetMyOrganizations", "legacy certificate", nil, "")
+			resp, b := h2.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "legacy certificate", nil, "")
 			return resp.StatusCode, b
 		},
 	} {
@@ -212,7 +212,7 @@ func TestRefreshFloor(t *testing.T) {
 	// A value the service refuses is still replaced at once: the proxy's
 	// retry logs in again.
 	h.emu.InjectFaults("GetMyOrganizations", emuStatus(401))
-	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", "legacy login=alice@example.com", nil, ""); resp.StatusCode != 200 {
+	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "legacy login=alice@example.com", nil, ""); resp.StatusCode != 200 {
 		t.Fatalf("retry after a refused value: %d %s", resp.StatusCode, body)
 	}
 	if got := h.emu.Stats().LegacyTokens - after.LegacyTokens; got != 1 {

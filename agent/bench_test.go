@@ -156,7 +156,7 @@ func BenchmarkProxy(b *testing.B) {
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 16}
 	direct := func() error {
-		req, _ := http.NewRequest("GET", h.emu.URL()+"/GetMyOrganizations", nil)
+		req, _ := http.NewRequest("GET", h.emu.URL()+"/GetMyOrganizations?autoRegister=false", nil)
 		req.Header.Set("Authorization", a.Authorization)
 		return roundTrip(tr, req)
 	}
@@ -164,7 +164,7 @@ func BenchmarkProxy(b *testing.B) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", h.sock)
 	}}
 	proxied := func() error {
-		req, _ := http.NewRequest("GET", "http://agent/v1/service/GetMyOrganizations", nil)
+		req, _ := http.NewRequest("GET", "http://agent/v1/service/GetMyOrganizations?autoRegister=false", nil)
 		req.Header.Set(agent.IdentityHeader, "oidc profile=default")
 		return roundTrip(sock, req)
 	}

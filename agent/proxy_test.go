@@ -58,7 +58,7 @@ func TestProxyBusinessCalls(t *testing.T) {
 	h := start(t, options{legacy: true, oidc: true, apiURL: "emu"})
 	for _, id := range []string{aliceOIDC, aliceLegacy, aliceTrusted, "legacy certificate"} {
 		t.Run(strings.Fields(id)[0]+"-"+strings.Fields(id)[1], func(t *testing.T) {
-			resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", id, nil, "")
+			resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", id, nil, "")
 			if resp.StatusCode != 200 || !strings.Contains(body, `"FullName":"Horns and Hooves LLC"`) || strings.Contains(body, "Someone Else") ||
 				!strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 				t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, body)
@@ -113,7 +113,7 @@ func TestProxyBusinessCalls(t *testing.T) {
 func TestProxyExpiredBetweenCalls(t *testing.T) {
 	h := start(t, options{legacy: true, oidc: true, apiURL: "emu"})
 	for _, id := range []string{aliceLegacy, aliceOIDC} {
-		if resp, _ := h.call(t, "GET", "/v1/service/GetMyOrganizations", id, nil, ""); resp.StatusCode != 200 {
+		if resp, _ := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", id, nil, ""); resp.StatusCode != 200 {
 			t.Fatal(id, resp.Status)
 		}
 	}
@@ -124,7 +124,7 @@ func TestProxyExpiredBetweenCalls(t *testing.T) {
 	// Past both tokens' lifetime at the service (24h); the agent still holds them.
 	h.advance(25 * time.Hour)
 	for _, id := range []string{aliceLegacy, aliceOIDC} {
-		if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", id, nil, ""); resp.StatusCode != 200 {
+		if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", id, nil, ""); resp.StatusCode != 200 {
 			t.Fatal(id, resp.Status, body)
 		}
 	}
@@ -150,7 +150,7 @@ func TestProxyExpiredBetweenCalls(t *testing.T) {
 func TestProxyRefusals(t *testing.T) {
 	h := start(t, options{legacy: true, oidc: true, apiURL: "emu"})
 	h.emu.InjectFaults("GetMyOrganizations", emuStatus(401), emuStatus(401))
-	resp, _ := h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceOIDC, nil, "")
+	resp, _ := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, "")
 	if resp.StatusCode != 401 || h.metric(t, `signagent_service_retries_total{method="GetMyOrganizations"}`) != "1" {
 		t.Fatalf("refused twice: %d", resp.StatusCode)
 	}
@@ -158,7 +158,7 @@ func TestProxyRefusals(t *testing.T) {
 		t.Fatal("a service 401 must not look like the agent's own")
 	}
 	// Not signed in (OpenID Connect): 409 naming signagent login.
-	resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", "oidc profile=nobody", nil, "")
+	resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "oidc profile=nobody", nil, "")
 	if resp.StatusCode != 409 || !strings.Contains(body, "signagent login --profile nobody") {
 		t.Fatalf("not signed in: %d %s", resp.StatusCode, body)
 	}
@@ -174,7 +174,7 @@ func TestProxyUnknownDeveloperKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	h2.agent.SetLegacy(&agent.Legacy{Tokens: legacy.NewTokens(lc, 0, 0), Passwords: map[string]string{"alice@example.com": alicePassword}})
-	resp, body := h2.call(t, "GET", "/v1/service/GetMyOrganizations", aliceLegacy, nil, "")
+	resp, body := h2.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceLegacy, nil, "")
 	if resp.StatusCode != 422 || !strings.Contains(body, "service_refused") || strings.Contains(body, devKey) {
 		t.Fatalf("unknown developer key: %d %s", resp.StatusCode, body)
 	}
@@ -189,29 +189,29 @@ func TestProxyBadInput(t *testing.T) {
 		name, method, path, identity, body, code string
 		status                                   int
 	}{
-		{"no selector", "GET", "/v1/service/GetMyOrganizations", "", "", "bad_input", 400},
-		{"unknown scheme", "GET", "/v1/service/GetMyOrganizations", "kerberos user=x", "", "bad_input", 400},
-		{"two credentials", "GET", "/v1/service/GetMyOrganizations", "trusted snils=11223344595 phone=9161234567 serviceUserId=crm-42", "", "bad_input", 400},
-		{"bad snils", "GET", "/v1/service/GetMyOrganizations", "trusted snils=11223344500 serviceUserId=crm-42", "", "bad_input", 400},
-		{"no serviceUserId", "GET", "/v1/service/GetMyOrganizations", "trusted snils=11223344595", "", "bad_input", 400},
-		{"unknown key", "GET", "/v1/service/GetMyOrganizations", "oidc profile=default password=hunter2", "", "bad_input", 400},
-		{"key twice", "GET", "/v1/service/GetMyOrganizations", "oidc profile=a profile=b", "", "bad_input", 400},
-		{"bad profile", "GET", "/v1/service/GetMyOrganizations", "oidc profile=../../etc", "", "bad_input", 400},
-		{"legacy without login", "GET", "/v1/service/GetMyOrganizations", "legacy", "", "bad_input", 400},
-		{"no password for login", "GET", "/v1/service/GetMyOrganizations", "legacy login=mallory@example.com", "", "bad_input", 400},
-		{"8-bit bytes", "GET", "/v1/service/GetMyOrganizations", "legacy login=\xff\xfe@example.com", "", "bad_input", 400},
-		{"bidi override", "GET", "/v1/service/GetMyOrganizations", "legacy login=alice\u202e@example.com", "", "bad_input", 400},
-		{"line separator", "GET", "/v1/service/GetMyOrganizations", "oidc profile=a\u2028b", "", "bad_input", 400},
-		{"long identity", "GET", "/v1/service/GetMyOrganizations", "legacy login=" + strings.Repeat("a", 2000), "", "bad_input", 400},
+		{"no selector", "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "", "", "bad_input", 400},
+		{"unknown scheme", "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "kerberos user=x", "", "bad_input", 400},
+		{"two credentials", "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "trusted snils=11223344595 phone=9161234567 serviceUserId=crm-42", "", "bad_input", 400},
+		{"bad snils", "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "trusted snils=11223344500 serviceUserId=crm-42", "", "bad_input", 400},
+		{"no serviceUserId", "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "trusted snils=11223344595", "", "bad_input", 400},
+		{"unknown key", "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "oidc profile=default password=hunter2", "", "bad_input", 400},
+		{"key twice", "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "oidc profile=a profile=b", "", "bad_input", 400},
+		{"bad profile", "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "oidc profile=../../etc", "", "bad_input", 400},
+		{"legacy without login", "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "legacy", "", "bad_input", 400},
+		{"no password for login", "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "legacy login=mallory@example.com", "", "bad_input", 400},
+		{"8-bit bytes", "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "legacy login=\xff\xfe@example.com", "", "bad_input", 400},
+		{"bidi override", "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "legacy login=alice\u202e@example.com", "", "bad_input", 400},
+		{"line separator", "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "oidc profile=a\u2028b", "", "bad_input", 400},
+		{"long identity", "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "legacy login=" + strings.Repeat("a", 2000), "", "bad_input", 400},
 		{"dot-dot", "GET", "/v1/service/../v1/signatures", aliceOIDC, "", "bad_input", 400},
-		{"dot-dot inside", "GET", "/v1/service/a/../GetMyOrganizations", aliceOIDC, "", "bad_input", 400},
+		{"dot-dot inside", "GET", "/v1/service/a/../GetMyOrganizations?autoRegister=false", aliceOIDC, "", "bad_input", 400},
 		{"escaped dot-dot", "GET", "/v1/service/%2e%2e/x", aliceOIDC, "", "bad_input", 400},
 		{"escaped slash", "GET", "/v1/service/a%2F..%2Fb", aliceOIDC, "", "bad_input", 400},
 		{"//host", "GET", "/v1/service//evil.example/x", aliceOIDC, "", "bad_input", 400},
 		{"absolute URL", "GET", "/v1/service/http://evil.example/x", aliceOIDC, "", "bad_input", 400},
 		{"no method", "GET", "/v1/service/", aliceOIDC, "", "bad_input", 400},
-		{"body over the limit", "POST", "/v1/service/GetMyOrganizations", aliceOIDC, strings.Repeat("x", 1025), "body_too_large", 413},
-		{"PUT", "PUT", "/v1/service/GetMyOrganizations", aliceOIDC, "", "method_not_allowed", 405},
+		{"body over the limit", "POST", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, strings.Repeat("x", 1025), "body_too_large", 413},
+		{"PUT", "PUT", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, "", "method_not_allowed", 405},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			resp, body := h.call(t, c.method, c.path, c.identity, nil, c.body)
@@ -230,7 +230,7 @@ func TestProxyBadInput(t *testing.T) {
 		t.Fatalf("%d refused requests reached the service", after-before)
 	}
 	// A body within the limit is sent, once per attempt.
-	if resp, _ := h.call(t, "POST", "/v1/service/GetMyOrganizations", aliceOIDC, http.Header{"Content-Type": {"application/json"}}, "{}"); resp.StatusCode != 200 {
+	if resp, _ := h.call(t, "POST", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, http.Header{"Content-Type": {"application/json"}}, "{}"); resp.StatusCode != 200 {
 		t.Fatal(resp.Status)
 	}
 	// Only the proxy's routes are open to rules naming "service".
@@ -261,7 +261,7 @@ func TestProxyHeaders(t *testing.T) {
 	}
 	hdr := http.Header{"Authorization": {"DiadocAuth ddauth_token=the-callers-own"}, "Cookie": {"session=callers"},
 		"Connection": {"X-Hop"}, "X-Hop": {"1"}, "Proxy-Authorization": {"Basic eDp5"}, "X-Request-Id": {"r-1"}}
-	resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceOIDC, hdr, "")
+	resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, hdr, "")
 	if resp.StatusCode != 200 || !strings.Contains(body, "Horns and Hooves") {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
@@ -292,7 +292,7 @@ func TestProxyServiceTrouble(t *testing.T) {
 	if err := h.agent.SetServiceAPI(down.URL, false); err != nil {
 		t.Fatal(err)
 	}
-	resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceOIDC, nil, "")
+	resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, "")
 	if resp.StatusCode != 502 || !strings.Contains(body, "service_unreachable") || strings.Contains(body, down.URL) {
 		t.Fatalf("down: %d %s", resp.StatusCode, body)
 	}
@@ -300,7 +300,7 @@ func TestProxyServiceTrouble(t *testing.T) {
 	h.agent.SetServiceAPI(h.emu.URL(), false)
 	h.emu.InjectFaults("GetMyOrganizations", emuDelay(time.Minute))
 	t0 := time.Now()
-	resp, body = h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceOIDC, nil, "")
+	resp, body = h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, "")
 	if resp.StatusCode != 504 || !strings.Contains(body, "service_timeout") || time.Since(t0) > 10*time.Second {
 		t.Fatalf("slow: %d %s after %v", resp.StatusCode, body, time.Since(t0))
 	}
@@ -312,7 +312,7 @@ func TestProxyServiceTrouble(t *testing.T) {
 	}))
 	defer html.Close()
 	h.agent.SetServiceAPI(html.URL, false)
-	resp, body = h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceOIDC, nil, "")
+	resp, body = h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, "")
 	if resp.StatusCode != 503 || resp.Header.Get("Content-Type") != "text/html" || !strings.Contains(body, "maintenance") {
 		t.Fatalf("HTML: %d %s", resp.StatusCode, body)
 	}
@@ -322,7 +322,7 @@ func TestProxyServiceTrouble(t *testing.T) {
 
 	// No business API configured: 503.
 	h.agent.SetServiceAPI("", false)
-	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceOIDC, nil, ""); resp.StatusCode != 503 || !strings.Contains(body, "--api-url") {
+	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, ""); resp.StatusCode != 503 || !strings.Contains(body, "--api-url") {
 		t.Fatalf("not configured: %d %s", resp.StatusCode, body)
 	}
 }
@@ -347,12 +347,12 @@ func TestProxyMethodLabels(t *testing.T) {
 // gets 403 from the proxy; one that does is served.
 func TestProxyRouteRule(t *testing.T) {
 	h := start(t, options{oidc: true, apiURL: "emu", routes: []agent.RouteRule{{Class: "unix", Routes: []string{"sessions"}}}})
-	resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceOIDC, nil, "")
+	resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, "")
 	if resp.StatusCode != 403 || !strings.Contains(body, `"code":"forbidden"`) {
 		t.Fatalf("closed: %d %s", resp.StatusCode, body)
 	}
 	h.agent.SetRouteRules([]agent.RouteRule{{Class: "unix", Routes: []string{"service"}}})
-	if resp, body := h.call(t, "POST", "/v1/service/GetMyOrganizations", aliceOIDC, nil, ""); resp.StatusCode != 200 {
+	if resp, body := h.call(t, "POST", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, ""); resp.StatusCode != 200 {
 		t.Fatalf("open: %d %s", resp.StatusCode, body)
 	}
 }
@@ -551,7 +551,7 @@ func TestProxyDoesNotFollowRedirects(t *testing.T) {
 	if err := h.agent.SetServiceAPI(svc.URL, false); err != nil {
 		t.Fatal(err)
 	}
-	resp, _ := h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceOIDC, nil, "")
+	resp, _ := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, "")
 	if resp.StatusCode != http.StatusTemporaryRedirect || resp.Header.Get("Location") != other.URL+"/steal" || reached.Load() != 0 {
 		t.Fatalf("%d %q, the other host reached %d times", resp.StatusCode, resp.Header.Get("Location"), reached.Load())
 	}

@@ -20,8 +20,8 @@ var guardedRequests = []struct {
 	{"sessions", "DELETE", "/v1/sessions?phone=9161234567&serviceUserId=crm-42", ""},
 	{"links", "POST", "/v1/links", `{"phone":"9161234567","serviceUserId":"crm-42"}`},
 	{"authorizations", "POST", "/v1/authorizations", `{"scheme":"oidc"}`},
-	{"service", "GET", "/v1/service/GetMyOrganizations", ""},
-	{"service", "POST", "/v1/service/GetMyOrganizations", "{}"},
+	{"service", "GET", "/v1/service/GetMyOrganizations?autoRegister=false", ""},
+	{"service", "POST", "/v1/service/GetMyOrganizations?autoRegister=false", "{}"},
 }
 
 // TestRouteMatrix walks every guarded route for every route rule name: a

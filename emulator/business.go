@@ -4,8 +4,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Organization is an organization of the service, with its boxes.
@@ -84,7 +86,15 @@ func (cfg *Config) checkOrganizations() error {
 const (
 	CodeBoxAccessDenied = "Http.Forbidden"
 	CodeBoxNotFound     = "Http.NotFound"
+	// CodeRegistrationLimit answers a registering GetMyOrganizations past
+	// the day's limit.
+	CodeRegistrationLimit = "Http.Conflict"
 )
+
+// RegistrationsPerDay is how many registering GetMyOrganizations calls
+// (autoRegister absent or true) a user may make in a day; the next is
+// answered 409 (wire notes, "Business methods").
+const RegistrationsPerDay = 3
 
 // businessRoute serves the business methods (paths matched
 // case-insensitively, as the service does); ok is false for other paths.
@@ -110,7 +120,9 @@ func (s *Server) businessRoute(w http.ResponseWriter, r *http.Request) (ok bool)
 	user, ref := s.businessUser(r)
 	var answer any
 	if ref == nil && call == "GetMyOrganizations" {
-		answer = map[string]any{"Organizations": s.organizationsOf(user)}
+		if ref = s.register(user, r.URL.Query()); ref == nil {
+			answer = map[string]any{"Organizations": s.organizationsOf(user)}
+		}
 	} else if ref == nil {
 		answer, ref = s.employee(user, r.URL.Query().Get("boxId"))
 	}
@@ -124,6 +136,40 @@ func (s *Server) businessRoute(w http.ResponseWriter, r *http.Request) (ok bool)
 	}
 	writeJSON(w, http.StatusOK, answer)
 	return true
+}
+
+// register models GetMyOrganizations' side effect: autoRegister defaults
+// to true, and then the call registers the user's organizations (counted
+// in Stats.Registrations), at most RegistrationsPerDay times a day per
+// user on the emulator's clock; the next is refused 409.
+func (s *Server) register(u *User, q url.Values) *refusal {
+	v, given := q.Get("autoRegister"), q.Has("autoRegister")
+	switch {
+	case given && strings.EqualFold(v, "false"):
+		return nil
+	case given && !strings.EqualFold(v, "true"):
+		return refuse(http.StatusBadRequest, CodeBadRequest, "autoRegister must be true or false")
+	}
+	today := s.clock().UTC().Format(time.DateOnly)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.registrations[u.ID]
+	if c.day != today {
+		c = dayCount{day: today}
+	}
+	if c.n >= RegistrationsPerDay {
+		return refuse(http.StatusConflict, CodeRegistrationLimit, "Organizations registration limit reached for today")
+	}
+	c.n++
+	s.registrations[u.ID] = c
+	s.stats.Registrations++
+	return nil
+}
+
+// dayCount is a count on one day (YYYY-MM-DD, UTC).
+type dayCount struct {
+	day string
+	n   int
 }
 
 // employee is GetMyEmployee: the box check of section 5.4 (steps 2 and 3)

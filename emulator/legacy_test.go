@@ -213,7 +213,7 @@ func TestV3PasswordAndSid(t *testing.T) {
 
 func (b *legacyBed) organizations(t *testing.T, auth string) answer {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, b.s.URL()+"/GetMyOrganizations", nil)
+	req, _ := http.NewRequest(http.MethodGet, b.s.URL()+"/GetMyOrganizations?autoRegister=false", nil)
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}

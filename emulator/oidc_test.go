@@ -149,7 +149,7 @@ func TestCodeFlow(t *testing.T) {
 	st, m, h := b.form(t, "/connect/token", creds(exchange), false)
 	wantError(t, st, m, h, 400, "invalid_grant")
 	// The access token calls a business method and userinfo.
-	req, _ := http.NewRequest(http.MethodGet, b.s.URL()+"/GetMyOrganizations", nil)
+	req, _ := http.NewRequest(http.MethodGet, b.s.URL()+"/GetMyOrganizations?autoRegister=false", nil)
 	req.Header.Set("Authorization", "Bearer "+tok["access_token"].(string))
 	if a := do(t, req); a.status != 200 || !strings.Contains(string(a.body), "Horns and Hooves") {
 		t.Fatalf("business call: %d %s", a.status, a.body)

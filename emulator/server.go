@@ -88,6 +88,9 @@ type Stats struct {
 	// AccessTokens and Refreshes count what the identity provider issued.
 	AccessTokens int `json:"accessTokens"`
 	Refreshes    int `json:"refreshes"`
+	// Registrations counts GetMyOrganizations calls that registered the
+	// user's organizations (autoRegister absent or true).
+	Registrations int `json:"registrations"`
 }
 
 type linkKey struct{ partner, serviceUserID string }
@@ -130,6 +133,7 @@ type Server struct {
 	nextOIDCSweep   time.Time
 	stats           Stats
 	faults          map[string][]Fault
+	registrations   map[string]dayCount // registering GetMyOrganizations today, by user id
 	baseURL         string
 	listener        net.Listener
 	srv             *http.Server
@@ -152,7 +156,7 @@ func New(cfg *Config, log zerolog.Logger) (*Server, error) {
 		used:   map[[32]byte]spent{},
 		sids:   map[string]SessionRecord{},
 		tokens: map[string]legacyToken{}, randoms: map[string]*pendingRandom{},
-		faults: map[string][]Fault{},
+		faults: map[string][]Fault{}, registrations: map[string]dayCount{},
 		stats: Stats{Requests: map[string]int{}, Rejections: map[string]int{},
 			SessionsByUser: map[string]int{}, ChallengesByUser: map[string]int{}},
 	}

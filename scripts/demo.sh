@@ -109,10 +109,10 @@ tok=$($bin --log-level warn token)
 printf 'access token: %s…(masked, %d characters), expires %s\n' "${tok:0:4}" "${#tok}" \
   "$($bin status --json | sed -n 's/.*"accessTokenExpiresAt": "\(.*\)".*/\1/p')"
 printf 'GetMyOrganizations with it: HTTP %s\n' \
-  "$(curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $tok" "$SIGNAGENT_API_URL/GetMyOrganizations")"
+  "$(curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $tok" "$SIGNAGENT_API_URL/GetMyOrganizations?autoRegister=false")"
 
 step "9. signagent api for the OpenID Connect user: GetMyOrganizations"
-$bin --log-level warn api GET /GetMyOrganizations
+$bin --log-level warn api GET "/GetMyOrganizations?autoRegister=false"
 
 step "10. The agent as an authorizing proxy: GetMyOrganizations for the trusted user (auth.sid -> legacy token -> call)"
 rm -f "$demo/agent.sock"
@@ -122,7 +122,7 @@ trap 'kill $agent $emu 2>/dev/null; wait $agent $emu 2>/dev/null || true' EXIT
 for _ in $(seq 200); do curl -sf --unix-socket "$demo/agent.sock" -o /dev/null http://agent/readyz && break; sleep 0.05; done
 trusted='Signagent-Identity: trusted phone=+79161234567 serviceUserId=crm-user-42'
 echo "GET /v1/service/GetMyOrganizations with $trusted"
-curl -sS --unix-socket "$demo/agent.sock" -H "$trusted" http://agent/v1/service/GetMyOrganizations
+curl -sS --unix-socket "$demo/agent.sock" -H "$trusted" 'http://agent/v1/service/GetMyOrganizations?autoRegister=false'
 echo
 echo "audit: $(tail -n 1 "$demo/audit.log")"
 

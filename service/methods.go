@@ -36,12 +36,30 @@ type Employee struct {
 	Position    string         `json:"Position"`
 }
 
+// OrganizationsOption changes what GetMyOrganizations asks for.
+type OrganizationsOption func(url.Values)
+
+// AutoRegister asks GetMyOrganizations to register the user's
+// organizations as it lists them (the service's autoRegister, which
+// defaults to true at the service): it makes the user their
+// administrator, and the service answers 409 after three such calls a
+// day. Without it the call only reads.
+func AutoRegister() OrganizationsOption {
+	return func(q url.Values) { q.Set("autoRegister", "true") }
+}
+
 // GetMyOrganizations lists the organizations where the user has a box.
-func (c *Client) GetMyOrganizations(ctx context.Context) ([]Organization, error) {
+// It sends autoRegister=false (a read, with no side effect) unless
+// AutoRegister is given.
+func (c *Client) GetMyOrganizations(ctx context.Context, opts ...OrganizationsOption) ([]Organization, error) {
+	q := url.Values{"autoRegister": {"false"}}
+	for _, o := range opts {
+		o(q)
+	}
 	var out struct {
 		Organizations []Organization `json:"Organizations"`
 	}
-	if err := c.call(ctx, "GetMyOrganizations", nil, "", &out); err != nil {
+	if err := c.call(ctx, "GetMyOrganizations", q, "", &out); err != nil {
 		return nil, err
 	}
 	return out.Organizations, nil

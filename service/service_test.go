@@ -210,3 +210,52 @@ func TestServiceDownOrHTML(t *testing.T) {
 		t.Fatalf("down: %v", err)
 	}
 }
+
+// TestGetMyOrganizationsDoesNotRegister: the typed method reads
+// (autoRegister=false: the emulator counts no registration however often
+// it is called); AutoRegister asks for the side effect; a raw call without
+// the parameter registers (the service's default), and the fourth
+// registering call of a day is refused 409.
+func TestGetMyOrganizationsDoesNotRegister(t *testing.T) {
+	b := newBed(t)
+	c, err := New(Config{APIURL: b.emu.URL()}, b.legacyAuth(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if _, err := c.GetMyOrganizations(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := b.emu.Stats().Registrations; n != 0 {
+		t.Fatalf("the typed method registered %d times", n)
+	}
+	if _, err := c.GetMyOrganizations(t.Context(), AutoRegister()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		r, err := c.Do(t.Context(), http.MethodGet, "GetMyOrganizations", nil, nil, "")
+		if err != nil || r.Status != 200 {
+			t.Fatalf("raw call %d: %+v %v", i, r, err)
+		}
+	}
+	if n := b.emu.Stats().Registrations; n != 3 {
+		t.Fatalf("%d registrations, want 3", n)
+	}
+	r, err := c.Do(t.Context(), http.MethodGet, "GetMyOrganizations", nil, nil, "")
+	if err != nil || r.Status != http.StatusConflict {
+		t.Fatalf("fourth registering call: %+v %v", r, err)
+	}
+	// Reading is still allowed, and the next day registers again.
+	if _, err := c.GetMyOrganizations(t.Context()); err != nil {
+		t.Fatalf("a read after the limit: %v", err)
+	}
+	b.advance(24 * time.Hour)
+	if _, err := c.GetMyOrganizations(t.Context(), AutoRegister()); err != nil {
+		t.Fatalf("the next day: %v", err)
+	}
+	r, err = c.Do(t.Context(), http.MethodGet, "GetMyOrganizations", url.Values{"autoRegister": {"maybe"}}, nil, "")
+	if err != nil || r.Status != http.StatusBadRequest {
+		t.Fatalf("autoRegister=maybe: %+v %v", r, err)
+	}
+}
