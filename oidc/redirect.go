@@ -2,6 +2,7 @@ package oidc
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"html"
@@ -17,16 +18,21 @@ import (
 // Receiver listens on a loopback redirect address for the provider's
 // redirect and hands its query to the sign-in.
 type Receiver struct {
-	srv  *http.Server
-	ln   net.Listener
-	path string
-	got  chan url.Values
+	srv   *http.Server
+	ln    net.Listener
+	path  string
+	state string // the state this sign-in sent
+	got   chan url.Values
 }
 
 // Listen starts a receiver for a loopback http redirect URI
-// (http://127.0.0.1:PORT/path). The URI must name a port: the provider
-// redirects to exactly the registered address.
-func Listen(redirectURI string) (*Receiver, error) {
+// (http://127.0.0.1:PORT/path) for the sign-in req. The URI must name a
+// port: the provider redirects to exactly the registered address. Only a
+// redirect that carries req's state is taken (RFC 6749 4.1.2.1, 10.12):
+// any local process or web page can send the browser to this address, and
+// a forged redirect (no state, another state, with an error or a code) is
+// answered 400 and ignored while the receiver goes on waiting.
+func Listen(redirectURI string, req *CodeRequest) (*Receiver, error) {
 	u, err := url.Parse(redirectURI)
 	if err != nil || u.Scheme != "http" || !httpx.IsLoopback(u.Hostname()) || u.Port() == "" {
 		return nil, fmt.Errorf("%w: --redirect-uri %q: signagent can receive the redirect only on a loopback http address with a port (http://127.0.0.1:PORT/path); use --no-browser to paste the redirected address instead", ErrInvalidInput, redirectURI)
@@ -35,7 +41,7 @@ func Listen(redirectURI string) (*Receiver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot listen on %s for the redirect: %w", ErrInvalidInput, u.Host, errors.Unwrap(err))
 	}
-	r := &Receiver{ln: ln, path: u.Path, got: make(chan url.Values, 1)}
+	r := &Receiver{ln: ln, path: u.Path, state: req.state, got: make(chan url.Values, 1)}
 	if r.path == "" {
 		r.path = "/"
 	}
@@ -61,16 +67,26 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.NotFound(w, req)
 		return
 	}
+	if subtle.ConstantTimeCompare([]byte(q.Get("state")), []byte(r.state)) != 1 {
+		page(w, http.StatusBadRequest, "This address was not reached from the sign-in signagent started (its state does not match); it is ignored, and signagent is still waiting.")
+		return
+	}
 	select {
 	case r.got <- q:
 	default: // a sign-in takes one redirect
 	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
 	msg := "Signed in. You can close this tab and go back to the terminal."
 	if e := q.Get("error"); e != "" {
 		msg = "The sign-in did not complete: " + printable(e, 40) + ". You can close this tab."
 	}
+	page(w, http.StatusOK, msg)
+}
+
+// page answers the browser with one sentence.
+func page(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
 	fmt.Fprintf(w, "<!doctype html><html><head><meta charset=\"utf-8\"><title>signagent</title></head><body><p id=\"result\">%s</p></body></html>\n", html.EscapeString(msg))
 }
 

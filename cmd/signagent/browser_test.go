@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -158,9 +159,18 @@ var urlLine = regexp.MustCompile(`^  (http://\S+)$`)
 // the browser lands on (login's loopback page), login's exit status and
 // stderr, and login's output lines.
 func (b *browserBed) codeFlow(t *testing.T, decision string) (string, string, string, <-chan string) {
+	return b.codeFlowAfter(t, decision, nil)
+}
+
+// codeFlowAfter is codeFlow with before run once login listens, before
+// the browser goes to the provider.
+func (b *browserBed) codeFlowAfter(t *testing.T, decision string, before func()) (string, string, string, <-chan string) {
 	t.Helper()
 	lines, done := b.login(t, "--flow", "code", "--redirect-uri", b.redirect)
 	u := waitLine(t, lines, urlLine)[1]
+	if before != nil {
+		before()
+	}
 	var final string
 	err := chromedp.Run(browser(t),
 		chromedp.Navigate(u),
@@ -186,6 +196,32 @@ func (b *browserBed) codeFlow(t *testing.T, decision string) (string, string, st
 func TestBrowserCodeFlow(t *testing.T) {
 	b := newBrowserBed(t)
 	final, code, stderr, lines := b.codeFlow(t, "allow")
+	if !strings.Contains(final, "Signed in") || code != "0" {
+		t.Fatalf("the redirect page says %q; login exit %s: %s", final, code, stderr)
+	}
+	waitLine(t, lines, regexp.MustCompile(`^Signed in as alice`))
+}
+
+// TestBrowserForgedRedirects: while login waits for the redirect, another
+// local process sends its receiver redirects without this sign-in's state
+// (an access_denied with no state, a code with another state, ...): each is
+// answered 400 and ignored, and the real redirect that follows completes
+// the sign-in.
+func TestBrowserForgedRedirects(t *testing.T) {
+	b := newBrowserBed(t)
+	forge := func() {
+		for _, q := range []string{"error=access_denied", "error=access_denied&state=x", "code=c0ffee", "code=c0ffee&state=x"} {
+			resp, err := http.Get(b.redirect + "?" + q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Errorf("forged %s: %d, want 400", q, resp.StatusCode)
+			}
+		}
+	}
+	final, code, stderr, lines := b.codeFlowAfter(t, "allow", forge)
 	if !strings.Contains(final, "Signed in") || code != "0" {
 		t.Fatalf("the redirect page says %q; login exit %s: %s", final, code, stderr)
 	}

@@ -199,7 +199,7 @@ func codeLogin(ctx context.Context, c *cli.Context, e *env, client *oidc.Client)
 	}
 	var redirects <-chan url.Values
 	if !c.Bool("no-browser") {
-		recv, err := oidc.Listen(c.String("redirect-uri"))
+		recv, err := oidc.Listen(c.String("redirect-uri"), req)
 		if err != nil {
 			return nil, err
 		}
