@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	gooidc "github.com/coreos/go-oidc/v3/oidc"
 	"golang.org/x/oauth2"
@@ -31,6 +32,10 @@ type Client struct {
 	p  *provider // discovered on first use
 }
 
+// MaxAnswer is the most signagent reads of any answer of the identity
+// provider (discovery, key set, token, device authorization, userinfo).
+const MaxAnswer = 1 << 20
+
 // New checks cfg; it does not contact the provider (that happens on the
 // first sign-in or refresh).
 func New(cfg Config) (*Client, error) {
@@ -39,7 +44,11 @@ func New(cfg Config) (*Client, error) {
 	}
 	base, _ := httpx.ParseBaseURL(cfg.AuthURL, cfg.AllowInsecureHTTP)
 	scopes, _ := cfg.Scopes()
-	return &Client{cfg: cfg, base: base, http: httpx.Client(cfg.HTTPClient), scopes: scopes}, nil
+	hc := httpx.Client(cfg.HTTPClient)
+	// Every answer of the provider is read with a limit, also those that
+	// go-oidc (the key set) and x/oauth2 read on their own.
+	hc.Transport = httpx.LimitBodies(hc.Transport, MaxAnswer)
+	return &Client{cfg: cfg, base: base, http: hc, scopes: scopes}, nil
 }
 
 // AuthURL is the provider's address as the client uses it.
@@ -103,15 +112,58 @@ func (c *Client) StartDevice(ctx context.Context) (*Device, error) {
 	if da.DeviceCode == "" || da.UserCode == "" || da.VerificationURI == "" {
 		return nil, &TransportError{Step: "device authorization", URL: c.base.String(), Msg: "answered without a device_code, user_code or verification_uri"}
 	}
-	if da.Interval <= 0 {
-		da.Interval = 5 // RFC 8628: 5 when the provider gives none
-	}
 	if da.Expiry.IsZero() {
 		da.Expiry = time.Now().Add(30 * time.Minute)
 	}
-	return &Device{UserCode: printable(da.UserCode, 40), VerificationURI: da.VerificationURI,
-		VerificationURIComplete: da.VerificationURIComplete, Interval: time.Duration(da.Interval) * time.Second,
+	vu, err := c.shownURI(da.VerificationURI)
+	if err == nil && da.VerificationURIComplete != "" {
+		da.VerificationURIComplete, err = c.shownURI(da.VerificationURIComplete)
+	}
+	if err != nil {
+		return nil, &TransportError{Step: "device authorization", URL: c.base.String(), Msg: "answered a verification address signagent will not show: " + err.Error()}
+	}
+	return &Device{UserCode: printable(da.UserCode, 40), VerificationURI: vu,
+		VerificationURIComplete: da.VerificationURIComplete, Interval: deviceInterval(da.Interval),
 		Expiry: da.Expiry, resp: da}, nil
+}
+
+// The device flow's poll interval: 5 s when the provider gives none (or
+// zero or less), at most MaxDeviceInterval (RFC 8628 3.5 sets no ceiling;
+// a provider asking for more would have the code expire between polls).
+const (
+	DefaultDeviceInterval = 5 * time.Second
+	MaxDeviceInterval     = 5 * time.Minute
+)
+
+// deviceInterval turns the provider's interval in seconds into a wait,
+// without overflow: 10^10 seconds is MaxDeviceInterval, not a negative
+// duration that fires at once.
+func deviceInterval(seconds int64) time.Duration {
+	switch {
+	case seconds <= 0:
+		return DefaultDeviceInterval
+	case seconds >= int64(MaxDeviceInterval/time.Second):
+		return MaxDeviceInterval
+	}
+	return time.Duration(seconds) * time.Second
+}
+
+// shownURI checks an address the provider asks the user to open: an
+// absolute http(s) URL with a host (https unless the provider's own
+// address may be plain http), without control or format characters, which
+// could rewrite the user's terminal. It returns the address as printed.
+func (c *Client) shownURI(raw string) (string, error) {
+	if strings.ContainsFunc(raw, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }) {
+		return "", errors.New("it holds control characters")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.User != nil {
+		return "", fmt.Errorf("%q is not an http(s) address", printable(raw, 100))
+	}
+	if u.Scheme == "http" && !c.cfg.AllowInsecureHTTP && !httpx.IsLoopback(u.Hostname()) {
+		return "", fmt.Errorf("%s is plain http to another host", printable(u.Redacted(), 100))
+	}
+	return u.String(), nil
 }
 
 // PollDevice waits for the user's approval: the first poll after the
@@ -154,7 +206,7 @@ func (c *Client) PollDevice(ctx context.Context, d *Device) (*Record, error) {
 			case "authorization_pending":
 				continue
 			case "slow_down":
-				interval += 5 * time.Second // RFC 8628 3.5, for this and every later poll
+				interval = min(interval+5*time.Second, MaxDeviceInterval) // RFC 8628 3.5, for this and every later poll
 				continue
 			}
 		}
@@ -188,7 +240,7 @@ func (c *Client) deviceToken(ctx context.Context, p *provider, d *Device) (*oaut
 		return nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswer))
 	if err != nil {
 		return nil, err
 	}

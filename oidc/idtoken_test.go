@@ -93,3 +93,35 @@ func TestRefreshNonce(t *testing.T) {
 		})
 	}
 }
+
+// TestEndlessKeySet: a provider whose key set never ends is read up to
+// MaxAnswer (go-oidc reads the key set whole by itself; the client's
+// transport cuts every answer) and the sign-in fails in one line. The
+// stand-in counts what it managed to send: the limit plus what the
+// sockets buffer, far below the 64 MiB it offers.
+func TestEndlessKeySet(t *testing.T) {
+	f := newFakeIDP(t)
+	f.endlessJWKS = true
+	var sent string
+	f.claims = func(string) map[string]any {
+		return map[string]any{"iss": f.url, "sub": "alice", "aud": testClient, "exp": time.Now().Add(time.Hour).Unix(),
+			"iat": time.Now().Unix(), "nonce": sent}
+	}
+	c, err := New(Config{AuthURL: f.url, ClientID: testClient, ClientSecret: testSecret, Space: SpaceStaging, RedirectURI: testRedirect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.StartCode(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent = r.nonce
+	_, err = c.FinishCode(t.Context(), r, url.Values{"code": {"c"}, "state": {r.state}})
+	if !errors.Is(err, ErrIDToken) || !strings.Contains(err.Error(), "larger than") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("err = %v", err)
+	}
+	if n := f.jwksBytes.Load(); n > 16<<20 {
+		t.Fatalf("the client took %d MiB of the endless key set", n>>20)
+	}
+	t.Logf("the stand-in sent %d KiB of the key set before the client stopped", f.jwksBytes.Load()>>10)
+}

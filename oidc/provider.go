@@ -86,7 +86,7 @@ func (c *Client) fetchDiscovery(ctx context.Context, pc *gooidc.ProviderConfig) 
 		return false, transportErr(ctx, "discovery", c.base.String(), err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswer))
 	if err != nil {
 		return false, transportErr(ctx, "discovery", c.base.String(), err)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rsa"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 
 	"github.com/go-jose/go-jose/v4"
 
@@ -41,6 +42,15 @@ type fakeIDP struct {
 	published *rsa.PrivateKey
 	claims    func(nonce string) map[string]any
 	signer    *rsa.PrivateKey // nil: the published key
+	// endlessJWKS makes the key set an answer that does not end (up to
+	// 64 MiB, so that a client without a limit fails the test rather than
+	// hanging it); jwksBytes counts what the client took of it.
+	endlessJWKS bool
+	jwksBytes   atomic.Int64
+	// device is the device authorization answer; every device_code poll
+	// is counted in devicePolls and answered authorization_pending.
+	device      map[string]any
+	devicePolls atomic.Int64
 }
 
 func newFakeIDP(t *testing.T) *fakeIDP {
@@ -53,10 +63,34 @@ func newFakeIDP(t *testing.T) *fakeIDP {
 			"token_endpoint": f.url + "/connect/token", "jwks_uri": f.url + "/jwks", "device_authorization_endpoint": f.url + "/connect/deviceauthorization"})
 	})
 	mux.HandleFunc("GET /jwks", func(w http.ResponseWriter, r *http.Request) {
+		if f.endlessJWKS {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"keys":[`))
+			chunk := []byte(strings.Repeat(`{"kty":"oct","k":"AAAA"},`, 1000))
+			for f.jwksBytes.Load() < 64<<20 {
+				n, err := w.Write(chunk)
+				f.jwksBytes.Add(int64(n))
+				if err != nil {
+					return
+				}
+			}
+			return
+		}
 		json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: "k1", Algorithm: "RS256", Use: "sig"}}})
+	})
+	mux.HandleFunc("POST /connect/deviceauthorization", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(f.device)
 	})
 	mux.HandleFunc("POST /connect/token", func(w http.ResponseWriter, r *http.Request) {
 		r.ParseForm()
+		if r.Form.Get("grant_type") == "urn:ietf:params:oauth:grant-type:device_code" {
+			f.devicePolls.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write([]byte(`{"error":"authorization_pending"}`))
+			return
+		}
 		signWith := f.published
 		if f.signer != nil {
 			signWith = f.signer
