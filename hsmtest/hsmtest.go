@@ -52,10 +52,7 @@ type Options struct {
 // not installed (`make test` installs it).
 func Module(t testing.TB) string {
 	t.Helper()
-	for _, p := range pkcs11.DefaultModules {
-		if filepath.Base(p) != "libsofthsm2.so" {
-			continue
-		}
+	for _, p := range pkcs11.SoftHSMModules {
 		if _, err := os.Stat(p); err == nil {
 			return p
 		}

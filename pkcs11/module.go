@@ -17,19 +17,28 @@ import (
 // ModuleEnv is the environment variable that names the PKCS#11 module.
 const ModuleEnv = "SIGNAGENT_PKCS11_MODULE"
 
-// DefaultModules are the places looked in, in order, when no module is named:
-// SoftHSM where Debian, Fedora and a source build put it, then p11-kit's proxy,
-// which reaches every module registered with p11-kit.
-var DefaultModules = []string{
+// ProxyModules are where p11-kit's proxy module is installed: loading it
+// reaches every module registered with p11-kit (a Rutoken's or JaCarta's,
+// OpenSC, SoftHSM: Debian's packages register theirs).
+var ProxyModules = []string{
+	"/usr/lib/x86_64-linux-gnu/p11-kit-proxy.so",
+	"/usr/lib/aarch64-linux-gnu/p11-kit-proxy.so",
+	"/usr/lib64/p11-kit-proxy.so",
+}
+
+// SoftHSMModules are where Debian, Fedora and a source build put SoftHSM,
+// the development module.
+var SoftHSMModules = []string{
 	"/usr/lib/softhsm/libsofthsm2.so",
 	"/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so",
 	"/usr/lib/aarch64-linux-gnu/softhsm/libsofthsm2.so",
 	"/usr/lib64/pkcs11/libsofthsm2.so",
 	"/usr/local/lib/softhsm/libsofthsm2.so",
-	"/usr/lib/x86_64-linux-gnu/p11-kit-proxy.so",
-	"/usr/lib/aarch64-linux-gnu/p11-kit-proxy.so",
-	"/usr/lib64/p11-kit-proxy.so",
 }
+
+// DefaultModules are the places looked in, in order, when no module is
+// named: p11-kit's proxy first (the cards a machine has), then SoftHSM.
+var DefaultModules = append(append([]string{}, ProxyModules...), SoftHSMModules...)
 
 // Module is a chosen module path and how it was chosen.
 type Module struct {
@@ -42,6 +51,12 @@ type Module struct {
 // exists. It checks that the path is a file; loading it is left to the
 // first use, so that the module is loaded once.
 func ResolveModule(explicit, source string) (Module, error) {
+	return ResolveModuleFrom(explicit, source, DefaultModules)
+}
+
+// ResolveModuleFrom is ResolveModule with candidates in place of
+// DefaultModules (dev-token wants SoftHSM, not whatever the proxy finds).
+func ResolveModuleFrom(explicit, source string, candidates []string) (Module, error) {
 	m := Module{Path: explicit, Source: source}
 	if m.Path == "" {
 		if env := os.Getenv(ModuleEnv); env != "" {
@@ -49,7 +64,7 @@ func ResolveModule(explicit, source string) (Module, error) {
 		}
 	}
 	if m.Path == "" {
-		for _, p := range DefaultModules {
+		for _, p := range candidates {
 			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
 				m = Module{Path: p, Source: "default location"}
 				break

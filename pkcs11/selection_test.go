@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -128,5 +129,26 @@ func TestChooseTokenBySlot(t *testing.T) {
 		if !errors.Is(err, ErrTokenNotFound) || !strings.Contains(err.Error(), "in slot") {
 			t.Errorf("%v: %v", sel, err)
 		}
+	}
+}
+
+// TestDefaultModulesProxyFirst: with nothing named, p11-kit's proxy (every
+// registered module) is chosen before SoftHSM, the development module;
+// SoftHSM is found when the proxy is not installed.
+func TestDefaultModulesProxyFirst(t *testing.T) {
+	dir := t.TempDir()
+	proxy, softhsm := filepath.Join(dir, "p11-kit-proxy.so"), filepath.Join(dir, "libsofthsm2.so")
+	t.Setenv(ModuleEnv, "")
+	os.WriteFile(softhsm, []byte("x"), 0o644)
+	candidates := []string{proxy, softhsm}
+	if m, err := ResolveModuleFrom("", "flag", candidates); err != nil || m.Path != softhsm || m.Source != "default location" {
+		t.Fatalf("without the proxy: %+v %v", m, err)
+	}
+	os.WriteFile(proxy, []byte("x"), 0o644)
+	if m, err := ResolveModuleFrom("", "flag", candidates); err != nil || m.Path != proxy {
+		t.Fatalf("with the proxy: %+v %v", m, err)
+	}
+	if !slices.Equal(DefaultModules[:len(ProxyModules)], ProxyModules) || !slices.Equal(DefaultModules[len(ProxyModules):], SoftHSMModules) {
+		t.Fatalf("DefaultModules = %v", DefaultModules)
 	}
 }

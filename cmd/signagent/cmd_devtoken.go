@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/softhsm"
 )
 
@@ -50,7 +51,9 @@ func devTokenCommand(e *env) *cli.Command {
 			if label == "" || len(label) > 32 || strings.ContainsFunc(label, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 				return usageErr(errors.New("--label must have 1 to 32 printable characters (a PKCS#11 token label)"))
 			}
-			mod, err := resolveModule(c, e)
+			// Not the default list: p11-kit's proxy comes first there, and
+			// the development token is SoftHSM's.
+			mod, err := resolveModuleFrom(c, e, pkcs11.SoftHSMModules)
 			if err != nil {
 				return err
 			}

@@ -70,7 +70,13 @@ func keysCommand(e *env) *cli.Command {
 // resolveModule finds the module --module names (or the default one) and
 // says which it is when the operator named none.
 func resolveModule(c *cli.Context, e *env) (pkcs11.Module, error) {
-	mod, err := pkcs11.ResolveModule(c.String("module"), "flag")
+	return resolveModuleFrom(c, e, pkcs11.DefaultModules)
+}
+
+// resolveModuleFrom is resolveModule looking in candidates when no module
+// is named.
+func resolveModuleFrom(c *cli.Context, e *env, candidates []string) (pkcs11.Module, error) {
+	mod, err := pkcs11.ResolveModuleFrom(c.String("module"), "flag", candidates)
 	if err != nil {
 		return mod, err
 	}

@@ -41,7 +41,7 @@ func tokenFlags() []cli.Flag {
 	return []cli.Flag{
 		// The module flag has no EnvVars so that the log can say whether the
 		// module came from the flag, SIGNAGENT_PKCS11_MODULE or a default place.
-		&cli.StringFlag{Name: "module", Category: catToken, Usage: "PKCS#11 module `PATH` (default: $SIGNAGENT_PKCS11_MODULE, then SoftHSM or p11-kit-proxy in the usual places)"},
+		&cli.StringFlag{Name: "module", Category: catToken, Usage: "PKCS#11 module `PATH` (default: $SIGNAGENT_PKCS11_MODULE, then p11-kit-proxy, then SoftHSM, in the usual places)"},
 		&cli.StringFlag{Name: "token-label", Category: catToken, EnvVars: []string{"SIGNAGENT_TOKEN_LABEL"}, Usage: "choose the token by `LABEL`"},
 		&cli.StringFlag{Name: "token-serial", Category: catToken, EnvVars: []string{"SIGNAGENT_TOKEN_SERIAL"}, Usage: "choose the token by `SERIAL`"},
 		&cli.StringFlag{Name: "key", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_URI"}, Usage: "RFC 7512 pkcs11: `URI` of the key (token=, serial=, slot-id=, object=, id=, module-path=, module-name=, pin-source=)"},

@@ -19,11 +19,16 @@ func TestMain(m *testing.M) {
 // TestScripts runs the command-line scripts in testdata/script: each runs
 // the real binary in its own directory with its own SoftHSM token.
 func TestScripts(t *testing.T) {
-	hsmtest.Module(t) // fail early and clearly without SoftHSM
+	softhsm := hsmtest.Module(t) // fail early and clearly without SoftHSM
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/script",
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("HOME", env.WorkDir)
+			// SoftHSM by name, as dev-token's export lines say: without
+			// it the default is p11-kit's proxy where p11-kit-modules is
+			// installed, which also loads OpenSC's and the TPM's modules
+			// (and the TPM's prints its own errors on stderr).
+			env.Setenv("SIGNAGENT_PKCS11_MODULE", softhsm)
 			env.Setenv("SIGNAGENT_API_KEY", "0F6C2E5B-9D4A-4C1E-8A2B-7E3D1F0A9B8C")
 			return nil
 		},
