@@ -27,7 +27,7 @@ func TestDeviceAddressesChecked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.device = deviceAnswer(f, nil)
+	f.setDevice(deviceAnswer(f, nil))
 	d, err := c.StartDevice(t.Context())
 	if err != nil || d.VerificationURI != f.url+"/device" || d.VerificationURIComplete != f.url+"/device?user-code=ABCDEFGH" {
 		t.Fatalf("%+v %v", d, err)
@@ -45,7 +45,7 @@ func TestDeviceAddressesChecked(t *testing.T) {
 		"no host":              func(m map[string]any) { m["verification_uri"] = "https:///device" },
 	} {
 		t.Run(name, func(t *testing.T) {
-			f.device = deviceAnswer(f, edit)
+			f.setDevice(deviceAnswer(f, edit))
 			_, err := c.StartDevice(t.Context())
 			var te *TransportError
 			if !errors.As(err, &te) || !strings.Contains(err.Error(), "verification address") ||
@@ -66,7 +66,7 @@ func TestDeviceIntervalClamped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.device = deviceAnswer(f, func(m map[string]any) { m["interval"] = int64(1e10); m["expires_in"] = 2 })
+	f.setDevice(deviceAnswer(f, func(m map[string]any) { m["interval"] = int64(1e10); m["expires_in"] = 2 }))
 	d, err := c.StartDevice(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func TestDeviceIntervalClamped(t *testing.T) {
 		t.Fatalf("%d polls of a code that expired before the first interval", n)
 	}
 	for _, v := range []int64{0, -3} {
-		f.device = deviceAnswer(f, func(m map[string]any) { m["interval"] = v })
+		f.setDevice(deviceAnswer(f, func(m map[string]any) { m["interval"] = v }))
 		if d, err := c.StartDevice(context.Background()); err != nil || d.Interval != DefaultDeviceInterval {
 			t.Fatalf("interval %d: %v %v", v, d, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"crypto/rsa"
 	"encoding/json"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/go-jose/go-jose/v4"
@@ -49,7 +50,8 @@ type fakeIDP struct {
 	jwksBytes   atomic.Int64
 	// device is the device authorization answer; every device_code poll
 	// is counted in devicePolls and answered authorization_pending.
-	device      map[string]any
+	mu          sync.Mutex
+	device      map[string]any // under mu
 	devicePolls atomic.Int64
 }
 
@@ -80,6 +82,8 @@ func newFakeIDP(t *testing.T) *fakeIDP {
 	})
 	mux.HandleFunc("POST /connect/deviceauthorization", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		f.mu.Lock()
+		defer f.mu.Unlock()
 		json.NewEncoder(w).Encode(f.device)
 	})
 	mux.HandleFunc("POST /connect/token", func(w http.ResponseWriter, r *http.Request) {
@@ -107,4 +111,10 @@ func newFakeIDP(t *testing.T) *fakeIDP {
 	t.Cleanup(s.Close)
 	f.url = s.URL
 	return f
+}
+
+func (f *fakeIDP) setDevice(m map[string]any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.device = m
 }

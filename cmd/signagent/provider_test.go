@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,7 +25,8 @@ import (
 type hostileProvider struct {
 	url         string
 	key         *rsa.PrivateKey
-	device      map[string]any
+	mu          sync.Mutex
+	device      map[string]any // under mu
 	jwksBytes   atomic.Int64
 	devicePolls atomic.Int64
 }
@@ -52,6 +54,8 @@ func newHostileProvider(t *testing.T) *hostileProvider {
 	})
 	mux.HandleFunc("POST /connect/deviceauthorization", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		p.mu.Lock()
+		defer p.mu.Unlock()
 		json.NewEncoder(w).Encode(p.device)
 	})
 	mux.HandleFunc("POST /connect/token", func(w http.ResponseWriter, r *http.Request) {
@@ -71,10 +75,20 @@ func newHostileProvider(t *testing.T) *hostileProvider {
 		json.NewEncoder(w).Encode(map[string]any{"access_token": strings.Repeat("a", 64), "token_type": "Bearer",
 			"expires_in": 3600, "refresh_token": "rt2", "id_token": idt, "scope": "openid offline_access staging"})
 	})
-	s := httptest.NewServer(mux)
+	// The address is known before the server serves: the handlers read
+	// p.url, and requests from another process give the race detector no
+	// order between this write and those reads.
+	s := httptest.NewUnstartedServer(mux)
+	p.url = "http://" + s.Listener.Addr().String()
+	s.Start()
 	t.Cleanup(s.Close)
-	p.url = s.URL
 	return p
+}
+
+func (p *hostileProvider) setDevice(m map[string]any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.device = m
 }
 
 func (p *hostileProvider) env(t *testing.T) []string {
@@ -121,9 +135,10 @@ func TestLoginDeviceHostileText(t *testing.T) {
 		"javascript": func(m map[string]any) { m["verification_uri_complete"] = "javascript:alert(document.cookie)" },
 	} {
 		t.Run(name, func(t *testing.T) {
-			p.device = map[string]any{"device_code": "dc", "user_code": "ABCDEFGH", "verification_uri": p.url + "/device",
+			device := map[string]any{"device_code": "dc", "user_code": "ABCDEFGH", "verification_uri": p.url + "/device",
 				"verification_uri_complete": p.url + "/device?user-code=ABCDEFGH", "expires_in": 300, "interval": 5}
-			edit(p.device)
+			edit(device)
+			p.setDevice(device)
 			var stdout bytes.Buffer
 			cmd := signagent(t, p.env(t), "login", "--no-qr")
 			cmd.Stdout = &stdout
@@ -134,8 +149,8 @@ func TestLoginDeviceHostileText(t *testing.T) {
 			}
 		})
 	}
-	p.device = map[string]any{"device_code": "dc", "user_code": "ABCDEFGH", "verification_uri": p.url + "/device",
-		"expires_in": 3, "interval": int64(1e10)}
+	p.setDevice(map[string]any{"device_code": "dc", "user_code": "ABCDEFGH", "verification_uri": p.url + "/device",
+		"expires_in": 3, "interval": int64(1e10)})
 	cmd := signagent(t, p.env(t), "login", "--no-qr")
 	code, stderr, _ := runBinary(t, cmd)
 	if code != exitSignIn || p.devicePolls.Load() != 0 {
