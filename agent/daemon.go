@@ -486,22 +486,7 @@ func (d *Daemon) listen() error {
 // inheritedTCP serves a TCP socket systemd passed under the rules of
 // --listen tcp: (TLS, loopback, bearer token).
 func (d *Daemon) inheritedTCP(l net.Listener) (Listener, error) {
-	tlsCfg, err := d.serverTLS()
-	if err != nil {
-		return Listener{}, err
-	}
-	b, err := d.needBearer()
-	if err != nil {
-		return Listener{}, err
-	}
-	tl, err := InheritedTCP(l, tlsCfg)
-	if errors.Is(err, ErrInsecureListen) {
-		return Listener{}, badConfig(err)
-	}
-	if err != nil {
-		return Listener{}, err
-	}
-	return Listener{Listener: tl, Auth: b}, nil
+	return d.tcpListener(func(tlsCfg *tls.Config) (net.Listener, error) { return InheritedTCP(l, tlsCfg) })
 }
 
 func (d *Daemon) listenOn(spec string) (Listener, error) {
@@ -523,6 +508,13 @@ func (d *Daemon) listenOn(spec string) (Listener, error) {
 		}
 		return Listener{Listener: l, Auth: d.peer, Path: addr}, nil
 	}
+	return d.tcpListener(func(tlsCfg *tls.Config) (net.Listener, error) { return ListenTCP(addr, tlsCfg) })
+}
+
+// tcpListener is the one place a TCP listener gets its rules, whether
+// opened here or passed in by systemd: TLS when a certificate is given,
+// refused beyond loopback without it, and the bearer token.
+func (d *Daemon) tcpListener(open func(*tls.Config) (net.Listener, error)) (Listener, error) {
 	tlsCfg, err := d.serverTLS()
 	if err != nil {
 		return Listener{}, err
@@ -531,7 +523,7 @@ func (d *Daemon) listenOn(spec string) (Listener, error) {
 	if err != nil {
 		return Listener{}, err
 	}
-	l, err := ListenTCP(addr, tlsCfg)
+	l, err := open(tlsCfg)
 	if errors.Is(err, ErrInsecureListen) {
 		return Listener{}, badConfig(err)
 	}
