@@ -149,46 +149,20 @@ func (a *Agent) SetSessionTTL(d time.Duration) { a.cache.setTTL(d) }
 // TokenOptions.OnSign.
 func (a *Agent) ObserveSign(d time.Duration, err error) { a.metrics.observeSign(d.Seconds(), err) }
 
-// Routes lists the API's method and path pairs; docs/openapi.yaml is checked
-// against it.
-var Routes = []string{
-	"POST /v1/signatures",
-	"POST /v1/sessions",
-	"DELETE /v1/sessions",
-	"POST /v1/links",
-	"POST /v1/authorizations",
-	proxyGet,
-	proxyPost,
-	"GET /healthz",
-	"GET /readyz",
-	"GET /metrics",
-}
-
 // Handler returns the API, behind auth (which authenticates the caller and
 // returns its name for the audit log, or an error answer).
 func (a *Agent) Handler(auth Authenticator) http.Handler {
-	handlers := map[string]http.HandlerFunc{
-		"POST /v1/signatures":     a.signature,
-		"POST /v1/sessions":       a.session,
-		"DELETE /v1/sessions":     a.dropSession,
-		"POST /v1/links":          a.link,
-		"POST /v1/authorizations": a.authorization,
-		"GET /healthz":            a.healthz,
-		"GET /readyz":             a.readyz,
-		"GET /metrics":            a.metrics.handler().ServeHTTP,
-	}
 	// Routes are dispatched by path, then by method, so that a wrong method
 	// gets a JSON 405 with Allow, like every other error.
 	byPath := map[string]map[string]http.HandlerFunc{}
-	for _, r := range Routes {
-		if handlers[r] == nil {
+	for _, r := range routeTable {
+		if r.handler == nil {
 			continue // the proxy, dispatched before the mux
 		}
-		method, path, _ := strings.Cut(r, " ")
-		if byPath[path] == nil {
-			byPath[path] = map[string]http.HandlerFunc{}
+		if byPath[r.path] == nil {
+			byPath[r.path] = map[string]http.HandlerFunc{}
 		}
-		byPath[path][method] = handlers[r]
+		byPath[r.path][r.method] = r.handler(a)
 	}
 	mux := http.NewServeMux()
 	for path, methods := range byPath {
@@ -256,7 +230,7 @@ func routeLabel(r *http.Request) string {
 		return "other"
 	}
 	route := r.Method + " " + r.URL.Path
-	if slices.Contains(Routes, route) {
+	if rt, ok := routeNamed(route); ok && rt.handler != nil {
 		return route
 	}
 	return "other"
@@ -294,7 +268,7 @@ func (a *Agent) wrap(mux http.Handler, auth Authenticator) http.Handler {
 		defer cancel()
 		ctx = context.WithValue(ctx, callerKey, caller)
 		limit := a.o.MaxBody
-		if route == proxyGet || route == proxyPost {
+		if rt, _ := routeNamed(route); rt.body == serviceBody {
 			limit = a.o.ServiceMaxBody
 		}
 		r.Body = http.MaxBytesReader(sw, r.Body, limit)

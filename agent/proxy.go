@@ -34,12 +34,6 @@ const IdentityHeader = "Signagent-Identity"
 
 const servicePrefix = "/v1/service/"
 
-// The proxy's routes as Routes, the metrics and the route rules name them.
-const (
-	proxyGet  = "GET /v1/service/{method}"
-	proxyPost = "POST /v1/service/{method}"
-)
-
 // errNoAPI answers proxied calls when the agent has no business API address.
 var errNoAPI = errors.New("no business API address is configured (--api-url)")
 

@@ -8,30 +8,83 @@ import (
 	"strings"
 )
 
-// Guarded routes, by the names route rules use. Every route of Routes is
-// either guarded here or listed in openRoutes (a test checks it); a route
-// in neither is closed to every caller while rules are set.
-var guarded = map[string]string{
-	"POST /v1/signatures":     "signatures",
-	"POST /v1/sessions":       "sessions",
-	"DELETE /v1/sessions":     "sessions",
-	"POST /v1/links":          "links",
-	"POST /v1/authorizations": "authorizations",
-	proxyGet:                  "service",
-	proxyPost:                 "service",
+// body says which limit bounds a route's request body.
+type body int
+
+const (
+	apiBody     body = iota // --max-body: the API's JSON requests
+	serviceBody             // --service-max-body: proxied business calls
+)
+
+// route is one row of the route table: the method and path, the route
+// rule name that guards it ("" for a route open to every caller the
+// listener admits), the body limit, and its handler (nil for the proxy,
+// which is dispatched by path prefix before the mux).
+type route struct {
+	method, path string
+	rule         string
+	body         body
+	handler      func(a *Agent) http.HandlerFunc
 }
 
-// openRoutes are open to every caller the listener admits: health,
-// readiness and metrics.
-var openRoutes = []string{"GET /healthz", "GET /readyz", "GET /metrics"}
+// routeTable is the API. The mux, the route rules, the metrics labels, the
+// body limits and the OpenAPI comparison (Routes) all come from it: a route
+// cannot be served without a rule or an explicit "open" here.
+var routeTable = []route{
+	{"POST", "/v1/signatures", "signatures", apiBody, func(a *Agent) http.HandlerFunc { return a.signature }},
+	{"POST", "/v1/sessions", "sessions", apiBody, func(a *Agent) http.HandlerFunc { return a.session }},
+	{"DELETE", "/v1/sessions", "sessions", apiBody, func(a *Agent) http.HandlerFunc { return a.dropSession }},
+	{"POST", "/v1/links", "links", apiBody, func(a *Agent) http.HandlerFunc { return a.link }},
+	{"POST", "/v1/authorizations", "authorizations", apiBody, func(a *Agent) http.HandlerFunc { return a.authorization }},
+	{"GET", servicePrefix + "{method}", "service", serviceBody, nil},
+	{"POST", servicePrefix + "{method}", "service", serviceBody, nil},
+	{"GET", "/healthz", "", apiBody, func(a *Agent) http.HandlerFunc { return a.healthz }},
+	{"GET", "/readyz", "", apiBody, func(a *Agent) http.HandlerFunc { return a.readyz }},
+	{"GET", "/metrics", "", apiBody, func(a *Agent) http.HandlerFunc { return a.metrics.handler().ServeHTTP }},
+}
+
+// name is the route as Routes, the metrics and the audit log name it.
+func (r route) name() string { return r.method + " " + r.path }
+
+// Routes lists the API's routes (METHOD PATH) from the route table;
+// docs/openapi.yaml is checked against it.
+var Routes = func() []string {
+	out := make([]string, len(routeTable))
+	for i, r := range routeTable {
+		out[i] = r.name()
+	}
+	return out
+}()
+
+// The proxy's routes as Routes, the metrics and the route rules name them.
+var (
+	proxyGet  = "GET " + servicePrefix + "{method}"
+	proxyPost = "POST " + servicePrefix + "{method}"
+)
+
+// routeIndex is the route table by name, for the per-request lookups.
+var routeIndex = func() map[string]route {
+	m := make(map[string]route, len(routeTable))
+	for _, r := range routeTable {
+		m[r.name()] = r
+	}
+	return m
+}()
+
+// routeNamed returns the table's row for name (METHOD PATH).
+func routeNamed(name string) (route, bool) {
+	r, ok := routeIndex[name]
+	return r, ok
+}
 
 // RouteGuard returns the rule name that guards route (METHOD PATH, as in
 // Routes), or open when every admitted caller may use it.
-func RouteGuard(route string) (name string, open bool) {
-	if slices.Contains(openRoutes, route) {
-		return "", true
+func RouteGuard(name string) (rule string, open bool) {
+	r, ok := routeNamed(name)
+	if !ok {
+		return "", false
 	}
-	return guarded[route], false
+	return r.rule, r.rule == ""
 }
 
 // RouteNames are the names route rules use, in the order help lists them.
@@ -90,11 +143,16 @@ func (a *Agent) SetRouteRules(rules []RouteRule) {
 
 // routeAllowed reports whether the caller of r may use route (METHOD PATH).
 func (a *Agent) routeAllowed(r *http.Request, route string) bool {
-	name, ok := guarded[route]
-	if !ok {
-		// Open routes, and "other" (no such route: 404 or 405 follows).
-		return route == "other" || slices.Contains(openRoutes, route)
+	rt, known := routeNamed(route)
+	if !known {
+		// "other" (no such route: 404 or 405 follows); anything else is
+		// closed.
+		return route == "other"
 	}
+	if rt.rule == "" {
+		return true
+	}
+	name := rt.rule
 	p := a.rules.Load()
 	if p == nil || len(*p) == 0 {
 		return true

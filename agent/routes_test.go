@@ -69,6 +69,14 @@ func TestRouteMatrix(t *testing.T) {
 // by a rule name or one of the open ones (health, readiness, metrics), and
 // the test's walk covers every guarded route.
 func TestEveryRouteHasARule(t *testing.T) {
+	for _, name := range agent.RouteNames {
+		if !slices.ContainsFunc(agent.Routes, func(r string) bool { rule, _ := agent.RouteGuard(r); return rule == name }) {
+			t.Errorf("the route rule name %s guards no route", name)
+		}
+	}
+	if _, open := agent.RouteGuard("PUT /v1/nothing"); open {
+		t.Error("a route not in the table is open")
+	}
 	for _, route := range agent.Routes {
 		name, open := agent.RouteGuard(route)
 		if !open && !slices.Contains(agent.RouteNames, name) {
