@@ -342,7 +342,10 @@ func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		key := *a.key.Load()
-		if key == "" {
+		switch {
+		case a.tm == nil:
+			return nil, errNoToken
+		case key == "":
 			return nil, errNoAPIKey
 		}
 		ts = a.stamp(key, cred, ts)
@@ -492,11 +495,38 @@ func (a *Agent) healthz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) readyz(w http.ResponseWriter, r *http.Request) {
-	st := a.tm.State()
-	if st.Ready {
-		writeJSON(w, http.StatusOK, api.ReadyResponse{Status: "ready", Token: api.TokenState(st)})
+	resp := a.readiness()
+	if resp.Status == "ready" {
+		writeJSON(w, http.StatusOK, resp)
 		return
 	}
 	w.Header().Set("Retry-After", "1")
-	writeJSON(w, http.StatusServiceUnavailable, api.ReadyResponse{Status: "not ready", Token: api.TokenState(st)})
+	writeJSON(w, http.StatusServiceUnavailable, resp)
+}
+
+// readiness checks each configured part: the token only when the agent
+// signs, OpenID Connect's token store, the legacy scheme.
+func (a *Agent) readiness() api.ReadyResponse {
+	resp := api.ReadyResponse{Status: "ready", Checks: map[string]api.Check{}}
+	if a.tm != nil {
+		st := a.tm.State()
+		resp.Token = api.TokenState(st)
+		resp.Checks["token"] = api.Check{Ready: st.Ready, Reason: st.Reason}
+	}
+	if t := a.oidc.Load(); t != nil {
+		c := api.Check{Ready: true}
+		if err := t.Store.Check(); err != nil {
+			c = api.Check{Reason: err.Error()}
+		}
+		resp.Checks["oidc"] = c
+	}
+	if a.legacy.Load() != nil {
+		resp.Checks["legacy"] = api.Check{Ready: true}
+	}
+	for _, c := range resp.Checks {
+		if !c.Ready {
+			resp.Status = "not ready"
+		}
+	}
+	return resp
 }

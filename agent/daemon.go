@@ -56,7 +56,12 @@ type Config struct {
 	AuditLog string
 	Stderr   io.Writer
 
-	Token            pkcs11.Selection
+	Token pkcs11.Selection
+	// NoToken starts the agent without a token: it signs nothing (no
+	// signatures, sessions, links or certificate logins) and serves OpenID
+	// Connect and legacy password identities alone. It is set at start;
+	// a reload that changes it is logged and takes a restart.
+	NoToken          bool
 	Signature        signer.Options
 	TokenConcurrency int
 	QueueSize        int
@@ -197,8 +202,12 @@ func (d *Daemon) start(ctx context.Context) error {
 	if err := d.listen(); err != nil {
 		return err
 	}
-	if err := d.openToken(ctx); err != nil {
-		return err
+	if !cfg.NoToken {
+		if err := d.openToken(ctx); err != nil {
+			return err
+		}
+	} else {
+		d.log.Info().Msg("no token: this agent signs nothing and serves OpenID Connect and legacy password identities")
 	}
 	client, err := d.serviceClient(cfg)
 	if err != nil {
@@ -270,7 +279,9 @@ func (d *Daemon) opener(cfg Config) Opener {
 // with, signing through the token manager's queue; nil without a service.
 func (d *Daemon) serviceClient(cfg Config) (*trusted.Client, error) {
 	if cfg.Service == nil {
-		d.log.Warn().Msg("no --base-url: /v1/sessions and /v1/links answer 503 until one is configured")
+		if !cfg.NoToken {
+			d.log.Warn().Msg("no --base-url: /v1/sessions and /v1/links answer 503 until one is configured")
+		}
 		return nil, nil
 	}
 	sc := *cfg.Service
@@ -343,7 +354,7 @@ func (d *Daemon) Addrs() []string {
 }
 
 // Ready says whether the token is ready now.
-func (d *Daemon) Ready() bool { return d.tm.State().Ready }
+func (d *Daemon) Ready() bool { return d.agent.readiness().Status == "ready" }
 
 // Failed delivers an error when a listener stops serving on its own.
 func (d *Daemon) Failed() <-chan error { return d.servers.errs }
@@ -371,7 +382,7 @@ func (d *Daemon) Reload(cfg Config) error {
 		}
 	}
 	if needsRestart(d.cfg, cfg) {
-		d.log.Warn().Msg("listen addresses, the socket group and the audit log's path change only on restart")
+		d.log.Warn().Msg("listen addresses, the socket group, the audit log's path and whether the agent has a token change only on restart")
 	}
 	// Build and check everything before changing anything.
 	var tok string
@@ -410,8 +421,10 @@ func (d *Daemon) Reload(cfg Config) error {
 	_ = d.agent.SetServiceAPI(cfg.APIURL, cfg.AllowInsecureAPI) // checked by validate
 	d.agent.SetRouteRules(cfg.Routes)
 	d.agent.SetPolicy(Policy{ExposeCanonical: cfg.ExposeCanonical, ExposeLegacyHeader: cfg.ExposeLegacyHeader, NoCertificateLogin: cfg.NoCertificateLogin})
-	if err := d.tm.Reopen(d.opener(cfg), selectionID(cfg.Token)); err != nil {
-		d.log.Warn().Err(err).Msg("the token did not reopen")
+	if d.tm != nil {
+		if err := d.tm.Reopen(d.opener(cfg), selectionID(cfg.Token)); err != nil {
+			d.log.Warn().Err(err).Msg("the token did not reopen")
+		}
 	}
 	d.cfg = cfg
 	return nil
@@ -419,7 +432,7 @@ func (d *Daemon) Reload(cfg Config) error {
 
 func needsRestart(was, now Config) bool {
 	return strings.Join(was.Listen, "\n") != strings.Join(now.Listen, "\n") ||
-		was.SocketGroup != now.SocketGroup || was.AuditLog != now.AuditLog
+		was.SocketGroup != now.SocketGroup || was.AuditLog != now.AuditLog || was.NoToken != now.NoToken
 }
 
 // Shutdown stops accepting, lets requests in flight finish until ctx is

@@ -45,6 +45,10 @@ const (
 // base URL is configured.
 var errNotConfigured = errors.New("no service base URL is configured (--base-url)")
 
+// errNoToken is returned by what needs the token (signatures, sessions,
+// certificate logins) in an agent configured without one.
+var errNoToken = errors.New("this agent has no token: it was started for OpenID Connect or legacy passwords alone (signing needs the partner API key and a token: --api-key-file, --module or --key)")
+
 // errNoAPIKey is returned by signature calls when no API key is configured.
 var errNoAPIKey = errors.New("no partner API key is configured (SIGNAGENT_API_KEY or --api-key-file)")
 
@@ -96,7 +100,7 @@ func classify(err error) (int, APIError) {
 		return http.StatusGatewayTimeout, APIError{Code: CodeServiceTimeout, Message: ste.Error()}
 	case errors.As(err, &ste):
 		return http.StatusBadGateway, APIError{Code: CodeServiceUnreachable, Message: ste.Error()}
-	case errors.Is(err, errNoAPI), errors.Is(err, errNotConfigured), errors.Is(err, errNoAPIKey), errors.Is(err, errLegacyNotConfigured), errors.Is(err, errOIDCNotConfigured),
+	case errors.Is(err, errNoAPI), errors.Is(err, errNotConfigured), errors.Is(err, errNoAPIKey), errors.Is(err, errNoToken), errors.Is(err, errLegacyNotConfigured), errors.Is(err, errOIDCNotConfigured),
 		errors.Is(err, pkcs11.ErrKeyUsage), errors.Is(err, envelope.ErrUnsupported):
 		return http.StatusServiceUnavailable, APIError{Code: CodeNotConfigured, Message: err.Error()}
 	case errors.Is(err, errExpired), errors.Is(err, context.DeadlineExceeded):

@@ -70,6 +70,9 @@ type options struct {
 	// floor is the RefreshFloor (default: a nanosecond, so that "refresh":
 	// true replaces what it finds, as the tests of forced refreshes want).
 	floor time.Duration
+	// noToken starts the agent without a token (and so without the
+	// trusted service): OpenID Connect and legacy passwords alone.
+	noToken bool
 }
 
 // Alice's box, and another organization's.
@@ -122,13 +125,15 @@ func start(t testing.TB, o options) *harness {
 		h.opens.Add(1)
 		return pkcs11.Open(ctx, sel, log)
 	}
-	h.tm, err = agent.NewTokenManager(agent.TokenOptions{Open: open, Workers: o.workers, Backlog: o.backlog,
-		Delay: o.delay, BackoffFirst: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Log: log})
-	if err != nil {
-		t.Fatal(err)
+	if !o.noToken {
+		h.tm, err = agent.NewTokenManager(agent.TokenOptions{Open: open, Workers: o.workers, Backlog: o.backlog,
+			Delay: o.delay, BackoffFirst: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	var client *trusted.Client
-	if !o.noService {
+	if !o.noService && !o.noToken {
 		client, err = trusted.New(trusted.Config{BaseURL: emu.URL(), APIKey: apiKey, Timeout: o.timeout,
 			Backoff: 5 * time.Millisecond, Signer: h.tm, Now: o.now, Log: log})
 		if err != nil {

@@ -78,7 +78,14 @@ func newMetrics(tm *TokenManager) *metrics {
 		authz: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_authorizations_total",
 			Help: "Authorization header values by scheme and result (cached, obtained, failed)."}, []string{"scheme", "result"}),
 	}
-	m.reg.MustRegister(m.calls, m.retries, m.authz, m.oidcRefreshes, m.requests, m.duration, m.signing, m.signErrors, m.cacheHits, m.cacheMisses, m.rejected,
+	m.reg.MustRegister(m.calls, m.retries, m.authz, m.oidcRefreshes, m.requests, m.duration,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	if tm == nil {
+		return m // no token: no token metrics, rather than a token that is never ready
+	}
+	m.reg.MustRegister(m.signing, m.signErrors, m.cacheHits, m.cacheMisses, m.rejected,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "signagent_token_ready", Help: "1 when the token is logged in and the key found."},
 			func() float64 {
 				if tm.State().Ready {
@@ -90,8 +97,6 @@ func newMetrics(tm *TokenManager) *metrics {
 			func() float64 { return float64(tm.QueueDepth()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "signagent_queue_dropped_total", Help: "Requests dropped because their deadline passed while they waited."},
 			func() float64 { return float64(tm.Dropped()) }),
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
 }

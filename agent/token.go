@@ -246,8 +246,12 @@ func (m *TokenManager) setState(s TokenState) {
 	m.mu.Unlock()
 }
 
-// State returns the token's state.
+// State returns the token's state. A nil manager is an agent without a
+// token (OpenID Connect or legacy passwords alone): never ready.
 func (m *TokenManager) State() TokenState {
+	if m == nil {
+		return TokenState{Reason: errNoToken.Error()}
+	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.state
@@ -255,6 +259,9 @@ func (m *TokenManager) State() TokenState {
 
 // Certificate returns the signing certificate, or nil while not ready.
 func (m *TokenManager) Certificate() *x509.Certificate {
+	if m == nil {
+		return nil
+	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if m.cur == nil {
@@ -264,11 +271,21 @@ func (m *TokenManager) Certificate() *x509.Certificate {
 }
 
 // QueueDepth is the number of token operations waiting or running.
-func (m *TokenManager) QueueDepth() int { return m.q.depth() }
+func (m *TokenManager) QueueDepth() int {
+	if m == nil {
+		return 0
+	}
+	return m.q.depth()
+}
 
 // Dropped is the number of requests dropped because their deadline passed
 // while they waited.
-func (m *TokenManager) Dropped() int64 { return m.q.dropped.Load() }
+func (m *TokenManager) Dropped() int64 {
+	if m == nil {
+		return 0
+	}
+	return m.q.dropped.Load()
+}
 
 // SignText signs text through the queue (trusted.Signer).
 func (m *TokenManager) SignText(ctx context.Context, text []byte, ts time.Time) ([]byte, error) {
@@ -318,6 +335,9 @@ func (m *TokenManager) Sign(ctx context.Context, text []byte, ts time.Time) ([]b
 }
 
 func (m *TokenManager) notReady() error {
+	if m == nil {
+		return errNoToken
+	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return fmt.Errorf("%w: %s", ErrTokenNotReady, m.state.Reason)
@@ -422,6 +442,9 @@ func (m *TokenManager) Reopen(open Opener, id string) error {
 // Close stops reconnecting and closes the token. It does not wait for a
 // token operation that does not return.
 func (m *TokenManager) Close() error {
+	if m == nil {
+		return nil
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -477,6 +500,9 @@ func (m *TokenManager) Decrypt(ctx context.Context, msg []byte, opts crypto.Decr
 // through the queue, with the certificate that is current now; an error
 // while the token is out or when its key may not decrypt.
 func (m *TokenManager) Decrypter() (crypto.Decrypter, *x509.Certificate, error) {
+	if m == nil {
+		return nil, nil, errNoToken
+	}
 	m.mu.RLock()
 	cur := m.cur
 	m.mu.RUnlock()

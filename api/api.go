@@ -79,8 +79,19 @@ type TokenState struct {
 
 // ReadyResponse is the answer of GET /readyz.
 type ReadyResponse struct {
-	Status string     `json:"status"` // "ready" or "not ready"
-	Token  TokenState `json:"token"`
+	Status string `json:"status"` // "ready" or "not ready"
+	// Checks has one entry per configured part: "token" (when the agent
+	// signs), "oidc" (OpenID Connect: its token store), "legacy". The agent
+	// is ready when every one is.
+	Checks map[string]Check `json:"checks"`
+	// Token is the token's state in detail, when the agent has a token.
+	Token TokenState `json:"token,omitzero"`
+}
+
+// Check is one part's readiness; Reason says why it is not ready.
+type Check struct {
+	Ready  bool   `json:"ready"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // ErrorBody is the JSON of every error answer.

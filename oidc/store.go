@@ -151,6 +151,11 @@ func (s Store) Remove(profile string) (bool, error) {
 
 // checkDir refuses a store directory of another user or open to others;
 // create makes a missing one (0700).
+// Check says whether the store can be used: its directory, when it
+// exists, is a directory of ours closed to other users (what /readyz
+// reports).
+func (s Store) Check() error { return s.checkDir(false) }
+
 func (s Store) checkDir(create bool) error {
 	st, err := os.Lstat(s.Dir)
 	if errors.Is(err, fs.ErrNotExist) {

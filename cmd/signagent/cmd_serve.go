@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -81,15 +82,25 @@ func readAgentConfig(s *settings.Settings, e *env) (agent.Config, error) {
 		ExposeLegacyHeader: s.Bool("expose-legacy-header"), NoCertificateLogin: !s.Bool("certificate-login"),
 		APIURL: s.String("api-url"), AllowInsecureAPI: s.Bool("insecure-http"), ServiceMaxBody: int64(s.Int("service-max-body")),
 		ServiceBodyBudget: int64(s.Int("service-body-budget"))}
-	var errs [7]error // all are reported, not only the first
+	var errs [9]error // all are reported, not only the first
 	cfg.Token, errs[0] = selectionFrom(s, false)
 	cfg.Signature, errs[1] = signatureOptions(s)
 	cfg.Routes, errs[2] = agent.ParseRouteRules(s.Strings("routes"))
-	cfg.APIKey, errs[3] = apiKeyFrom(s) // needed for signatures and sessions alike
+	// Each part is needed only by the schemes that use it: the token and
+	// the API key by signatures and trusted sessions (and certificate
+	// logins), which an agent for OpenID Connect or legacy passwords alone
+	// does without.
+	cfg.NoToken = !signingWanted(s)
+	if !cfg.NoToken {
+		cfg.APIKey, errs[3] = apiKeyFrom(s) // needed for signatures and sessions alike
+	}
+	errs[7] = oidcSettingsComplete(s)
+	if cfg.NoToken && !hasDeveloperKey(s) && s.String("auth-url") == "" && s.String("client-id") == "" {
+		errs[8] = usageErr(errors.New("nothing to serve: give the partner API key (SIGNAGENT_API_KEY or --api-key-file) and a token for signatures and sessions, " +
+			"--api-url with a developer key for the legacy scheme, or --auth-url and --client-id for OpenID Connect"))
+	}
 	if s.String("base-url") != "" {
 		cfg.Service, errs[4] = serviceConfig(s, e, cfg.APIKey)
-	} else {
-		e.log.Warn().Msg("no --base-url: /v1/sessions and /v1/links answer 503 until one is configured")
 	}
 	switch {
 	case s.String("api-url") == "":
@@ -102,6 +113,40 @@ func readAgentConfig(s *settings.Settings, e *env) (agent.Config, error) {
 	}
 	cfg.OIDC, errs[6] = oidcAgentConfig(s, e)
 	return cfg, agentErr(errors.Join(append(errs[:], s.Err())...))
+}
+
+// signingWanted says whether the agent signs: an API key, --base-url or a
+// token named in any way (module, URI, token or key) asks for it.
+func signingWanted(s *settings.Settings) bool {
+	if os.Getenv("SIGNAGENT_API_KEY") != "" || os.Getenv(pkcs11.ModuleEnv) != "" {
+		return true
+	}
+	for _, name := range []string{"api-key-file", "base-url", "module", "key", "token-label", "token-serial", "key-label", "key-id"} {
+		if s.String(name) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// oidcSettingsComplete says, in one error, what OpenID Connect still
+// needs when one of its settings is given.
+func oidcSettingsComplete(s *settings.Settings) error {
+	given := map[string]bool{"--auth-url (SIGNAGENT_AUTH_URL)": s.String("auth-url") != "", "--client-id (SIGNAGENT_CLIENT_ID)": s.String("client-id") != "",
+		"the client secret (SIGNAGENT_CLIENT_SECRET or --client-secret-file)": os.Getenv("SIGNAGENT_CLIENT_SECRET") != "" || s.String("client-secret-file") != ""}
+	var missing []string
+	some := false
+	for name, ok := range given {
+		some = some || ok
+		if !ok {
+			missing = append(missing, name)
+		}
+	}
+	if !some || len(missing) == 0 {
+		return nil
+	}
+	slices.Sort(missing)
+	return usageErr(fmt.Errorf("OpenID Connect is half configured: give %s too", strings.Join(missing, " and ")))
 }
 
 // signatureOptions are the CMS options: --hash, --no-signed-attributes,
@@ -177,7 +222,7 @@ func serve(c *cli.Context, e *env) error {
 	if err != nil {
 		return agentErr(err)
 	}
-	e.log.Info().Strs("listen", d.Addrs()).Bool("tokenReady", d.Ready()).Msg("agent serving")
+	e.log.Info().Strs("listen", d.Addrs()).Bool("ready", d.Ready()).Msg("agent serving")
 	daemon.SdNotify(false, daemon.SdNotifyReady)
 	for {
 		select {
