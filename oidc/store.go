@@ -39,6 +39,15 @@ type Record struct {
 	RefreshedAt  time.Time `json:"refreshedAt,omitzero"`
 }
 
+// ObtainedAt is when the record's access token was obtained: signed in or
+// refreshed, whichever is later.
+func (r *Record) ObtainedAt() time.Time {
+	if r.RefreshedAt.After(r.SignedInAt) {
+		return r.RefreshedAt
+	}
+	return r.SignedInAt
+}
+
 // Space is the space the record's scopes grant.
 func (r *Record) Space() string { return SpaceOf(r.Scopes) }
 

@@ -109,7 +109,8 @@ func TestTokensOneRefresh(t *testing.T) {
 	c := b.client(t, nil)
 	rec := deviceLogin(t, b, c)
 	rec.Profile = "p"
-	rec.Expiry = time.Now().Add(30 * time.Second) // under the 60 s margin
+	rec.SignedInAt = time.Now().Add(-time.Hour)   // an hour-long token...
+	rec.Expiry = time.Now().Add(30 * time.Second) // ...under the 60 s margin
 	s := Store{Dir: t.TempDir() + "/s"}
 	if err := s.Save(rec); err != nil {
 		t.Fatal(err)
@@ -164,5 +165,34 @@ func TestTokensRefusedRefresh(t *testing.T) {
 	_, _, err := tk.Token(t.Context(), "p")
 	if !errors.Is(err, ErrSignIn) || !strings.Contains(err.Error(), "signagent login --profile p") || result != "refused" {
 		t.Fatalf("err = %v, result %q", err, result)
+	}
+}
+
+// TestRefreshMarginShortTokens: an access token is refreshed when less
+// than Before (60 s) or a quarter of its lifetime is left, whichever is
+// less: a 6-second token is used for 4.5 s, not refreshed on every call;
+// an hour-long one keeps the 60 s margin.
+func TestRefreshMarginShortTokens(t *testing.T) {
+	now := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	tk := &Tokens{Before: 60 * time.Second, Now: func() time.Time { return now }}
+	for _, tc := range []struct {
+		name              string
+		obtained, expires time.Duration // relative to now
+		fresh             bool
+	}{
+		{"6s token, 1s old", -time.Second, 5 * time.Second, true},
+		{"6s token, 4s old", -4 * time.Second, 2 * time.Second, true},
+		{"6s token, 5s old", -5 * time.Second, time.Second, false},
+		{"refreshed 6s token, 1s old", -time.Second, 5 * time.Second, true},
+		{"1h token, 58m old", -58 * time.Minute, 2 * time.Minute, true},
+		{"1h token, 59m30s old", -(59*time.Minute + 30*time.Second), 30 * time.Second, false},
+	} {
+		r := &Record{Profile: "p", AccessToken: "at", SignedInAt: now.Add(tc.obtained), Expiry: now.Add(tc.expires)}
+		if strings.HasPrefix(tc.name, "refreshed") {
+			r.SignedInAt, r.RefreshedAt = now.Add(-time.Hour), now.Add(tc.obtained)
+		}
+		if got := tk.fresh(r); got != tc.fresh {
+			t.Errorf("%s: fresh %v, want %v (margin %v)", tc.name, got, tc.fresh, tk.margin(r))
+		}
 	}
 }

@@ -78,11 +78,26 @@ func (t *Tokens) fresh(r *Record) bool {
 	if bad {
 		return false
 	}
+	return t.now().Add(t.margin(r)).Before(r.Expiry)
+}
+
+// RefreshFraction is the share of an access token's lifetime left when it
+// is refreshed, if that is less than Before: a token that lives 6 s is
+// refreshed with 1.5 s left, not on every call (a fixed 60 s margin made
+// every use of a short-lived token a refresh grant).
+const RefreshFraction = 4
+
+// margin is how much life r's access token must have left to be used:
+// Before, or a quarter of the token's lifetime when that is less.
+func (t *Tokens) margin(r *Record) time.Duration {
 	before := t.Before
 	if before <= 0 {
 		before = DefaultRefreshBefore
 	}
-	return t.now().Add(before).Before(r.Expiry)
+	if life := r.Expiry.Sub(r.ObtainedAt()); life > 0 {
+		before = min(before, life/RefreshFraction)
+	}
+	return before
 }
 
 // Token returns profile's record with an access token good for at least
@@ -163,11 +178,7 @@ func (t *Tokens) ExpireOlder(profile string, age time.Duration) {
 	if err != nil {
 		return
 	}
-	obtained := rec.SignedInAt
-	if rec.RefreshedAt.After(obtained) {
-		obtained = rec.RefreshedAt
-	}
-	if t.now().Sub(obtained) >= age {
+	if t.now().Sub(rec.ObtainedAt()) >= age {
 		t.Reject(profile, rec.AccessToken)
 	}
 }
