@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"os"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
 
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/pkcs11"
@@ -96,6 +100,11 @@ func sign(c *cli.Context, e *env) error {
 	if _, err := signer.Encode(nil, c.String("format")); err != nil {
 		return usageErr(fmt.Errorf("--%w", err))
 	}
+	// DER is binary: written to a terminal it garbles the screen, as age
+	// refuses to. Checked before the token is touched.
+	if c.String("format") == "der" && c.String("out") == "" && !c.Bool("json") && isTerminal(e.stdout) {
+		return usageErr(errors.New("the signature is binary (DER) and stdout is a terminal: give --out FILE, or --format base64 or pem"))
+	}
 	// The outputs are checked before the token is touched, and written
 	// together at the end (both or neither).
 	outs, err := checkOutputs(c, "text-out", "out")
@@ -180,6 +189,12 @@ func signatureOutput(c *cli.Context, key *pkcs11.Key, text []byte, stamp string,
 		"keyLabel":              key.Label(),
 	}, "", "  ")
 	return append(out, '\n'), err
+}
+
+// isTerminal says whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 func concat(sets ...[]cli.Flag) []cli.Flag {

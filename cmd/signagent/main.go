@@ -66,10 +66,13 @@ type env struct {
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, log: zerolog.Nop()}
+	// --version only: -v is too easily meant as "verbose".
+	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version"}
+	cli.VersionPrinter = func(c *cli.Context) { fmt.Fprintln(c.App.Writer, currentBuild()) }
 	app := &cli.App{
 		Name:    "signagent",
 		Usage:   "sign the service's trusted-authentication text on a PKCS#11 token and obtain an auth.sid",
-		Version: version,
+		Version: currentBuild().Version,
 		Flags:   logFlags(""),
 		Before: func(c *cli.Context) error {
 			log, err := newLogger(stderr, c.String("log-level"), c.String("log-format"))
@@ -85,10 +88,29 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		HideHelpCommand: true,
 		// Errors are printed once, by run, as one line.
 		ExitErrHandler: func(*cli.Context, error) {},
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return usageErr(err)
+		// A mistyped flag is answered with the one meant, when one is close.
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			flags := c.App.Flags
+			if c.Command != nil && c.Command.Name != "" {
+				flags = c.Command.Flags
+			}
+			return usageErr(fmt.Errorf("%w%s", err, flagSuggestion(err, flags)))
 		},
 		Commands: commands(e),
+		// Without a command: the help. With a word that is no command:
+		// one line naming the one meant, and exit 2 (the README's bad
+		// input), not urfave's "No help topic" with exit 1.
+		Action: func(c *cli.Context) error {
+			if !c.Args().Present() {
+				return cli.ShowAppHelp(c)
+			}
+			name := c.Args().First()
+			msg := fmt.Sprintf("%q is not a signagent command", name)
+			if s := suggest(name, commandNames(c.App.Commands)); s != "" {
+				msg += fmt.Sprintf("; did you mean %q?", s)
+			}
+			return usageErr(errors.New(msg + " (signagent --help lists them)"))
+		},
 	}
 	for _, cmd := range app.Commands {
 		cmd.OnUsageError = app.OnUsageError
@@ -136,6 +158,7 @@ func commands(e *env) []*cli.Command {
 		emulatorCommand(e),
 		serveCommand(e),
 		benchCommand(e),
+		versionCommand(e),
 	}
 }
 
