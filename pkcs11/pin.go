@@ -6,11 +6,11 @@ import (
 	"io"
 	"os"
 	"strings"
-	"syscall"
 
 	"golang.org/x/term"
 
 	"github.com/signagent/signagent/internal/secret"
+	"github.com/signagent/signagent/safefile"
 )
 
 // PINEnv is the environment variable that may hold the PIN.
@@ -155,10 +155,10 @@ func checkPIN(pin string) error {
 }
 
 // ErrSecretFileMode is returned for a secret file that others may access.
-var ErrSecretFileMode = errors.New("a secret file is accessible to every user")
+var ErrSecretFileMode = safefile.ErrSecretMode
 
 // ErrSecretFile is returned for an input file that is not a small regular file.
-var ErrSecretFile = errors.New("not a usable input file")
+var ErrSecretFile = safefile.ErrInput
 
 // CheckSecretFile refuses a file holding a secret that every user of the
 // machine may read or write (mode o+rwx). Group access is allowed: a service
@@ -168,10 +168,6 @@ func CheckSecretFile(path string) error {
 	if err != nil {
 		return nil // reading it will say what is wrong
 	}
-	return checkSecretMode(path, st)
-}
-
-func checkSecretMode(path string, st os.FileInfo) error {
 	if st.Mode().Perm()&0o007 != 0 {
 		return fmt.Errorf("%w: %s has mode %04o; run chmod o-rwx %s", ErrSecretFileMode, path, st.Mode().Perm(), path)
 	}
@@ -183,7 +179,7 @@ func checkSecretMode(path string, st os.FileInfo) error {
 // bytes. A directory, a FIFO or a device (/dev/zero) is refused before it is
 // read, so that a wrong path neither hangs nor fills memory.
 func ReadSecretFile(path string, max int64) ([]byte, error) {
-	return readFile(path, max, true)
+	return safefile.ReadSecret(path, max, 0o007)
 }
 
 // ReadFileLimit reads a regular file (a symlink to one is followed) of at
@@ -191,52 +187,5 @@ func ReadSecretFile(path string, max int64) ([]byte, error) {
 // small, so that a wrong path (/dev/zero, a FIFO) neither hangs nor fills
 // memory.
 func ReadFileLimit(path string, max int64) ([]byte, error) {
-	return readFile(path, max, false)
-}
-
-func readFile(path string, max int64, secret bool) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, fmt.Errorf("could not read %s: %w", path, errors.Unwrap(err))
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("could not read %s: %w", path, err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is %s, not a regular file", ErrSecretFile, path, fileKind(st.Mode()))
-	}
-	if secret {
-		if err := checkSecretMode(path, st); err != nil {
-			return nil, err
-		}
-	}
-	if st.Size() > max {
-		return nil, fmt.Errorf("%w: %s holds %d bytes, more than the %d it may", ErrSecretFile, path, st.Size(), max)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, fmt.Errorf("could not read %s: %w", path, err)
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%w: %s holds more than the %d bytes it may", ErrSecretFile, path, max)
-	}
-	return b, nil
-}
-
-func fileKind(m os.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&os.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&os.ModeCharDevice != 0:
-		return "a character device"
-	case m&os.ModeDevice != 0:
-		return "a device"
-	case m&os.ModeSocket != 0:
-		return "a socket"
-	}
-	return "not a regular file"
+	return safefile.Read(path, max)
 }
