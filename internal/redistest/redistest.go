@@ -1,0 +1,171 @@
+// Package redistest starts real redis-server processes for tests: on a
+// free loopback port, in a temporary directory, without persistence.
+package redistest
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Server is a running redis-server.
+type Server struct {
+	Addr string
+	cmd  *exec.Cmd
+}
+
+// Start runs redis-server with extra configuration lines (e.g.
+// "requirepass secret") and stops it when the test ends. `make test`
+// installs Debian's redis-server.
+func Start(t testing.TB, config ...string) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal("redis-server is not installed: make test installs it (scripts/deps.sh redis-server)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	dir := t.TempDir()
+	args := []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
+		"--logfile", filepath.Join(dir, "redis.log")}
+	for _, c := range config {
+		k, v, _ := strings.Cut(c, " ")
+		args = append(args, "--"+k, v)
+	}
+	cmd := exec.Command(bin, args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Addr: addr, cmd: cmd}
+	t.Cleanup(s.Stop)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
+			fmt.Fprint(c, "PING\r\n")
+			c.SetReadDeadline(time.Now().Add(time.Second))
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH") {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server did not start on %s", addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// URL is the server's redis:// URL.
+func (s *Server) URL() string { return "redis://" + s.Addr }
+
+// Stop kills the server (a crash, as far as clients can tell).
+func (s *Server) Stop() {
+	if s.cmd.Process != nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+	}
+}
+
+// Pause stops the server's process (SIGSTOP) until Resume: a store that
+// does not answer.
+func (s *Server) Pause() { s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server.
+func (s *Server) Resume() { s.cmd.Process.Signal(syscall.SIGCONT) }
+
+// NotRedis listens on a loopback port and answers whatever connects with
+// an HTTP error page: "Redis that is not Redis".
+func NotRedis(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprint(c, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+			c.Close()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// Dump is every key of the server with its string or hash value, as text:
+// what someone reading Redis would see.
+func Dump(t testing.TB, addr string) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(c)
+	var out strings.Builder
+	send := func(args ...string) string {
+		fmt.Fprintf(c, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(c, "$%d\r\n%s\r\n", len(a), a)
+		}
+		return readReply(r)
+	}
+	keys := strings.Fields(send("KEYS", "*"))
+	for _, k := range keys {
+		fmt.Fprintf(&out, "%s %s\n", k, send("DUMP", k))
+		if send("TYPE", k) == "hash" {
+			fmt.Fprintf(&out, "  %s\n", send("HGETALL", k))
+		} else {
+			fmt.Fprintf(&out, "  %s\n", send("GET", k))
+		}
+	}
+	return out.String()
+}
+
+// readReply reads one RESP reply as text (arrays joined by spaces).
+func readReply(r *bufio.Reader) string {
+	line, err := r.ReadString('\n')
+	if err != nil || len(line) < 3 {
+		return ""
+	}
+	line = strings.TrimRight(line, "\r\n")
+	switch line[0] {
+	case '+', '-', ':':
+		return line[1:]
+	case '$':
+		var n int
+		fmt.Sscan(line[1:], &n)
+		if n < 0 {
+			return ""
+		}
+		b := make([]byte, n+2)
+		io.ReadFull(r, b)
+		return string(b[:n])
+	case '*':
+		var n int
+		fmt.Sscan(line[1:], &n)
+		parts := make([]string, 0, n)
+		for range n {
+			parts = append(parts, readReply(r))
+		}
+		return strings.Join(parts, " ")
+	}
+	return line
+}

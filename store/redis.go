@@ -1,0 +1,380 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/signagent/signagent/safefile"
+)
+
+// Defaults of a shared store.
+const (
+	DefaultPrefix   = "signagent:"
+	DefaultTimeout  = 2 * time.Second
+	DefaultLeaseTTL = 8 * time.Second
+)
+
+// Options configure a shared store.
+type Options struct {
+	// URL is redis://[user@]host:port[/db], rediss://... (TLS) or
+	// redis+sentinel://host:port[,host:port...]/mastername[/db].
+	URL string
+	// Password is the Redis password (from a file or the environment,
+	// never the URL).
+	Password string
+	// CAFile is the CA bundle for rediss:// (default: the system's).
+	CAFile string
+	// Prefix starts every key name (default "signagent:").
+	Prefix string
+	Sealer *Sealer
+	// Timeout bounds every store call (default 2s): a slow store delays a
+	// request, never hangs it.
+	Timeout time.Duration
+	// LeaseTTL is how long a lease lives without renewal (default 8s): an
+	// agent killed while holding one delays the others at most this long.
+	LeaseTTL time.Duration
+}
+
+// IsURL says whether s names a shared store (as opposed to "local").
+func IsURL(s string) bool {
+	return strings.HasPrefix(s, "redis://") || strings.HasPrefix(s, "rediss://") || strings.HasPrefix(s, "redis+sentinel://")
+}
+
+// ParseURL reads a store URL into go-redis options. A password in the URL
+// is refused: URLs end up in process listings, logs and shell history.
+func ParseURL(raw string) (*redis.UniversalOptions, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("%w: %q: want redis://[user@]host:port[/db], rediss://... or redis+sentinel://host:port[,host:port...]/mastername[/db]", ErrBadURL, redactURL(raw))
+	}
+	if _, has := u.User.Password(); has {
+		return nil, fmt.Errorf("%w: it holds a password; give the password with --store-password-file or SIGNAGENT_STORE_PASSWORD, never in the URL", ErrBadURL)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("%w: %s: no query or fragment is read", ErrBadURL, u.Redacted())
+	}
+	o := &redis.UniversalOptions{Addrs: strings.Split(u.Host, ",")}
+	if u.User != nil {
+		o.Username = u.User.Username()
+	}
+	for _, a := range o.Addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("%w: %s: %q is not host:port", ErrBadURL, u.Redacted(), a)
+		}
+	}
+	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
+	if parts[0] == "" {
+		parts = nil
+	}
+	db := func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%w: %s: database %q is not a number", ErrBadURL, u.Redacted(), s)
+		}
+		o.DB = n
+		return nil
+	}
+	switch u.Scheme {
+	case "redis", "rediss":
+		if len(o.Addrs) != 1 {
+			return nil, fmt.Errorf("%w: %s: one host:port (several are for redis+sentinel://)", ErrBadURL, u.Redacted())
+		}
+		if len(parts) > 1 {
+			return nil, fmt.Errorf("%w: %s: the path is the database number alone", ErrBadURL, u.Redacted())
+		}
+		if len(parts) == 1 {
+			if err := db(parts[0]); err != nil {
+				return nil, err
+			}
+		}
+		if u.Scheme == "rediss" {
+			o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: u.Hostname()}
+		}
+	case "redis+sentinel":
+		if len(parts) == 0 || len(parts) > 2 {
+			return nil, fmt.Errorf("%w: %s: the path is /mastername[/db]", ErrBadURL, u.Redacted())
+		}
+		o.MasterName = parts[0]
+		if len(parts) == 2 {
+			if err := db(parts[1]); err != nil {
+				return nil, err
+			}
+		}
+	default:
+		return nil, fmt.Errorf("%w: scheme %q: want redis, rediss or redis+sentinel", ErrBadURL, u.Scheme)
+	}
+	return o, nil
+}
+
+// redactURL drops what could be a password from a URL that did not parse.
+func redactURL(raw string) string {
+	if i := strings.LastIndex(raw, "@"); i >= 0 {
+		if j := strings.Index(raw, "://"); j >= 0 && j < i {
+			return raw[:j+3] + "…@" + raw[i+1:]
+		}
+		return "…@" + raw[i+1:]
+	}
+	return raw
+}
+
+// Redis is a shared store on Redis (or Sentinel).
+type Redis struct {
+	rdb      redis.UniversalClient
+	prefix   string
+	sealer   *Sealer
+	timeout  time.Duration
+	leaseTTL time.Duration
+}
+
+// quiet drops go-redis's own log lines ("connection pool: failed to
+// dial"): the store's errors reach the caller, who says them once.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func init() { redis.SetLogger(quiet{}) }
+
+// Open connects lazily: a Redis that is down at start is reported by Ping
+// and by each call, and used again as soon as it answers.
+func Open(o Options) (*Redis, error) {
+	if o.Sealer == nil {
+		return nil, fmt.Errorf("%w: a shared store needs --store-key-file (make one with signagent store-key --out FILE)", ErrBadKey)
+	}
+	uo, err := ParseURL(o.URL)
+	if err != nil {
+		return nil, err
+	}
+	uo.Password = o.Password
+	if o.CAFile != "" {
+		if uo.TLSConfig == nil {
+			return nil, fmt.Errorf("%w: --store-ca-file is for rediss:// (TLS)", ErrBadURL)
+		}
+		pem, err := safefile.Read(o.CAFile, 1<<20)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: %s holds no PEM certificate", ErrBadURL, o.CAFile)
+		}
+		uo.TLSConfig.RootCAs = pool
+	}
+	r := &Redis{prefix: o.Prefix, sealer: o.Sealer, timeout: o.Timeout, leaseTTL: o.LeaseTTL}
+	if r.prefix == "" {
+		r.prefix = DefaultPrefix
+	}
+	if r.timeout <= 0 {
+		r.timeout = DefaultTimeout
+	}
+	if r.leaseTTL <= 0 {
+		r.leaseTTL = DefaultLeaseTTL
+	}
+	uo.DialTimeout, uo.ReadTimeout, uo.WriteTimeout = r.timeout, r.timeout, r.timeout
+	uo.MaxRetries = 1
+	uo.ContextTimeoutEnabled = true
+	r.rdb = redis.NewUniversalClient(uo)
+	return r, nil
+}
+
+// Close closes the connections.
+func (r *Redis) Close() error { return r.rdb.Close() }
+
+// keys are a record's data and lease keys; the hash tag keeps both in one
+// slot of a Redis Cluster.
+func (r *Redis) keys(kind, id string) (data, lease string) {
+	base := r.prefix + "{" + r.sealer.Name(kind, id) + "}"
+	return base, base + ":lease"
+}
+
+// call bounds one store call by the store's timeout and names a failure
+// to answer ErrUnavailable.
+func (r *Redis) call(ctx context.Context, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	err := f(ctx)
+	if err == nil || errors.Is(err, redis.Nil) {
+		return err
+	}
+	var re redis.Error
+	if errors.As(err, &re) && !strings.HasPrefix(re.Error(), "LOADING") && !strings.HasPrefix(re.Error(), "READONLY") &&
+		!strings.HasPrefix(re.Error(), "MASTERDOWN") && !strings.HasPrefix(re.Error(), "TRYAGAIN") {
+		// The server answered, and refused (a wrong password: NOAUTH, WRONGPASS).
+		return fmt.Errorf("%w: Redis refused: %s", ErrUnavailable, firstWord(re.Error()))
+	}
+	return fmt.Errorf("%w: %s", ErrUnavailable, cleanErr(err))
+}
+
+func firstWord(s string) string {
+	w, _, _ := strings.Cut(s, " ")
+	return w
+}
+
+// cleanErr says what failed without what the server sent back verbatim.
+func cleanErr(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "no answer in time"
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "no answer in time"
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return oe.Op + ": " + oe.Err.Error()
+	}
+	return "not a Redis answer"
+}
+
+// Ping checks that the store answers.
+func (r *Redis) Ping(ctx context.Context) error {
+	return r.call(ctx, func(ctx context.Context) error { return r.rdb.Ping(ctx).Err() })
+}
+
+// Get returns the value kept for kind and id, opened; ErrNotFound when
+// there is none, ErrSealed when it does not open (never used).
+func (r *Redis) Get(ctx context.Context, kind, id string) ([]byte, error) {
+	data, _ := r.keys(kind, id)
+	var sealed string
+	err := r.call(ctx, func(ctx context.Context) (err error) {
+		sealed, err = r.rdb.HGet(ctx, data, "v").Result()
+		return err
+	})
+	if errors.Is(err, redis.Nil) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r.sealer.Open(kind, id, []byte(sealed))
+}
+
+// putScript writes a value only for the lease's holder (the fence): an
+// agent whose lease expired while it was paused cannot overwrite what the
+// next holder wrote. ARGV: owner, value ("" deletes), ttl in ms (0: none).
+var putScript = redis.NewScript(`
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then redis.call('DEL', KEYS[1]) return 1 end
+redis.call('HSET', KEYS[1], 'v', ARGV[2])
+redis.call('HINCRBY', KEYS[1], 'ver', 1)
+if tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) else redis.call('PERSIST', KEYS[1]) end
+return 1`)
+
+// Put keeps plain for kind and id, sealed, for ttl (0: until replaced),
+// under l, the identity's lease; ErrFenced when l is no longer held.
+func (r *Redis) Put(ctx context.Context, kind, id string, plain []byte, ttl time.Duration, l *Lease) error {
+	return r.put(ctx, kind, id, string(r.sealer.Seal(kind, id, plain)), ttl, l)
+}
+
+// Delete removes what is kept for kind and id, under l.
+func (r *Redis) Delete(ctx context.Context, kind, id string, l *Lease) error {
+	return r.put(ctx, kind, id, "", 0, l)
+}
+
+func (r *Redis) put(ctx context.Context, kind, id, value string, ttl time.Duration, l *Lease) error {
+	data, lease := r.keys(kind, id)
+	if l == nil || l.key != lease {
+		return fmt.Errorf("%w: no lease for this identity", ErrFenced)
+	}
+	var ok int64
+	err := r.call(ctx, func(ctx context.Context) (err error) {
+		ok, err = putScript.Run(ctx, r.rdb, []string{data, lease}, l.owner, value, ttl.Milliseconds()).Int64()
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if ok != 1 {
+		return ErrFenced
+	}
+	return nil
+}
+
+// Lease is one agent's exclusive right to log in, refresh or write an
+// identity, renewed while it is held.
+type Lease struct {
+	r          *Redis
+	key, owner string
+	stop       chan struct{}
+	done       chan struct{}
+}
+
+var (
+	renewScript   = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0`)
+	releaseScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+)
+
+// Acquire takes kind and id's lease, waiting while another agent holds it
+// (it is released when that agent is done, or expires LeaseTTL after that
+// agent stopped renewing it), until ctx ends. The caller re-reads the
+// record once it holds the lease: the other agent may have just written it.
+func (r *Redis) Acquire(ctx context.Context, kind, id string) (*Lease, error) {
+	_, key := r.keys(kind, id)
+	b := make([]byte, 16)
+	rand.Read(b)
+	owner := hex.EncodeToString(b)
+	wait := 20 * time.Millisecond
+	for {
+		var got bool
+		err := r.call(ctx, func(ctx context.Context) (err error) {
+			got, err = r.rdb.SetNX(ctx, key, owner, r.leaseTTL).Result()
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if got {
+			l := &Lease{r: r, key: key, owner: owner, stop: make(chan struct{}), done: make(chan struct{})}
+			go l.renew()
+			return l, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w: another agent held the lease until the deadline", ErrUnavailable)
+		case <-t.C:
+		}
+		wait = min(wait*2, 200*time.Millisecond)
+	}
+}
+
+// renew extends the lease every third of its time to live until Release.
+func (l *Lease) renew() {
+	defer close(l.done)
+	t := time.NewTicker(l.r.leaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+			l.r.call(context.Background(), func(ctx context.Context) error {
+				return renewScript.Run(ctx, l.r.rdb, []string{l.key}, l.owner, l.r.leaseTTL.Milliseconds()).Err()
+			})
+		}
+	}
+}
+
+// Release gives the lease up (only if it is still this holder's).
+func (l *Lease) Release() {
+	close(l.stop)
+	<-l.done
+	l.r.call(context.Background(), func(ctx context.Context) error {
+		return releaseScript.Run(ctx, l.r.rdb, []string{l.key}, l.owner).Err()
+	})
+}
