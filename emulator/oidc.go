@@ -105,12 +105,17 @@ type idp struct {
 	devices map[string]*deviceGrant // by device_code
 	access  map[string]grant        // access tokens
 	refresh map[string]grant        // refresh tokens
+	// spent are one-time refresh tokens already used, by their grant's
+	// family: one presented again revokes the whole family, as real
+	// providers do on a reuse (RFC 9700 4.14.2).
+	spent map[string]string
 }
 
 // grant is what a token stands for.
 type grant struct {
 	client, user, scope, nonce string
 	expires                    time.Time
+	family                     string // the sign-in its refresh tokens descend from
 }
 
 type authCode struct {
@@ -360,6 +365,17 @@ func (s *Server) redeemRefresh(c *OIDCClient, rt string) (grant, string, string)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	g, ok := s.idp.refresh[rt]
+	if family, reused := s.idp.spent[rt]; !ok && reused {
+		// A spent one-time refresh token: theft, as a provider sees it.
+		// Every refresh token of the sign-in is revoked.
+		for k, rg := range s.idp.refresh {
+			if rg.family == family {
+				delete(s.idp.refresh, k)
+			}
+		}
+		s.stats.RefreshReuses++
+		return grant{}, "invalid_grant", "the refresh token was already used; the grant is revoked"
+	}
 	switch {
 	case !ok || !now.Before(g.expires):
 		return grant{}, "invalid_grant", "the refresh token is unknown, rotated away or expired"
@@ -368,6 +384,10 @@ func (s *Server) redeemRefresh(c *OIDCClient, rt string) (grant, string, string)
 	}
 	if s.cfg.OIDC.RefreshRotation == "one-time" {
 		delete(s.idp.refresh, rt)
+		if s.idp.spent == nil {
+			s.idp.spent = map[string]string{}
+		}
+		s.idp.spent[rt] = g.family
 	}
 	s.stats.Refreshes++
 	return g, "", ""
@@ -393,6 +413,9 @@ func (s *Server) issue(g grant, refreshing bool, oldRefresh string) (map[string]
 			rt = randomToken(32)
 			rg := g
 			rg.expires = now.Add(time.Duration(s.cfg.OIDC.RefreshTokenTTL))
+			if rg.family == "" {
+				rg.family = randomHex(8) // a new sign-in
+			}
 			s.idp.refresh[rt] = rg
 		}
 		resp["refresh_token"] = rt

@@ -88,6 +88,10 @@ type Stats struct {
 	// AccessTokens and Refreshes count what the identity provider issued.
 	AccessTokens int `json:"accessTokens"`
 	Refreshes    int `json:"refreshes"`
+	// RefreshReuses counts spent one-time refresh tokens presented again
+	// (each revoked its sign-in's grant): a client that sends one is
+	// signing its user out.
+	RefreshReuses int `json:"refreshReuses"`
 	// Registrations counts GetMyOrganizations calls that registered the
 	// user's organizations (autoRegister absent or true).
 	Registrations int `json:"registrations"`
