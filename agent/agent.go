@@ -518,6 +518,12 @@ func (a *Agent) readiness() api.ReadyResponse {
 		if err := t.Store.Check(); err != nil {
 			c = api.Check{Reason: err.Error()}
 		}
+		if _, shared := t.Store.(*oidc.Shared); shared {
+			// The shared store, pinged; OpenID Connect itself needs nothing
+			// more to serve.
+			resp.Checks["store"] = c
+			c = api.Check{Ready: true}
+		}
 		resp.Checks["oidc"] = c
 	}
 	if a.legacy.Load() != nil {

@@ -38,6 +38,7 @@ const (
 	CodeServiceTimeout     = api.CodeServiceTimeout
 	CodeNotConfigured      = api.CodeNotConfigured
 	CodeBusy               = api.CodeBusy
+	CodeStoreUnavailable   = api.CodeStoreUnavailable
 	CodeInternal           = api.CodeInternal
 )
 
@@ -112,7 +113,7 @@ func classify(err error) (int, APIError) {
 func isOIDC(err error) bool {
 	var pe *oidc.ProviderError
 	var te *oidc.TransportError
-	return errors.As(err, &pe) || errors.As(err, &te) || errors.Is(err, oidc.ErrSignIn) || errors.Is(err, oidc.ErrStore) ||
+	return errors.As(err, &pe) || errors.As(err, &te) || errors.Is(err, oidc.ErrSignIn) || errors.Is(err, oidc.ErrStore) || errors.Is(err, oidc.ErrStoreUnavailable) ||
 		errors.Is(err, oidc.ErrIDToken) || errors.Is(err, oidc.ErrInvalidInput) || errors.Is(err, oidc.ErrExpired)
 }
 
@@ -128,6 +129,11 @@ func classifyOIDC(err error) (int, APIError) {
 		return http.StatusConflict, APIError{Code: CodeSignInRequired, Message: err.Error()}
 	case errors.Is(err, ErrOIDCSecret):
 		return http.StatusServiceUnavailable, APIError{Code: CodeNotConfigured, Message: err.Error()}
+	case errors.Is(err, oidc.ErrStoreUnavailable):
+		// No refresh without the store: a refresh token used by two
+		// agents would sign the user out everywhere.
+		w := http.StatusServiceUnavailable
+		return w, APIError{Code: CodeStoreUnavailable, Message: err.Error() + "; the access token needs a refresh, which waits for the store"}
 	case errors.As(err, &pe):
 		return http.StatusUnprocessableEntity, APIError{Code: CodeServiceRefused, Message: err.Error(), ServiceCode: pe.Code, Step: pe.Step}
 	case errors.As(err, &te) && errors.Is(err, context.DeadlineExceeded):

@@ -125,6 +125,7 @@ const (
 	CodeTokenNotReady      = "token_not_ready"        // 503
 	CodeNotConfigured      = "service_not_configured" // 503
 	CodeBusy               = "busy"                   // 503: the proxy's budget of held bodies is full
+	CodeStoreUnavailable   = "store_unavailable"      // 503: the shared store does not answer
 	CodeServiceTimeout     = "service_timeout"        // 504
 	CodeTokenTimeout       = "token_timeout"          // 504
 )

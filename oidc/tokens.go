@@ -19,7 +19,9 @@ import (
 // in this process (single-flight) and across processes (the store's lock),
 // and a record another process refreshed meanwhile is used as it is.
 type Tokens struct {
-	Store Store
+	// Store keeps the records: the local files (Store) or a shared store
+	// (Shared).
+	Store Records
 	// Client returns the client that refreshes rec (its provider and
 	// client_id, with the configured secret).
 	Client func(rec *Record) (*Client, error)
@@ -138,15 +140,27 @@ func (t *Tokens) load(profile string) (*Record, error) {
 	if err := CheckProfile(profile); err != nil {
 		return nil, err
 	}
-	id, ok := statID(t.Store.Path(profile))
 	t.mu.Lock()
 	c, hit := t.cache[profile]
 	t.mu.Unlock()
-	if ok && hit && c.stat == id {
+	var id fileID
+	if fs, local := t.Store.(Store); local {
+		// The file is read again only when it changed (another process
+		// refreshed or signed in): a stat per use.
+		var ok bool
+		if id, ok = statID(fs.Path(profile)); ok && hit && c.stat == id {
+			return c.rec, nil
+		}
+	} else if hit && t.fresh(c.rec) {
+		// A shared store is read only when the copy in memory needs a
+		// refresh: a cached header costs no round trip.
 		return c.rec, nil
 	}
 	rec, err := t.Store.Load(profile)
 	if err != nil {
+		if errors.Is(err, ErrStoreUnavailable) && hit && t.now().Before(c.rec.Expiry) {
+			return c.rec, nil // still valid: served while the store is down
+		}
 		t.forget(profile)
 		return nil, err
 	}
@@ -218,6 +232,14 @@ func (t *Tokens) refresh(ctx context.Context, profile string) (*Record, error) {
 		return nil, err
 	}
 	nrec, err := c.Refresh(ctx, rec)
+	if errors.Is(err, ErrSignIn) {
+		// Refused: if another process or agent refreshed meanwhile (its
+		// one-time refresh token replaced ours), use its record.
+		if again, lerr := t.Store.Load(profile); lerr == nil && again.RefreshToken != rec.RefreshToken && t.fresh(again) {
+			t.forget(profile)
+			return again, nil
+		}
+	}
 	if err != nil {
 		result := "error"
 		if errors.Is(err, ErrSignIn) {

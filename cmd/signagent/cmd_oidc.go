@@ -21,14 +21,18 @@ import (
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/store"
 )
 
-const catOIDC = "OpenID Connect"
+const (
+	catOIDC  = "OpenID Connect"
+	catStore = "Shared store"
+)
 
 // oidcFlags say which application signs in where, and where the tokens
 // are kept; the agent takes them too.
 func oidcFlags() []cli.Flag {
-	return []cli.Flag{
+	return append(storeFlags(), []cli.Flag{
 		&cli.StringFlag{Name: "auth-url", Category: catOIDC, EnvVars: []string{"SIGNAGENT_AUTH_URL"}, Usage: "the identity provider's `URL` ({auth_url}; /connect/* is below it)"},
 		&cli.StringFlag{Name: "client-id", Category: catOIDC, EnvVars: []string{"SIGNAGENT_CLIENT_ID"}, Usage: "the application's client_id"},
 		&cli.StringFlag{Name: "client-secret-file", Category: catOIDC, EnvVars: []string{"SIGNAGENT_CLIENT_SECRET_FILE"}, Usage: "read the client secret from `FILE` (else $SIGNAGENT_CLIENT_SECRET)"},
@@ -36,6 +40,18 @@ func oidcFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "refresh-before", Category: catOIDC, Value: oidc.DefaultRefreshBefore, EnvVars: []string{"SIGNAGENT_REFRESH_BEFORE"}, Usage: "refresh an access token with less than this left (or a quarter of its lifetime, when shorter)"},
 		&cli.BoolFlag{Name: "insecure-http", Category: catOIDC, EnvVars: []string{"SIGNAGENT_INSECURE_HTTP"}, Usage: "allow plain http to a non-loopback identity provider"},
 		&cli.DurationFlag{Name: "request-timeout", Category: catOIDC, Value: 15 * time.Second, EnvVars: []string{"SIGNAGENT_REQUEST_TIMEOUT"}, Usage: "give up on one request after this long"},
+	}...)
+}
+
+// storeFlags choose where OpenID Connect records are kept: the local
+// files, or a store several agents share.
+func storeFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "store", Category: catStore, Value: "local", EnvVars: []string{"SIGNAGENT_STORE"}, Usage: "keep OpenID Connect records in `STORE`: local (the --token-store files) or a store several agents share: redis://[user@]host:port[/db], rediss://..., redis+sentinel://host:port[,...]/master[/db]"},
+		&cli.StringFlag{Name: "store-key-file", Category: catStore, EnvVars: []string{"SIGNAGENT_STORE_KEY_FILE"}, Usage: "the shared store's key `FILE` (64 hex characters, mode 0600; signagent store-key --out FILE makes one)"},
+		&cli.StringFlag{Name: "store-password-file", Category: catStore, EnvVars: []string{"SIGNAGENT_STORE_PASSWORD_FILE"}, Usage: "read the Redis password from `FILE` (else $SIGNAGENT_STORE_PASSWORD; never in the URL)"},
+		&cli.StringFlag{Name: "store-prefix", Category: catStore, Value: store.DefaultPrefix, EnvVars: []string{"SIGNAGENT_STORE_PREFIX"}, Usage: "start every Redis key with `PREFIX` (several deployments on one Redis)"},
+		&cli.StringFlag{Name: "store-ca-file", Category: catStore, EnvVars: []string{"SIGNAGENT_STORE_CA_FILE"}, Usage: "CA bundle `FILE` for rediss:// (default: the system's)"},
 	}
 }
 
@@ -148,7 +164,7 @@ func login(c *cli.Context, e *env) error {
 
 // saveLogin replaces the profile's tokens under its lock, so that a
 // refresh running meanwhile does not write over the new sign-in.
-func saveLogin(ctx context.Context, store oidc.Store, rec *oidc.Record) error {
+func saveLogin(ctx context.Context, store oidc.Records, rec *oidc.Record) error {
 	lctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	unlock, err := store.Lock(lctx, rec.Profile)
@@ -261,13 +277,53 @@ func openBrowser(u string) error {
 	return nil
 }
 
-// tokenStore is --token-store, else the default directory.
-func tokenStore(s *settings.Settings) (oidc.Store, error) {
+// tokenStore is where OpenID Connect records are kept: a shared store
+// (--store redis://...), else --token-store, else the default directory.
+func tokenStore(s *settings.Settings) (oidc.Records, error) {
+	if u := s.String("store"); u != "" && u != "local" {
+		return sharedStore(s, u)
+	}
 	if d := s.String("token-store"); d != "" {
 		return oidc.Store{Dir: d}, nil
 	}
 	d, err := oidc.DefaultDir()
 	return oidc.Store{Dir: d}, err
+}
+
+// sharedStore opens --store's Redis with the key file and the password
+// (a file or the environment: never the URL, never a flag's value).
+func sharedStore(s *settings.Settings, u string) (oidc.Records, error) {
+	if !store.IsURL(u) {
+		return nil, usageErr(fmt.Errorf("--store %q: want local, redis://, rediss:// or redis+sentinel://", u))
+	}
+	if _, err := store.ParseURL(u); err != nil {
+		return nil, usageErr(err)
+	}
+	var errs []error
+	var sealer *store.Sealer
+	if f := s.String("store-key-file"); f == "" {
+		errs = append(errs, errors.New("a shared store needs --store-key-file (SIGNAGENT_STORE_KEY_FILE); make one with signagent store-key --out FILE"))
+	} else if k, err := store.LoadKeyFile(f); err != nil {
+		errs = append(errs, err)
+	} else {
+		sealer = k
+	}
+	password := os.Getenv("SIGNAGENT_STORE_PASSWORD")
+	if f := s.String("store-password-file"); f != "" {
+		b, err := pkcs11.ReadSecretFile(f, 4096)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--store-password-file: %w", err))
+		}
+		password = strings.TrimRight(string(b), "\r\n")
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, usageErr(err)
+	}
+	r, err := store.Open(store.Options{URL: u, Password: password, CAFile: s.String("store-ca-file"), Prefix: s.String("store-prefix"), Sealer: sealer})
+	if err != nil {
+		return nil, usageErr(err)
+	}
+	return &oidc.Shared{S: r, Name: u}, nil
 }
 
 // oidcClient builds the client for an identity provider and application,
@@ -364,8 +420,8 @@ func statusCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Name:  "status",
 		Usage: "show who the profile is signed in as, the scopes and space, and when the tokens expire (no token is shown)",
-		Flags: []cli.Flag{profileFlag(), tokenStoreFlag(),
-			&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print it as JSON"}},
+		Flags: concat([]cli.Flag{profileFlag(), tokenStoreFlag(),
+			&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print it as JSON"}}, storeFlags()),
 		Action: func(c *cli.Context) error {
 			s := settings.Of(c)
 			store, err := tokenStore(s)
@@ -412,7 +468,7 @@ func logoutCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Name:  "logout",
 		Usage: "remove the profile's tokens from the token store",
-		Flags: []cli.Flag{profileFlag(), tokenStoreFlag()},
+		Flags: concat([]cli.Flag{profileFlag(), tokenStoreFlag()}, storeFlags()),
 		Action: func(c *cli.Context) error {
 			s := settings.Of(c)
 			store, err := tokenStore(s)

@@ -158,6 +158,7 @@ func commands(e *env) []*cli.Command {
 		emulatorCommand(e),
 		serveCommand(e),
 		benchCommand(e),
+		storeKeyCommand(e),
 		versionCommand(e),
 	}
 }
@@ -239,8 +240,8 @@ func oidcExitCode(err error) (int, bool) {
 	switch {
 	case errors.Is(err, oidc.ErrSignIn), errors.Is(err, oidc.ErrExpired):
 		return exitSignIn, true
-	case errors.As(err, &te), errors.Is(err, oidc.ErrIDToken):
-		return exitTransport, true // the provider is down or sent what cannot be trusted
+	case errors.As(err, &te), errors.Is(err, oidc.ErrIDToken), errors.Is(err, oidc.ErrStoreUnavailable):
+		return exitTransport, true // the provider or the shared store is down, or the provider sent what cannot be trusted
 	case errors.As(err, &pe):
 		return exitRefused, true
 	case errors.Is(err, oidc.ErrInvalidInput), errors.Is(err, oidc.ErrState), errors.Is(err, oidc.ErrStore):

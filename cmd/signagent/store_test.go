@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/internal/redistest"
+)
+
+// TestSharedStoreAcrossProcesses: an operator signs a profile in once
+// (signagent login --store redis://...), and separate processes, each with
+// its own state directory as on separate machines, use it: when its
+// one-time refresh token must be used, two at once make exactly one
+// refresh, print the same token, and the provider sees no spent refresh
+// token again. Redis holds no profile name or token in clear.
+func TestSharedStoreAcrossProcesses(t *testing.T) {
+	hash, _ := emulator.HashPassword([]byte(browserPassword))
+	emu, err := emulator.New(&emulator.Config{
+		OIDC: emulator.OIDCConfig{Clients: []emulator.OIDCClient{{ID: "crm-app", Secret: "s3cret-of-the-app"}},
+			DeviceInterval: emulator.Duration(time.Second), AccessTokenTTL: emulator.Duration(4 * time.Second), RefreshRotation: "one-time"},
+		Users: []emulator.User{{ID: "alice", Login: "alice@example.com", PasswordHash: hash}},
+	}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := emu.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer emu.Close(context.Background())
+	srv := redistest.Start(t)
+	key := filepath.Join(t.TempDir(), "store.key")
+	if code, stderr, _ := runBinary(t, signagent(t, nil, "store-key", "--out", key)); code != 0 {
+		t.Fatalf("store-key: %d %s", code, stderr)
+	}
+	env := func() []string {
+		return []string{"XDG_STATE_HOME=" + t.TempDir(), "SIGNAGENT_AUTH_URL=" + emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
+			"SIGNAGENT_CLIENT_SECRET=s3cret-of-the-app", "SIGNAGENT_SPACE=staging", "SIGNAGENT_STORE=" + srv.URL(),
+			"SIGNAGENT_STORE_KEY_FILE=" + key, "SIGNAGENT_PROFILE=crm", "SIGNAGENT_LOG_LEVEL=warn"}
+	}
+
+	// Sign in once, through the device flow, into the shared store.
+	login := signagent(t, env(), "login", "--no-qr")
+	out, _ := login.StdoutPipe()
+	var loginErr bytes.Buffer
+	login.Stderr = &loginErr
+	if err := login.Start(); err != nil {
+		t.Fatal(err)
+	}
+	code := ""
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if m := regexp.MustCompile(`enter the code ([A-Z]{8})$`).FindStringSubmatch(sc.Text()); m != nil {
+			code = m[1]
+			break
+		}
+	}
+	resp, err := http.PostForm(emu.URL()+"/device", url.Values{"user_code": {code}, "login": {"alice@example.com"},
+		"password": {browserPassword}, "decision": {"allow"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for sc.Scan() {
+	}
+	if err := login.Wait(); err != nil {
+		t.Fatalf("login: %v %s", err, loginErr.String())
+	}
+
+	// Another machine: status from the store.
+	var status bytes.Buffer
+	st := signagent(t, env(), "status")
+	st.Stdout = &status
+	if code, stderr, _ := runBinary(t, st); code != 0 || !strings.Contains(status.String(), "alice") {
+		t.Fatalf("status: %d %q %s", code, status.String(), stderr)
+	}
+
+	// Wait until the 4 s token needs a refresh (a quarter of its life
+	// left), then two processes ask for it at once.
+	time.Sleep(3200 * time.Millisecond)
+	before := emu.Stats()
+	var wg sync.WaitGroup
+	tokens := make([]string, 3)
+	for i := range tokens {
+		wg.Go(func() {
+			var stdout bytes.Buffer
+			cmd := signagent(t, env(), "token")
+			cmd.Stdout = &stdout
+			if code, stderr, _ := runBinary(t, cmd); code != 0 {
+				t.Errorf("token %d: exit %d %s", i, code, stderr)
+			}
+			tokens[i] = strings.TrimSpace(stdout.String())
+		})
+	}
+	wg.Wait()
+	after := emu.Stats()
+	if n := after.Refreshes - before.Refreshes; n != 1 || tokens[0] != tokens[1] || tokens[1] != tokens[2] || after.RefreshReuses != 0 {
+		t.Fatalf("%d refreshes (want 1), tokens %q, %d reused refresh tokens", n, tokens, after.RefreshReuses)
+	}
+
+	// Nothing in Redis reads in clear.
+	dump := redisDump(t, srv.Addr)
+	for _, secret := range append(tokens, "crm", "alice") {
+		if strings.Contains(dump, secret) {
+			t.Fatalf("%q is in Redis in clear:\n%s", secret, dump)
+		}
+	}
+	_ = os.Remove
+}
+
+// TestSharedStoreBadInput: each bad store setting is one line and exit 2,
+// and no secret in it.
+func TestSharedStoreBadInput(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.key")
+	if code, stderr, _ := runBinary(t, signagent(t, nil, "store-key", "--out", good)); code != 0 {
+		t.Fatal(stderr)
+	}
+	open := filepath.Join(dir, "open.key")
+	b, _ := os.ReadFile(good)
+	os.WriteFile(open, b, 0o644)
+	short := filepath.Join(dir, "short.key")
+	os.WriteFile(short, []byte("abcd\n"), 0o600)
+	base := []string{"XDG_STATE_HOME=" + dir, "SIGNAGENT_PROFILE=crm"}
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"SIGNAGENT_STORE=redis://app:hunter2@127.0.0.1:6379", "SIGNAGENT_STORE_KEY_FILE=" + good}, "holds a password; give the password with --store-password-file"},
+		{[]string{"SIGNAGENT_STORE=memcached://127.0.0.1:1"}, "want local, redis://"},
+		{[]string{"SIGNAGENT_STORE=redis://127.0.0.1:1"}, "needs --store-key-file"},
+		{[]string{"SIGNAGENT_STORE=redis://127.0.0.1:1", "SIGNAGENT_STORE_KEY_FILE=" + open}, "chmod go-rwx"},
+		{[]string{"SIGNAGENT_STORE=redis://127.0.0.1:1", "SIGNAGENT_STORE_KEY_FILE=" + short}, "not 64 hexadecimal characters"},
+		{[]string{"SIGNAGENT_STORE=redis://127.0.0.1:1", "SIGNAGENT_STORE_KEY_FILE=" + filepath.Join(dir, "none")}, "none"},
+	} {
+		code, stderr, _ := runBinary(t, signagent(t, append(base, tc.env...), "token"))
+		if code != exitBadInput || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "hunter2") {
+			t.Errorf("%v: exit %d, %q", tc.env, code, stderr)
+		}
+	}
+	// A store that does not answer: exit 4 (unreachable), in time.
+	code, stderr, _ := runBinary(t, signagent(t, append(base, "SIGNAGENT_STORE=redis://"+redistest.NotRedis(t), "SIGNAGENT_STORE_KEY_FILE="+good), "token"))
+	if code != exitTransport || !strings.Contains(stderr, "shared token store is unavailable") {
+		t.Errorf("not Redis: exit %d, %q", code, stderr)
+	}
+}
+
+// redisDump is every key and hash field of a Redis, as text.
+func redisDump(t *testing.T, addr string) string {
+	t.Helper()
+	return redistest.Dump(t, addr)
+}

@@ -1,0 +1,169 @@
+package oidc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/signagent/signagent/store"
+)
+
+// Records is where profiles' records are kept: the local files (Store) or
+// a store shared by several agents (Shared).
+type Records interface {
+	Load(profile string) (*Record, error)
+	Save(r *Record) error
+	Remove(profile string) (bool, error)
+	// Lock holds the profile exclusively (one refresh at a time) across
+	// processes, and across agents for a shared store.
+	Lock(ctx context.Context, profile string) (unlock func(), err error)
+	// Check says whether the store can serve (what /readyz reports).
+	Check() error
+}
+
+// ErrStoreUnavailable is a shared store that does not answer: a refresh is
+// refused rather than risking a spent one-time refresh token.
+var ErrStoreUnavailable = errors.New("the shared token store is unavailable")
+
+// recordKind is the records' kind in the shared store.
+const recordKind = "oidc"
+
+// Shared keeps the records in a shared store (Redis), sealed, so that
+// every agent on it serves the profiles signed in once, with one refresh
+// at a time across all of them.
+type Shared struct {
+	S *store.Redis
+	// Name is how messages name the store (its URL, without secrets), as
+	// the user would give it to signagent login --store.
+	Name string
+
+	mu     sync.Mutex
+	leases map[string]*store.Lease // the profiles this process holds
+}
+
+func (s *Shared) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 2*store.DefaultTimeout)
+}
+
+// Load reads profile's record. A record the store does not have, or
+// whose value does not open with the key (tampered, or sealed with another
+// key), asks to sign in again; it is never used.
+func (s *Shared) Load(profile string) (*Record, error) {
+	if err := CheckProfile(profile); err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	b, err := s.S.Get(ctx, recordKind, profile)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, fmt.Errorf("%w: profile %q is not signed in to the shared store; sign in: signagent login --store %s --profile %s", ErrSignIn, profile, s.Name, profile)
+	case errors.Is(err, store.ErrSealed):
+		return nil, fmt.Errorf("%w: profile %q's record in the shared store does not open with the store key (%v); sign in again: signagent login --store %s --profile %s",
+			ErrSignIn, profile, err, s.Name, profile)
+	case err != nil:
+		return nil, unavailable(err)
+	}
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil || r.Version != recordVersion || r.Profile != profile {
+		return nil, fmt.Errorf("%w: profile %q's record in the shared store is not a record of this version; sign in again: signagent login --store %s --profile %s",
+			ErrSignIn, profile, s.Name, profile)
+	}
+	return &r, nil
+}
+
+// Save writes r, under the profile's lease (taken for the write when this
+// process does not hold it).
+func (s *Shared) Save(r *Record) error {
+	if err := CheckProfile(r.Profile); err != nil {
+		return err
+	}
+	r.Version = recordVersion
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return s.underLease(r.Profile, func(ctx context.Context, l *store.Lease) error {
+		return s.S.Put(ctx, recordKind, r.Profile, b, 0, l)
+	})
+}
+
+// Remove deletes profile's record; it says whether there was one.
+func (s *Shared) Remove(profile string) (bool, error) {
+	if err := CheckProfile(profile); err != nil {
+		return false, err
+	}
+	var had bool
+	err := s.underLease(profile, func(ctx context.Context, l *store.Lease) error {
+		_, err := s.S.Get(ctx, recordKind, profile)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		had = true
+		return s.S.Delete(ctx, recordKind, profile, l)
+	})
+	return had, err
+}
+
+// underLease runs f with profile's lease: the one this process holds, or
+// one taken for f alone.
+func (s *Shared) underLease(profile string, f func(context.Context, *store.Lease) error) error {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	s.mu.Lock()
+	l := s.leases[profile]
+	s.mu.Unlock()
+	if l == nil {
+		var err error
+		if l, err = s.S.Acquire(ctx, recordKind, profile); err != nil {
+			return unavailable(err)
+		}
+		defer l.Release()
+	}
+	if err := f(ctx, l); err != nil {
+		if errors.Is(err, store.ErrFenced) {
+			return err
+		}
+		return unavailable(err)
+	}
+	return nil
+}
+
+// Lock takes profile's lease, waiting while another agent holds it.
+func (s *Shared) Lock(ctx context.Context, profile string) (func(), error) {
+	if err := CheckProfile(profile); err != nil {
+		return nil, err
+	}
+	l, err := s.S.Acquire(ctx, recordKind, profile)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	s.mu.Lock()
+	if s.leases == nil {
+		s.leases = map[string]*store.Lease{}
+	}
+	s.leases[profile] = l
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.leases, profile)
+		s.mu.Unlock()
+		l.Release()
+	}, nil
+}
+
+// unavailable is ErrStoreUnavailable with the store's reason.
+func unavailable(err error) error {
+	return fmt.Errorf("%w: %s", ErrStoreUnavailable, strings.TrimPrefix(err.Error(), store.ErrUnavailable.Error()+": "))
+}
+
+// Check pings the store.
+func (s *Shared) Check() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return s.S.Ping(ctx)
+}
