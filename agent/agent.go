@@ -24,6 +24,7 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/store"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -92,6 +93,7 @@ type Agent struct {
 	policy   atomic.Pointer[Policy]
 	legacy   atomic.Pointer[Legacy]
 	oidc     atomic.Pointer[oidc.Tokens]
+	shared   atomic.Pointer[store.Redis]
 	target   atomic.Pointer[proxyTarget]
 	bodies   *bodyBudget
 }
@@ -140,6 +142,28 @@ func (a *Agent) SetPolicy(p Policy) { a.policy.Store(&p) }
 func (a *Agent) SetService(apiKey string, c *trusted.Client) {
 	a.key.Store(&apiKey)
 	a.client.Store(c)
+	a.setSharedSessions()
+}
+
+// SetSharedStore keeps trusted sessions and legacy tokens in s, shared with every agent on
+// it (nil: in this agent's memory only).
+func (a *Agent) SetSharedStore(s *store.Redis) {
+	a.shared.Store(s)
+	a.setSharedSessions()
+	if l := a.legacy.Load(); l != nil && l.Tokens != nil {
+		l.Tokens.Share(s)
+	}
+}
+
+// setSharedSessions points the session cache at the shared store for the
+// current API key.
+func (a *Agent) setSharedSessions() {
+	s := a.shared.Load()
+	if s == nil {
+		a.cache.shared.Store(nil)
+		return
+	}
+	a.cache.shared.Store(newSharedSessions(s, *a.key.Load()))
 }
 
 // SetSessionTTL changes the cache lifetime of sessions obtained from now on.

@@ -38,7 +38,12 @@ var errLegacyNotConfigured = errors.New("the legacy scheme is not configured (--
 
 // SetLegacy replaces the legacy scheme's configuration (start, reload);
 // nil turns it off.
-func (a *Agent) SetLegacy(l *Legacy) { a.legacy.Store(l) }
+func (a *Agent) SetLegacy(l *Legacy) {
+	if l != nil && l.Tokens != nil {
+		l.Tokens.Share(a.shared.Load())
+	}
+	a.legacy.Store(l)
+}
 
 // authorization is POST /v1/authorizations: the Authorization header
 // value of a business call, cached per identity, one login at a time.

@@ -2,12 +2,15 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
 
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/store"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -34,6 +37,10 @@ type sessionCache struct {
 	ttl   time.Duration
 	now   func() time.Time
 	group singleflight.Group
+	// shared, when set, is the store the agents on it share sessions in;
+	// fallbacks counts the logins made locally because it did not answer.
+	shared    atomic.Pointer[sharedSessions]
+	fallbacks atomic.Int64
 
 	mu      sync.Mutex
 	entries map[sessionKey]cachedSession
@@ -58,12 +65,18 @@ func (c *sessionCache) get(k sessionKey) (cachedSession, bool) {
 	return s, ok
 }
 
-// drop forgets a cached session and reports whether there was one.
+// drop forgets a cached session, in the shared store too, and reports
+// whether this agent had one.
 func (c *sessionCache) drop(k sessionKey) bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	_, ok := c.entries[k]
 	delete(c.entries, k)
+	c.mu.Unlock()
+	if sh := c.shared.Load(); sh != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*store.DefaultTimeout)
+		defer cancel()
+		sh.drop(ctx, k)
+	}
 	return ok
 }
 
@@ -91,30 +104,57 @@ func (c *sessionCache) obtain(ctx context.Context, k sessionKey, refresh bool, f
 	}
 	ch := c.group.DoChan(k.String(), func() (any, error) {
 		if s, ok := c.get(k); ok { // filled while we queued for the group
-			return s, nil
+			return obtained{s, true}, nil
 		}
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
+		c.mu.Lock()
+		ttl := c.ttl
+		c.mu.Unlock()
+		if sh := c.shared.Load(); sh != nil {
+			s, fromStore, err := sh.obtain(fctx, k, refresh, floor, ttl, c.now, flow)
+			switch {
+			case err == nil:
+				c.keep(k, s)
+				return obtained{s, fromStore}, nil
+			case !errors.Is(err, store.ErrUnavailable):
+				return nil, err
+			}
+			c.fallbacks.Add(1) // the store does not answer: log in here
+		}
 		sess, err := flow(fctx)
 		if err != nil {
 			return nil, err
 		}
-		c.mu.Lock()
-		s := cachedSession{sid: sess.Sid, obtainedAt: sess.ObtainedAt, expires: sess.ObtainedAt.Add(c.ttl)}
-		c.entries[k] = s
-		c.sweepLocked()
-		c.mu.Unlock()
-		return s, nil
+		s := cachedSession{sid: sess.Sid, obtainedAt: sess.ObtainedAt, expires: sess.ObtainedAt.Add(ttl)}
+		c.keep(k, s)
+		return obtained{s, false}, nil
 	})
 	select {
 	case r := <-ch:
 		if r.Err != nil {
 			return cachedSession{}, false, r.Err
 		}
-		return r.Val.(cachedSession), false, nil
+		o := r.Val.(obtained)
+		return o.s, o.fromStore, nil
 	case <-ctx.Done():
 		return cachedSession{}, false, ctx.Err()
 	}
+}
+
+// obtained is a session and whether it came from the shared store (no
+// flow ran for it).
+type obtained struct {
+	s         cachedSession
+	fromStore bool
+}
+
+// keep puts s in memory for k.
+func (c *sessionCache) keep(k sessionKey, s cachedSession) {
+	c.mu.Lock()
+	c.entries[k] = s
+	c.sweepLocked()
+	c.mu.Unlock()
 }
 
 // dropOlder forgets k's session when it was obtained at least age ago.

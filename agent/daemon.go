@@ -29,6 +29,7 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/signer"
+	"github.com/signagent/signagent/store"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -100,6 +101,9 @@ type Config struct {
 	// in with signagent login (the same token store); nil answers oidc
 	// authorizations with 503.
 	OIDC *oidc.Tokens
+	// SharedStore, when set, holds the trusted sessions the agents on it
+	// share (the OpenID Connect records are in OIDC.Store).
+	SharedStore *store.Redis
 
 	Log zerolog.Logger
 	// Open opens the token (default pkcs11.Open).
@@ -225,6 +229,7 @@ func (d *Daemon) start(ctx context.Context) error {
 	}
 	d.agent.SetLegacy(lg)
 	d.agent.SetOIDC(d.oidcScheme(cfg))
+	d.agent.SetSharedStore(cfg.SharedStore)
 	d.servers = d.agent.startServers(d.ls)
 	return nil
 }
@@ -417,6 +422,10 @@ func (d *Daemon) Reload(cfg Config) error {
 	d.agent.SetService(cfg.APIKey, client)
 	d.agent.SetLegacy(lg)
 	d.agent.SetOIDC(d.oidcScheme(cfg))
+	d.agent.SetSharedStore(cfg.SharedStore)
+	if was := d.cfg.SharedStore; was != nil && was != cfg.SharedStore {
+		was.Close() // requests still holding it get an error, as from a store that went away
+	}
 	d.agent.SetSessionTTL(cfg.SessionTTL)
 	_ = d.agent.SetServiceAPI(cfg.APIURL, cfg.AllowInsecureAPI) // checked by validate
 	d.agent.SetRouteRules(cfg.Routes)

@@ -259,3 +259,35 @@ func (h *harness) metric(t *testing.T, name string) string {
 	t.Fatalf("no metric %s in:\n%s", name, body)
 	return ""
 }
+
+// second is another agent on the harness's emulator and token, with its
+// own trusted client, caches and socket: a second instance of the partner
+// system's agent.
+func (h *harness) second(t testing.TB) *harness {
+	t.Helper()
+	log := zerolog.New(h.logs)
+	client, err := trusted.New(trusted.Config{BaseURL: h.emu.URL(), APIKey: apiKey, Backoff: 5 * time.Millisecond, Signer: h.tm, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &harness{tk: h.tk, emu: h.emu, tm: h.tm, logs: h.logs, audit: h.audit, opens: h.opens}
+	b.agent = agent.New(agent.Options{Token: h.tm, Client: client, APIKey: apiKey, Log: log, Audit: agent.NewAudit(h.audit), RefreshFloor: time.Nanosecond})
+	dir, err := os.MkdirTemp("", "sa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	b.sock = filepath.Join(dir, "agent.sock")
+	l, err := agent.ListenUnix(agent.UnixSocket{Path: b.sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.stop, b.stopped = cancel, make(chan error, 1)
+	go func() {
+		b.stopped <- b.agent.Serve(ctx, []agent.Listener{{Listener: l, Auth: agent.NewPeerAuth(nil, nil), Path: b.sock}}, 5*time.Second)
+	}()
+	t.Cleanup(func() { b.shutdown(t) })
+	b.client = agentclient.NewUnix(b.sock)
+	return b
+}

@@ -3,11 +3,16 @@ package agent_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/internal/redistest"
+	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/store"
 )
@@ -59,5 +64,143 @@ func TestAgentSharedStore(t *testing.T) {
 	code, _, body := raw(t, h.sock, "POST", "/v1/authorizations", `{"scheme":"oidc","refresh":true}`)
 	if code != 503 || !strings.Contains(body, `"store_unavailable"`) {
 		t.Fatalf("a refresh with the store down: %d %s", code, body)
+	}
+}
+
+// TestAgentsShareSessions: two agents on one shared store (a real
+// redis-server), asked for the sessions of ten users round-robin and
+// concurrently, make one trusted authentication per user, not two: the
+// emulator issues ten auth.sids for twenty requests. A session one agent
+// drops is dropped for the other too. With the store down, the agent logs
+// in itself (counted) rather than failing.
+func TestAgentsShareSessions(t *testing.T) {
+	h := start(t, options{users: 10})
+	srv := redistest.Start(t)
+	sealer, _ := store.NewSealer(bytes.Repeat([]byte{5}, 32))
+	open := func() *store.Redis {
+		r, err := store.Open(store.Options{URL: srv.URL(), Sealer: sealer, Timeout: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	h.agent.SetSharedStore(open())
+	b := h.second(t)
+	b.agent.SetSharedStore(open())
+
+	before := h.emu.Stats().Sessions
+	var wg sync.WaitGroup
+	sids := make([]string, 20)
+	for i := range 20 {
+		wg.Go(func() {
+			a := h
+			if i%2 == 1 {
+				a = b
+			}
+			body := fmt.Sprintf(`{"phone":"92000000%02d","serviceUserId":"suid%d"}`, i/2, i/2)
+			code, _, resp := raw(t, a.sock, "POST", "/v1/sessions", body)
+			if code != 200 {
+				t.Errorf("session %d: %d %s", i, code, resp)
+				return
+			}
+			var s api.SessionResponse
+			json.Unmarshal([]byte(resp), &s)
+			sids[i] = s.Sid
+		})
+	}
+	wg.Wait()
+	if n := h.emu.Stats().Sessions - before; n != 10 {
+		t.Fatalf("%d trusted authentications for 10 users on two agents, want 10", n)
+	}
+	for i := 0; i < 20; i += 2 {
+		if sids[i] == "" || sids[i] != sids[i+1] {
+			t.Fatalf("user %d: the agents hold different sessions %q %q", i/2, sids[i], sids[i+1])
+		}
+	}
+	// Dropped on one agent: the other, asked again, logs in anew.
+	if code, _, body := raw(t, h.sock, "DELETE", "/v1/sessions?phone=9200000000&serviceUserId=suid0", ""); code != 200 {
+		t.Fatalf("drop: %d %s", code, body)
+	}
+	before = h.emu.Stats().Sessions
+	raw(t, h.sock, "POST", "/v1/sessions", `{"phone":"9200000000","serviceUserId":"suid0"}`) // a's memory is empty now
+	if n := h.emu.Stats().Sessions - before; n != 1 {
+		t.Fatalf("after a drop: %d logins, want 1", n)
+	}
+	// The store down: a new user is still served, logged in here.
+	srv.Stop()
+	before = h.emu.Stats().Sessions
+	if code, _, body := raw(t, b.sock, "POST", "/v1/sessions", `{"phone":"9200000009","serviceUserId":"suid9","refresh":true}`); code != 200 {
+		t.Fatalf("store down: %d %s", code, body)
+	}
+	if n := h.emu.Stats().Sessions - before; n != 1 {
+		t.Fatalf("store down: %d logins, want 1", n)
+	}
+}
+
+// TestAgentsShareLegacyTokens: two agents on one shared store make one
+// legacy password login for one account between them, whichever is asked;
+// "refresh": true on one (a token older than the floor) makes one new
+// login that the other then uses.
+func TestAgentsShareLegacyTokens(t *testing.T) {
+	h := start(t, options{legacy: true, floor: 0})
+	srv := redistest.Start(t)
+	sealer, _ := store.NewSealer(bytes.Repeat([]byte{6}, 32))
+	open := func() *store.Redis {
+		r, err := store.Open(store.Options{URL: srv.URL(), Sealer: sealer})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	b := h.second(t)
+	lc, err := legacy.New(legacy.Config{APIURL: h.emu.URL(), DeveloperKey: devKey, Backoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.agent.SetLegacy(&agent.Legacy{Tokens: legacy.NewTokens(lc, 0, 0), Passwords: map[string]string{"alice@example.com": alicePassword}})
+	b.agent.SetPolicy(agent.Policy{ExposeLegacyHeader: true})
+	h.agent.SetSharedStore(open())
+	b.agent.SetSharedStore(open())
+
+	before := h.emu.Stats().LegacyTokens
+	headers := make([]string, 10)
+	var wg sync.WaitGroup
+	for i := range headers {
+		wg.Go(func() {
+			a := h
+			if i%2 == 1 {
+				a = b
+			}
+			code, _, body := raw(t, a.sock, "POST", "/v1/authorizations", `{"scheme":"legacy","by":"password","login":"alice@example.com"}`)
+			if code != 200 {
+				t.Errorf("%d: %d %s", i, code, body)
+			}
+			headers[i] = body[:strings.Index(body, `","expiresAt"`)]
+		})
+	}
+	wg.Wait()
+	if n := h.emu.Stats().LegacyTokens - before; n != 1 {
+		t.Fatalf("%d legacy logins by two agents for one account, want 1", n)
+	}
+	for _, hd := range headers {
+		if hd != headers[0] {
+			t.Fatalf("different headers: %q", headers)
+		}
+	}
+	code, _, body := raw(t, b.sock, "POST", "/v1/authorizations", `{"scheme":"legacy","by":"password","login":"alice@example.com","refresh":true}`)
+	if code != 200 || strings.HasPrefix(body, headers[0]) {
+		t.Fatalf("refresh: %d %s", code, body)
+	}
+	fresh := body[:strings.Index(body, `","expiresAt"`)]
+	// A third agent started now finds the new token in the store: no login.
+	c := h.second(t)
+	c.agent.SetLegacy(&agent.Legacy{Tokens: legacy.NewTokens(lc, 0, 0), Passwords: map[string]string{"alice@example.com": alicePassword}})
+	c.agent.SetPolicy(agent.Policy{ExposeLegacyHeader: true})
+	c.agent.SetSharedStore(open())
+	_, _, body = raw(t, c.sock, "POST", "/v1/authorizations", `{"scheme":"legacy","by":"password","login":"alice@example.com"}`)
+	if !strings.HasPrefix(body, fresh) || h.emu.Stats().LegacyTokens-before != 2 {
+		t.Fatalf("a third agent after the refresh: %s, %d logins (want 2)", body, h.emu.Stats().LegacyTokens-before)
 	}
 }

@@ -3,14 +3,20 @@ package legacy
 import (
 	"context"
 	"crypto"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
 
 	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/store"
 )
 
 // Identity is who authenticates and how. Subject names the user without a
@@ -75,6 +81,50 @@ type Tokens struct {
 	mu      sync.Mutex
 	entries map[string]Token
 	sweepAt int
+
+	// shared, when set, is the store the agents on it share tokens in.
+	shared atomic.Pointer[sharedTokens]
+}
+
+// tokenKind is the legacy tokens' kind in a shared store.
+const tokenKind = "legacy"
+
+// sharedTokens is a shared store and the developer key's digest: tokens
+// of another integrator never mix.
+type sharedTokens struct {
+	s   *store.Redis
+	dev string
+}
+
+// Share keeps the tokens in s as well, so that the agents on it make one
+// login per identity, not one each (nil: this process's memory only).
+func (t *Tokens) Share(s *store.Redis) {
+	if s == nil {
+		t.shared.Store(nil)
+		return
+	}
+	sum := sha256.Sum256([]byte("signagent developer\x00" + t.client.key))
+	t.shared.Store(&sharedTokens{s: s, dev: hex.EncodeToString(sum[:8])})
+}
+
+// storeCtx bounds a store call made outside a caller's request.
+func storeCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 2*store.DefaultTimeout)
+}
+
+// dropShared removes id's token from the shared store when match accepts
+// it (best effort: a store that does not answer keeps it until it expires).
+func (t *Tokens) dropShared(k string, match func(Token) bool) {
+	sh := t.shared.Load()
+	if sh == nil {
+		return
+	}
+	ctx, cancel := storeCtx()
+	defer cancel()
+	sh.s.DeleteIf(ctx, tokenKind, sh.dev+"\x00"+k, func(b []byte) bool {
+		var tok Token
+		return json.Unmarshal(b, &tok) == nil && match(tok)
+	})
 }
 
 // NewTokens returns a cache over client. A token is reused until margin
@@ -108,6 +158,30 @@ func (t *Tokens) Token(ctx context.Context, id Identity) (tok Token, cached bool
 		}
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.timeout)
 		defer cancel()
+		if sh := t.shared.Load(); sh != nil {
+			b, _, err := sh.s.Obtain(fctx, tokenKind, sh.dev+"\x00"+k,
+				func(b []byte) bool {
+					var tok Token
+					return json.Unmarshal(b, &tok) == nil && tok.Value != "" && t.now().Before(tok.ExpiresAt.Add(-t.margin))
+				},
+				func(ctx context.Context) ([]byte, time.Duration, error) {
+					tok, err := t.client.Authenticate(ctx, id)
+					if err != nil {
+						return nil, 0, err
+					}
+					b, err := json.Marshal(tok)
+					return b, max(tok.ExpiresAt.Sub(t.now()), time.Second), err
+				})
+			var tok Token
+			switch {
+			case err == nil && json.Unmarshal(b, &tok) == nil:
+				t.put(k, tok)
+				return tok, nil
+			case err != nil && !errors.Is(err, store.ErrUnavailable):
+				return nil, err
+			}
+			// The store does not answer: log in here.
+		}
 		tok, err := t.client.Authenticate(fctx, id)
 		if err != nil {
 			return nil, err
@@ -131,9 +205,10 @@ func (t *Tokens) Token(ctx context.Context, id Identity) (tok Token, cached bool
 // another caller obtained meanwhile is kept. It reports whether it dropped
 // one.
 func (t *Tokens) Reject(id Identity, value string) bool {
+	k := id.cacheKey()
+	t.dropShared(k, func(tok Token) bool { return tok.Value == value })
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	k := id.cacheKey()
 	if tok, ok := t.entries[k]; ok && tok.Value == value {
 		delete(t.entries, k)
 		return true
@@ -144,10 +219,12 @@ func (t *Tokens) Reject(id Identity, value string) bool {
 // Forget drops id's token, whatever it is (a caller asking for a fresh
 // one); it reports whether there was one.
 func (t *Tokens) Forget(id Identity) bool {
+	k := id.cacheKey()
+	t.dropShared(k, func(Token) bool { return true })
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	_, ok := t.entries[id.cacheKey()]
-	delete(t.entries, id.cacheKey())
+	_, ok := t.entries[k]
+	delete(t.entries, k)
 	return ok
 }
 
@@ -156,9 +233,10 @@ func (t *Tokens) Forget(id Identity) bool {
 // as a new login would give, and a login costs the service a request with
 // the integrator's developer key). It reports whether it dropped one.
 func (t *Tokens) ForgetOlder(id Identity, age time.Duration) bool {
+	k := id.cacheKey()
+	t.dropShared(k, func(tok Token) bool { return t.now().Sub(tok.ObtainedAt) >= age })
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	k := id.cacheKey()
 	tok, ok := t.entries[k]
 	if !ok || t.now().Sub(tok.ObtainedAt) < age {
 		return false

@@ -378,3 +378,69 @@ func (l *Lease) Release() {
 		return releaseScript.Run(ctx, l.r.rdb, []string{l.key}, l.owner).Err()
 	})
 }
+
+// Obtain returns kind and id's value from the store when usable accepts
+// it; otherwise it runs make under the identity's lease, after reading once
+// more (another agent may have made it while this one waited for the
+// lease), and keeps what make returns for the ttl it gives. fromStore
+// reports that make did not run here. An error wrapping ErrUnavailable
+// means the store could not be used (the caller may make the value
+// itself); any other error is make's. A value that does not open is
+// treated as absent: it is never used.
+func (r *Redis) Obtain(ctx context.Context, kind, id string, usable func([]byte) bool,
+	make func(context.Context) ([]byte, time.Duration, error)) (value []byte, fromStore bool, err error) {
+	read := func() ([]byte, error) {
+		v, err := r.Get(ctx, kind, id)
+		switch {
+		case errors.Is(err, ErrNotFound), errors.Is(err, ErrSealed):
+			return nil, nil
+		case err != nil:
+			return nil, err
+		case !usable(v):
+			return nil, nil
+		}
+		return v, nil
+	}
+	if v, err := read(); err != nil || v != nil {
+		return v, v != nil, err
+	}
+	l, err := r.Acquire(ctx, kind, id)
+	if err != nil {
+		return nil, false, err
+	}
+	defer l.Release()
+	if v, err := read(); err != nil || v != nil {
+		return v, v != nil, err
+	}
+	v, ttl, err := make(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	// A value that could not be kept is still good here; the other agents
+	// make their own.
+	_ = r.Put(ctx, kind, id, v, ttl, l)
+	return v, false, nil
+}
+
+// DeleteIf removes kind and id's value, under the identity's lease, when
+// match accepts it (a token the service refused, one older than a floor);
+// it reports whether it removed one.
+func (r *Redis) DeleteIf(ctx context.Context, kind, id string, match func([]byte) bool) (bool, error) {
+	l, err := r.Acquire(ctx, kind, id)
+	if err != nil {
+		return false, err
+	}
+	defer l.Release()
+	v, err := r.Get(ctx, kind, id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return false, nil
+	case errors.Is(err, ErrSealed):
+		return true, r.Delete(ctx, kind, id, l) // never to be used: gone
+	case err != nil:
+		return false, err
+	case !match(v):
+		return false, nil
+	}
+	return true, r.Delete(ctx, kind, id, l)
+}

@@ -75,6 +75,9 @@ func oidcHeaderFlags() []cli.Flag { return append(oidcAgentFlags(), profileFlag(
 func oidcAgentConfig(s *settings.Settings, e *env) (*oidc.Tokens, error) {
 	store, err := tokenStore(s)
 	if err != nil {
+		if u := s.String("store"); u != "" && u != "local" {
+			return nil, err // a shared store asked for is never dropped silently
+		}
 		e.log.Warn().Err(err).Msg("no token store: oidc authorizations answer 503")
 		return nil, nil
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/trusted"
@@ -112,6 +113,11 @@ func readAgentConfig(s *settings.Settings, e *env) (agent.Config, error) {
 		cfg.Legacy, cfg.LegacyPasswords, errs[5] = legacyAgentConfig(s, e)
 	}
 	cfg.OIDC, errs[6] = oidcAgentConfig(s, e)
+	if cfg.OIDC != nil {
+		if sh, ok := cfg.OIDC.Store.(*oidc.Shared); ok {
+			cfg.SharedStore = sh.S // trusted sessions are shared there too
+		}
+	}
 	return cfg, agentErr(errors.Join(append(errs[:], s.Err())...))
 }
 
