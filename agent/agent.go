@@ -148,6 +148,9 @@ func (a *Agent) SetService(apiKey string, c *trusted.Client) {
 // SetSharedStore keeps trusted sessions and legacy tokens in s, shared with every agent on
 // it (nil: in this agent's memory only).
 func (a *Agent) SetSharedStore(s *store.Redis) {
+	if s != nil {
+		s.Observe(func(op, result string) { a.metrics.storeOps.WithLabelValues(op, result).Inc() })
+	}
 	a.shared.Store(s)
 	a.setSharedSessions()
 	if l := a.legacy.Load(); l != nil && l.Tokens != nil {

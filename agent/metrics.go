@@ -20,6 +20,7 @@ type metrics struct {
 	cacheMisses   prometheus.Counter
 	rejected      prometheus.Counter
 	authz         *prometheus.CounterVec
+	storeOps      *prometheus.CounterVec
 	oidcRefreshes *prometheus.CounterVec
 	calls         *prometheus.CounterVec
 	retries       *prometheus.CounterVec
@@ -77,8 +78,11 @@ func newMetrics(tm *TokenManager) *metrics {
 			Help: "Business calls through the proxy sent again with a fresh Authorization after a 401."}, []string{"method"}),
 		authz: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_authorizations_total",
 			Help: "Authorization header values by scheme and result (cached, obtained, failed)."}, []string{"scheme", "result"}),
+		storeOps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_store_operations_total",
+			Help: "Shared store operations (get, put, delete, acquire, ping) by result (ok, not_found, sealed: a value that did not open, fenced, waited: a lease another agent held, unavailable)."},
+			[]string{"op", "result"}),
 	}
-	m.reg.MustRegister(m.calls, m.retries, m.authz, m.oidcRefreshes, m.requests, m.duration,
+	m.reg.MustRegister(m.calls, m.retries, m.authz, m.oidcRefreshes, m.requests, m.duration, m.storeOps,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

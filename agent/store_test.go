@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -112,6 +113,20 @@ func TestAgentsShareSessions(t *testing.T) {
 	wg.Wait()
 	if n := h.emu.Stats().Sessions - before; n != 10 {
 		t.Fatalf("%d trusted authentications for 10 users on two agents, want 10", n)
+	}
+	// Ten sessions were written to the store, by one agent or the other.
+	puts := 0
+	for _, a := range []*harness{h, b} {
+		_, _, body := raw(t, a.sock, "GET", "/metrics", "")
+		for _, line := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(line, `signagent_store_operations_total{op="put",result="ok"} `); ok {
+				n, _ := strconv.Atoi(v)
+				puts += n
+			}
+		}
+	}
+	if puts != 10 {
+		t.Fatalf("%d sessions written to the store by the two agents, want 10", puts)
 	}
 	for i := 0; i < 20; i += 2 {
 		if sids[i] == "" || sids[i] != sids[i+1] {

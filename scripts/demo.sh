@@ -94,17 +94,22 @@ $bin --log-level warn header --scheme legacy --by sid --sid-file "$demo/sid" |
 step "8. OpenID Connect device flow: login shows a code; the demo approves it on the emulator's /device page, as the user would"
 export XDG_STATE_HOME="$PWD/$demo/state" SIGNAGENT_AUTH_URL="$SIGNAGENT_BASE_URL" SIGNAGENT_CLIENT_ID=demo-app \
   SIGNAGENT_CLIENT_SECRET_FILE="$demo/client-secret" SIGNAGENT_SPACE=staging
-$bin --log-level warn login --no-qr > "$demo/login.out" &
-login=$!
-for _ in $(seq 200); do grep -q 'enter the code' "$demo/login.out" && break; sleep 0.05; done
-code=$(sed -n 's/.*enter the code \([A-Z]*\)$/\1/p' "$demo/login.out")
-[ -n "$code" ] || { cat "$demo/login.out" >&2; echo "login printed no code" >&2; exit 1; }
-status=$(curl -sS -o /dev/null -w '%{http_code}' --data-urlencode "user_code=$code" --data-urlencode login=ivanov@example.com \
-  --data-urlencode "password@$demo/user-password" --data-urlencode decision=allow "$SIGNAGENT_AUTH_URL/device")
-echo "POST /device as ivanov@example.com, code $code: HTTP $status"
-[ "$status" = 200 ] || { kill $login; echo "the approval failed" >&2; exit 1; }
-wait $login
-cat "$demo/login.out"
+# login_approved ARGS: signagent login ARGS, approved on the emulator's
+# /device page as ivanov@example.com.
+login_approved() {
+  $bin --log-level warn login --no-qr "$@" > "$demo/login.out" &
+  local login=$! code status
+  for _ in $(seq 200); do grep -q 'enter the code' "$demo/login.out" && break; sleep 0.05; done
+  code=$(sed -n 's/.*enter the code \([A-Z]*\)$/\1/p' "$demo/login.out")
+  [ -n "$code" ] || { cat "$demo/login.out" >&2; echo "login printed no code" >&2; exit 1; }
+  status=$(curl -sS -o /dev/null -w '%{http_code}' --data-urlencode "user_code=$code" --data-urlencode login=ivanov@example.com \
+    --data-urlencode "password@$demo/user-password" --data-urlencode decision=allow "$SIGNAGENT_AUTH_URL/device")
+  echo "POST /device as ivanov@example.com, code $code: HTTP $status"
+  [ "$status" = 200 ] || { kill $login; echo "the approval failed" >&2; exit 1; }
+  wait $login
+  cat "$demo/login.out"
+}
+login_approved
 tok=$($bin --log-level warn token)
 printf 'access token: %s…(masked, %d characters), expires %s\n' "${tok:0:4}" "${#tok}" \
   "$($bin status --json | sed -n 's/.*"accessTokenExpiresAt": "\(.*\)".*/\1/p')"
@@ -136,5 +141,34 @@ echo "signagent api exit status: $?"
 set -e
 kill -TERM $agent
 wait $agent
+
+step "12. Several agents, one Redis: the profile signed in once into the shared store, served by two agents"
+port=26379
+while (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; do port=$((port + 1)); done
+redis-server --port $port --bind 127.0.0.1 --save '' --appendonly no --dir "$PWD/$demo" --logfile "$PWD/$demo/redis.log" &
+redis=$!
+trap 'kill $redis $emu 2>/dev/null; wait $redis $emu 2>/dev/null || true' EXIT
+rm -f "$demo/store.key"
+$bin store-key --out "$demo/store.key"
+export SIGNAGENT_STORE="redis://127.0.0.1:$port" SIGNAGENT_STORE_KEY_FILE="$demo/store.key"
+for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.05; done
+login_approved --profile shared
+for a in a1 a2; do
+  rm -f "$demo/$a.sock"
+  $bin --log-level warn serve --listen "unix:$PWD/$demo/$a.sock" --audit-log /dev/null &
+  eval "pid_$a=\$!"
+done
+trap 'kill $pid_a1 $pid_a2 $redis $emu 2>/dev/null; wait $pid_a1 $pid_a2 $redis $emu 2>/dev/null || true' EXIT
+for a in a1 a2; do
+  for _ in $(seq 200); do curl -sf --unix-socket "$demo/$a.sock" -o /dev/null http://agent/readyz && break; sleep 0.05; done
+  printf 'agent %s: readyz %s; GetMyOrganizations for oidc profile=shared: HTTP %s\n' "$a" \
+    "$(curl -sS --unix-socket "$demo/$a.sock" http://agent/readyz | sed 's/,"token":{[^}]*}//')" \
+    "$(curl -sS -o /dev/null -w '%{http_code}' --unix-socket "$demo/$a.sock" -H 'Signagent-Identity: oidc profile=shared' \
+      'http://agent/v1/service/GetMyOrganizations?autoRegister=false')"
+done
+echo "no token or profile name in Redis: the keys are HMACs and the values sealed (AES-256-GCM with $demo/store.key)"
+kill -TERM $pid_a1 $pid_a2 $redis
+wait $pid_a1 $pid_a2 $redis 2>/dev/null || true
+unset SIGNAGENT_STORE SIGNAGENT_STORE_KEY_FILE
 
 printf '\nDone. To use the token yourself:\n  eval "$(%s dev-token --dir %s)"\n' "$bin" "$demo/hsm"

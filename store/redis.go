@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -136,7 +137,38 @@ type Redis struct {
 	sealer   *Sealer
 	timeout  time.Duration
 	leaseTTL time.Duration
+	observe  atomic.Pointer[func(op, result string)]
 }
+
+// Observe has f told of every store operation (get, put, delete, acquire,
+// ping) and its result (ok, not_found, sealed, fenced, waited,
+// unavailable): the agent's metrics.
+func (r *Redis) Observe(f func(op, result string)) { r.observe.Store(&f) }
+
+func (r *Redis) note(op string, err error) {
+	f := r.observe.Load()
+	if f == nil {
+		return
+	}
+	result := "ok"
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrNotFound):
+		result = "not_found"
+	case errors.Is(err, ErrSealed):
+		result = "sealed"
+	case errors.Is(err, ErrFenced):
+		result = "fenced"
+	case errors.Is(err, errWaited):
+		result = "waited"
+	default:
+		result = "unavailable"
+	}
+	(*f)(op, result)
+}
+
+// errWaited notes a lease that another agent held for a while.
+var errWaited = errors.New("waited for the lease")
 
 // quiet drops go-redis's own log lines ("connection pool: failed to
 // dial"): the store's errors reach the caller, who says them once.
@@ -242,15 +274,18 @@ func cleanErr(err error) string {
 
 // Ping checks that the store answers.
 func (r *Redis) Ping(ctx context.Context) error {
-	return r.call(ctx, func(ctx context.Context) error { return r.rdb.Ping(ctx).Err() })
+	err := r.call(ctx, func(ctx context.Context) error { return r.rdb.Ping(ctx).Err() })
+	r.note("ping", err)
+	return err
 }
 
 // Get returns the value kept for kind and id, opened; ErrNotFound when
 // there is none, ErrSealed when it does not open (never used).
-func (r *Redis) Get(ctx context.Context, kind, id string) ([]byte, error) {
+func (r *Redis) Get(ctx context.Context, kind, id string) (v []byte, err error) {
+	defer func() { r.note("get", err) }()
 	data, _ := r.keys(kind, id)
 	var sealed string
-	err := r.call(ctx, func(ctx context.Context) (err error) {
+	err = r.call(ctx, func(ctx context.Context) (err error) {
 		sealed, err = r.rdb.HGet(ctx, data, "v").Result()
 		return err
 	})
@@ -285,13 +320,18 @@ func (r *Redis) Delete(ctx context.Context, kind, id string, l *Lease) error {
 	return r.put(ctx, kind, id, "", 0, l)
 }
 
-func (r *Redis) put(ctx context.Context, kind, id, value string, ttl time.Duration, l *Lease) error {
+func (r *Redis) put(ctx context.Context, kind, id, value string, ttl time.Duration, l *Lease) (err error) {
+	op := "put"
+	if value == "" {
+		op = "delete"
+	}
+	defer func() { r.note(op, err) }()
 	data, lease := r.keys(kind, id)
 	if l == nil || l.key != lease {
 		return fmt.Errorf("%w: no lease for this identity", ErrFenced)
 	}
 	var ok int64
-	err := r.call(ctx, func(ctx context.Context) (err error) {
+	err = r.call(ctx, func(ctx context.Context) (err error) {
 		ok, err = putScript.Run(ctx, r.rdb, []string{data, lease}, l.owner, value, ttl.Milliseconds()).Int64()
 		return err
 	})
@@ -328,6 +368,7 @@ func (r *Redis) Acquire(ctx context.Context, kind, id string) (*Lease, error) {
 	rand.Read(b)
 	owner := hex.EncodeToString(b)
 	wait := 20 * time.Millisecond
+	waited := false
 	for {
 		var got bool
 		err := r.call(ctx, func(ctx context.Context) (err error) {
@@ -335,18 +376,27 @@ func (r *Redis) Acquire(ctx context.Context, kind, id string) (*Lease, error) {
 			return err
 		})
 		if err != nil {
+			r.note("acquire", err)
 			return nil, err
 		}
 		if got {
 			l := &Lease{r: r, key: key, owner: owner, stop: make(chan struct{}), done: make(chan struct{})}
 			go l.renew()
+			if waited {
+				r.note("acquire", errWaited)
+			} else {
+				r.note("acquire", nil)
+			}
 			return l, nil
 		}
+		waited = true
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("%w: another agent held the lease until the deadline", ErrUnavailable)
+			err := fmt.Errorf("%w: another agent held the lease until the deadline", ErrUnavailable)
+			r.note("acquire", err)
+			return nil, err
 		case <-t.C:
 		}
 		wait = min(wait*2, 200*time.Millisecond)

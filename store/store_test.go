@@ -293,3 +293,62 @@ func TestStoreFaults(t *testing.T) {
 		t.Fatalf("not Redis: %v", err)
 	}
 }
+
+// TestSentinelFailover: agents on a redis+sentinel:// store follow a
+// failover: the master is killed, the sentinels promote the replica, and
+// within seconds every call succeeds again on the new master, with what
+// was written before the failover; no call fails with READONLY (a write
+// sent to the demoted node) once the failover is done.
+func TestSentinelFailover(t *testing.T) {
+	set := redistest.StartSentinel(t)
+	ctx := context.Background()
+	r := openStore(t, set.URL(), store.Options{Timeout: 500 * time.Millisecond, LeaseTTL: time.Second})
+	write := func(v string) error {
+		l, err := r.Acquire(ctx, "oidc", "crm")
+		if err != nil {
+			return err
+		}
+		defer l.Release()
+		return r.Put(ctx, "oidc", "crm", []byte(v), 0, l)
+	}
+	if err := write("before the failover"); err != nil {
+		t.Fatal(err)
+	}
+	// The replica has it before the master goes.
+	deadline := time.Now().Add(5 * time.Second)
+	for redistest.Command(set.Replica.Addr, "DBSIZE") != "1" {
+		if time.Now().After(deadline) {
+			t.Fatal("the replica never got the value")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	set.Master.Stop()
+	start := time.Now()
+	var failures []string
+	for {
+		err := write("after the failover")
+		if err == nil {
+			break
+		}
+		failures = append(failures, err.Error())
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("no write succeeded within 20s of the master's death: %q", failures)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("writes failed for %v during the failover (%d tries), then succeeded", time.Since(start).Round(100*time.Millisecond), len(failures))
+	for range 20 {
+		v, err := r.Get(ctx, "oidc", "crm")
+		if err != nil || string(v) != "after the failover" {
+			t.Fatalf("after the failover: %q %v", v, err)
+		}
+		if err := write("after the failover"); err != nil {
+			t.Fatalf("a write after the failover: %v", err)
+		}
+	}
+	for _, f := range failures {
+		if strings.Contains(f, "READONLY") {
+			t.Errorf("a caller saw READONLY: %s", f)
+		}
+	}
+}

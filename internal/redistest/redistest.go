@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -168,4 +169,91 @@ func readReply(r *bufio.Reader) string {
 		return strings.Join(parts, " ")
 	}
 	return line
+}
+
+// Sentinel is a master, a replica of it and three sentinels watching them
+// as "mymaster" (quorum 2, a master down after 500 ms).
+type Sentinel struct {
+	Master, Replica *Server
+	Sentinels       []*Server
+}
+
+// URL is the redis+sentinel:// URL of the set.
+func (s *Sentinel) URL() string {
+	addrs := make([]string, len(s.Sentinels))
+	for i, x := range s.Sentinels {
+		addrs[i] = x.Addr
+	}
+	return "redis+sentinel://" + strings.Join(addrs, ",") + "/mymaster"
+}
+
+// StartSentinel starts the set and waits until the replica is in sync and
+// every sentinel knows the master.
+func StartSentinel(t testing.TB) *Sentinel {
+	t.Helper()
+	master := Start(t)
+	mhost, mport, _ := net.SplitHostPort(master.Addr)
+	replica := Start(t, "replicaof "+mhost+" "+mport)
+	waitFor(t, replica.Addr, []string{"INFO", "replication"}, "master_link_status:up")
+	s := &Sentinel{Master: master, Replica: replica}
+	bin, _ := exec.LookPath("redis-server")
+	for range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		_, port, _ := net.SplitHostPort(addr)
+		dir := t.TempDir()
+		conf := filepath.Join(dir, "sentinel.conf")
+		body := fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nlogfile %s\nsentinel monitor mymaster %s %s 2\n"+
+			"sentinel down-after-milliseconds mymaster 500\nsentinel failover-timeout mymaster 2000\nsentinel parallel-syncs mymaster 1\n",
+			port, dir, filepath.Join(dir, "sentinel.log"), mhost, mport)
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, conf, "--sentinel")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		x := &Server{Addr: addr, cmd: cmd}
+		t.Cleanup(x.Stop)
+		s.Sentinels = append(s.Sentinels, x)
+	}
+	for _, x := range s.Sentinels {
+		waitFor(t, x.Addr, []string{"SENTINEL", "replicas", "mymaster"}, replica.Addr[strings.LastIndex(replica.Addr, ":")+1:])
+	}
+	return s
+}
+
+// waitFor sends cmd to addr until the answer holds want (10 s at most).
+func waitFor(t testing.TB, addr string, cmd []string, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if strings.Contains(Command(addr, cmd...), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v never answered %q", addr, cmd, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Command sends one command to addr and returns its answer as text ("" on
+// failure).
+func Command(addr string, args ...string) string {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	fmt.Fprintf(c, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(c, "$%d\r\n%s\r\n", len(a), a)
+	}
+	return readReply(bufio.NewReader(c))
 }
