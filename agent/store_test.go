@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -218,4 +219,54 @@ func TestAgentsShareLegacyTokens(t *testing.T) {
 	if !strings.HasPrefix(body, fresh) || h.emu.Stats().LegacyTokens-before != 2 {
 		t.Fatalf("a third agent after the refresh: %s, %d logins (want 2)", body, h.emu.Stats().LegacyTokens-before)
 	}
+}
+
+// BenchmarkCachedOIDCSharedStore: a signed-in profile's cached Bearer
+// header from POST /v1/authorizations with the records in a shared store
+// (a real redis-server) against the same with the local files, on two
+// agents in the same run, alternating: the medians and their ratio
+// (target: at most 1.1; a cached header costs no Redis round trip).
+func BenchmarkCachedOIDCSharedStore(b *testing.B) {
+	local := start(b, options{oidc: true})
+	shared := local.second(b)
+	srv := redistest.Start(b)
+	sealer, _ := store.NewSealer(bytes.Repeat([]byte{4}, 32))
+	r, err := store.Open(store.Options{URL: srv.URL(), Sealer: sealer})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	sh := &oidc.Shared{S: r, Name: srv.URL()}
+	rec, err := local.store.Load("default")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := sh.Save(rec); err != nil {
+		b.Fatal(err)
+	}
+	shared.agent.SetOIDC(&oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return local.oidcClient(b), nil }})
+	shared.agent.SetSharedStore(r)
+	ctx := context.Background()
+	req := api.AuthorizationRequest{Scheme: "oidc"}
+	for _, h := range []*harness{local, shared} {
+		if _, err := h.client.Authorization(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var fromLocal, fromShared []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if a, err := local.client.Authorization(ctx, req); err != nil || !a.Cached {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if a, err := shared.client.Authorization(ctx, req); err != nil || !a.Cached {
+			b.Fatal(err)
+		}
+		fromLocal, fromShared = append(fromLocal, t1.Sub(t0)), append(fromShared, time.Since(t1))
+	}
+	ml, ms := median(fromLocal), median(fromShared)
+	b.ReportMetric(float64(ml.Microseconds()), "local-median-µs")
+	b.ReportMetric(float64(ms.Microseconds()), "shared-median-µs")
+	b.ReportMetric(float64(ms)/float64(ml), "shared/local")
 }

@@ -169,8 +169,8 @@ func TestTokensRefusedRefresh(t *testing.T) {
 }
 
 // TestRefreshMarginShortTokens: an access token is refreshed when less
-// than Before (60 s) or a quarter of its lifetime is left, whichever is
-// less: a 6-second token is used for 4.5 s, not refreshed on every call;
+// than Before (60 s) or an eighth of its lifetime is left, whichever is
+// less: an 8-second token is used for 7 s, not refreshed on every call;
 // an hour-long one keeps the 60 s margin.
 func TestRefreshMarginShortTokens(t *testing.T) {
 	now := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
@@ -180,10 +180,10 @@ func TestRefreshMarginShortTokens(t *testing.T) {
 		obtained, expires time.Duration // relative to now
 		fresh             bool
 	}{
-		{"6s token, 1s old", -time.Second, 5 * time.Second, true},
-		{"6s token, 4s old", -4 * time.Second, 2 * time.Second, true},
-		{"6s token, 5s old", -5 * time.Second, time.Second, false},
-		{"refreshed 6s token, 1s old", -time.Second, 5 * time.Second, true},
+		{"8s token, 1s old", -time.Second, 7 * time.Second, true},
+		{"8s token, 6.5s old", -6500 * time.Millisecond, 1500 * time.Millisecond, true},
+		{"8s token, 7.5s old", -7500 * time.Millisecond, 500 * time.Millisecond, false},
+		{"refreshed 8s token, 1s old", -time.Second, 7 * time.Second, true},
 		{"1h token, 58m old", -58 * time.Minute, 2 * time.Minute, true},
 		{"1h token, 59m30s old", -(59*time.Minute + 30*time.Second), 30 * time.Second, false},
 	} {

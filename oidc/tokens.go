@@ -83,14 +83,15 @@ func (t *Tokens) fresh(r *Record) bool {
 	return t.now().Add(t.margin(r)).Before(r.Expiry)
 }
 
-// RefreshFraction is the share of an access token's lifetime left when it
-// is refreshed, if that is less than Before: a token that lives 6 s is
-// refreshed with 1.5 s left, not on every call (a fixed 60 s margin made
-// every use of a short-lived token a refresh grant).
-const RefreshFraction = 4
+// RefreshFraction: an access token is refreshed with 1/RefreshFraction
+// of its lifetime left, if that is less than Before: a token that lives
+// 8 s is refreshed with 1 s left, not on every call (a fixed 60 s margin
+// made every use of a short-lived token a refresh grant), and refreshes
+// come at most 8/7 as often as the token's lifetime.
+const RefreshFraction = 8
 
 // margin is how much life r's access token must have left to be used:
-// Before, or a quarter of the token's lifetime when that is less.
+// Before, or an eighth of the token's lifetime when that is less.
 func (t *Tokens) margin(r *Record) time.Duration {
 	before := t.Before
 	if before <= 0 {

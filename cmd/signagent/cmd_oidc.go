@@ -37,7 +37,7 @@ func oidcFlags() []cli.Flag {
 		&cli.StringFlag{Name: "client-id", Category: catOIDC, EnvVars: []string{"SIGNAGENT_CLIENT_ID"}, Usage: "the application's client_id"},
 		&cli.StringFlag{Name: "client-secret-file", Category: catOIDC, EnvVars: []string{"SIGNAGENT_CLIENT_SECRET_FILE"}, Usage: "read the client secret from `FILE` (else $SIGNAGENT_CLIENT_SECRET)"},
 		tokenStoreFlag(),
-		&cli.DurationFlag{Name: "refresh-before", Category: catOIDC, Value: oidc.DefaultRefreshBefore, EnvVars: []string{"SIGNAGENT_REFRESH_BEFORE"}, Usage: "refresh an access token with less than this left (or a quarter of its lifetime, when shorter)"},
+		&cli.DurationFlag{Name: "refresh-before", Category: catOIDC, Value: oidc.DefaultRefreshBefore, EnvVars: []string{"SIGNAGENT_REFRESH_BEFORE"}, Usage: "refresh an access token with less than this left (or an eighth of its lifetime, when shorter)"},
 		&cli.BoolFlag{Name: "insecure-http", Category: catOIDC, EnvVars: []string{"SIGNAGENT_INSECURE_HTTP"}, Usage: "allow plain http to a non-loopback identity provider"},
 		&cli.DurationFlag{Name: "request-timeout", Category: catOIDC, Value: 15 * time.Second, EnvVars: []string{"SIGNAGENT_REQUEST_TIMEOUT"}, Usage: "give up on one request after this long"},
 	}...)

@@ -87,9 +87,9 @@ func TestSharedStoreAcrossProcesses(t *testing.T) {
 		t.Fatalf("status: %d %q %s", code, status.String(), stderr)
 	}
 
-	// Wait until the 4 s token needs a refresh (a quarter of its life
-	// left), then two processes ask for it at once.
-	time.Sleep(3200 * time.Millisecond)
+	// Wait until the 4 s token needs a refresh (an eighth of its life
+	// left), then three processes ask for it at once.
+	time.Sleep(3700 * time.Millisecond)
 	before := emu.Stats()
 	var wg sync.WaitGroup
 	tokens := make([]string, 3)
