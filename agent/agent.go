@@ -431,17 +431,19 @@ func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
 			return nil, errNotConfigured
 		}
 		k := sessionKey{cred.Kind, cred.Value, req.ServiceUserID}
-		s, cached, err := a.cache.obtain(r.Context(), k, req.Refresh, a.o.RefreshFloor, a.o.RequestDeadline,
+		s, source, err := a.cache.obtain(r.Context(), k, req.Refresh, a.o.RefreshFloor, a.o.RequestDeadline,
 			func(ctx context.Context) (*trusted.Session, error) { return c.Session(ctx, cred, req.ServiceUserID) })
 		if err != nil {
 			return nil, err
 		}
+		cached := source != fromLogin
 		if cached {
 			a.metrics.cacheHits.Inc()
 		} else {
 			a.metrics.cacheMisses.Inc()
 		}
-		entry.cached = &cached
+		a.metrics.sessions.WithLabelValues(source).Inc()
+		entry.cached, entry.source = &cached, source
 		if cert := a.tm.Certificate(); cert != nil {
 			entry.thumbprint = pkcs11.Thumbprint(cert)
 		}

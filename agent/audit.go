@@ -34,6 +34,7 @@ type auditEntry struct {
 	outcome     string // "ok" or an error code
 	serviceCode string
 	cached      *bool
+	source      string // where a session came from: memory, store (another agent), login
 	latency     time.Duration
 	scheme      string // of an authorization
 	identity    string // who it is for, without a secret
@@ -71,6 +72,9 @@ func (a *Audit) write(e auditEntry) {
 	}
 	if e.cached != nil {
 		ev = ev.Bool("cached", *e.cached)
+	}
+	if e.source != "" {
+		ev = ev.Str("from", e.source)
 	}
 	ev.Send()
 }

@@ -95,16 +95,16 @@ func (c *sessionCache) setTTL(ttl time.Duration) {
 // handed out instead: it is as fresh as another flow would give, and a
 // caller repeating refresh must not make the token sign on every request.
 func (c *sessionCache) obtain(ctx context.Context, k sessionKey, refresh bool, floor, timeout time.Duration,
-	flow func(context.Context) (*trusted.Session, error)) (cachedSession, bool, error) {
+	flow func(context.Context) (*trusted.Session, error)) (cachedSession, string, error) {
 	if refresh {
 		c.dropOlder(k, floor)
 	}
 	if s, ok := c.get(k); ok {
-		return s, true, nil
+		return s, fromMemory, nil
 	}
 	ch := c.group.DoChan(k.String(), func() (any, error) {
 		if s, ok := c.get(k); ok { // filled while we queued for the group
-			return obtained{s, true}, nil
+			return obtained{s, fromMemory}, nil
 		}
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
@@ -116,7 +116,11 @@ func (c *sessionCache) obtain(ctx context.Context, k sessionKey, refresh bool, f
 			switch {
 			case err == nil:
 				c.keep(k, s)
-				return obtained{s, fromStore}, nil
+				source := fromLogin
+				if fromStore {
+					source = fromSharedStore
+				}
+				return obtained{s, source}, nil
 			case !errors.Is(err, store.ErrUnavailable):
 				return nil, err
 			}
@@ -128,25 +132,32 @@ func (c *sessionCache) obtain(ctx context.Context, k sessionKey, refresh bool, f
 		}
 		s := cachedSession{sid: sess.Sid, obtainedAt: sess.ObtainedAt, expires: sess.ObtainedAt.Add(ttl)}
 		c.keep(k, s)
-		return obtained{s, false}, nil
+		return obtained{s, fromLogin}, nil
 	})
 	select {
 	case r := <-ch:
 		if r.Err != nil {
-			return cachedSession{}, false, r.Err
+			return cachedSession{}, "", r.Err
 		}
 		o := r.Val.(obtained)
-		return o.s, o.fromStore, nil
+		return o.s, o.source, nil
 	case <-ctx.Done():
-		return cachedSession{}, false, ctx.Err()
+		return cachedSession{}, "", ctx.Err()
 	}
 }
 
-// obtained is a session and whether it came from the shared store (no
-// flow ran for it).
+// Where a session came from: this agent's memory, the shared store
+// (another agent logged in), or a login just now.
+const (
+	fromMemory      = "memory"
+	fromSharedStore = "store"
+	fromLogin       = "login"
+)
+
+// obtained is a session and where it came from.
 type obtained struct {
-	s         cachedSession
-	fromStore bool
+	s      cachedSession
+	source string
 }
 
 // keep puts s in memory for k.

@@ -21,6 +21,7 @@ type metrics struct {
 	rejected      prometheus.Counter
 	authz         *prometheus.CounterVec
 	storeOps      *prometheus.CounterVec
+	sessions      *prometheus.CounterVec
 	oidcRefreshes *prometheus.CounterVec
 	calls         *prometheus.CounterVec
 	retries       *prometheus.CounterVec
@@ -78,11 +79,19 @@ func newMetrics(tm *TokenManager) *metrics {
 			Help: "Business calls through the proxy sent again with a fresh Authorization after a 401."}, []string{"method"}),
 		authz: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_authorizations_total",
 			Help: "Authorization header values by scheme and result (cached, obtained, failed)."}, []string{"scheme", "result"}),
+		sessions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_sessions_total",
+			Help: "Trusted sessions handed out by where they came from: memory (this agent's), store (another agent's login, through the shared store), login (a trusted authentication just now)."},
+			[]string{"source"}),
 		storeOps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_store_operations_total",
 			Help: "Shared store operations (get, put, delete, acquire, ping) by result (ok, not_found, sealed: a value that did not open, fenced, waited: a lease another agent held, unavailable)."},
 			[]string{"op", "result"}),
 	}
-	m.reg.MustRegister(m.calls, m.retries, m.authz, m.oidcRefreshes, m.requests, m.duration, m.storeOps,
+	// Label sets known in advance start at zero, so that alerts have
+	// series from the first scrape.
+	for _, s := range []string{fromMemory, fromSharedStore, fromLogin} {
+		m.sessions.WithLabelValues(s)
+	}
+	m.reg.MustRegister(m.calls, m.retries, m.authz, m.oidcRefreshes, m.requests, m.duration, m.storeOps, m.sessions,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

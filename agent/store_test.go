@@ -129,6 +129,25 @@ func TestAgentsShareSessions(t *testing.T) {
 	if puts != 10 {
 		t.Fatalf("%d sessions written to the store by the two agents, want 10", puts)
 	}
+	// Each agent says where its sessions came from: ten logins and ten
+	// from the store between them, in the metrics and the audit lines.
+	logins, fromStore := 0, 0
+	for _, a := range []*harness{h, b} {
+		_, _, body := raw(t, a.sock, "GET", "/metrics", "")
+		for _, line := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(line, `signagent_sessions_total{source="login"} `); ok {
+				n, _ := strconv.Atoi(v)
+				logins += n
+			}
+			if v, ok := strings.CutPrefix(line, `signagent_sessions_total{source="store"} `); ok {
+				n, _ := strconv.Atoi(v)
+				fromStore += n
+			}
+		}
+	}
+	if logins != 10 || fromStore != 10 || !strings.Contains(h.audit.String(), `"from":"store"`) && !strings.Contains(h.audit.String(), `"from":"login"`) {
+		t.Fatalf("sessions by source: %d logins, %d from the store (want 10 and 10)", logins, fromStore)
+	}
 	for i := 0; i < 20; i += 2 {
 		if sids[i] == "" || sids[i] != sids[i+1] {
 			t.Fatalf("user %d: the agents hold different sessions %q %q", i/2, sids[i], sids[i+1])

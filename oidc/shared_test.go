@@ -144,3 +144,23 @@ func TestSharedFaults(t *testing.T) {
 		t.Fatalf("check: %v", err)
 	}
 }
+
+// TestSignInWithRefreshToken: a robot starts from a refresh token issued
+// beforehand: one refresh checks it and the id_token names the user; with
+// one-time refresh tokens the one given is spent and the new one kept. An
+// unknown token asks to sign in; an empty one is bad input.
+func TestSignInWithRefreshToken(t *testing.T) {
+	b := newBed(t, func(o *emulator.OIDCConfig) { o.RefreshRotation = "one-time" })
+	c := b.client(t, nil)
+	given := deviceLogin(t, b, c).RefreshToken
+	rec, err := c.SignInWithRefreshToken(t.Context(), given)
+	if err != nil || rec.Subject != "alice" || rec.RefreshToken == "" || rec.RefreshToken == given || rec.AccessToken == "" {
+		t.Fatalf("%+v %v", rec, err)
+	}
+	if _, err := c.SignInWithRefreshToken(t.Context(), "not-a-refresh-token"); !errors.Is(err, ErrSignIn) {
+		t.Fatalf("unknown: %v", err)
+	}
+	if _, err := c.SignInWithRefreshToken(t.Context(), " \n"); !errors.Is(err, ErrInvalidInput) {
+		t.Fatalf("empty: %v", err)
+	}
+}

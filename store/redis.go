@@ -46,6 +46,11 @@ type Options struct {
 	// LeaseTTL is how long a lease lives without renewal (default 8s): an
 	// agent killed while holding one delays the others at most this long.
 	LeaseTTL time.Duration
+	// WaitReplicas is how many replicas must have a write (WAIT) before
+	// it counts as done, when the master has that many (default 1; -1:
+	// none): a failover then cannot bring back a refresh token already
+	// spent at the provider.
+	WaitReplicas int
 }
 
 // IsURL says whether s names a shared store (as opposed to "local").
@@ -137,6 +142,7 @@ type Redis struct {
 	sealer   *Sealer
 	timeout  time.Duration
 	leaseTTL time.Duration
+	replicas int
 	observe  atomic.Pointer[func(op, result string)]
 }
 
@@ -203,7 +209,10 @@ func Open(o Options) (*Redis, error) {
 		}
 		uo.TLSConfig.RootCAs = pool
 	}
-	r := &Redis{prefix: o.Prefix, sealer: o.Sealer, timeout: o.Timeout, leaseTTL: o.LeaseTTL}
+	r := &Redis{prefix: o.Prefix, sealer: o.Sealer, timeout: o.Timeout, leaseTTL: o.LeaseTTL, replicas: o.WaitReplicas}
+	if r.replicas == 0 {
+		r.replicas = 1
+	}
 	if r.prefix == "" {
 		r.prefix = DefaultPrefix
 	}
@@ -341,7 +350,47 @@ func (r *Redis) put(ctx context.Context, kind, id, value string, ttl time.Durati
 	if ok != 1 {
 		return ErrFenced
 	}
+	r.replicate(ctx)
 	return nil
+}
+
+// replicate waits (WAIT, within the store's timeout) until as many
+// replicas as asked, or as the master has, hold the last write. A write
+// not replicated in time is counted ("put", "unreplicated") and kept: it
+// is on the master, and the caller already holds what it wrote.
+func (r *Redis) replicate(ctx context.Context) {
+	if r.replicas < 0 {
+		return
+	}
+	unreplicated := func() {
+		if f := r.observe.Load(); f != nil {
+			(*f)("put", "unreplicated")
+		}
+	}
+	var role []any
+	if err := r.call(ctx, func(ctx context.Context) (err error) {
+		role, err = r.rdb.Do(ctx, "ROLE").Slice()
+		return err
+	}); err != nil {
+		unreplicated() // not known to be replicated
+		return
+	}
+	if len(role) < 3 || role[0] != "master" {
+		return
+	}
+	have, _ := role[2].([]any)
+	want := min(r.replicas, len(have))
+	if want == 0 {
+		return
+	}
+	var acked int64
+	err := r.call(ctx, func(ctx context.Context) (err error) {
+		acked, err = r.rdb.Do(ctx, "WAIT", want, (r.timeout / 2).Milliseconds()).Int64()
+		return err
+	})
+	if err != nil || acked < int64(want) {
+		unreplicated()
+	}
 }
 
 // Lease is one agent's exclusive right to log in, refresh or write an

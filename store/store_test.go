@@ -302,7 +302,7 @@ func TestStoreFaults(t *testing.T) {
 func TestSentinelFailover(t *testing.T) {
 	set := redistest.StartSentinel(t)
 	ctx := context.Background()
-	r := openStore(t, set.URL(), store.Options{Timeout: 500 * time.Millisecond, LeaseTTL: time.Second})
+	r := openStore(t, set.URL(), store.Options{Timeout: time.Second, LeaseTTL: time.Second})
 	write := func(v string) error {
 		l, err := r.Acquire(ctx, "oidc", "crm")
 		if err != nil {
@@ -314,13 +314,25 @@ func TestSentinelFailover(t *testing.T) {
 	if err := write("before the failover"); err != nil {
 		t.Fatal(err)
 	}
-	// The replica has it before the master goes.
-	deadline := time.Now().Add(5 * time.Second)
-	for redistest.Command(set.Replica.Addr, "DBSIZE") != "1" {
-		if time.Now().After(deadline) {
-			t.Fatal("the replica never got the value")
+	// The replica has it as soon as the write returns (WAIT 1).
+	if n := redistest.Command(set.Replica.Addr, "DBSIZE"); n != "1" {
+		t.Fatalf("the replica holds %s keys right after the write, want 1", n)
+	}
+	// A replica that does not answer: the write waits for it (half the
+	// store's timeout), is kept, and is counted as not replicated.
+	var unreplicated atomic.Int64
+	r.Observe(func(op, result string) {
+		if op == "put" && result == "unreplicated" {
+			unreplicated.Add(1)
 		}
-		time.Sleep(20 * time.Millisecond)
+	})
+	set.Replica.Pause()
+	if err := write("while the replica sleeps"); err != nil {
+		t.Fatal(err)
+	}
+	set.Replica.Resume()
+	if unreplicated.Load() != 1 {
+		t.Fatalf("%d writes counted as not replicated, want 1 (WAIT was not asked)", unreplicated.Load())
 	}
 	set.Master.Stop()
 	start := time.Now()

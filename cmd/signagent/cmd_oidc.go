@@ -52,6 +52,7 @@ func storeFlags() []cli.Flag {
 		&cli.StringFlag{Name: "store-password-file", Category: catStore, EnvVars: []string{"SIGNAGENT_STORE_PASSWORD_FILE"}, Usage: "read the Redis password from `FILE` (else $SIGNAGENT_STORE_PASSWORD; never in the URL)"},
 		&cli.StringFlag{Name: "store-prefix", Category: catStore, Value: store.DefaultPrefix, EnvVars: []string{"SIGNAGENT_STORE_PREFIX"}, Usage: "start every Redis key with `PREFIX` (several deployments on one Redis)"},
 		&cli.StringFlag{Name: "store-ca-file", Category: catStore, EnvVars: []string{"SIGNAGENT_STORE_CA_FILE"}, Usage: "CA bundle `FILE` for rediss:// (default: the system's)"},
+		&cli.IntFlag{Name: "store-wait-replicas", Category: catStore, Value: 1, EnvVars: []string{"SIGNAGENT_STORE_WAIT_REPLICAS"}, Usage: "a write counts as done once `N` replicas have it (WAIT; as many as the master has, when fewer; 0: none)"},
 	}
 }
 
@@ -111,6 +112,7 @@ func loginCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "space", Category: catOIDC, EnvVars: []string{"SIGNAGENT_SPACE"}, Usage: "`SPACE` of the service: staging (Service.PublicAPI.Staging) or production (Service.PublicAPI)"},
 			&cli.StringSliceFlag{Name: "scope", Category: catOIDC, Usage: "ask for `SCOPE` too (besides openid profile email offline_access and the space's)"},
 			&cli.StringFlag{Name: "flow", Category: catOIDC, Value: "device", Usage: "`FLOW`: device (a code to enter on any device) or code (a browser on this machine)"},
+			&cli.StringFlag{Name: "refresh-token-file", Category: catOIDC, Usage: "sign in without a browser from a refresh token issued beforehand, read from `FILE` (a robot's start; checked by one refresh before it is kept)"},
 			&cli.BoolFlag{Name: "no-qr", Category: catOIDC, Usage: "device flow: do not draw the QR code"},
 			&cli.StringFlag{Name: "redirect-uri", Category: catOIDC, EnvVars: []string{"SIGNAGENT_REDIRECT_URI"}, Usage: "code flow: the redirect `URI` registered in the integrator's cabinet (loopback: signagent receives it)"},
 			&cli.BoolFlag{Name: "no-browser", Category: catOIDC, Usage: "code flow: do not open a browser; print the URL and read the redirected address pasted back (over SSH)"},
@@ -144,9 +146,16 @@ func login(c *cli.Context, e *env) error {
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var rec *oidc.Record
-	if flow == "device" {
+	switch f := c.String("refresh-token-file"); {
+	case f != "":
+		b, rerr := pkcs11.ReadSecretFile(f, 16<<10)
+		if rerr != nil {
+			return usageErr(fmt.Errorf("--refresh-token-file: %w", rerr))
+		}
+		rec, err = client.SignInWithRefreshToken(ctx, strings.TrimSpace(string(b)))
+	case flow == "device":
 		rec, err = deviceLogin(ctx, c, e, client)
-	} else {
+	default:
 		rec, err = codeLogin(ctx, c, e, client)
 	}
 	if err != nil {
@@ -322,7 +331,11 @@ func sharedStore(s *settings.Settings, u string) (oidc.Records, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, usageErr(err)
 	}
-	r, err := store.Open(store.Options{URL: u, Password: password, CAFile: s.String("store-ca-file"), Prefix: s.String("store-prefix"), Sealer: sealer})
+	wait := s.Int("store-wait-replicas")
+	if wait == 0 {
+		wait = -1 // none
+	}
+	r, err := store.Open(store.Options{URL: u, Password: password, CAFile: s.String("store-ca-file"), Prefix: s.String("store-prefix"), Sealer: sealer, WaitReplicas: wait})
 	if err != nil {
 		return nil, usageErr(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/internal/redistest"
+	"github.com/signagent/signagent/oidc"
 )
 
 // TestSharedStoreAcrossProcesses: an operator signs a profile in once
@@ -108,6 +109,43 @@ func TestSharedStoreAcrossProcesses(t *testing.T) {
 	after := emu.Stats()
 	if n := after.Refreshes - before.Refreshes; n != 1 || tokens[0] != tokens[1] || tokens[1] != tokens[2] || after.RefreshReuses != 0 {
 		t.Fatalf("%d refreshes (want 1), tokens %q, %d reused refresh tokens", n, tokens, after.RefreshReuses)
+	}
+
+	// A robot starts from a refresh token issued beforehand: no browser.
+	oc, err := oidc.New(oidc.Config{AuthURL: emu.URL(), ClientID: "crm-app", ClientSecret: "s3cret-of-the-app", Space: oidc.SpaceStaging})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := oc.StartDevice(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err = http.PostForm(emu.URL()+"/device", url.Values{"user_code": {d.UserCode}, "login": {"alice@example.com"},
+		"password": {browserPassword}, "decision": {"allow"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	issued, err := oc.PollDevice(t.Context(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rtFile := filepath.Join(t.TempDir(), "refresh-token")
+	os.WriteFile(rtFile, []byte(issued.RefreshToken+"\n"), 0o600)
+	robot := append(env(), "SIGNAGENT_PROFILE=robot")
+	if code, stderr, _ := runBinary(t, signagent(t, robot, "login", "--refresh-token-file", rtFile)); code != 0 {
+		t.Fatalf("login --refresh-token-file: %d %s", code, stderr)
+	}
+	var robotTok bytes.Buffer
+	rt := signagent(t, robot, "token")
+	rt.Stdout = &robotTok
+	if code, stderr, _ := runBinary(t, rt); code != 0 || len(strings.TrimSpace(robotTok.String())) != 64 {
+		t.Fatalf("token for the robot: %d %q %s", code, robotTok.String(), stderr)
+	}
+	// The given token was spent by that refresh (one-time): starting from
+	// it again asks to sign in, exit 5.
+	if code, stderr, _ := runBinary(t, signagent(t, robot, "login", "--refresh-token-file", rtFile)); code != exitSignIn || strings.Contains(stderr, issued.RefreshToken) {
+		t.Fatalf("a spent refresh token: %d %s", code, stderr)
 	}
 
 	// Nothing in Redis reads in clear.
