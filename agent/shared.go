@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/store"
 	"github.com/signagent/signagent/trusted"
 )
@@ -76,4 +77,15 @@ func (sh *sharedSessions) drop(ctx context.Context, k sessionKey) {
 	}
 	defer l.Release()
 	sh.s.Delete(ctx, sessionKind, id, l)
+}
+
+// SharedSession is the trusted session the agents on s share for apiKey,
+// cred and serviceUserID (what `signagent session --store` uses, so that
+// the command line and the agents log in once between them): the store's
+// when it has one younger than ttl, else flow's, run under the identity's
+// lease and kept for ttl. fromStore reports that flow did not run.
+func SharedSession(ctx context.Context, s *store.Redis, apiKey string, cred canonical.Credential, serviceUserID string, ttl time.Duration,
+	flow func(context.Context) (*trusted.Session, error)) (sid string, obtainedAt time.Time, fromStore bool, err error) {
+	c, fromStore, err := newSharedSessions(s, apiKey).obtain(ctx, sessionKey{cred.Kind, cred.Value, serviceUserID}, false, 0, ttl, time.Now, flow)
+	return c.sid, c.obtainedAt, fromStore, err
 }

@@ -51,7 +51,7 @@ func legacyTokenCommand(e *env) *cli.Command {
 		UsageText: "signagent legacy-token --by password --login L\n" +
 			"signagent legacy-token --by certificate [token flags]\n" +
 			"signagent legacy-token --by sid [--sid-file F | --snils S --service-user-id ID]",
-		Flags: legacyCommandFlags(&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print {\"token\",\"by\",\"obtainedAt\",\"expiresAt\"}"}),
+		Flags: concat(legacyCommandFlags(&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print {\"token\",\"by\",\"obtainedAt\",\"expiresAt\"}"}), storeFlags()),
 		Action: func(c *cli.Context) error {
 			tok, _, err := obtainLegacy(c, e)
 			if err != nil {
@@ -119,7 +119,22 @@ func obtainLegacy(c *cli.Context, e *env) (legacy.Token, *legacy.Client, error) 
 		return legacy.Token{}, nil, err
 	}
 	defer done()
-	tok, err := client.Authenticate(c.Context, id)
+	var tok legacy.Token
+	if u := s.String("store"); u != "" && u != "local" {
+		// Through the shared store: the token the agents (or an earlier
+		// command) obtained for this identity, or one obtained now under
+		// its lease and kept there.
+		r, err := openSharedStore(s, u)
+		if err != nil {
+			return legacy.Token{}, nil, err
+		}
+		defer r.Close()
+		tokens := legacy.NewTokens(client, 0, 0)
+		tokens.Share(r)
+		tok, _, err = tokens.Token(c.Context, id)
+	} else {
+		tok, err = client.Authenticate(c.Context, id)
+	}
 	if err != nil {
 		return legacy.Token{}, nil, err
 	}

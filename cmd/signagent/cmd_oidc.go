@@ -302,9 +302,18 @@ func tokenStore(s *settings.Settings) (oidc.Records, error) {
 	return oidc.Store{Dir: d}, err
 }
 
-// sharedStore opens --store's Redis with the key file and the password
-// (a file or the environment: never the URL, never a flag's value).
+// sharedStore is --store's Redis as the OpenID Connect records' store.
 func sharedStore(s *settings.Settings, u string) (oidc.Records, error) {
+	r, err := openSharedStore(s, u)
+	if err != nil {
+		return nil, err
+	}
+	return &oidc.Shared{S: r, Name: u}, nil
+}
+
+// openSharedStore opens --store's Redis with the key file and the password
+// (a file or the environment: never the URL, never a flag's value).
+func openSharedStore(s *settings.Settings, u string) (*store.Redis, error) {
 	if !store.IsURL(u) {
 		return nil, usageErr(fmt.Errorf("--store %q: want local, redis://, rediss:// or redis+sentinel://", u))
 	}
@@ -339,7 +348,7 @@ func sharedStore(s *settings.Settings, u string) (oidc.Records, error) {
 	if err != nil {
 		return nil, usageErr(err)
 	}
-	return &oidc.Shared{S: r, Name: u}, nil
+	return r, nil
 }
 
 // oidcClient builds the client for an identity provider and application,

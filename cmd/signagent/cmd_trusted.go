@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,11 +14,14 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/signer"
+	"github.com/signagent/signagent/store"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -79,7 +83,8 @@ func sessionCommand(e *env) *cli.Command {
 		Name:      "session",
 		Usage:     "sign on the token and run authenticate-by-truster and approve-truster; print the auth.sid",
 		UsageText: "signagent session --phone P | --snils S | --thumbprint T --service-user-id ID [--json]",
-		Flags: concat(credentialFlags()[:4], serviceFlags(), tokenFlags(), signFlags(), []cli.Flag{
+		Flags: concat(credentialFlags()[:4], serviceFlags(), tokenFlags(), signFlags(), storeFlags(), []cli.Flag{
+			&cli.DurationFlag{Name: "session-ttl", Category: catStore, Value: 12 * time.Hour, EnvVars: []string{"SIGNAGENT_SESSION_TTL"}, Usage: "with --store: use a session the store holds when it is younger than this, and keep a new one this long"},
 			&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print {\"sid\",\"kind\",\"obtainedAt\"}"},
 		}),
 		Action: func(c *cli.Context) error {
@@ -87,24 +92,46 @@ func sessionCommand(e *env) *cli.Command {
 			if err != nil {
 				return err
 			}
-			if _, err := apiKey(c); err != nil {
+			key, err := apiKey(c)
+			if err != nil {
 				return err
 			}
+			userID := c.String("service-user-id")
 			sel, err := selection(c)
 			if err != nil {
 				return err
 			}
-			key, cms, err := openSigner(c.Context, c, e, sel)
-			if err != nil {
-				return err
+			// The token is opened only when a login must run: a session the
+			// shared store holds costs no PIN and no signature.
+			flow := func(ctx context.Context) (*trusted.Session, error) {
+				k, cms, err := openSigner(ctx, c, e, sel)
+				if err != nil {
+					return nil, err
+				}
+				defer k.Close()
+				client, err := newClient(c, e, signer.Bounded{Signer: cms, Timeout: c.Duration("token-timeout")})
+				if err != nil {
+					return nil, err
+				}
+				return client.Session(ctx, cred, userID)
 			}
-			defer key.Close()
-			client, err := newClient(c, e, signer.Bounded{Signer: cms, Timeout: c.Duration("token-timeout")})
-			if err != nil {
-				return err
-			}
-			s, err := client.Session(c.Context, cred, c.String("service-user-id"))
-			if err != nil {
+			var s *trusted.Session
+			if u := c.String("store"); u != "" && u != "local" {
+				r, err := openSharedStore(settings.Of(c), u)
+				if err != nil {
+					return err
+				}
+				defer r.Close()
+				sid, at, fromStore, err := agent.SharedSession(c.Context, r, key, cred, userID, c.Duration("session-ttl"), flow)
+				if errors.Is(err, store.ErrUnavailable) {
+					err = fmt.Errorf("%w: %w", oidc.ErrStoreUnavailable, err)
+				}
+				if err != nil {
+					return err
+				}
+				e.log.Info().Bool("fromStore", fromStore).Msg("session through the shared store")
+				s = &trusted.Session{Sid: sid, Kind: cred.Kind, ObtainedAt: at}
+			} else if s, err = flow(c.Context); err != nil {
 				return err
 			}
 			e.log.Info().Str("credential", cred.Masked()).Str("sid", trusted.MaskSecret(s.Sid)).Msg("session obtained")

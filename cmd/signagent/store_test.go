@@ -200,3 +200,79 @@ func redisDump(t *testing.T, addr string) string {
 	t.Helper()
 	return redistest.Dump(t, addr)
 }
+
+// TestSessionThroughSharedStore: `signagent session --store` and an agent
+// on the same store log a user in once between them: the second command
+// and the agent get the session the first one stored (the second without
+// opening the token), and the emulator issues one auth.sid.
+func TestSessionThroughSharedStore(t *testing.T) {
+	tk, emu := linkedEmulator(t)
+	srv := redistest.Start(t)
+	key := filepath.Join(t.TempDir(), "store.key")
+	if code, stderr, _ := runBinary(t, signagent(t, nil, "store-key", "--out", key)); code != 0 {
+		t.Fatal(stderr)
+	}
+	t.Setenv("SIGNAGENT_STORE", srv.URL())
+	t.Setenv("SIGNAGENT_STORE_KEY_FILE", key)
+	code, first, stderr := runSession(tk, emu, "error")
+	if code != 0 {
+		t.Fatalf("session: %d %s", code, stderr)
+	}
+	// The second names a PIN file that does not exist: it is not needed.
+	var stdout, errOut bytes.Buffer
+	code = run([]string{"signagent", "--log-level", "error", "session", "--phone", "9161234567", "--service-user-id", "crm-42", "--base-url", emu.URL(),
+		"--module", tk.Module, "--token-label", tk.Label, "--key-label", tk.RSA.Label, "--pin-file", filepath.Join(t.TempDir(), "no-pin")}, strings.NewReader(""), &stdout, &errOut)
+	if code != 0 || stdout.String() != first {
+		t.Fatalf("second session: %d %q (first %q) %s", code, stdout.String(), first, errOut.String())
+	}
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "a.sock")
+	a := startServe(t, signagent(t, append(serveEnv(tk), "SIGNAGENT_STORE="+srv.URL(), "SIGNAGENT_STORE_KEY_FILE="+key, "XDG_STATE_HOME="+dir),
+		"serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull, "--base-url", emu.URL()), sock)
+	eventuallyReady(t, a)
+	code, body := a.do("POST", "/v1/sessions", `{"phone":"9161234567","serviceUserId":"crm-42"}`)
+	if code != 200 || !strings.Contains(body, `"sid":"`+strings.TrimSpace(first)+`"`) {
+		t.Fatalf("the agent: %d %s (want %s)", code, body, first)
+	}
+	if n := emu.Stats().Sessions; n != 1 {
+		t.Fatalf("%d auth.sids for one user through two commands and an agent, want 1", n)
+	}
+}
+
+// TestLegacyTokenThroughSharedStore: `signagent legacy-token --store` run
+// twice logs in once: the second prints the token the first stored.
+func TestLegacyTokenThroughSharedStore(t *testing.T) {
+	const devKey = "testClient-5a6b7c8d9e"
+	hash, _ := emulator.HashPassword([]byte(browserPassword))
+	emu, err := emulator.New(&emulator.Config{Developers: []emulator.Developer{{Key: devKey}},
+		Users: []emulator.User{{ID: "alice", Login: "alice@example.com", PasswordHash: hash}}}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := emu.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer emu.Close(context.Background())
+	srv := redistest.Start(t)
+	key := filepath.Join(t.TempDir(), "store.key")
+	if code, stderr, _ := runBinary(t, signagent(t, nil, "store-key", "--out", key)); code != 0 {
+		t.Fatal(stderr)
+	}
+	t.Setenv("SIGNAGENT_DEVELOPER_KEY", devKey)
+	t.Setenv("SIGNAGENT_PASSWORD", browserPassword)
+	t.Setenv("SIGNAGENT_STORE", srv.URL())
+	t.Setenv("SIGNAGENT_STORE_KEY_FILE", key)
+	tokens := make([]string, 2)
+	for i := range tokens {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"signagent", "--log-level", "error", "legacy-token", "--by", "password", "--login", "alice@example.com", "--api-url", emu.URL()},
+			strings.NewReader(""), &stdout, &stderr)
+		if code != 0 {
+			t.Fatalf("legacy-token %d: %d %s", i, code, stderr.String())
+		}
+		tokens[i] = stdout.String()
+	}
+	if tokens[0] != tokens[1] || emu.Stats().LegacyTokens != 1 {
+		t.Fatalf("%q, %d logins (want the same token, 1 login)", tokens, emu.Stats().LegacyTokens)
+	}
+}
