@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -149,7 +150,15 @@ func (a *Agent) SetService(apiKey string, c *trusted.Client) {
 // it (nil: in this agent's memory only).
 func (a *Agent) SetSharedStore(s *store.Redis) {
 	if s != nil {
-		s.Observe(func(op, result string) { a.metrics.storeOps.WithLabelValues(op, result).Inc() })
+		var sealed sync.Once
+		s.Observe(func(op, result string) {
+			a.metrics.storeOps.WithLabelValues(op, result).Inc()
+			if result == "sealed" {
+				sealed.Do(func() {
+					a.o.Log.Warn().Msg("a value in the shared store did not open with the store key (tampered, moved to another identity, or sealed with a key not in the key file); it is not used, and each one is counted in signagent_store_operations_total{result=\"sealed\"}")
+				})
+			}
+		})
 	}
 	a.shared.Store(s)
 	a.setSharedSessions()

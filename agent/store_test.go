@@ -289,3 +289,41 @@ func BenchmarkCachedOIDCSharedStore(b *testing.B) {
 	b.ReportMetric(float64(ms.Microseconds()), "shared-median-µs")
 	b.ReportMetric(float64(ms)/float64(ml), "shared/local")
 }
+
+// TestAgentSharedStoreTampered: a record in the shared store that does not
+// open with the key (here: overwritten by someone with write access to
+// Redis) is never used: the profile must sign in again (409), each such
+// value is counted, and the agent says so once in its log, without the
+// value.
+func TestAgentSharedStoreTampered(t *testing.T) {
+	h := start(t, options{oidc: true})
+	srv := redistest.Start(t)
+	sealer, _ := store.NewSealer(bytes.Repeat([]byte{8}, 32))
+	r, err := store.Open(store.Options{URL: srv.URL(), Sealer: sealer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rec, _ := h.store.Load("default")
+	sh := &oidc.Shared{S: r, Name: srv.URL()}
+	if err := sh.Save(rec); err != nil {
+		t.Fatal(err)
+	}
+	h.agent.SetOIDC(&oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }})
+	h.agent.SetSharedStore(r)
+	if got := redistest.Command(srv.Addr, "HSET", "signagent:{"+sealer.Name("oidc", "default")+"}", "v", "forged-by-someone"); got != "0" {
+		t.Fatalf("HSET: %q", got)
+	}
+	for range 2 {
+		code, _, body := raw(t, h.sock, "POST", "/v1/authorizations", `{"scheme":"oidc"}`)
+		if code != 409 || !strings.Contains(body, "does not open with the store key") || strings.Contains(body, "forged") {
+			t.Fatalf("a forged record: %d %s", code, body)
+		}
+	}
+	if n := strings.Count(h.logs.String(), "did not open with the store key"); n != 1 {
+		t.Fatalf("logged %d times, want once:\n%s", n, h.logs.String())
+	}
+	if v := h.metric(t, `signagent_store_operations_total{op="get",result="sealed"}`); v != "2" {
+		t.Fatalf("sealed values counted: %s, want 2", v)
+	}
+}

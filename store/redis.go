@@ -147,8 +147,8 @@ type Redis struct {
 }
 
 // Observe has f told of every store operation (get, put, delete, acquire,
-// ping) and its result (ok, not_found, sealed, fenced, waited,
-// unavailable): the agent's metrics.
+// ping) and its result (ok, not_found, sealed, fenced, waited, taken_over,
+// unreplicated, unavailable): the agent's metrics.
 func (r *Redis) Observe(f func(op, result string)) { r.observe.Store(&f) }
 
 func (r *Redis) note(op string, err error) {
@@ -167,14 +167,20 @@ func (r *Redis) note(op string, err error) {
 		result = "fenced"
 	case errors.Is(err, errWaited):
 		result = "waited"
+	case errors.Is(err, errTakenOver):
+		result = "taken_over"
 	default:
 		result = "unavailable"
 	}
 	(*f)(op, result)
 }
 
-// errWaited notes a lease that another agent held for a while.
-var errWaited = errors.New("waited for the lease")
+// errWaited notes a lease that another agent held for a while, and
+// errTakenOver one waited for at least its time to live.
+var (
+	errWaited    = errors.New("waited for the lease")
+	errTakenOver = errors.New("took the lease over")
+)
 
 // quiet drops go-redis's own log lines ("connection pool: failed to
 // dial"): the store's errors reach the caller, who says them once.
@@ -417,7 +423,7 @@ func (r *Redis) Acquire(ctx context.Context, kind, id string) (*Lease, error) {
 	rand.Read(b)
 	owner := hex.EncodeToString(b)
 	wait := 20 * time.Millisecond
-	waited := false
+	waited, start := false, time.Now()
 	for {
 		var got bool
 		err := r.call(ctx, func(ctx context.Context) (err error) {
@@ -431,9 +437,14 @@ func (r *Redis) Acquire(ctx context.Context, kind, id string) (*Lease, error) {
 		if got {
 			l := &Lease{r: r, key: key, owner: owner, stop: make(chan struct{}), done: make(chan struct{})}
 			go l.renew()
-			if waited {
+			switch {
+			case waited && time.Since(start) >= r.leaseTTL:
+				// Its holder stopped renewing it (killed or paused), or
+				// held it that long.
+				r.note("acquire", errTakenOver)
+			case waited:
 				r.note("acquire", errWaited)
-			} else {
+			default:
 				r.note("acquire", nil)
 			}
 			return l, nil

@@ -241,6 +241,12 @@ func TestLeaseTakeOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	dead.Close() // no more renewals, no release: as SIGKILL leaves it
+	var takenOver atomic.Int64
+	next.Observe(func(op, result string) {
+		if op == "acquire" && result == "taken_over" {
+			takenOver.Add(1)
+		}
+	})
 	start := time.Now()
 	l, err := next.Acquire(ctx, "legacy", "alice")
 	if err != nil {
@@ -248,6 +254,9 @@ func TestLeaseTakeOver(t *testing.T) {
 	}
 	defer l.Release()
 	t.Logf("taken over after %v (lease TTL %v)", time.Since(start).Round(time.Millisecond), ttl)
+	if takenOver.Load() != 1 {
+		t.Fatalf("the take-over was not counted")
+	}
 }
 
 // TestStoreFaults: a store that is down or paused answers every call with

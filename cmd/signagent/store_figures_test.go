@@ -21,7 +21,10 @@ import (
 // redis-server, asked for 1,000 trusted identities' sessions round-robin
 // (each identity through every agent, eight callers at a time), make
 // exactly 1,000 trusted authentications, that is 1,000 signatures on the
-// token, not 3,000: the emulator counts the auth.sids it issued.
+// token, not 3,000: the emulator counts the auth.sids it issued. Then a
+// business call for each identity through every agent's proxy (the
+// auth.sid exchanged for a legacy token, Authenticate type=sid) makes
+// exactly 1,000 legacy logins, not 3,000.
 func TestFiguresSharedStoreSessions(t *testing.T) {
 	const identities, agents = 1000, 3
 	tk := hsmtest.New(t)
@@ -30,8 +33,9 @@ func TestFiguresSharedStoreSessions(t *testing.T) {
 		users[i] = emulator.User{ID: fmt.Sprintf("u%d", i), Phone: fmt.Sprintf("93%08d", i), Linked: []string{fmt.Sprintf("p:crm-%d", i)}}
 	}
 	emu, err := emulator.New(&emulator.Config{
-		Partners: []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}}},
-		Users:    users,
+		Partners:   []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}}},
+		Developers: []emulator.Developer{{Name: "crm", Key: "testClient-0a1b2c3d4e"}},
+		Users:      users,
 	}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -49,9 +53,10 @@ func TestFiguresSharedStoreSessions(t *testing.T) {
 	var procs []*agentProc
 	for i := range agents {
 		sock := filepath.Join(dir, fmt.Sprintf("a%d.sock", i))
-		env := append(serveEnv(tk), "SIGNAGENT_STORE="+srv.URL(), "SIGNAGENT_STORE_KEY_FILE="+key, "XDG_STATE_HOME="+dir)
+		env := append(serveEnv(tk), "SIGNAGENT_STORE="+srv.URL(), "SIGNAGENT_STORE_KEY_FILE="+key, "XDG_STATE_HOME="+dir,
+			"SIGNAGENT_DEVELOPER_KEY=testClient-0a1b2c3d4e")
 		procs = append(procs, startServe(t, signagent(t, env, "serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull,
-			"--base-url", emu.URL(), "--log-level", "warn"), sock))
+			"--base-url", emu.URL(), "--api-url", emu.URL(), "--log-level", "warn"), sock))
 	}
 	for _, a := range procs {
 		eventuallyReady(t, a)
@@ -82,6 +87,35 @@ func TestFiguresSharedStoreSessions(t *testing.T) {
 		agents, identities, identities*agents, took.Round(time.Millisecond), st.Sessions, st.Requests["authenticate-by-truster"])
 	if st.Sessions != identities || st.Requests["authenticate-by-truster"] != identities || failed.Load() != 0 {
 		t.Fatalf("%d auth.sids and %d signatures for %d identities on %d agents, want %d each", st.Sessions, st.Requests["authenticate-by-truster"], identities, agents, identities)
+	}
+
+	// Legacy tokens: a business call per identity through every agent.
+	next.Store(0)
+	start = time.Now()
+	for range 8 {
+		wg.Go(func() {
+			for {
+				n := int(next.Add(1)) - 1
+				if n >= identities*agents {
+					return
+				}
+				id, a := n/agents, procs[n%agents]
+				code, body := a.doWith("GET", "/v1/service/GetMyOrganizations?autoRegister=false", "",
+					map[string]string{"Signagent-Identity": fmt.Sprintf("trusted phone=93%08d serviceUserId=crm-%d", id, id)})
+				if code != 200 {
+					failed.Add(1)
+					t.Errorf("identity %d through agent %d's proxy: %d %s", id, n%agents, code, body)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took = time.Since(start)
+	st = emu.Stats()
+	t.Logf("%d agents, %d identities, %d proxied calls in %v: %d legacy logins (Authenticate type=sid), %d auth.sids in all",
+		agents, identities, identities*agents, took.Round(time.Millisecond), st.LegacyTokens, st.Sessions)
+	if st.LegacyTokens != identities || st.Sessions != identities || failed.Load() != 0 {
+		t.Fatalf("%d legacy logins and %d auth.sids for %d identities on %d agents, want %d each", st.LegacyTokens, st.Sessions, identities, agents, identities)
 	}
 }
 

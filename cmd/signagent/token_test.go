@@ -246,7 +246,15 @@ func startServe(t testing.TB, cmd *exec.Cmd, sock string) *agentProc {
 }
 
 func (a *agentProc) do(method, path, body string) (int, string) {
+	return a.doWith(method, path, body, nil)
+}
+
+// doWith is do with request headers.
+func (a *agentProc) doWith(method, path, body string, header map[string]string) (int, string) {
 	req, _ := http.NewRequest(method, "http://agent"+path, strings.NewReader(body))
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
 	resp, err := a.client.Do(req)
 	if err != nil {
 		return 0, err.Error()
