@@ -34,7 +34,7 @@ type auditEntry struct {
 	outcome     string // "ok" or an error code
 	serviceCode string
 	cached      *bool
-	source      string // where a session came from: memory, store (another agent), login
+	source      string // where a session or header came from: memory, store (another process), login or refresh
 	latency     time.Duration
 	scheme      string // of an authorization
 	identity    string // who it is for, without a secret

@@ -103,18 +103,20 @@ func (a *Agent) legacyIdentityOf(req api.AuthorizationRequest, entry *auditEntry
 		if refresh {
 			l.Tokens.ForgetOlder(id, a.o.RefreshFloor)
 		}
-		tok, cached, err := l.Tokens.Token(ctx, id)
+		tok, from, err := l.Tokens.TokenFrom(ctx, id)
 		// A cached auth.sid the service no longer takes is dropped and the
 		// trusted flow runs once more.
 		var se *legacy.ServiceError
 		if errors.As(err, &se) && se.Status == http.StatusUnauthorized && se.Code != legacy.CodeAuth && dropSession != nil && dropSession() {
-			tok, cached, err = l.Tokens.Token(ctx, id)
+			tok, from, err = l.Tokens.TokenFrom(ctx, id)
 		}
+		cached := from != legacy.FromLogin
 		a.metrics.observeAuthorization("legacy", cached, err)
 		if err != nil {
 			return nil, err
 		}
-		entry.cached = &cached
+		a.metrics.sources.WithLabelValues("legacy", from).Inc()
+		entry.cached, entry.source = &cached, from
 		return &api.AuthorizationResponse{Authorization: l.Tokens.Client().Header(tok.Value), ExpiresAt: tok.ExpiresAt, Cached: cached}, nil
 	}
 	return &identity{name: auth.String(), token: token, reject: auth.Reject}, nil
@@ -140,13 +142,15 @@ func (a *Agent) oidcIdentity(req api.AuthorizationRequest, entry *auditEntry) (*
 		if refresh {
 			t.ExpireOlder(profile, a.o.RefreshFloor)
 		}
-		rec, cached, err := t.Token(ctx, profile)
+		rec, from, err := t.TokenFrom(ctx, profile)
+		cached := from != oidc.FromRefresh
 		a.metrics.observeAuthorization("oidc", cached, err)
 		if err != nil {
 			return nil, err
 		}
+		a.metrics.sources.WithLabelValues("oidc", from).Inc()
 		entry.identity = "profile " + profile + " (" + rec.Subject + ")"
-		entry.cached = &cached
+		entry.cached, entry.source = &cached, from
 		return &api.AuthorizationResponse{Authorization: rec.Header(), ExpiresAt: rec.Expiry, Cached: cached}, nil
 	}
 	return &identity{name: auth.String(), token: token, reject: auth.Reject}, nil

@@ -104,7 +104,7 @@ func (c *sessionCache) obtain(ctx context.Context, k sessionKey, refresh bool, f
 	}
 	ch := c.group.DoChan(k.String(), func() (any, error) {
 		if s, ok := c.get(k); ok { // filled while we queued for the group
-			return obtained{s, fromMemory}, nil
+			return obtained{s, fromMemory, new(atomic.Bool)}, nil
 		}
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
@@ -120,7 +120,7 @@ func (c *sessionCache) obtain(ctx context.Context, k sessionKey, refresh bool, f
 				if fromStore {
 					source = fromSharedStore
 				}
-				return obtained{s, source}, nil
+				return obtained{s, source, new(atomic.Bool)}, nil
 			case !errors.Is(err, store.ErrUnavailable):
 				return nil, err
 			}
@@ -132,15 +132,15 @@ func (c *sessionCache) obtain(ctx context.Context, k sessionKey, refresh bool, f
 		}
 		s := cachedSession{sid: sess.Sid, obtainedAt: sess.ObtainedAt, expires: sess.ObtainedAt.Add(ttl)}
 		c.keep(k, s)
-		return obtained{s, fromLogin}, nil
+		return obtained{s, fromLogin, new(atomic.Bool)}, nil
 	})
 	select {
 	case r := <-ch:
 		if r.Err != nil {
 			return cachedSession{}, "", r.Err
 		}
-		o := r.Val.(obtained)
-		return o.s, o.source, nil
+		s, source := r.Val.(obtained).take()
+		return s, source, nil
 	case <-ctx.Done():
 		return cachedSession{}, "", ctx.Err()
 	}
@@ -154,10 +154,20 @@ const (
 	fromLogin       = "login"
 )
 
-// obtained is a session and where it came from.
+// obtained is a session and where it came from; the flight's first taker
+// claims the source, the others who waited on it got a session that was
+// there for them (memory), so that a login is counted once.
 type obtained struct {
-	s      cachedSession
-	source string
+	s       cachedSession
+	source  string
+	claimed *atomic.Bool
+}
+
+func (o obtained) take() (cachedSession, string) {
+	if o.source != fromMemory && !o.claimed.CompareAndSwap(false, true) {
+		return o.s, fromMemory
+	}
+	return o.s, o.source
 }
 
 // keep puts s in memory for k.

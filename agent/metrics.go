@@ -22,6 +22,7 @@ type metrics struct {
 	authz         *prometheus.CounterVec
 	storeOps      *prometheus.CounterVec
 	sessions      *prometheus.CounterVec
+	sources       *prometheus.CounterVec
 	oidcRefreshes *prometheus.CounterVec
 	calls         *prometheus.CounterVec
 	retries       *prometheus.CounterVec
@@ -82,6 +83,9 @@ func newMetrics(tm *TokenManager) *metrics {
 		sessions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_sessions_total",
 			Help: "Trusted sessions handed out by where they came from: memory (this agent's), store (another agent's login, through the shared store), login (a trusted authentication just now)."},
 			[]string{"source"}),
+		sources: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_authorization_sources_total",
+			Help: "Authorization header values handed out by scheme and where they came from: memory (this agent's), store (the token store or the shared store: another process's login), login or refresh (just now)."},
+			[]string{"scheme", "source"}),
 		storeOps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_store_operations_total",
 			Help: "Shared store operations (get, put, delete, acquire, ping) by result (ok, not_found, sealed: a value that did not open, fenced, waited: a lease another agent held, unavailable)."},
 			[]string{"op", "result"}),
@@ -91,7 +95,10 @@ func newMetrics(tm *TokenManager) *metrics {
 	for _, s := range []string{fromMemory, fromSharedStore, fromLogin} {
 		m.sessions.WithLabelValues(s)
 	}
-	m.reg.MustRegister(m.calls, m.retries, m.authz, m.oidcRefreshes, m.requests, m.duration, m.storeOps, m.sessions,
+	for _, s := range [][2]string{{"legacy", "memory"}, {"legacy", "store"}, {"legacy", "login"}, {"oidc", "memory"}, {"oidc", "store"}, {"oidc", "refresh"}} {
+		m.sources.WithLabelValues(s[0], s[1])
+	}
+	m.reg.MustRegister(m.calls, m.retries, m.authz, m.oidcRefreshes, m.requests, m.duration, m.storeOps, m.sessions, m.sources,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

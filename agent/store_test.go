@@ -224,6 +224,27 @@ func TestAgentsShareLegacyTokens(t *testing.T) {
 			t.Fatalf("different headers: %q", headers)
 		}
 	}
+	// Where the headers came from: one login, the other agent's first from
+	// the store, the rest from memory; in the metrics and the audit lines.
+	count := func(source string) int {
+		n := 0
+		for _, a := range []*harness{h, b} {
+			_, _, body := raw(t, a.sock, "GET", "/metrics", "")
+			for _, line := range strings.Split(body, "\n") {
+				if v, ok := strings.CutPrefix(line, `signagent_authorization_sources_total{scheme="legacy",source="`+source+`"} `); ok {
+					k, _ := strconv.Atoi(v)
+					n += k
+				}
+			}
+		}
+		return n
+	}
+	if l, st, m := count("login"), count("store"), count("memory"); l != 1 || st != 1 || m != 8 {
+		t.Fatalf("legacy headers: %d from a login, %d from the store, %d from memory (want 1, 1, 8)", l, st, m)
+	}
+	if !strings.Contains(h.audit.String(), `"from":"store"`) || !strings.Contains(h.audit.String(), `"from":"login"`) {
+		t.Fatalf("the audit lines do not say where headers came from:\n%s", h.audit.String())
+	}
 	code, _, body := raw(t, b.sock, "POST", "/v1/authorizations", `{"scheme":"legacy","by":"password","login":"alice@example.com","refresh":true}`)
 	if code != 200 || strings.HasPrefix(body, headers[0]) {
 		t.Fatalf("refresh: %d %s", code, body)

@@ -148,18 +148,49 @@ func (t *Tokens) Client() *Client { return t.client }
 // Token returns a valid token for id, cached or new; cached reports
 // whether no authentication ran for this call.
 func (t *Tokens) Token(ctx context.Context, id Identity) (tok Token, cached bool, err error) {
+	tok, from, err := t.TokenFrom(ctx, id)
+	return tok, from != FromLogin, err
+}
+
+// Where a token came from: this process's memory, the shared store
+// (another agent logged in), or a login just now.
+const (
+	FromMemory = "memory"
+	FromStore  = "store"
+	FromLogin  = "login"
+)
+
+// sourced is a token and where it came from; the flight's first taker
+// claims the source, the others who waited on it got a token that was
+// there for them (FromMemory), so that a login is counted once.
+type sourced struct {
+	tok     Token
+	from    string
+	claimed *atomic.Bool
+}
+
+func (s sourced) take() (Token, string) {
+	if s.from != FromMemory && !s.claimed.CompareAndSwap(false, true) {
+		return s.tok, FromMemory
+	}
+	return s.tok, s.from
+}
+
+// TokenFrom is Token saying where the token came from: FromMemory,
+// FromStore or FromLogin.
+func (t *Tokens) TokenFrom(ctx context.Context, id Identity) (Token, string, error) {
 	k := id.cacheKey()
 	if tok, ok := t.get(k); ok {
-		return tok, true, nil
+		return tok, FromMemory, nil
 	}
 	ch := t.group.DoChan(k, func() (any, error) {
 		if tok, ok := t.get(k); ok { // another flight finished meanwhile
-			return tok, nil
+			return sourced{tok, FromMemory, new(atomic.Bool)}, nil
 		}
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.timeout)
 		defer cancel()
 		if sh := t.shared.Load(); sh != nil {
-			b, _, err := sh.s.Obtain(fctx, tokenKind, sh.dev+"\x00"+k,
+			b, fromStore, err := sh.s.Obtain(fctx, tokenKind, sh.dev+"\x00"+k,
 				func(b []byte) bool {
 					var tok Token
 					return json.Unmarshal(b, &tok) == nil && tok.Value != "" && t.now().Before(tok.ExpiresAt.Add(-t.margin))
@@ -176,7 +207,10 @@ func (t *Tokens) Token(ctx context.Context, id Identity) (tok Token, cached bool
 			switch {
 			case err == nil && json.Unmarshal(b, &tok) == nil:
 				t.put(k, tok)
-				return tok, nil
+				if fromStore {
+					return sourced{tok, FromStore, new(atomic.Bool)}, nil
+				}
+				return sourced{tok, FromLogin, new(atomic.Bool)}, nil
 			case err != nil && !errors.Is(err, store.ErrUnavailable):
 				return nil, err
 			}
@@ -187,16 +221,17 @@ func (t *Tokens) Token(ctx context.Context, id Identity) (tok Token, cached bool
 			return nil, err
 		}
 		t.put(k, tok)
-		return tok, nil
+		return sourced{tok, FromLogin, new(atomic.Bool)}, nil
 	})
 	select {
 	case r := <-ch:
 		if r.Err != nil {
-			return Token{}, false, r.Err
+			return Token{}, "", r.Err
 		}
-		return r.Val.(Token), false, nil
+		tok, from := r.Val.(sourced).take()
+		return tok, from, nil
 	case <-ctx.Done():
-		return Token{}, false, ctx.Err()
+		return Token{}, "", ctx.Err()
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -107,12 +108,28 @@ func (t *Tokens) margin(r *Record) time.Duration {
 // Before, refreshing it when needed. A profile that must sign in again
 // wraps ErrSignIn.
 func (t *Tokens) Token(ctx context.Context, profile string) (*Record, bool, error) {
-	rec, err := t.load(profile)
+	rec, from, err := t.TokenFrom(ctx, profile)
+	return rec, from != FromRefresh, err
+}
+
+// Where an access token came from: this process's memory, the store (a
+// file or the shared store: another process's sign-in or refresh), or a
+// refresh just now.
+const (
+	FromMemory  = "memory"
+	FromStore   = "store"
+	FromRefresh = "refresh"
+)
+
+// TokenFrom is Token saying where the record came from: FromMemory,
+// FromStore or FromRefresh.
+func (t *Tokens) TokenFrom(ctx context.Context, profile string) (*Record, string, error) {
+	rec, from, err := t.loadFrom(profile)
 	if err != nil {
-		return nil, false, err
+		return nil, "", err
 	}
 	if t.fresh(rec) {
-		return rec, true, nil
+		return rec, from, nil
 	}
 	ch := t.sf.DoChan(profile, func() (any, error) {
 		timeout := t.Timeout
@@ -123,23 +140,54 @@ func (t *Tokens) Token(ctx context.Context, profile string) (*Record, bool, erro
 		// the refresh the others wait for.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
-		return t.refresh(rctx, profile)
+		rec, refreshed, err := t.refresh(rctx, profile)
+		if err != nil {
+			return nil, err
+		}
+		if refreshed {
+			return sourced{rec, FromRefresh, new(atomic.Bool)}, nil
+		}
+		return sourced{rec, FromStore, new(atomic.Bool)}, nil
 	})
 	select {
 	case r := <-ch:
 		if r.Err != nil {
-			return nil, false, r.Err
+			return nil, "", r.Err
 		}
-		return r.Val.(*Record), false, nil
+		rec, from := r.Val.(sourced).take()
+		return rec, from, nil
 	case <-ctx.Done():
-		return nil, false, ctx.Err()
+		return nil, "", ctx.Err()
 	}
 }
 
-// load reads the record, from memory while the file is unchanged.
+// sourced is a record and where it came from; the flight's first taker
+// claims the source, the others who waited on it got a record that was
+// there for them (FromMemory), so that a refresh is counted once.
+type sourced struct {
+	rec     *Record
+	from    string
+	claimed *atomic.Bool
+}
+
+func (s sourced) take() (*Record, string) {
+	if !s.claimed.CompareAndSwap(false, true) {
+		return s.rec, FromMemory
+	}
+	return s.rec, s.from
+}
+
+// load reads the record (see loadFrom).
 func (t *Tokens) load(profile string) (*Record, error) {
+	rec, _, err := t.loadFrom(profile)
+	return rec, err
+}
+
+// loadFrom reads the record, from memory while the file is unchanged (or,
+// for a shared store, while it needs no refresh), and says which.
+func (t *Tokens) loadFrom(profile string) (*Record, string, error) {
 	if err := CheckProfile(profile); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	t.mu.Lock()
 	c, hit := t.cache[profile]
@@ -150,23 +198,23 @@ func (t *Tokens) load(profile string) (*Record, error) {
 		// refreshed or signed in): a stat per use.
 		var ok bool
 		if id, ok = statID(fs.Path(profile)); ok && hit && c.stat == id {
-			return c.rec, nil
+			return c.rec, FromMemory, nil
 		}
 	} else if hit && t.fresh(c.rec) {
 		// A shared store is read only when the copy in memory needs a
 		// refresh: a cached header costs no round trip.
-		return c.rec, nil
+		return c.rec, FromMemory, nil
 	}
 	rec, err := t.Store.Load(profile)
 	if err != nil {
 		if errors.Is(err, ErrStoreUnavailable) && hit && t.now().Before(c.rec.Expiry) {
-			return c.rec, nil // still valid: served while the store is down
+			return c.rec, FromMemory, nil // still valid: served while the store is down
 		}
 		t.forget(profile)
-		return nil, err
+		return nil, "", err
 	}
 	t.remember(profile, rec, id)
-	return rec, nil
+	return rec, FromStore, nil
 }
 
 // Reject marks value, profile's access token that the service answered
@@ -213,24 +261,24 @@ func (t *Tokens) forget(profile string) {
 	delete(t.cache, profile)
 }
 
-func (t *Tokens) refresh(ctx context.Context, profile string) (*Record, error) {
+func (t *Tokens) refresh(ctx context.Context, profile string) (*Record, bool, error) {
 	unlock, err := t.Store.Lock(ctx, profile)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer unlock()
 	// Another process may have refreshed while we waited for the lock.
 	rec, err := t.Store.Load(profile)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if t.fresh(rec) {
 		t.forget(profile)
-		return rec, nil
+		return rec, false, nil
 	}
 	c, err := t.Client(rec)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	nrec, err := c.Refresh(ctx, rec)
 	if errors.Is(err, ErrSignIn) {
@@ -238,7 +286,7 @@ func (t *Tokens) refresh(ctx context.Context, profile string) (*Record, error) {
 		// one-time refresh token replaced ours), use its record.
 		if again, lerr := t.Store.Load(profile); lerr == nil && again.RefreshToken != rec.RefreshToken && t.fresh(again) {
 			t.forget(profile)
-			return again, nil
+			return again, false, nil
 		}
 	}
 	if err != nil {
@@ -248,15 +296,15 @@ func (t *Tokens) refresh(ctx context.Context, profile string) (*Record, error) {
 			err = fmt.Errorf("%w; sign in again: signagent login --profile %s", err, profile)
 		}
 		t.report(profile, result)
-		return nil, err
+		return nil, false, err
 	}
 	if err := t.Store.Save(nrec); err != nil {
 		t.report(profile, "error")
-		return nil, err
+		return nil, false, err
 	}
 	t.report(profile, "ok")
 	t.forget(profile)
-	return nrec, nil
+	return nrec, true, nil
 }
 
 func (t *Tokens) report(profile, result string) {

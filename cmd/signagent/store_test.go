@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -275,4 +276,46 @@ func TestLegacyTokenThroughSharedStore(t *testing.T) {
 	if tokens[0] != tokens[1] || emu.Stats().LegacyTokens != 1 {
 		t.Fatalf("%q, %d logins (want the same token, 1 login)", tokens, emu.Stats().LegacyTokens)
 	}
+}
+
+// TestServeWithStoreDown: an agent whose shared store does not answer at
+// start starts anyway, says so in /readyz (503, the store's check not
+// ready), and answers a session by logging in itself.
+func TestServeWithStoreDown(t *testing.T) {
+	tk, emu := linkedEmulator(t)
+	dir := t.TempDir()
+	key := filepath.Join(dir, "store.key")
+	if code, stderr, _ := runBinary(t, signagent(t, nil, "store-key", "--out", key)); code != 0 {
+		t.Fatal(stderr)
+	}
+	sock := filepath.Join(dir, "a.sock")
+	a := startServe(t, signagent(t, append(serveEnv(tk), "SIGNAGENT_STORE=redis://"+closedAddr(t), "SIGNAGENT_STORE_KEY_FILE="+key, "XDG_STATE_HOME="+dir),
+		"serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull, "--base-url", emu.URL()), sock)
+	var code int
+	var body string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if code, body = a.do("GET", "/readyz", ""); strings.Contains(body, `"store":{"ready":false`) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code != 503 || !strings.Contains(body, `"store":{"ready":false,"reason":"the shared store is unavailable`) || !strings.Contains(body, `"token":{"ready":true`) {
+		t.Fatalf("readyz with the store down: %d %s", code, body)
+	}
+	if code, body := a.do("POST", "/v1/sessions", `{"phone":"9161234567","serviceUserId":"crm-42"}`); code != 200 || emu.Stats().Sessions != 1 {
+		t.Fatalf("a session with the store down: %d %s", code, body)
+	}
+}
+
+// closedAddr is a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }

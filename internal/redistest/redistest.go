@@ -27,6 +27,18 @@ type Server struct {
 // installs Debian's redis-server.
 func Start(t testing.TB, config ...string) *Server {
 	t.Helper()
+	return start(t, false, config)
+}
+
+// StartTLS runs redis-server speaking TLS alone (no plain port) with the
+// given certificate and key; clients are not asked for certificates.
+func StartTLS(t testing.TB, cert, key string) *Server {
+	t.Helper()
+	return start(t, true, []string{"tls-cert-file " + cert, "tls-key-file " + key, "tls-auth-clients no"})
+}
+
+func start(t testing.TB, tlsOnly bool, config []string) *Server {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatal("redis-server is not installed: make test installs it (scripts/deps.sh redis-server)")
@@ -41,6 +53,10 @@ func Start(t testing.TB, config ...string) *Server {
 	dir := t.TempDir()
 	args := []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
 		"--logfile", filepath.Join(dir, "redis.log")}
+	if tlsOnly {
+		args[1] = "0"
+		args = append(args, "--tls-port", port)
+	}
 	for _, c := range config {
 		k, v, _ := strings.Cut(c, " ")
 		args = append(args, "--"+k, v)
@@ -53,7 +69,10 @@ func Start(t testing.TB, config ...string) *Server {
 	t.Cleanup(s.Stop)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
+		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil && tlsOnly {
+			c.Close() // listening; a TLS handshake is the client's
+			return s
+		} else if err == nil {
 			fmt.Fprint(c, "PING\r\n")
 			c.SetReadDeadline(time.Now().Add(time.Second))
 			line, _ := bufio.NewReader(c).ReadString('\n')
