@@ -1,9 +1,7 @@
 package agent
 
 import (
-	"cmp"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
@@ -11,11 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"os"
-	"os/user"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,146 +17,11 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
-	"github.com/signagent/signagent/safefile"
-	"github.com/signagent/signagent/signer"
-	"github.com/signagent/signagent/store"
 	"github.com/signagent/signagent/trusted"
 )
-
-// Config is everything the daemon runs with, resolved by the caller from
-// its flags, environment and configuration file. Reload takes a new one.
-type Config struct {
-	// Listen holds unix:PATH and tcp:HOST:PORT addresses. With none and no
-	// Inherited listeners the agent listens on DefaultSocket().
-	Listen []string
-	// Inherited are sockets handed over by systemd: Unix ones authenticate
-	// callers by their credentials, the others by the bearer token.
-	Inherited []net.Listener
-	// SocketGroup (a name or a gid) owns created sockets, which are then
-	// mode 0660 instead of 0600.
-	SocketGroup string
-	// AllowUIDs and AllowGIDs restrict Unix callers (empty: anyone who can
-	// reach the socket).
-	AllowUIDs, AllowGIDs []int
-	// BearerTokenFile holds the TCP callers' token; created when absent
-	// (default: beside DefaultSocket()).
-	BearerTokenFile string
-	TLS             TLSFiles
-	// AuditLog is a file (appended, 0600, reopened by Reload), "-" or ""
-	// for Stderr, or os.DevNull for none.
-	AuditLog string
-	Stderr   io.Writer
-
-	Token pkcs11.Selection
-	// NoToken starts the agent without a token: it signs nothing (no
-	// signatures, sessions, links or certificate logins) and serves OpenID
-	// Connect and legacy password identities alone. It is set at start;
-	// a reload that changes it is logged and takes a restart.
-	NoToken          bool
-	Signature        signer.Options
-	TokenConcurrency int
-	QueueSize        int
-	TokenDelay       time.Duration
-
-	APIKey string
-	// Service is the trusted-authentication service; nil answers sessions
-	// and links with 503. Its Signer is set by the daemon.
-	Service         *trusted.Config
-	SessionTTL      time.Duration
-	RequestDeadline time.Duration
-	ShutdownGrace   time.Duration
-	MaxBody         int64
-	LegacySNILS     bool
-	ExposeCanonical bool
-	// ExposeLegacyHeader and NoCertificateLogin: see Options.
-	ExposeLegacyHeader bool
-	NoCertificateLogin bool
-	Routes             []RouteRule
-	// Legacy is the legacy scheme's client configuration (the business API
-	// address and the developer key); nil answers legacy authorizations
-	// with 503. LegacyPasswords are the accounts it may log in as.
-	Legacy          *legacy.Config
-	LegacyPasswords map[string]string
-	// APIURL is the business API the proxy (/v1/service/{method}) forwards
-	// to; empty answers proxied calls with 503. AllowInsecureAPI allows
-	// plain http to a host that is not loopback. ServiceMaxBody bounds a
-	// proxied call's body (default 16 MiB).
-	APIURL           string
-	AllowInsecureAPI bool
-	ServiceMaxBody   int64
-	// ServiceBodyBudget bounds the proxied bodies held at once (default
-	// 256 MiB); taken at start.
-	ServiceBodyBudget int64
-	// OIDC hands out the access tokens of the profiles an operator signed
-	// in with signagent login (the same token store); nil answers oidc
-	// authorizations with 503.
-	OIDC *oidc.Tokens
-	// SharedStore, when set, holds the trusted sessions the agents on it
-	// share (the OpenID Connect records are in OIDC.Store).
-	SharedStore *store.Redis
-
-	Log zerolog.Logger
-	// Open opens the token (default pkcs11.Open).
-	Open func(context.Context, pkcs11.Selection, zerolog.Logger) (Token, error)
-	// Probe, when set, tries the module before Start touches the token (the
-	// CLI loads it in a child process first, so that a crashing module is
-	// an error line, not a dead agent).
-	Probe func(context.Context, pkcs11.Selection) error
-}
-
-// DefaultSocket is $XDG_RUNTIME_DIR/signagent/agent.sock for a user, and
-// /run/signagent/agent.sock for root or a system service.
-func DefaultSocket() string {
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && os.Getuid() != 0 {
-		return filepath.Join(d, "signagent", "agent.sock")
-	}
-	return "/run/signagent/agent.sock"
-}
-
-// ErrConfig marks an error in the configuration (as opposed to the token
-// or the system): the CLI exits with its bad-input status.
-var ErrConfig = errors.New("configuration")
-
-type configError struct{ err error }
-
-func (e configError) Error() string        { return e.err.Error() }
-func (e configError) Unwrap() error        { return e.err }
-func (e configError) Is(target error) bool { return target == ErrConfig }
-
-func badConfig(err error) error { return configError{err} }
-
-func (c *Config) validate() error {
-	if c.TokenConcurrency < 1 || c.QueueSize < 1 || c.MaxBody < 1 || c.RequestDeadline <= 0 || c.SessionTTL <= 0 {
-		return badConfig(errors.New("token-concurrency, queue-size, max-body, request-deadline and session-ttl must be positive"))
-	}
-	if c.ServiceBodyBudget < 0 || (c.ServiceBodyBudget > 0 && c.ServiceBodyBudget < cmp.Or(c.ServiceMaxBody, 16<<20)) {
-		return badConfig(errors.New("service-body-budget must be at least service-max-body (a body that fits the one must fit the other)"))
-	}
-	if c.APIURL != "" {
-		if _, err := httpx.ParseBaseURL(c.APIURL, c.AllowInsecureAPI); err != nil {
-			return badConfig(fmt.Errorf("--api-url: %w", err))
-		}
-	}
-	if c.Stderr == nil {
-		c.Stderr = os.Stderr
-	}
-	if c.Open == nil {
-		c.Open = func(ctx context.Context, sel pkcs11.Selection, log zerolog.Logger) (Token, error) {
-			return pkcs11.Open(ctx, sel, log)
-		}
-	}
-	if c.BearerTokenFile == "" {
-		c.BearerTokenFile = filepath.Join(filepath.Dir(DefaultSocket()), "bearer-token")
-	}
-	if len(c.Listen) == 0 && len(c.Inherited) == 0 {
-		c.Listen = []string{"unix:" + DefaultSocket()}
-	}
-	return nil
-}
 
 // Daemon is a running agent: its listeners, token, caches, metrics and
 // audit log.
@@ -477,151 +336,4 @@ func (d *Daemon) release() {
 	if d.audit != nil {
 		d.audit.Close()
 	}
-}
-
-// listen opens the inherited and configured listeners.
-func (d *Daemon) listen() error {
-	for _, l := range d.cfg.Inherited {
-		if l == nil {
-			continue
-		}
-		if _, ok := l.(*net.UnixListener); ok {
-			d.ls = append(d.ls, Listener{Listener: l, Auth: d.peer})
-			continue
-		}
-		tl, err := d.inheritedTCP(l)
-		if err != nil {
-			return err
-		}
-		d.ls = append(d.ls, tl)
-	}
-	for _, spec := range d.cfg.Listen {
-		l, err := d.listenOn(spec)
-		if err != nil {
-			return err
-		}
-		d.ls = append(d.ls, l)
-	}
-	return nil
-}
-
-// inheritedTCP serves a TCP socket systemd passed under the rules of
-// --listen tcp: (TLS, loopback, bearer token).
-func (d *Daemon) inheritedTCP(l net.Listener) (Listener, error) {
-	return d.tcpListener(func(tlsCfg *tls.Config) (net.Listener, error) { return InheritedTCP(l, tlsCfg) })
-}
-
-func (d *Daemon) listenOn(spec string) (Listener, error) {
-	network, addr, err := ParseListen(spec)
-	if err != nil {
-		return Listener{}, badConfig(err)
-	}
-	if network == "unix" {
-		us := UnixSocket{Path: addr}
-		if g := d.cfg.SocketGroup; g != "" {
-			if us.Group, err = lookupGroup(g); err != nil {
-				return Listener{}, err
-			}
-			us.HasGroup = true
-		}
-		l, err := ListenUnix(us)
-		if err != nil {
-			return Listener{}, err
-		}
-		return Listener{Listener: l, Auth: d.peer, Path: addr}, nil
-	}
-	return d.tcpListener(func(tlsCfg *tls.Config) (net.Listener, error) { return ListenTCP(addr, tlsCfg) })
-}
-
-// tcpListener is the one place a TCP listener gets its rules, whether
-// opened here or passed in by systemd: TLS when a certificate is given,
-// refused beyond loopback without it, and the bearer token.
-func (d *Daemon) tcpListener(open func(*tls.Config) (net.Listener, error)) (Listener, error) {
-	tlsCfg, err := d.serverTLS()
-	if err != nil {
-		return Listener{}, err
-	}
-	b, err := d.needBearer()
-	if err != nil {
-		return Listener{}, err
-	}
-	l, err := open(tlsCfg)
-	if errors.Is(err, ErrInsecureListen) {
-		return Listener{}, badConfig(err)
-	}
-	if err != nil {
-		return Listener{}, err
-	}
-	return Listener{Listener: l, Auth: b}, nil
-}
-
-// serverTLS loads the TLS files once and returns a configuration that
-// reads the current one at each handshake, so that Reload can replace the
-// certificate; nil without TLS files.
-func (d *Daemon) serverTLS() (*tls.Config, error) {
-	if d.tls.Load() == nil {
-		c, err := d.cfg.TLS.Config()
-		if err != nil {
-			return nil, badConfig(err)
-		}
-		if c == nil {
-			return nil, nil
-		}
-		d.tls.Store(c)
-	}
-	return &tls.Config{MinVersion: tls.VersionTLS12, GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-		return d.tls.Load(), nil
-	}}, nil
-}
-
-func (d *Daemon) needBearer() (*BearerAuth, error) {
-	if d.bearer == nil {
-		tok, err := bearerToken(d.cfg.BearerTokenFile, d.log)
-		if err != nil {
-			return nil, err
-		}
-		d.bearer = NewBearerAuth(tok)
-	}
-	return d.bearer, nil
-}
-
-// bearerToken reads the bearer token file (checked like every secret
-// file: regular, not readable by every user), creating it with a random
-// token (mode 0600) when it does not exist.
-func bearerToken(path string, log zerolog.Logger) (string, error) {
-	b, err := pkcs11.ReadSecretFile(path, 4096)
-	if errors.Is(err, os.ErrNotExist) {
-		raw := make([]byte, 32)
-		if _, err := rand.Read(raw); err != nil {
-			return "", err
-		}
-		tok := hex.EncodeToString(raw)
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return "", err
-		}
-		if err := safefile.Write(path, []byte(tok+"\n"), 0o600); err != nil {
-			return "", err
-		}
-		log.Info().Str("file", path).Msg("created a bearer token for TCP callers")
-		return tok, nil
-	}
-	if err != nil {
-		return "", badConfig(fmt.Errorf("the bearer token file: %w", err))
-	}
-	tok := strings.TrimSpace(string(b))
-	if len(tok) < 16 {
-		return "", badConfig(fmt.Errorf("the bearer token in %s is shorter than 16 characters", path))
-	}
-	return tok, nil
-}
-
-func lookupGroup(g string) (int, error) {
-	if n, err := strconv.Atoi(g); err == nil {
-		return n, nil
-	}
-	gr, err := user.LookupGroup(g)
-	if err != nil {
-		return 0, badConfig(fmt.Errorf("--socket-group %q: %w", g, err))
-	}
-	return strconv.Atoi(gr.Gid)
 }

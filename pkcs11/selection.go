@@ -2,10 +2,13 @@ package pkcs11
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 )
 
 // Complete merges the selection's pkcs11: URI into its fields (token,
@@ -104,3 +107,48 @@ func sameFile(a, b string) bool {
 // which signagent does not know and ignores, as RFC 7512 allows; set by
 // Complete.
 func (s Selection) Ignored() []string { return s.ignored }
+
+// DefaultTimeout bounds Open and each token operation when the selection
+// names no timeout.
+const DefaultTimeout = 30 * time.Second
+
+// Selection names the module, token, key and certificate to use, and where
+// the PIN comes from. Fields left empty are filled from URI, then defaulted.
+type Selection struct {
+	Module       string // module path (flag)
+	ModuleSource string // how Module was given, for the log ("flag")
+	Token        TokenSelector
+	KeyLabel     string
+	KeyID        []byte
+	URI          string // an RFC 7512 pkcs11: URI
+	CertFile     string // PEM or DER certificate, instead of the token's
+	PIN          PINSource
+	// MaxSessions bounds the sessions opened to the token (default 8).
+	MaxSessions int
+	// Timeout bounds each token operation of the key once open (default
+	// DefaultTimeout). Open itself is bounded by its context.
+	Timeout time.Duration
+	// AllowFinalTry lets a login go ahead when the token says one more
+	// wrong PIN locks it.
+	AllowFinalTry bool
+	// Registry holds the loaded modules (default: this process's).
+	Registry *Registry
+	// NoCertificate opens the key without looking for its certificate
+	// (provisioning, before the certificate exists).
+	NoCertificate bool
+	// ModuleConfigDirs are p11-kit's module configuration directories for
+	// a URI's module-name (nil: DefaultModuleConfigDirs).
+	ModuleConfigDirs []string
+
+	completed bool     // Complete ran
+	ignored   []string // vendor attributes of the URI, ignored
+}
+
+// ParseKeyID decodes a hex key id, allowing colons between bytes.
+func ParseKeyID(s string) ([]byte, error) {
+	b, err := hex.DecodeString(strings.ReplaceAll(s, ":", ""))
+	if err != nil || len(b) == 0 {
+		return nil, fmt.Errorf("%w: key id %q is not hex", ErrBadSelection, s)
+	}
+	return b, nil
+}

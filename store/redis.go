@@ -2,15 +2,10 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -53,88 +48,6 @@ type Options struct {
 	WaitReplicas int
 }
 
-// IsURL says whether s names a shared store (as opposed to "local").
-func IsURL(s string) bool {
-	return strings.HasPrefix(s, "redis://") || strings.HasPrefix(s, "rediss://") || strings.HasPrefix(s, "redis+sentinel://")
-}
-
-// ParseURL reads a store URL into go-redis options. A password in the URL
-// is refused: URLs end up in process listings, logs and shell history.
-func ParseURL(raw string) (*redis.UniversalOptions, error) {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("%w: %q: want redis://[user@]host:port[/db], rediss://... or redis+sentinel://host:port[,host:port...]/mastername[/db]", ErrBadURL, redactURL(raw))
-	}
-	if _, has := u.User.Password(); has {
-		return nil, fmt.Errorf("%w: it holds a password; give the password with --store-password-file or SIGNAGENT_STORE_PASSWORD, never in the URL", ErrBadURL)
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("%w: %s: no query or fragment is read", ErrBadURL, u.Redacted())
-	}
-	o := &redis.UniversalOptions{Addrs: strings.Split(u.Host, ",")}
-	if u.User != nil {
-		o.Username = u.User.Username()
-	}
-	for _, a := range o.Addrs {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return nil, fmt.Errorf("%w: %s: %q is not host:port", ErrBadURL, u.Redacted(), a)
-		}
-	}
-	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
-	if parts[0] == "" {
-		parts = nil
-	}
-	db := func(s string) error {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			return fmt.Errorf("%w: %s: database %q is not a number", ErrBadURL, u.Redacted(), s)
-		}
-		o.DB = n
-		return nil
-	}
-	switch u.Scheme {
-	case "redis", "rediss":
-		if len(o.Addrs) != 1 {
-			return nil, fmt.Errorf("%w: %s: one host:port (several are for redis+sentinel://)", ErrBadURL, u.Redacted())
-		}
-		if len(parts) > 1 {
-			return nil, fmt.Errorf("%w: %s: the path is the database number alone", ErrBadURL, u.Redacted())
-		}
-		if len(parts) == 1 {
-			if err := db(parts[0]); err != nil {
-				return nil, err
-			}
-		}
-		if u.Scheme == "rediss" {
-			o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: u.Hostname()}
-		}
-	case "redis+sentinel":
-		if len(parts) == 0 || len(parts) > 2 {
-			return nil, fmt.Errorf("%w: %s: the path is /mastername[/db]", ErrBadURL, u.Redacted())
-		}
-		o.MasterName = parts[0]
-		if len(parts) == 2 {
-			if err := db(parts[1]); err != nil {
-				return nil, err
-			}
-		}
-	default:
-		return nil, fmt.Errorf("%w: scheme %q: want redis, rediss or redis+sentinel", ErrBadURL, u.Scheme)
-	}
-	return o, nil
-}
-
-// redactURL drops what could be a password from a URL that did not parse.
-func redactURL(raw string) string {
-	if i := strings.LastIndex(raw, "@"); i >= 0 {
-		if j := strings.Index(raw, "://"); j >= 0 && j < i {
-			return raw[:j+3] + "…@" + raw[i+1:]
-		}
-		return "…@" + raw[i+1:]
-	}
-	return raw
-}
-
 // Redis is a shared store on Redis (or Sentinel).
 type Redis struct {
 	rdb      redis.UniversalClient
@@ -174,13 +87,6 @@ func (r *Redis) note(op string, err error) {
 	}
 	(*f)(op, result)
 }
-
-// errWaited notes a lease that another agent held for a while, and
-// errTakenOver one waited for at least its time to live.
-var (
-	errWaited    = errors.New("waited for the lease")
-	errTakenOver = errors.New("took the lease over")
-)
 
 // quiet drops go-redis's own log lines ("connection pool: failed to
 // dial"): the store's errors reach the caller, who says them once.
@@ -397,160 +303,4 @@ func (r *Redis) replicate(ctx context.Context) {
 	if err != nil || acked < int64(want) {
 		unreplicated()
 	}
-}
-
-// Lease is one agent's exclusive right to log in, refresh or write an
-// identity, renewed while it is held.
-type Lease struct {
-	r          *Redis
-	key, owner string
-	stop       chan struct{}
-	done       chan struct{}
-}
-
-var (
-	renewScript   = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0`)
-	releaseScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
-)
-
-// Acquire takes kind and id's lease, waiting while another agent holds it
-// (it is released when that agent is done, or expires LeaseTTL after that
-// agent stopped renewing it), until ctx ends. The caller re-reads the
-// record once it holds the lease: the other agent may have just written it.
-func (r *Redis) Acquire(ctx context.Context, kind, id string) (*Lease, error) {
-	_, key := r.keys(kind, id)
-	b := make([]byte, 16)
-	rand.Read(b)
-	owner := hex.EncodeToString(b)
-	wait := 20 * time.Millisecond
-	waited, start := false, time.Now()
-	for {
-		var got bool
-		err := r.call(ctx, func(ctx context.Context) (err error) {
-			got, err = r.rdb.SetNX(ctx, key, owner, r.leaseTTL).Result()
-			return err
-		})
-		if err != nil {
-			r.note("acquire", err)
-			return nil, err
-		}
-		if got {
-			l := &Lease{r: r, key: key, owner: owner, stop: make(chan struct{}), done: make(chan struct{})}
-			go l.renew()
-			switch {
-			case waited && time.Since(start) >= r.leaseTTL:
-				// Its holder stopped renewing it (killed or paused), or
-				// held it that long.
-				r.note("acquire", errTakenOver)
-			case waited:
-				r.note("acquire", errWaited)
-			default:
-				r.note("acquire", nil)
-			}
-			return l, nil
-		}
-		waited = true
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			err := fmt.Errorf("%w: another agent held the lease until the deadline", ErrUnavailable)
-			r.note("acquire", err)
-			return nil, err
-		case <-t.C:
-		}
-		wait = min(wait*2, 200*time.Millisecond)
-	}
-}
-
-// renew extends the lease every third of its time to live until Release.
-func (l *Lease) renew() {
-	defer close(l.done)
-	t := time.NewTicker(l.r.leaseTTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-t.C:
-			l.r.call(context.Background(), func(ctx context.Context) error {
-				return renewScript.Run(ctx, l.r.rdb, []string{l.key}, l.owner, l.r.leaseTTL.Milliseconds()).Err()
-			})
-		}
-	}
-}
-
-// Release gives the lease up (only if it is still this holder's).
-func (l *Lease) Release() {
-	close(l.stop)
-	<-l.done
-	l.r.call(context.Background(), func(ctx context.Context) error {
-		return releaseScript.Run(ctx, l.r.rdb, []string{l.key}, l.owner).Err()
-	})
-}
-
-// Obtain returns kind and id's value from the store when usable accepts
-// it; otherwise it runs make under the identity's lease, after reading once
-// more (another agent may have made it while this one waited for the
-// lease), and keeps what make returns for the ttl it gives. fromStore
-// reports that make did not run here. An error wrapping ErrUnavailable
-// means the store could not be used (the caller may make the value
-// itself); any other error is make's. A value that does not open is
-// treated as absent: it is never used.
-func (r *Redis) Obtain(ctx context.Context, kind, id string, usable func([]byte) bool,
-	make func(context.Context) ([]byte, time.Duration, error)) (value []byte, fromStore bool, err error) {
-	read := func() ([]byte, error) {
-		v, err := r.Get(ctx, kind, id)
-		switch {
-		case errors.Is(err, ErrNotFound), errors.Is(err, ErrSealed):
-			return nil, nil
-		case err != nil:
-			return nil, err
-		case !usable(v):
-			return nil, nil
-		}
-		return v, nil
-	}
-	if v, err := read(); err != nil || v != nil {
-		return v, v != nil, err
-	}
-	l, err := r.Acquire(ctx, kind, id)
-	if err != nil {
-		return nil, false, err
-	}
-	defer l.Release()
-	if v, err := read(); err != nil || v != nil {
-		return v, v != nil, err
-	}
-	v, ttl, err := make(ctx)
-	if err != nil {
-		return nil, false, err
-	}
-	// A value that could not be kept is still good here; the other agents
-	// make their own.
-	_ = r.Put(ctx, kind, id, v, ttl, l)
-	return v, false, nil
-}
-
-// DeleteIf removes kind and id's value, under the identity's lease, when
-// match accepts it (a token the service refused, one older than a floor);
-// it reports whether it removed one.
-func (r *Redis) DeleteIf(ctx context.Context, kind, id string, match func([]byte) bool) (bool, error) {
-	l, err := r.Acquire(ctx, kind, id)
-	if err != nil {
-		return false, err
-	}
-	defer l.Release()
-	v, err := r.Get(ctx, kind, id)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		return false, nil
-	case errors.Is(err, ErrSealed):
-		return true, r.Delete(ctx, kind, id, l) // never to be used: gone
-	case err != nil:
-		return false, err
-	case !match(v):
-		return false, nil
-	}
-	return true, r.Delete(ctx, kind, id, l)
 }

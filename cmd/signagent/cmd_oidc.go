@@ -21,7 +21,6 @@ import (
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
-	"github.com/signagent/signagent/store"
 )
 
 const (
@@ -41,19 +40,6 @@ func oidcFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "insecure-http", Category: catOIDC, EnvVars: []string{"SIGNAGENT_INSECURE_HTTP"}, Usage: "allow plain http to a non-loopback identity provider"},
 		&cli.DurationFlag{Name: "request-timeout", Category: catOIDC, Value: 15 * time.Second, EnvVars: []string{"SIGNAGENT_REQUEST_TIMEOUT"}, Usage: "give up on one request after this long"},
 	}...)
-}
-
-// storeFlags choose where OpenID Connect records are kept: the local
-// files, or a store several agents share.
-func storeFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "store", Category: catStore, Value: "local", EnvVars: []string{"SIGNAGENT_STORE"}, Usage: "keep OpenID Connect records in `STORE`: local (the --token-store files) or a store several agents share: redis://[user@]host:port[/db], rediss://..., redis+sentinel://host:port[,...]/master[/db]"},
-		&cli.StringFlag{Name: "store-key-file", Category: catStore, EnvVars: []string{"SIGNAGENT_STORE_KEY_FILE"}, Usage: "the shared store's key `FILE` (64 hex characters, mode 0600; signagent store-key --out FILE makes one)"},
-		&cli.StringFlag{Name: "store-password-file", Category: catStore, EnvVars: []string{"SIGNAGENT_STORE_PASSWORD_FILE"}, Usage: "read the Redis password from `FILE` (else $SIGNAGENT_STORE_PASSWORD; never in the URL)"},
-		&cli.StringFlag{Name: "store-prefix", Category: catStore, Value: store.DefaultPrefix, EnvVars: []string{"SIGNAGENT_STORE_PREFIX"}, Usage: "start every Redis key with `PREFIX` (several deployments on one Redis)"},
-		&cli.StringFlag{Name: "store-ca-file", Category: catStore, EnvVars: []string{"SIGNAGENT_STORE_CA_FILE"}, Usage: "CA bundle `FILE` for rediss:// (default: the system's)"},
-		&cli.IntFlag{Name: "store-wait-replicas", Category: catStore, Value: 1, EnvVars: []string{"SIGNAGENT_STORE_WAIT_REPLICAS"}, Usage: "a write counts as done once `N` replicas have it (WAIT; as many as the master has, when fewer; 0: none)"},
-	}
 }
 
 // oidcAgentFlags are the OpenID Connect flags of commands that have
@@ -289,68 +275,6 @@ func openBrowser(u string) error {
 	return nil
 }
 
-// tokenStore is where OpenID Connect records are kept: a shared store
-// (--store redis://...), else --token-store, else the default directory.
-func tokenStore(s *settings.Settings) (oidc.Records, error) {
-	if u := s.String("store"); u != "" && u != "local" {
-		return sharedStore(s, u)
-	}
-	if d := s.String("token-store"); d != "" {
-		return oidc.Store{Dir: d}, nil
-	}
-	d, err := oidc.DefaultDir()
-	return oidc.Store{Dir: d}, err
-}
-
-// sharedStore is --store's Redis as the OpenID Connect records' store.
-func sharedStore(s *settings.Settings, u string) (oidc.Records, error) {
-	r, err := openSharedStore(s, u)
-	if err != nil {
-		return nil, err
-	}
-	return &oidc.Shared{S: r, Name: u}, nil
-}
-
-// openSharedStore opens --store's Redis with the key file and the password
-// (a file or the environment: never the URL, never a flag's value).
-func openSharedStore(s *settings.Settings, u string) (*store.Redis, error) {
-	if !store.IsURL(u) {
-		return nil, usageErr(fmt.Errorf("--store %q: want local, redis://, rediss:// or redis+sentinel://", u))
-	}
-	if _, err := store.ParseURL(u); err != nil {
-		return nil, usageErr(err)
-	}
-	var errs []error
-	var sealer *store.Sealer
-	if f := s.String("store-key-file"); f == "" {
-		errs = append(errs, errors.New("a shared store needs --store-key-file (SIGNAGENT_STORE_KEY_FILE); make one with signagent store-key --out FILE"))
-	} else if k, err := store.LoadKeyFile(f); err != nil {
-		errs = append(errs, err)
-	} else {
-		sealer = k
-	}
-	password := os.Getenv("SIGNAGENT_STORE_PASSWORD")
-	if f := s.String("store-password-file"); f != "" {
-		b, err := pkcs11.ReadSecretFile(f, 4096)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--store-password-file: %w", err))
-		}
-		password = strings.TrimRight(string(b), "\r\n")
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, usageErr(err)
-	}
-	wait := s.Int("store-wait-replicas")
-	if wait == 0 {
-		wait = -1 // none
-	}
-	r, err := store.Open(store.Options{URL: u, Password: password, CAFile: s.String("store-ca-file"), Prefix: s.String("store-prefix"), Sealer: sealer, WaitReplicas: wait})
-	if err != nil {
-		return nil, usageErr(err)
-	}
-	return r, nil
-}
-
 // oidcClient builds the client for an identity provider and application,
 // with the secret from $SIGNAGENT_CLIENT_SECRET or --client-secret-file.
 func oidcClient(s *settings.Settings, e *env, authURL, clientID string) (*oidc.Client, error) {
@@ -408,109 +332,4 @@ func refreshClient(s *settings.Settings, e *env, rec *oidc.Record, sec string) (
 	}
 	return oidc.New(oidc.Config{AuthURL: rec.AuthURL, AllowInsecureHTTP: s.Bool("insecure-http"), ClientID: rec.ClientID,
 		ClientSecret: sec, Space: space, Timeout: s.Duration("request-timeout"), Log: e.log})
-}
-
-func tokenCommand(e *env) *cli.Command {
-	return &cli.Command{
-		Name:      "token",
-		Usage:     "print the profile's access token, refreshed when it has less than --refresh-before left",
-		UsageText: "curl -H \"Authorization: Bearer $(signagent token)\" ...",
-		Flags:     concat(oidcFlags(), []cli.Flag{profileFlag()}),
-		Action: func(c *cli.Context) error {
-			rec, err := oidcToken(c, e)
-			if err != nil {
-				return err
-			}
-			_, err = fmt.Fprintln(e.stdout, rec.AccessToken)
-			return err
-		},
-	}
-}
-
-func oidcToken(c *cli.Context, e *env) (*oidc.Record, error) {
-	s := settings.Of(c)
-	tk, err := oidcTokens(s, e)
-	if err != nil {
-		return nil, err
-	}
-	rec, cached, err := tk.Token(c.Context, s.String("profile"))
-	if err != nil {
-		return nil, err
-	}
-	e.log.Debug().Object("tokens", rec).Bool("cached", cached).Msg("access token")
-	return rec, nil
-}
-
-func statusCommand(e *env) *cli.Command {
-	return &cli.Command{
-		Name:  "status",
-		Usage: "show who the profile is signed in as, the scopes and space, and when the tokens expire (no token is shown)",
-		Flags: concat([]cli.Flag{profileFlag(), tokenStoreFlag(),
-			&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print it as JSON"}}, storeFlags()),
-		Action: func(c *cli.Context) error {
-			s := settings.Of(c)
-			store, err := tokenStore(s)
-			if err != nil {
-				return err
-			}
-			rec, err := store.Load(s.String("profile"))
-			if err != nil {
-				return err
-			}
-			return printStatus(e, rec, c.Bool("json"))
-		},
-	}
-}
-
-func printStatus(e *env, r *oidc.Record, asJSON bool) error {
-	now := time.Now()
-	if asJSON {
-		v := map[string]any{"profile": r.Profile, "subject": r.Subject, "email": r.Email, "name": r.Name,
-			"space": r.Space(), "scopes": r.Scopes, "authUrl": r.AuthURL, "clientId": r.ClientID,
-			"accessTokenExpiresAt": r.Expiry.Format(time.RFC3339), "accessTokenValid": now.Before(r.Expiry),
-			"refreshToken": r.RefreshToken != "", "signedInAt": r.SignedInAt.Format(time.RFC3339)}
-		if !r.RefreshedAt.IsZero() {
-			v["refreshedAt"] = r.RefreshedAt.Format(time.RFC3339)
-		}
-		return writeJSON(e, v)
-	}
-	left := "expired"
-	if now.Before(r.Expiry) {
-		left = "valid for " + r.Expiry.Sub(now).Round(time.Second).String()
-	}
-	refresh := "none (offline_access not granted): sign in again when the access token expires"
-	if r.RefreshToken != "" {
-		refresh = "held; it is refreshed when under --refresh-before is left"
-	}
-	fmt.Fprintf(e.stdout, "profile:       %s\nsigned in as:  %s\nname:          %s\nspace:         %s\nscopes:        %s\n"+
-		"provider:      %s (client %s)\naccess token:  %s (expires %s)\nrefresh token: %s\nsigned in at:  %s\n",
-		r.Profile, who(r), r.Name, r.Space(), strings.Join(r.Scopes, " "), r.AuthURL, r.ClientID, left,
-		r.Expiry.Local().Format(time.DateTime), refresh, r.SignedInAt.Local().Format(time.DateTime))
-	return nil
-}
-
-func logoutCommand(e *env) *cli.Command {
-	return &cli.Command{
-		Name:  "logout",
-		Usage: "remove the profile's tokens from the token store",
-		Flags: concat([]cli.Flag{profileFlag(), tokenStoreFlag()}, storeFlags()),
-		Action: func(c *cli.Context) error {
-			s := settings.Of(c)
-			store, err := tokenStore(s)
-			if err != nil {
-				return err
-			}
-			profile := s.String("profile")
-			removed, err := store.Remove(profile)
-			if err != nil {
-				return err
-			}
-			if removed {
-				fmt.Fprintf(e.stdout, "Signed out: the tokens of profile %s are removed.\n", profile)
-			} else {
-				fmt.Fprintf(e.stdout, "Profile %s was not signed in.\n", profile)
-			}
-			return nil
-		},
-	}
 }

@@ -3,9 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/oidc"
+	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/store"
 )
 
@@ -31,4 +36,79 @@ func storeKeyCommand(e *env) *cli.Command {
 			return nil
 		},
 	}
+}
+
+// storeFlags choose where OpenID Connect records are kept: the local
+// files, or a store several agents share.
+func storeFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "store", Category: catStore, Value: "local", EnvVars: []string{"SIGNAGENT_STORE"}, Usage: "keep OpenID Connect records in `STORE`: local (the --token-store files) or a store several agents share: redis://[user@]host:port[/db], rediss://..., redis+sentinel://host:port[,...]/master[/db]"},
+		&cli.StringFlag{Name: "store-key-file", Category: catStore, EnvVars: []string{"SIGNAGENT_STORE_KEY_FILE"}, Usage: "the shared store's key `FILE` (64 hex characters, mode 0600; signagent store-key --out FILE makes one)"},
+		&cli.StringFlag{Name: "store-password-file", Category: catStore, EnvVars: []string{"SIGNAGENT_STORE_PASSWORD_FILE"}, Usage: "read the Redis password from `FILE` (else $SIGNAGENT_STORE_PASSWORD; never in the URL)"},
+		&cli.StringFlag{Name: "store-prefix", Category: catStore, Value: store.DefaultPrefix, EnvVars: []string{"SIGNAGENT_STORE_PREFIX"}, Usage: "start every Redis key with `PREFIX` (several deployments on one Redis)"},
+		&cli.StringFlag{Name: "store-ca-file", Category: catStore, EnvVars: []string{"SIGNAGENT_STORE_CA_FILE"}, Usage: "CA bundle `FILE` for rediss:// (default: the system's)"},
+		&cli.IntFlag{Name: "store-wait-replicas", Category: catStore, Value: 1, EnvVars: []string{"SIGNAGENT_STORE_WAIT_REPLICAS"}, Usage: "a write counts as done once `N` replicas have it (WAIT; as many as the master has, when fewer; 0: none)"},
+	}
+}
+
+// tokenStore is where OpenID Connect records are kept: a shared store
+// (--store redis://...), else --token-store, else the default directory.
+func tokenStore(s *settings.Settings) (oidc.Records, error) {
+	if u := s.String("store"); u != "" && u != "local" {
+		return sharedStore(s, u)
+	}
+	if d := s.String("token-store"); d != "" {
+		return oidc.Store{Dir: d}, nil
+	}
+	d, err := oidc.DefaultDir()
+	return oidc.Store{Dir: d}, err
+}
+
+// sharedStore is --store's Redis as the OpenID Connect records' store.
+func sharedStore(s *settings.Settings, u string) (oidc.Records, error) {
+	r, err := openSharedStore(s, u)
+	if err != nil {
+		return nil, err
+	}
+	return &oidc.Shared{S: r, Name: u}, nil
+}
+
+// openSharedStore opens --store's Redis with the key file and the password
+// (a file or the environment: never the URL, never a flag's value).
+func openSharedStore(s *settings.Settings, u string) (*store.Redis, error) {
+	if !store.IsURL(u) {
+		return nil, usageErr(fmt.Errorf("--store %q: want local, redis://, rediss:// or redis+sentinel://", u))
+	}
+	if _, err := store.ParseURL(u); err != nil {
+		return nil, usageErr(err)
+	}
+	var errs []error
+	var sealer *store.Sealer
+	if f := s.String("store-key-file"); f == "" {
+		errs = append(errs, errors.New("a shared store needs --store-key-file (SIGNAGENT_STORE_KEY_FILE); make one with signagent store-key --out FILE"))
+	} else if k, err := store.LoadKeyFile(f); err != nil {
+		errs = append(errs, err)
+	} else {
+		sealer = k
+	}
+	password := os.Getenv("SIGNAGENT_STORE_PASSWORD")
+	if f := s.String("store-password-file"); f != "" {
+		b, err := pkcs11.ReadSecretFile(f, 4096)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--store-password-file: %w", err))
+		}
+		password = strings.TrimRight(string(b), "\r\n")
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, usageErr(err)
+	}
+	wait := s.Int("store-wait-replicas")
+	if wait == 0 {
+		wait = -1 // none
+	}
+	r, err := store.Open(store.Options{URL: u, Password: password, CAFile: s.String("store-ca-file"), Prefix: s.String("store-prefix"), Sealer: sealer, WaitReplicas: wait})
+	if err != nil {
+		return nil, usageErr(err)
+	}
+	return r, nil
 }

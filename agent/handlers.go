@@ -1,0 +1,213 @@
+package agent
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/trusted"
+)
+
+// credential parses the request's credential and records it, masked, in
+// the audit entry.
+func (a *Agent) credential(c api.Credential, entry *auditEntry) (canonical.Credential, error) {
+	cred, err := parseCredential(c, a.o.LegacySNILS)
+	if err == nil {
+		entry.kind, entry.credential = cred.Kind.String(), cred.Masked()
+	}
+	return cred, err
+}
+
+// parseCredential returns the one credential c gives.
+func parseCredential(c api.Credential, legacy bool) (canonical.Credential, error) {
+	var kinds []canonical.Kind
+	var value string
+	for _, f := range []struct {
+		k canonical.Kind
+		v string
+	}{{canonical.Phone, c.Phone}, {canonical.SNILS, c.SNILS}, {canonical.Thumbprint, c.Thumbprint}} {
+		if f.v != "" {
+			kinds = append(kinds, f.k)
+			value = f.v
+		}
+	}
+	if len(kinds) != 1 {
+		return canonical.Credential{}, fmt.Errorf("%w: give exactly one of phone, snils or thumbprint", canonical.ErrInvalidCredential)
+	}
+	return canonical.Parse(kinds[0], value, canonical.Options{AllowLegacySNILS: legacy})
+}
+
+func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	entry := auditEntry{caller: callerOf(r), operation: "sign"}
+	var req api.SignatureRequest
+	resp, err := func() (*api.SignatureResponse, error) {
+		if err := decode(r, &req); err != nil {
+			return nil, err
+		}
+		cred, err := a.credential(req.Credential, &entry)
+		if err != nil {
+			return nil, err
+		}
+		var ts time.Time
+		if req.Timestamp != "" {
+			if ts, err = canonical.ParseTimestamp(req.Timestamp); err != nil {
+				return nil, err
+			}
+		}
+		key := *a.key.Load()
+		switch {
+		case a.tm == nil:
+			return nil, errNoToken
+		case key == "":
+			return nil, errNoAPIKey
+		}
+		ts = a.stamp(key, cred, ts)
+		text := canonical.Text(key, cred, ts)
+		der, cert, err := a.tm.Sign(r.Context(), text, ts)
+		if err != nil {
+			return nil, err
+		}
+		thumb := pkcs11.Thumbprint(cert)
+		entry.thumbprint = thumb
+		resp := &api.SignatureResponse{Signature: base64.StdEncoding.EncodeToString(der),
+			Timestamp: canonical.FormatTimestamp(ts), CertificateThumbprint: thumb}
+		if a.policy.Load().ExposeCanonical {
+			resp.Canonical = string(text)
+		}
+		return resp, nil
+	}()
+	a.finish(w, r, entry, start, resp, err)
+}
+
+// stamp is the timestamp of a text handed to a caller: ts when the caller
+// chose one, else now (or a later second when a session of this agent
+// sent this credential's text in this second); either way the sessions'
+// Stamps records it, so that the agent never sends that text itself.
+func (a *Agent) stamp(apiKey string, cred canonical.Credential, ts time.Time) time.Time {
+	c := a.client.Load()
+	switch {
+	case c == nil && ts.IsZero():
+		return canonical.Now()
+	case c == nil:
+		return ts
+	case ts.IsZero():
+		return c.Stamps().Handout(time.Now, apiKey, cred)
+	}
+	c.Stamps().Note(time.Now, apiKey, cred, ts)
+	return ts
+}
+
+func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	entry := auditEntry{caller: callerOf(r), operation: "session"}
+	var req api.SessionRequest
+	resp, err := func() (*api.SessionResponse, error) {
+		if err := decode(r, &req); err != nil {
+			return nil, err
+		}
+		cred, err := a.credential(req.Credential, &entry)
+		if err != nil {
+			return nil, err
+		}
+		if err := trusted.CheckServiceUserID(req.ServiceUserID); err != nil {
+			return nil, err
+		}
+		c := a.client.Load()
+		if c == nil {
+			return nil, errNotConfigured
+		}
+		k := sessionKey{cred.Kind, cred.Value, req.ServiceUserID}
+		s, source, err := a.cache.obtain(r.Context(), k, req.Refresh, a.o.RefreshFloor, a.o.RequestDeadline,
+			func(ctx context.Context) (*trusted.Session, error) { return c.Session(ctx, cred, req.ServiceUserID) })
+		if err != nil {
+			return nil, err
+		}
+		cached := source != fromLogin
+		if cached {
+			a.metrics.cacheHits.Inc()
+		} else {
+			a.metrics.cacheMisses.Inc()
+		}
+		a.metrics.sessions.WithLabelValues(source).Inc()
+		entry.cached, entry.source = &cached, source
+		if cert := a.tm.Certificate(); cert != nil {
+			entry.thumbprint = pkcs11.Thumbprint(cert)
+		}
+		return &api.SessionResponse{Sid: s.sid, ObtainedAt: s.obtainedAt, Cached: cached}, nil
+	}()
+	a.finish(w, r, entry, start, resp, err)
+}
+
+// dropSession forgets a cached Sid: DELETE /v1/sessions?phone=...&serviceUserId=...
+func (a *Agent) dropSession(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	entry := auditEntry{caller: callerOf(r), operation: "drop-session"}
+	q := r.URL.Query()
+	resp, err := func() (*api.DropResponse, error) {
+		cred, err := a.credential(api.Credential{Phone: q.Get("phone"), SNILS: q.Get("snils"), Thumbprint: q.Get("thumbprint")}, &entry)
+		if err != nil {
+			return nil, err
+		}
+		id := q.Get("serviceUserId")
+		if err := trusted.CheckServiceUserID(id); err != nil {
+			return nil, err
+		}
+		return &api.DropResponse{Dropped: a.cache.drop(sessionKey{cred.Kind, cred.Value, id})}, nil
+	}()
+	a.finish(w, r, entry, start, resp, err)
+}
+
+func (a *Agent) link(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	entry := auditEntry{caller: callerOf(r), operation: "link"}
+	var req api.LinkRequest
+	resp, err := func() (*api.LinkResponse, error) {
+		if err := decode(r, &req); err != nil {
+			return nil, err
+		}
+		phone, err := canonical.ParsePhone(req.Phone)
+		if err != nil {
+			return nil, err
+		}
+		entry.kind, entry.credential = phone.Kind.String(), phone.Masked()
+		c := a.client.Load()
+		if c == nil {
+			return nil, errNotConfigured
+		}
+		if err := c.Link(r.Context(), req.ServiceUserID, phone); err != nil {
+			return nil, err
+		}
+		return &api.LinkResponse{Linked: true}, nil
+	}()
+	a.finish(w, r, entry, start, resp, err)
+}
+
+// finish writes the answer, the audit line and, on failure, the log line.
+func (a *Agent) finish(w http.ResponseWriter, r *http.Request, entry auditEntry, start time.Time, resp any, err error) {
+	entry.latency = time.Since(start)
+	if err != nil {
+		status, apiErr := classify(err)
+		entry.outcome, entry.serviceCode = apiErr.Code, apiErr.ServiceCode
+		a.o.Audit.write(entry)
+		ev := a.o.Log.Info()
+		if status >= 500 {
+			ev = a.o.Log.Warn()
+		}
+		if errors.Is(err, ErrQueueFull) {
+			a.metrics.rejected.Inc()
+		}
+		ev.Str("client", entry.caller).Str("operation", entry.operation).Int("status", status).Str("code", apiErr.Code).Msg(apiErr.Message)
+		writeError(w, status, apiErr)
+		return
+	}
+	entry.outcome = "ok"
+	a.o.Audit.write(entry)
+	writeJSON(w, http.StatusOK, resp)
+}

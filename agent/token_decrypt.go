@@ -1,0 +1,84 @@
+package agent
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"fmt"
+	"io"
+
+	"github.com/signagent/signagent/pkcs11"
+)
+
+// decrypter is a Token that can decrypt (pkcs11.Key).
+type decrypter interface {
+	CanDecrypt() error
+	DecryptContext(ctx context.Context, msg []byte, opts crypto.DecrypterOpts) ([]byte, error)
+}
+
+// Decrypt decrypts msg with the token's key through the same queue as the
+// signatures (a legacy certificate login's challenge).
+func (m *TokenManager) Decrypt(ctx context.Context, msg []byte, opts crypto.DecrypterOpts) ([]byte, error) {
+	if !m.State().Ready {
+		return nil, m.notReady()
+	}
+	return m.q.do(ctx, func(ctx context.Context) ([]byte, error) {
+		c := m.lease()
+		if c == nil {
+			return nil, m.notReady()
+		}
+		defer c.flight.Done()
+		d, ok := c.tok.(decrypter)
+		if !ok {
+			return nil, fmt.Errorf("%w: this token's key cannot decrypt", pkcs11.ErrKeyUsage)
+		}
+		out, err := d.DecryptContext(context.WithoutCancel(ctx), msg, opts)
+		if _, ok := pkcs11.Code(err); ok {
+			err = pkcs11.Classify("decrypt", err)
+		}
+		if err != nil && pkcs11.Recoverable(err) {
+			m.fail(c, err)
+		}
+		return out, err
+	})
+}
+
+// Decrypter is the token's key as a crypto.Decrypter whose operations go
+// through the queue, with the certificate that is current now; an error
+// while the token is out or when its key may not decrypt.
+func (m *TokenManager) Decrypter() (crypto.Decrypter, *x509.Certificate, error) {
+	if m == nil {
+		return nil, nil, errNoToken
+	}
+	m.mu.RLock()
+	cur := m.cur
+	m.mu.RUnlock()
+	if cur == nil {
+		return nil, nil, m.notReady()
+	}
+	if d, ok := cur.tok.(decrypter); ok {
+		if err := d.CanDecrypt(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return queuedDecrypter{m, cur.cms.Cert}, cur.cms.Cert, nil
+}
+
+// queuedDecrypter decrypts through the TokenManager's queue; callers with
+// a context use DecryptContext.
+type queuedDecrypter struct {
+	m    *TokenManager
+	cert *x509.Certificate
+}
+
+func (d queuedDecrypter) Public() crypto.PublicKey { return d.cert.PublicKey }
+
+func (d queuedDecrypter) Decrypt(_ io.Reader, msg []byte, opts crypto.DecrypterOpts) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d.m.timeout)
+	defer cancel()
+	return d.m.Decrypt(ctx, msg, opts)
+}
+
+func (d queuedDecrypter) DecryptContext(ctx context.Context, msg []byte, opts crypto.DecrypterOpts) ([]byte, error) {
+	return d.m.Decrypt(ctx, msg, opts)
+}

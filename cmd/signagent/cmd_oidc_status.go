@@ -1,0 +1,117 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/oidc"
+)
+
+func tokenCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "token",
+		Usage:     "print the profile's access token, refreshed when it has less than --refresh-before left",
+		UsageText: "curl -H \"Authorization: Bearer $(signagent token)\" ...",
+		Flags:     concat(oidcFlags(), []cli.Flag{profileFlag()}),
+		Action: func(c *cli.Context) error {
+			rec, err := oidcToken(c, e)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(e.stdout, rec.AccessToken)
+			return err
+		},
+	}
+}
+
+func oidcToken(c *cli.Context, e *env) (*oidc.Record, error) {
+	s := settings.Of(c)
+	tk, err := oidcTokens(s, e)
+	if err != nil {
+		return nil, err
+	}
+	rec, cached, err := tk.Token(c.Context, s.String("profile"))
+	if err != nil {
+		return nil, err
+	}
+	e.log.Debug().Object("tokens", rec).Bool("cached", cached).Msg("access token")
+	return rec, nil
+}
+
+func statusCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "show who the profile is signed in as, the scopes and space, and when the tokens expire (no token is shown)",
+		Flags: concat([]cli.Flag{profileFlag(), tokenStoreFlag(),
+			&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print it as JSON"}}, storeFlags()),
+		Action: func(c *cli.Context) error {
+			s := settings.Of(c)
+			store, err := tokenStore(s)
+			if err != nil {
+				return err
+			}
+			rec, err := store.Load(s.String("profile"))
+			if err != nil {
+				return err
+			}
+			return printStatus(e, rec, c.Bool("json"))
+		},
+	}
+}
+
+func printStatus(e *env, r *oidc.Record, asJSON bool) error {
+	now := time.Now()
+	if asJSON {
+		v := map[string]any{"profile": r.Profile, "subject": r.Subject, "email": r.Email, "name": r.Name,
+			"space": r.Space(), "scopes": r.Scopes, "authUrl": r.AuthURL, "clientId": r.ClientID,
+			"accessTokenExpiresAt": r.Expiry.Format(time.RFC3339), "accessTokenValid": now.Before(r.Expiry),
+			"refreshToken": r.RefreshToken != "", "signedInAt": r.SignedInAt.Format(time.RFC3339)}
+		if !r.RefreshedAt.IsZero() {
+			v["refreshedAt"] = r.RefreshedAt.Format(time.RFC3339)
+		}
+		return writeJSON(e, v)
+	}
+	left := "expired"
+	if now.Before(r.Expiry) {
+		left = "valid for " + r.Expiry.Sub(now).Round(time.Second).String()
+	}
+	refresh := "none (offline_access not granted): sign in again when the access token expires"
+	if r.RefreshToken != "" {
+		refresh = "held; it is refreshed when under --refresh-before is left"
+	}
+	fmt.Fprintf(e.stdout, "profile:       %s\nsigned in as:  %s\nname:          %s\nspace:         %s\nscopes:        %s\n"+
+		"provider:      %s (client %s)\naccess token:  %s (expires %s)\nrefresh token: %s\nsigned in at:  %s\n",
+		r.Profile, who(r), r.Name, r.Space(), strings.Join(r.Scopes, " "), r.AuthURL, r.ClientID, left,
+		r.Expiry.Local().Format(time.DateTime), refresh, r.SignedInAt.Local().Format(time.DateTime))
+	return nil
+}
+
+func logoutCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:  "logout",
+		Usage: "remove the profile's tokens from the token store",
+		Flags: concat([]cli.Flag{profileFlag(), tokenStoreFlag()}, storeFlags()),
+		Action: func(c *cli.Context) error {
+			s := settings.Of(c)
+			store, err := tokenStore(s)
+			if err != nil {
+				return err
+			}
+			profile := s.String("profile")
+			removed, err := store.Remove(profile)
+			if err != nil {
+				return err
+			}
+			if removed {
+				fmt.Fprintf(e.stdout, "Signed out: the tokens of profile %s are removed.\n", profile)
+			} else {
+				fmt.Fprintf(e.stdout, "Profile %s was not signed in.\n", profile)
+			}
+			return nil
+		},
+	}
+}

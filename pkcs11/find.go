@@ -1,0 +1,167 @@
+package pkcs11
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	p11 "github.com/miekg/pkcs11"
+)
+
+// findKey finds exactly one private key that the selection names and
+// reads what is public about it.
+func (k *Key) findKey(ctx context.Context, sh p11.SessionHandle) error {
+	found, err := k.privateKeys(ctx, sh)
+	if err != nil {
+		return err
+	}
+	label, id := k.sel.KeyLabel, k.sel.KeyID
+	what := describeSel(label, id)
+	switch {
+	case len(found) == 0:
+		all, _ := call(ctx, k.mod, func(b Backend) ([]keyInfo, error) { return findKeys(b, sh, "", nil) }, nil)
+		return fmt.Errorf("%w: no private key %s on token %q; the token has %s", ErrKeyNotFound, what, k.token.Label, listKeys(all))
+	case len(found) > 1 && label == "" && len(id) == 0:
+		return fmt.Errorf("%w: token %q has %d private keys and none was chosen: %s; choose one with --key-label or --key-id", ErrKeyAmbiguous, k.token.Label, len(found), listKeys(found))
+	case len(found) > 1:
+		return fmt.Errorf("%w: %d private keys %s on token %q: %s; choose one with --key-label or --key-id", ErrKeyAmbiguous, len(found), what, k.token.Label, listKeys(found))
+	}
+	ki := found[0]
+	if ki.pub == nil {
+		return fmt.Errorf("%w: key %q (id %s) is neither RSA nor EC with a public key beside it; signagent signs with RSA and ECDSA keys", ErrTokenRefused, ki.label, hex.EncodeToString(ki.id))
+	}
+	k.handle, k.label, k.id, k.keyType, k.pub, k.sign, k.decrypt = ki.h, ki.label, ki.id, ki.keyType, ki.pub, ki.sign, ki.decrypt
+	return nil
+}
+
+func (k *Key) privateKeys(ctx context.Context, sh p11.SessionHandle) ([]keyInfo, error) {
+	found, err := call(ctx, k.mod, func(b Backend) ([]keyInfo, error) { return findKeys(b, sh, k.sel.KeyLabel, k.sel.KeyID) }, nil)
+	if err != nil {
+		return nil, classify("look for the key", err)
+	}
+	return found, nil
+}
+
+// findCert chooses the key's certificate: --cert when given, else the one
+// certificate on the token, among those with the key's id or label, whose
+// public key is the key's. A valid one beats an expired one; two valid ones
+// are an error that lists them.
+func (k *Key) findCert(ctx context.Context, sh p11.SessionHandle) error {
+	if k.sel.CertFile != "" {
+		cert, err := ReadCertificate(k.sel.CertFile)
+		if err != nil {
+			return err
+		}
+		if !samePublicKey(cert.PublicKey, k.pub) {
+			return fmt.Errorf("%w: certificate %q (thumbprint %s) is for another key than %q", ErrCertMismatch, cert.Subject.String(), Thumbprint(cert), k.label)
+		}
+		k.setCert(cert)
+		return nil
+	}
+	certs, err := call(ctx, k.mod, func(b Backend) ([]*x509.Certificate, error) { return findCerts(b, sh, k.id, k.label, k.pub) }, nil)
+	if err != nil {
+		return classify("look for the certificate", err)
+	}
+	cert, err := chooseCert(certs, k.pub, time.Now())
+	if errors.Is(err, ErrCertNotFound) {
+		return fmt.Errorf("%w: no certificate with id %s or label %q on token %q; store one on the token or give --cert FILE", ErrCertNotFound, hex.EncodeToString(k.id), k.label, k.token.Label)
+	}
+	if errors.Is(err, ErrCertMismatch) {
+		return fmt.Errorf("%w: the certificates with id %s or label %q on token %q are for another key; store the right one or give --cert FILE", ErrCertMismatch, hex.EncodeToString(k.id), k.label, k.token.Label)
+	}
+	if err != nil {
+		return fmt.Errorf("%w (key %q); give --cert FILE to choose", err, k.label)
+	}
+	k.setCert(cert)
+	return nil
+}
+
+func (k *Key) setCert(cert *x509.Certificate) {
+	k.cert = cert
+	if now := time.Now(); now.After(cert.NotAfter) {
+		k.log.Warn().Time("notAfter", cert.NotAfter).Str("key", k.label).Msgf("the certificate expired on %s; the service will likely refuse its signatures", cert.NotAfter.UTC().Format("2006-01-02"))
+	} else if now.Before(cert.NotBefore) {
+		k.log.Warn().Time("notBefore", cert.NotBefore).Msgf("the certificate is not valid before %s", cert.NotBefore.UTC().Format(time.RFC3339))
+	}
+}
+
+// chooseCert picks the one certificate for pub among certs (see findCert).
+func chooseCert(certs []*x509.Certificate, pub crypto.PublicKey, now time.Time) (*x509.Certificate, error) {
+	var valid, invalid []*x509.Certificate
+	for _, c := range certs {
+		if !samePublicKey(c.PublicKey, pub) {
+			continue
+		}
+		if now.Before(c.NotBefore) || now.After(c.NotAfter) {
+			invalid = append(invalid, c)
+		} else {
+			valid = append(valid, c)
+		}
+	}
+	best := valid
+	if len(best) == 0 {
+		best = invalid
+	}
+	switch {
+	case len(best) == 1:
+		return best[0], nil
+	case len(certs) == 0:
+		return nil, ErrCertNotFound
+	case len(best) == 0:
+		return nil, ErrCertMismatch
+	}
+	names := make([]string, len(best))
+	for i, c := range best {
+		names[i] = fmt.Sprintf("%s (%q, valid until %s)", Thumbprint(c), c.Subject.CommonName, c.NotAfter.UTC().Format("2006-01-02"))
+	}
+	state := "valid"
+	if len(valid) == 0 {
+		state = "expired or not yet valid"
+	}
+	return nil, fmt.Errorf("%w: %d %s certificates are for the key: %s", ErrCertAmbiguous, len(best), state, strings.Join(names, ", "))
+}
+
+// ReadCertificate reads one certificate from a PEM or DER file of at most
+// 1 MiB (a certificate is a few KiB).
+func ReadCertificate(path string) (*x509.Certificate, error) {
+	b, err := ReadFileLimit(path, 1<<20)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCertNotFound, err)
+	}
+	if blk, _ := pem.Decode(b); blk != nil {
+		b = blk.Bytes
+	}
+	c, err := x509.ParseCertificate(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s holds no certificate (PEM or DER): %w", ErrCertNotFound, path, err)
+	}
+	return c, nil
+}
+
+func samePublicKey(a, b crypto.PublicKey) bool {
+	type equaler interface{ Equal(crypto.PublicKey) bool }
+	if e, ok := a.(equaler); ok {
+		return e.Equal(b)
+	}
+	return false
+}
+
+// KeyShape describes a certificate's key: "RSA" or "EC" (else the
+// algorithm's name), its size in bits, and the curve's name for EC.
+func KeyShape(c *x509.Certificate) (kind string, bits int, curve string) {
+	switch pub := c.PublicKey.(type) {
+	case *rsa.PublicKey:
+		return "RSA", pub.N.BitLen(), ""
+	case *ecdsa.PublicKey:
+		return "EC", pub.Curve.Params().BitSize, pub.Curve.Params().Name
+	}
+	return c.PublicKeyAlgorithm.String(), 0, ""
+}

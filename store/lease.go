@@ -1,0 +1,175 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// errWaited notes a lease that another agent held for a while, and
+// errTakenOver one waited for at least its time to live.
+var (
+	errWaited    = errors.New("waited for the lease")
+	errTakenOver = errors.New("took the lease over")
+)
+
+// Lease is one agent's exclusive right to log in, refresh or write an
+// identity, renewed while it is held.
+type Lease struct {
+	r          *Redis
+	key, owner string
+	stop       chan struct{}
+	done       chan struct{}
+}
+
+var (
+	renewScript   = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0`)
+	releaseScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+)
+
+// Acquire takes kind and id's lease, waiting while another agent holds it
+// (it is released when that agent is done, or expires LeaseTTL after that
+// agent stopped renewing it), until ctx ends. The caller re-reads the
+// record once it holds the lease: the other agent may have just written it.
+func (r *Redis) Acquire(ctx context.Context, kind, id string) (*Lease, error) {
+	_, key := r.keys(kind, id)
+	b := make([]byte, 16)
+	rand.Read(b)
+	owner := hex.EncodeToString(b)
+	wait := 20 * time.Millisecond
+	waited, start := false, time.Now()
+	for {
+		var got bool
+		err := r.call(ctx, func(ctx context.Context) (err error) {
+			got, err = r.rdb.SetNX(ctx, key, owner, r.leaseTTL).Result()
+			return err
+		})
+		if err != nil {
+			r.note("acquire", err)
+			return nil, err
+		}
+		if got {
+			l := &Lease{r: r, key: key, owner: owner, stop: make(chan struct{}), done: make(chan struct{})}
+			go l.renew()
+			switch {
+			case waited && time.Since(start) >= r.leaseTTL:
+				// Its holder stopped renewing it (killed or paused), or
+				// held it that long.
+				r.note("acquire", errTakenOver)
+			case waited:
+				r.note("acquire", errWaited)
+			default:
+				r.note("acquire", nil)
+			}
+			return l, nil
+		}
+		waited = true
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			err := fmt.Errorf("%w: another agent held the lease until the deadline", ErrUnavailable)
+			r.note("acquire", err)
+			return nil, err
+		case <-t.C:
+		}
+		wait = min(wait*2, 200*time.Millisecond)
+	}
+}
+
+// renew extends the lease every third of its time to live until Release.
+func (l *Lease) renew() {
+	defer close(l.done)
+	t := time.NewTicker(l.r.leaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+			l.r.call(context.Background(), func(ctx context.Context) error {
+				return renewScript.Run(ctx, l.r.rdb, []string{l.key}, l.owner, l.r.leaseTTL.Milliseconds()).Err()
+			})
+		}
+	}
+}
+
+// Release gives the lease up (only if it is still this holder's).
+func (l *Lease) Release() {
+	close(l.stop)
+	<-l.done
+	l.r.call(context.Background(), func(ctx context.Context) error {
+		return releaseScript.Run(ctx, l.r.rdb, []string{l.key}, l.owner).Err()
+	})
+}
+
+// Obtain returns kind and id's value from the store when usable accepts
+// it; otherwise it runs make under the identity's lease, after reading once
+// more (another agent may have made it while this one waited for the
+// lease), and keeps what make returns for the ttl it gives. fromStore
+// reports that make did not run here. An error wrapping ErrUnavailable
+// means the store could not be used (the caller may make the value
+// itself); any other error is make's. A value that does not open is
+// treated as absent: it is never used.
+func (r *Redis) Obtain(ctx context.Context, kind, id string, usable func([]byte) bool,
+	make func(context.Context) ([]byte, time.Duration, error)) (value []byte, fromStore bool, err error) {
+	read := func() ([]byte, error) {
+		v, err := r.Get(ctx, kind, id)
+		switch {
+		case errors.Is(err, ErrNotFound), errors.Is(err, ErrSealed):
+			return nil, nil
+		case err != nil:
+			return nil, err
+		case !usable(v):
+			return nil, nil
+		}
+		return v, nil
+	}
+	if v, err := read(); err != nil || v != nil {
+		return v, v != nil, err
+	}
+	l, err := r.Acquire(ctx, kind, id)
+	if err != nil {
+		return nil, false, err
+	}
+	defer l.Release()
+	if v, err := read(); err != nil || v != nil {
+		return v, v != nil, err
+	}
+	v, ttl, err := make(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	// A value that could not be kept is still good here; the other agents
+	// make their own.
+	_ = r.Put(ctx, kind, id, v, ttl, l)
+	return v, false, nil
+}
+
+// DeleteIf removes kind and id's value, under the identity's lease, when
+// match accepts it (a token the service refused, one older than a floor);
+// it reports whether it removed one.
+func (r *Redis) DeleteIf(ctx context.Context, kind, id string, match func([]byte) bool) (bool, error) {
+	l, err := r.Acquire(ctx, kind, id)
+	if err != nil {
+		return false, err
+	}
+	defer l.Release()
+	v, err := r.Get(ctx, kind, id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return false, nil
+	case errors.Is(err, ErrSealed):
+		return true, r.Delete(ctx, kind, id, l) // never to be used: gone
+	case err != nil:
+		return false, err
+	case !match(v):
+		return false, nil
+	}
+	return true, r.Delete(ctx, kind, id, l)
+}
