@@ -20,6 +20,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/store"
 	"github.com/signagent/signagent/trusted"
@@ -308,7 +309,7 @@ func (a *Agent) wrap(mux http.Handler, auth Authenticator) http.Handler {
 	})
 }
 
-var errBadJSON = errors.New("the request body is not the expected JSON")
+var errBadJSON = errdefs.New(errdefs.ErrInvalidInput, "the request body is not the expected JSON")
 
 func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(r.Body)

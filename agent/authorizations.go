@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
@@ -27,14 +28,14 @@ type Legacy struct {
 // errLegacyHeaderHidden answers legacy /v1/authorizations unless the
 // operator allowed it: the header value holds the integrator's developer
 // key, which callers of the proxy never see.
-var errLegacyHeaderHidden = errors.New("this agent does not hand out legacy Authorization headers (they hold the integrator's developer key): call the business method through the proxy, /v1/service/{method} with Signagent-Identity, or start the agent with --expose-legacy-header")
+var errLegacyHeaderHidden = errdefs.New(errdefs.ErrForbidden, "this agent does not hand out legacy Authorization headers (they hold the integrator's developer key): call the business method through the proxy, /v1/service/{method} with Signagent-Identity, or start the agent with --expose-legacy-header")
 
 // errCertificateLoginOff answers legacy certificate identities when the
 // operator turned certificate login off.
-var errCertificateLoginOff = errors.New("certificate login is turned off in this agent (--certificate-login=false): the token decrypts no challenge; use another identity")
+var errCertificateLoginOff = errdefs.New(errdefs.ErrForbidden, "certificate login is turned off in this agent (--certificate-login=false): the token decrypts no challenge; use another identity")
 
 // errLegacyNotConfigured answers legacy authorizations without --api-url.
-var errLegacyNotConfigured = errors.New("the legacy scheme is not configured (--api-url and the developer key)")
+var errLegacyNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "the legacy scheme is not configured (--api-url and the developer key)")
 
 // SetLegacy replaces the legacy scheme's configuration (start, reload);
 // nil turns it off.
@@ -85,7 +86,7 @@ func (a *Agent) identity(req api.AuthorizationRequest, entry *auditEntry) (*iden
 	case "oidc":
 		return a.oidcIdentity(req, entry)
 	}
-	return nil, fmt.Errorf("%w: scheme %q: want legacy or oidc", trusted.ErrInvalidInput, req.Scheme)
+	return nil, fmt.Errorf("%w: scheme %q: want legacy or oidc", errdefs.ErrInvalidInput, req.Scheme)
 }
 
 func (a *Agent) legacyIdentityOf(req api.AuthorizationRequest, entry *auditEntry) (*identity, error) {
@@ -160,7 +161,7 @@ func (a *Agent) oidcIdentity(req api.AuthorizationRequest, entry *auditEntry) (*
 // turns the scheme off.
 func (a *Agent) SetOIDC(t *oidc.Tokens) { a.oidc.Store(t) }
 
-var errOIDCNotConfigured = errors.New("the OpenID Connect scheme is not configured in this agent")
+var errOIDCNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "the OpenID Connect scheme is not configured in this agent")
 
 // legacyIdentity is who the request names, with what the way in needs.
 func (a *Agent) legacyIdentity(l *Legacy, req api.AuthorizationRequest) (legacy.Identity, func() bool, error) {
@@ -172,7 +173,7 @@ func (a *Agent) legacyIdentity(l *Legacy, req api.AuthorizationRequest) (legacy.
 	case legacy.ByPassword:
 		pw, ok := l.Passwords[req.Login]
 		if !ok {
-			return legacy.Identity{}, nil, fmt.Errorf("%w: no password for login %q in the agent's configuration (--legacy-password-file LOGIN=FILE)", legacy.ErrInvalidInput, req.Login)
+			return legacy.Identity{}, nil, fmt.Errorf("%w: no password for login %q in the agent's configuration (--legacy-password-file LOGIN=FILE)", errdefs.ErrInvalidInput, req.Login)
 		}
 		return legacy.Identity{By: by, Subject: req.Login, Password: pw}, nil, nil
 	case legacy.ByCertificate:
@@ -187,7 +188,7 @@ func (a *Agent) legacyIdentity(l *Legacy, req api.AuthorizationRequest) (legacy.
 	}
 	if req.Sid != "" {
 		if req.Credential != nil {
-			return legacy.Identity{}, nil, fmt.Errorf("%w: give sid or credential, not both", legacy.ErrInvalidInput)
+			return legacy.Identity{}, nil, fmt.Errorf("%w: give sid or credential, not both", errdefs.ErrInvalidInput)
 		}
 		sum := sha256.Sum256([]byte(req.Sid))
 		sid := req.Sid
@@ -201,7 +202,7 @@ func (a *Agent) legacyIdentity(l *Legacy, req api.AuthorizationRequest) (legacy.
 // session cache (trusted authentication on the token when there is none).
 func (a *Agent) sidChain(req api.AuthorizationRequest) (legacy.Identity, func() bool, error) {
 	if req.Credential == nil {
-		return legacy.Identity{}, nil, fmt.Errorf("%w: by sid needs sid, or credential and serviceUserId", legacy.ErrInvalidInput)
+		return legacy.Identity{}, nil, fmt.Errorf("%w: by sid needs sid, or credential and serviceUserId", errdefs.ErrInvalidInput)
 	}
 	cred, err := parseCredential(*req.Credential, a.o.LegacySNILS)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
@@ -114,7 +115,7 @@ func DefaultSocket() string {
 
 // ErrConfig marks an error in the configuration (as opposed to the token
 // or the system): the CLI exits with its bad-input status.
-var ErrConfig = errors.New("configuration")
+var ErrConfig = errdefs.New(errdefs.ErrInvalidInput, "configuration")
 
 type configError struct{ err error }
 
@@ -122,7 +123,9 @@ func (e configError) Error() string { return e.err.Error() }
 
 func (e configError) Unwrap() error { return e.err }
 
-func (e configError) Is(target error) bool { return target == ErrConfig }
+func (e configError) Is(target error) bool {
+	return target == ErrConfig || errors.Is(ErrConfig, target)
+}
 
 func badConfig(err error) error { return configError{err} }
 

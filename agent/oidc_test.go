@@ -108,9 +108,15 @@ func TestOIDCSignInRequired(t *testing.T) {
 			t.Fatal("the refresh token is in the log")
 		}
 	})
+	// A store the operator must repair (here: its mode) is the agent's
+	// configuration, not the user's sign-in: 503, naming the fix.
 	t.Run("store readable by others", func(t *testing.T) {
 		os.Chmod(h.store.Path("default"), 0o644)
-		wantConflict(t, "default", "chmod 0600")
+		_, err := h.client.Authorization(ctx, api.AuthorizationRequest{Scheme: "oidc", Profile: "default"})
+		var ae *agentclient.Error
+		if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || ae.Body.Code != api.CodeNotConfigured || !strings.Contains(ae.Body.Message, "chmod 0600") {
+			t.Fatalf("err = %v", err)
+		}
 	})
 	_, err := h.client.Authorization(ctx, api.AuthorizationRequest{Scheme: "oidc", Profile: "../etc"})
 	var ae *agentclient.Error

@@ -18,9 +18,9 @@ import (
 
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/service"
-	"github.com/signagent/signagent/trusted"
 )
 
 // The authorizing proxy: a partner system sends a business request to
@@ -35,7 +35,7 @@ const IdentityHeader = "Signagent-Identity"
 const servicePrefix = "/v1/service/"
 
 // errNoAPI answers proxied calls when the agent has no business API address.
-var errNoAPI = errors.New("no business API address is configured (--api-url)")
+var errNoAPI = errdefs.New(errdefs.ErrNotConfigured, "no business API address is configured (--api-url)")
 
 // identityUsage is what a malformed selector's error ends with.
 const identityUsage = "; want " + IdentityHeader + ": oidc [profile=NAME] | trusted phone=N|snils=N|thumbprint=HEX serviceUserId=ID | legacy login=LOGIN | legacy certificate"
@@ -279,7 +279,7 @@ func (e *upstreamError) classified() error {
 // The error names what is wrong without repeating the values.
 func ParseIdentity(s string, legacySNILS bool) (api.AuthorizationRequest, error) {
 	bad := func(why string) error {
-		return fmt.Errorf("%w: %s: %s%s", trusted.ErrInvalidInput, IdentityHeader, why, identityUsage)
+		return fmt.Errorf("%w: %s: %s%s", errdefs.ErrInvalidInput, IdentityHeader, why, identityUsage)
 	}
 	if strings.TrimSpace(s) == "" {
 		return api.AuthorizationRequest{}, bad("missing")

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+
+	"github.com/signagent/signagent/errdefs"
 )
 
 // ErrQueueFull is returned at once when the token's queue has no room.
-var ErrQueueFull = errors.New("the token's queue is full")
+var ErrQueueFull = errdefs.New(errdefs.ErrTryAgain, "the token is busy and its queue is full; retry after a moment")
 
 // errExpired is returned for a job whose deadline passed while it waited.
 var errExpired = errors.New("the request's deadline passed while it waited for the token")

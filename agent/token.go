@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/signer"
 )
@@ -34,7 +35,7 @@ type checker interface {
 }
 
 // ErrTokenNotReady is returned while the token is out or reconnecting.
-var ErrTokenNotReady = errors.New("the token is not ready")
+var ErrTokenNotReady = errdefs.New(errdefs.ErrTokenNotReady, "the token is not ready")
 
 // TokenState is the token's state as /readyz reports it.
 type TokenState = api.TokenState

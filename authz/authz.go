@@ -11,6 +11,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/signagent/signagent/errdefs"
 )
 
 // Authorizer gives the Authorization header for one identity.
@@ -30,6 +32,9 @@ type RefusedError struct {
 	Status   int
 	Code     string // X-Service-ErrorCode, when the service sent one
 }
+
+// Is gives the error its kind, errdefs.ErrRefused.
+func (e *RefusedError) Is(target error) bool { return target == errdefs.ErrRefused }
 
 func (e *RefusedError) Error() string {
 	msg := fmt.Sprintf("the service refused %s (HTTP %d", e.Identity, e.Status)

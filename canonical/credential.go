@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/signagent/signagent/errdefs"
 )
 
 // Kind is the kind of identification object a credential is.
@@ -71,7 +73,7 @@ func (c Credential) Masked() string {
 }
 
 // ErrInvalidCredential is wrapped by every credential parsing error.
-var ErrInvalidCredential = errors.New("invalid credential")
+var ErrInvalidCredential = errdefs.New(errdefs.ErrInvalidInput, "invalid credential")
 
 // ErrSNILSChecksum is returned, wrapped, when a SNILS check number is wrong.
 var ErrSNILSChecksum = errors.New("SNILS check number is wrong")

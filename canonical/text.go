@@ -1,10 +1,11 @@
 package canonical
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/signagent/signagent/errdefs"
 )
 
 // TimeLayout is the service's timestamp format, dd.MM.yyyy HH:mm:ss, always in
@@ -12,10 +13,10 @@ import (
 const TimeLayout = "02.01.2006 15:04:05"
 
 // ErrInvalidTimestamp is wrapped by every timestamp parsing error.
-var ErrInvalidTimestamp = errors.New("invalid timestamp")
+var ErrInvalidTimestamp = errdefs.New(errdefs.ErrInvalidInput, "invalid timestamp")
 
 // ErrInvalidAPIKey is returned when the API key is empty or malformed.
-var ErrInvalidAPIKey = errors.New("invalid API key")
+var ErrInvalidAPIKey = errdefs.New(errdefs.ErrInvalidInput, "invalid API key")
 
 // ParseTimestamp parses s strictly as dd.MM.yyyy HH:mm:ss in UTC: every field
 // has exactly its number of digits and the date must exist.

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/signagent/signagent/errdefs"
 	"github.com/smallstep/pkcs7"
 )
 
@@ -23,7 +24,7 @@ var (
 	// ErrNotChallenge is the class of every refusal of Open: the envelope
 	// is not a challenge this certificate answers. ErrMalformed,
 	// ErrNotForUs and ErrChallenge are of this class too.
-	ErrNotChallenge = errors.New("not a certificate-login challenge")
+	ErrNotChallenge = errdefs.New(errdefs.ErrUnreachable, "not a certificate-login challenge")
 	// ErrMalformed: the bytes are not a DER CMS EnvelopedData.
 	ErrMalformed error = refusal("not a CMS EnvelopedData")
 	// ErrNotForUs: no recipient is our certificate.
@@ -32,7 +33,7 @@ var (
 	// been asked (see Open): it says nothing of why.
 	ErrChallenge error = refusal("the challenge does not open to a 32-byte random with this certificate's key; nothing was sent back")
 	// ErrUnsupported: a key-transport algorithm or key we do not have (GOST).
-	ErrUnsupported = errors.New("not supported")
+	ErrUnsupported = errdefs.New(errdefs.ErrNotConfigured, "not supported")
 )
 
 // refusal is an error of the class ErrNotChallenge.
@@ -40,8 +41,10 @@ type refusal string
 
 func (r refusal) Error() string { return string(r) }
 
-// Is makes a refusal match ErrNotChallenge.
-func (r refusal) Is(target error) bool { return target == ErrNotChallenge }
+// Is makes a refusal match ErrNotChallenge, and so its kind.
+func (r refusal) Is(target error) bool {
+	return target == ErrNotChallenge || errors.Is(ErrNotChallenge, target)
+}
 
 // sealMu serializes Seal: smallstep/pkcs7 takes its algorithms from package
 // variables.

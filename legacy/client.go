@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/envelope"
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/pkcs11"
 )
@@ -40,7 +41,7 @@ func ParseMethod(s string) (Method, error) {
 	case ByPassword, ByCertificate, BySid:
 		return m, nil
 	}
-	return "", fmt.Errorf("%w: %q is not a way to authenticate: want password, certificate or sid", ErrInvalidInput, s)
+	return "", fmt.Errorf("%w: %q is not a way to authenticate: want password, certificate or sid", errdefs.ErrInvalidInput, s)
 }
 
 // DefaultTokenTTL is how long the service keeps a token valid.
@@ -131,11 +132,11 @@ func New(cfg Config) (*Client, error) {
 // only to loopback, or when allowed), no user info, query or fragment.
 func ParseAPIURL(raw string, allowHTTP bool) (*url.URL, error) {
 	if strings.TrimSpace(raw) == "" {
-		return nil, fmt.Errorf("%w: no service API URL: give --api-url or set SIGNAGENT_API_URL", ErrInvalidInput)
+		return nil, fmt.Errorf("%w: no service API URL: give --api-url or set SIGNAGENT_API_URL", errdefs.ErrInvalidInput)
 	}
 	u, err := httpx.ParseBaseURL(raw, allowHTTP)
 	if err != nil {
-		return nil, fmt.Errorf("%w: API %w", ErrInvalidInput, err)
+		return nil, fmt.Errorf("%w: API %w", errdefs.ErrInvalidInput, err)
 	}
 	return u, nil
 }
@@ -165,10 +166,10 @@ func (c *Client) Header(token string) string { return Header(c.key, token) }
 // Password authenticates by login and password.
 func (c *Client) Password(ctx context.Context, login, password string) (Token, error) {
 	if strings.TrimSpace(login) == "" {
-		return Token{}, fmt.Errorf("%w: no login: give --login", ErrInvalidInput)
+		return Token{}, fmt.Errorf("%w: no login: give --login", errdefs.ErrInvalidInput)
 	}
 	if password == "" {
-		return Token{}, fmt.Errorf("%w: the password is empty", ErrInvalidInput)
+		return Token{}, fmt.Errorf("%w: the password is empty", errdefs.ErrInvalidInput)
 	}
 	body, err := json.Marshal(map[string]string{"login": login, "password": password})
 	if err != nil {
@@ -185,7 +186,7 @@ func (c *Client) Password(ctx context.Context, login, password string) (Token, e
 func (c *Client) Sid(ctx context.Context, sid string) (Token, error) {
 	sid = strings.TrimSpace(sid)
 	if sid == "" || strings.ContainsFunc(sid, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
-		return Token{}, fmt.Errorf("%w: the auth.sid is empty or holds white space or control characters", ErrInvalidInput)
+		return Token{}, fmt.Errorf("%w: the auth.sid is empty or holds white space or control characters", errdefs.ErrInvalidInput)
 	}
 	ans, err := c.call(ctx, callAuthenticate(BySid), []byte(sid), "text/plain", retryAlways, sid)
 	if err != nil {
@@ -200,7 +201,7 @@ func (c *Client) Sid(ctx context.Context, sid string) (Token, error) {
 // random back and answers the token. The private key never leaves key.
 func (c *Client) Certificate(ctx context.Context, cert *x509.Certificate, key crypto.Decrypter) (Token, error) {
 	if cert == nil || key == nil {
-		return Token{}, fmt.Errorf("%w: certificate login needs the key's certificate", ErrInvalidInput)
+		return Token{}, fmt.Errorf("%w: certificate login needs the key's certificate", errdefs.ErrInvalidInput)
 	}
 	// A key that cannot decrypt is refused before the service is asked
 	// for a challenge it could not answer.

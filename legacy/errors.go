@@ -1,11 +1,12 @@
 package legacy
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/signagent/signagent/errdefs"
 )
 
 // ErrorCodeHeader is the response header that carries the service's error
@@ -19,10 +20,8 @@ const (
 )
 
 var (
-	// ErrInvalidInput is wrapped by errors about what the caller passed in.
-	ErrInvalidInput = errors.New("invalid input")
 	// ErrDeveloperKey is wrapped by errors about the developer key given.
-	ErrDeveloperKey = errors.New("developer key")
+	ErrDeveloperKey = errdefs.New(errdefs.ErrNotConfigured, "developer key")
 )
 
 // ServiceError is a non-2xx answer.
@@ -112,3 +111,26 @@ func oneLine(s string, max int, secrets ...string) string {
 	}
 	return s
 }
+
+// Is gives the error its kind: the service failing or limiting requests
+// (errdefs.ErrFailing), else a refusal (errdefs.ErrRefused).
+func (e *ServiceError) Is(target error) bool {
+	if e.Temporary() {
+		return target == errdefs.ErrFailing
+	}
+	return target == errdefs.ErrRefused
+}
+
+// Detail returns the service's error code and the call, for an API answer.
+func (e *ServiceError) Detail() (code, step string) { return e.Code, e.Call }
+
+// Is gives the error its kind: errdefs.ErrTimeout or errdefs.ErrUnreachable.
+func (e *TransportError) Is(target error) bool {
+	if e.Timeout {
+		return target == errdefs.ErrTimeout
+	}
+	return target == errdefs.ErrUnreachable
+}
+
+// Detail returns the call, for an API answer.
+func (e *TransportError) Detail() (code, step string) { return "", e.Call }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/store"
 )
 
@@ -56,7 +57,7 @@ func (c *Client) Authenticate(ctx context.Context, id Identity) (Token, error) {
 		return c.Certificate(ctx, id.Certificate, id.Key)
 	case BySid:
 		if id.Sid == nil {
-			return Token{}, fmt.Errorf("%w: no auth.sid to exchange", ErrInvalidInput)
+			return Token{}, fmt.Errorf("%w: no auth.sid to exchange", errdefs.ErrInvalidInput)
 		}
 		sid, err := id.Sid(ctx)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	gooidc "github.com/coreos/go-oidc/v3/oidc"
 	"golang.org/x/oauth2"
 
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
 )
 
@@ -126,7 +127,7 @@ func (c *Client) Refresh(ctx context.Context, rec *Record) (*Record, error) {
 // given is spent when the provider rotates them.
 func (c *Client) SignInWithRefreshToken(ctx context.Context, refreshToken string) (*Record, error) {
 	if strings.TrimSpace(refreshToken) == "" {
-		return nil, fmt.Errorf("%w: the refresh token file is empty", ErrInvalidInput)
+		return nil, fmt.Errorf("%w: the refresh token file is empty", errdefs.ErrInvalidInput)
 	}
 	p, err := c.provider(ctx)
 	if err != nil {

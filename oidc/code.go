@@ -7,6 +7,7 @@ import (
 	"net/url"
 
 	gooidc "github.com/coreos/go-oidc/v3/oidc"
+	"github.com/signagent/signagent/errdefs"
 	"golang.org/x/oauth2"
 )
 
@@ -23,7 +24,7 @@ type CodeRequest struct {
 // PKCE S256 challenge.
 func (c *Client) StartCode(ctx context.Context) (*CodeRequest, error) {
 	if c.cfg.RedirectURI == "" {
-		return nil, fmt.Errorf("%w: the code flow needs --redirect-uri (the address registered in the integrator's cabinet)", ErrInvalidInput)
+		return nil, fmt.Errorf("%w: the code flow needs --redirect-uri (the address registered in the integrator's cabinet)", errdefs.ErrInvalidInput)
 	}
 	p, err := c.provider(ctx)
 	if err != nil {
@@ -50,7 +51,7 @@ func (c *Client) FinishCode(ctx context.Context, r *CodeRequest, q url.Values) (
 	}
 	code := q.Get("code")
 	if code == "" {
-		return nil, fmt.Errorf("%w: the redirect carries no code", ErrInvalidInput)
+		return nil, fmt.Errorf("%w: the redirect carries no code", errdefs.ErrInvalidInput)
 	}
 	p, err := c.provider(ctx)
 	if err != nil {

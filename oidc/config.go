@@ -24,6 +24,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
 )
 
@@ -73,7 +74,7 @@ func SpaceScope(space string) (string, error) {
 	case SpaceProduction:
 		return ScopeProduction, nil
 	}
-	return "", fmt.Errorf("%w: space %q: want staging or production", ErrInvalidInput, space)
+	return "", fmt.Errorf("%w: space %q: want staging or production", errdefs.ErrInvalidInput, space)
 }
 
 // SpaceOf names the space a list of scopes grants ("" when none).
@@ -100,7 +101,7 @@ func (c Config) Scopes() ([]string, error) {
 	for _, s := range c.ExtraScopes {
 		for _, f := range strings.Fields(s) {
 			if !scopeRe.MatchString(f) {
-				return nil, fmt.Errorf("%w: scope %q is not a scope token", ErrInvalidInput, f)
+				return nil, fmt.Errorf("%w: scope %q is not a scope token", errdefs.ErrInvalidInput, f)
 			}
 			if !slices.Contains(out, f) {
 				out = append(out, f)
@@ -112,16 +113,16 @@ func (c Config) Scopes() ([]string, error) {
 
 func (c *Config) check() error {
 	if strings.TrimSpace(c.ClientID) == "" {
-		return fmt.Errorf("%w: give the client_id with --client-id or SIGNAGENT_CLIENT_ID", ErrInvalidInput)
+		return fmt.Errorf("%w: give the client_id with --client-id or SIGNAGENT_CLIENT_ID", errdefs.ErrInvalidInput)
 	}
 	if c.ClientSecret == "" {
-		return fmt.Errorf("%w: give the client secret in SIGNAGENT_CLIENT_SECRET or a file named by --client-secret-file", ErrInvalidInput)
+		return fmt.Errorf("%w: give the client secret in SIGNAGENT_CLIENT_SECRET or a file named by --client-secret-file", errdefs.ErrInvalidInput)
 	}
 	if strings.TrimSpace(c.AuthURL) == "" {
-		return fmt.Errorf("%w: give the identity provider's address with --auth-url or SIGNAGENT_AUTH_URL", ErrInvalidInput)
+		return fmt.Errorf("%w: give the identity provider's address with --auth-url or SIGNAGENT_AUTH_URL", errdefs.ErrInvalidInput)
 	}
 	if _, err := httpx.ParseBaseURL(c.AuthURL, c.AllowInsecureHTTP); err != nil {
-		return fmt.Errorf("%w: --auth-url: %w", ErrInvalidInput, err)
+		return fmt.Errorf("%w: --auth-url: %w", errdefs.ErrInvalidInput, err)
 	}
 	if _, err := c.Scopes(); err != nil {
 		return err
@@ -140,10 +141,10 @@ func (c *Config) check() error {
 func CheckSecret(s string) (string, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
-		return "", fmt.Errorf("%w: the client secret is empty", ErrInvalidInput)
+		return "", fmt.Errorf("%w: the client secret is empty", errdefs.ErrInvalidInput)
 	}
 	if strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		return "", fmt.Errorf("%w: the client secret holds control characters", ErrInvalidInput)
+		return "", fmt.Errorf("%w: the client secret holds control characters", errdefs.ErrInvalidInput)
 	}
 	return s, nil
 }

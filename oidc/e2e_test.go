@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/errdefs"
 )
 
 const (
@@ -439,7 +440,7 @@ func TestConfigRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(tc.cfg)
-			if !errors.Is(err, ErrInvalidInput) || !strings.Contains(err.Error(), tc.want) {
+			if !errors.Is(err, errdefs.ErrInvalidInput) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v", err)
 			}
 		})
@@ -458,7 +459,7 @@ func TestPasted(t *testing.T) {
 	if err != nil || q.Get("code") != "abc" || q.Get("state") != "xyz" {
 		t.Fatalf("%v %v", q, err)
 	}
-	if _, err := ParsePasted("hello"); !errors.Is(err, ErrInvalidInput) {
+	if _, err := ParsePasted("hello"); !errors.Is(err, errdefs.ErrInvalidInput) {
 		t.Fatalf("err = %v", err)
 	}
 }

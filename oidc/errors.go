@@ -1,29 +1,30 @@
 package oidc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/signagent/signagent/errdefs"
 )
 
 var (
-	// ErrInvalidInput is wrapped by errors about what the caller passed in.
-	ErrInvalidInput = errors.New("invalid input")
 	// ErrDenied: the user or the provider did not grant access
 	// (access_denied).
-	ErrDenied = errors.New("access was not granted")
+	ErrDenied = errdefs.New(errdefs.ErrRefused, "access was not granted")
 	// ErrExpired: the device code expired before the user approved it
 	// (expired_token).
-	ErrExpired = errors.New("the device code expired before the sign-in was approved")
+	ErrExpired = errdefs.New(errdefs.ErrSignIn, "the device code expired before the sign-in was approved")
 	// ErrSignIn: there are no usable tokens for the profile (never signed
 	// in, signed out, or the refresh token was refused); sign in again.
-	ErrSignIn = errors.New("sign-in needed")
+	ErrSignIn = errdefs.New(errdefs.ErrSignIn, "sign-in needed")
 	// ErrIDToken: the provider's id_token failed a check.
-	ErrIDToken = errors.New("the identity provider's id_token was rejected")
+	ErrIDToken = errdefs.New(errdefs.ErrUnreachable, "the identity provider's id_token was rejected")
 	// ErrState: the redirect's state is not the one sent.
-	ErrState = errors.New("the redirect's state does not match this sign-in")
+	ErrState = errdefs.New(errdefs.ErrInvalidInput, "the redirect's state does not match this sign-in")
 	// ErrStore: the token store cannot be used as it is.
-	ErrStore = errors.New("token store")
+	ErrStore = errdefs.New(errdefs.ErrNotConfigured, "token store")
 )
 
 // ProviderError is a refusal from the identity provider: an OAuth error
@@ -98,3 +99,22 @@ func printable(s string, max int) string {
 	}
 	return s
 }
+
+// Is gives a provider's refusal its kind, errdefs.ErrRefused (a refusal
+// that means signing in again also matches ErrSignIn, through Unwrap).
+func (e *ProviderError) Is(target error) bool { return target == errdefs.ErrRefused }
+
+// Detail returns the provider's error code and the step, for an API answer.
+func (e *ProviderError) Detail() (code, step string) { return e.Code, e.Step }
+
+// Is gives the error its kind: errdefs.ErrTimeout when the deadline
+// passed, else errdefs.ErrUnreachable.
+func (e *TransportError) Is(target error) bool {
+	if errors.Is(e.Err, context.DeadlineExceeded) {
+		return target == errdefs.ErrTimeout
+	}
+	return target == errdefs.ErrUnreachable
+}
+
+// Detail returns the step, for an API answer.
+func (e *TransportError) Detail() (code, step string) { return "", e.Step }

@@ -14,6 +14,7 @@ import (
 	gooidc "github.com/coreos/go-oidc/v3/oidc"
 	"golang.org/x/oauth2"
 
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
 )
 
@@ -52,7 +53,7 @@ func (c *Client) discover(ctx context.Context) (*provider, error) {
 		c.cfg.Log.Debug().Str("authUrl", base).Msg("the identity provider has no discovery document; using the /connect/* paths")
 	}
 	if strings.TrimRight(pc.IssuerURL, "/") != base {
-		return nil, fmt.Errorf("%w: the provider at %s names its issuer %q; give that as --auth-url", ErrInvalidInput, base, printable(pc.IssuerURL, 100))
+		return nil, fmt.Errorf("%w: the provider at %s names its issuer %q; give that as --auth-url", errdefs.ErrInvalidInput, base, printable(pc.IssuerURL, 100))
 	}
 	for _, u := range []string{pc.AuthURL, pc.TokenURL, pc.JWKSURL} {
 		if _, err := httpx.ParseBaseURL(u, c.cfg.AllowInsecureHTTP); err != nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
 )
 
@@ -35,11 +36,11 @@ type Receiver struct {
 func Listen(redirectURI string, req *CodeRequest) (*Receiver, error) {
 	u, err := url.Parse(redirectURI)
 	if err != nil || u.Scheme != "http" || !httpx.IsLoopback(u.Hostname()) || u.Port() == "" {
-		return nil, fmt.Errorf("%w: --redirect-uri %q: signagent can receive the redirect only on a loopback http address with a port (http://127.0.0.1:PORT/path); use --no-browser to paste the redirected address instead", ErrInvalidInput, redirectURI)
+		return nil, fmt.Errorf("%w: --redirect-uri %q: signagent can receive the redirect only on a loopback http address with a port (http://127.0.0.1:PORT/path); use --no-browser to paste the redirected address instead", errdefs.ErrInvalidInput, redirectURI)
 	}
 	ln, err := net.Listen("tcp", u.Host)
 	if err != nil {
-		return nil, fmt.Errorf("%w: cannot listen on %s for the redirect: %w", ErrInvalidInput, u.Host, errors.Unwrap(err))
+		return nil, fmt.Errorf("%w: cannot listen on %s for the redirect: %w", errdefs.ErrInvalidInput, u.Host, errors.Unwrap(err))
 	}
 	r := &Receiver{ln: ln, path: u.Path, state: req.state, got: make(chan url.Values, 1)}
 	if r.path == "" {
@@ -102,7 +103,7 @@ func ParsePasted(line string) (url.Values, error) {
 	}
 	q, err := url.ParseQuery(line)
 	if err != nil || (q.Get("code") == "" && q.Get("error") == "") {
-		return nil, fmt.Errorf("%w: paste the whole address the browser was sent to (it holds code= and state=)", ErrInvalidInput)
+		return nil, fmt.Errorf("%w: paste the whole address the browser was sent to (it holds code= and state=)", errdefs.ErrInvalidInput)
 	}
 	return q, nil
 }

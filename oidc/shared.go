@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/store"
 )
 
@@ -27,7 +28,7 @@ type Records interface {
 
 // ErrStoreUnavailable is a shared store that does not answer: a refresh is
 // refused rather than risking a spent one-time refresh token.
-var ErrStoreUnavailable = errors.New("the shared token store is unavailable")
+var ErrStoreUnavailable = errdefs.New(errdefs.ErrStoreUnavailable, "the shared token store is unavailable")
 
 // recordKind is the records' kind in the shared store.
 const recordKind = "oidc"

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/store"
 )
@@ -160,7 +161,7 @@ func TestSignInWithRefreshToken(t *testing.T) {
 	if _, err := c.SignInWithRefreshToken(t.Context(), "not-a-refresh-token"); !errors.Is(err, ErrSignIn) {
 		t.Fatalf("unknown: %v", err)
 	}
-	if _, err := c.SignInWithRefreshToken(t.Context(), " \n"); !errors.Is(err, ErrInvalidInput) {
+	if _, err := c.SignInWithRefreshToken(t.Context(), " \n"); !errors.Is(err, errdefs.ErrInvalidInput) {
 		t.Fatalf("empty: %v", err)
 	}
 }

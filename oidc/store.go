@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/trusted"
 )
@@ -81,7 +82,7 @@ var profileRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 // CheckProfile refuses a profile name that is not a plain file name.
 func CheckProfile(name string) error {
 	if !profileRe.MatchString(name) {
-		return fmt.Errorf("%w: profile %q: use letters, digits, '.', '_' and '-' (at most 64, not starting with '.')", ErrInvalidInput, name)
+		return fmt.Errorf("%w: profile %q: use letters, digits, '.', '_' and '-' (at most 64, not starting with '.')", errdefs.ErrInvalidInput, name)
 	}
 	return nil
 }

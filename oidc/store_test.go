@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/errdefs"
 )
 
 func testRecord(profile string) *Record {
@@ -85,7 +86,7 @@ func TestStoreRefuses(t *testing.T) {
 
 func TestProfileNames(t *testing.T) {
 	for _, bad := range []string{"", ".hidden", "../x", "a/b", "a b", strings.Repeat("x", 65)} {
-		if err := CheckProfile(bad); !errors.Is(err, ErrInvalidInput) {
+		if err := CheckProfile(bad); !errors.Is(err, errdefs.ErrInvalidInput) {
 			t.Errorf("%q: %v", bad, err)
 		}
 	}

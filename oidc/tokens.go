@@ -211,6 +211,11 @@ func (t *Tokens) loadFrom(profile string) (*Record, string, error) {
 			return c.rec, FromMemory, nil // still valid: served while the store is down
 		}
 		t.forget(profile)
+		if errors.Is(err, ErrStoreUnavailable) {
+			// No refresh without the store: a refresh token used by two
+			// agents would sign the user out everywhere.
+			err = fmt.Errorf("%w; the access token needs a refresh, which waits for the store", err)
+		}
 		return nil, "", err
 	}
 	t.remember(profile, rec, id)

@@ -19,14 +19,12 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
 )
 
 // ErrorCodeHeader carries the service's error code; the body is text.
 const ErrorCodeHeader = "X-Service-ErrorCode"
-
-// ErrInvalidInput is wrapped by errors about what the caller passed in.
-var ErrInvalidInput = errors.New("invalid input")
 
 // Config says where the business API is.
 type Config struct {
@@ -49,11 +47,11 @@ type Client struct {
 // New checks cfg; a is the identity's authorizer.
 func New(cfg Config, a authz.Authorizer) (*Client, error) {
 	if strings.TrimSpace(cfg.APIURL) == "" {
-		return nil, fmt.Errorf("%w: give the business API address with --api-url or SIGNAGENT_API_URL", ErrInvalidInput)
+		return nil, fmt.Errorf("%w: give the business API address with --api-url or SIGNAGENT_API_URL", errdefs.ErrInvalidInput)
 	}
 	base, err := httpx.ParseBaseURL(cfg.APIURL, cfg.AllowInsecureHTTP)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --api-url: %w", ErrInvalidInput, err)
+		return nil, fmt.Errorf("%w: --api-url: %w", errdefs.ErrInvalidInput, err)
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second
@@ -109,6 +107,24 @@ type TransportError struct {
 func (e *TransportError) Error() string { return fmt.Sprintf("%s: %s", e.Method, e.Msg) }
 func (e *TransportError) Unwrap() error { return e.Err }
 
+// Is gives the error its kind: errdefs.ErrTimeout when the deadline
+// passed, else errdefs.ErrUnreachable.
+func (e *TransportError) Is(target error) bool {
+	if errors.Is(e.Err, context.DeadlineExceeded) {
+		return target == errdefs.ErrTimeout
+	}
+	return target == errdefs.ErrUnreachable
+}
+
+// Is gives the service's answer its kind: failing or limiting requests
+// (errdefs.ErrFailing), else a refusal (errdefs.ErrRefused).
+func (e *Error) Is(target error) bool {
+	if e.Status >= 500 || e.Status == http.StatusTooManyRequests {
+		return target == errdefs.ErrFailing
+	}
+	return target == errdefs.ErrRefused
+}
+
 // Path checks a business method's path: one or more plain segments below
 // the base URL, never a way out of it (.., //host, a scheme).
 func Path(method string) (string, error) {
@@ -121,7 +137,7 @@ func Path(method string) (string, error) {
 		}
 	}
 	if bad {
-		return "", fmt.Errorf("%w: method path %q: want /Method (plain segments below the API address)", ErrInvalidInput, printable(method))
+		return "", fmt.Errorf("%w: method path %q: want /Method (plain segments below the API address)", errdefs.ErrInvalidInput, printable(method))
 	}
 	return p, nil
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+
+	"github.com/signagent/signagent/errdefs"
 )
 
 // Organization is an entry of GetMyOrganizations (UpperCamelCase on the
@@ -69,7 +71,7 @@ func (c *Client) GetMyOrganizations(ctx context.Context, opts ...OrganizationsOp
 // box that is not the user's is an *Error with status 403 naming it.
 func (c *Client) GetMyEmployee(ctx context.Context, boxID string) (*Employee, error) {
 	if strings.TrimSpace(boxID) == "" {
-		return nil, fmt.Errorf("%w: GetMyEmployee needs a box id", ErrInvalidInput)
+		return nil, fmt.Errorf("%w: GetMyEmployee needs a box id", errdefs.ErrInvalidInput)
 	}
 	var out Employee
 	if err := c.call(ctx, "GetMyEmployee", url.Values{"boxId": {boxID}}, boxID, &out); err != nil {

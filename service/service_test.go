@@ -15,6 +15,7 @@ import (
 
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
 )
@@ -186,7 +187,7 @@ func TestPaths(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "/", "../etc/passwd", "/a/../b", "//evil.example/x", "http://evil.example/", "/a//b", "/a?b=c", "/%2e%2e/x", "/a\\b", "/a\nb"} {
-		if _, err := Path(bad); !errors.Is(err, ErrInvalidInput) {
+		if _, err := Path(bad); !errors.Is(err, errdefs.ErrInvalidInput) {
 			t.Errorf("%q: %v", bad, err)
 		}
 	}

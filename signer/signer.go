@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/signagent/signagent/errdefs"
 	"golang.org/x/crypto/cryptobyte"
 	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
 )
@@ -45,7 +46,7 @@ type Options struct {
 }
 
 // ErrUnsupported is returned for key types and hashes the signer cannot use.
-var ErrUnsupported = errors.New("unsupported")
+var ErrUnsupported = errdefs.New(errdefs.ErrInvalidInput, "unsupported")
 
 var (
 	oidData          = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 7, 1}

@@ -23,18 +23,19 @@ import (
 	"os"
 	"strings"
 
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/safefile"
 )
 
 // Errors of the store. A sealed value that does not open is ErrSealed:
 // it is never used (the caller treats the record as absent).
 var (
-	ErrBadKey   = errors.New("bad store key")
+	ErrBadKey   = errdefs.New(errdefs.ErrNotConfigured, "bad store key")
 	ErrSealed   = errors.New("a stored value does not open with the store key")
 	ErrNotFound = errors.New("not in the store")
-	ErrBadURL   = errors.New("bad store URL")
+	ErrBadURL   = errdefs.New(errdefs.ErrInvalidInput, "bad store URL")
 	// ErrUnavailable is a store that does not answer (in time).
-	ErrUnavailable = errors.New("the shared store is unavailable")
+	ErrUnavailable = errdefs.New(errdefs.ErrStoreUnavailable, "the shared store is unavailable")
 	// ErrFenced is a write refused because this agent no longer holds the
 	// identity's lease (it expired while the agent was paused, and another
 	// agent may have written since).

@@ -26,6 +26,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
 )
 
@@ -80,7 +81,7 @@ type Client struct {
 func New(cfg Config) (*Client, error) {
 	u, err := httpx.ParseBaseURL(cfg.BaseURL, cfg.AllowInsecureHTTP)
 	if err != nil {
-		return nil, fmt.Errorf("%w: base %w", ErrInvalidInput, err)
+		return nil, fmt.Errorf("%w: base %w", errdefs.ErrInvalidInput, err)
 	}
 	key, err := canonical.NormalizeAPIKey(cfg.APIKey)
 	if err != nil {
@@ -123,7 +124,7 @@ func (c *Client) Link(ctx context.Context, serviceUserID string, phone canonical
 		return err
 	}
 	if phone.Kind != canonical.Phone {
-		return fmt.Errorf("%w: users are linked by phone, not by %s", ErrInvalidInput, phone.Kind)
+		return fmt.Errorf("%w: users are linked by phone, not by %s", errdefs.ErrInvalidInput, phone.Kind)
 	}
 	q := query([2]string{"api-key", c.apiKey}, [2]string{"serviceUserId", serviceUserID}, [2]string{"phone", phone.Value})
 	_, _, err := c.do(ctx, StepLink, http.MethodPut, q, nil, "", retryAlways)
@@ -138,7 +139,7 @@ func (c *Client) Authenticate(ctx context.Context, cred canonical.Credential, se
 		return nil, err
 	}
 	if c.cfg.Signer == nil {
-		return nil, fmt.Errorf("%w: no signer configured", ErrInvalidInput)
+		return nil, fmt.Errorf("%w: no signer configured", errdefs.ErrInvalidInput)
 	}
 	var body []byte
 	var q string
@@ -183,7 +184,7 @@ func (c *Client) Authenticate(ctx context.Context, cred canonical.Credential, se
 // and returns the auth.sid.
 func (c *Client) Approve(ctx context.Context, key string, cred canonical.Credential) (string, error) {
 	if key == "" {
-		return "", fmt.Errorf("%w: empty Key", ErrInvalidInput)
+		return "", fmt.Errorf("%w: empty Key", errdefs.ErrInvalidInput)
 	}
 	q := query([2]string{"key", key}, [2]string{"id", cred.Value}, [2]string{"apiKey", c.apiKey})
 	ct, resp, err := c.do(ctx, StepApprove, http.MethodPost, q, nil, "", retryUnsent)
@@ -231,11 +232,11 @@ const MaxServiceUserID = 256
 func CheckServiceUserID(id string) error {
 	switch {
 	case strings.TrimSpace(id) == "":
-		return fmt.Errorf("%w: the trusted-system user id (serviceUserId) is empty", ErrInvalidInput)
+		return fmt.Errorf("%w: the trusted-system user id (serviceUserId) is empty", errdefs.ErrInvalidInput)
 	case len(id) > MaxServiceUserID:
-		return fmt.Errorf("%w: the trusted-system user id (serviceUserId) is longer than %d bytes", ErrInvalidInput, MaxServiceUserID)
+		return fmt.Errorf("%w: the trusted-system user id (serviceUserId) is longer than %d bytes", errdefs.ErrInvalidInput, MaxServiceUserID)
 	case !utf8.ValidString(id) || strings.ContainsFunc(id, unicode.IsControl):
-		return fmt.Errorf("%w: the trusted-system user id (serviceUserId) holds control characters or is not UTF-8", ErrInvalidInput)
+		return fmt.Errorf("%w: the trusted-system user id (serviceUserId) holds control characters or is not UTF-8", errdefs.ErrInvalidInput)
 	}
 	return nil
 }

@@ -1,10 +1,11 @@
 package trusted
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/signagent/signagent/errdefs"
 )
 
 // Step names a call of the trusted-authentication flow.
@@ -45,9 +46,6 @@ var explanations = map[string]string{
 // Explain returns the operator's sentence for a service error code, or "" for
 // a code it does not know.
 func Explain(code string) string { return explanations[code] }
-
-// ErrInvalidInput is wrapped by errors about what the caller passed in.
-var ErrInvalidInput = errors.New("invalid input")
 
 // ServiceError is a non-2xx answer from the service.
 type ServiceError struct {
@@ -109,3 +107,30 @@ func (e *TransportError) Error() string {
 }
 
 func (e *TransportError) Unwrap() error { return e.Err }
+
+// Is gives the error its kind: the service failing or limiting requests
+// (errdefs.ErrFailing), a signed text it saw a moment ago
+// (errdefs.ErrTryAgain), else a refusal (errdefs.ErrRefused).
+func (e *ServiceError) Is(target error) bool {
+	switch {
+	case e.Temporary():
+		return target == errdefs.ErrFailing
+	case e.Reused():
+		return target == errdefs.ErrTryAgain
+	}
+	return target == errdefs.ErrRefused
+}
+
+// Detail returns the service's error code and the step, for an API answer.
+func (e *ServiceError) Detail() (code, step string) { return e.Code, string(e.Step) }
+
+// Is gives the error its kind: errdefs.ErrTimeout or errdefs.ErrUnreachable.
+func (e *TransportError) Is(target error) bool {
+	if e.Timeout {
+		return target == errdefs.ErrTimeout
+	}
+	return target == errdefs.ErrUnreachable
+}
+
+// Detail returns the step, for an API answer.
+func (e *TransportError) Detail() (code, step string) { return "", string(e.Step) }

@@ -3,18 +3,18 @@ package trusted
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/errdefs"
 )
 
 // ErrTooSoon is returned when the texts for one API key and credential
 // have used up the seconds a caller may wait for: try again in a moment.
-var ErrTooSoon = errors.New("too many signed texts for one credential at once")
+var ErrTooSoon = errdefs.New(errdefs.ErrTryAgain, "too many signed texts for one credential at once")
 
 // MaxStampWait bounds how far ahead of the clock Stamps goes for a second
 // of its own (and so how long Next waits).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/legacy"
@@ -180,7 +181,7 @@ func legacyAgentConfig(s *settings.Settings, e *env) (*legacy.Config, map[string
 	for _, spec := range s.Strings("legacy-password-file") {
 		login, file, ok := strings.Cut(spec, "=")
 		if !ok || strings.TrimSpace(login) == "" || file == "" {
-			return nil, nil, fmt.Errorf("%w: --legacy-password-file %q: want LOGIN=FILE", legacy.ErrInvalidInput, spec)
+			return nil, nil, fmt.Errorf("%w: --legacy-password-file %q: want LOGIN=FILE", errdefs.ErrInvalidInput, spec)
 		}
 		pw, err := passwordFile(file)
 		if err != nil {
@@ -247,7 +248,7 @@ func sidIdentity(c *cli.Context, e *env) (legacy.Identity, func(), error) {
 	if f := s.String("sid-file"); f != "" {
 		b, err := pkcs11.ReadSecretFile(f, 4096)
 		if err != nil {
-			return legacy.Identity{}, none, fmt.Errorf("%w: --sid-file: %w", legacy.ErrInvalidInput, err)
+			return legacy.Identity{}, none, fmt.Errorf("%w: --sid-file: %w", errdefs.ErrInvalidInput, err)
 		}
 		return staticSid(f, string(b)), none, nil
 	}
@@ -304,11 +305,11 @@ func readPassword(s *settings.Settings, e *env, login string) (string, error) {
 	if tty, ok := e.stdin.(*os.File); ok && secret.IsTerminal(tty) {
 		b, err := secret.Prompt(tty, e.stderr, "Password for "+login+": ")
 		if err != nil {
-			return "", fmt.Errorf("%w: the password: %w", legacy.ErrInvalidInput, err)
+			return "", fmt.Errorf("%w: the password: %w", errdefs.ErrInvalidInput, err)
 		}
 		return string(b), nil
 	}
-	return "", fmt.Errorf("%w: no password: give --password-file, set SIGNAGENT_PASSWORD or SIGNAGENT_PASSWORD_FILE, or run on a terminal to be asked", legacy.ErrInvalidInput)
+	return "", fmt.Errorf("%w: no password: give --password-file, set SIGNAGENT_PASSWORD or SIGNAGENT_PASSWORD_FILE, or run on a terminal to be asked", errdefs.ErrInvalidInput)
 }
 
 // passwordFile reads a password from a file that others may not read,
@@ -316,11 +317,11 @@ func readPassword(s *settings.Settings, e *env, login string) (string, error) {
 func passwordFile(f string) (string, error) {
 	b, err := pkcs11.ReadSecretFile(f, 4096)
 	if err != nil {
-		return "", fmt.Errorf("%w: the password file: %w", legacy.ErrInvalidInput, err)
+		return "", fmt.Errorf("%w: the password file: %w", errdefs.ErrInvalidInput, err)
 	}
 	pw := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 	if pw == "" {
-		return "", fmt.Errorf("%w: the password file %s is empty", legacy.ErrInvalidInput, f)
+		return "", fmt.Errorf("%w: the password file %s is empty", errdefs.ErrInvalidInput, f)
 	}
 	return pw, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/oidc"
@@ -291,7 +292,7 @@ func clientSecret(s *settings.Settings) (string, error) {
 	if f := s.String("client-secret-file"); f != "" {
 		b, err := pkcs11.ReadSecretFile(f, 4096)
 		if err != nil {
-			return "", fmt.Errorf("%w: --client-secret-file: %w", oidc.ErrInvalidInput, err)
+			return "", fmt.Errorf("%w: --client-secret-file: %w", errdefs.ErrInvalidInput, err)
 		}
 		return oidc.CheckSecret(string(b))
 	}
@@ -323,7 +324,7 @@ func refreshClient(s *settings.Settings, e *env, rec *oidc.Record, sec string) (
 	for _, f := range []struct{ flag, want string }{{"auth-url", rec.AuthURL}, {"client-id", rec.ClientID}} {
 		if v := s.String(f.flag); v != "" && strings.TrimRight(v, "/") != f.want {
 			return nil, fmt.Errorf("%w: profile %q was signed in with --%s %s, not %s; sign in again to change it",
-				oidc.ErrInvalidInput, rec.Profile, f.flag, f.want, v)
+				errdefs.ErrInvalidInput, rec.Profile, f.flag, f.want, v)
 		}
 	}
 	space := rec.Space()

@@ -9,24 +9,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/canonical"
-	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/internal/settings"
-	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
-	"github.com/signagent/signagent/signer"
-	"github.com/signagent/signagent/trusted"
 )
-
-// badInput lists the errors that mean the operator gave something wrong; they
-// exit with status 2.
-var badInput = []error{
-	canonical.ErrInvalidCredential, canonical.ErrInvalidTimestamp, canonical.ErrInvalidAPIKey,
-	pkcs11.ErrModuleNotFound, pkcs11.ErrTokenNotFound,
-	pkcs11.ErrKeyNotFound, pkcs11.ErrKeyAmbiguous, pkcs11.ErrCertNotFound, pkcs11.ErrCertMismatch, pkcs11.ErrCertAmbiguous,
-	pkcs11.ErrBadURI, pkcs11.ErrBadSelection, pkcs11.ErrPINMissing, pkcs11.ErrKeyUsage,
-	signer.ErrUnsupported, trusted.ErrInvalidInput, settings.ErrInvalid,
-	legacy.ErrInvalidInput, legacy.ErrDeveloperKey, envelope.ErrUnsupported,
-}
 
 const (
 	catToken      = "Token"

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -14,13 +13,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
 
-	"github.com/signagent/signagent/authz"
-	"github.com/signagent/signagent/envelope"
-	"github.com/signagent/signagent/legacy"
-	"github.com/signagent/signagent/oidc"
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/pkcs11"
-	"github.com/signagent/signagent/service"
-	"github.com/signagent/signagent/trusted"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -197,70 +191,30 @@ func (e *exitError) Unwrap() error { return e.err }
 
 func usageErr(err error) error { return &exitError{exitBadInput, err} }
 
+// exitCodes is the one table from an error's kind to the exit status.
+var exitCodes = map[error]int{
+	errdefs.ErrInvalidInput:     exitBadInput,
+	errdefs.ErrNotConfigured:    exitBadInput,
+	errdefs.ErrRefused:          exitRefused,
+	errdefs.ErrForbidden:        exitRefused,
+	errdefs.ErrFailing:          exitTransport, // 5xx or 429 after retries: the service is failing or limiting requests
+	errdefs.ErrUnreachable:      exitTransport,
+	errdefs.ErrTimeout:          exitTransport,
+	errdefs.ErrStoreUnavailable: exitTransport,
+	errdefs.ErrSignIn:           exitSignIn,
+	errdefs.ErrTryAgain:         exitRetry,
+	errdefs.ErrTokenNotReady:    exitFailure,
+}
+
+// exitCode is the exit status for err: the one the command chose, else its
+// kind's.
 func exitCode(err error) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
 	}
-	var se *trusted.ServiceError
-	var te *trusted.TransportError
-	var lse *legacy.ServiceError
-	var lte *legacy.TransportError
-	var refused *authz.RefusedError
-	if code, ok := oidcExitCode(err); ok {
+	if code, ok := exitCodes[errdefs.Kind(err)]; ok {
 		return code
-	}
-	if code, ok := serviceExitCode(err); ok {
-		return code
-	}
-	switch {
-	case errors.As(err, &te), errors.As(err, &lte):
-		return exitTransport
-	case errors.As(err, &se) && se.Temporary(), errors.As(err, &lse) && lse.Temporary():
-		return exitTransport // 5xx or 429 after retries: the service is failing or limiting requests
-	case errors.As(err, &se) && se.Reused(), errors.Is(err, trusted.ErrTooSoon):
-		return exitRetry
-	case errors.As(err, &se), errors.As(err, &lse), errors.As(err, &refused):
-		return exitRefused
-	case errors.Is(err, envelope.ErrNotChallenge):
-		return exitTransport // the service's challenge is not one we can answer: it is failing
-	}
-	for _, bad := range badInput {
-		if errors.Is(err, bad) {
-			return exitBadInput
-		}
 	}
 	return exitFailure
-}
-
-// oidcExitCode classes the OpenID Connect errors.
-func oidcExitCode(err error) (int, bool) {
-	var pe *oidc.ProviderError
-	var te *oidc.TransportError
-	switch {
-	case errors.Is(err, oidc.ErrSignIn), errors.Is(err, oidc.ErrExpired):
-		return exitSignIn, true
-	case errors.As(err, &te), errors.Is(err, oidc.ErrIDToken), errors.Is(err, oidc.ErrStoreUnavailable):
-		return exitTransport, true // the provider or the shared store is down, or the provider sent what cannot be trusted
-	case errors.As(err, &pe):
-		return exitRefused, true
-	case errors.Is(err, oidc.ErrInvalidInput), errors.Is(err, oidc.ErrState), errors.Is(err, oidc.ErrStore):
-		return exitBadInput, true
-	}
-	return 0, false
-}
-
-// serviceExitCode classes the business client's errors.
-func serviceExitCode(err error) (int, bool) {
-	var se *service.Error
-	var te *service.TransportError
-	switch {
-	case errors.As(err, &se) && (se.Status >= 500 || se.Status == http.StatusTooManyRequests), errors.As(err, &te):
-		return exitTransport, true // failing, or limiting requests: try later
-	case errors.As(err, &se):
-		return exitRefused, true
-	case errors.Is(err, service.ErrInvalidInput):
-		return exitBadInput, true
-	}
-	return 0, false
 }

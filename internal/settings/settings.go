@@ -12,13 +12,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/safefile"
 	"github.com/urfave/cli/v2"
 	"gopkg.in/yaml.v3"
 )
 
 // ErrInvalid marks a bad configuration file or value: the operator's input.
-var ErrInvalid = errors.New("invalid setting")
+var ErrInvalid = errdefs.New(errdefs.ErrInvalidInput, "invalid setting")
 
 func bad(err error) error { return invalid{err} }
 
@@ -26,7 +27,7 @@ type invalid struct{ err error }
 
 func (e invalid) Error() string        { return e.err.Error() }
 func (e invalid) Unwrap() error        { return e.err }
-func (e invalid) Is(target error) bool { return target == ErrInvalid }
+func (e invalid) Is(target error) bool { return target == ErrInvalid || errors.Is(ErrInvalid, target) }
 
 // Settings are one command's settings.
 type Settings struct {

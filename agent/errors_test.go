@@ -1,0 +1,76 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/envelope"
+	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/legacy"
+	"github.com/signagent/signagent/oidc"
+	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/trusted"
+)
+
+// Every kind has an answer: a kind added to errdefs without one would be
+// a 500 here.
+func TestEveryKindHasAnAnswer(t *testing.T) {
+	for _, k := range errdefs.Kinds {
+		if _, ok := kindAnswers[k]; !ok {
+			t.Errorf("kind %q has no answer in kindAnswers", k)
+		}
+	}
+	if len(kindAnswers) != len(errdefs.Kinds) {
+		t.Errorf("kindAnswers has %d entries, errdefs %d kinds", len(kindAnswers), len(errdefs.Kinds))
+	}
+}
+
+// The errors of each layer reach the caller with the status their kind
+// says, and the service's code and step where there is one.
+func TestClassify(t *testing.T) {
+	cases := []struct {
+		name   string
+		err    error
+		status int
+		code   string
+		step   string
+	}{
+		{"bad credential", fmt.Errorf("phone: %w", canonical.ErrInvalidCredential), 400, CodeBadInput, ""},
+		{"bad JSON", errBadJSON, 400, CodeBadInput, ""},
+		{"trusted refusal", &trusted.ServiceError{Step: trusted.StepAuthenticate, Status: 403, Code: trusted.CodeUserNotFound}, 422, CodeServiceRefused, "authenticate-by-truster"},
+		{"trusted failing", &trusted.ServiceError{Step: trusted.StepApprove, Status: 503}, 502, CodeServiceError, "approve-truster"},
+		{"trusted reused signature", &trusted.ServiceError{Step: trusted.StepAuthenticate, Status: 409, Code: trusted.CodeSignatureReused}, 429, CodeQueueFull, "authenticate-by-truster"},
+		{"trusted timeout", &trusted.TransportError{Step: trusted.StepLink, Timeout: true, Err: context.DeadlineExceeded}, 504, CodeServiceTimeout, "register-external-service-id"},
+		{"trusted unreachable", &trusted.TransportError{Step: trusted.StepLink, Err: errors.New("refused")}, 502, CodeServiceUnreachable, "register-external-service-id"},
+		{"legacy refusal", &legacy.ServiceError{Call: "Authenticate (V3) type=password", Status: 401, Code: "Http.Auth"}, 422, CodeServiceRefused, "Authenticate (V3) type=password"},
+		{"legacy timeout", &legacy.TransportError{Call: "AuthenticateConfirm", Timeout: true, Err: context.DeadlineExceeded}, 504, CodeServiceTimeout, "AuthenticateConfirm"},
+		{"not a challenge", fmt.Errorf("challenge: %w", envelope.ErrMalformed), 502, CodeServiceUnreachable, ""},
+		{"sign in", fmt.Errorf("profile crm: %w", oidc.ErrSignIn), 409, CodeSignInRequired, ""},
+		{"provider refusal", &oidc.ProviderError{Step: "token (refresh_token)", Status: 400, Code: "invalid_client"}, 422, CodeServiceRefused, "token (refresh_token)"},
+		{"store down", fmt.Errorf("%w: dial", oidc.ErrStoreUnavailable), 503, CodeStoreUnavailable, ""},
+		{"queue full", ErrQueueFull, 429, CodeQueueFull, ""},
+		{"token not ready", fmt.Errorf("%w: reconnecting", ErrTokenNotReady), 503, CodeTokenNotReady, ""},
+		{"PIN refused", &pkcs11.TokenError{Op: "log in", Kind: pkcs11.ErrPINIncorrect, Err: errors.New("CKR_PIN_INCORRECT")}, 503, CodeTokenNotReady, ""},
+		{"no API key", errNoAPIKey, 503, CodeNotConfigured, ""},
+		{"policy", errCertificateLoginOff, 403, CodeForbidden, ""},
+		{"body budget", errBodyBudget, 503, CodeBusy, ""},
+		{"body too large", &http.MaxBytesError{Limit: 1}, 413, CodeTooLarge, ""},
+		{"deadline in the queue", errExpired, 504, CodeTokenTimeout, ""},
+		{"anything else", errors.New("boom\nsecond line"), 500, CodeInternal, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			status, e := classify(c.err)
+			if status != c.status || e.Code != c.code || e.Step != c.step {
+				t.Fatalf("classify = %d %s step %q, want %d %s step %q", status, e.Code, e.Step, c.status, c.code, c.step)
+			}
+			if e.Message == "" || e.Message == "boom\nsecond line" {
+				t.Fatalf("message %q", e.Message)
+			}
+		})
+	}
+}
