@@ -15,17 +15,30 @@ DEPS    := softhsm2 opensc gnutls-bin openssl curl procps chromium systemd redis
 BENCH_DEPS := $(DEPS) libengine-pkcs11-openssl
 BENCH_ARGS ?=
 
-.PHONY: demo test deps build bench gobench clean
+# staticcheck, pinned: run from the module proxy, not a dependency of the code.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
+
+.PHONY: demo test check lint deps build bench gobench clean
 
 demo: deps build
 	@scripts/demo.sh
 
-test: deps
+# lint: the static checks (gofmt, go mod tidy, go vet, staticcheck, the
+# OpenAPI document validated by kin-openapi).
+lint:
 	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 	@$(GO) mod tidy -diff >/dev/null || { echo "go mod tidy would change go.mod or go.sum: run go mod tidy"; exit 1; }
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) test -count=1 -run 'TestOpenAPI' ./agent
+
+# test: the static checks, then every test under the race detector.
+test: deps lint
 	$(GO) test -race -count=1 ./...
+
+# check is test: everything CI runs.
+check: test
 
 deps:
 	@scripts/deps.sh $(DEPS)

@@ -35,9 +35,6 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
 }
 
-// unwrap gives the listener below (to remove a Unix socket file).
-func (l *limitListener) unwrap() net.Listener { return l.Listener }
-
 type limitConn struct {
 	net.Conn
 	once    sync.Once

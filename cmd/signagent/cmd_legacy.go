@@ -125,9 +125,9 @@ func obtainLegacy(c *cli.Context, e *env) (legacy.Token, *legacy.Client, error) 
 		// Through the shared store: the token the agents (or an earlier
 		// command) obtained for this identity, or one obtained now under
 		// its lease and kept there.
-		r, err := openSharedStore(s, u)
-		if err != nil {
-			return legacy.Token{}, nil, err
+		r, serr := openSharedStore(s, u)
+		if serr != nil {
+			return legacy.Token{}, nil, serr
 		}
 		defer r.Close()
 		tokens := legacy.NewTokens(client, 0, 0)

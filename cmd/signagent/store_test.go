@@ -276,6 +276,14 @@ func TestLegacyTokenThroughSharedStore(t *testing.T) {
 	if tokens[0] != tokens[1] || emu.Stats().LegacyTokens != 1 {
 		t.Fatalf("%q, %d logins (want the same token, 1 login)", tokens, emu.Stats().LegacyTokens)
 	}
+	// A refused login through the store is refused (exit 3), with nothing
+	// on stdout: the login's error was once dropped on this path.
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"signagent", "--log-level", "error", "legacy-token", "--by", "password", "--login", "nobody@example.com", "--api-url", emu.URL()},
+		strings.NewReader(""), &stdout, &stderr)
+	if code != exitRefused || stdout.Len() != 0 {
+		t.Fatalf("unknown login through the store: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
 }
 
 // TestServeWithStoreDown: an agent whose shared store does not answer at
