@@ -15,7 +15,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/safefile"
 )
 
@@ -129,7 +128,7 @@ func (d *Daemon) needBearer() (*BearerAuth, error) {
 // file: regular, not readable by every user), creating it with a random
 // token (mode 0600) when it does not exist.
 func bearerToken(path string, log zerolog.Logger) (string, error) {
-	b, err := pkcs11.ReadSecretFile(path, 4096)
+	b, err := safefile.ReadSecret(path, 4096, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		raw := make([]byte, 32)
 		if _, err := rand.Read(raw); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -156,7 +157,7 @@ func (t TLSFiles) Config() (*tls.Config, error) {
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	if t.ClientCA != "" {
-		pem, err := pkcs11.ReadFileLimit(t.ClientCA, 1<<20)
+		pem, err := safefile.Read(t.ClientCA, 1<<20)
 		if err != nil {
 			return nil, err
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	p11 "github.com/miekg/pkcs11"
+	"github.com/signagent/signagent/safefile"
 )
 
 // findKey finds exactly one private key that the selection names and
@@ -132,7 +133,7 @@ func chooseCert(certs []*x509.Certificate, pub crypto.PublicKey, now time.Time) 
 // ReadCertificate reads one certificate from a PEM or DER file of at most
 // 1 MiB (a certificate is a few KiB).
 func ReadCertificate(path string) (*x509.Certificate, error) {
-	b, err := ReadFileLimit(path, 1<<20)
+	b, err := safefile.Read(path, 1<<20)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCertNotFound, err)
 	}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+
+	"github.com/signagent/signagent/safefile"
 )
 
 // A pkcs11: URI may name its module by p11-kit's name for it
@@ -49,7 +51,7 @@ func ModuleByName(name string, dirs []string) (string, error) {
 		dirs = DefaultModuleConfigDirs()
 	}
 	for _, d := range dirs {
-		b, err := ReadFileLimit(filepath.Join(d, name+".module"), 64<<10)
+		b, err := safefile.Read(filepath.Join(d, name+".module"), 64<<10)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}

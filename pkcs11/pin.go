@@ -126,7 +126,7 @@ func ReadPIN(src PINSource) (string, error) {
 // machine may read or write is refused, as ssh refuses such a key file; so
 // are an empty PIN and one holding a NUL or other control character.
 func ReadPINFile(path string) (string, error) {
-	b, err := ReadSecretFile(path, MaxPINFile)
+	b, err := safefile.ReadSecret(path, MaxPINFile, 0)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrPINMissing, err)
 	}
@@ -172,20 +172,4 @@ func CheckSecretFile(path string) error {
 		return fmt.Errorf("%w: %s has mode %04o; run chmod o-rwx %s", ErrSecretFileMode, path, st.Mode().Perm(), path)
 	}
 	return nil
-}
-
-// ReadSecretFile reads a file holding a secret: a regular file (a symlink to
-// one is followed), not readable or writable by every user, of at most max
-// bytes. A directory, a FIFO or a device (/dev/zero) is refused before it is
-// read, so that a wrong path neither hangs nor fills memory.
-func ReadSecretFile(path string, max int64) ([]byte, error) {
-	return safefile.ReadSecret(path, max, 0o007)
-}
-
-// ReadFileLimit reads a regular file (a symlink to one is followed) of at
-// most max bytes: for certificates, chains and configuration, which are
-// small, so that a wrong path (/dev/zero, a FIFO) neither hangs nor fills
-// memory.
-func ReadFileLimit(path string, max int64) ([]byte, error) {
-	return safefile.Read(path, max)
 }

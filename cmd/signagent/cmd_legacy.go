@@ -15,6 +15,7 @@ import (
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/trusted"
 )
@@ -196,7 +197,7 @@ func legacyAgentConfig(s *settings.Settings, e *env) (*legacy.Config, map[string
 // $SIGNAGENT_DEVELOPER_KEY_FILE), else $SIGNAGENT_DEVELOPER_KEY; never argv.
 func developerKey(s *settings.Settings) (string, error) {
 	if f := s.String("developer-key-file"); f != "" {
-		b, err := pkcs11.ReadSecretFile(f, 4096)
+		b, err := safefile.ReadSecret(f, 4096, 0)
 		if err != nil {
 			return "", fmt.Errorf("%w: %w", legacy.ErrDeveloperKey, err)
 		}
@@ -246,7 +247,7 @@ func sidIdentity(c *cli.Context, e *env) (legacy.Identity, func(), error) {
 	none := func() {}
 	s := settings.Of(c)
 	if f := s.String("sid-file"); f != "" {
-		b, err := pkcs11.ReadSecretFile(f, 4096)
+		b, err := safefile.ReadSecret(f, 4096, 0)
 		if err != nil {
 			return legacy.Identity{}, none, fmt.Errorf("%w: --sid-file: %w", errdefs.ErrInvalidInput, err)
 		}
@@ -315,7 +316,7 @@ func readPassword(s *settings.Settings, e *env, login string) (string, error) {
 // passwordFile reads a password from a file that others may not read,
 // without its trailing newline.
 func passwordFile(f string) (string, error) {
-	b, err := pkcs11.ReadSecretFile(f, 4096)
+	b, err := safefile.ReadSecret(f, 4096, 0)
 	if err != nil {
 		return "", fmt.Errorf("%w: the password file: %w", errdefs.ErrInvalidInput, err)
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/oidc"
-	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/safefile"
 )
 
 const (
@@ -135,7 +135,7 @@ func login(c *cli.Context, e *env) error {
 	var rec *oidc.Record
 	switch f := c.String("refresh-token-file"); {
 	case f != "":
-		b, rerr := pkcs11.ReadSecretFile(f, 16<<10)
+		b, rerr := safefile.ReadSecret(f, 16<<10, 0)
 		if rerr != nil {
 			return usageErr(fmt.Errorf("--refresh-token-file: %w", rerr))
 		}
@@ -290,7 +290,7 @@ func oidcClient(s *settings.Settings, e *env, authURL, clientID string) (*oidc.C
 
 func clientSecret(s *settings.Settings) (string, error) {
 	if f := s.String("client-secret-file"); f != "" {
-		b, err := pkcs11.ReadSecretFile(f, 4096)
+		b, err := safefile.ReadSecret(f, 4096, 0)
 		if err != nil {
 			return "", fmt.Errorf("%w: --client-secret-file: %w", errdefs.ErrInvalidInput, err)
 		}

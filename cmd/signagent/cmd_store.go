@@ -10,7 +10,7 @@ import (
 
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/oidc"
-	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/store"
 )
 
@@ -93,7 +93,7 @@ func openSharedStore(s *settings.Settings, u string) (*store.Redis, error) {
 	}
 	password := os.Getenv("SIGNAGENT_STORE_PASSWORD")
 	if f := s.String("store-password-file"); f != "" {
-		b, err := pkcs11.ReadSecretFile(f, 4096)
+		b, err := safefile.ReadSecret(f, 4096, 0)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("--store-password-file: %w", err))
 		}

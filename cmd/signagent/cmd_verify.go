@@ -6,7 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/signer"
 )
 
@@ -21,7 +21,7 @@ func verifyCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "ca", Usage: "PEM `FILE` of trusted certificates the signer must chain to"},
 		},
 		Action: func(c *cli.Context) error {
-			raw, err := pkcs11.ReadFileLimit(c.String("signature"), 1<<20)
+			raw, err := safefile.Read(c.String("signature"), 1<<20)
 			if err != nil {
 				return usageErr(err)
 			}
@@ -29,7 +29,7 @@ func verifyCommand(e *env) *cli.Command {
 			if err != nil {
 				return usageErr(fmt.Errorf("%s: %w", c.String("signature"), err))
 			}
-			content, err := pkcs11.ReadFileLimit(c.String("content"), 64<<20)
+			content, err := safefile.Read(c.String("content"), 64<<20)
 			if err != nil {
 				return usageErr(err)
 			}
@@ -55,7 +55,7 @@ func verifyCommand(e *env) *cli.Command {
 
 // readCerts reads every certificate in a PEM file (or one DER certificate).
 func readCerts(path string) ([]*x509.Certificate, error) {
-	b, err := pkcs11.ReadFileLimit(path, 4<<20) // a chain is a few KiB; /dev/zero is not one
+	b, err := safefile.Read(path, 4<<20) // a chain is a few KiB; /dev/zero is not one
 	if err != nil {
 		return nil, usageErr(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/safefile"
 )
 
 const (
@@ -126,7 +127,7 @@ func apiKey(c *cli.Context) (string, error) { return apiKeyFrom(settings.Of(c)) 
 
 func apiKeyFrom(c *settings.Settings) (string, error) {
 	if f := c.String("api-key-file"); f != "" {
-		b, err := pkcs11.ReadSecretFile(f, 4096)
+		b, err := safefile.ReadSecret(f, 4096, 0)
 		if err != nil {
 			return "", fmt.Errorf("%w: %w", canonical.ErrInvalidAPIKey, err)
 		}
