@@ -309,7 +309,7 @@ func ParseIdentity(s string, legacySNILS bool) (api.AuthorizationRequest, error)
 	}
 	for k := range kv {
 		if !strings.Contains(" "+allowed+" ", " "+k+" ") {
-			return api.AuthorizationRequest{}, bad(fmt.Sprintf("%q is not a %s selector's key", printableKey(k), words[0]))
+			return api.AuthorizationRequest{}, bad(fmt.Sprintf("%q is not a %s selector's key", httpx.Printable(k, 32), words[0]))
 		}
 	}
 	if req.Credential != nil {
@@ -345,7 +345,7 @@ func identityRequest(scheme string, kv map[string]string, flags map[string]bool)
 		}
 		return api.AuthorizationRequest{}, "", errors.New("legacy needs login=LOGIN or the word certificate")
 	}
-	return api.AuthorizationRequest{}, "", fmt.Errorf("unknown scheme %q", printableKey(scheme))
+	return api.AuthorizationRequest{}, "", fmt.Errorf("unknown scheme %q", httpx.Printable(scheme, 32))
 }
 
 // notPrintable is a rune that has no place in a selector: control
@@ -353,13 +353,6 @@ func identityRequest(scheme string, kv map[string]string, flags map[string]bool)
 // overrides, and line or paragraph separators.
 func notPrintable(r rune) bool {
 	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
-}
-
-func printableKey(s string) string {
-	if len(s) > 32 {
-		s = s[:32] + "…"
-	}
-	return s
 }
 
 // The metrics name a business method only when it is a plain name and the

@@ -347,8 +347,8 @@ func (c *Client) once(ctx context.Context, ac apiCall, body []byte, ctype, secre
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		ra, _ := httpx.RetryAfter(resp.Header, time.Now())
 		return nil, true, &ServiceError{Call: ac.name, Status: resp.StatusCode, RetryAfter: ra,
-			Code:    oneLine(resp.Header.Get(ErrorCodeHeader), 80, c.key, secret),
-			Message: oneLine(string(data), 200, c.key, secret)}
+			Code:    httpx.Printable(resp.Header.Get(ErrorCodeHeader), 80, c.key, secret),
+			Message: httpx.Printable(string(data), 200, c.key, secret)}
 	}
 	if len(data) > maxAnswer {
 		return nil, true, fmt.Errorf("%s: the answer is larger than %d bytes", ac.name, maxAnswer)

@@ -86,32 +86,6 @@ func (e *TransportError) Error() string {
 
 func (e *TransportError) Unwrap() error { return e.Err }
 
-// oneLine makes what a service sent fit one line of an error message: the
-// first line, printable characters only, at most max bytes, with any of the
-// secrets replaced by a mask (a hostile or broken service may echo them).
-func oneLine(s string, max int, secrets ...string) string {
-	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
-	for _, sec := range secrets {
-		if len(sec) >= 4 {
-			s = strings.ReplaceAll(s, sec, "[redacted]")
-		}
-	}
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return -1
-		}
-		return r
-	}, s)
-	s = strings.TrimSpace(s)
-	if len(s) > max {
-		s = strings.ToValidUTF8(s[:max], "") + "…"
-	}
-	if strings.HasPrefix(strings.ToLower(s), "<!doctype") || strings.HasPrefix(strings.ToLower(s), "<html") {
-		return "(an HTML page)"
-	}
-	return s
-}
-
 // Is gives the error its kind: the service failing or limiting requests
 // (errdefs.ErrFailing), else a refusal (errdefs.ErrRefused).
 func (e *ServiceError) Is(target error) bool {

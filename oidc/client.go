@@ -178,7 +178,7 @@ func (c *Client) signedIn(ctx context.Context, p *provider, tok *oauth2.Token, n
 	}
 	now := c.cfg.Now().UTC()
 	return &Record{Version: recordVersion, AuthURL: c.base.String(), ClientID: c.cfg.ClientID,
-		Subject: idt.Subject, Email: printable(claims.Email, 200), Name: printable(claims.Name, 200), Scopes: scopes,
+		Subject: idt.Subject, Email: httpx.Printable(claims.Email, 200), Name: httpx.Printable(claims.Name, 200), Scopes: scopes,
 		AccessToken: tok.AccessToken, TokenType: tok.Type(), Expiry: c.expiry(tok), RefreshToken: tok.RefreshToken,
 		Nonce: nonce, SignedInAt: now}, nil
 }
@@ -202,7 +202,7 @@ func (c *Client) verify(ctx context.Context, p *provider, raw string) (*gooidc.I
 		if errors.As(err, &te) {
 			return nil, fmt.Errorf("%w: it expired at %s", ErrIDToken, te.Expiry.UTC().Format(time.RFC3339))
 		}
-		return nil, fmt.Errorf("%w: %s", ErrIDToken, printable(strings.TrimPrefix(err.Error(), "oidc: "), 200))
+		return nil, fmt.Errorf("%w: %s", ErrIDToken, httpx.Printable(strings.TrimPrefix(err.Error(), "oidc: "), 200))
 	}
 	return idt, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	gooidc "github.com/coreos/go-oidc/v3/oidc"
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/httpx"
 	"golang.org/x/oauth2"
 )
 
@@ -40,7 +41,7 @@ func (c *Client) StartCode(ctx context.Context) (*CodeRequest, error) {
 // verifier; the id_token must carry the nonce sent.
 func (c *Client) FinishCode(ctx context.Context, r *CodeRequest, q url.Values) (*Record, error) {
 	if e := q.Get("error"); e != "" {
-		pe := &ProviderError{Step: "authorization", Code: printable(e, 40), Description: printable(q.Get("error_description"), 200)}
+		pe := &ProviderError{Step: "authorization", Code: httpx.Printable(e, 40), Description: httpx.Printable(q.Get("error_description"), 200)}
 		if e == "access_denied" {
 			pe.kind = ErrDenied
 		}

@@ -58,7 +58,7 @@ func (c *Client) StartDevice(ctx context.Context) (*Device, error) {
 	if err != nil {
 		return nil, &TransportError{Step: "device authorization", URL: c.base.String(), Msg: "answered a verification address signagent will not show: " + err.Error()}
 	}
-	return &Device{UserCode: printable(da.UserCode, 40), VerificationURI: vu,
+	return &Device{UserCode: httpx.Printable(da.UserCode, 40), VerificationURI: vu,
 		VerificationURIComplete: da.VerificationURIComplete, Interval: deviceInterval(da.Interval),
 		Expiry: da.Expiry, resp: da}, nil
 }
@@ -86,10 +86,10 @@ func (c *Client) shownURI(raw string) (string, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.User != nil {
-		return "", fmt.Errorf("%q is not an http(s) address", printable(raw, 100))
+		return "", fmt.Errorf("%q is not an http(s) address", httpx.Printable(raw, 100))
 	}
 	if u.Scheme == "http" && !c.cfg.AllowInsecureHTTP && !httpx.IsLoopback(u.Hostname()) {
-		return "", fmt.Errorf("%s is plain http to another host", printable(u.Redacted(), 100))
+		return "", fmt.Errorf("%s is plain http to another host", httpx.Printable(u.Redacted(), 100))
 	}
 	return u.String(), nil
 }

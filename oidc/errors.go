@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/signagent/signagent/errdefs"
 )
@@ -85,20 +84,6 @@ func (e *TransportError) Error() string {
 }
 
 func (e *TransportError) Unwrap() error { return e.Err }
-
-// printable keeps what a provider sent short, on one line and printable.
-func printable(s string, max int) string {
-	s = strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, strings.TrimSpace(s))
-	if len(s) > max {
-		s = s[:max] + "…"
-	}
-	return s
-}
 
 // Is gives a provider's refusal its kind, errdefs.ErrRefused (a refusal
 // that means signing in again also matches ErrSignIn, through Unwrap).

@@ -53,7 +53,7 @@ func (c *Client) discover(ctx context.Context) (*provider, error) {
 		c.cfg.Log.Debug().Str("authUrl", base).Msg("the identity provider has no discovery document; using the /connect/* paths")
 	}
 	if strings.TrimRight(pc.IssuerURL, "/") != base {
-		return nil, fmt.Errorf("%w: the provider at %s names its issuer %q; give that as --auth-url", errdefs.ErrInvalidInput, base, printable(pc.IssuerURL, 100))
+		return nil, fmt.Errorf("%w: the provider at %s names its issuer %q; give that as --auth-url", errdefs.ErrInvalidInput, base, httpx.Printable(pc.IssuerURL, 100))
 	}
 	for _, u := range []string{pc.AuthURL, pc.TokenURL, pc.JWKSURL} {
 		if _, err := httpx.ParseBaseURL(u, c.cfg.AllowInsecureHTTP); err != nil {
@@ -145,7 +145,7 @@ func (c *Client) classify(ctx context.Context, step string, err error) error {
 			}
 			return &TransportError{Step: step, URL: c.base.String(), Msg: msg}
 		}
-		pe := &ProviderError{Step: step, Status: status, Code: printable(re.ErrorCode, 40), Description: printable(re.ErrorDescription, 200)}
+		pe := &ProviderError{Step: step, Status: status, Code: httpx.Printable(re.ErrorCode, 40), Description: httpx.Printable(re.ErrorDescription, 200)}
 		switch re.ErrorCode {
 		case "access_denied":
 			pe.kind = ErrDenied

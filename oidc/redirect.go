@@ -78,7 +78,7 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	msg := "Signed in. You can close this tab and go back to the terminal."
 	if e := q.Get("error"); e != "" {
-		msg = "The sign-in did not complete: " + printable(e, 40) + ". You can close this tab."
+		msg = "The sign-in did not complete: " + httpx.Printable(e, 40) + ". You can close this tab."
 	}
 	page(w, http.StatusOK, msg)
 }

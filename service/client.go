@@ -137,7 +137,7 @@ func Path(method string) (string, error) {
 		}
 	}
 	if bad {
-		return "", fmt.Errorf("%w: method path %q: want /Method (plain segments below the API address)", errdefs.ErrInvalidInput, printable(method))
+		return "", fmt.Errorf("%w: method path %q: want /Method (plain segments below the API address)", errdefs.ErrInvalidInput, httpx.Printable(method, 200))
 	}
 	return p, nil
 }
@@ -228,18 +228,5 @@ func AsError(method string, r *Response, boxID string) *Error {
 	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct == "text/html" || strings.HasPrefix(strings.ToLower(msg), "<!doctype") {
 		msg = "(an HTML page)"
 	}
-	return &Error{Method: method, Status: r.Status, Code: printable(r.Header.Get(ErrorCodeHeader)), Message: printable(msg), BoxID: boxID}
-}
-
-func printable(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, s)
-	if len(s) > 200 {
-		s = s[:200] + "…"
-	}
-	return s
+	return &Error{Method: method, Status: r.Status, Code: httpx.Printable(r.Header.Get(ErrorCodeHeader), 200), Message: httpx.Printable(msg, 200), BoxID: boxID}
 }

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // IsLoopback reports whether host names this machine: localhost or a
@@ -227,3 +229,35 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 }
 
 func (b *limitedBody) Close() error { return b.rc.Close() }
+
+// Printable makes text a peer sent (an error body, a header, a provider's
+// description, a caller's id) fit for one line of a log or an error: the
+// secrets given are redacted, control and format characters (newlines,
+// bidirectional overrides) become spaces, an HTML page is said to be one,
+// and the result is at most max bytes, cut on a character boundary with an
+// ellipsis.
+func Printable(s string, max int, secrets ...string) string {
+	s = strings.TrimSpace(s)
+	for _, sec := range secrets {
+		if len(sec) >= 4 {
+			s = strings.ReplaceAll(s, sec, "[redacted]")
+		}
+	}
+	if l := strings.ToLower(s); strings.HasPrefix(l, "<!doctype") || strings.HasPrefix(l, "<html") {
+		return "(an HTML page)"
+	}
+	s = strings.TrimSpace(strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD")))
+	if len(s) > max {
+		cut := max
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
+}

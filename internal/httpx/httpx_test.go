@@ -97,3 +97,27 @@ func TestLimitBodies(t *testing.T) {
 		}
 	}
 }
+
+func TestPrintable(t *testing.T) {
+	cases := []struct {
+		name, in string
+		max      int
+		secrets  []string
+		want     string
+	}{
+		{"plain", "  invalid_grant ", 40, nil, "invalid_grant"},
+		{"lines and controls", "first\nsecond\r\x1b[31mred\x00", 80, nil, "first second  [31mred"},
+		{"bidi override", "abc\u202edef", 80, nil, "abc def"},
+		{"secret", "bad key testClient-123 here", 80, []string{"testClient-123", "ab"}, "bad key [redacted] here"},
+		{"html", "<!DOCTYPE html><p>oops", 80, nil, "(an HTML page)"},
+		{"cut on a character", "ééééé", 5, nil, "éé…"},
+		{"invalid UTF-8", "a\xffb", 80, nil, "a\uFFFDb"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Printable(c.in, c.max, c.secrets...); got != c.want {
+				t.Fatalf("Printable(%q) = %q, want %q", c.in, got, c.want)
+			}
+		})
+	}
+}
