@@ -1,0 +1,58 @@
+package agent
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestArchitecturePage keeps docs/architecture.md true where a test can:
+// every route of the route table is listed with its rule, every package of
+// the module is in the layout, and every file or folder it names in
+// backquotes exists.
+func TestArchitecturePage(t *testing.T) {
+	root := ".."
+	b, err := os.ReadFile(filepath.Join(root, "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(b)
+	for _, r := range routeTable {
+		rule := r.rule
+		if rule == "" {
+			rule = "open"
+		}
+		if row := "| `" + r.name() + "` | " + rule + " |"; !strings.Contains(page, row) {
+			t.Errorf("the page does not list the route %q with its rule %q (want the row %s)", r.name(), rule, row)
+		}
+	}
+	// Every package with Go code (not testdata) is named in the layout.
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != root || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		pkg := filepath.ToSlash(filepath.Dir(strings.TrimPrefix(path, root+string(filepath.Separator))))
+		if !strings.Contains(page, "`"+pkg+"`") {
+			t.Errorf("package %s is not in docs/architecture.md", pkg)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every path the page names exists.
+	for _, m := range regexp.MustCompile("`([a-z0-9_]+(?:/[a-zA-Z0-9_.]+)*(?:\\.go|\\.md|\\.yaml|/))`").FindAllStringSubmatch(page, -1) {
+		if _, err := os.Stat(filepath.Join(root, m[1])); err != nil {
+			t.Errorf("docs/architecture.md names %s, which does not exist", m[1])
+		}
+	}
+}
