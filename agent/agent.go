@@ -94,6 +94,8 @@ type Agent struct {
 	shared   atomic.Pointer[store.Redis]
 	target   atomic.Pointer[proxyTarget]
 	bodies   *bodyBudget
+	// copies lends the proxy its copy buffers (see proxyBuffers).
+	copies proxyBuffers
 }
 
 // New returns an agent.
