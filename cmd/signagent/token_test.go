@@ -292,6 +292,7 @@ func serveEnv(tk *hsmtest.Token) []string {
 func load(a *agentProc, n int, stop chan struct{}) (wait func() map[int]int) {
 	var mu sync.Mutex
 	counts := map[int]int{}
+	var errs []string
 	var wg sync.WaitGroup
 	for range n {
 		wg.Add(1)
@@ -303,8 +304,11 @@ func load(a *agentProc, n int, stop chan struct{}) (wait func() map[int]int) {
 					return
 				default:
 				}
-				code, _ := a.sign()
+				code, msg := a.sign()
 				mu.Lock()
+				if code == 0 && len(errs) < 3 {
+					errs = append(errs, msg)
+				}
 				counts[code]++
 				mu.Unlock()
 				if code != 200 {
@@ -313,7 +317,13 @@ func load(a *agentProc, n int, stop chan struct{}) (wait func() map[int]int) {
 			}
 		}()
 	}
-	return func() map[int]int { wg.Wait(); return counts }
+	return func() map[int]int {
+		wg.Wait()
+		for _, e := range errs {
+			fmt.Fprintln(os.Stderr, "load: no answer:", e)
+		}
+		return counts
+	}
 }
 
 // TestServeRecoversALostToken runs the real binary on the real SoftHSM token
