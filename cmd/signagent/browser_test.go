@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/emulator"
 )
@@ -47,18 +46,11 @@ func newBrowserBed(t *testing.T) *browserBed {
 	redirect := fmt.Sprintf("http://%s/callback", ln.Addr())
 	ln.Close()
 	hash, _ := emulator.HashPassword([]byte(browserPassword))
-	emu, err := emulator.New(&emulator.Config{
+	emu := startEmulator(t, &emulator.Config{
 		OIDC: emulator.OIDCConfig{Clients: []emulator.OIDCClient{{ID: "crm-app", Secret: "s3cret-of-the-app", RedirectURIs: []string{redirect}}},
 			DeviceInterval: emulator.Duration(time.Second)},
 		Users: []emulator.User{{ID: "alice", Login: "alice@example.com", PasswordHash: hash}},
-	}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := emu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { emu.Close(context.Background()) })
+	})
 	shots := os.Getenv("SIGNAGENT_SCREENSHOTS")
 	if shots == "" {
 		shots = t.TempDir()

@@ -2,15 +2,12 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-
-	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/envelope"
@@ -27,14 +24,7 @@ import (
 func TestLegacyTokenKeyInputs(t *testing.T) {
 	tk := hsmtest.NewWith(t, hsmtest.Options{Extra: []softhsm.KeySpec{{Type: softhsm.RSA2048, Label: "sign-only", ID: []byte{9}, NoDecrypt: true}}})
 	const devKey = "testClient-77aa88bb99"
-	emu, err := emulator.New(&emulator.Config{Developers: []emulator.Developer{{Key: devKey}}}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := emu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer emu.Close(context.Background())
+	emu := startEmulator(t, &emulator.Config{Developers: []emulator.Developer{{Key: devKey}}})
 	t.Setenv("SIGNAGENT_DEVELOPER_KEY", devKey)
 	// Another party's certificate; its key is in memory because only the
 	// envelope addressed to it matters here.

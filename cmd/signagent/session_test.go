@@ -17,17 +17,10 @@ import (
 func linkedEmulator(t *testing.T) (*hsmtest.Token, *emulator.Server) {
 	t.Helper()
 	tk := hsmtest.New(t)
-	emu, err := emulator.New(&emulator.Config{
+	emu := startEmulator(t, &emulator.Config{
 		Partners: []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}}},
 		Users:    []emulator.User{{ID: "u1", Phone: "9161234567", Linked: []string{"p:crm-42"}}},
-	}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := emu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { emu.Close(context.Background()) })
+	})
 	t.Setenv("SIGNAGENT_API_KEY", testAPIKey)
 	return tk, emu
 }
@@ -110,5 +103,29 @@ func TestSessionTooManyRequests(t *testing.T) {
 	if code != exitTransport || stdout != "" || errLines != 1 || !strings.Contains(stderr, "HTTP 429") ||
 		strings.Count(stderr, "request failed; retrying") != 1 {
 		t.Fatalf("429 twice with 2 attempts: exit %d (want %d), stdout %q, stderr:\n%s", code, exitTransport, stdout, stderr)
+	}
+}
+
+// startEmulator starts an emulator of cfg on loopback, closed when the
+// test ends.
+func startEmulator(t testing.TB, cfg *emulator.Config) *emulator.Server {
+	t.Helper()
+	emu, err := emulator.New(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := emu.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { emu.Close(context.Background()) })
+	return emu
+}
+
+// makeStoreKey makes a shared store's key file at path with the binary's
+// store-key command.
+func makeStoreKey(t testing.TB, path string) {
+	t.Helper()
+	if code, stderr, _ := runBinary(t, signagent(t, nil, "store-key", "--out", path)); code != 0 {
+		t.Fatalf("store-key: %d %s", code, stderr)
 	}
 }

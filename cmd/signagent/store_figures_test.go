@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,8 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/hsmtest"
@@ -32,24 +29,15 @@ func TestFiguresSharedStoreSessions(t *testing.T) {
 	for i := range users {
 		users[i] = emulator.User{ID: fmt.Sprintf("u%d", i), Phone: fmt.Sprintf("93%08d", i), Linked: []string{fmt.Sprintf("p:crm-%d", i)}}
 	}
-	emu, err := emulator.New(&emulator.Config{
+	emu := startEmulator(t, &emulator.Config{
 		Partners:   []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}}},
 		Developers: []emulator.Developer{{Name: "crm", Key: "testClient-0a1b2c3d4e"}},
 		Users:      users,
-	}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := emu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer emu.Close(context.Background())
+	})
 	srv := redistest.Start(t)
 	dir := t.TempDir()
 	key := filepath.Join(dir, "store.key")
-	if code, stderr, _ := runBinary(t, signagent(t, nil, "store-key", "--out", key)); code != 0 {
-		t.Fatal(stderr)
-	}
+	makeStoreKey(t, key)
 	var procs []*agentProc
 	for i := range agents {
 		sock := filepath.Join(dir, fmt.Sprintf("a%d.sock", i))

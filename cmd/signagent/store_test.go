@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"net"
 	"net/http"
 	"net/url"
@@ -14,8 +13,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/internal/redistest"
@@ -30,23 +27,14 @@ import (
 // token again. Redis holds no profile name or token in clear.
 func TestSharedStoreAcrossProcesses(t *testing.T) {
 	hash, _ := emulator.HashPassword([]byte(browserPassword))
-	emu, err := emulator.New(&emulator.Config{
+	emu := startEmulator(t, &emulator.Config{
 		OIDC: emulator.OIDCConfig{Clients: []emulator.OIDCClient{{ID: "crm-app", Secret: "s3cret-of-the-app"}},
 			DeviceInterval: emulator.Duration(time.Second), AccessTokenTTL: emulator.Duration(4 * time.Second), RefreshRotation: "one-time"},
 		Users: []emulator.User{{ID: "alice", Login: "alice@example.com", PasswordHash: hash}},
-	}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := emu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer emu.Close(context.Background())
+	})
 	srv := redistest.Start(t)
 	key := filepath.Join(t.TempDir(), "store.key")
-	if code, stderr, _ := runBinary(t, signagent(t, nil, "store-key", "--out", key)); code != 0 {
-		t.Fatalf("store-key: %d %s", code, stderr)
-	}
+	makeStoreKey(t, key)
 	env := func() []string {
 		return []string{"XDG_STATE_HOME=" + t.TempDir(), "SIGNAGENT_AUTH_URL=" + emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
 			"SIGNAGENT_CLIENT_SECRET=s3cret-of-the-app", "SIGNAGENT_SPACE=staging", "SIGNAGENT_STORE=" + srv.URL(),
@@ -164,9 +152,7 @@ func TestSharedStoreAcrossProcesses(t *testing.T) {
 func TestSharedStoreBadInput(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.key")
-	if code, stderr, _ := runBinary(t, signagent(t, nil, "store-key", "--out", good)); code != 0 {
-		t.Fatal(stderr)
-	}
+	makeStoreKey(t, good)
 	open := filepath.Join(dir, "open.key")
 	b, _ := os.ReadFile(good)
 	os.WriteFile(open, b, 0o644)
@@ -210,9 +196,7 @@ func TestSessionThroughSharedStore(t *testing.T) {
 	tk, emu := linkedEmulator(t)
 	srv := redistest.Start(t)
 	key := filepath.Join(t.TempDir(), "store.key")
-	if code, stderr, _ := runBinary(t, signagent(t, nil, "store-key", "--out", key)); code != 0 {
-		t.Fatal(stderr)
-	}
+	makeStoreKey(t, key)
 	t.Setenv("SIGNAGENT_STORE", srv.URL())
 	t.Setenv("SIGNAGENT_STORE_KEY_FILE", key)
 	code, first, stderr := runSession(tk, emu, "error")
@@ -245,20 +229,11 @@ func TestSessionThroughSharedStore(t *testing.T) {
 func TestLegacyTokenThroughSharedStore(t *testing.T) {
 	const devKey = "testClient-5a6b7c8d9e"
 	hash, _ := emulator.HashPassword([]byte(browserPassword))
-	emu, err := emulator.New(&emulator.Config{Developers: []emulator.Developer{{Key: devKey}},
-		Users: []emulator.User{{ID: "alice", Login: "alice@example.com", PasswordHash: hash}}}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := emu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer emu.Close(context.Background())
+	emu := startEmulator(t, &emulator.Config{Developers: []emulator.Developer{{Key: devKey}},
+		Users: []emulator.User{{ID: "alice", Login: "alice@example.com", PasswordHash: hash}}})
 	srv := redistest.Start(t)
 	key := filepath.Join(t.TempDir(), "store.key")
-	if code, stderr, _ := runBinary(t, signagent(t, nil, "store-key", "--out", key)); code != 0 {
-		t.Fatal(stderr)
-	}
+	makeStoreKey(t, key)
 	t.Setenv("SIGNAGENT_DEVELOPER_KEY", devKey)
 	t.Setenv("SIGNAGENT_PASSWORD", browserPassword)
 	t.Setenv("SIGNAGENT_STORE", srv.URL())
@@ -293,9 +268,7 @@ func TestServeWithStoreDown(t *testing.T) {
 	tk, emu := linkedEmulator(t)
 	dir := t.TempDir()
 	key := filepath.Join(dir, "store.key")
-	if code, stderr, _ := runBinary(t, signagent(t, nil, "store-key", "--out", key)); code != 0 {
-		t.Fatal(stderr)
-	}
+	makeStoreKey(t, key)
 	sock := filepath.Join(dir, "a.sock")
 	a := startServe(t, signagent(t, append(serveEnv(tk), "SIGNAGENT_STORE=redis://"+closedAddr(t), "SIGNAGENT_STORE_KEY_FILE="+key, "XDG_STATE_HOME="+dir),
 		"serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull, "--base-url", emu.URL()), sock)
