@@ -76,3 +76,18 @@ type sentinel struct {
 
 func (s *sentinel) Error() string        { return s.msg }
 func (s *sentinel) Is(target error) bool { return target == s.kind }
+
+// Mark returns err marked as also being sentinel (errors.Is matches it and
+// its kind) without adding sentinel's text: "no API key: give ..." rather
+// than "invalid API key: no API key: give ...".
+func Mark(err, sentinel error) error {
+	if err == nil {
+		return nil
+	}
+	return &marked{err: err, mark: sentinel}
+}
+
+type marked struct{ err, mark error }
+
+func (m *marked) Error() string   { return m.err.Error() }
+func (m *marked) Unwrap() []error { return []error{m.err, m.mark} }

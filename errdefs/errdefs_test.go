@@ -48,3 +48,19 @@ func TestKindsComplete(t *testing.T) {
 		}
 	}
 }
+
+// Mark adds a sentinel (and its kind) to an error without its text.
+func TestMark(t *testing.T) {
+	key := New(ErrInvalidInput, "invalid API key")
+	missing := errors.New("not given")
+	err := Mark(fmt.Errorf("%w: no API key: give --api-key-file", missing), key)
+	if err.Error() != "not given: no API key: give --api-key-file" {
+		t.Fatalf("text %q", err.Error())
+	}
+	if !errors.Is(err, key) || !errors.Is(err, missing) || Kind(err) != ErrInvalidInput {
+		t.Fatal("a marked error is its sentinel, its kind and what it wraps")
+	}
+	if Mark(nil, key) != nil {
+		t.Fatal("Mark(nil) is nil")
+	}
+}

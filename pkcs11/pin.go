@@ -3,45 +3,49 @@ package pkcs11
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"strings"
 
-	"golang.org/x/term"
-
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/safefile"
 )
 
-// PINEnv is the environment variable that may hold the PIN.
-const PINEnv = "SIGNAGENT_PIN"
-
-// PINFileEnv is the environment variable that may name a file holding the PIN.
-const PINFileEnv = "SIGNAGENT_PIN_FILE"
+// PINEnv and PINFileEnv name the variables a command-line tool reads the
+// PIN from (see internal/secret); this package reads no variable.
+const (
+	PINEnv     = secret.PINEnv
+	PINFileEnv = secret.PINFileEnv
+)
 
 // MaxPINFile is the most a PIN file may hold. A PIN is a few to a few dozen
 // characters; a larger file is a mistake (or /dev/zero), not a PIN.
 const MaxPINFile = 512
 
 // PINSource says where to get the PIN from. There is deliberately no way to
-// pass the PIN itself on the command line.
-//
-// The precedence is flag, then environment, then prompt: a PIN file given
-// explicitly (File) beats $SIGNAGENT_PIN, which beats $SIGNAGENT_PIN_FILE,
-// which beats a prompt on the terminal.
+// pass the PIN itself on the command line, and this package reads neither
+// the environment nor a configuration file: the caller decides the
+// sources and their order in Lookup (internal/secret.Source: the file a
+// flag or the URI's pin-source names, the environment, the configuration
+// file, a prompt).
 type PINSource struct {
-	File string // a file named by a flag (trailing newline trimmed)
-	// ConfigFile is a file named in a configuration file: it comes after
-	// the environment.
-	ConfigFile string
-	Prompt     bool      // ask on the terminal when no other source gives one
-	TTY        *os.File  // the terminal to prompt on (default: stdin)
-	Out        io.Writer // where the prompt goes (default: stderr)
+	// File is a PIN file named by a flag or by the selection's URI
+	// (pin-source=, merged by Selection.Complete).
+	File string
+	// Lookup, when set, resolves the PIN given File; without it File is
+	// read, or the PIN is missing.
+	Lookup func(file string) (secret.Secret, error)
 	// Value is a PIN the program already holds (provisioning a token it
 	// just made); it is never set from user input on a command line.
 	Value string
 
 	pin, from string // set by Resolve
+}
+
+// PINSecret is a PIN's source with this package's limits (at most
+// MaxPINFile bytes, no control character); the caller adds the
+// environment, the configuration file and the prompt.
+func PINSecret(file string) secret.Source {
+	return secret.Source{What: "the PIN", File: file, Max: MaxPINFile, Parse: ParsePIN}
 }
 
 // Resolve reads the PIN now and returns a source that holds it, so that a
@@ -55,67 +59,31 @@ func (src PINSource) Resolve() (PINSource, error) {
 		src.pin, src.from = src.Value, "the program"
 		return src, nil
 	}
-	pin, from, err := src.read()
-	if err != nil {
-		return src, err
+	var got secret.Secret
+	var err error
+	switch {
+	case src.Lookup != nil:
+		got, err = src.Lookup(src.File)
+	case src.File != "":
+		got, err = PINSecret(src.File).Resolve()
+	default:
+		err = errors.New("no PIN: name a PIN file")
 	}
-	src.pin, src.from = pin, from
+	if err != nil {
+		return src, errdefs.Mark(err, ErrPINMissing)
+	}
+	if _, perr := ParsePIN(got.Value); perr != nil { // a Lookup without the limits
+		return src, fmt.Errorf("%w: the PIN from %s %w", ErrPINMissing, got.From, perr)
+	}
+	src.pin, src.from = got.Value, got.From
 	return src, nil
 }
 
-// From says where a resolved PIN came from ("--pin-file /x", "$SIGNAGENT_PIN").
+// From says where a resolved PIN came from ("the file /x (--pin-file)",
+// "$SIGNAGENT_PIN").
 func (src PINSource) From() string { return src.from }
 
-func (src PINSource) read() (pin, from string, err error) {
-	if src.File != "" {
-		pin, err := ReadPINFile(src.File)
-		return pin, "the PIN file " + src.File, err
-	}
-	if pin, ok := os.LookupEnv(PINEnv); ok && pin != "" {
-		if err := checkPIN(pin); err != nil {
-			return "", "", fmt.Errorf("%w: $%s %w", ErrPINMissing, PINEnv, err)
-		}
-		return pin, "$" + PINEnv, nil
-	}
-	if file := os.Getenv(PINFileEnv); file != "" {
-		pin, err := ReadPINFile(file)
-		return pin, "the PIN file " + file + " ($" + PINFileEnv + ")", err
-	}
-	if src.ConfigFile != "" {
-		pin, err := ReadPINFile(src.ConfigFile)
-		return pin, "the PIN file " + src.ConfigFile + " (configuration)", err
-	}
-	tty := src.TTY
-	if tty == nil {
-		tty = os.Stdin
-	}
-	if src.Prompt && term.IsTerminal(int(tty.Fd())) {
-		out := src.Out
-		if out == nil {
-			out = os.Stderr
-		}
-		b, err := promptPIN(tty, out)
-		if err != nil {
-			return "", "", err
-		}
-		return string(b), "the terminal", nil
-	}
-	return "", "", fmt.Errorf("%w: give --pin-file, set %s or %s, or run on a terminal to be asked", ErrPINMissing, PINEnv, PINFileEnv)
-}
-
-// promptPIN asks for the PIN without echo (see secret.Prompt).
-func promptPIN(tty *os.File, out io.Writer) ([]byte, error) {
-	b, err := secret.Prompt(tty, out, "Token PIN: ")
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrPINMissing, err)
-	}
-	if err := checkPIN(string(b)); err != nil {
-		return nil, fmt.Errorf("%w: the PIN entered %w", ErrPINMissing, err)
-	}
-	return b, nil
-}
-
-// ReadPIN returns the PIN from its source (see PINSource for the order).
+// ReadPIN returns the PIN from its source.
 func ReadPIN(src PINSource) (string, error) {
 	src, err := src.Resolve()
 	return src.pin, err
@@ -126,32 +94,25 @@ func ReadPIN(src PINSource) (string, error) {
 // machine may read or write is refused, as ssh refuses such a key file; so
 // are an empty PIN and one holding a NUL or other control character.
 func ReadPINFile(path string) (string, error) {
-	b, err := safefile.ReadSecret(path, MaxPINFile, 0)
+	got, err := PINSecret(path).Resolve()
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrPINMissing, err)
+		return "", errdefs.Mark(err, ErrPINMissing)
 	}
-	pin := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
-	if pin == "" {
-		return "", fmt.Errorf("%w: the PIN file %s is empty", ErrPINMissing, path)
-	}
-	if err := checkPIN(pin); err != nil {
-		return "", fmt.Errorf("%w: the PIN file %s %w", ErrPINMissing, path, err)
-	}
-	return pin, nil
+	return got.Value, nil
 }
 
-// checkPIN refuses control characters: a NUL would cut the PIN short in
+// ParsePIN refuses control characters: a NUL would cut the PIN short in
 // the module, and a stray CR or escape is a broken file, not a PIN.
-func checkPIN(pin string) error {
+func ParsePIN(pin string) (string, error) {
 	if len(pin) > MaxPINFile {
-		return fmt.Errorf("is longer than %d bytes", MaxPINFile)
+		return "", fmt.Errorf("is longer than %d bytes", MaxPINFile)
 	}
 	for _, r := range pin {
 		if r < 0x20 || r == 0x7f {
-			return errors.New("holds a control character (a NUL, CR, or the like)")
+			return "", errors.New("holds a control character (a NUL, CR, or the like)")
 		}
 	}
-	return nil
+	return pin, nil
 }
 
 // ErrSecretFileMode is returned for a secret file that others may access.

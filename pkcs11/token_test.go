@@ -168,7 +168,7 @@ func TestOpenErrors(t *testing.T) {
 	}{
 		{"module missing", func(s *pkcs11.Selection) { s.Module = "/nonexistent/lib.so" }, pkcs11.ErrModuleNotFound, "does not exist"},
 		{"not a module", func(s *pkcs11.Selection) { s.Module = notModule }, pkcs11.ErrNotAModule, "not-a-module.so"},
-		{"no PIN", func(s *pkcs11.Selection) { s.PIN = pkcs11.PINSource{} }, pkcs11.ErrPINMissing, "SIGNAGENT_PIN"},
+		{"no PIN", func(s *pkcs11.Selection) { s.PIN = pkcs11.PINSource{} }, pkcs11.ErrPINMissing, "no PIN"},
 		{"key label matches nothing", func(s *pkcs11.Selection) { s.KeyLabel = "absent" }, pkcs11.ErrKeyNotFound, `"rsa" (id 01)`},
 		{"key label matches two", func(s *pkcs11.Selection) { s.KeyLabel = "twin" }, pkcs11.ErrKeyAmbiguous, `"twin" (id 10), "twin" (id 11)`},
 		{"no key chosen among many", func(s *pkcs11.Selection) { s.KeyLabel = "" }, pkcs11.ErrKeyAmbiguous, "choose one"},

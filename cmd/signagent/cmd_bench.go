@@ -14,6 +14,7 @@ import (
 
 	"github.com/signagent/signagent/bench"
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/internal/settings"
 )
 
 func benchCommand(e *env) *cli.Command {
@@ -95,7 +96,7 @@ func benchAPIKey(c *cli.Context) (string, error) {
 	if err == nil {
 		return k, nil
 	}
-	if _, set := os.LookupEnv("SIGNAGENT_API_KEY"); set || c.String("api-key-file") != "" {
+	if apiKeySecret.source(settings.Of(c)).Given() {
 		return "", usageErr(err)
 	}
 	b := make([]byte, 16)

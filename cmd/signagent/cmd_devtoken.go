@@ -35,7 +35,7 @@ func devTokenCommand(e *env) *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dir", Value: defaultDevDir(), Usage: "`DIR` for the SoftHSM configuration, token and PIN"},
 			&cli.StringFlag{Name: "label", Value: "signagent-dev", Usage: "token and key `LABEL`"},
-			tokenFlags()[0], // --module
+			pick(tokenFlags(), "module")[0],
 			&cli.BoolFlag{Name: "force", Usage: "discard an existing token in DIR and make a new one (in a directory dev-token did not make: replace its files there, saying which)"},
 			&cli.BoolFlag{Name: "ec", Usage: "also generate a P-256 key labelled LABEL-ec (id 02), for benchmarks"},
 		},

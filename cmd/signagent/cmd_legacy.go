@@ -15,7 +15,6 @@ import (
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
-	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/trusted"
 )
@@ -27,7 +26,7 @@ const catLegacy = "Legacy scheme"
 func legacyServiceFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "api-url", Category: catLegacy, EnvVars: []string{"SIGNAGENT_API_URL"}, Usage: "the service's business API `URL` (Authenticate is at URL/V3/Authenticate)"},
-		&cli.StringFlag{Name: "developer-key-file", Category: catLegacy, EnvVars: []string{"SIGNAGENT_DEVELOPER_KEY_FILE"}, Usage: "read the developer key from `FILE` (else $SIGNAGENT_DEVELOPER_KEY)"},
+		developerKeySecret.flagWith(catLegacy, ""),
 		&cli.DurationFlag{Name: "legacy-token-ttl", Category: catLegacy, Value: legacy.DefaultTokenTTL, EnvVars: []string{"SIGNAGENT_LEGACY_TOKEN_TTL"}, Usage: "how long a legacy token lives (the service's 24h); caches reuse it until a margin before"},
 	}
 }
@@ -37,13 +36,13 @@ func legacyLoginFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "by", Category: catLegacy, Usage: "authenticate by `WAY`: password, certificate (the token's key decrypts a challenge) or sid"},
 		&cli.StringFlag{Name: "login", Category: catLegacy, EnvVars: []string{"SIGNAGENT_LOGIN"}, Usage: "the user's `LOGIN` (--by password)"},
-		&cli.StringFlag{Name: "password-file", Category: catLegacy, EnvVars: []string{"SIGNAGENT_PASSWORD_FILE"}, Usage: "read the password from `FILE` (else $SIGNAGENT_PASSWORD, else a prompt on a terminal)"},
-		&cli.StringFlag{Name: "sid-file", Category: catLegacy, EnvVars: []string{"SIGNAGENT_SID_FILE"}, Usage: "read the auth.sid from `FILE` (else $SIGNAGENT_SID, else run trusted authentication with the credential flags)"},
+		passwordSecret.flagWith(catLegacy, ", else a prompt on a terminal"),
+		sidSecret.flagWith(catLegacy, ", else run trusted authentication with the credential flags"),
 	}
 }
 
 func legacyCommandFlags(extra ...cli.Flag) []cli.Flag {
-	return concat(legacyLoginFlags(), legacyServiceFlags(), credentialFlags()[:4], serviceFlags(), tokenFlags(), signFlags(), extra)
+	return concat(legacyLoginFlags(), legacyServiceFlags(), pick(credentialFlags(), "phone", "snils", "thumbprint", "legacy-snils"), serviceFlags(), tokenFlags(), signFlags(), extra)
 }
 
 func legacyTokenCommand(e *env) *cli.Command {
@@ -184,36 +183,23 @@ func legacyAgentConfig(s *settings.Settings, e *env) (*legacy.Config, map[string
 		if !ok || strings.TrimSpace(login) == "" || file == "" {
 			return nil, nil, fmt.Errorf("%w: --legacy-password-file %q: want LOGIN=FILE", errdefs.ErrInvalidInput, spec)
 		}
-		pw, err := passwordFile(file)
+		got, err := secret.Source{What: "the password of " + strings.TrimSpace(login), File: file, Flag: "--legacy-password-file"}.Resolve()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, errdefs.Mark(err, errdefs.ErrInvalidInput)
 		}
-		pws[strings.TrimSpace(login)] = pw
+		pws[strings.TrimSpace(login)] = got.Value
 	}
 	return cfg, pws, nil
 }
 
-// developerKey reads the developer key from --developer-key-file (or
-// $SIGNAGENT_DEVELOPER_KEY_FILE), else $SIGNAGENT_DEVELOPER_KEY; never argv.
+// developerKey reads the developer key (see secretSpec for the order of
+// its sources); never argv.
 func developerKey(s *settings.Settings) (string, error) {
-	if f := s.String("developer-key-file"); f != "" {
-		b, err := safefile.ReadSecret(f, 4096, 0)
-		if err != nil {
-			return "", fmt.Errorf("%w: %w", legacy.ErrDeveloperKey, err)
-		}
-		return legacy.CheckDeveloperKey(string(b))
-	}
-	if k, ok := os.LookupEnv("SIGNAGENT_DEVELOPER_KEY"); ok {
-		return legacy.CheckDeveloperKey(k)
-	}
-	return "", fmt.Errorf("%w: set SIGNAGENT_DEVELOPER_KEY or give --developer-key-file", legacy.ErrDeveloperKey)
+	return developerKeySecret.read(s, legacy.CheckDeveloperKey, legacy.ErrDeveloperKey)
 }
 
 // hasDeveloperKey reports whether a developer key is given at all.
-func hasDeveloperKey(s *settings.Settings) bool {
-	_, env := os.LookupEnv("SIGNAGENT_DEVELOPER_KEY")
-	return env || s.String("developer-key-file") != ""
-}
+func hasDeveloperKey(s *settings.Settings) bool { return developerKeySecret.source(s).Given() }
 
 // legacyIdentity builds who logs in; done releases the token, if opened.
 func legacyIdentity(c *cli.Context, e *env, by legacy.Method) (legacy.Identity, func(), error) {
@@ -245,16 +231,13 @@ func legacyIdentity(c *cli.Context, e *env, by legacy.Method) (legacy.Identity, 
 // trusted authentication on the token for the credential flags.
 func sidIdentity(c *cli.Context, e *env) (legacy.Identity, func(), error) {
 	none := func() {}
-	s := settings.Of(c)
-	if f := s.String("sid-file"); f != "" {
-		b, err := safefile.ReadSecret(f, 4096, 0)
+	src := sidSecret.source(settings.Of(c))
+	if src.Given() {
+		got, err := src.Resolve()
 		if err != nil {
-			return legacy.Identity{}, none, fmt.Errorf("%w: --sid-file: %w", errdefs.ErrInvalidInput, err)
+			return legacy.Identity{}, none, errdefs.Mark(err, errdefs.ErrInvalidInput)
 		}
-		return staticSid(f, string(b)), none, nil
-	}
-	if sid, ok := os.LookupEnv("SIGNAGENT_SID"); ok {
-		return staticSid("$SIGNAGENT_SID", sid), none, nil
+		return staticSid(got.From, got.Value), none, nil
 	}
 	cred, err := credential(c)
 	if err != nil {
@@ -293,36 +276,16 @@ func staticSid(from, sid string) legacy.Identity {
 		Sid: func(context.Context) (string, error) { return sid, nil }}
 }
 
-// readPassword reads the password from --password-file (or
-// $SIGNAGENT_PASSWORD_FILE), else $SIGNAGENT_PASSWORD, else a prompt on
-// the terminal; never argv.
+// readPassword reads the password (see secretSpec for the order of its
+// sources, a prompt on the terminal last); never argv.
 func readPassword(s *settings.Settings, e *env, login string) (string, error) {
-	if f := s.String("password-file"); f != "" {
-		return passwordFile(f)
+	src := passwordSecret.source(s)
+	if tty, ok := e.stdin.(*os.File); ok {
+		src.TTY, src.Out, src.Prompt = tty, e.stderr, "Password for "+login+": "
 	}
-	if pw, ok := os.LookupEnv("SIGNAGENT_PASSWORD"); ok && pw != "" {
-		return pw, nil
-	}
-	if tty, ok := e.stdin.(*os.File); ok && secret.IsTerminal(tty) {
-		b, err := secret.Prompt(tty, e.stderr, "Password for "+login+": ")
-		if err != nil {
-			return "", fmt.Errorf("%w: the password: %w", errdefs.ErrInvalidInput, err)
-		}
-		return string(b), nil
-	}
-	return "", fmt.Errorf("%w: no password: give --password-file, set SIGNAGENT_PASSWORD or SIGNAGENT_PASSWORD_FILE, or run on a terminal to be asked", errdefs.ErrInvalidInput)
-}
-
-// passwordFile reads a password from a file that others may not read,
-// without its trailing newline.
-func passwordFile(f string) (string, error) {
-	b, err := safefile.ReadSecret(f, 4096, 0)
+	got, err := src.Resolve()
 	if err != nil {
-		return "", fmt.Errorf("%w: the password file: %w", errdefs.ErrInvalidInput, err)
+		return "", errdefs.Mark(err, errdefs.ErrInvalidInput)
 	}
-	pw := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
-	if pw == "" {
-		return "", fmt.Errorf("%w: the password file %s is empty", errdefs.ErrInvalidInput, f)
-	}
-	return pw, nil
+	return got.Value, nil
 }

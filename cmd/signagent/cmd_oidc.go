@@ -21,7 +21,6 @@ import (
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/oidc"
-	"github.com/signagent/signagent/safefile"
 )
 
 const (
@@ -35,7 +34,7 @@ func oidcFlags() []cli.Flag {
 	return append(storeFlags(), []cli.Flag{
 		&cli.StringFlag{Name: "auth-url", Category: catOIDC, EnvVars: []string{"SIGNAGENT_AUTH_URL"}, Usage: "the identity provider's `URL` ({auth_url}; /connect/* is below it)"},
 		&cli.StringFlag{Name: "client-id", Category: catOIDC, EnvVars: []string{"SIGNAGENT_CLIENT_ID"}, Usage: "the application's client_id"},
-		&cli.StringFlag{Name: "client-secret-file", Category: catOIDC, EnvVars: []string{"SIGNAGENT_CLIENT_SECRET_FILE"}, Usage: "read the client secret from `FILE` (else $SIGNAGENT_CLIENT_SECRET)"},
+		clientSecretSecret.flagWith(catOIDC, ""),
 		tokenStoreFlag(),
 		&cli.DurationFlag{Name: "refresh-before", Category: catOIDC, Value: oidc.DefaultRefreshBefore, EnvVars: []string{"SIGNAGENT_REFRESH_BEFORE"}, Usage: "refresh an access token with less than this left (or an eighth of its lifetime, when shorter)"},
 		&cli.BoolFlag{Name: "insecure-http", Category: catOIDC, EnvVars: []string{"SIGNAGENT_INSECURE_HTTP"}, Usage: "allow plain http to a non-loopback identity provider"},
@@ -135,11 +134,11 @@ func login(c *cli.Context, e *env) error {
 	var rec *oidc.Record
 	switch f := c.String("refresh-token-file"); {
 	case f != "":
-		b, rerr := safefile.ReadSecret(f, 16<<10, 0)
+		got, rerr := secret.Source{What: "the refresh token", Flag: "--refresh-token-file", File: f, Max: 16 << 10}.Resolve()
 		if rerr != nil {
-			return usageErr(fmt.Errorf("--refresh-token-file: %w", rerr))
+			return usageErr(rerr)
 		}
-		rec, err = client.SignInWithRefreshToken(ctx, strings.TrimSpace(string(b)))
+		rec, err = client.SignInWithRefreshToken(ctx, strings.TrimSpace(got.Value))
 	case flow == "device":
 		rec, err = deviceLogin(ctx, c, e, client)
 	default:
@@ -288,18 +287,13 @@ func oidcClient(s *settings.Settings, e *env, authURL, clientID string) (*oidc.C
 		Timeout: s.Duration("request-timeout"), Log: e.log})
 }
 
+// clientSecret reads the client secret (see secretSpec for the order of
+// its sources); none is not an error here: oidc.New says what to give.
 func clientSecret(s *settings.Settings) (string, error) {
-	if f := s.String("client-secret-file"); f != "" {
-		b, err := safefile.ReadSecret(f, 4096, 0)
-		if err != nil {
-			return "", fmt.Errorf("%w: --client-secret-file: %w", errdefs.ErrInvalidInput, err)
-		}
-		return oidc.CheckSecret(string(b))
+	if !clientSecretSecret.source(s).Given() {
+		return "", nil
 	}
-	if v, ok := os.LookupEnv("SIGNAGENT_CLIENT_SECRET"); ok {
-		return oidc.CheckSecret(v)
-	}
-	return "", nil // oidc.New says what to give
+	return clientSecretSecret.read(s, oidc.CheckSecret, errdefs.ErrInvalidInput)
 }
 
 // oidcTokens hands out the profiles' tokens, refreshing with a client for

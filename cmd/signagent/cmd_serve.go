@@ -51,7 +51,7 @@ func serveFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "certificate-login", Category: catAgent, Value: true, EnvVars: []string{"SIGNAGENT_CERTIFICATE_LOGIN"}, Usage: "allow legacy certificate login (the token decrypts the service's challenge); --certificate-login=false turns it off"},
 		&cli.StringSliceFlag{Name: "routes", Category: catAgent, EnvVars: []string{"SIGNAGENT_ROUTES"}, Usage: "open routes per caller class, repeatable: `CLASS=ROUTES` with CLASS uid:N, gid:N, unix, tcp or default and ROUTES from " + strings.Join(agent.RouteNames, ",") + " (default: all routes to every admitted caller)"},
 		&cli.StringFlag{Name: "audit-log", Category: catAgent, Value: "-", EnvVars: []string{"SIGNAGENT_AUDIT_LOG"}, Usage: "audit `FILE` (JSON lines, mode 0600, appended), or - for stderr"},
-	}, tokenFlags(), signFlags(), serviceFlags()[:5], legacyServiceFlags(), []cli.Flag{
+	}, tokenFlags(), signFlags(), serviceFlags(), legacyServiceFlags(), []cli.Flag{
 		&cli.BoolFlag{Name: "legacy-snils", Category: catCredential, EnvVars: []string{"SIGNAGENT_LEGACY_SNILS"}, Usage: "accept SNILS numbers whose check number does not follow the rule"},
 		&cli.StringSliceFlag{Name: "legacy-password-file", Category: catLegacy, EnvVars: []string{"SIGNAGENT_LEGACY_PASSWORD_FILE"}, Usage: "an account the agent may log in as by password, repeatable: `LOGIN=FILE` (the file holds the password)"},
 	}, oidcAgentFlags())
@@ -124,10 +124,10 @@ func readAgentConfig(s *settings.Settings, e *env) (agent.Config, error) {
 // signingWanted says whether the agent signs: an API key, --base-url or a
 // token named in any way (module, URI, token or key) asks for it.
 func signingWanted(s *settings.Settings) bool {
-	if os.Getenv("SIGNAGENT_API_KEY") != "" || os.Getenv(pkcs11.ModuleEnv) != "" {
+	if apiKeySecret.source(s).Given() || os.Getenv(pkcs11.ModuleEnv) != "" {
 		return true
 	}
-	for _, name := range []string{"api-key-file", "base-url", "module", "key", "token-label", "token-serial", "key-label", "key-id"} {
+	for _, name := range []string{"base-url", "module", "key", "token-label", "token-serial", "key-label", "key-id"} {
 		if s.String(name) != "" {
 			return true
 		}
@@ -139,7 +139,7 @@ func signingWanted(s *settings.Settings) bool {
 // needs when one of its settings is given.
 func oidcSettingsComplete(s *settings.Settings) error {
 	given := map[string]bool{"--auth-url (SIGNAGENT_AUTH_URL)": s.String("auth-url") != "", "--client-id (SIGNAGENT_CLIENT_ID)": s.String("client-id") != "",
-		"the client secret (SIGNAGENT_CLIENT_SECRET or --client-secret-file)": os.Getenv("SIGNAGENT_CLIENT_SECRET") != "" || s.String("client-secret-file") != ""}
+		"the client secret (SIGNAGENT_CLIENT_SECRET or --client-secret-file)": clientSecretSecret.source(s).Given()}
 	var missing []string
 	some := false
 	for name, ok := range given {

@@ -3,14 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/oidc"
-	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/store"
 )
 
@@ -44,7 +41,7 @@ func storeFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "store", Category: catStore, Value: "local", EnvVars: []string{"SIGNAGENT_STORE"}, Usage: "keep OpenID Connect records in `STORE`: local (the --token-store files) or a store several agents share: redis://[user@]host:port[/db], rediss://..., redis+sentinel://host:port[,...]/master[/db]"},
 		&cli.StringFlag{Name: "store-key-file", Category: catStore, EnvVars: []string{"SIGNAGENT_STORE_KEY_FILE"}, Usage: "the shared store's key `FILE` (64 hex characters, mode 0600; signagent store-key --out FILE makes one)"},
-		&cli.StringFlag{Name: "store-password-file", Category: catStore, EnvVars: []string{"SIGNAGENT_STORE_PASSWORD_FILE"}, Usage: "read the Redis password from `FILE` (else $SIGNAGENT_STORE_PASSWORD; never in the URL)"},
+		storePassword.flagWith(catStore, "; never in the URL"),
 		&cli.StringFlag{Name: "store-prefix", Category: catStore, Value: store.DefaultPrefix, EnvVars: []string{"SIGNAGENT_STORE_PREFIX"}, Usage: "start every Redis key with `PREFIX` (several deployments on one Redis)"},
 		&cli.StringFlag{Name: "store-ca-file", Category: catStore, EnvVars: []string{"SIGNAGENT_STORE_CA_FILE"}, Usage: "CA bundle `FILE` for rediss:// (default: the system's)"},
 		&cli.IntFlag{Name: "store-wait-replicas", Category: catStore, Value: 1, EnvVars: []string{"SIGNAGENT_STORE_WAIT_REPLICAS"}, Usage: "a write counts as done once `N` replicas have it (WAIT; as many as the master has, when fewer; 0: none)"},
@@ -91,13 +88,13 @@ func openSharedStore(s *settings.Settings, u string) (*store.Redis, error) {
 	} else {
 		sealer = k
 	}
-	password := os.Getenv("SIGNAGENT_STORE_PASSWORD")
-	if f := s.String("store-password-file"); f != "" {
-		b, err := safefile.ReadSecret(f, 4096, 0)
+	var password string
+	if src := storePassword.source(s); src.Given() {
+		got, err := src.Resolve()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("--store-password-file: %w", err))
+			errs = append(errs, err)
 		}
-		password = strings.TrimRight(string(b), "\r\n")
+		password = got.Value
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, usageErr(err)

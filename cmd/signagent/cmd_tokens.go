@@ -8,6 +8,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/secret"
+	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/pkcs11"
 )
 
@@ -16,7 +19,7 @@ func tokensCommand(e *env) *cli.Command {
 		Name:  "tokens",
 		Usage: "list the tokens the PKCS#11 module sees",
 		Flags: []cli.Flag{
-			tokenFlags()[0], // --module
+			pick(tokenFlags(), "module")[0],
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		},
 		Action: func(c *cli.Context) error {
@@ -41,20 +44,22 @@ func keysCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Name:  "keys",
 		Usage: "list the keys and certificates on a token (private keys only with a PIN)",
-		Flags: append(tokenFlags()[:3], tokenFlags()[7], &cli.BoolFlag{Name: "json", Usage: "print JSON"}),
+		Flags: append(pick(tokenFlags(), "module", "token-label", "token-serial", "pin-file"), &cli.BoolFlag{Name: "json", Usage: "print JSON"}),
 		Action: func(c *cli.Context) error {
 			mod, err := probedModule(c, e)
 			if err != nil {
 				return err
 			}
-			pin, err := pkcs11.ReadPIN(pkcs11.PINSource{File: c.String("pin-file"), Prompt: true})
-			if errors.Is(err, pkcs11.ErrPINMissing) && c.String("pin-file") == "" {
-				e.log.Info().Msg("no PIN given: listing public objects only (set SIGNAGENT_PIN or --pin-file to see private keys)")
-				pin, err = "", nil
+			src := pinSource(settings.Of(c), true, c.String("token-label"))
+			got, err := src.Resolve()
+			if errors.Is(err, secret.ErrMissing) && !src.Given() {
+				e.log.Info().Msg("no PIN given: listing public objects only (set SIGNAGENT_PIN or give --pin-file to see private keys)")
+				err = nil
 			}
 			if err != nil {
-				return err
+				return errdefs.Mark(err, pkcs11.ErrPINMissing)
 			}
+			pin := got.Value
 			objs, err := pkcs11.ListObjects(context.Background(), mod.Path, pkcs11.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")}, pin)
 			if err != nil {
 				return err

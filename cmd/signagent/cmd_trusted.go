@@ -54,7 +54,7 @@ func linkCommand(e *env) *cli.Command {
 		Name:      "link",
 		Usage:     "link the service's user (found by phone) to a user of the trusted system (step 0)",
 		UsageText: "signagent link --service-user-id ID --phone P [--base-url URL]",
-		Flags:     append(serviceFlags(), credentialFlags()[0]),
+		Flags:     append(serviceFlags(), pick(credentialFlags(), "phone")...),
 		Action: func(c *cli.Context) error {
 			if !c.IsSet("phone") {
 				return usageErr(errors.New("users are linked by phone: give --phone"))
@@ -83,7 +83,7 @@ func sessionCommand(e *env) *cli.Command {
 		Name:      "session",
 		Usage:     "sign on the token and run authenticate-by-truster and approve-truster; print the auth.sid",
 		UsageText: "signagent session --phone P | --snils S | --thumbprint T --service-user-id ID [--json]",
-		Flags: concat(credentialFlags()[:4], serviceFlags(), tokenFlags(), signFlags(), storeFlags(), []cli.Flag{
+		Flags: concat(pick(credentialFlags(), "phone", "snils", "thumbprint", "legacy-snils"), serviceFlags(), tokenFlags(), signFlags(), storeFlags(), []cli.Flag{
 			&cli.DurationFlag{Name: "session-ttl", Category: catStore, Value: 12 * time.Hour, EnvVars: []string{"SIGNAGENT_SESSION_TTL"}, Usage: "with --store: use a session the store holds when it is younger than this, and keep a new one this long"},
 			&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print {\"sid\",\"kind\",\"obtainedAt\"}"},
 		}),

@@ -3,15 +3,15 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
+	"slices"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/pkcs11"
-	"github.com/signagent/signagent/safefile"
 )
 
 const (
@@ -34,10 +34,26 @@ func tokenFlags() []cli.Flag {
 		&cli.StringFlag{Name: "key-label", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_LABEL"}, Usage: "choose the key by `LABEL`"},
 		&cli.StringFlag{Name: "key-id", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_ID"}, Usage: "choose the key by CKA_ID in `HEX`"},
 		&cli.StringFlag{Name: "cert", Category: catToken, EnvVars: []string{"SIGNAGENT_CERT"}, Usage: "certificate `FILE` (PEM or DER) instead of the one on the token"},
-		&cli.StringFlag{Name: "pin-file", Category: catToken, Usage: "read the PIN from `FILE` (else $SIGNAGENT_PIN, else $SIGNAGENT_PIN_FILE, else a prompt on a terminal)"},
+		pinSecret.flagWith(catToken, ", else a prompt on a terminal"),
 		&cli.BoolFlag{Name: "allow-final-pin-try", Category: catToken, Usage: "log in even when the token says one more wrong PIN locks it"},
 		&cli.DurationFlag{Name: "token-timeout", Category: catToken, Value: 30 * time.Second, EnvVars: []string{"SIGNAGENT_TOKEN_TIMEOUT"}, Usage: "give up on opening the token, and on each token operation, after this long"},
 	}
+}
+
+// pick returns the flags of all with the given names, in the order named,
+// so that a command takes some of a group by name rather than by position
+// (a flag added to the group must not shift another command's flags). An
+// unknown name is a programming error: every command is built by the tests.
+func pick(all []cli.Flag, names ...string) []cli.Flag {
+	out := make([]cli.Flag, 0, len(names))
+	for _, n := range names {
+		i := slices.IndexFunc(all, func(f cli.Flag) bool { return f.Names()[0] == n })
+		if i < 0 {
+			panic("no flag --" + n)
+		}
+		out = append(out, all[i])
+	}
+	return out
 }
 
 func selection(c *cli.Context) (pkcs11.Selection, error) {
@@ -53,17 +69,11 @@ func selectionFrom(c *settings.Settings, prompt bool) (pkcs11.Selection, error) 
 		URI:           c.String("key"),
 		KeyLabel:      c.String("key-label"),
 		CertFile:      c.String("cert"),
-		PIN:           pkcs11.PINSource{Prompt: prompt},
 		Timeout:       c.Duration("token-timeout"),
 		AllowFinalTry: c.Bool("allow-final-pin-try"),
 	}
-	// A PIN file named on the command line beats the environment; one named
-	// in the configuration file comes after it (flag > environment > file).
-	if c.Context().IsSet("pin-file") {
-		sel.PIN.File = c.Context().String("pin-file")
-	} else {
-		sel.PIN.ConfigFile = c.String("pin-file")
-	}
+	pin := pinSource(c, false, "")
+	sel.PIN.File = pin.File
 	if id := c.String("key-id"); id != "" {
 		b, err := pkcs11.ParseKeyID(id)
 		if err != nil {
@@ -75,8 +85,21 @@ func selectionFrom(c *settings.Settings, prompt bool) (pkcs11.Selection, error) 
 		return sel, err
 	}
 	// The URI's attributes (module-name, slot-id, pin-source, ...) are
-	// merged now, before the PIN is read: its pin-source is a PIN source.
-	return sel.Complete()
+	// merged now, before the PIN is read: its pin-source is the PIN's file
+	// as --pin-file is (naming both differently is an error).
+	sel, err := sel.Complete()
+	if err != nil {
+		return sel, err
+	}
+	pin = pinSource(c, prompt, sel.Token.Label)
+	sel.PIN.Lookup = func(file string) (secret.Secret, error) {
+		src := pin
+		if file != src.File {
+			src.File, src.Flag = file, "the key URI's pin-source"
+		}
+		return src.Resolve()
+	}
+	return sel, nil
 }
 
 func credentialFlags() []cli.Flag {
@@ -116,27 +139,15 @@ func timestamp(c *cli.Context) (time.Time, error) {
 }
 
 func apiKeyFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "api-key-file", Category: catService, EnvVars: []string{"SIGNAGENT_API_KEY_FILE"}, Usage: "read the partner API key from `FILE` (else $SIGNAGENT_API_KEY)"},
-	}
+	return []cli.Flag{apiKeySecret.flagWith(catService, "")}
 }
 
-// apiKey returns the partner's API key from --api-key-file, else from
-// $SIGNAGENT_API_KEY. It never comes from argv.
+// apiKey returns the partner's API key (see secretSpec for the order of
+// its sources). It never comes from argv.
 func apiKey(c *cli.Context) (string, error) { return apiKeyFrom(settings.Of(c)) }
 
 func apiKeyFrom(c *settings.Settings) (string, error) {
-	if f := c.String("api-key-file"); f != "" {
-		b, err := safefile.ReadSecret(f, 4096, 0)
-		if err != nil {
-			return "", fmt.Errorf("%w: %w", canonical.ErrInvalidAPIKey, err)
-		}
-		return canonical.NormalizeAPIKey(string(b))
-	}
-	if k, ok := os.LookupEnv("SIGNAGENT_API_KEY"); ok {
-		return canonical.NormalizeAPIKey(k)
-	}
-	return "", fmt.Errorf("%w: set SIGNAGENT_API_KEY or give --api-key-file", canonical.ErrInvalidAPIKey)
+	return apiKeySecret.read(c, canonical.NormalizeAPIKey, canonical.ErrInvalidAPIKey)
 }
 
 // noArgs refuses stray positional arguments, which are most often a value

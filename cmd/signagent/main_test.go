@@ -68,8 +68,8 @@ func TestBadInput(t *testing.T) {
 		stderr string
 	}{
 		{"empty API key", []string{"--phone", "9161234567"}, " ", exitBadInput, "invalid API key: the API key is empty"},
-		{"empty API key file", []string{"--phone", "9161234567", "--api-key-file", emptyKey}, testAPIKey, exitBadInput, "invalid API key"},
-		{"missing API key file", []string{"--phone", "9161234567", "--api-key-file", "/nonexistent"}, testAPIKey, exitBadInput, "invalid API key: could not read /nonexistent"},
+		{"empty API key file", []string{"--phone", "9161234567", "--api-key-file", emptyKey}, testAPIKey, exitBadInput, "the API key: the file " + emptyKey + " (--api-key-file) is empty"},
+		{"missing API key file", []string{"--phone", "9161234567", "--api-key-file", "/nonexistent"}, testAPIKey, exitBadInput, "the API key: could not read /nonexistent"},
 		{"API key file readable by all", []string{"--phone", "9161234567", "--api-key-file", openKey}, testAPIKey, exitBadInput, "has mode 0644; run chmod o-rwx"},
 		{"PIN file readable by all", []string{"--phone", "9161234567", "--pin-file", openPIN}, testAPIKey, exitBadInput, "has mode 0604; run chmod o-rwx"},
 		{"phone too short", []string{"--phone", "916123456"}, testAPIKey, exitBadInput, "phone has 9 digits"},

@@ -190,7 +190,7 @@ func TestPINInputs(t *testing.T) {
 		if code := run(append(base, "--pin-file", wrong), strings.NewReader(""), &stdout, &stderr); code != exitFailure {
 			t.Fatalf("exit %d: %s", code, stderr.String())
 		}
-		oneLine(t, stderr.String(), "check the PIN from the PIN file "+wrong)
+		oneLine(t, stderr.String(), "check the PIN from the file "+wrong+" (--pin-file)")
 		t.Setenv("SIGNAGENT_PIN", "999999")
 		stderr.Reset()
 		run(base, strings.NewReader(""), &stdout, &stderr)

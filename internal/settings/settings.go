@@ -90,6 +90,21 @@ func (s *Settings) fromFile(name string) (any, bool) {
 	return v, ok
 }
 
+// Place returns a text setting as given on the command line (or in the
+// flag's environment variable, if it has one) and as the configuration
+// file gives it, for a setting whose sources rank apart: a secret's file,
+// where the flag beats the environment, which beats the file (see
+// internal/secret).
+func (s *Settings) Place(name string) (given, file string) {
+	if c := s.given(name); c != nil {
+		given = c.String(name)
+	}
+	if v, ok := s.file[name]; ok {
+		file = fmt.Sprint(v)
+	}
+	return given, file
+}
+
 // String is a text setting.
 func (s *Settings) String(name string) string {
 	if v, ok := s.fromFile(name); ok {
