@@ -29,6 +29,14 @@ func TestArchitecturePage(t *testing.T) {
 			t.Errorf("the page does not list the route %q with its rule %q (want the row %s)", r.name(), rule, row)
 		}
 	}
+	// The scheme list the page names is the code's.
+	var names []string
+	for _, s := range agentSchemes {
+		names = append(names, "`"+s.name+"`")
+	}
+	if line := "The agent's schemes (`agentSchemes`): " + strings.Join(names, ", ") + "."; !strings.Contains(page, line) {
+		t.Errorf("the page does not list the agent's schemes as the code does (want %q)", line)
+	}
 	// Every package with Go code (not testdata) is named in the layout.
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
@@ -56,10 +58,14 @@ func (a *Agent) authorization(w http.ResponseWriter, r *http.Request) {
 		if err := decode(r, &req); err != nil {
 			return nil, err
 		}
-		if req.Scheme == "legacy" && !a.policy.Load().ExposeLegacyHeader {
+		sel := selectorOf(req)
+		if err := sel.Check(); err != nil {
+			return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidInput, err)
+		}
+		if sel.Scheme == authz.SchemeLegacy && !a.policy.Load().ExposeLegacyHeader {
 			return nil, errLegacyHeaderHidden
 		}
-		id, err := a.identity(req, &entry)
+		id, err := a.identity(sel, &entry)
 		if err != nil {
 			return nil, err
 		}
@@ -77,19 +83,43 @@ type identity struct {
 	reject func(value string)
 }
 
-// identity resolves an authorization request; entry gets its scheme and
-// identity for the audit log.
-func (a *Agent) identity(req api.AuthorizationRequest, entry *auditEntry) (*identity, error) {
-	switch req.Scheme {
-	case "legacy":
-		return a.legacyIdentityOf(req, entry)
-	case "oidc":
-		return a.oidcIdentity(req, entry)
+// selectorOf is the body of /v1/authorizations as the selector it means,
+// normalized (Check is the caller's).
+func selectorOf(req api.AuthorizationRequest) authz.Selector {
+	sel := authz.Selector{Scheme: req.Scheme, Profile: req.Profile, By: req.By, Login: req.Login, Sid: req.Sid, ServiceUserID: req.ServiceUserID}
+	if req.Credential != nil {
+		c := authz.Credential(*req.Credential)
+		sel.Credential = &c
 	}
-	return nil, fmt.Errorf("%w: scheme %q: want legacy or oidc", errdefs.ErrInvalidInput, req.Scheme)
+	return sel.Normalize()
 }
 
-func (a *Agent) legacyIdentityOf(req api.AuthorizationRequest, entry *auditEntry) (*identity, error) {
+// agentScheme is one scheme as the agent serves it: the identity it makes
+// of a checked selector naming it (entry gets the scheme and identity for
+// the audit log).
+type agentScheme struct {
+	name     string
+	identity func(a *Agent, sel authz.Selector, entry *auditEntry) (*identity, error)
+}
+
+// agentSchemes are the schemes /v1/authorizations and the proxy serve;
+// authz.Selector.Check knows their selectors.
+var agentSchemes = []agentScheme{
+	{authz.SchemeLegacy, (*Agent).legacyIdentityOf},
+	{authz.SchemeOIDC, (*Agent).oidcIdentity},
+}
+
+// identity resolves a checked selector to its scheme's identity.
+func (a *Agent) identity(sel authz.Selector, entry *auditEntry) (*identity, error) {
+	for _, s := range agentSchemes {
+		if s.name == sel.Scheme {
+			return s.identity(a, sel, entry)
+		}
+	}
+	return nil, fmt.Errorf("%w: scheme %q: want legacy or oidc", errdefs.ErrInvalidInput, httpx.Printable(sel.Scheme, 32))
+}
+
+func (a *Agent) legacyIdentityOf(req authz.Selector, entry *auditEntry) (*identity, error) {
 	l := a.legacy.Load()
 	if l == nil {
 		return nil, errLegacyNotConfigured
@@ -125,7 +155,7 @@ func (a *Agent) legacyIdentityOf(req api.AuthorizationRequest, entry *auditEntry
 
 // oidcIdentity is a profile's Bearer header from the token store an
 // operator signed in to with signagent login, refreshed ahead of expiry.
-func (a *Agent) oidcIdentity(req api.AuthorizationRequest, entry *auditEntry) (*identity, error) {
+func (a *Agent) oidcIdentity(req authz.Selector, entry *auditEntry) (*identity, error) {
 	t := a.oidc.Load()
 	if t == nil {
 		return nil, errOIDCNotConfigured
@@ -164,7 +194,7 @@ func (a *Agent) SetOIDC(t *oidc.Tokens) { a.oidc.Store(t) }
 var errOIDCNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "the OpenID Connect scheme is not configured in this agent")
 
 // legacyIdentity is who the request names, with what the way in needs.
-func (a *Agent) legacyIdentity(l *Legacy, req api.AuthorizationRequest) (legacy.Identity, func() bool, error) {
+func (a *Agent) legacyIdentity(l *Legacy, req authz.Selector) (legacy.Identity, func() bool, error) {
 	by, err := legacy.ParseMethod(req.By)
 	if err != nil {
 		return legacy.Identity{}, nil, err
@@ -187,9 +217,6 @@ func (a *Agent) legacyIdentity(l *Legacy, req api.AuthorizationRequest) (legacy.
 		return legacy.Identity{By: by, Subject: pkcs11.Thumbprint(cert), Certificate: cert, Key: key}, nil, nil
 	}
 	if req.Sid != "" {
-		if req.Credential != nil {
-			return legacy.Identity{}, nil, fmt.Errorf("%w: give sid or credential, not both", errdefs.ErrInvalidInput)
-		}
 		sum := sha256.Sum256([]byte(req.Sid))
 		sid := req.Sid
 		return legacy.Identity{By: by, Subject: "a given auth.sid", CacheKey: hex.EncodeToString(sum[:]),
@@ -200,11 +227,9 @@ func (a *Agent) legacyIdentity(l *Legacy, req api.AuthorizationRequest) (legacy.
 
 // sidChain is the identity of a trusted user: its auth.sid comes from the
 // session cache (trusted authentication on the token when there is none).
-func (a *Agent) sidChain(req api.AuthorizationRequest) (legacy.Identity, func() bool, error) {
-	if req.Credential == nil {
-		return legacy.Identity{}, nil, fmt.Errorf("%w: by sid needs sid, or credential and serviceUserId", errdefs.ErrInvalidInput)
-	}
-	cred, err := parseCredential(*req.Credential, a.o.LegacySNILS)
+// The selector is checked: it has a credential and a serviceUserId.
+func (a *Agent) sidChain(req authz.Selector) (legacy.Identity, func() bool, error) {
+	cred, err := parseCredential(api.Credential(*req.Credential), a.o.LegacySNILS)
 	if err != nil {
 		return legacy.Identity{}, nil, err
 	}

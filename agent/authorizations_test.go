@@ -111,7 +111,7 @@ func TestLegacyAuthorizationRefusals(t *testing.T) {
 		{"login not configured", api.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "carol@example.com"}, 400, "no password for login"},
 		{"wrong password configured", api.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "bob@example.com"}, 422, "Wrong password"},
 		{"sid and credential", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Sid: "x", Credential: &api.Credential{Phone: "9161234567"}}, 400, "not both"},
-		{"sid chain without user id", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Credential: &api.Credential{Phone: "9161234567"}}, 400, "serviceUserId) is empty"},
+		{"sid chain without user id", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Credential: &api.Credential{Phone: "9161234567"}}, 400, "by sid needs sid, or credential and serviceUserId"},
 		{"sid chain with a long user id", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Credential: &api.Credential{Phone: "9161234567"}, ServiceUserID: strings.Repeat("y", 300)}, 400, "longer than 256 bytes"},
 		{"sid chain with a control character", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Credential: &api.Credential{Phone: "9161234567"}, ServiceUserID: "crm\r\n42"}, 400, "control characters"},
 		{"unknown sid", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Sid: "no-such-sid"}, 422, "Auth.InvalidSid"},

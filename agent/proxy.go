@@ -13,8 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/authz"
@@ -37,8 +35,6 @@ const servicePrefix = "/v1/service/"
 // errNoAPI answers proxied calls when the agent has no business API address.
 var errNoAPI = errdefs.New(errdefs.ErrNotConfigured, "no business API address is configured (--api-url)")
 
-// identityUsage is what a malformed selector's error ends with.
-const identityUsage = "; want " + IdentityHeader + ": oidc [profile=NAME] | trusted phone=N|snils=N|thumbprint=HEX serviceUserId=ID | legacy login=LOGIN | legacy certificate"
 
 // proxyTarget is the business API the proxy forwards to.
 type proxyTarget struct {
@@ -272,90 +268,20 @@ func (e *upstreamError) classified() error {
 	return &service.TransportError{Method: "the business call", Msg: "could not reach the service: " + e.Error()}
 }
 
-// ParseIdentity reads an identity selector, IdentityHeader's value:
-//
-//	oidc [profile=NAME]
-//	trusted phone=N|snils=N|thumbprint=HEX serviceUserId=ID
-//	legacy login=LOGIN
-//	legacy certificate
-//
-// The error names what is wrong without repeating the values.
-func ParseIdentity(s string, legacySNILS bool) (api.AuthorizationRequest, error) {
-	bad := func(why string) error {
-		return fmt.Errorf("%w: %s: %s%s", errdefs.ErrInvalidInput, IdentityHeader, why, identityUsage)
-	}
-	if strings.TrimSpace(s) == "" {
-		return api.AuthorizationRequest{}, bad("missing")
-	}
-	if len(s) > 1024 || !utf8.ValidString(s) || strings.ContainsFunc(s, notPrintable) {
-		return api.AuthorizationRequest{}, bad("too long or not printable")
-	}
-	words := strings.Fields(s)
-	kv, flags := map[string]string{}, map[string]bool{}
-	for _, w := range words[1:] {
-		k, v, ok := strings.Cut(w, "=")
-		if _, dup := kv[k]; dup || flags[k] {
-			return api.AuthorizationRequest{}, bad(fmt.Sprintf("%q given twice", k))
-		}
-		if !ok {
-			flags[k] = true
-			continue
-		}
-		if v == "" {
-			return api.AuthorizationRequest{}, bad(fmt.Sprintf("%q is empty", k))
-		}
-		kv[k] = v
-	}
-	req, allowed, err := identityRequest(words[0], kv, flags)
+// ParseIdentity reads IdentityHeader's value (authz.ParseSelector's
+// syntax) and checks its credential, if any. The error names what is wrong
+// without repeating the values.
+func ParseIdentity(s string, legacySNILS bool) (authz.Selector, error) {
+	sel, err := authz.ParseSelector(s)
 	if err != nil {
-		return api.AuthorizationRequest{}, bad(err.Error())
+		return authz.Selector{}, fmt.Errorf("%w: %s: %w", errdefs.ErrInvalidInput, IdentityHeader, err)
 	}
-	for k := range kv {
-		if !strings.Contains(" "+allowed+" ", " "+k+" ") {
-			return api.AuthorizationRequest{}, bad(fmt.Sprintf("%q is not a %s selector's key", httpx.Printable(k, 32), words[0]))
-		}
-	}
-	if req.Credential != nil {
-		if _, err := parseCredential(*req.Credential, legacySNILS); err != nil {
-			return api.AuthorizationRequest{}, fmt.Errorf("%s: %w", IdentityHeader, err)
+	if sel.Credential != nil {
+		if _, err := parseCredential(api.Credential(*sel.Credential), legacySNILS); err != nil {
+			return authz.Selector{}, fmt.Errorf("%s: %w", IdentityHeader, err)
 		}
 	}
-	return req, nil
-}
-
-// identityRequest maps a selector to the authorization request it means,
-// and the keys the scheme takes.
-func identityRequest(scheme string, kv map[string]string, flags map[string]bool) (api.AuthorizationRequest, string, error) {
-	switch scheme {
-	case "oidc":
-		if len(flags) > 0 {
-			return api.AuthorizationRequest{}, "", errors.New("oidc takes only profile=NAME")
-		}
-		return api.AuthorizationRequest{Scheme: "oidc", Profile: kv["profile"]}, "profile", nil
-	case "trusted":
-		if len(flags) > 0 || kv["serviceUserId"] == "" {
-			return api.AuthorizationRequest{}, "", errors.New("trusted needs one credential and serviceUserId=ID")
-		}
-		cred := api.Credential{Phone: kv["phone"], SNILS: kv["snils"], Thumbprint: kv["thumbprint"]}
-		return api.AuthorizationRequest{Scheme: "legacy", By: "sid", Credential: &cred, ServiceUserID: kv["serviceUserId"]},
-			"phone snils thumbprint serviceUserId", nil
-	case "legacy":
-		switch {
-		case len(kv) == 0 && len(flags) == 1 && flags["certificate"]:
-			return api.AuthorizationRequest{Scheme: "legacy", By: "certificate"}, "", nil
-		case len(flags) == 0 && kv["login"] != "":
-			return api.AuthorizationRequest{Scheme: "legacy", By: "password", Login: kv["login"]}, "login", nil
-		}
-		return api.AuthorizationRequest{}, "", errors.New("legacy needs login=LOGIN or the word certificate")
-	}
-	return api.AuthorizationRequest{}, "", fmt.Errorf("unknown scheme %q", httpx.Printable(scheme, 32))
-}
-
-// notPrintable is a rune that has no place in a selector: control
-// characters (C0, DEL, C1), format characters such as bidirectional
-// overrides, and line or paragraph separators.
-func notPrintable(r rune) bool {
-	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
+	return sel, nil
 }
 
 // The metrics name a business method only when it is a plain name and the

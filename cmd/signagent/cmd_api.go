@@ -131,27 +131,41 @@ func printAnswer(e *env, r *service.Response, include bool) {
 // apiAuthorizer is the scheme's Authorizer for the identity flags; done
 // releases the token when one was opened.
 func apiAuthorizer(c *cli.Context, e *env, s *settings.Settings) (authz.Authorizer, func(), error) {
-	none := func() {}
-	switch c.String("scheme") {
-	case "oidc":
-		tk, err := oidcTokens(s, e)
-		if err != nil {
-			return nil, none, err
+	sel := authz.Selector{Scheme: c.String("scheme"), By: c.String("by")}.Normalize()
+	for _, sc := range apiSchemes {
+		if sc.name == sel.Scheme {
+			return sc.authorizer(c, e, s, sel)
 		}
-		return tk.For(s.String("profile")), none, nil
-	case "legacy", "trusted":
-	default:
-		return nil, none, usageErr(fmt.Errorf("--scheme %q: want oidc, legacy or trusted", c.String("scheme")))
 	}
-	by := legacy.BySid
-	if c.String("scheme") == "legacy" {
-		if !c.IsSet("by") {
-			return nil, none, usageErr(errors.New("--scheme legacy needs --by password, --by certificate or --by sid"))
-		}
-		var err error
-		if by, err = legacy.ParseMethod(c.String("by")); err != nil {
-			return nil, none, err
-		}
+	return nil, func() {}, usageErr(fmt.Errorf("--scheme %q: want oidc, legacy or trusted", c.String("scheme")))
+}
+
+// apiSchemes are the schemes signagent api calls with (--scheme trusted is
+// legacy by sid: authz.Selector.Normalize).
+var apiSchemes = []struct {
+	name       string
+	authorizer func(c *cli.Context, e *env, s *settings.Settings, sel authz.Selector) (authz.Authorizer, func(), error)
+}{
+	{authz.SchemeOIDC, oidcAPIAuthorizer},
+	{authz.SchemeLegacy, legacyAPIAuthorizer},
+}
+
+func oidcAPIAuthorizer(_ *cli.Context, e *env, s *settings.Settings, _ authz.Selector) (authz.Authorizer, func(), error) {
+	tk, err := oidcTokens(s, e)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	return tk.For(s.String("profile")), func() {}, nil
+}
+
+func legacyAPIAuthorizer(c *cli.Context, e *env, s *settings.Settings, sel authz.Selector) (authz.Authorizer, func(), error) {
+	none := func() {}
+	if sel.By == "" {
+		return nil, none, usageErr(errors.New("--scheme legacy needs --by password, --by certificate or --by sid"))
+	}
+	by, err := legacy.ParseMethod(sel.By)
+	if err != nil {
+		return nil, none, err
 	}
 	client, err := legacyClient(s, e)
 	if err != nil {
