@@ -8,9 +8,11 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # the tests run on (swtpm, the tpm2-abrmd resource manager on a private D-Bus
 # session bus, tpm2_ptool to make its token and keys), and chromium for the
 # identity provider's pages driven by chromedp, and redis-server for the
-# shared store (the tests start their own, on loopback).
+# shared store (the tests start their own, on loopback), and zsh, fish and
+# groff to load the completion scripts and render the manual page.
 DEPS    := softhsm2 opensc gnutls-bin openssl curl procps chromium systemd redis-server \
-           swtpm tpm2-abrmd libtss2-tcti-tabrmd0 dbus-daemon tpm2-tools libtpm2-pkcs11-1 libtpm2-pkcs11-tools
+           swtpm tpm2-abrmd libtss2-tcti-tabrmd0 dbus-daemon tpm2-tools libtpm2-pkcs11-1 libtpm2-pkcs11-tools \
+           zsh fish groff-base
 # make bench also compares with openssl's PKCS#11 engine.
 BENCH_DEPS := $(DEPS) libengine-pkcs11-openssl
 BENCH_ARGS ?=

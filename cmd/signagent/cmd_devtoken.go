@@ -33,7 +33,7 @@ func devTokenCommand(e *env) *cli.Command {
 			"Run again to reuse the token; --force makes a new one. It only ever removes what it made (it marks\n" +
 			"its directory with " + softhsm.DevMarker + "), and refuses a non-empty directory it did not make unless --force.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "dir", Value: defaultDevDir(), Usage: "`DIR` for the SoftHSM configuration, token and PIN"},
+			&cli.StringFlag{Name: "dir", Value: defaultDevDir(), DefaultText: "$XDG_DATA_HOME/signagent/dev-token, else ~/.local/share/signagent/dev-token", Usage: "`DIR` for the SoftHSM configuration, token and PIN"},
 			&cli.StringFlag{Name: "label", Value: "signagent-dev", Usage: "token and key `LABEL`"},
 			pick(tokenFlags(), "module")[0],
 			&cli.BoolFlag{Name: "force", Usage: "discard an existing token in DIR and make a new one (in a directory dev-token did not make: replace its files there, saying which)"},

@@ -91,6 +91,8 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			return usageErr(fmt.Errorf("%w%s", err, flagSuggestion(err, flags)))
 		},
 		Commands: commands(e),
+		// The completion scripts ask the program what comes next.
+		EnableBashCompletion: true,
 		// Without a command: the help. With a word that is no command:
 		// one line naming the one meant, and exit 2 (the README's bad
 		// input), not urfave's "No help topic" with exit 1.
@@ -112,8 +114,8 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		// operators tend to put them (signagent sign --log-level debug).
 		cmd.Flags = append(cmd.Flags, logFlags("Logging")...)
 		cmd.Before = func(c *cli.Context) error {
-			// No command but api takes positional arguments.
-			if c.Command.Name != "api" {
+			// No command but api and completion takes positional arguments.
+			if c.Command.Name != "api" && c.Command.Name != "completion" {
 				if err := noArgs(c); err != nil {
 					return err
 				}
@@ -154,6 +156,8 @@ func commands(e *env) []*cli.Command {
 		benchCommand(e),
 		storeKeyCommand(e),
 		versionCommand(e),
+		completionCommand(e),
+		manCommand(e),
 	}
 }
 
