@@ -1,6 +1,6 @@
 module github.com/signagent/signagent
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/chromedp/chromedp v0.13.6
