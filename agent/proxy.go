@@ -35,7 +35,6 @@ const servicePrefix = "/v1/service/"
 // errNoAPI answers proxied calls when the agent has no business API address.
 var errNoAPI = errdefs.New(errdefs.ErrNotConfigured, "no business API address is configured (--api-url)")
 
-
 // proxyTarget is the business API the proxy forwards to.
 type proxyTarget struct {
 	base      *url.URL
