@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -37,6 +39,14 @@ func TestArchitecturePage(t *testing.T) {
 	if line := "The agent's schemes (`agentSchemes`): " + strings.Join(names, ", ") + "."; !strings.Contains(page, line) {
 		t.Errorf("the page does not list the agent's schemes as the code does (want %q)", line)
 	}
+	// The emulator shares no parser with the clients it tests.
+	for _, imp := range goImports(t, filepath.Join(root, "emulator")) {
+		for _, client := range []string{"/legacy", "/trusted", "/oidc", "/softhsm", "/agent"} {
+			if strings.HasSuffix(imp, "/signagent"+client) {
+				t.Errorf("the emulator imports %s: it must spell the wire itself", imp)
+			}
+		}
+	}
 	// Every package with Go code (not testdata) is named in the layout.
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -63,4 +73,28 @@ func TestArchitecturePage(t *testing.T) {
 			t.Errorf("docs/architecture.md names %s, which does not exist", m[1])
 		}
 	}
+}
+
+// goImports lists the imports of a package's non-test files.
+func goImports(t *testing.T, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(fset, f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range af.Imports {
+			out = append(out, strings.Trim(imp.Path.Value, `"`))
+		}
+	}
+	return out
 }

@@ -6,8 +6,6 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-
-	"github.com/signagent/signagent/legacy"
 )
 
 var otherOrg = Organization{ID: "org-2", FullName: "Someone Else JSC", Boxes: []Box{{GUID: otherBox}}}
@@ -36,7 +34,7 @@ func TestGetMyEmployee(t *testing.T) {
 	ib := newIDPBed(t, nil)
 	access := ib.accessToken(t)
 	for name, tc := range map[string]struct{ base, auth, bad, badCode string }{
-		"legacy": {lb.s.URL(), legacy.Header(testDevKey, tok), legacy.Header("testClient-unknown", tok), CodeHTTPAuth},
+		"legacy": {lb.s.URL(), authHeader(testDevKey, tok), authHeader("testClient-unknown", tok), CodeHTTPAuth},
 		"oidc":   {ib.s.URL(), "Bearer " + access, "Bearer " + strings.Repeat("0", 64), CodeInvalidAuthToken},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -17,7 +17,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/signagent/signagent/canonical"
-	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/signer"
 )
@@ -355,9 +354,9 @@ func (cfg *Config) checkDevelopers(dir string) error {
 			}
 			d.Key = string(b)
 		}
-		k, err := legacy.CheckDeveloperKey(d.Key)
-		if err != nil {
-			return fmt.Errorf("developer %q: %w", d.Name, err)
+		k, why := checkDeveloperKey(d.Key)
+		if why != "" {
+			return fmt.Errorf("developer %q: %s", d.Name, why)
 		}
 		if keys[k] {
 			return fmt.Errorf("developer %q: its key is another developer's too", d.Name)

@@ -18,7 +18,6 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/signagent/signagent/envelope"
-	"github.com/signagent/signagent/legacy"
 )
 
 // Codes of the legacy scheme's answers, sent in the X-Service-ErrorCode
@@ -66,7 +65,7 @@ func plainError(w http.ResponseWriter, status int, code, text string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if code != "" {
-		w.Header().Set(legacy.ErrorCodeHeader, code)
+		w.Header().Set(errorCodeHeader, code)
 	}
 	w.WriteHeader(status)
 	io.WriteString(w, text)
@@ -118,10 +117,16 @@ func (s *Server) legacyRoute(w http.ResponseWriter, r *http.Request) (ok bool) {
 
 // developerOf finds the developer whose key the Authenticate header names.
 func (s *Server) developerOf(header string) *Developer {
-	key, _, err := legacy.ParseHeader(header)
-	if err != nil {
+	a, ok := parseServiceAuth(header)
+	if !ok {
 		return nil
 	}
+	return s.developerByKey(a.key)
+}
+
+// developerByKey finds the developer with this key (compared in constant
+// time).
+func (s *Server) developerByKey(key string) *Developer {
 	for i := range s.cfg.Developers {
 		if subtle.ConstantTimeCompare([]byte(s.cfg.Developers[i].Key), []byte(key)) == 1 {
 			return &s.cfg.Developers[i]
@@ -273,11 +278,12 @@ func (s *Server) issueToken(userID string, dev *Developer) (string, []byte, *ref
 // legacyUser is the access check of section 5.4 for the legacy scheme:
 // the user behind a business call's header, or a 401 refusal.
 func (s *Server) legacyUser(header string) (string, *refusal) {
-	key, tok, err := legacy.ParseHeader(header)
-	if err != nil {
+	a, ok := parseServiceAuth(header)
+	if !ok {
 		return "", refuse(http.StatusUnauthorized, CodeHTTPAuth, "Invalid authorization header")
 	}
-	if s.developerOf(legacy.AuthenticateHeader(key)) == nil {
+	tok := a.token
+	if s.developerByKey(a.key) == nil {
 		return "", refuse(http.StatusUnauthorized, CodeHTTPAuth, "Invalid API client id")
 	}
 	if tok == "" {

@@ -22,7 +22,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/envelope"
-	"github.com/signagent/signagent/legacy"
 )
 
 const (
@@ -135,7 +134,7 @@ func do(t *testing.T, req *http.Request) answer {
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
-	a := answer{resp.StatusCode, resp.Header.Get(legacy.ErrorCodeHeader), data, resp.Header.Get("Content-Type")}
+	a := answer{resp.StatusCode, resp.Header.Get("X-Service-ErrorCode"), data, resp.Header.Get("Content-Type")}
 	if a.status != 200 && !strings.HasPrefix(a.ctype, "text/plain") {
 		t.Errorf("error answer %d has Content-Type %q, want text/plain", a.status, a.ctype)
 	}
@@ -161,13 +160,22 @@ func (a answer) token(t *testing.T) string {
 	return tok
 }
 
-var devHeader = legacy.AuthenticateHeader(testDevKey)
+// The headers as the wire notes spell them, written out here rather than by
+// the client's legacy package, so that the two are checked against the
+// notes separately.
+func authHeader(key, tok string) string {
+	return "ServiceAuth ddauth_api_client_id=" + key + ",ddauth_token=" + tok
+}
+
+func keyHeader(key string) string { return "ServiceAuth ddauth_api_client_id=" + key }
+
+var devHeader = keyHeader(testDevKey)
 
 func TestV3AuthenticateRefusals(t *testing.T) {
 	b := newLegacyBed(t, false)
 	pw := []byte(`{"login":"alice@example.com","password":"correct horse"}`)
 	b.post(t, "/V3/Authenticate?type=password", "", "application/json", pw).want(t, 401, CodeHTTPAuth, "Invalid API client id")
-	b.post(t, "/V3/Authenticate?type=password", legacy.AuthenticateHeader("testClient-unknown"), "application/json", pw).want(t, 401, CodeHTTPAuth, "Invalid API client id")
+	b.post(t, "/V3/Authenticate?type=password", keyHeader("testClient-unknown"), "application/json", pw).want(t, 401, CodeHTTPAuth, "Invalid API client id")
 	b.post(t, "/V3/Authenticate?type=password", "Bearer "+testDevKey, "application/json", pw).want(t, 401, CodeHTTPAuth, "Invalid API client id")
 	b.post(t, "/V3/Authenticate", devHeader, "application/json", pw).want(t, 400, CodeBadRequest, "'type' is required")
 	b.post(t, "/V3/Authenticate?type=kerberos", devHeader, "application/json", pw).want(t, 400, CodeBadRequest, "Unknown authentication type")
@@ -199,14 +207,14 @@ func TestV3PasswordAndSid(t *testing.T) {
 	}
 	// A new token does not revoke the older one.
 	for _, tok := range []string{t1, t2} {
-		b.organizations(t, legacy.Header(testDevKey, tok)).want(t, 200, "", "Horns and Hooves")
+		b.organizations(t, authHeader(testDevKey, tok)).want(t, 200, "", "Horns and Hooves")
 	}
 
 	b.s.mu.Lock()
 	b.s.sids["sid-1"] = SessionRecord{UserID: "alice", Created: b.clock()}
 	b.s.mu.Unlock()
 	tok := b.post(t, "/V3/Authenticate?type=sid", devHeader, "text/plain", []byte("sid-1\n")).token(t)
-	b.organizations(t, legacy.Header(testDevKey, tok)).want(t, 200, "", "6663003127")
+	b.organizations(t, authHeader(testDevKey, tok)).want(t, 200, "", "6663003127")
 	b.advance(24*time.Hour + time.Second)
 	b.post(t, "/V3/Authenticate?type=sid", devHeader, "text/plain", []byte("sid-1")).want(t, 401, CodeInvalidSid, "expired")
 }
@@ -225,7 +233,7 @@ func TestBusinessAccessCheckLegacy(t *testing.T) {
 	b := newLegacyBed(t, false)
 	tok := b.post(t, "/V3/Authenticate?type=password", devHeader, "application/json",
 		[]byte(`{"login":"alice@example.com","password":"correct horse"}`)).token(t)
-	a := b.organizations(t, legacy.Header(testDevKey, tok))
+	a := b.organizations(t, authHeader(testDevKey, tok))
 	var got struct {
 		Organizations []struct {
 			OrgID string
@@ -236,12 +244,12 @@ func TestBusinessAccessCheckLegacy(t *testing.T) {
 		t.Fatalf("%s %v", a.body, err)
 	}
 	b.organizations(t, "").want(t, 401, CodeHTTPAuth, "missing")
-	b.organizations(t, legacy.AuthenticateHeader(testDevKey)).want(t, 401, CodeInvalidAuthToken, "Invalid auth token")
-	b.organizations(t, legacy.Header(testDevKey, tok[:100])).want(t, 401, CodeInvalidAuthToken, "Invalid auth token")
-	b.organizations(t, legacy.Header("testClient-unknown", tok)).want(t, 401, CodeHTTPAuth, "Invalid API client id")
+	b.organizations(t, keyHeader(testDevKey)).want(t, 401, CodeInvalidAuthToken, "Invalid auth token")
+	b.organizations(t, authHeader(testDevKey, tok[:100])).want(t, 401, CodeInvalidAuthToken, "Invalid auth token")
+	b.organizations(t, authHeader("testClient-unknown", tok)).want(t, 401, CodeHTTPAuth, "Invalid API client id")
 	b.organizations(t, "ServiceAuth ddauth_token="+tok).want(t, 401, CodeHTTPAuth, "Invalid authorization header")
 	b.advance(time.Hour)
-	b.organizations(t, legacy.Header(testDevKey, tok)).want(t, 401, CodeInvalidAuthToken, "Invalid auth token")
+	b.organizations(t, authHeader(testDevKey, tok)).want(t, 401, CodeInvalidAuthToken, "Invalid auth token")
 	if n := b.s.Stats().HeldTokens; n != 1 {
 		t.Fatalf("held tokens %d before a sweep", n)
 	}
@@ -285,7 +293,7 @@ func TestV3CertificateChallenge(t *testing.T) {
 		}
 		aliceThumb := thumbprint(b.alice.cert.Raw)
 		tok := b.confirm(t, aliceThumb, random).token(t)
-		b.organizations(t, legacy.Header(testDevKey, tok)).want(t, 200, "", "org-1")
+		b.organizations(t, authHeader(testDevKey, tok)).want(t, 200, "", "org-1")
 		// Single-use.
 		b.confirm(t, aliceThumb, random).want(t, 403, CodeRndBytesNotFound, "not found")
 	}
@@ -350,6 +358,49 @@ func TestEmulatorLegacyConfigRefusals(t *testing.T) {
 	} {
 		if _, err := New(&cfg, zerolog.Nop()); err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// The emulator reads the header as the wire notes spell it, strictly: what
+// a careless client might send is refused, so that the client's own tests
+// against the emulator catch it.
+func TestParseServiceAuth(t *testing.T) {
+	good := map[string]serviceAuth{
+		"ServiceAuth ddauth_api_client_id=k":                         {key: "k"},
+		"ServiceAuth ddauth_api_client_id=k,ddauth_token=dG9rZW4=":   {key: "k", token: "dG9rZW4="},
+		"ServiceAuth ddauth_token=a==,ddauth_api_client_id=api-1234": {key: "api-1234", token: "a=="},
+	}
+	for h, want := range good {
+		if got, ok := parseServiceAuth(h); !ok || got != want {
+			t.Fatalf("%q: got %+v %v, want %+v", h, got, ok, want)
+		}
+	}
+	for _, h := range []string{
+		"",
+		"ServiceAuth",
+		"ServiceAuth ",
+		"serviceauth ddauth_api_client_id=k",
+		"ServiceAuth  ddauth_api_client_id=k",
+		"Bearer ddauth_api_client_id=k",
+		"ServiceAuth ddauth_api_client_id=k, ddauth_token=t",
+		"ServiceAuth ddauth_api_client_id=k,ddauth_token=",
+		"ServiceAuth ddauth_api_client_id=k,ddauth_token=t,ddauth_token=t",
+		"ServiceAuth ddauth_api_client_id=k,other=x",
+		"ServiceAuth ddauth_token=t",
+		"ServiceAuth ddauth_api_client_id=\"k\"x,",
+	} {
+		if got, ok := parseServiceAuth(h); ok {
+			t.Fatalf("%q accepted as %+v", h, got)
+		}
+	}
+	for key, want := range map[string]string{
+		"api-0F6C2E5B\n": "", "": "empty", "a b": "white space", "a,b": "comma", "ключ": "printable ASCII",
+		strings.Repeat("k", 513): "longer than 512",
+	} {
+		_, why := checkDeveloperKey(key)
+		if (want == "") != (why == "") || !strings.Contains(why, want) {
+			t.Fatalf("%q: %q, want %q", key, why, want)
 		}
 	}
 }

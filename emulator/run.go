@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-
-	"github.com/signagent/signagent/softhsm"
+	"github.com/signagent/signagent/safefile"
 )
 
 // ErrConfig marks a bad configuration file or listen address.
@@ -35,7 +34,7 @@ func RunLoopback(ctx context.Context, addr, configFile, urlFile string, log zero
 		return fmt.Errorf("could not listen on %s: %w", addr, err)
 	}
 	if urlFile != "" {
-		if err := softhsm.WriteFileAtomic(urlFile, []byte(srv.URL()+"\n"), 0o644); err != nil {
+		if err := safefile.Write(urlFile, []byte(srv.URL()+"\n"), 0o644); err != nil {
 			srv.Close(context.Background())
 			return err
 		}

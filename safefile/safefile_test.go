@@ -130,3 +130,29 @@ func TestAllOrNothing(t *testing.T) {
 		t.Fatalf("left behind: %v", entries)
 	}
 }
+
+// Write replaces a file whole with the mode asked, and a failure leaves
+// nothing behind.
+func TestWriteReplaces(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "secret")
+	if err := Write(p, []byte("one"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(p, []byte("two"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "two" {
+		t.Fatalf("got %q", b)
+	}
+	if st, _ := os.Stat(p); st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v", st.Mode())
+	}
+	// A missing directory fails and leaves nothing behind.
+	if err := Write(filepath.Join(dir, "missing", "x"), []byte("x"), 0o600); err == nil {
+		t.Fatal("wrote into a missing directory")
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("left behind: %v", entries)
+	}
+}

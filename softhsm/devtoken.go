@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/safefile"
 )
 
 // DevMarker marks a directory DevToken made; it removes files only in a
@@ -135,14 +136,14 @@ func (d DevToken) make() (err error) {
 		return err
 	}
 	// The certificate, public, for the emulator to trust and for verify --ca.
-	if err := WriteFileAtomic(filepath.Join(d.Dir, "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: certs[0].Raw}), 0o644); err != nil {
+	if err := safefile.Write(filepath.Join(d.Dir, "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: certs[0].Raw}), 0o644); err != nil {
 		return err
 	}
-	if err := WriteFileAtomic(filepath.Join(d.Dir, "so-pin"), []byte(soPIN+"\n"), 0o600); err != nil {
+	if err := safefile.Write(filepath.Join(d.Dir, "so-pin"), []byte(soPIN+"\n"), 0o600); err != nil {
 		return err
 	}
 	// The PIN file is written last: its presence means the token is complete.
-	return WriteFileAtomic(d.PINFile(), []byte(pin+"\n"), 0o600)
+	return safefile.Write(d.PINFile(), []byte(pin+"\n"), 0o600)
 }
 
 // WriteEnv prints the shell lines that point signagent at the token. Every

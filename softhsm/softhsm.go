@@ -26,6 +26,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/safefile"
 )
 
 //go:embed softhsm2.conf.tmpl
@@ -44,40 +45,10 @@ func WriteConfig(dir string) (string, error) {
 	}
 	conf := filepath.Join(dir, "softhsm2.conf")
 	body := strings.ReplaceAll(confTemplate, "{{TOKENDIR}}", tokens)
-	if err := WriteFileAtomic(conf, []byte(body), 0o600); err != nil {
+	if err := safefile.Write(conf, []byte(body), 0o600); err != nil {
 		return "", err
 	}
 	return conf, nil
-}
-
-// WriteFileAtomic writes data to path through a temporary file in the same
-// directory and a rename, so the file is whole or absent.
-func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("could not write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after the rename
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return fmt.Errorf("could not write %s: %w", path, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("could not write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("could not write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("could not write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("could not write %s: %w", path, err)
-	}
-	return nil
 }
 
 // InitToken initializes a fresh token labelled label in the first free slot
