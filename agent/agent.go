@@ -20,6 +20,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/store"
@@ -28,7 +29,7 @@ import (
 
 // Options configures an Agent.
 type Options struct {
-	Token *TokenManager
+	Token *tokenq.Manager
 	// Client runs the trusted-authentication flow; nil answers session and
 	// link requests with 503 service_not_configured.
 	Client *trusted.Client
@@ -80,7 +81,7 @@ const DefaultRefreshFloor = 30 * time.Second
 // Agent serves the API.
 type Agent struct {
 	o       Options
-	tm      *TokenManager
+	tm      *tokenq.Manager
 	cache   *sessionCache
 	metrics *metrics
 	client  atomic.Pointer[trusted.Client]
@@ -181,7 +182,7 @@ func (a *Agent) setSharedSessions() {
 func (a *Agent) SetSessionTTL(d time.Duration) { a.cache.setTTL(d) }
 
 // ObserveSign records a token signature in the metrics; pass it as
-// TokenOptions.OnSign.
+// tokenq.Options.OnSign.
 func (a *Agent) ObserveSign(d time.Duration, err error) { a.metrics.observeSign(d.Seconds(), err) }
 
 // Handler returns the API, behind auth (which authenticates the caller and

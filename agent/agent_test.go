@@ -458,25 +458,6 @@ func TestTokenRemoval(t *testing.T) {
 	}
 }
 
-// TestPINRejectedNotRetried: a PIN the token refuses is tried once.
-func TestPINRejectedNotRetried(t *testing.T) {
-	tk := newTokenOnly(t)
-	sel := tk.Selection(tk.RSA.Label)
-	sel.PIN.File = writePIN(t, "000000")
-	var opens int
-	_, err := agent.NewTokenManager(agent.TokenOptions{Open: func(context.Context) (agent.Token, error) {
-		opens++
-		return openKey(sel)
-	}, BackoffFirst: time.Millisecond})
-	if err == nil || !strings.Contains(err.Error(), "PIN") {
-		t.Fatalf("err = %v", err)
-	}
-	time.Sleep(50 * time.Millisecond)
-	if opens != 1 {
-		t.Fatalf("opened %d times with a wrong PIN", opens)
-	}
-}
-
 // TestShutdownWithRequestsInFlight: stopping answers every request in
 // flight, then removes the socket.
 func TestShutdownWithRequestsInFlight(t *testing.T) {

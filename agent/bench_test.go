@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/pkcs11"
@@ -60,8 +61,8 @@ func BenchmarkAgent(b *testing.B) {
 func BenchmarkTokenReturn(b *testing.B) {
 	tk := hsmtest.New(b)
 	sel := tk.Selection(tk.RSA.Label)
-	tm, err := agent.NewTokenManager(agent.TokenOptions{Log: zerolog.Nop(),
-		Open: func(ctx context.Context) (agent.Token, error) { return pkcs11.Open(ctx, sel, zerolog.Nop()) }})
+	tm, err := tokenq.New(tokenq.Options{Log: zerolog.Nop(),
+		Open: func(ctx context.Context) (tokenq.Token, error) { return pkcs11.Open(ctx, sel, zerolog.Nop()) }})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
@@ -97,7 +98,7 @@ type Config struct {
 
 	Log zerolog.Logger
 	// Open opens the token (default pkcs11.Open).
-	Open func(context.Context, pkcs11.Selection, zerolog.Logger) (Token, error)
+	Open func(context.Context, pkcs11.Selection, zerolog.Logger) (tokenq.Token, error)
 	// Probe, when set, tries the module before Start touches the token (the
 	// CLI loads it in a child process first, so that a crashing module is
 	// an error line, not a dead agent).
@@ -145,7 +146,7 @@ func (c *Config) validate() error {
 		c.Stderr = os.Stderr
 	}
 	if c.Open == nil {
-		c.Open = func(ctx context.Context, sel pkcs11.Selection, log zerolog.Logger) (Token, error) {
+		c.Open = func(ctx context.Context, sel pkcs11.Selection, log zerolog.Logger) (tokenq.Token, error) {
 			return pkcs11.Open(ctx, sel, log)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
@@ -29,7 +30,7 @@ type Daemon struct {
 	cfg     Config
 	log     zerolog.Logger
 	agent   *Agent
-	tm      *TokenManager
+	tm      *tokenq.Manager
 	peer    *PeerAuth
 	bearer  *BearerAuth // nil without TCP listeners
 	tls     atomic.Pointer[tls.Config]
@@ -119,7 +120,7 @@ func (d *Daemon) openToken(ctx context.Context) error {
 			return err
 		}
 	}
-	tm, err := NewTokenManager(TokenOptions{
+	tm, err := tokenq.New(tokenq.Options{
 		ID: selectionID(sel), OpenTimeout: sel.Timeout, Open: d.opener(d.cfg),
 		Signature: d.cfg.Signature, Workers: d.cfg.TokenConcurrency, Backlog: d.cfg.QueueSize, Delay: d.cfg.TokenDelay, Log: d.log,
 		OnSign: func(t time.Duration, err error) {
@@ -135,8 +136,8 @@ func (d *Daemon) openToken(ctx context.Context) error {
 	return nil
 }
 
-func (d *Daemon) opener(cfg Config) Opener {
-	return func(ctx context.Context) (Token, error) { return cfg.Open(ctx, cfg.Token, cfg.Log) }
+func (d *Daemon) opener(cfg Config) tokenq.Opener {
+	return func(ctx context.Context) (tokenq.Token, error) { return cfg.Open(ctx, cfg.Token, cfg.Log) }
 }
 
 // serviceClient is the trusted client the agent runs sessions and links

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/emulator"
@@ -38,7 +39,7 @@ func daemonConfig(t testing.TB) (agent.Config, *atomic.Int64) {
 		Token:    tk.Selection(tk.RSA.Label), TokenConcurrency: 2, QueueSize: 64,
 		APIKey: apiKey, SessionTTL: time.Hour, RequestDeadline: 10 * time.Second, MaxBody: 1 << 16,
 		Log: zerolog.New(&hsmtest.LogBuffer{}),
-		Open: func(ctx context.Context, sel pkcs11.Selection, log zerolog.Logger) (agent.Token, error) {
+		Open: func(ctx context.Context, sel pkcs11.Selection, log zerolog.Logger) (tokenq.Token, error) {
 			opens.Add(1)
 			return pkcs11.Open(ctx, sel, log)
 		},
@@ -182,7 +183,7 @@ func TestDaemonStartFailsCleanly(t *testing.T) {
 			c.Listen = append(c.Listen, "tcp:127.0.0.1:0")
 		}, true},
 		{"token that does not open", func(c *agent.Config) {
-			c.Open = func(context.Context, pkcs11.Selection, zerolog.Logger) (agent.Token, error) {
+			c.Open = func(context.Context, pkcs11.Selection, zerolog.Logger) (tokenq.Token, error) {
 				return nil, pkcs11.ErrPINIncorrect
 			}
 		}, false},

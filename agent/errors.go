@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/errdefs"
 )
@@ -39,10 +40,6 @@ const (
 // errNotConfigured is returned by session and link calls when no service
 // base URL is configured.
 var errNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "no service base URL is configured (--base-url)")
-
-// errNoToken is returned by what needs the token (signatures, sessions,
-// certificate logins) in an agent configured without one.
-var errNoToken = errdefs.New(errdefs.ErrNotConfigured, "this agent has no token: it was started for OpenID Connect or legacy passwords alone (signing needs the partner API key and a token: --api-key-file, --module or --key)")
 
 // errNoAPIKey is returned by signature calls when no API key is configured.
 var errNoAPIKey = errdefs.New(errdefs.ErrNotConfigured, "no partner API key is configured (SIGNAGENT_API_KEY or --api-key-file)")
@@ -85,7 +82,7 @@ func classify(err error) (int, APIError) {
 		}
 		return a.status, e
 	}
-	if errors.Is(err, errExpired) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, tokenq.ErrExpired) || errors.Is(err, context.DeadlineExceeded) {
 		return http.StatusGatewayTimeout, APIError{Code: CodeTokenTimeout, Message: "the request's deadline passed before the token signed"}
 	}
 	return http.StatusInternalServerError, APIError{Code: CodeInternal, Message: firstLine(err.Error())}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/errdefs"
@@ -52,14 +53,14 @@ func TestClassify(t *testing.T) {
 		{"sign in", fmt.Errorf("profile crm: %w", oidc.ErrSignIn), 409, CodeSignInRequired, ""},
 		{"provider refusal", &oidc.ProviderError{Step: "token (refresh_token)", Status: 400, Code: "invalid_client"}, 422, CodeServiceRefused, "token (refresh_token)"},
 		{"store down", fmt.Errorf("%w: dial", oidc.ErrStoreUnavailable), 503, CodeStoreUnavailable, ""},
-		{"queue full", ErrQueueFull, 429, CodeQueueFull, ""},
-		{"token not ready", fmt.Errorf("%w: reconnecting", ErrTokenNotReady), 503, CodeTokenNotReady, ""},
+		{"queue full", tokenq.ErrQueueFull, 429, CodeQueueFull, ""},
+		{"token not ready", fmt.Errorf("%w: reconnecting", tokenq.ErrNotReady), 503, CodeTokenNotReady, ""},
 		{"PIN refused", &pkcs11.TokenError{Op: "log in", Kind: pkcs11.ErrPINIncorrect, Err: errors.New("CKR_PIN_INCORRECT")}, 503, CodeTokenNotReady, ""},
 		{"no API key", errNoAPIKey, 503, CodeNotConfigured, ""},
 		{"policy", errCertificateLoginOff, 403, CodeForbidden, ""},
 		{"body budget", errBodyBudget, 503, CodeBusy, ""},
 		{"body too large", &http.MaxBytesError{Limit: 1}, 413, CodeTooLarge, ""},
-		{"deadline in the queue", errExpired, 504, CodeTokenTimeout, ""},
+		{"deadline in the queue", tokenq.ErrExpired, 504, CodeTokenTimeout, ""},
 		{"anything else", errors.New("boom\nsecond line"), 500, CodeInternal, ""},
 	}
 	for _, c := range cases {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/pkcs11"
@@ -64,7 +65,7 @@ func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
 		key := *a.key.Load()
 		switch {
 		case a.tm == nil:
-			return nil, errNoToken
+			return nil, tokenq.ErrNoToken
 		case key == "":
 			return nil, errNoAPIKey
 		}
@@ -200,7 +201,7 @@ func (a *Agent) finish(w http.ResponseWriter, r *http.Request, entry auditEntry,
 		if status >= 500 {
 			ev = a.o.Log.Warn()
 		}
-		if errors.Is(err, ErrQueueFull) {
+		if errors.Is(err, tokenq.ErrQueueFull) {
 			a.metrics.rejected.Inc()
 		}
 		ev.Str("client", entry.caller).Str("operation", entry.operation).Int("status", status).Str("code", apiErr.Code).Msg(apiErr.Message)

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/hsmtest"
@@ -32,7 +33,7 @@ type harness struct {
 	tk      *hsmtest.Token
 	emu     *emulator.Server
 	agent   *agent.Agent
-	tm      *agent.TokenManager
+	tm      *tokenq.Manager
 	sock    string
 	client  *agentclient.Client
 	logs    *hsmtest.LogBuffer
@@ -121,12 +122,12 @@ func start(t testing.TB, o options) *harness {
 	h := &harness{tk: tk, emu: emu, logs: logs, audit: audit, opens: &atomic.Int64{}}
 	emu.SetClock(func() time.Time { return time.Now().Add(time.Duration(h.offset.Load())) })
 	sel := tk.Selection(tk.RSA.Label)
-	open := func(ctx context.Context) (agent.Token, error) {
+	open := func(ctx context.Context) (tokenq.Token, error) {
 		h.opens.Add(1)
 		return pkcs11.Open(ctx, sel, log)
 	}
 	if !o.noToken {
-		h.tm, err = agent.NewTokenManager(agent.TokenOptions{Open: open, Workers: o.workers, Backlog: o.backlog,
+		h.tm, err = tokenq.New(tokenq.Options{Open: open, Workers: o.workers, Backlog: o.backlog,
 			Delay: o.delay, BackoffFirst: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Log: log})
 		if err != nil {
 			t.Fatal(err)
@@ -228,24 +229,6 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 
 func emuDelay(d time.Duration) emulator.Fault { return emulator.Fault{Delay: d} }
 func emuStatus(s int) emulator.Fault          { return emulator.Fault{Status: s} }
-
-func newTokenOnly(t testing.TB) *hsmtest.Token { return hsmtest.New(t) }
-
-func writePIN(t testing.TB, pin string) string {
-	p := filepath.Join(t.TempDir(), "pin")
-	if err := os.WriteFile(p, []byte(pin+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func openKey(sel pkcs11.Selection) (agent.Token, error) {
-	k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
-	if err != nil {
-		return nil, err
-	}
-	return k, nil
-}
 
 // metric returns the value of the unlabelled metric name from /metrics.
 func (h *harness) metric(t *testing.T, name string) string {

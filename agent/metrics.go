@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/signagent/signagent/agent/tokenq"
 )
 
 // metrics are the agent's Prometheus metrics, in a registry of its own.
@@ -54,7 +55,7 @@ func (m *metrics) observeAuthorization(scheme string, cached bool, err error) {
 	m.authz.WithLabelValues(scheme, result).Inc()
 }
 
-func newMetrics(tm *TokenManager) *metrics {
+func newMetrics(tm *tokenq.Manager) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -1,4 +1,8 @@
-package agent
+// Package tokenq owns the agent's token: it opens it, signs and decrypts
+// through a bounded queue of token workers, watches that the token is still
+// there, answers at once while it is out, and reconnects with backoff. It
+// knows nothing of HTTP: the agent asks it for signatures and its state.
+package tokenq
 
 import (
 	"context"
@@ -34,11 +38,15 @@ type checker interface {
 	Check(ctx context.Context) error
 }
 
-// ErrTokenNotReady is returned while the token is out or reconnecting.
-var ErrTokenNotReady = errdefs.New(errdefs.ErrTokenNotReady, "the token is not ready")
+// ErrNotReady is returned while the token is out or reconnecting.
+var ErrNotReady = errdefs.New(errdefs.ErrTokenNotReady, "the token is not ready")
 
-// TokenState is the token's state as /readyz reports it.
-type TokenState = api.TokenState
+// ErrNoToken is returned by what needs the token (signatures, sessions,
+// certificate logins) in an agent configured without one.
+var ErrNoToken = errdefs.New(errdefs.ErrNotConfigured, "this agent has no token: it was started for OpenID Connect or legacy passwords alone (signing needs the partner API key and a token: --api-key-file, --module or --key)")
+
+// State is the token's state as /readyz reports it.
+type State = api.TokenState
 
 // conn is one open token: the key, its CMS signer, and the signatures in
 // flight on it, so that a replaced connection is closed only once they are
@@ -56,10 +64,10 @@ func (c *conn) close() {
 	c.tok.Close()
 }
 
-// TokenManager owns the token: it signs through a bounded queue, notices
+// Manager owns the token: it signs through a bounded queue, notices
 // when the token goes away, answers at once while it is out, and reconnects
 // with backoff until it is back.
-type TokenManager struct {
+type Manager struct {
 	opts    signer.Options
 	log     zerolog.Logger
 	q       *queue
@@ -73,35 +81,34 @@ type TokenManager struct {
 	open         Opener
 	id           string // what open opens (see Reopen)
 	cur          *conn  // nil while not ready
-	state        TokenState
+	state        State
 	reconnecting bool
 	closed       bool
 	stop         chan struct{}
 }
 
-// TokenOptions configures a TokenManager.
-type TokenOptions struct {
+// Options configures a Manager.
+type Options struct {
 	Open Opener
 	// ID names what Open opens (the selection); Reopen with the same ID
 	// while the token is ready changes nothing.
-	ID            string
-	Signature     signer.Options
-	Workers       int           // concurrent token operations (default 1)
-	Backlog       int           // requests that may wait (default 64)
-	BackoffFirst  time.Duration // first reconnect delay (default 100ms)
-	BackoffMax    time.Duration // longest reconnect delay (default 1s)
-	Delay         time.Duration // slow-card mode: added to every signature
-	OpenTimeout   time.Duration // bounds opening the token and each check (default 30s)
-	CheckEvery    time.Duration // how often the token is asked whether it is there (default 2s; <0: never)
-	Log           zerolog.Logger
-	OnSign        func(time.Duration, error) // observes each signature (metrics)
-	OnStateChange func(TokenState)
+	ID           string
+	Signature    signer.Options
+	Workers      int           // concurrent token operations (default 1)
+	Backlog      int           // requests that may wait (default 64)
+	BackoffFirst time.Duration // first reconnect delay (default 100ms)
+	BackoffMax   time.Duration // longest reconnect delay (default 1s)
+	Delay        time.Duration // slow-card mode: added to every signature
+	OpenTimeout  time.Duration // bounds opening the token and each check (default 30s)
+	CheckEvery   time.Duration // how often the token is asked whether it is there (default 2s; <0: never)
+	Log          zerolog.Logger
+	OnSign       func(time.Duration, error) // observes each signature (metrics)
 }
 
-// NewTokenManager opens the token (failing only for a wrong PIN or a
+// New opens the token (failing only for a wrong PIN or a
 // selection that cannot work; a missing token is retried in the
 // background).
-func NewTokenManager(o TokenOptions) (*TokenManager, error) {
+func New(o Options) (*Manager, error) {
 	if o.Workers < 1 {
 		o.Workers = 1
 	}
@@ -122,10 +129,10 @@ func NewTokenManager(o TokenOptions) (*TokenManager, error) {
 	if o.CheckEvery == 0 {
 		o.CheckEvery = 2 * time.Second
 	}
-	m := &TokenManager{open: o.Open, id: o.ID, opts: o.Signature, log: o.Log, q: newQueue(o.Workers, o.Backlog),
+	m := &Manager{open: o.Open, id: o.ID, opts: o.Signature, log: o.Log, q: newQueue(o.Workers, o.Backlog),
 		backoff: [2]time.Duration{o.BackoffFirst, o.BackoffMax}, delay: o.Delay, onSign: o.OnSign,
 		timeout: o.OpenTimeout, every: o.CheckEvery, stop: make(chan struct{})}
-	m.state = TokenState{Reason: "starting", Since: time.Now()}
+	m.state = State{Reason: "starting", Since: time.Now()}
 	if err := m.connect(); err != nil {
 		if !canWaitFor(err) {
 			m.q.close()
@@ -144,7 +151,7 @@ func NewTokenManager(o TokenOptions) (*TokenManager, error) {
 // /readyz and the metric tell the truth about an idle agent too: a token
 // that was removed, or that does not answer within the deadline, is marked
 // not ready and reconnected.
-func (m *TokenManager) watch() {
+func (m *Manager) watch() {
 	t := time.NewTicker(m.every)
 	defer t.Stop()
 	for {
@@ -171,7 +178,7 @@ func (m *TokenManager) watch() {
 
 // lease returns the current connection with one more operation in flight
 // on it (the caller calls flight.Done), or nil while not ready.
-func (m *TokenManager) lease() *conn {
+func (m *Manager) lease() *conn {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if m.cur == nil {
@@ -182,7 +189,7 @@ func (m *TokenManager) lease() *conn {
 }
 
 // openConn opens the token with open.
-func (m *TokenManager) openConn(open Opener) (*conn, error) {
+func (m *Manager) openConn(open Opener) (*conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
 	defer cancel()
 	tok, err := open(ctx)
@@ -196,13 +203,13 @@ func (m *TokenManager) openConn(open Opener) (*conn, error) {
 }
 
 // connect opens the token and makes it the current one.
-func (m *TokenManager) connect() error {
+func (m *Manager) connect() error {
 	m.mu.RLock()
 	open := m.open
 	m.mu.RUnlock()
 	c, err := m.openConn(open)
 	if err != nil {
-		m.setState(TokenState{Reason: err.Error(), Since: time.Now(), PINRejected: isPINError(err)})
+		m.setState(State{Reason: err.Error(), Since: time.Now(), PINRejected: isPINError(err)})
 		return err
 	}
 	return m.install(c)
@@ -210,7 +217,7 @@ func (m *TokenManager) connect() error {
 
 // install makes c the current connection; the one it replaces is closed
 // once its signatures in flight are done.
-func (m *TokenManager) install(c *conn) error {
+func (m *Manager) install(c *conn) error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -219,7 +226,7 @@ func (m *TokenManager) install(c *conn) error {
 	}
 	old := m.cur
 	m.cur = c
-	m.state = TokenState{Ready: true, Since: time.Now(), Key: c.tok.Label(), Thumbprint: pkcs11.Thumbprint(c.tok.Certificate())}
+	m.state = State{Ready: true, Since: time.Now(), Key: c.tok.Label(), Thumbprint: pkcs11.Thumbprint(c.tok.Certificate())}
 	m.mu.Unlock()
 	if old != nil {
 		go old.close()
@@ -240,7 +247,7 @@ func isPINError(err error) bool {
 		errors.Is(err, pkcs11.ErrPINMissing) || errors.Is(err, pkcs11.ErrPINFinalTry)
 }
 
-func (m *TokenManager) setState(s TokenState) {
+func (m *Manager) setState(s State) {
 	m.mu.Lock()
 	m.state = s
 	m.mu.Unlock()
@@ -248,9 +255,9 @@ func (m *TokenManager) setState(s TokenState) {
 
 // State returns the token's state. A nil manager is an agent without a
 // token (OpenID Connect or legacy passwords alone): never ready.
-func (m *TokenManager) State() TokenState {
+func (m *Manager) State() State {
 	if m == nil {
-		return TokenState{Reason: errNoToken.Error()}
+		return State{Reason: ErrNoToken.Error()}
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -258,7 +265,7 @@ func (m *TokenManager) State() TokenState {
 }
 
 // Certificate returns the signing certificate, or nil while not ready.
-func (m *TokenManager) Certificate() *x509.Certificate {
+func (m *Manager) Certificate() *x509.Certificate {
 	if m == nil {
 		return nil
 	}
@@ -271,7 +278,7 @@ func (m *TokenManager) Certificate() *x509.Certificate {
 }
 
 // QueueDepth is the number of token operations waiting or running.
-func (m *TokenManager) QueueDepth() int {
+func (m *Manager) QueueDepth() int {
 	if m == nil {
 		return 0
 	}
@@ -280,7 +287,7 @@ func (m *TokenManager) QueueDepth() int {
 
 // Dropped is the number of requests dropped because their deadline passed
 // while they waited.
-func (m *TokenManager) Dropped() int64 {
+func (m *Manager) Dropped() int64 {
 	if m == nil {
 		return 0
 	}
@@ -288,7 +295,7 @@ func (m *TokenManager) Dropped() int64 {
 }
 
 // SignText signs text through the queue (trusted.Signer).
-func (m *TokenManager) SignText(ctx context.Context, text []byte, ts time.Time) ([]byte, error) {
+func (m *Manager) SignText(ctx context.Context, text []byte, ts time.Time) ([]byte, error) {
 	sig, _, err := m.Sign(ctx, text, ts)
 	return sig, err
 }
@@ -296,7 +303,7 @@ func (m *TokenManager) SignText(ctx context.Context, text []byte, ts time.Time) 
 // Sign signs text through the queue and returns the signature with the
 // certificate of the key that made it (the token may be replaced at any
 // moment after).
-func (m *TokenManager) Sign(ctx context.Context, text []byte, ts time.Time) ([]byte, *x509.Certificate, error) {
+func (m *Manager) Sign(ctx context.Context, text []byte, ts time.Time) ([]byte, *x509.Certificate, error) {
 	if !m.State().Ready {
 		return nil, nil, m.notReady() // at once: do not queue for a token that is out
 	}
@@ -334,32 +341,32 @@ func (m *TokenManager) Sign(ctx context.Context, text []byte, ts time.Time) ([]b
 	return sig, cert, nil
 }
 
-func (m *TokenManager) notReady() error {
+func (m *Manager) notReady() error {
 	if m == nil {
-		return errNoToken
+		return ErrNoToken
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return fmt.Errorf("%w: %s", ErrTokenNotReady, m.state.Reason)
+	return fmt.Errorf("%w: %s", ErrNotReady, m.state.Reason)
 }
 
 // fail marks the token not ready after err from connection c, and starts
 // reconnecting. Failures of an older connection are ignored.
-func (m *TokenManager) fail(c *conn, err error) {
+func (m *Manager) fail(c *conn, err error) {
 	m.mu.Lock()
 	if m.cur != c {
 		m.mu.Unlock()
 		return
 	}
 	m.cur = nil
-	m.state = TokenState{Reason: err.Error(), Since: time.Now()}
+	m.state = State{Reason: err.Error(), Since: time.Now()}
 	m.mu.Unlock()
 	m.log.Error().Err(err).Msg("lost the token; answering 503 until it is back")
 	go c.tok.Close() // the key is lost: its operations fail at once; do not hold up callers
 	m.startReconnect(err)
 }
 
-func (m *TokenManager) startReconnect(cause error) {
+func (m *Manager) startReconnect(cause error) {
 	m.mu.Lock()
 	if m.reconnecting || m.closed || isPINError(cause) {
 		m.mu.Unlock()
@@ -373,7 +380,7 @@ func (m *TokenManager) startReconnect(cause error) {
 	go m.reconnect()
 }
 
-func (m *TokenManager) reconnect() {
+func (m *Manager) reconnect() {
 	defer func() {
 		m.mu.Lock()
 		m.reconnecting = false
@@ -413,7 +420,7 @@ func (m *TokenManager) reconnect() {
 // be opened the current key stays (its error is returned); when the token
 // was not ready, the new selection is retried in the background if the
 // token may yet come.
-func (m *TokenManager) Reopen(open Opener, id string) error {
+func (m *Manager) Reopen(open Opener, id string) error {
 	m.mu.Lock()
 	same := id == m.id && m.cur != nil
 	m.mu.Unlock()
@@ -429,7 +436,7 @@ func (m *TokenManager) Reopen(open Opener, id string) error {
 	m.mu.Unlock()
 	if err != nil {
 		if !ready {
-			m.setState(TokenState{Reason: err.Error(), Since: time.Now(), PINRejected: isPINError(err)})
+			m.setState(State{Reason: err.Error(), Since: time.Now(), PINRejected: isPINError(err)})
 			if canWaitFor(err) {
 				m.startReconnect(err)
 			}
@@ -441,7 +448,7 @@ func (m *TokenManager) Reopen(open Opener, id string) error {
 
 // Close stops reconnecting and closes the token. It does not wait for a
 // token operation that does not return.
-func (m *TokenManager) Close() error {
+func (m *Manager) Close() error {
 	if m == nil {
 		return nil
 	}
@@ -454,7 +461,7 @@ func (m *TokenManager) Close() error {
 	close(m.stop)
 	c := m.cur
 	m.cur = nil
-	m.state = TokenState{Reason: "shutting down", Since: time.Now()}
+	m.state = State{Reason: "shutting down", Since: time.Now()}
 	m.mu.Unlock()
 	m.q.close()
 	if c != nil {

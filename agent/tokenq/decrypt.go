@@ -1,4 +1,4 @@
-package agent
+package tokenq
 
 import (
 	"context"
@@ -18,7 +18,7 @@ type decrypter interface {
 
 // Decrypt decrypts msg with the token's key through the same queue as the
 // signatures (a legacy certificate login's challenge).
-func (m *TokenManager) Decrypt(ctx context.Context, msg []byte, opts crypto.DecrypterOpts) ([]byte, error) {
+func (m *Manager) Decrypt(ctx context.Context, msg []byte, opts crypto.DecrypterOpts) ([]byte, error) {
 	if !m.State().Ready {
 		return nil, m.notReady()
 	}
@@ -46,9 +46,9 @@ func (m *TokenManager) Decrypt(ctx context.Context, msg []byte, opts crypto.Decr
 // Decrypter is the token's key as a crypto.Decrypter whose operations go
 // through the queue, with the certificate that is current now; an error
 // while the token is out or when its key may not decrypt.
-func (m *TokenManager) Decrypter() (crypto.Decrypter, *x509.Certificate, error) {
+func (m *Manager) Decrypter() (crypto.Decrypter, *x509.Certificate, error) {
 	if m == nil {
-		return nil, nil, errNoToken
+		return nil, nil, ErrNoToken
 	}
 	m.mu.RLock()
 	cur := m.cur
@@ -64,10 +64,10 @@ func (m *TokenManager) Decrypter() (crypto.Decrypter, *x509.Certificate, error) 
 	return queuedDecrypter{m, cur.cms.Cert}, cur.cms.Cert, nil
 }
 
-// queuedDecrypter decrypts through the TokenManager's queue; callers with
+// queuedDecrypter decrypts through the Manager's queue; callers with
 // a context use DecryptContext.
 type queuedDecrypter struct {
-	m    *TokenManager
+	m    *Manager
 	cert *x509.Certificate
 }
 

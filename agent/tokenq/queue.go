@@ -1,4 +1,4 @@
-package agent
+package tokenq
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 // ErrQueueFull is returned at once when the token's queue has no room.
 var ErrQueueFull = errdefs.New(errdefs.ErrTryAgain, "the token is busy and its queue is full; retry after a moment")
 
-// errExpired is returned for a job whose deadline passed while it waited.
-var errExpired = errors.New("the request's deadline passed while it waited for the token")
+// ErrExpired is returned for a job whose deadline passed while it waited.
+var ErrExpired = errors.New("the request's deadline passed while it waited for the token")
 
 // queue runs jobs on a fixed number of workers, with a bounded backlog. A
 // full backlog refuses at once instead of making the caller wait: a smart
@@ -52,7 +52,7 @@ func (q *queue) work() {
 			if j.ctx.Err() != nil {
 				// Dropped before it reaches the token: its caller is gone.
 				q.dropped.Add(1)
-				j.out <- result{err: errExpired}
+				j.out <- result{err: ErrExpired}
 				continue
 			}
 			q.inFlight.Add(1)

@@ -1,0 +1,182 @@
+package tokenq_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/signagent/signagent/agent/tokenq"
+	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/signer"
+)
+
+// opener opens the key sel names on the real SoftHSM token.
+func opener(sel pkcs11.Selection, opens *int) tokenq.Opener {
+	var mu sync.Mutex
+	return func(ctx context.Context) (tokenq.Token, error) {
+		if opens != nil {
+			mu.Lock()
+			*opens++
+			mu.Unlock()
+		}
+		k, err := pkcs11.Open(ctx, sel, zerolog.Nop())
+		if err != nil {
+			return nil, err
+		}
+		return k, nil
+	}
+}
+
+func text() ([]byte, time.Time) {
+	ts := canonical.Now()
+	return canonical.Text("0f6c2e5b-9d4a-4c1e-8a2b-7e3d1f0a9b8c", canonical.Credential{Kind: canonical.Phone, Value: "9161234567"}, ts), ts
+}
+
+// waitFor polls cond for up to 10 s: a bound on waiting, not a timing
+// assertion.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("gave up waiting for %s", what)
+}
+
+// A signature goes through the queue and verifies; the state names the key.
+func TestSigns(t *testing.T) {
+	tk := hsmtest.New(t)
+	m, err := tokenq.New(tokenq.Options{Open: opener(tk.Selection(tk.RSA.Label), nil), CheckEvery: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if st := m.State(); !st.Ready || st.Thumbprint == "" {
+		t.Fatalf("state %+v", st)
+	}
+	content, ts := text()
+	der, cert, err := m.Sign(context.Background(), content, ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cert.Equal(tk.RSA.Cert) {
+		t.Fatal("the certificate returned is not the key's")
+	}
+	if _, err := signer.Verify(der, content, nil); err != nil {
+		t.Fatalf("the signature does not verify: %v", err)
+	}
+}
+
+// A full queue answers at once; a request whose deadline passes while it
+// waits is dropped, not signed later.
+func TestQueueBounds(t *testing.T) {
+	tk := hsmtest.New(t)
+	m, err := tokenq.New(tokenq.Options{Open: opener(tk.Selection(tk.RSA.Label), nil), CheckEvery: -1,
+		Workers: 1, Backlog: 1, Delay: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	content, ts := text()
+	var wg sync.WaitGroup
+	for range 2 { // one signing, one waiting
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.Sign(context.Background(), content, ts)
+		}()
+	}
+	waitFor(t, "two requests in the queue", func() bool { return m.QueueDepth() == 2 })
+	if _, _, err := m.Sign(context.Background(), content, ts); !errors.Is(err, tokenq.ErrQueueFull) {
+		t.Fatalf("a third request: %v, want ErrQueueFull", err)
+	}
+	wg.Wait()
+
+	// The deadline passes while the worker is busy with another request.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		m.Sign(context.Background(), content, ts)
+	}()
+	waitFor(t, "a request in flight", func() bool { return m.QueueDepth() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, _, err = m.Sign(ctx, content, ts)
+	if !errors.Is(err, tokenq.ErrExpired) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a request past its deadline: %v", err)
+	}
+	wg.Wait()
+	// The worker found it expired and dropped it rather than sign it.
+	waitFor(t, "the expired request to be dropped", func() bool { return m.Dropped() == 1 })
+}
+
+// A token taken away is noticed by the watch, answered at once with
+// ErrNotReady, and used again when it comes back.
+func TestTokenOutAndBack(t *testing.T) {
+	tk := hsmtest.New(t)
+	m, err := tokenq.New(tokenq.Options{Open: opener(tk.Selection(tk.RSA.Label), nil), CheckEvery: 20 * time.Millisecond,
+		BackoffFirst: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, OpenTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	tk.Remove(t)
+	waitFor(t, "the token to be seen gone", func() bool { return !m.State().Ready })
+	if st := m.State(); st.Reason == "" {
+		t.Fatalf("a token out says why: %+v", st)
+	}
+	content, ts := text()
+	if _, _, err := m.Sign(context.Background(), content, ts); !errors.Is(err, tokenq.ErrNotReady) {
+		t.Fatalf("signing while the token is out: %v", err)
+	}
+	tk.Insert(t)
+	waitFor(t, "the token to be back", func() bool { return m.State().Ready })
+	if _, _, err := m.Sign(context.Background(), content, ts); err != nil {
+		t.Fatalf("after the token came back: %v", err)
+	}
+}
+
+// A PIN the token refuses is tried once: New fails and nothing retries it.
+func TestWrongPINTriedOnce(t *testing.T) {
+	tk := hsmtest.New(t)
+	sel := tk.Selection(tk.RSA.Label)
+	sel.PIN.File = filepath.Join(t.TempDir(), "pin")
+	if err := os.WriteFile(sel.PIN.File, []byte("000000\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var opens int
+	_, err := tokenq.New(tokenq.Options{Open: opener(sel, &opens), BackoffFirst: time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "PIN") {
+		t.Fatalf("err = %v", err)
+	}
+	time.Sleep(50 * time.Millisecond) // room for a retry that must not come
+	if opens != 1 {
+		t.Fatalf("opened %d times with a wrong PIN", opens)
+	}
+}
+
+// An agent without a token has a nil manager: never ready, and what needs
+// the token says so.
+func TestNoToken(t *testing.T) {
+	var m *tokenq.Manager
+	if m.State().Ready {
+		t.Fatal("a nil manager is ready")
+	}
+	content, ts := text()
+	if _, _, err := m.Sign(context.Background(), content, ts); !errors.Is(err, tokenq.ErrNoToken) {
+		t.Fatalf("Sign: %v", err)
+	}
+	if _, _, err := m.Decrypter(); !errors.Is(err, tokenq.ErrNoToken) {
+		t.Fatalf("Decrypter: %v", err)
+	}
+}
