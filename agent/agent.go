@@ -82,7 +82,7 @@ const DefaultRefreshFloor = 30 * time.Second
 type Agent struct {
 	o       Options
 	tm      *tokenq.Manager
-	cache   *sessionCache
+	cache   *trusted.Sessions
 	metrics *metrics
 	client  atomic.Pointer[trusted.Client]
 	key     atomic.Pointer[string]
@@ -119,7 +119,7 @@ func New(o Options) *Agent {
 	if o.ServiceMaxBody <= 0 {
 		o.ServiceMaxBody = 16 << 20
 	}
-	a := &Agent{o: o, tm: o.Token, cache: newSessionCache(o.SessionTTL), metrics: newMetrics(o.Token), refusals: newSampler(10, time.Second), bodies: newBodyBudget(o.ServiceBodyBudget)}
+	a := &Agent{o: o, tm: o.Token, cache: trusted.NewSessions(o.SessionTTL), metrics: newMetrics(o.Token), refusals: newSampler(10, time.Second), bodies: newBodyBudget(o.ServiceBodyBudget)}
 	a.client.Store(o.Client)
 	a.key.Store(&o.APIKey)
 	a.SetRouteRules(o.Routes)
@@ -170,16 +170,11 @@ func (a *Agent) SetSharedStore(s *store.Redis) {
 // setSharedSessions points the session cache at the shared store for the
 // current API key.
 func (a *Agent) setSharedSessions() {
-	s := a.shared.Load()
-	if s == nil {
-		a.cache.shared.Store(nil)
-		return
-	}
-	a.cache.shared.Store(newSharedSessions(s, *a.key.Load()))
+	a.cache.Share(a.shared.Load(), *a.key.Load())
 }
 
 // SetSessionTTL changes the cache lifetime of sessions obtained from now on.
-func (a *Agent) SetSessionTTL(d time.Duration) { a.cache.setTTL(d) }
+func (a *Agent) SetSessionTTL(d time.Duration) { a.cache.SetTTL(d) }
 
 // ObserveSign records a token signature in the metrics; pass it as
 // tokenq.Options.OnSign.

@@ -241,14 +241,14 @@ func (a *Agent) sidChain(req authz.Selector) (legacy.Identity, func() bool, erro
 	if c == nil {
 		return legacy.Identity{}, nil, errNotConfigured
 	}
-	k := sessionKey{cred.Kind, cred.Value, userID}
+	k := trusted.SessionKey{Kind: cred.Kind, Value: cred.Value, ServiceUserID: userID}
 	return legacy.Identity{By: legacy.BySid, Subject: "trusted " + cred.Masked() + " serviceUserId=" + userID, CacheKey: k.String(),
 		Sid: func(ctx context.Context) (string, error) {
-			s, _, err := a.cache.obtain(ctx, k, false, 0, a.o.RequestDeadline,
+			s, _, err := a.cache.Obtain(ctx, k, false, 0, a.o.RequestDeadline,
 				func(ctx context.Context) (*trusted.Session, error) { return c.Session(ctx, cred, userID) })
 			if err != nil {
 				return "", err
 			}
-			return s.sid, nil
-		}}, func() bool { return a.cache.drop(k) }, nil
+			return s.Sid, nil
+		}}, func() bool { return a.cache.Drop(k) }, nil
 }

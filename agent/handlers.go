@@ -124,13 +124,13 @@ func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
 		if c == nil {
 			return nil, errNotConfigured
 		}
-		k := sessionKey{cred.Kind, cred.Value, req.ServiceUserID}
-		s, source, err := a.cache.obtain(r.Context(), k, req.Refresh, a.o.RefreshFloor, a.o.RequestDeadline,
+		k := trusted.SessionKey{Kind: cred.Kind, Value: cred.Value, ServiceUserID: req.ServiceUserID}
+		s, source, err := a.cache.Obtain(r.Context(), k, req.Refresh, a.o.RefreshFloor, a.o.RequestDeadline,
 			func(ctx context.Context) (*trusted.Session, error) { return c.Session(ctx, cred, req.ServiceUserID) })
 		if err != nil {
 			return nil, err
 		}
-		cached := source != fromLogin
+		cached := source != trusted.FromLogin
 		if cached {
 			a.metrics.cacheHits.Inc()
 		} else {
@@ -141,7 +141,7 @@ func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
 		if cert := a.tm.Certificate(); cert != nil {
 			entry.thumbprint = pkcs11.Thumbprint(cert)
 		}
-		return &api.SessionResponse{Sid: s.sid, ObtainedAt: s.obtainedAt, Cached: cached}, nil
+		return &api.SessionResponse{Sid: s.Sid, ObtainedAt: s.ObtainedAt, Cached: cached}, nil
 	}()
 	a.finish(w, r, entry, start, resp, err)
 }
@@ -160,7 +160,7 @@ func (a *Agent) dropSession(w http.ResponseWriter, r *http.Request) {
 		if err := trusted.CheckServiceUserID(id); err != nil {
 			return nil, err
 		}
-		return &api.DropResponse{Dropped: a.cache.drop(sessionKey{cred.Kind, cred.Value, id})}, nil
+		return &api.DropResponse{Dropped: a.cache.Drop(trusted.SessionKey{Kind: cred.Kind, Value: cred.Value, ServiceUserID: id})}, nil
 	}()
 	a.finish(w, r, entry, start, resp, err)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/signagent/signagent/agent/tokenq"
+	"github.com/signagent/signagent/trusted"
 )
 
 // metrics are the agent's Prometheus metrics, in a registry of its own.
@@ -93,7 +94,7 @@ func newMetrics(tm *tokenq.Manager) *metrics {
 	}
 	// Label sets known in advance start at zero, so that alerts have
 	// series from the first scrape.
-	for _, s := range []string{fromMemory, fromSharedStore, fromLogin} {
+	for _, s := range []string{trusted.FromMemory, trusted.FromStore, trusted.FromLogin} {
 		m.sessions.WithLabelValues(s)
 	}
 	for _, s := range [][2]string{{"legacy", "memory"}, {"legacy", "store"}, {"legacy", "login"}, {"oidc", "memory"}, {"oidc", "store"}, {"oidc", "refresh"}} {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/internal/secret"
@@ -122,7 +121,7 @@ func sessionCommand(e *env) *cli.Command {
 					return err
 				}
 				defer r.Close()
-				sid, at, fromStore, err := agent.SharedSession(c.Context, r, key, cred, userID, c.Duration("session-ttl"), flow)
+				sid, at, fromStore, err := trusted.SharedSession(c.Context, r, key, cred, userID, c.Duration("session-ttl"), flow)
 				if errors.Is(err, store.ErrUnavailable) {
 					err = fmt.Errorf("%w: %w", oidc.ErrStoreUnavailable, err)
 				}

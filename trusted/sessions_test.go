@@ -1,4 +1,4 @@
-package agent
+package trusted
 
 import (
 	"context"
@@ -7,19 +7,18 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/canonical"
-	"github.com/signagent/signagent/trusted"
 )
 
 // TestCacheSweepsExpired: sessions of users who never come back do not stay
 // in memory; live ones do.
 func TestCacheSweepsExpired(t *testing.T) {
-	c := newSessionCache(time.Hour)
+	c := NewSessions(time.Hour)
 	now := time.Now()
 	c.now = func() time.Time { return now }
 	add := func(i int) {
-		k := sessionKey{canonical.Phone, fmt.Sprintf("%010d", i), "u"}
-		_, _, err := c.obtain(context.Background(), k, false, 0, time.Second, func(context.Context) (*trusted.Session, error) {
-			return &trusted.Session{Sid: "s", ObtainedAt: now}, nil
+		k := SessionKey{Kind: canonical.Phone, Value: fmt.Sprintf("%010d", i), ServiceUserID: "u"}
+		_, _, err := c.Obtain(context.Background(), k, false, 0, time.Second, func(context.Context) (*Session, error) {
+			return &Session{Sid: "s", ObtainedAt: now}, nil
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -35,7 +34,7 @@ func TestCacheSweepsExpired(t *testing.T) {
 	if n := len(c.entries); n != 10 {
 		t.Fatalf("%d entries after the sweep, want the 10 live ones", n)
 	}
-	if _, ok := c.get(sessionKey{canonical.Phone, fmt.Sprintf("%010d", minSweep), "u"}); !ok {
+	if _, ok := c.get(SessionKey{Kind: canonical.Phone, Value: fmt.Sprintf("%010d", minSweep), ServiceUserID: "u"}); !ok {
 		t.Fatal("a live session was swept")
 	}
 }
