@@ -22,7 +22,6 @@ import (
 
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/errdefs"
-	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/store"
 	"github.com/signagent/signagent/trusted"
 )
@@ -84,16 +83,11 @@ type Agent struct {
 	tm      *tokenq.Manager
 	cache   *trusted.Sessions
 	metrics *metrics
-	client  atomic.Pointer[trusted.Client]
-	key     atomic.Pointer[string]
+	// cur is the reloadable state (see state); writer orders its writers.
+	cur    atomic.Pointer[state]
+	writer stateWriter
 	// refusals rate-limits the log and audit lines of refused callers.
 	refusals *sampler
-	rules    atomic.Pointer[[]RouteRule]
-	policy   atomic.Pointer[Policy]
-	legacy   atomic.Pointer[Legacy]
-	oidc     atomic.Pointer[oidc.Tokens]
-	shared   atomic.Pointer[store.Redis]
-	target   atomic.Pointer[proxyTarget]
 	bodies   *bodyBudget
 	// copies lends the proxy its copy buffers (see proxyBuffers).
 	copies proxyBuffers
@@ -120,10 +114,8 @@ func New(o Options) *Agent {
 		o.ServiceMaxBody = 16 << 20
 	}
 	a := &Agent{o: o, tm: o.Token, cache: trusted.NewSessions(o.SessionTTL), metrics: newMetrics(o.Token), refusals: newSampler(10, time.Second), bodies: newBodyBudget(o.ServiceBodyBudget)}
-	a.client.Store(o.Client)
-	a.key.Store(&o.APIKey)
-	a.SetRouteRules(o.Routes)
-	a.SetPolicy(Policy{ExposeCanonical: o.ExposeCanonical, ExposeLegacyHeader: o.ExposeLegacyHeader, NoCertificateLogin: o.NoCertificateLogin})
+	a.cur.Store(&state{key: o.APIKey, client: o.Client, rules: o.Routes,
+		policy: Policy{ExposeCanonical: o.ExposeCanonical, ExposeLegacyHeader: o.ExposeLegacyHeader, NoCertificateLogin: o.NoCertificateLogin}})
 	return a
 }
 
@@ -136,19 +128,22 @@ type Policy struct {
 }
 
 // SetPolicy replaces the policy (configuration reload).
-func (a *Agent) SetPolicy(p Policy) { a.policy.Store(&p) }
-
-// SetService replaces the API key and the trusted client (configuration
-// reload).
-func (a *Agent) SetService(apiKey string, c *trusted.Client) {
-	a.key.Store(&apiKey)
-	a.client.Store(c)
-	a.setSharedSessions()
-}
+func (a *Agent) SetPolicy(p Policy) { a.update(func(s *state) { s.policy = p }) }
 
 // SetSharedStore keeps trusted sessions and legacy tokens in s, shared with every agent on
 // it (nil: in this agent's memory only).
 func (a *Agent) SetSharedStore(s *store.Redis) {
+	a.observeStore(s)
+	a.update(func(st *state) { st.shared = s })
+	a.setSharedSessions()
+	if l := a.now().legacy; l != nil && l.Tokens != nil {
+		l.Tokens.Share(s)
+	}
+}
+
+// observeStore counts s's operations in the metrics and says once in the
+// log that a value did not open with the store key.
+func (a *Agent) observeStore(s *store.Redis) {
 	if s != nil {
 		var sealed sync.Once
 		s.Observe(func(op, result string) {
@@ -160,21 +155,14 @@ func (a *Agent) SetSharedStore(s *store.Redis) {
 			}
 		})
 	}
-	a.shared.Store(s)
-	a.setSharedSessions()
-	if l := a.legacy.Load(); l != nil && l.Tokens != nil {
-		l.Tokens.Share(s)
-	}
 }
 
 // setSharedSessions points the session cache at the shared store for the
 // current API key.
 func (a *Agent) setSharedSessions() {
-	a.cache.Share(a.shared.Load(), *a.key.Load())
+	st := a.now()
+	a.cache.Share(st.shared, st.key)
 }
-
-// SetSessionTTL changes the cache lifetime of sessions obtained from now on.
-func (a *Agent) SetSessionTTL(d time.Duration) { a.cache.SetTTL(d) }
 
 // ObserveSign records a token signature in the metrics; pass it as
 // tokenq.Options.OnSign.

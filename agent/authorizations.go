@@ -43,9 +43,9 @@ var errLegacyNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "the legacy s
 // nil turns it off.
 func (a *Agent) SetLegacy(l *Legacy) {
 	if l != nil && l.Tokens != nil {
-		l.Tokens.Share(a.shared.Load())
+		l.Tokens.Share(a.now().shared)
 	}
-	a.legacy.Store(l)
+	a.update(func(s *state) { s.legacy = l })
 }
 
 // authorization is POST /v1/authorizations: the Authorization header
@@ -62,7 +62,7 @@ func (a *Agent) authorization(w http.ResponseWriter, r *http.Request) {
 		if err := sel.Check(); err != nil {
 			return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidInput, err)
 		}
-		if sel.Scheme == authz.SchemeLegacy && !a.policy.Load().ExposeLegacyHeader {
+		if sel.Scheme == authz.SchemeLegacy && !a.now().policy.ExposeLegacyHeader {
 			return nil, errLegacyHeaderHidden
 		}
 		id, err := a.identity(sel, &entry)
@@ -120,7 +120,7 @@ func (a *Agent) identity(sel authz.Selector, entry *auditEntry) (*identity, erro
 }
 
 func (a *Agent) legacyIdentityOf(req authz.Selector, entry *auditEntry) (*identity, error) {
-	l := a.legacy.Load()
+	l := a.now().legacy
 	if l == nil {
 		return nil, errLegacyNotConfigured
 	}
@@ -156,7 +156,7 @@ func (a *Agent) legacyIdentityOf(req authz.Selector, entry *auditEntry) (*identi
 // oidcIdentity is a profile's Bearer header from the token store an
 // operator signed in to with signagent login, refreshed ahead of expiry.
 func (a *Agent) oidcIdentity(req authz.Selector, entry *auditEntry) (*identity, error) {
-	t := a.oidc.Load()
+	t := a.now().oidc
 	if t == nil {
 		return nil, errOIDCNotConfigured
 	}
@@ -189,7 +189,7 @@ func (a *Agent) oidcIdentity(req authz.Selector, entry *auditEntry) (*identity, 
 
 // SetOIDC replaces the OpenID Connect token source (start, reload); nil
 // turns the scheme off.
-func (a *Agent) SetOIDC(t *oidc.Tokens) { a.oidc.Store(t) }
+func (a *Agent) SetOIDC(t *oidc.Tokens) { a.update(func(s *state) { s.oidc = t }) }
 
 var errOIDCNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "the OpenID Connect scheme is not configured in this agent")
 
@@ -207,7 +207,7 @@ func (a *Agent) legacyIdentity(l *Legacy, req authz.Selector) (legacy.Identity, 
 		}
 		return legacy.Identity{By: by, Subject: req.Login, Password: pw}, nil, nil
 	case legacy.ByCertificate:
-		if a.policy.Load().NoCertificateLogin {
+		if a.now().policy.NoCertificateLogin {
 			return legacy.Identity{}, nil, errCertificateLoginOff
 		}
 		key, cert, err := a.tm.Decrypter()
@@ -237,7 +237,7 @@ func (a *Agent) sidChain(req authz.Selector) (legacy.Identity, func() bool, erro
 	if err := trusted.CheckServiceUserID(userID); err != nil {
 		return legacy.Identity{}, nil, err
 	}
-	c := a.client.Load()
+	c := a.now().client
 	if c == nil {
 		return legacy.Identity{}, nil, errNotConfigured
 	}

@@ -80,16 +80,16 @@ func (d *Daemon) start(ctx context.Context) error {
 	d.agent = New(Options{Token: d.tm, Client: client, APIKey: cfg.APIKey, Log: cfg.Log, Audit: NewAudit(audit),
 		SessionTTL: cfg.SessionTTL, RequestDeadline: cfg.RequestDeadline, MaxBody: cfg.MaxBody, LegacySNILS: cfg.LegacySNILS,
 		ExposeCanonical: cfg.ExposeCanonical, ExposeLegacyHeader: cfg.ExposeLegacyHeader, NoCertificateLogin: cfg.NoCertificateLogin, Routes: cfg.Routes, ServiceMaxBody: cfg.ServiceMaxBody, ServiceBodyBudget: cfg.ServiceBodyBudget})
-	if err := d.agent.SetServiceAPI(cfg.APIURL, cfg.AllowInsecureAPI); err != nil {
+	target, err := d.agent.targetFor(cfg.APIURL, cfg.AllowInsecureAPI)
+	if err != nil {
 		return err
 	}
 	lg, err := d.legacyScheme(cfg, Config{})
 	if err != nil {
 		return err
 	}
-	d.agent.SetLegacy(lg)
-	d.agent.SetOIDC(d.oidcScheme(cfg))
-	d.agent.SetSharedStore(cfg.SharedStore)
+	d.agent.reload(state{key: cfg.APIKey, client: client, rules: cfg.Routes, legacy: lg, oidc: d.oidcScheme(cfg),
+		shared: cfg.SharedStore, target: target, policy: d.agent.now().policy}, cfg.SessionTTL)
 	d.servers = d.agent.startServers(d.ls)
 	return nil
 }
@@ -167,7 +167,7 @@ func (d *Daemon) legacyScheme(cfg, was Config) (*Legacy, error) {
 		return nil, nil
 	}
 	if sameLegacy(was.Legacy, cfg.Legacy) && maps.Equal(was.LegacyPasswords, cfg.LegacyPasswords) && d.agent != nil {
-		if cur := d.agent.legacy.Load(); cur != nil {
+		if cur := d.agent.now().legacy; cur != nil {
 			return cur, nil
 		}
 	}
@@ -272,6 +272,12 @@ func (d *Daemon) Reload(cfg Config) error {
 	if err != nil {
 		return err
 	}
+	target, err := d.agent.targetFor(cfg.APIURL, cfg.AllowInsecureAPI)
+	if err != nil {
+		return err
+	}
+	// Nothing is changed before this point: a reload that fails leaves
+	// the agent as it was.
 	d.peer.Set(cfg.AllowUIDs, cfg.AllowGIDs)
 	if d.bearer != nil {
 		d.bearer.Set(tok)
@@ -279,17 +285,13 @@ func (d *Daemon) Reload(cfg Config) error {
 	if tlsCfg != nil {
 		d.tls.Store(tlsCfg)
 	}
-	d.agent.SetService(cfg.APIKey, client)
-	d.agent.SetLegacy(lg)
-	d.agent.SetOIDC(d.oidcScheme(cfg))
-	d.agent.SetSharedStore(cfg.SharedStore)
+	// Everything reloadable changes at once: one new state, one swap.
+	d.agent.reload(state{key: cfg.APIKey, client: client, rules: cfg.Routes, legacy: lg, oidc: d.oidcScheme(cfg),
+		shared: cfg.SharedStore, target: target, policy: Policy{ExposeCanonical: cfg.ExposeCanonical,
+			ExposeLegacyHeader: cfg.ExposeLegacyHeader, NoCertificateLogin: cfg.NoCertificateLogin}}, cfg.SessionTTL)
 	if was := d.cfg.SharedStore; was != nil && was != cfg.SharedStore {
 		was.Close() // requests still holding it get an error, as from a store that went away
 	}
-	d.agent.SetSessionTTL(cfg.SessionTTL)
-	_ = d.agent.SetServiceAPI(cfg.APIURL, cfg.AllowInsecureAPI) // checked by validate
-	d.agent.SetRouteRules(cfg.Routes)
-	d.agent.SetPolicy(Policy{ExposeCanonical: cfg.ExposeCanonical, ExposeLegacyHeader: cfg.ExposeLegacyHeader, NoCertificateLogin: cfg.NoCertificateLogin})
 	if d.tm != nil {
 		if err := d.tm.Reopen(d.opener(cfg), selectionID(cfg.Token)); err != nil {
 			d.log.Warn().Err(err).Msg("the token did not reopen")

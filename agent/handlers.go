@@ -62,7 +62,7 @@ func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
 				return nil, err
 			}
 		}
-		key := *a.key.Load()
+		key := a.now().key
 		switch {
 		case a.tm == nil:
 			return nil, tokenq.ErrNoToken
@@ -79,7 +79,7 @@ func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
 		entry.thumbprint = thumb
 		resp := &api.SignatureResponse{Signature: base64.StdEncoding.EncodeToString(der),
 			Timestamp: canonical.FormatTimestamp(ts), CertificateThumbprint: thumb}
-		if a.policy.Load().ExposeCanonical {
+		if a.now().policy.ExposeCanonical {
 			resp.Canonical = string(text)
 		}
 		return resp, nil
@@ -92,7 +92,7 @@ func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
 // sent this credential's text in this second); either way the sessions'
 // Stamps records it, so that the agent never sends that text itself.
 func (a *Agent) stamp(apiKey string, cred canonical.Credential, ts time.Time) time.Time {
-	c := a.client.Load()
+	c := a.now().client
 	switch {
 	case c == nil && ts.IsZero():
 		return canonical.Now()
@@ -120,7 +120,7 @@ func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
 		if err := trusted.CheckServiceUserID(req.ServiceUserID); err != nil {
 			return nil, err
 		}
-		c := a.client.Load()
+		c := a.now().client
 		if c == nil {
 			return nil, errNotConfigured
 		}
@@ -178,7 +178,7 @@ func (a *Agent) link(w http.ResponseWriter, r *http.Request) {
 			return nil, err
 		}
 		entry.kind, entry.credential = phone.Kind.String(), phone.Masked()
-		c := a.client.Load()
+		c := a.now().client
 		if c == nil {
 			return nil, errNotConfigured
 		}

@@ -30,7 +30,7 @@ func (a *Agent) readiness() api.ReadyResponse {
 		resp.Token = api.TokenState(st)
 		resp.Checks["token"] = api.Check{Ready: st.Ready, Reason: st.Reason}
 	}
-	if t := a.oidc.Load(); t != nil {
+	if t := a.now().oidc; t != nil {
 		c := api.Check{Ready: true}
 		if err := t.Store.Check(); err != nil {
 			c = api.Check{Reason: err.Error()}
@@ -43,7 +43,7 @@ func (a *Agent) readiness() api.ReadyResponse {
 		}
 		resp.Checks["oidc"] = c
 	}
-	if a.legacy.Load() != nil {
+	if a.now().legacy != nil {
 		resp.Checks["legacy"] = api.Check{Ready: true}
 	}
 	for _, c := range resp.Checks {

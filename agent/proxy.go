@@ -47,20 +47,30 @@ type proxyTarget struct {
 // SetServiceAPI points the proxy at the business API (start, reload); an
 // empty address turns it off (503).
 func (a *Agent) SetServiceAPI(rawURL string, allowHTTP bool) error {
+	t, err := a.targetFor(rawURL, allowHTTP)
+	if err != nil {
+		return err
+	}
+	a.update(func(s *state) { s.target = t })
+	return nil
+}
+
+// targetFor is the proxy's target for the business API at rawURL: the
+// current one when the address is the same (its connections are kept),
+// nil for none.
+func (a *Agent) targetFor(rawURL string, allowHTTP bool) (*proxyTarget, error) {
 	if rawURL == "" {
-		a.target.Store(nil)
-		return nil
+		return nil, nil
 	}
 	base, err := httpx.ParseBaseURL(rawURL, allowHTTP)
 	if err != nil {
-		return badConfig(fmt.Errorf("--api-url: %w", err))
+		return nil, badConfig(fmt.Errorf("--api-url: %w", err))
 	}
-	if cur := a.target.Load(); cur != nil && cur.base.String() == base.String() {
-		return nil // keep the connections
+	if cur := a.now().target; cur != nil && cur.base.String() == base.String() {
+		return cur, nil
 	}
-	a.target.Store(&proxyTarget{base: base, transport: httpx.Client(nil).Transport,
-		errorLog: warnLog(a.o.Log.With().Str("operation", "service").Logger())})
-	return nil
+	return &proxyTarget{base: base, transport: httpx.Client(nil).Transport,
+		errorLog: warnLog(a.o.Log.With().Str("operation", "service").Logger())}, nil
 }
 
 // isProxied reports whether r is for the proxy. It is decided before the
@@ -154,7 +164,7 @@ func (a *Agent) prepareProxy(r *http.Request, call *proxyCall) (*httputil.Revers
 	if err != nil {
 		return nil, err
 	}
-	target := a.target.Load()
+	target := a.now().target
 	if target == nil {
 		return nil, errNoAPI
 	}

@@ -138,7 +138,7 @@ func ParseRouteRule(s string) (RouteRule, error) {
 
 // SetRouteRules replaces the route rules (configuration reload).
 func (a *Agent) SetRouteRules(rules []RouteRule) {
-	a.rules.Store(&rules)
+	a.update(func(s *state) { s.rules = rules })
 }
 
 // routeAllowed reports whether the caller of r may use route (METHOD PATH).
@@ -153,11 +153,10 @@ func (a *Agent) routeAllowed(r *http.Request, route string) bool {
 		return true
 	}
 	name := rt.rule
-	p := a.rules.Load()
-	if p == nil || len(*p) == 0 {
+	rules := a.now().rules
+	if len(rules) == 0 {
 		return true
 	}
-	rules := *p
 	var classes []string
 	if cred, ok := r.Context().Value(peerKey).(PeerCred); ok {
 		classes = []string{fmt.Sprintf("uid:%d", cred.UID), fmt.Sprintf("gid:%d", cred.GID), "unix"}
