@@ -47,6 +47,7 @@ deps:
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/signagent
+	$(GO) build -o bin/signagent-emulator ./cmd/signagent-emulator
 
 bench: build
 	@scripts/deps.sh $(BENCH_DEPS)

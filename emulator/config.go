@@ -1,7 +1,7 @@
 // Package emulator is an emulator of the service's trusted-authentication
 // side: the three endpoints of specification section 4.6 with the checks a
 // real server makes, for tests and for partners trying an integration on
-// their own machine. It runs stand-alone (signagent emulator) or in-process
+// their own machine. It runs stand-alone (signagent-emulator) or in-process
 // on a random loopback port (Start).
 package emulator
 
@@ -104,7 +104,7 @@ type User struct {
 	// added to Thumbprints.
 	Certificates []string `yaml:"certificates"`
 	Admin        bool     `yaml:"admin"`
-	// Login and PasswordHash (bcrypt, from signagent emulator
+	// Login and PasswordHash (bcrypt, from signagent-emulator
 	// --hash-password) are the legacy password login.
 	Login        string `yaml:"login"`
 	PasswordHash string `yaml:"passwordHash"`
@@ -378,7 +378,7 @@ func checkLogin(u *User, logins map[string]bool) error {
 	}
 	logins[strings.ToLower(u.Login)] = true
 	if _, err := bcrypt.Cost([]byte(u.PasswordHash)); err != nil {
-		return fmt.Errorf("user %q: passwordHash is not a bcrypt hash (make one with signagent emulator --hash-password): %w", u.ID, err)
+		return fmt.Errorf("user %q: passwordHash is not a bcrypt hash (make one with signagent-emulator --hash-password): %w", u.ID, err)
 	}
 	return nil
 }

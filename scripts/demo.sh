@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=bin/signagent
+emu=bin/signagent-emulator
 demo=.demo
 mkdir -p "$demo"
 chmod 700 "$demo"
@@ -29,7 +30,7 @@ export SIGNAGENT_DEVELOPER_KEY_FILE="$demo/developer-key"
 for f in client-secret user-password; do
   [ -s "$demo/$f" ] || (umask 077; od -An -N12 -tx1 /dev/urandom | tr -d ' \n' > "$demo/$f")
 done
-hash=$($bin emulator --hash-password < "$demo/user-password")
+hash=$($emu --hash-password < "$demo/user-password")
 
 step "2. Emulator of the service on loopback (partner trusts the token's certificate)"
 cat > "$demo/emulator.yaml" <<YAML
@@ -62,7 +63,7 @@ organizations:
     boxes: [{guid: 7d1e2f30-4a5b-4c6d-8e9f-0a1b2c3d4e5f, title: Theirs}]
 YAML
 rm -f "$demo/emulator.url"
-$bin --log-level warn emulator --listen 127.0.0.1:0 --config "$demo/emulator.yaml" --url-file "$demo/emulator.url" &
+$emu --log-level warn --listen 127.0.0.1:0 --config "$demo/emulator.yaml" --url-file "$demo/emulator.url" &
 emu=$!
 trap 'kill $emu 2>/dev/null; wait $emu 2>/dev/null || true' EXIT
 for _ in $(seq 100); do [ -s "$demo/emulator.url" ] && break; sleep 0.05; done

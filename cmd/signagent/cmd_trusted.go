@@ -1,22 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"os/signal"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/canonical"
-	"github.com/signagent/signagent/emulator"
-	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/signer"
@@ -141,60 +133,4 @@ func sessionCommand(e *env) *cli.Command {
 			return err
 		},
 	}
-}
-
-func emulatorCommand(e *env) *cli.Command {
-	return &cli.Command{
-		Name:  "emulator",
-		Usage: "run an emulator of the service's trusted-authentication endpoints, for tests and trying an integration",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:18080", Usage: "loopback `HOST:PORT` to serve on (port 0 picks a free one)"},
-			&cli.StringFlag{Name: "config", Usage: "YAML `FILE` of partners, developers, users and organizations (see README)"},
-			&cli.StringFlag{Name: "url-file", Usage: "write the base URL to `FILE` once listening"},
-			&cli.BoolFlag{Name: "hash-password", Usage: "read a password (a prompt on a terminal, else a line of stdin), print its passwordHash for the configuration, and exit"},
-		},
-		Action: func(c *cli.Context) error {
-			if c.Bool("hash-password") {
-				return hashPassword(e)
-			}
-			if c.String("config") == "" {
-				return usageErr(errors.New("give the emulator's configuration with --config FILE"))
-			}
-			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			err := emulator.RunLoopback(ctx, c.String("listen"), c.String("config"), c.String("url-file"), e.log)
-			if errors.Is(err, emulator.ErrConfig) {
-				return usageErr(err)
-			}
-			return err
-		},
-	}
-}
-
-// hashPassword prints the bcrypt hash of a password read from the terminal
-// (without echo) or from one line of stdin.
-func hashPassword(e *env) error {
-	var pw []byte
-	var err error
-	if tty, ok := e.stdin.(*os.File); ok && secret.IsTerminal(tty) {
-		pw, err = secret.Prompt(tty, e.stderr, "Password to hash: ")
-	} else {
-		line, rerr := bufio.NewReader(io.LimitReader(e.stdin, 4096)).ReadString('\n')
-		pw, err = []byte(strings.TrimRight(line, "\r\n")), rerr
-		if errors.Is(err, io.EOF) {
-			err = nil
-		}
-	}
-	if err == nil && len(pw) == 0 {
-		err = errors.New("the password is empty")
-	}
-	if err != nil {
-		return usageErr(fmt.Errorf("--hash-password: %w", err))
-	}
-	h, err := emulator.HashPassword(pw)
-	if err != nil {
-		return usageErr(fmt.Errorf("--hash-password: %w", err))
-	}
-	_, err = fmt.Fprintln(e.stdout, h)
-	return err
 }

@@ -101,6 +101,9 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 				return cli.ShowAppHelp(c)
 			}
 			name := c.Args().First()
+			if name == "emulator" {
+				return usageErr(errors.New("the emulator is a command of its own: signagent-emulator (make build puts it in bin/)"))
+			}
 			msg := fmt.Sprintf("%q is not a signagent command", name)
 			if s := suggest(name, commandNames(c.App.Commands)); s != "" {
 				msg += fmt.Sprintf("; did you mean %q?", s)
@@ -151,7 +154,6 @@ func commands(e *env) []*cli.Command {
 		statusCommand(e),
 		logoutCommand(e),
 		apiCommand(e),
-		emulatorCommand(e),
 		serveCommand(e),
 		benchCommand(e),
 		storeKeyCommand(e),

@@ -10,10 +10,11 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/internal/emulatorcmd"
 )
 
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){"signagent": main})
+	testscript.Main(m, map[string]func(){"signagent": main, "signagent-emulator": emulatorcmd.Main})
 }
 
 // TestScripts runs the command-line scripts in testdata/script: each runs
