@@ -232,6 +232,16 @@ func (d *Daemon) Failed() <-chan error { return d.servers.errs }
 // and the agent ready throughout. The audit log is reopened (rotation).
 // Listen addresses, the socket group and the audit log's path take a
 // restart; a change to them is logged and otherwise ignored.
+// ReopenAudit reopens the audit log file by its path, and nothing else
+// (SIGUSR1: logrotate moved the file; the configuration is not read
+// again, so a rotation never applies a half-edited file).
+func (d *Daemon) ReopenAudit() error {
+	if d.audit == nil {
+		return nil
+	}
+	return d.audit.Reopen()
+}
+
 func (d *Daemon) Reload(cfg Config) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

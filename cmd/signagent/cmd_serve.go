@@ -62,7 +62,7 @@ func serveCommand(e *env) *cli.Command {
 		Name:  "serve",
 		Usage: "run the local agent: signatures, sessions and links for partner systems over a Unix socket or loopback HTTP",
 		Description: "Settings come from flags, then SIGNAGENT_* variables, then the --config file, then defaults.\n" +
-			"SIGTERM or SIGINT stops it gracefully; SIGHUP reloads the configuration and reopens the token.",
+			"SIGTERM or SIGINT stops it gracefully; SIGHUP reloads the configuration and reopens the token; SIGUSR1 reopens the audit log only.",
 		Flags: serveFlags(),
 		Action: func(c *cli.Context) error {
 			return serve(c, e)
@@ -210,6 +210,10 @@ func serve(c *cli.Context, e *env) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	// SIGUSR1 reopens the audit log only (logrotate's postrotate).
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
 	cfg, err := agentSettings(c, e)
 	if err != nil {
 		return err
@@ -236,6 +240,13 @@ func serve(c *cli.Context, e *env) error {
 			daemon.SdNotify(false, daemon.SdNotifyReloading)
 			reload(c, e, d, cfg.Inherited)
 			daemon.SdNotify(false, daemon.SdNotifyReady)
+			continue
+		case <-usr1:
+			if err := d.ReopenAudit(); err != nil {
+				e.log.Error().Err(err).Msg("could not reopen the audit log; still writing to the old one")
+			} else {
+				e.log.Info().Msg("audit log reopened")
+			}
 			continue
 		case <-ctx.Done():
 		case err = <-d.Failed():
