@@ -9,18 +9,21 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # session bus, tpm2_ptool to make its token and keys), and chromium for the
 # identity provider's pages driven by chromedp, and redis-server for the
 # shared store (the tests start their own, on loopback), and zsh, fish and
-# groff to load the completion scripts and render the manual page.
+# groff to load the completion scripts and render the manual page, and
+# lintian for the Debian package.
 DEPS    := softhsm2 opensc gnutls-bin openssl curl procps chromium systemd redis-server \
            swtpm tpm2-abrmd libtss2-tcti-tabrmd0 dbus-daemon tpm2-tools libtpm2-pkcs11-1 libtpm2-pkcs11-tools \
-           zsh fish groff-base
+           zsh fish groff-base lintian
 # make bench also compares with openssl's PKCS#11 engine.
 BENCH_DEPS := $(DEPS) libengine-pkcs11-openssl
 BENCH_ARGS ?=
 
-# staticcheck, pinned: run from the module proxy, not a dependency of the code.
+# staticcheck and goreleaser, pinned: run from the module proxy, not
+# dependencies of the code.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
+GORELEASER  := github.com/goreleaser/goreleaser/v2@v2.12.7
 
-.PHONY: demo test check lint deps build bench gobench clean
+.PHONY: demo test check lint deps build bench gobench clean package release-check
 
 demo: deps build
 	@scripts/demo.sh
@@ -35,9 +38,20 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) test -count=1 -run 'TestOpenAPI' ./agent
 
-# test: the static checks, then every test under the race detector.
+# test: the static checks, every test under the race detector, then the
+# Debian package built, unpacked into a scratch root, run and linted.
 test: deps lint
 	$(GO) test -race -count=1 ./...
+	@scripts/package-test.sh
+
+# package: the Debian package in dist/ (nfpm; see scripts/package.sh).
+package: deps
+	@scripts/package.sh
+
+# release-check: goreleaser's own check of .goreleaser.yaml (goreleaser is
+# large to build, so it is not part of test).
+release-check:
+	GOFLAGS=-mod=mod $(GO) run $(GORELEASER) check
 
 # check is test: everything CI runs.
 check: test
@@ -57,4 +71,4 @@ gobench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./canonical ./signer ./pkcs11 ./trusted ./agent
 
 clean:
-	rm -rf bin .demo .bench
+	rm -rf bin .demo .bench dist build

@@ -1,0 +1,49 @@
+#!/bin/sh
+# Tests the Debian package (make test runs it): builds it, checks its file
+# list and control fields, unpacks it into a scratch root and runs what it
+# installed, and asks lintian (no error, no warning). Each failure says what
+# is wrong and exits 1.
+set -eu
+cd "$(dirname "$0")/.."
+fail() { echo "package-test: $*" >&2; exit 1; }
+scripts/package.sh >/dev/null
+deb=$(ls dist/signagent_*.deb)
+list=$(dpkg-deb -c "$deb" | awk '{print $6}')
+for f in ./usr/bin/signagent \
+	./usr/lib/systemd/system/signagent.service ./usr/lib/systemd/system/signagent.socket \
+	./usr/lib/systemd/user/signagent.service ./usr/lib/systemd/user/signagent.socket \
+	./usr/lib/sysusers.d/signagent.conf ./usr/lib/tmpfiles.d/signagent.conf ./etc/logrotate.d/signagent \
+	./usr/share/bash-completion/completions/signagent ./usr/share/zsh/vendor-completions/_signagent \
+	./usr/share/fish/vendor_completions.d/signagent.fish ./usr/share/man/man1/signagent.1.gz \
+	./usr/share/doc/signagent/copyright ./usr/share/doc/signagent/changelog.gz; do
+	echo "$list" | grep -qx "$f" || fail "$deb lacks $f"
+done
+echo "$list" | grep -q emulator && fail "$deb ships the emulator; it ships signagent alone"
+dpkg-deb -f "$deb" Depends | grep -q '^libc6' || fail "$deb does not depend on libc6 (the binary uses cgo)"
+dpkg-deb -f "$deb" Conffiles 2>/dev/null | grep -q /etc/logrotate.d/signagent || \
+	dpkg-deb -I "$deb" conffiles | grep -q /etc/logrotate.d/signagent || fail "the logrotate snippet is not a conffile"
+
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+dpkg -x "$deb" "$root"
+bin=$root/usr/bin/signagent
+"$bin" version | grep -q '^signagent ' || fail "the installed binary does not run: $("$bin" version 2>&1)"
+"$bin" --help | grep -q 'completion' || fail "the installed binary's help lacks its commands"
+bash -n "$root/usr/share/bash-completion/completions/signagent" || fail "the bash completion does not load"
+zsh -n "$root/usr/share/zsh/vendor-completions/_signagent" || fail "the zsh completion does not load"
+fish -n "$root/usr/share/fish/vendor_completions.d/signagent.fish" || fail "the fish completion does not load"
+warn=$(zcat "$root/usr/share/man/man1/signagent.1.gz" | groff -man -Tutf8 -ww -z 2>&1) || fail "the manual page does not render"
+[ -z "$warn" ] || fail "the manual page renders with warnings: $warn"
+grep -q '^ExecStart=/usr/bin/signagent ' "$root/usr/lib/systemd/system/signagent.service" || fail "the system unit does not run /usr/bin/signagent"
+grep -q '^ExecStart=/usr/bin/signagent ' "$root/usr/lib/systemd/user/signagent.service" || fail "the user unit does not run /usr/bin/signagent"
+if command -v systemd-analyze >/dev/null 2>&1; then
+	for u in system/signagent.socket user/signagent.socket; do
+		out=$(systemd-analyze verify --man=no "$root/usr/lib/systemd/$u" 2>&1 | grep -v 'Failed to \(connect\|setup\)\|not found\|Command /usr/bin/signagent' || true)
+		[ -z "$out" ] || fail "systemd-analyze verify $u: $out"
+	done
+fi
+rc=0
+out=$(lintian --fail-on error,warning --tag-display-limit 0 "$deb" 2>&1) || rc=$?
+out=$(echo "$out" | grep -v 'running with root privileges' || true)
+[ "$rc" = 0 ] && [ -z "$out" ] || fail "lintian (exit $rc): $out"
+echo "package-test: $deb ($(du -k "$deb" | cut -f1) KiB, $(echo "$list" | grep -vc '/$') files): ok"
