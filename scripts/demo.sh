@@ -13,8 +13,8 @@ chmod 700 "$demo"
 step() { printf '\n==> %s\n' "$*"; }
 
 step "1. SoftHSM development token in $demo/hsm"
-eval "$($bin --log-level warn dev-token --dir "$demo/hsm")"
-$bin --log-level warn tokens
+eval "$($bin dev-token --dir "$demo/hsm")"
+$bin tokens
 
 # A sample partner API key, kept in a 0600 file and never on a command line.
 if [ ! -s "$demo/api-key" ]; then
@@ -73,23 +73,23 @@ export SIGNAGENT_API_URL="$SIGNAGENT_BASE_URL"
 echo "emulator at $SIGNAGENT_BASE_URL"
 
 step "3. Text signed for the sample user (CR LF shown as \\r, API key masked)"
-$bin --log-level warn sign --phone '+7 916 123-45-67' --out "$demo/signature.der" --text-out "$demo/text"
+$bin sign --phone '+7 916 123-45-67' --out "$demo/signature.der" --text-out "$demo/text"
 sed -e 's/\r$/\\r/' -e 's/^apikey=\(....\).*\\r$/apikey=\1…(masked)\\r/' "$demo/text"
 openssl cms -verify -binary -inform DER -in "$demo/signature.der" -content "$demo/text" -noverify -out /dev/null
 
 step "4. Link the user (PUT register-external-service-id)"
-$bin --log-level warn link --phone '+7 916 123-45-67' --service-user-id crm-user-42
+$bin link --phone '+7 916 123-45-67' --service-user-id crm-user-42
 
 step "5. authenticate-by-truster with a fresh signature, then approve-truster: the auth.sid"
-sid=$($bin --log-level warn session --phone '+7 916 123-45-67' --service-user-id crm-user-42)
+sid=$($bin session --phone '+7 916 123-45-67' --service-user-id crm-user-42)
 echo "auth.sid: $sid"
 
 step "6. The same with the SNILS, as JSON"
-$bin --log-level warn session --snils '112-233-445 95' --service-user-id crm-user-42 --json
+$bin session --snils '112-233-445 95' --service-user-id crm-user-42 --json
 
 step "7. The auth.sid exchanged for a legacy token (Authenticate V3 type=sid); the business header, masked"
 (umask 077; printf '%s\n' "$sid" > "$demo/sid")
-$bin --log-level warn header --scheme legacy --by sid --sid-file "$demo/sid" |
+$bin header --scheme legacy --by sid --sid-file "$demo/sid" |
   sed -E 's/(ddauth_api_client_id=.{4})[^,]*/\1…(masked)/; s/(ddauth_token=.{4}).*/\1…(masked)/'
 
 step "8. OpenID Connect device flow: login shows a code; the demo approves it on the emulator's /device page, as the user would"
@@ -98,7 +98,7 @@ export XDG_STATE_HOME="$PWD/$demo/state" SIGNAGENT_AUTH_URL="$SIGNAGENT_BASE_URL
 # login_approved ARGS: signagent login ARGS, approved on the emulator's
 # /device page as ivanov@example.com.
 login_approved() {
-  $bin --log-level warn login --no-qr "$@" > "$demo/login.out" &
+  $bin login --no-qr "$@" > "$demo/login.out" &
   local login=$! code status
   for _ in $(seq 200); do grep -q 'enter the code' "$demo/login.out" && break; sleep 0.05; done
   code=$(sed -n 's/.*enter the code \([A-Z]*\)$/\1/p' "$demo/login.out")
@@ -111,14 +111,14 @@ login_approved() {
   cat "$demo/login.out"
 }
 login_approved
-tok=$($bin --log-level warn token)
+tok=$($bin token)
 printf 'access token: %s…(masked, %d characters), expires %s\n' "${tok:0:4}" "${#tok}" \
   "$($bin status --json | sed -n 's/.*"accessTokenExpiresAt": "\(.*\)".*/\1/p')"
 printf 'GetMyOrganizations with it: HTTP %s\n' \
   "$(curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $tok" "$SIGNAGENT_API_URL/GetMyOrganizations?autoRegister=false")"
 
 step "9. signagent api for the OpenID Connect user: GetMyOrganizations"
-$bin --log-level warn api GET "/GetMyOrganizations?autoRegister=false"
+$bin api GET "/GetMyOrganizations?autoRegister=false"
 
 step "10. The agent as an authorizing proxy: GetMyOrganizations for the trusted user (auth.sid -> legacy token -> call)"
 rm -f "$demo/agent.sock"
@@ -137,7 +137,7 @@ curl -sS --unix-socket "$demo/agent.sock" -H "$trusted" -D - \
   'http://agent/v1/service/GetMyEmployee?boxId=7d1e2f30-4a5b-4c6d-8e9f-0a1b2c3d4e5f' | grep -Ev '^(Date|Content-Length):'
 echo
 set +e
-$bin --log-level warn api 'GetMyEmployee?boxId=7d1e2f30-4a5b-4c6d-8e9f-0a1b2c3d4e5f'
+$bin api 'GetMyEmployee?boxId=7d1e2f30-4a5b-4c6d-8e9f-0a1b2c3d4e5f'
 echo "signagent api exit status: $?"
 set -e
 kill -TERM $agent

@@ -188,8 +188,13 @@ func agentSettings(c *cli.Context, e *env) (agent.Config, error) {
 	if err != nil {
 		return agent.Config{}, err
 	}
-	// The log settings may come from the file: apply them before anything logs.
-	if e.log, err = newLogger(e.stderr, s.String("log-level"), s.String("log-format")); err != nil {
+	// The log settings may come from the file: apply them before anything
+	// logs. The agent logs at info unless told otherwise.
+	level := s.String("log-level")
+	if level == "" {
+		level = logLevel(c, "serve")
+	}
+	if e.log, err = newLogger(e.stderr, level, s.String("log-format")); err != nil {
 		return agent.Config{}, err
 	}
 	return readAgentConfig(s, e)

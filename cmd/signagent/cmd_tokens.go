@@ -53,7 +53,7 @@ func keysCommand(e *env) *cli.Command {
 			src := pinSource(settings.Of(c), true, c.String("token-label"))
 			got, err := src.Resolve()
 			if errors.Is(err, secret.ErrMissing) && !src.Given() {
-				e.log.Info().Msg("no PIN given: listing public objects only (set SIGNAGENT_PIN or give --pin-file to see private keys)")
+				e.log.Warn().Msg("no PIN given: listing public objects only (set SIGNAGENT_PIN or give --pin-file to see private keys)")
 				err = nil
 			}
 			if err != nil {

@@ -69,7 +69,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		Version: currentBuild().Version,
 		Flags:   logFlags(""),
 		Before: func(c *cli.Context) error {
-			log, err := newLogger(stderr, c.String("log-level"), c.String("log-format"))
+			log, err := newLogger(stderr, logLevel(c, c.Args().First()), c.String("log-format"))
 			if err != nil {
 				return err
 			}
@@ -123,10 +123,14 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 					return err
 				}
 			}
-			if !c.IsSet("log-level") && !c.IsSet("log-format") {
+			if !c.IsSet("log-level") && !c.IsSet("log-format") && !c.IsSet("quiet") && !c.IsSet("verbose") {
 				return nil
 			}
-			log, err := newLogger(stderr, c.String("log-level"), c.String("log-format"))
+			format := c.String("log-format")
+			if !c.IsSet("log-format") {
+				format = c.Lineage()[1].String("log-format")
+			}
+			log, err := newLogger(stderr, logLevel(c, c.Command.Name), format)
 			if err == nil {
 				e.log = log
 			}
@@ -166,9 +170,35 @@ func commands(e *env) []*cli.Command {
 // logFlags are --log-level and --log-format, in the given help category.
 func logFlags(category string) []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "log-level", Category: category, Value: "info", EnvVars: []string{"SIGNAGENT_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
+		&cli.StringFlag{Name: "log-level", Category: category, EnvVars: []string{"SIGNAGENT_LOG_LEVEL"}, DefaultText: "warn; info for serve", Usage: "debug, info, warn or error"},
 		&cli.StringFlag{Name: "log-format", Category: category, Value: "console", EnvVars: []string{"SIGNAGENT_LOG_FORMAT"}, Usage: "console or json"},
+		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Category: category, Usage: "log errors only (--log-level error)"},
+		&cli.BoolFlag{Name: "verbose", Category: category, Usage: "say what is done, not only what goes wrong (--log-level info)"},
 	}
+}
+
+// logLevel is the log level for command: --log-level (or
+// SIGNAGENT_LOG_LEVEL) when given, else error with --quiet, info with
+// --verbose, else warn: a command that succeeds says nothing but its
+// result; serve, a daemon, logs at info.
+func logLevel(c *cli.Context, command string) string {
+	for _, ctx := range c.Lineage() {
+		if ctx.IsSet("log-level") {
+			return ctx.String("log-level")
+		}
+	}
+	for _, ctx := range c.Lineage() {
+		switch {
+		case ctx.IsSet("quiet") && ctx.Bool("quiet"):
+			return "error"
+		case ctx.IsSet("verbose") && ctx.Bool("verbose"):
+			return "info"
+		}
+	}
+	if command == "serve" {
+		return "info"
+	}
+	return "warn"
 }
 
 func newLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
