@@ -98,7 +98,7 @@ export XDG_STATE_HOME="$PWD/$demo/state" SIGNAGENT_AUTH_URL="$SIGNAGENT_BASE_URL
 # login_approved ARGS: signagent login ARGS, approved on the emulator's
 # /device page as ivanov@example.com.
 login_approved() {
-  $bin login --no-qr "$@" > "$demo/login.out" &
+  $bin login --no-qr "$@" > "$demo/login.out" 2>&1 &
   local login=$! code status
   for _ in $(seq 200); do grep -q 'enter the code' "$demo/login.out" && break; sleep 0.05; done
   code=$(sed -n 's/.*enter the code \([A-Z]*\)$/\1/p' "$demo/login.out")

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,8 +77,9 @@ func browser(t *testing.T) context.Context {
 	return ctx
 }
 
-// login runs signagent login and returns the lines it prints, as they
-// come, and a channel with its exit status and stderr.
+// login runs signagent login and returns the lines it prints on stdout
+// (the result) and stderr (the instructions), as they come, and a channel
+// with its exit status and stderr.
 func (b *browserBed) login(t *testing.T, args ...string) (<-chan string, <-chan [2]string) {
 	t.Helper()
 	cmd := signagent(t, b.env, append([]string{"login"}, args...)...)
@@ -85,21 +87,40 @@ func (b *browserBed) login(t *testing.T, args ...string) (<-chan string, <-chan 
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	errOut, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill() })
 	lines, done := make(chan string, 64), make(chan [2]string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
+	var stderr strings.Builder
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	read := func(r io.Reader, keep bool) {
+		defer wg.Done()
+		sc := bufio.NewScanner(r)
 		for sc.Scan() {
+			if keep {
+				mu.Lock()
+				stderr.WriteString(sc.Text() + "\n")
+				mu.Unlock()
+			}
 			lines <- sc.Text()
 		}
-		io.Copy(io.Discard, out)
+		io.Copy(io.Discard, r)
+	}
+	wg.Add(2)
+	go read(out, false)
+	go read(errOut, true)
+	go func() {
+		wg.Wait()
 		close(lines)
 		err := cmd.Wait()
+		mu.Lock()
+		defer mu.Unlock()
 		done <- [2]string{fmt.Sprint(cmd.ProcessState.ExitCode()), stderr.String() + fmt.Sprint(err)}
 	}()
 	return lines, done

@@ -185,7 +185,9 @@ func deviceLogin(ctx context.Context, c *cli.Context, e *env, client *oidc.Clien
 	if err != nil {
 		return nil, err
 	}
-	out := e.stdout
+	// The instructions, the QR code and the wait go to stderr: stdout is
+	// for the result.
+	out := e.stderr
 	if d.VerificationURIComplete != "" {
 		fmt.Fprintf(out, "To sign in, open %s\n", d.VerificationURIComplete)
 		fmt.Fprintf(out, "or go to %s and enter the code %s\n", d.VerificationURI, d.UserCode)
@@ -220,10 +222,10 @@ func codeLogin(ctx context.Context, c *cli.Context, e *env, client *oidc.Client)
 		defer recv.Close()
 		redirects = recv.Redirects()
 	}
-	fmt.Fprintf(e.stdout, "Open this address in a browser to sign in:\n  %s\n", req.URL)
+	fmt.Fprintf(e.stderr, "Open this address in a browser to sign in:\n  %s\n", req.URL)
 	pasted := make(chan string, 1)
 	if c.Bool("no-browser") {
-		fmt.Fprintf(e.stdout, "After you allow access, the browser goes to %s?code=...\nPaste that whole address here: ", c.String("redirect-uri"))
+		fmt.Fprintf(e.stderr, "After you allow access, the browser goes to %s?code=...\nPaste that whole address here: ", c.String("redirect-uri"))
 		go readLine(e, pasted)
 	} else if err := openBrowser(req.URL); err != nil {
 		e.log.Debug().Err(err).Msg("no browser opened; open the address yourself")

@@ -43,9 +43,9 @@ func TestSharedStoreAcrossProcesses(t *testing.T) {
 
 	// Sign in once, through the device flow, into the shared store.
 	login := signagent(t, env(), "login", "--no-qr")
-	out, _ := login.StdoutPipe()
+	out, _ := login.StderrPipe() // the instructions; the result goes to stdout
 	var loginErr bytes.Buffer
-	login.Stderr = &loginErr
+	login.Stdout = &loginErr
 	if err := login.Start(); err != nil {
 		t.Fatal(err)
 	}
