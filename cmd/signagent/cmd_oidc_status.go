@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -55,6 +56,12 @@ func statusCommand(e *env) *cli.Command {
 				return err
 			}
 			rec, err := store.Load(s.String("profile"))
+			if errors.Is(err, oidc.ErrSignIn) && c.Bool("json") {
+				// Signed out is an answer, not a failure, for a script
+				// that asks: exit 0 with signedIn false and why.
+				return writeJSON(e, map[string]any{"profile": s.String("profile"), "signedIn": false,
+					"reason": err.Error()})
+			}
 			if err != nil {
 				return err
 			}
@@ -63,15 +70,19 @@ func statusCommand(e *env) *cli.Command {
 	}
 }
 
+// jsonTime is the one time format of the JSON signagent prints: RFC 3339
+// with milliseconds, in UTC.
+func jsonTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+
 func printStatus(e *env, r *oidc.Record, asJSON bool) error {
 	now := time.Now()
 	if asJSON {
-		v := map[string]any{"profile": r.Profile, "subject": r.Subject, "email": r.Email, "name": r.Name,
+		v := map[string]any{"profile": r.Profile, "signedIn": true, "subject": r.Subject, "email": r.Email, "name": r.Name,
 			"space": r.Space(), "scopes": r.Scopes, "authUrl": r.AuthURL, "clientId": r.ClientID,
-			"accessTokenExpiresAt": r.Expiry.Format(time.RFC3339), "accessTokenValid": now.Before(r.Expiry),
-			"refreshToken": r.RefreshToken != "", "signedInAt": r.SignedInAt.Format(time.RFC3339)}
+			"accessTokenExpiresAt": jsonTime(r.Expiry), "accessTokenValid": now.Before(r.Expiry),
+			"refreshToken": r.RefreshToken != "", "signedInAt": jsonTime(r.SignedInAt)}
 		if !r.RefreshedAt.IsZero() {
-			v["refreshedAt"] = r.RefreshedAt.Format(time.RFC3339)
+			v["refreshedAt"] = jsonTime(r.RefreshedAt)
 		}
 		return writeJSON(e, v)
 	}
