@@ -76,16 +76,22 @@ func headerCommand(e *env) *cli.Command {
 			"signagent header --scheme oidc [--profile NAME]",
 		Flags: concat(legacyCommandFlags(&cli.StringFlag{Name: "scheme", Category: catOutput, Value: "legacy",
 			Usage: "the authorization `SCHEME`: legacy (ServiceAuth ddauth_api_client_id=...,ddauth_token=...) or oidc (Bearer <access token>)"}),
-			oidcHeaderFlags()),
+			oidcHeaderFlags(), []cli.Flag{jsonFlag(`{"authorization","expiresAt"}`)}),
 		Action: func(c *cli.Context) error {
+			emit := func(header string, expires time.Time) error {
+				if c.Bool("json") {
+					return writeJSON(e, map[string]any{"authorization": header, "expiresAt": jsonTime(expires)})
+				}
+				_, err := fmt.Fprintln(e.stdout, header)
+				return err
+			}
 			switch s := c.String("scheme"); s {
 			case "oidc":
 				rec, err := oidcToken(c, e)
 				if err != nil {
 					return err
 				}
-				_, err = fmt.Fprintln(e.stdout, rec.Header())
-				return err
+				return emit(rec.Header(), rec.Expiry)
 			case "legacy":
 			default:
 				return usageErr(fmt.Errorf("--scheme %q: want legacy or oidc", s))
@@ -94,8 +100,7 @@ func headerCommand(e *env) *cli.Command {
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintln(e.stdout, client.Header(tok.Value))
-			return err
+			return emit(client.Header(tok.Value), tok.ExpiresAt)
 		},
 	}
 }

@@ -17,11 +17,14 @@ func tokenCommand(e *env) *cli.Command {
 		Name:      "token",
 		Usage:     "print the profile's access token, refreshed when it has less than --refresh-before left",
 		UsageText: "curl -H \"Authorization: Bearer $(signagent token)\" ...",
-		Flags:     concat(oidcFlags(), []cli.Flag{profileFlag()}),
+		Flags:     concat(oidcFlags(), []cli.Flag{profileFlag(), jsonFlag(`{"accessToken","expiresAt","profile"}`)}),
 		Action: func(c *cli.Context) error {
 			rec, err := oidcToken(c, e)
 			if err != nil {
 				return err
+			}
+			if c.Bool("json") {
+				return writeJSON(e, map[string]any{"accessToken": rec.AccessToken, "expiresAt": jsonTime(rec.Expiry), "profile": rec.Profile})
 			}
 			_, err = fmt.Fprintln(e.stdout, rec.AccessToken)
 			return err

@@ -45,7 +45,7 @@ func linkCommand(e *env) *cli.Command {
 		Name:      "link",
 		Usage:     "link the service's user (found by phone) to a user of the trusted system (step 0)",
 		UsageText: "signagent link --service-user-id ID --phone P [--base-url URL]",
-		Flags:     append(serviceFlags(), pick(credentialFlags(), "phone")...),
+		Flags:     concat(serviceFlags(), pick(credentialFlags(), "phone"), []cli.Flag{jsonFlag(`{"linked","serviceUserId","credential"}`)}),
 		Action: func(c *cli.Context) error {
 			if !c.IsSet("phone") {
 				return usageErr(errors.New("users are linked by phone: give --phone"))
@@ -63,6 +63,9 @@ func linkCommand(e *env) *cli.Command {
 				return err
 			}
 			e.log.Info().Str("serviceUserId", id).Str("credential", phone.Masked()).Msg("linked")
+			if c.Bool("json") {
+				return writeJSON(e, map[string]any{"linked": true, "serviceUserId": id, "credential": phone.Masked()})
+			}
 			fmt.Fprintf(e.stdout, "linked %s to service user id %s\n", phone.Masked(), id)
 			return nil
 		},

@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/signer"
 )
@@ -19,6 +20,7 @@ func verifyCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "signature", Required: true, Usage: "signature `FILE`: DER, PEM or base64"},
 			&cli.StringFlag{Name: "content", Required: true, Usage: "the signed `FILE`"},
 			&cli.StringFlag{Name: "ca", Usage: "PEM `FILE` of trusted certificates the signer must chain to"},
+			jsonFlag(`{"valid","signer","thumbprint","signingTime","signedAttributes","chain"}`),
 		},
 		Action: func(c *cli.Context) error {
 			raw, err := safefile.Read(c.String("signature"), 1<<20)
@@ -47,6 +49,14 @@ func verifyCommand(e *env) *cli.Command {
 			v, err := signer.Verify(der, content, roots)
 			if err != nil {
 				return err
+			}
+			if c.Bool("json") {
+				out := map[string]any{"valid": true, "signer": v.Signer.Subject.String(), "thumbprint": pkcs11.Thumbprint(v.Signer),
+					"signedAttributes": v.SignedAttributes, "chain": map[bool]string{true: "trusted", false: "not checked"}[roots != nil]}
+				if !v.SigningTime.IsZero() {
+					out["signingTime"] = jsonTime(v.SigningTime)
+				}
+				return writeJSON(e, out)
 			}
 			return v.Report(e.stdout, roots != nil)
 		},

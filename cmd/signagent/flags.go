@@ -150,6 +150,11 @@ func apiKeyFrom(c *settings.Settings) (string, error) {
 	return apiKeySecret.read(c, canonical.NormalizeAPIKey, canonical.ErrInvalidAPIKey)
 }
 
+// jsonFlag is --json, printing the shape named.
+func jsonFlag(shape string) cli.Flag {
+	return &cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print " + shape + " as JSON (times in RFC 3339, UTC)"}
+}
+
 // noArgs refuses stray positional arguments, which are most often a value
 // given to the wrong flag. The argument is not echoed: it may be a secret
 // typed in the wrong place.
