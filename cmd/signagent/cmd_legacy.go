@@ -27,7 +27,7 @@ func legacyServiceFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "api-url", Category: catLegacy, EnvVars: []string{"SIGNAGENT_API_URL"}, Usage: "the service's business API `URL` (Authenticate is at URL/V3/Authenticate)"},
 		developerKeySecret.flagWith(catLegacy, ""),
-		&cli.DurationFlag{Name: "legacy-token-ttl", Category: catLegacy, Value: legacy.DefaultTokenTTL, EnvVars: []string{"SIGNAGENT_LEGACY_TOKEN_TTL"}, Usage: "how long a legacy token lives (the service's 24h); caches reuse it until a margin before"},
+		&cli.DurationFlag{Name: "legacy-token-ttl", Category: catLegacy, Value: legacy.DefaultTokenTTL, EnvVars: []string{"SIGNAGENT_LEGACY_TOKEN_TTL"}, Usage: "`DURATION` a legacy token lives (the service's 24h); caches reuse it until a margin before"},
 	}
 }
 

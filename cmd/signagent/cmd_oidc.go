@@ -33,12 +33,12 @@ const (
 func oidcFlags() []cli.Flag {
 	return append(storeFlags(), []cli.Flag{
 		&cli.StringFlag{Name: "auth-url", Category: catOIDC, EnvVars: []string{"SIGNAGENT_AUTH_URL"}, Usage: "the identity provider's `URL` ({auth_url}; /connect/* is below it)"},
-		&cli.StringFlag{Name: "client-id", Category: catOIDC, EnvVars: []string{"SIGNAGENT_CLIENT_ID"}, Usage: "the application's client_id"},
+		&cli.StringFlag{Name: "client-id", Category: catOIDC, EnvVars: []string{"SIGNAGENT_CLIENT_ID"}, Usage: "the application's `CLIENT_ID`"},
 		clientSecretSecret.flagWith(catOIDC, ""),
 		tokenStoreFlag(),
-		&cli.DurationFlag{Name: "refresh-before", Category: catOIDC, Value: oidc.DefaultRefreshBefore, EnvVars: []string{"SIGNAGENT_REFRESH_BEFORE"}, Usage: "refresh an access token with less than this left (or an eighth of its lifetime, when shorter)"},
+		&cli.DurationFlag{Name: "refresh-before", Category: catOIDC, Value: oidc.DefaultRefreshBefore, EnvVars: []string{"SIGNAGENT_REFRESH_BEFORE"}, Usage: "refresh an access token with less than `DURATION` left (or an eighth of its lifetime, when shorter)"},
 		&cli.BoolFlag{Name: "insecure-http", Category: catOIDC, EnvVars: []string{"SIGNAGENT_INSECURE_HTTP"}, Usage: "allow plain http to a non-loopback identity provider"},
-		&cli.DurationFlag{Name: "request-timeout", Category: catOIDC, Value: 15 * time.Second, EnvVars: []string{"SIGNAGENT_REQUEST_TIMEOUT"}, Usage: "give up on one request after this long"},
+		&cli.DurationFlag{Name: "request-timeout", Category: catOIDC, Value: 15 * time.Second, EnvVars: []string{"SIGNAGENT_REQUEST_TIMEOUT"}, Usage: "give up on one request after `DURATION`"},
 	}...)
 }
 
@@ -102,7 +102,7 @@ func loginCommand(e *env) *cli.Command {
 			&cli.BoolFlag{Name: "no-qr", Category: catOIDC, Usage: "device flow: do not draw the QR code"},
 			&cli.StringFlag{Name: "redirect-uri", Category: catOIDC, EnvVars: []string{"SIGNAGENT_REDIRECT_URI"}, Usage: "code flow: the redirect `URI` registered in the integrator's cabinet (loopback: signagent receives it)"},
 			&cli.BoolFlag{Name: "no-browser", Category: catOIDC, Usage: "code flow: do not open a browser; print the URL and read the redirected address pasted back (over SSH)"},
-			&cli.DurationFlag{Name: "login-timeout", Category: catOIDC, Value: 10 * time.Minute, Usage: "code flow: give up when the sign-in is not done after this long"},
+			&cli.DurationFlag{Name: "login-timeout", Category: catOIDC, Value: 10 * time.Minute, Usage: "code flow: give up when the sign-in is not done after `DURATION`"},
 		}),
 		Action: func(c *cli.Context) error { return login(c, e) },
 	}

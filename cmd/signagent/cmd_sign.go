@@ -53,7 +53,7 @@ func buildText(c *cli.Context) ([]byte, canonical.Credential, string, error) {
 
 func signFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "hash", Value: "sha256", Category: catOutput, Usage: "digest: sha256, sha384 or sha512"},
+		&cli.StringFlag{Name: "hash", Value: "sha256", Category: catOutput, Usage: "digest `HASH`: sha256, sha384 or sha512"},
 		&cli.BoolFlag{Name: "no-signed-attributes", Category: catOutput, Usage: "sign the content digest directly, with no signed attributes (certified-provider style)"},
 		&cli.StringFlag{Name: "chain", Category: catOutput, Usage: "PEM `FILE` of intermediate certificates to include"},
 	}
@@ -87,7 +87,7 @@ func signCommand(e *env) *cli.Command {
 		Flags: concat(credentialFlags(), apiKeyFlags(), tokenFlags(), signFlags(), []cli.Flag{
 			&cli.StringFlag{Name: "out", Category: catOutput, Usage: "write the signature to `FILE` (atomically) instead of stdout"},
 			&cli.StringFlag{Name: "text-out", Category: catOutput, Usage: "also write the signed text to `FILE` (mode 0600: it holds the API key)"},
-			&cli.StringFlag{Name: "format", Value: "der", Category: catOutput, Usage: "der, pem or base64"},
+			&cli.StringFlag{Name: "format", Value: "der", Category: catOutput, Usage: "output `FORMAT`: der, pem or base64"},
 			&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print timestamp, canonical text, base64 signature, certificate thumbprint and key label as JSON"},
 		}),
 		Action: func(c *cli.Context) error {

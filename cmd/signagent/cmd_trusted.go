@@ -20,8 +20,8 @@ func serviceFlags() []cli.Flag {
 	return append(apiKeyFlags(),
 		&cli.StringFlag{Name: "base-url", Category: catService, EnvVars: []string{"SIGNAGENT_BASE_URL"}, Usage: "the service's auth base `URL` (endpoints are below URL/auth/v5.16/)"},
 		&cli.BoolFlag{Name: "insecure-http", Category: catService, EnvVars: []string{"SIGNAGENT_INSECURE_HTTP"}, Usage: "allow plain http to a non-loopback base URL"},
-		&cli.DurationFlag{Name: "request-timeout", Category: catService, Value: 15 * time.Second, EnvVars: []string{"SIGNAGENT_REQUEST_TIMEOUT"}, Usage: "give up on one request after this long"},
-		&cli.IntFlag{Name: "attempts", Category: catService, Value: 3, EnvVars: []string{"SIGNAGENT_ATTEMPTS"}, Usage: "tries of a request that failed in transport or with 5xx"},
+		&cli.DurationFlag{Name: "request-timeout", Category: catService, Value: 15 * time.Second, EnvVars: []string{"SIGNAGENT_REQUEST_TIMEOUT"}, Usage: "give up on one request after `DURATION`"},
+		&cli.IntFlag{Name: "attempts", Category: catService, Value: 3, EnvVars: []string{"SIGNAGENT_ATTEMPTS"}, Usage: "`N` tries of a request that failed in transport or with 5xx"},
 		&cli.StringFlag{Name: "service-user-id", Category: catService, Usage: "the user's `ID` in the trusted (partner) system"},
 	)
 }
@@ -78,7 +78,7 @@ func sessionCommand(e *env) *cli.Command {
 		Usage:     "sign on the token and run authenticate-by-truster and approve-truster; print the auth.sid",
 		UsageText: "signagent session --phone P | --snils S | --thumbprint T --service-user-id ID [--json]",
 		Flags: concat(pick(credentialFlags(), "phone", "snils", "thumbprint", "legacy-snils"), serviceFlags(), tokenFlags(), signFlags(), storeFlags(), []cli.Flag{
-			&cli.DurationFlag{Name: "session-ttl", Category: catStore, Value: 12 * time.Hour, EnvVars: []string{"SIGNAGENT_SESSION_TTL"}, Usage: "with --store: use a session the store holds when it is younger than this, and keep a new one this long"},
+			&cli.DurationFlag{Name: "session-ttl", Category: catStore, Value: 12 * time.Hour, EnvVars: []string{"SIGNAGENT_SESSION_TTL"}, Usage: "with --store: use a session the store holds when it is younger than `DURATION`, and keep a new one that long"},
 			&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print {\"sid\",\"kind\",\"obtainedAt\"}"},
 		}),
 		Action: func(c *cli.Context) error {

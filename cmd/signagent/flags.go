@@ -36,7 +36,7 @@ func tokenFlags() []cli.Flag {
 		&cli.StringFlag{Name: "cert", Category: catToken, EnvVars: []string{"SIGNAGENT_CERT"}, Usage: "certificate `FILE` (PEM or DER) instead of the one on the token"},
 		pinSecret.flagWith(catToken, ", else a prompt on a terminal"),
 		&cli.BoolFlag{Name: "allow-final-pin-try", Category: catToken, Usage: "log in even when the token says one more wrong PIN locks it"},
-		&cli.DurationFlag{Name: "token-timeout", Category: catToken, Value: 30 * time.Second, EnvVars: []string{"SIGNAGENT_TOKEN_TIMEOUT"}, Usage: "give up on opening the token, and on each token operation, after this long"},
+		&cli.DurationFlag{Name: "token-timeout", Category: catToken, Value: 30 * time.Second, EnvVars: []string{"SIGNAGENT_TOKEN_TIMEOUT"}, Usage: "give up on opening the token, and on each token operation, after `DURATION`"},
 	}
 }
 

@@ -142,36 +142,34 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 
 // commands are signagent's commands, in the order help lists them.
 func commands(e *env) []*cli.Command {
-	return []*cli.Command{
-		canonicalCommand(e),
-		signCommand(e),
-		verifyCommand(e),
-		tokensCommand(e),
-		keysCommand(e),
-		devTokenCommand(e),
-		linkCommand(e),
-		sessionCommand(e),
-		legacyTokenCommand(e),
-		headerCommand(e),
-		loginCommand(e),
-		tokenCommand(e),
-		statusCommand(e),
-		logoutCommand(e),
-		apiCommand(e),
-		serveCommand(e),
-		benchCommand(e),
-		storeKeyCommand(e),
-		versionCommand(e),
-		completionCommand(e),
-		manCommand(e),
+	// The root help lists the commands by the job they belong to (urfave
+	// sorts the groups by name: the names are chosen to read in this order).
+	groups := []struct {
+		category string
+		cmds     []*cli.Command
+	}{
+		{"Auth.sid by trusted authentication", []*cli.Command{canonicalCommand(e), signCommand(e), verifyCommand(e), linkCommand(e), sessionCommand(e)}},
+		{"Business calls and the legacy scheme", []*cli.Command{legacyTokenCommand(e), headerCommand(e), apiCommand(e)}},
+		{"OpenID Connect sign-in", []*cli.Command{loginCommand(e), tokenCommand(e), statusCommand(e), logoutCommand(e)}},
+		{"Running the agent", []*cli.Command{serveCommand(e), storeKeyCommand(e), benchCommand(e)}},
+		{"Smart cards and tokens", []*cli.Command{tokensCommand(e), keysCommand(e), devTokenCommand(e)}},
+		{"This program", []*cli.Command{versionCommand(e), completionCommand(e), manCommand(e)}},
 	}
+	var all []*cli.Command
+	for _, g := range groups {
+		for _, c := range g.cmds {
+			c.Category = g.category
+			all = append(all, c)
+		}
+	}
+	return all
 }
 
 // logFlags are --log-level and --log-format, in the given help category.
 func logFlags(category string) []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "log-level", Category: category, EnvVars: []string{"SIGNAGENT_LOG_LEVEL"}, DefaultText: "warn; info for serve", Usage: "debug, info, warn or error"},
-		&cli.StringFlag{Name: "log-format", Category: category, Value: "console", EnvVars: []string{"SIGNAGENT_LOG_FORMAT"}, Usage: "console or json"},
+		&cli.StringFlag{Name: "log-level", Category: category, EnvVars: []string{"SIGNAGENT_LOG_LEVEL"}, DefaultText: "warn; info for serve", Usage: "`LEVEL`: debug, info, warn or error"},
+		&cli.StringFlag{Name: "log-format", Category: category, Value: "console", EnvVars: []string{"SIGNAGENT_LOG_FORMAT"}, Usage: "`FORMAT`: console or json"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Category: category, Usage: "log errors only (--log-level error)"},
 		&cli.BoolFlag{Name: "verbose", Category: category, Usage: "say what is done, not only what goes wrong (--log-level info)"},
 	}
