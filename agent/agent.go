@@ -28,6 +28,8 @@ import (
 
 // Options configures an Agent.
 type Options struct {
+	// Version is the program's version, exported as signagent_build_info.
+	Version string
 	Token *tokenq.Manager
 	// Client runs the trusted-authentication flow; nil answers session and
 	// link requests with 503 service_not_configured.
@@ -113,7 +115,7 @@ func New(o Options) *Agent {
 	if o.ServiceMaxBody <= 0 {
 		o.ServiceMaxBody = 16 << 20
 	}
-	a := &Agent{o: o, tm: o.Token, cache: trusted.NewSessions(o.SessionTTL), metrics: newMetrics(o.Token), refusals: newSampler(10, time.Second), bodies: newBodyBudget(o.ServiceBodyBudget)}
+	a := &Agent{o: o, tm: o.Token, cache: trusted.NewSessions(o.SessionTTL), metrics: newMetrics(o.Token, o.Version), refusals: newSampler(10, time.Second), bodies: newBodyBudget(o.ServiceBodyBudget)}
 	a.cur.Store(&state{key: o.APIKey, client: o.Client, rules: o.Routes,
 		policy: Policy{ExposeCanonical: o.ExposeCanonical, ExposeLegacyHeader: o.ExposeLegacyHeader, NoCertificateLogin: o.NoCertificateLogin}})
 	return a

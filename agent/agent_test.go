@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -137,6 +138,9 @@ func TestEndpoints(t *testing.T) {
 			if !strings.Contains(body, m) {
 				t.Errorf("metrics lack %s", m)
 			}
+		}
+		if !regexp.MustCompile(`(?m)^signagent_build_info\{goversion="go[^"]+",revision="[^"]*",version="dev"\} 1$`).MatchString(body) {
+			t.Errorf("metrics lack signagent_build_info with the Go version, revision and version")
 		}
 	})
 }

@@ -27,6 +27,8 @@ import (
 // Config is everything the daemon runs with, resolved by the caller from
 // its flags, environment and configuration file. Reload takes a new one.
 type Config struct {
+	// Version is the program's version, exported as signagent_build_info.
+	Version string
 	// Listen holds unix:PATH and tcp:HOST:PORT addresses. With none and no
 	// Inherited listeners the agent listens on DefaultSocket().
 	Listen []string

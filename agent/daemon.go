@@ -77,7 +77,7 @@ func (d *Daemon) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.agent = New(Options{Token: d.tm, Client: client, APIKey: cfg.APIKey, Log: cfg.Log, Audit: NewAudit(audit),
+	d.agent = New(Options{Version: cfg.Version, Token: d.tm, Client: client, APIKey: cfg.APIKey, Log: cfg.Log, Audit: NewAudit(audit),
 		SessionTTL: cfg.SessionTTL, RequestDeadline: cfg.RequestDeadline, MaxBody: cfg.MaxBody, LegacySNILS: cfg.LegacySNILS,
 		ExposeCanonical: cfg.ExposeCanonical, ExposeLegacyHeader: cfg.ExposeLegacyHeader, NoCertificateLogin: cfg.NoCertificateLogin, Routes: cfg.Routes, ServiceMaxBody: cfg.ServiceMaxBody, ServiceBodyBudget: cfg.ServiceBodyBudget})
 	target, err := d.agent.targetFor(cfg.APIURL, cfg.AllowInsecureAPI)

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,7 +58,7 @@ func (m *metrics) observeAuthorization(scheme string, cached bool, err error) {
 	m.authz.WithLabelValues(scheme, result).Inc()
 }
 
-func newMetrics(tm *tokenq.Manager) *metrics {
+func newMetrics(tm *tokenq.Manager, version string) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -100,7 +102,22 @@ func newMetrics(tm *tokenq.Manager) *metrics {
 	for _, s := range [][2]string{{"legacy", "memory"}, {"legacy", "store"}, {"legacy", "login"}, {"oidc", "memory"}, {"oidc", "store"}, {"oidc", "refresh"}} {
 		m.sources.WithLabelValues(s[0], s[1])
 	}
-	m.reg.MustRegister(m.calls, m.retries, m.authz, m.oidcRefreshes, m.requests, m.duration, m.storeOps, m.sessions, m.sources,
+	if version == "" {
+		version = "dev"
+	}
+	goVersion, revision := runtime.Version(), ""
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, kv := range info.Settings {
+			if kv.Key == "vcs.revision" {
+				revision = kv.Value
+			}
+		}
+	}
+	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "signagent_build_info",
+		Help:        "Always 1; the labels say which build is running.",
+		ConstLabels: prometheus.Labels{"version": version, "goversion": goVersion, "revision": revision}})
+	build.Set(1)
+	m.reg.MustRegister(build, m.calls, m.retries, m.authz, m.oidcRefreshes, m.requests, m.duration, m.storeOps, m.sessions, m.sources,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

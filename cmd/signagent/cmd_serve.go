@@ -73,7 +73,7 @@ func serveCommand(e *env) *cli.Command {
 // readAgentConfig reads the agent's settings from s (flags, environment and
 // the configuration file, already loaded).
 func readAgentConfig(s *settings.Settings, e *env) (agent.Config, error) {
-	cfg := agent.Config{Log: e.log, Stderr: e.stderr, Probe: pkcs11.ProbeSelection,
+	cfg := agent.Config{Version: currentBuild().Version, Log: e.log, Stderr: e.stderr, Probe: pkcs11.ProbeSelection,
 		Listen: s.Strings("listen"), SocketGroup: s.String("socket-group"), AllowUIDs: s.Ints("allow-uid"), AllowGIDs: s.Ints("allow-gid"),
 		BearerTokenFile: s.String("bearer-token-file"), AuditLog: s.String("audit-log"),
 		TLS:              agent.TLSFiles{Cert: s.String("tls-cert"), Key: s.String("tls-key"), ClientCA: s.String("tls-client-ca")},

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -39,6 +40,7 @@ func main() {
 
 // run is main with its streams given, so tests can drive it in-process.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	jsonLogs.Store(false)
 	app := newApp(stdin, stdout, stderr)
 	err := app.Run(args)
 	if err == nil {
@@ -46,6 +48,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	code := exitCode(err)
 	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	if jsonLogs.Load() {
+		// Under --log-format json (serve in a journal, a log collector)
+		// the failure is a JSON line like the others.
+		log := zerolog.New(stderr).With().Timestamp().Logger()
+		log.Error().Int("exit", code).Msg(msg)
+		return code
+	}
 	fmt.Fprintf(stderr, "signagent: %s\n", msg)
 	return code
 }
@@ -199,6 +208,18 @@ func logLevel(c *cli.Context, command string) string {
 	return "warn"
 }
 
+// Log and audit lines carry their time in RFC 3339 with milliseconds, in
+// UTC (zerolog's default is whole seconds in local time: two lines of one
+// second could not be ordered, and machines in two zones not compared).
+func init() {
+	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
+	zerolog.TimestampFunc = func() time.Time { return time.Now().UTC() }
+}
+
+// jsonLogs is set once a logger writes JSON: the final error is then a
+// JSON line too.
+var jsonLogs atomic.Bool
+
 func newLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil || level == "" {
@@ -206,6 +227,7 @@ func newLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
 	}
 	switch format {
 	case "json":
+		jsonLogs.Store(true)
 	case "console":
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: true}
 	default:
