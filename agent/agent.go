@@ -7,6 +7,8 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,7 +32,7 @@ import (
 type Options struct {
 	// Version is the program's version, exported as signagent_build_info.
 	Version string
-	Token *tokenq.Manager
+	Token   *tokenq.Manager
 	// Client runs the trusted-authentication flow; nil answers session and
 	// link requests with 503 service_not_configured.
 	Client *trusted.Client
@@ -215,7 +217,39 @@ func (a *Agent) Handler(auth Authenticator) http.Handler {
 
 type ctxKey int
 
-const callerKey ctxKey = 1
+const (
+	callerKey ctxKey = 1 + iota
+	requestIDKey
+)
+
+// RequestIDHeader carries a request's id: the caller's when it sent a
+// usable one (a log collector's, a partner system's trace), else one the
+// agent makes; the answer carries it back, and the request's audit and
+// log lines name it.
+const RequestIDHeader = "X-Request-Id"
+
+// requestID is r's usable X-Request-Id (1 to 64 of A-Z a-z 0-9 . _ : -),
+// else a new random one.
+func requestID(r *http.Request) string {
+	id := r.Header.Get(RequestIDHeader)
+	if len(id) > 0 && len(id) <= 64 && strings.Trim(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-") == "" {
+		return id
+	}
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// requestIDOf is the id wrap gave r.
+func requestIDOf(r *http.Request) string {
+	id, _ := r.Context().Value(requestIDKey).(string)
+	return id
+}
+
+// entryFor starts the audit line of r's operation.
+func entryFor(r *http.Request, operation string) auditEntry {
+	return auditEntry{caller: callerOf(r), operation: operation, requestID: requestIDOf(r)}
+}
 
 func callerOf(r *http.Request) string {
 	if c, ok := r.Context().Value(callerKey).(string); ok {
@@ -262,6 +296,8 @@ func (a *Agent) wrap(mux http.Handler, auth Authenticator) http.Handler {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		route := routeLabel(r)
+		id := requestID(r)
+		sw.Header().Set(RequestIDHeader, id)
 		caller, status, apiErr := auth.Authenticate(r)
 		if status != 0 {
 			// Refused callers share one label, one log budget and a
@@ -269,8 +305,8 @@ func (a *Agent) wrap(mux http.Handler, auth Authenticator) http.Handler {
 			// logs, or keep descriptors open.
 			a.metrics.requests.WithLabelValues("refused", fmt.Sprint(status)).Inc()
 			if ok, suppressed := a.refusals.allow(start); ok {
-				a.o.Log.Warn().Str("client", caller).Str("route", route).Int("status", status).Str("reason", apiErr.Message).Int("suppressed", suppressed).Msg("caller refused")
-				a.o.Audit.write(auditEntry{caller: caller, operation: route, outcome: apiErr.Code, latency: time.Since(start)})
+				a.o.Log.Warn().Str("client", caller).Str("route", route).Int("status", status).Str("reason", apiErr.Message).Int("suppressed", suppressed).Str("requestId", id).Msg("caller refused")
+				a.o.Audit.write(auditEntry{caller: caller, operation: route, outcome: apiErr.Code, latency: time.Since(start), requestID: id})
 			}
 			sw.Header().Set("Connection", "close")
 			writeError(sw, status, apiErr)
@@ -287,7 +323,7 @@ func (a *Agent) wrap(mux http.Handler, auth Authenticator) http.Handler {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), a.o.RequestDeadline)
 		defer cancel()
-		ctx = context.WithValue(ctx, callerKey, caller)
+		ctx = context.WithValue(context.WithValue(ctx, callerKey, caller), requestIDKey, id)
 		limit := a.o.MaxBody
 		if rt, _ := routeNamed(route); rt.body == serviceBody {
 			limit = a.o.ServiceMaxBody

@@ -41,6 +41,7 @@ type auditEntry struct {
 	call        string // a proxied business call: "GET /GetMyOrganizations"
 	status      int    // the service's answer to it
 	retried     bool   // after a 401 to the cached header
+	requestID   string // X-Request-Id
 }
 
 func (a *Audit) write(e auditEntry) {
@@ -49,6 +50,9 @@ func (a *Audit) write(e auditEntry) {
 	}
 	ev := a.log.Log().Str("caller", e.caller).Str("operation", e.operation).Str("outcome", e.outcome).
 		Float64("latencyMs", float64(e.latency.Microseconds())/1000)
+	if e.requestID != "" {
+		ev = ev.Str("requestId", e.requestID)
+	}
 	if e.kind != "" {
 		ev = ev.Str("credentialKind", e.kind).Str("credential", e.credential)
 	}

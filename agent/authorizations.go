@@ -52,7 +52,7 @@ func (a *Agent) SetLegacy(l *Legacy) {
 // value of a business call, cached per identity, one login at a time.
 func (a *Agent) authorization(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	entry := auditEntry{caller: callerOf(r), operation: "authorization"}
+	entry := entryFor(r, "authorization")
 	var req api.AuthorizationRequest
 	resp, err := func() (*api.AuthorizationResponse, error) {
 		if err := decode(r, &req); err != nil {

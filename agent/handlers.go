@@ -46,7 +46,7 @@ func parseCredential(c api.Credential, legacy bool) (canonical.Credential, error
 
 func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	entry := auditEntry{caller: callerOf(r), operation: "sign"}
+	entry := entryFor(r, "sign")
 	var req api.SignatureRequest
 	resp, err := func() (*api.SignatureResponse, error) {
 		if err := decode(r, &req); err != nil {
@@ -107,7 +107,7 @@ func (a *Agent) stamp(apiKey string, cred canonical.Credential, ts time.Time) ti
 
 func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	entry := auditEntry{caller: callerOf(r), operation: "session"}
+	entry := entryFor(r, "session")
 	var req api.SessionRequest
 	resp, err := func() (*api.SessionResponse, error) {
 		if err := decode(r, &req); err != nil {
@@ -149,7 +149,7 @@ func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
 // dropSession forgets a cached Sid: DELETE /v1/sessions?phone=...&serviceUserId=...
 func (a *Agent) dropSession(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	entry := auditEntry{caller: callerOf(r), operation: "drop-session"}
+	entry := entryFor(r, "drop-session")
 	q := r.URL.Query()
 	resp, err := func() (*api.DropResponse, error) {
 		cred, err := a.credential(api.Credential{Phone: q.Get("phone"), SNILS: q.Get("snils"), Thumbprint: q.Get("thumbprint")}, &entry)
@@ -167,7 +167,7 @@ func (a *Agent) dropSession(w http.ResponseWriter, r *http.Request) {
 
 func (a *Agent) link(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	entry := auditEntry{caller: callerOf(r), operation: "link"}
+	entry := entryFor(r, "link")
 	var req api.LinkRequest
 	resp, err := func() (*api.LinkResponse, error) {
 		if err := decode(r, &req); err != nil {
@@ -204,7 +204,7 @@ func (a *Agent) finish(w http.ResponseWriter, r *http.Request, entry auditEntry,
 		if errors.Is(err, tokenq.ErrQueueFull) {
 			a.metrics.rejected.Inc()
 		}
-		ev.Str("client", entry.caller).Str("operation", entry.operation).Int("status", status).Str("code", apiErr.Code).Msg(apiErr.Message)
+		ev.Str("client", entry.caller).Str("operation", entry.operation).Int("status", status).Str("code", apiErr.Code).Str("requestId", entry.requestID).Msg(apiErr.Message)
 		writeError(w, status, apiErr)
 		return
 	}

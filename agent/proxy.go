@@ -94,7 +94,7 @@ type proxyCall struct {
 // proxy serves /v1/service/{method}.
 func (a *Agent) proxy(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	call := &proxyCall{entry: auditEntry{caller: callerOf(r), operation: "service"}, method: "other"}
+	call := &proxyCall{entry: entryFor(r, "service"), method: "other"}
 	if r.Method != http.MethodGet && r.Method != http.MethodPost {
 		w.Header().Set("Allow", "GET, POST")
 		writeError(w, http.StatusMethodNotAllowed, APIError{Code: CodeMethodNotAllowed, Message: r.Method + " is not allowed on " + servicePrefix + "{method}; use GET or POST"})
@@ -181,6 +181,7 @@ func (a *Agent) prepareProxy(r *http.Request, call *proxyCall) (*httputil.Revers
 	}
 	call.body = body
 	base := target.base
+	requestID := call.entry.requestID
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL = &url.URL{Scheme: base.Scheme, Host: base.Host, Path: strings.TrimRight(base.Path, "/") + path, RawQuery: pr.In.URL.RawQuery}
@@ -190,6 +191,13 @@ func (a *Agent) prepareProxy(r *http.Request, call *proxyCall) (*httputil.Revers
 			for _, h := range []string{"Authorization", "Proxy-Authorization", "Cookie", IdentityHeader} {
 				pr.Out.Header.Del(h)
 			}
+			// The service sees the request's id, the one in the audit line.
+			pr.Out.Header.Set(RequestIDHeader, requestID)
+		},
+		// The caller gets the agent's id back, not a second one.
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Header.Del(RequestIDHeader)
+			return nil
 		},
 		Transport: &authorizingTransport{id: id, body: body, base: target.transport, retried: &call.retried},
 		ErrorLog:  target.errorLog,
@@ -215,7 +223,7 @@ func (a *Agent) proxyFailed(w http.ResponseWriter, call *proxyCall, start time.T
 	if status >= 500 {
 		ev = a.o.Log.Warn()
 	}
-	ev.Str("client", call.entry.caller).Str("operation", "service").Str("call", call.entry.call).Int("status", status).Str("code", apiErr.Code).Msg(apiErr.Message)
+	ev.Str("client", call.entry.caller).Str("operation", "service").Str("call", call.entry.call).Int("status", status).Str("code", apiErr.Code).Str("requestId", call.entry.requestID).Msg(apiErr.Message)
 	writeError(w, status, apiErr)
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -280,6 +281,40 @@ func TestProxyHeaders(t *testing.T) {
 	}
 	if resp.Header.Get("X-Answer") != "kept" || resp.Header.Get("X-Hop-Back") != "" {
 		t.Errorf("answer headers: %v", resp.Header)
+	}
+	// The request's id comes back once, and names its audit line.
+	if ids := resp.Header.Values("X-Request-Id"); len(ids) != 1 || ids[0] != "r-1" {
+		t.Errorf("X-Request-Id in the answer: %q", ids)
+	}
+	if !strings.Contains(h.audit.String(), `"requestId":"r-1"`) {
+		t.Errorf("the audit line lacks the request's id: %s", h.audit.String())
+	}
+}
+
+// TestRequestIDs: a caller's usable X-Request-Id is kept; a missing or
+// unusable one (too long, with characters a log would have to escape) is
+// replaced by one the agent makes; the answer, the audit line and the
+// diagnostic line of a failure carry it.
+func TestRequestIDs(t *testing.T) {
+	h := start(t, options{})
+	for _, tc := range []struct{ sent, want string }{
+		{"trace-7.a:b_c", "^trace-7\\.a:b_c$"},
+		{"", "^[0-9a-f]{24}$"},
+		{strings.Repeat("x", 65), "^[0-9a-f]{24}$"},
+		{"bad id/with*stars", "^[0-9a-f]{24}$"},
+	} {
+		var hdr []string
+		if tc.sent != "" {
+			hdr = []string{"X-Request-Id", tc.sent}
+		}
+		code, got, _ := raw(t, h.sock, "POST", "/v1/signatures", `{"phone":"123"}`, hdr...)
+		id := got.Get("X-Request-Id")
+		if code != 400 || !regexp.MustCompile(tc.want).MatchString(id) {
+			t.Fatalf("sent %q: %d, id %q", tc.sent, code, id)
+		}
+		if !strings.Contains(h.audit.String(), `"requestId":"`+id+`"`) || !strings.Contains(h.logs.String(), id) {
+			t.Fatalf("sent %q: the audit or log line lacks the id %q", tc.sent, id)
+		}
 	}
 }
 
