@@ -273,6 +273,16 @@ func (s *statusWriter) WriteHeader(code int) {
 // proxy flushes a streamed answer as it comes.
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
+// splitRoute is a route's method and path labels: "POST /v1/signatures"
+// is POST and /v1/signatures; "other" (no such route) has method other,
+// so that invented methods cannot grow the metrics either.
+func splitRoute(route string) (method, path string) {
+	if m, p, ok := strings.Cut(route, " "); ok {
+		return m, p
+	}
+	return "other", route
+}
+
 // routeLabel is the metrics label of a request: one of Routes, or "other"
 // for any other method or path. Labels come from this fixed set only, so
 // that callers cannot grow the metrics by inventing methods and paths.
@@ -303,7 +313,7 @@ func (a *Agent) wrap(mux http.Handler, auth Authenticator) http.Handler {
 			// Refused callers share one label, one log budget and a
 			// closed connection: they cannot grow the metrics, fill the
 			// logs, or keep descriptors open.
-			a.metrics.requests.WithLabelValues("refused", fmt.Sprint(status)).Inc()
+			a.metrics.requests.WithLabelValues("other", "refused", fmt.Sprint(status)).Inc()
 			if ok, suppressed := a.refusals.allow(start); ok {
 				a.o.Log.Warn().Str("client", caller).Str("route", route).Int("status", status).Str("reason", apiErr.Message).Int("suppressed", suppressed).Str("requestId", id).Msg("caller refused")
 				a.o.Audit.write(auditEntry{caller: caller, operation: route, outcome: apiErr.Code, latency: time.Since(start), requestID: id})
@@ -313,8 +323,9 @@ func (a *Agent) wrap(mux http.Handler, auth Authenticator) http.Handler {
 			return
 		}
 		defer func() {
-			a.metrics.requests.WithLabelValues(route, fmt.Sprint(sw.status)).Inc()
-			a.metrics.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+			method, path := splitRoute(route)
+			a.metrics.requests.WithLabelValues(method, path, fmt.Sprint(sw.status)).Inc()
+			a.metrics.duration.WithLabelValues(method, path).Observe(time.Since(start).Seconds())
 		}()
 		if !a.routeAllowed(r, route) {
 			sw.Header().Set("Connection", "close")

@@ -131,9 +131,12 @@ func TestEndpoints(t *testing.T) {
 			t.Fatalf("metrics %d %s", code, hdr)
 		}
 		for _, m := range []string{
-			`signagent_requests_total{route="POST /v1/signatures",status="200"}`,
+			`signagent_requests_total{method="POST",route="/v1/signatures",status="200"}`,
 			"signagent_sign_duration_seconds_count", "signagent_token_ready 1", "signagent_session_cache_hits_total 1",
 			"signagent_queue_depth 0", "signagent_queue_rejected_total 0", "process_resident_memory_bytes",
+			// Label sets known in advance are there from the first scrape.
+			`signagent_sign_errors_total{reason="pin_locked"} 0`, `signagent_sign_errors_total{reason="device"} 0`,
+			`signagent_authorizations_total{result="failed",scheme="oidc"} 0`, `signagent_oidc_refreshes_total{result="refused"} 0`,
 		} {
 			if !strings.Contains(body, m) {
 				t.Errorf("metrics lack %s", m)
@@ -393,8 +396,8 @@ func TestQueueFull(t *testing.T) {
 	}
 	_, _, body := raw(t, h.sock, "GET", "/metrics", "")
 	if !strings.Contains(body, fmt.Sprintf("signagent_queue_rejected_total %d", counts[429])) ||
-		!strings.Contains(body, fmt.Sprintf(`signagent_requests_total{route="POST /v1/signatures",status="429"} %d`, counts[429])) ||
-		!strings.Contains(body, fmt.Sprintf(`signagent_requests_total{route="POST /v1/signatures",status="200"} %d`, counts[200])) {
+		!strings.Contains(body, fmt.Sprintf(`signagent_requests_total{method="POST",route="/v1/signatures",status="429"} %d`, counts[429])) ||
+		!strings.Contains(body, fmt.Sprintf(`signagent_requests_total{method="POST",route="/v1/signatures",status="200"} %d`, counts[200])) {
 		t.Fatalf("metrics disagree with %v", counts)
 	}
 }

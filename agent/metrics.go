@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"runtime"
 	"runtime/debug"
@@ -10,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/signagent/signagent/agent/tokenq"
+	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -19,7 +23,7 @@ type metrics struct {
 	requests      *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
 	signing       prometheus.Histogram
-	signErrors    prometheus.Counter
+	signErrors    *prometheus.CounterVec
 	cacheHits     prometheus.Counter
 	cacheMisses   prometheus.Counter
 	rejected      prometheus.Counter
@@ -62,17 +66,18 @@ func newMetrics(tm *tokenq.Manager, version string) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "signagent_requests_total", Help: "HTTP requests by route and status.",
-		}, []string{"route", "status"}),
+			Name: "signagent_requests_total", Help: "HTTP requests by method, route (the path of a known route, other or refused) and status.",
+		}, []string{"method", "route", "status"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "signagent_request_duration_seconds", Help: "HTTP request latency by route.",
+			Name: "signagent_request_duration_seconds", Help: "HTTP request latency by method and route.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}, []string{"route"}),
+		}, []string{"method", "route"}),
 		signing: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "signagent_sign_duration_seconds", Help: "Time the token took to sign (CMS included).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}),
-		signErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "signagent_sign_errors_total", Help: "Token signatures that failed."}),
+		signErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_sign_errors_total",
+			Help: "Token signatures that failed, by reason: pin (refused, missing or its last try), pin_locked, timeout (the token's deadline), device (removed, lost, a device error: the agent reconnects), other."}, []string{"reason"}),
 		cacheHits:   prometheus.NewCounter(prometheus.CounterOpts{Name: "signagent_session_cache_hits_total", Help: "Sessions answered from the cache."}),
 		cacheMisses: prometheus.NewCounter(prometheus.CounterOpts{Name: "signagent_session_cache_misses_total", Help: "Sessions that ran the flow."}),
 		rejected:    prometheus.NewCounter(prometheus.CounterOpts{Name: "signagent_queue_rejected_total", Help: "Requests refused with 429 because the token's queue was full."}),
@@ -102,6 +107,14 @@ func newMetrics(tm *tokenq.Manager, version string) *metrics {
 	for _, s := range [][2]string{{"legacy", "memory"}, {"legacy", "store"}, {"legacy", "login"}, {"oidc", "memory"}, {"oidc", "store"}, {"oidc", "refresh"}} {
 		m.sources.WithLabelValues(s[0], s[1])
 	}
+	for _, scheme := range []string{"legacy", "oidc"} {
+		for _, result := range []string{"cached", "obtained", "failed"} {
+			m.authz.WithLabelValues(scheme, result)
+		}
+	}
+	for _, result := range []string{"ok", "refused", "error"} {
+		m.oidcRefreshes.WithLabelValues(result)
+	}
 	if version == "" {
 		version = "dev"
 	}
@@ -124,6 +137,9 @@ func newMetrics(tm *tokenq.Manager, version string) *metrics {
 	if tm == nil {
 		return m // no token: no token metrics, rather than a token that is never ready
 	}
+	for _, r := range signReasons {
+		m.signErrors.WithLabelValues(r)
+	}
 	m.reg.MustRegister(m.signing, m.signErrors, m.cacheHits, m.cacheMisses, m.rejected,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "signagent_token_ready", Help: "1 when the token is logged in and the key found."},
 			func() float64 {
@@ -143,10 +159,28 @@ func newMetrics(tm *tokenq.Manager, version string) *metrics {
 func (m *metrics) observeSign(d float64, err error) {
 	m.signing.Observe(d)
 	if err != nil {
-		m.signErrors.Inc()
+		m.signErrors.WithLabelValues(signReason(err)).Inc()
 	}
 }
 
 func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// signReasons are the reason labels of signagent_sign_errors_total.
+var signReasons = []string{"pin", "pin_locked", "timeout", "device", "other"}
+
+// signReason is why a token signature failed, as an operator acts on it.
+func signReason(err error) string {
+	switch {
+	case errors.Is(err, pkcs11.ErrPINLocked):
+		return "pin_locked"
+	case errors.Is(err, pkcs11.ErrPINIncorrect), errors.Is(err, pkcs11.ErrPINMissing), errors.Is(err, pkcs11.ErrPINFinalTry):
+		return "pin"
+	case errors.Is(err, pkcs11.ErrTokenTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, errdefs.ErrTimeout):
+		return "timeout"
+	case pkcs11.Recoverable(err):
+		return "device"
+	}
+	return "other"
 }
