@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -23,6 +24,21 @@ func TestOpenAPIValidates(t *testing.T) {
 			if op.OperationID == "" {
 				t.Errorf("%s %s has no operationId", method, path)
 			}
+		}
+	}
+	// A credential is exactly one of the three, as the agent takes it: a
+	// client generated from the document says so too.
+	cred := doc.Components.Schemas["Credential"].Value
+	for body, ok := range map[string]bool{
+		`{"phone":"9161234567"}`: true, `{"snils":"11223344595"}`: true, `{"thumbprint":"A1"}`: true,
+		`{}`: false, `{"phone":"9161234567","snils":"11223344595"}`: false,
+	} {
+		var v any
+		if err := json.Unmarshal([]byte(body), &v); err != nil {
+			t.Fatal(err)
+		}
+		if err := cred.VisitJSON(v); (err == nil) != ok {
+			t.Errorf("Credential %s: valid %v, want %v (%v)", body, err == nil, ok, err)
 		}
 	}
 }
