@@ -197,6 +197,9 @@ type Object struct {
 	// and whether it would ever let it out (extractable).
 	Sensitive   *bool `json:"sensitive,omitempty"`
 	Extractable *bool `json:"extractable,omitempty"`
+	// URI is the object's RFC 7512 pkcs11: URI (token, serial, object,
+	// id, type): what --key takes.
+	URI string `json:"uri"`
 }
 
 // ListObjects returns the keys and certificates on the token. Private keys are
@@ -242,6 +245,7 @@ func listObjects(m Backend, tok TokenInfo, pin string) ([]Object, error) {
 			if err != nil {
 				return nil, classify("read an object's attributes", err)
 			}
+			o.URI = ObjectURI(tok, o)
 			out = append(out, o)
 		}
 	}
@@ -346,4 +350,41 @@ func trimZero(b []byte) []byte {
 func Thumbprint(c *x509.Certificate) string {
 	sum := sha1.Sum(c.Raw)
 	return strings.ToUpper(hex.EncodeToString(sum[:]))
+}
+
+// ObjectURI is the RFC 7512 URI of o on tok: the token by label and
+// serial, the object by label and id, and its type, each value
+// percent-encoded where RFC 7512 requires (the id always, byte by byte).
+func ObjectURI(tok TokenInfo, o Object) string {
+	typ := map[string]string{"private-key": "private", "public-key": "public", "certificate": "cert"}[o.Class]
+	attrs := []string{"token=" + uriEscape([]byte(tok.Label)), "serial=" + uriEscape([]byte(tok.Serial))}
+	if o.Label != "" {
+		attrs = append(attrs, "object="+uriEscape([]byte(o.Label)))
+	}
+	if id, err := hex.DecodeString(o.ID); err == nil && len(id) > 0 {
+		var sb strings.Builder
+		for _, c := range id {
+			fmt.Fprintf(&sb, "%%%02X", c)
+		}
+		attrs = append(attrs, "id="+sb.String())
+	}
+	if typ != "" {
+		attrs = append(attrs, "type="+typ)
+	}
+	return "pkcs11:" + strings.Join(attrs, ";")
+}
+
+// uriEscape percent-encodes what RFC 7512 does not allow in a path
+// attribute's value (anything but unreserved characters and a few
+// sub-delimiters).
+func uriEscape(b []byte) string {
+	var sb strings.Builder
+	for _, c := range b {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-._~:[]@!$'()*+,=&", c) >= 0 {
+			sb.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&sb, "%%%02X", c)
+	}
+	return sb.String()
 }

@@ -1,6 +1,8 @@
 package pkcs11
 
 import (
+	"bytes"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -150,5 +152,32 @@ func TestDefaultModulesProxyFirst(t *testing.T) {
 	}
 	if !slices.Equal(DefaultModules[:len(ProxyModules)], ProxyModules) || !slices.Equal(DefaultModules[len(ProxyModules):], SoftHSMModules) {
 		t.Fatalf("DefaultModules = %v", DefaultModules)
+	}
+}
+
+// ObjectURI, what keys --json prints, parses back to the same token, key
+// and type, whatever the labels hold (RFC 7512 percent-encoding).
+func TestObjectURIRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		tok TokenInfo
+		obj Object
+	}{
+		{TokenInfo{Label: "signagent-dev", Serial: "ec15a64fcd55b56f"}, Object{Class: "private-key", Label: "signagent-dev", ID: "01"}},
+		{TokenInfo{Label: "Рутокен ЭЦП 3.0", Serial: "3a 5f"}, Object{Class: "certificate", Label: "key;1?a=b&c/%", ID: "a0ff00"}},
+		{TokenInfo{Label: "t", Serial: "1"}, Object{Class: "public-key", ID: "02"}},
+	} {
+		s := ObjectURI(tc.tok, tc.obj)
+		u, err := ParseURI(s)
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		id, _ := hex.DecodeString(tc.obj.ID)
+		want := map[string]string{"private-key": "private", "public-key": "public", "certificate": "cert"}[tc.obj.Class]
+		if u.Token != tc.tok.Label || u.Serial != tc.tok.Serial || u.Object != tc.obj.Label || !bytes.Equal(u.ID, id) || u.Type != want {
+			t.Fatalf("%s parsed as %+v", s, u)
+		}
+		if strings.ContainsAny(strings.TrimPrefix(s, "pkcs11:"), " ?/%\u0420") && !strings.Contains(s, "%") {
+			t.Fatalf("%s is not percent-encoded", s)
+		}
 	}
 }
