@@ -6,6 +6,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -114,6 +115,45 @@ func RunContext(ctx context.Context, name string, conc int, d time.Duration, op 
 }
 
 // Table prints results with each rate as a percentage of base's rate.
+// JSONRow is a row as bench --json prints it: latencies in microseconds,
+// the rate against the raw token rate when the row has one.
+type JSONRow struct {
+	Name        string         `json:"name"`
+	Concurrency int            `json:"concurrency,omitempty"`
+	OpsPerSec   float64        `json:"opsPerSec,omitempty"`
+	VsRaw       float64        `json:"vsRaw,omitempty"`
+	P50us       float64        `json:"p50us,omitempty"`
+	P99us       float64        `json:"p99us,omitempty"`
+	P999us      float64        `json:"p999us,omitempty"`
+	Errors      map[string]int `json:"errors,omitempty"`
+	Value       string         `json:"value,omitempty"`
+	Note        string         `json:"note,omitempty"`
+}
+
+// JSON writes the rows as one JSON document with the run's header fields.
+func JSON(w io.Writer, header map[string]any, rows []*Result, base *Result) error {
+	out := make([]JSONRow, 0, len(rows))
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
+	for _, r := range rows {
+		j := JSONRow{Name: r.Name, Concurrency: r.Concurrency, Value: r.Value, Note: r.Note, Errors: r.Errors}
+		if r.Value == "" {
+			j.OpsPerSec, j.P50us, j.P99us, j.P999us = r.Rate(), us(r.Percentile(.5)), us(r.Percentile(.99)), us(r.Percentile(.999))
+			b := r.Base
+			if b == nil {
+				b = base
+			}
+			if b != nil && b.Rate() > 0 {
+				j.VsRaw = r.Rate() / b.Rate()
+			}
+		}
+		out = append(out, j)
+	}
+	header["rows"] = out
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(header)
+}
+
 func Table(w io.Writer, rows []*Result, base *Result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "what\tconc\tops/s\tvs raw\tp50\tp99\tp99.9\terrors\tnote\t")

@@ -49,6 +49,11 @@ func Soak(ctx context.Context, o Options) error {
 	time.Sleep(time.Second) // let the last connections settle
 	rss1, _ := RSS(pid)
 	g1, _ := goroutines(sock)
+	if o.JSON {
+		return JSON(o.Stdout, map[string]any{"mode": "soak", "date": time.Now().UTC().Format("2006-01-02"), "callers": conc,
+			"duration": o.Duration.String(), "tokenWorkers": o.Workers, "rssStartBytes": rss0, "rssEndBytes": rss1,
+			"goroutinesStart": g0, "goroutinesEnd": g1}, []*Result{r}, nil)
+	}
 	fmt.Fprintf(o.Stdout, "signagent bench --soak: %s, %d callers for %v, token workers %d\n",
 		time.Now().UTC().Format("2006-01-02"), conc, o.Duration, o.Workers)
 	Table(o.Stdout, []*Result{r}, nil)

@@ -34,6 +34,8 @@ type Options struct {
 	// (the PIN reaches it through PINFile, never argv).
 	ServeArgs []string
 	PINFile   string
+	// JSON prints the rows as JSON instead of the table.
+	JSON bool
 	// APIKey is written into the signed texts; the run's own emulator knows it.
 	APIKey string
 
@@ -114,6 +116,11 @@ func Suite(ctx context.Context, o Options) error {
 	rows = append(rows, o.agentRows(ctx, agentclient.NewUnix(sock), pid, raw1, rawN)...)
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if o.JSON {
+		return JSON(o.Stdout, map[string]any{"date": time.Now().UTC().Format("2006-01-02"), "cpus": runtime.NumCPU(),
+			"goVersion": runtime.Version(), "version": o.Version, "tokenWorkers": o.Workers, "eachRow": o.Each.String(),
+			"tokenDelay": o.TokenDelay.String()}, rows, raw1)
 	}
 	fmt.Fprintf(o.Stdout, "signagent bench: %s, %d CPU, Go %s, %s, token workers %d, %v a row",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), o.Version, o.Workers, o.Each)

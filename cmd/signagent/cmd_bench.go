@@ -29,6 +29,7 @@ func benchCommand(e *env) *cli.Command {
 		Flags: concat(tokenFlags(), apiKeyFlags(), []cli.Flag{
 			&cli.DurationFlag{Name: "each", Value: 3 * time.Second, Usage: "`DURATION` each row runs"},
 			&cli.BoolFlag{Name: "soak", Usage: "soak mode: drive /v1/signatures for --duration at --soak-concurrency"},
+			jsonFlag(`{"rows":[{"name","concurrency","opsPerSec","vsRaw","p50us","p99us","p999us","errors","value","note"}],...}`),
 			&cli.DurationFlag{Name: "duration", Value: 10 * time.Minute, Usage: "soak mode: for `DURATION`"},
 			&cli.IntFlag{Name: "soak-concurrency", Value: 8, Usage: "soak mode: `N` callers"},
 			&cli.BoolFlag{Name: "no-tools", Usage: "skip the openssl and pkcs11-tool rows"},
@@ -67,7 +68,7 @@ func runBench(c *cli.Context, e *env) error {
 		Each: c.Duration("each"), Concurrency: conc, Workers: c.Int("workers"), TokenDelay: c.Duration("token-delay"),
 		QueueSize: c.Int("queue-size"), NoTools: c.Bool("no-tools"), Socket: c.String("socket"), AgentPID: c.Int("agent-pid"),
 		Executable: exe, Duration: c.Duration("duration"), SoakCallers: c.Int("soak-concurrency"),
-		Version: version, Stdout: e.stdout, Stderr: e.stderr}
+		Version: version, Stdout: e.stdout, Stderr: e.stderr, JSON: c.Bool("json")}
 	for _, f := range []string{"module", "token-label", "token-serial", "key", "key-label", "key-id", "cert"} {
 		if v := c.String(f); v != "" && c.IsSet(f) {
 			o.ServeArgs = append(o.ServeArgs, "--"+f, v)
