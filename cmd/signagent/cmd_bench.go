@@ -34,7 +34,7 @@ func benchCommand(e *env) *cli.Command {
 			&cli.IntFlag{Name: "soak-concurrency", Value: 8, Usage: "soak mode: `N` callers"},
 			&cli.BoolFlag{Name: "no-tools", Usage: "skip the openssl and pkcs11-tool rows"},
 			&cli.StringFlag{Name: "concurrency", Value: "1,2,8,32", Usage: "comma-separated caller concurrencies `N,N,...` for /v1/signatures"},
-			&cli.IntFlag{Name: "workers", Value: runtime.GOMAXPROCS(0), Usage: "`N` token workers: the agent's --token-concurrency and the raw rate's N"},
+			&cli.IntFlag{Name: "workers", Value: runtime.GOMAXPROCS(0), DefaultText: "the number of CPUs", Usage: "`N` token workers: the agent's --token-concurrency and the raw rate's N"},
 			&cli.StringFlag{Name: "ec-key-label", Usage: "also measure the raw rate of the P-256 key `LABEL`"},
 			&cli.DurationFlag{Name: "token-delay", Usage: "slow-card mode: add `DURATION` to every token signature (raw and agent alike)"},
 			&cli.IntFlag{Name: "queue-size", Value: 1024, Usage: "the started agent's --queue-size `N`"},

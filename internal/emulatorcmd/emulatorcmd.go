@@ -42,7 +42,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		UsageText: "signagent-emulator --config FILE [--listen 127.0.0.1:18080] [--url-file FILE]\n   signagent-emulator --hash-password < password",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:18080", Usage: "loopback `HOST:PORT` to serve on (port 0 picks a free one)"},
-			&cli.StringFlag{Name: "config", Usage: "YAML `FILE` of partners, developers, users and organizations (see docs in README)"},
+			&cli.StringFlag{Name: "config", Usage: "YAML `FILE` of partners, developers, users and organizations (see docs/emulator.md)"},
 			&cli.StringFlag{Name: "url-file", Usage: "write the base URL to `FILE` once listening"},
 			&cli.BoolFlag{Name: "hash-password", Usage: "read a password (a prompt on a terminal, else a line of stdin), print its passwordHash for the configuration, and exit"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
