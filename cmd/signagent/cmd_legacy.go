@@ -47,8 +47,9 @@ func legacyCommandFlags(extra ...cli.Flag) []cli.Flag {
 
 func legacyTokenCommand(e *env) *cli.Command {
 	return &cli.Command{
-		Name:  "legacy-token",
-		Usage: "obtain a legacy authorization token (Authenticate V3) by password, certificate or auth.sid; print it",
+		Description: examples("signagent legacy-token --by password --login alice --password-file pw", "signagent legacy-token --by certificate", "signagent legacy-token --by sid --sid-file sid"),
+		Name:        "legacy-token",
+		Usage:       "obtain a legacy authorization token (Authenticate V3) by password, certificate or auth.sid; print it",
 		UsageText: "signagent legacy-token --by password --login L\n" +
 			"signagent legacy-token --by certificate [token flags]\n" +
 			"signagent legacy-token --by sid [--sid-file F | --snils S --service-user-id ID]",
@@ -70,8 +71,9 @@ func legacyTokenCommand(e *env) *cli.Command {
 
 func headerCommand(e *env) *cli.Command {
 	return &cli.Command{
-		Name:  "header",
-		Usage: "print the Authorization header value of a business call",
+		Description: examples("signagent header --scheme oidc", "signagent header --scheme legacy --by certificate --json"),
+		Name:        "header",
+		Usage:       "print the Authorization header value of a business call",
 		UsageText: "signagent header --scheme legacy --by password|certificate|sid [...]\n" +
 			"signagent header --scheme oidc [--profile NAME]",
 		Flags: concat(legacyCommandFlags(&cli.StringFlag{Name: "scheme", Category: catOutput, Value: "legacy",

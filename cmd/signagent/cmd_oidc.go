@@ -90,8 +90,9 @@ func profileFlag() cli.Flag {
 
 func loginCommand(e *env) *cli.Command {
 	return &cli.Command{
-		Name:  "login",
-		Usage: "sign a user in with OpenID Connect (device or authorization-code flow) and keep the tokens",
+		Description: examples("signagent login", "signagent login --flow code", "signagent login --profile robot --refresh-token-file rt"),
+		Name:        "login",
+		Usage:       "sign a user in with OpenID Connect (device or authorization-code flow) and keep the tokens",
 		UsageText: "signagent login --space staging|production [--flow device] [--no-qr]\n" +
 			"signagent login --flow code --redirect-uri http://127.0.0.1:PORT/callback [--no-browser]",
 		Flags: concat(oidcFlags(), []cli.Flag{profileFlag(),

@@ -14,10 +14,11 @@ import (
 
 func tokenCommand(e *env) *cli.Command {
 	return &cli.Command{
-		Name:      "token",
-		Usage:     "print the profile's access token, refreshed when it has less than --refresh-before left",
-		UsageText: "curl -H \"Authorization: Bearer $(signagent token)\" ...",
-		Flags:     concat(oidcFlags(), []cli.Flag{profileFlag(), jsonFlag(`{"accessToken","expiresAt","profile"}`)}),
+		Description: examples("curl -H \"Authorization: Bearer $(signagent token)\" URL", "signagent token --json"),
+		Name:        "token",
+		Usage:       "print the profile's access token, refreshed when it has less than --refresh-before left",
+		UsageText:   "curl -H \"Authorization: Bearer $(signagent token)\" ...",
+		Flags:       concat(oidcFlags(), []cli.Flag{profileFlag(), jsonFlag(`{"accessToken","expiresAt","profile"}`)}),
 		Action: func(c *cli.Context) error {
 			rec, err := oidcToken(c, e)
 			if err != nil {
@@ -48,8 +49,9 @@ func oidcToken(c *cli.Context, e *env) (*oidc.Record, error) {
 
 func statusCommand(e *env) *cli.Command {
 	return &cli.Command{
-		Name:  "status",
-		Usage: "show who the profile is signed in as, the scopes and space, and when the tokens expire (no token is shown)",
+		Description: examples("signagent status", "signagent status --json"),
+		Name:        "status",
+		Usage:       "show who the profile is signed in as, the scopes and space, and when the tokens expire (no token is shown)",
 		Flags: concat([]cli.Flag{profileFlag(), tokenStoreFlag(),
 			&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print it as JSON"}}, storeFlags()),
 		Action: func(c *cli.Context) error {
@@ -106,9 +108,10 @@ func printStatus(e *env, r *oidc.Record, asJSON bool) error {
 
 func logoutCommand(e *env) *cli.Command {
 	return &cli.Command{
-		Name:  "logout",
-		Usage: "remove the profile's tokens from the token store",
-		Flags: concat([]cli.Flag{profileFlag(), tokenStoreFlag()}, storeFlags()),
+		Description: examples("signagent logout --profile robot"),
+		Name:        "logout",
+		Usage:       "remove the profile's tokens from the token store",
+		Flags:       concat([]cli.Flag{profileFlag(), tokenStoreFlag()}, storeFlags()),
 		Action: func(c *cli.Context) error {
 			s := settings.Of(c)
 			store, err := tokenStore(s)

@@ -20,10 +20,11 @@ import (
 
 func canonicalCommand(e *env) *cli.Command {
 	return &cli.Command{
-		Name:      "canonical",
-		Usage:     "write the exact text that is signed for a credential (it contains the API key: treat it as secret)",
-		UsageText: "signagent canonical --phone P | --snils S | --thumbprint T [--timestamp \"dd.MM.yyyy HH:mm:ss\"]",
-		Flags:     append(credentialFlags(), apiKeyFlags()...),
+		Description: examples("signagent canonical --phone 9161234567 | od -c | head"),
+		Name:        "canonical",
+		Usage:       "write the exact text that is signed for a credential (it contains the API key: treat it as secret)",
+		UsageText:   "signagent canonical --phone P | --snils S | --thumbprint T [--timestamp \"dd.MM.yyyy HH:mm:ss\"]",
+		Flags:       append(credentialFlags(), apiKeyFlags()...),
 		Action: func(c *cli.Context) error {
 			text, _, _, err := buildText(c)
 			if err != nil {
@@ -81,9 +82,10 @@ func openSigner(ctx context.Context, c *cli.Context, e *env, sel pkcs11.Selectio
 
 func signCommand(e *env) *cli.Command {
 	return &cli.Command{
-		Name:      "sign",
-		Usage:     "sign the text for a credential on the token: a detached CMS SignedData",
-		UsageText: "signagent sign --phone P | --snils S | --thumbprint T [--timestamp T] [--out FILE] [--format der|pem|base64] [--json]",
+		Description: examples("signagent sign --phone 9161234567 --out sig.der", "signagent sign --snils 11223344595 --format base64", "signagent sign --phone 9161234567 --json"),
+		Name:        "sign",
+		Usage:       "sign the text for a credential on the token: a detached CMS SignedData",
+		UsageText:   "signagent sign --phone P | --snils S | --thumbprint T [--timestamp T] [--out FILE] [--format der|pem|base64] [--json]",
 		Flags: concat(credentialFlags(), apiKeyFlags(), tokenFlags(), signFlags(), []cli.Flag{
 			&cli.StringFlag{Name: "out", Category: catOutput, Usage: "write the signature to `FILE` (atomically) instead of stdout"},
 			&cli.StringFlag{Name: "text-out", Category: catOutput, Usage: "also write the signed text to `FILE` (mode 0600: it holds the API key)"},

@@ -16,8 +16,9 @@ import (
 
 func tokensCommand(e *env) *cli.Command {
 	return &cli.Command{
-		Name:  "tokens",
-		Usage: "list the tokens the PKCS#11 module sees",
+		Description: examples("signagent tokens", "signagent tokens --module /usr/lib/librtpkcs11ecp.so"),
+		Name:        "tokens",
+		Usage:       "list the tokens the PKCS#11 module sees",
 		Flags: []cli.Flag{
 			pick(tokenFlags(), "module")[0],
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
@@ -42,9 +43,10 @@ func tokensCommand(e *env) *cli.Command {
 
 func keysCommand(e *env) *cli.Command {
 	return &cli.Command{
-		Name:  "keys",
-		Usage: "list the keys and certificates on a token (private keys only with a PIN)",
-		Flags: append(pick(tokenFlags(), "module", "token-label", "token-serial", "pin-file"), &cli.BoolFlag{Name: "json", Usage: "print JSON"}),
+		Description: examples("signagent keys --token-label partner --pin-file pin --json"),
+		Name:        "keys",
+		Usage:       "list the keys and certificates on a token (private keys only with a PIN)",
+		Flags:       append(pick(tokenFlags(), "module", "token-label", "token-serial", "pin-file"), &cli.BoolFlag{Name: "json", Usage: "print JSON"}),
 		Action: func(c *cli.Context) error {
 			mod, err := probedModule(c, e)
 			if err != nil {

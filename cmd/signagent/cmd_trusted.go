@@ -42,10 +42,11 @@ func newClient(c *cli.Context, e *env, s trusted.Signer) (*trusted.Client, error
 
 func linkCommand(e *env) *cli.Command {
 	return &cli.Command{
-		Name:      "link",
-		Usage:     "link the service's user (found by phone) to a user of the trusted system (step 0)",
-		UsageText: "signagent link --service-user-id ID --phone P [--base-url URL]",
-		Flags:     concat(serviceFlags(), pick(credentialFlags(), "phone"), []cli.Flag{jsonFlag(`{"linked","serviceUserId","credential"}`)}),
+		Description: examples("signagent link --phone 9161234567 --service-user-id crm-42"),
+		Name:        "link",
+		Usage:       "link the service's user (found by phone) to a user of the trusted system (step 0)",
+		UsageText:   "signagent link --service-user-id ID --phone P [--base-url URL]",
+		Flags:       concat(serviceFlags(), pick(credentialFlags(), "phone"), []cli.Flag{jsonFlag(`{"linked","serviceUserId","credential"}`)}),
 		Action: func(c *cli.Context) error {
 			if !c.IsSet("phone") {
 				return usageErr(errors.New("users are linked by phone: give --phone"))
@@ -74,9 +75,10 @@ func linkCommand(e *env) *cli.Command {
 
 func sessionCommand(e *env) *cli.Command {
 	return &cli.Command{
-		Name:      "session",
-		Usage:     "sign on the token and run authenticate-by-truster and approve-truster; print the auth.sid",
-		UsageText: "signagent session --phone P | --snils S | --thumbprint T --service-user-id ID [--json]",
+		Description: examples("signagent session --phone 9161234567 --service-user-id crm-42", "signagent session --snils 11223344595 --service-user-id crm-42 --json"),
+		Name:        "session",
+		Usage:       "sign on the token and run authenticate-by-truster and approve-truster; print the auth.sid",
+		UsageText:   "signagent session --phone P | --snils S | --thumbprint T --service-user-id ID [--json]",
 		Flags: concat(pick(credentialFlags(), "phone", "snils", "thumbprint", "legacy-snils"), serviceFlags(), tokenFlags(), signFlags(), storeFlags(), []cli.Flag{
 			&cli.DurationFlag{Name: "session-ttl", Category: catStore, Value: 12 * time.Hour, EnvVars: []string{"SIGNAGENT_SESSION_TTL"}, Usage: "with --store: use a session the store holds when it is younger than `DURATION`, and keep a new one that long"},
 			&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print {\"sid\",\"kind\",\"obtainedAt\"}"},

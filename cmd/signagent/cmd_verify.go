@@ -13,9 +13,10 @@ import (
 
 func verifyCommand(e *env) *cli.Command {
 	return &cli.Command{
-		Name:      "verify",
-		Usage:     "check a detached CMS signature over a content file",
-		UsageText: "signagent verify --signature FILE --content FILE [--ca FILE]",
+		Description: examples("signagent verify --signature sig.der --content text", "signagent verify --signature sig.der --content text --ca ca.pem --json"),
+		Name:        "verify",
+		Usage:       "check a detached CMS signature over a content file",
+		UsageText:   "signagent verify --signature FILE --content FILE [--ca FILE]",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "signature", Required: true, Usage: "signature `FILE`: DER, PEM or base64"},
 			&cli.StringFlag{Name: "content", Required: true, Usage: "the signed `FILE`"},

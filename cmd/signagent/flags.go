@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -148,6 +149,11 @@ func apiKey(c *cli.Context) (string, error) { return apiKeyFrom(settings.Of(c)) 
 
 func apiKeyFrom(c *settings.Settings) (string, error) {
 	return apiKeySecret.read(c, canonical.NormalizeAPIKey, canonical.ErrInvalidAPIKey)
+}
+
+// examples is a command's help section of examples, one command a line.
+func examples(lines ...string) string {
+	return "Examples:\n\n   " + strings.Join(lines, "\n   ")
 }
 
 // jsonFlag is --json, printing the shape named.

@@ -81,3 +81,38 @@ func TestCLIReference(t *testing.T) {
 		t.Fatal("docs/cli.md is not the current help: run SIGNAGENT_UPDATE_DOCS=1 go test ./cmd/signagent -run TestCLIReference")
 	}
 }
+
+// TestHelpExamplesParse: every example in a command's help is a command
+// line signagent accepts: no unknown command or flag, no stray argument.
+// They run where they cannot reach a token or a service, so each stops at
+// a missing setting, not at a usage error.
+func TestHelpExamplesParse(t *testing.T) {
+	t.Chdir(t.TempDir())
+	for _, v := range []string{"SIGNAGENT_API_KEY", "SIGNAGENT_API_KEY_FILE", "SIGNAGENT_BASE_URL", "SIGNAGENT_API_URL", "SIGNAGENT_AUTH_URL",
+		"SIGNAGENT_CLIENT_ID", "SIGNAGENT_PIN", "SIGNAGENT_PIN_FILE", "SIGNAGENT_DEVELOPER_KEY"} {
+		t.Setenv(v, "")
+	}
+	t.Setenv("SIGNAGENT_PKCS11_MODULE", "/nonexistent/module.so")
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	n := 0
+	for _, c := range newApp(strings.NewReader(""), io.Discard, io.Discard).Commands {
+		for _, line := range strings.Split(c.Description, "\n") {
+			line = strings.TrimSpace(line)
+			if !strings.HasPrefix(line, "signagent "+c.Name) {
+				continue
+			}
+			line, _, _ = strings.Cut(line, " | ") // the shell's part of the example
+			n++
+			var stderr strings.Builder
+			run(strings.Fields(line), strings.NewReader(""), io.Discard, &stderr)
+			for _, bad := range []string{"flag provided but not defined", "is not a signagent command", "no positional arguments", "Incorrect Usage"} {
+				if strings.Contains(stderr.String(), bad) {
+					t.Errorf("the example %q does not parse: %s", line, stderr.String())
+				}
+			}
+		}
+	}
+	if n < 10 {
+		t.Fatalf("%d examples found; the everyday commands have theirs", n)
+	}
+}
