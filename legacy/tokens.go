@@ -13,10 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/singleflight"
-
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/flight"
 	"github.com/signagent/signagent/store"
 )
 
@@ -77,7 +76,7 @@ type Tokens struct {
 	margin  time.Duration
 	timeout time.Duration
 	now     func() time.Time
-	group   singleflight.Group
+	group   flight.Group[Token]
 
 	mu      sync.Mutex
 	entries map[string]Token
@@ -156,26 +155,10 @@ func (t *Tokens) Token(ctx context.Context, id Identity) (tok Token, cached bool
 // Where a token came from: this process's memory, the shared store
 // (another agent logged in), or a login just now.
 const (
-	FromMemory = "memory"
+	FromMemory = flight.FromMemory
 	FromStore  = "store"
 	FromLogin  = "login"
 )
-
-// sourced is a token and where it came from; the flight's first taker
-// claims the source, the others who waited on it got a token that was
-// there for them (FromMemory), so that a login is counted once.
-type sourced struct {
-	tok     Token
-	from    string
-	claimed *atomic.Bool
-}
-
-func (s sourced) take() (Token, string) {
-	if s.from != FromMemory && !s.claimed.CompareAndSwap(false, true) {
-		return s.tok, FromMemory
-	}
-	return s.tok, s.from
-}
 
 // TokenFrom is Token saying where the token came from: FromMemory,
 // FromStore or FromLogin.
@@ -184,9 +167,10 @@ func (t *Tokens) TokenFrom(ctx context.Context, id Identity) (Token, string, err
 	if tok, ok := t.get(k); ok {
 		return tok, FromMemory, nil
 	}
-	ch := t.group.DoChan(k, func() (any, error) {
+	// One login per identity at a time; see flight for who is told it.
+	return t.group.Do(ctx, k, func() (Token, string, error) {
 		if tok, ok := t.get(k); ok { // another flight finished meanwhile
-			return sourced{tok, FromMemory, new(atomic.Bool)}, nil
+			return tok, FromMemory, nil
 		}
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.timeout)
 		defer cancel()
@@ -209,31 +193,21 @@ func (t *Tokens) TokenFrom(ctx context.Context, id Identity) (Token, string, err
 			case err == nil && json.Unmarshal(b, &tok) == nil:
 				t.put(k, tok)
 				if fromStore {
-					return sourced{tok, FromStore, new(atomic.Bool)}, nil
+					return tok, FromStore, nil
 				}
-				return sourced{tok, FromLogin, new(atomic.Bool)}, nil
+				return tok, FromLogin, nil
 			case err != nil && !errors.Is(err, store.ErrUnavailable):
-				return nil, err
+				return Token{}, "", err
 			}
 			// The store does not answer: log in here.
 		}
 		tok, err := t.client.Authenticate(fctx, id)
 		if err != nil {
-			return nil, err
+			return Token{}, "", err
 		}
 		t.put(k, tok)
-		return sourced{tok, FromLogin, new(atomic.Bool)}, nil
+		return tok, FromLogin, nil
 	})
-	select {
-	case r := <-ch:
-		if r.Err != nil {
-			return Token{}, "", r.Err
-		}
-		tok, from := r.Val.(sourced).take()
-		return tok, from, nil
-	case <-ctx.Done():
-		return Token{}, "", ctx.Err()
-	}
 }
 
 // Reject forgets id's token when it is value (a token the service answered

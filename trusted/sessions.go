@@ -10,9 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/singleflight"
-
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/internal/flight"
 	"github.com/signagent/signagent/store"
 )
 
@@ -53,7 +52,7 @@ type CachedSession struct {
 type Sessions struct {
 	ttl   time.Duration
 	now   func() time.Time
-	group singleflight.Group
+	group flight.Group[CachedSession]
 	// shared, when set, is the store the agents on it share sessions in.
 	shared atomic.Pointer[sharedSessions]
 
@@ -101,9 +100,9 @@ func (c *Sessions) SetTTL(ttl time.Duration) {
 	c.mu.Unlock()
 }
 
-// obtain returns the cached session for k or runs flow once for all the
-// callers asking at the same time. cached reports whether no flow ran for
-// this caller. The flow runs detached from any one caller's cancellation,
+// Obtain returns the cached session for k or runs flow once for all the
+// callers asking at the same time, and where the session came from
+// (FromMemory for every caller that did not cause a login). The flow runs detached from any one caller's cancellation,
 // bounded by timeout, so that one caller giving up does not fail the others.
 //
 // refresh asks for a new session, but one obtained less than floor ago is
@@ -117,9 +116,9 @@ func (c *Sessions) Obtain(ctx context.Context, k SessionKey, refresh bool, floor
 	if s, ok := c.get(k); ok {
 		return s, FromMemory, nil
 	}
-	ch := c.group.DoChan(k.String(), func() (any, error) {
+	return c.group.Do(ctx, k.String(), func() (CachedSession, string, error) {
 		if s, ok := c.get(k); ok { // filled while we queued for the group
-			return obtained{s, FromMemory, new(atomic.Bool)}, nil
+			return s, FromMemory, nil
 		}
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
@@ -135,55 +134,29 @@ func (c *Sessions) Obtain(ctx context.Context, k SessionKey, refresh bool, floor
 				if fromStore {
 					source = FromStore
 				}
-				return obtained{s, source, new(atomic.Bool)}, nil
+				return s, source, nil
 			case !errors.Is(err, store.ErrUnavailable):
-				return nil, err
+				return CachedSession{}, "", err
 			}
 			// The store does not answer: log in here.
 		}
 		sess, err := flow(fctx)
 		if err != nil {
-			return nil, err
+			return CachedSession{}, "", err
 		}
 		s := CachedSession{Sid: sess.Sid, ObtainedAt: sess.ObtainedAt, Expires: sess.ObtainedAt.Add(ttl)}
 		c.keep(k, s)
-		return obtained{s, FromLogin, new(atomic.Bool)}, nil
+		return s, FromLogin, nil
 	})
-	select {
-	case r := <-ch:
-		if r.Err != nil {
-			return CachedSession{}, "", r.Err
-		}
-		s, source := r.Val.(obtained).take()
-		return s, source, nil
-	case <-ctx.Done():
-		return CachedSession{}, "", ctx.Err()
-	}
 }
 
 // Where a session came from: this agent's memory, the shared store
 // (another agent logged in), or a login just now.
 const (
-	FromMemory = "memory"
+	FromMemory = flight.FromMemory
 	FromStore  = "store"
 	FromLogin  = "login"
 )
-
-// obtained is a session and where it came from; the flight's first taker
-// claims the source, the others who waited on it got a session that was
-// there for them (memory), so that a login is counted once.
-type obtained struct {
-	s       CachedSession
-	source  string
-	claimed *atomic.Bool
-}
-
-func (o obtained) take() (CachedSession, string) {
-	if o.source != FromMemory && !o.claimed.CompareAndSwap(false, true) {
-		return o.s, FromMemory
-	}
-	return o.s, o.source
-}
 
 // keep puts s in memory for k.
 func (c *Sessions) keep(k SessionKey, s CachedSession) {
