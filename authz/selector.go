@@ -108,31 +108,8 @@ func (s Selector) Check() error {
 	return bad("%q is not a way to authenticate: want password, certificate or sid", httpx.Printable(s.By, 32))
 }
 
-// String names the identity for logs and messages, without a secret: a
-// given auth.sid is "a given auth.sid", a credential is masked by the
-// scheme that parses it, so only its kind is shown here.
-func (s Selector) String() string {
-	switch {
-	case s.Scheme == SchemeOIDC:
-		p := s.Profile
-		if p == "" {
-			p = "default"
-		}
-		return "oidc profile " + p
-	case s.By == "password":
-		return "legacy login " + s.Login
-	case s.By == "certificate":
-		return "legacy certificate"
-	case s.Sid != "":
-		return "legacy a given auth.sid"
-	case s.Credential != nil:
-		return "trusted serviceUserId=" + s.ServiceUserID
-	}
-	return s.Scheme
-}
-
-// SelectorUsage is the header's syntax, for error messages.
-const SelectorUsage = "; want oidc [profile=NAME] | trusted phone=N|snils=N|thumbprint=HEX serviceUserId=ID | legacy login=LOGIN | legacy certificate"
+// selectorUsage is the header's syntax, for error messages.
+const selectorUsage = "; want oidc [profile=NAME] | trusted phone=N|snils=N|thumbprint=HEX serviceUserId=ID | legacy login=LOGIN | legacy certificate"
 
 // ParseSelector reads the Signagent-Identity header's syntax:
 //
@@ -145,7 +122,7 @@ const SelectorUsage = "; want oidc [profile=NAME] | trusted phone=N|snils=N|thum
 // wrong without repeating the values (a selector may carry a credential).
 func ParseSelector(text string) (Selector, error) {
 	bad := func(why string) error {
-		return errdefs.Mark(errors.New(why+SelectorUsage), errdefs.ErrInvalidInput)
+		return errdefs.Mark(errors.New(why+selectorUsage), errdefs.ErrInvalidInput)
 	}
 	if strings.TrimSpace(text) == "" {
 		return Selector{}, bad("missing")

@@ -31,8 +31,9 @@ type PINSource struct {
 	// File is a PIN file named by a flag or by the selection's URI
 	// (pin-source=, merged by Selection.Complete).
 	File string
-	// Lookup, when set, resolves the PIN given File; without it File is
-	// read, or the PIN is missing.
+	// Lookup, when set, resolves the PIN given File, with PINSecret's
+	// limits (its Max and Parse); without it File is read, or the PIN is
+	// missing.
 	Lookup func(file string) (secret.Secret, error)
 	// Value is a PIN the program already holds (provisioning a token it
 	// just made); it is never set from user input on a command line.
@@ -71,9 +72,6 @@ func (src PINSource) Resolve() (PINSource, error) {
 	}
 	if err != nil {
 		return src, errdefs.Mark(err, ErrPINMissing)
-	}
-	if _, perr := ParsePIN(got.Value); perr != nil { // a Lookup without the limits
-		return src, fmt.Errorf("%w: the PIN from %s %w", ErrPINMissing, got.From, perr)
 	}
 	src.pin, src.from = got.Value, got.From
 	return src, nil

@@ -73,8 +73,7 @@ func selectionFrom(c *settings.Settings, prompt bool) (pkcs11.Selection, error) 
 		Timeout:       c.Duration("token-timeout"),
 		AllowFinalTry: c.Bool("allow-final-pin-try"),
 	}
-	pin := pinSource(c, false, "")
-	sel.PIN.File = pin.File
+	sel.PIN.File, _ = c.Place(pinSecret.flag) // the flag's file; the URI's pin-source is merged below
 	if id := c.String("key-id"); id != "" {
 		b, err := pkcs11.ParseKeyID(id)
 		if err != nil {
@@ -92,7 +91,7 @@ func selectionFrom(c *settings.Settings, prompt bool) (pkcs11.Selection, error) 
 	if err != nil {
 		return sel, err
 	}
-	pin = pinSource(c, prompt, sel.Token.Label)
+	pin := pinSource(c, prompt, sel.Token.Label)
 	sel.PIN.Lookup = func(file string) (secret.Secret, error) {
 		src := pin
 		if file != src.File {

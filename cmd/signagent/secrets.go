@@ -32,7 +32,7 @@ var (
 	storePassword      = secretSpec{"the store password", "store-password-file", "SIGNAGENT_STORE_PASSWORD"}
 )
 
-// flag is the secret's file flag. It has no EnvVars: the variables are
+// flagWith is the secret's file flag, in category, its usage ending with more. It has no EnvVars: the variables are
 // read by source, so that a file named on the command line, one named in
 // the environment and the secret itself in the environment rank apart.
 func (s secretSpec) flagWith(category, more string) *cli.StringFlag {
@@ -64,7 +64,8 @@ func (s secretSpec) read(set *settings.Settings, parse func(string) (string, err
 // its label when one is known.
 func pinSource(s *settings.Settings, prompt bool, label string) secret.Source {
 	src := pinSecret.source(s)
-	src.Max, src.Parse = pkcs11.MaxPINFile, pkcs11.ParsePIN
+	limits := pkcs11.PINSecret(src.File)
+	src.Max, src.Parse = limits.Max, limits.Parse
 	if prompt {
 		src.Prompt = "Token PIN: "
 		if label != "" {
