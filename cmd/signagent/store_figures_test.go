@@ -49,27 +49,34 @@ func TestFiguresSharedStoreSessions(t *testing.T) {
 	for _, a := range procs {
 		eventuallyReady(t, a)
 	}
-	start := time.Now()
-	var next, failed atomic.Int64
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for {
-				n := int(next.Add(1)) - 1
-				if n >= identities*agents {
-					return
+	// everyone asks, through every agent, once per identity, eight callers
+	// at a time; it says how long that took and counts the failures.
+	var failed atomic.Int64
+	everyone := func(ask func(id int, a *agentProc) (int, string)) time.Duration {
+		start := time.Now()
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for {
+					n := int(next.Add(1)) - 1
+					if n >= identities*agents {
+						return
+					}
+					id, a := n/agents, procs[n%agents]
+					if code, body := ask(id, a); code != 200 {
+						failed.Add(1)
+						t.Errorf("identity %d through agent %d: %d %s", id, n%agents, code, body)
+					}
 				}
-				id, a := n/agents, procs[n%agents]
-				code, body := a.do("POST", "/v1/sessions", fmt.Sprintf(`{"phone":"93%08d","serviceUserId":"crm-%d"}`, id, id))
-				if code != 200 {
-					failed.Add(1)
-					t.Errorf("identity %d through agent %d: %d %s", id, n%agents, code, body)
-				}
-			}
-		})
+			})
+		}
+		wg.Wait()
+		return time.Since(start)
 	}
-	wg.Wait()
-	took := time.Since(start)
+	took := everyone(func(id int, a *agentProc) (int, string) {
+		return a.do("POST", "/v1/sessions", fmt.Sprintf(`{"phone":"93%08d","serviceUserId":"crm-%d"}`, id, id))
+	})
 	st := emu.Stats()
 	t.Logf("%d agents, %d identities, %d session requests in %v: the emulator issued %d auth.sids (%d step-1 requests, each one signature)",
 		agents, identities, identities*agents, took.Round(time.Millisecond), st.Sessions, st.Requests["authenticate-by-truster"])
@@ -78,27 +85,10 @@ func TestFiguresSharedStoreSessions(t *testing.T) {
 	}
 
 	// Legacy tokens: a business call per identity through every agent.
-	next.Store(0)
-	start = time.Now()
-	for range 8 {
-		wg.Go(func() {
-			for {
-				n := int(next.Add(1)) - 1
-				if n >= identities*agents {
-					return
-				}
-				id, a := n/agents, procs[n%agents]
-				code, body := a.doWith("GET", "/v1/service/GetMyOrganizations?autoRegister=false", "",
-					map[string]string{"Signagent-Identity": fmt.Sprintf("trusted phone=93%08d serviceUserId=crm-%d", id, id)})
-				if code != 200 {
-					failed.Add(1)
-					t.Errorf("identity %d through agent %d's proxy: %d %s", id, n%agents, code, body)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	took = time.Since(start)
+	took = everyone(func(id int, a *agentProc) (int, string) {
+		return a.doWith("GET", "/v1/service/GetMyOrganizations?autoRegister=false", "",
+			map[string]string{"Signagent-Identity": fmt.Sprintf("trusted phone=93%08d serviceUserId=crm-%d", id, id)})
+	})
 	st = emu.Stats()
 	t.Logf("%d agents, %d identities, %d proxied calls in %v: %d legacy logins (Authenticate type=sid), %d auth.sids in all",
 		agents, identities, identities*agents, took.Round(time.Millisecond), st.LegacyTokens, st.Sessions)
