@@ -43,13 +43,8 @@ func start(t testing.TB, tlsOnly bool, config []string) *Server {
 	if err != nil {
 		t.Fatal("redis-server is not installed: make test installs it (scripts/deps.sh redis-server)")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	_, port, _ := net.SplitHostPort(addr)
+	port := freePort(t)
+	addr := net.JoinHostPort("127.0.0.1", port)
 	dir := t.TempDir()
 	args := []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
 		"--logfile", filepath.Join(dir, "redis.log")}
@@ -217,13 +212,8 @@ func StartSentinel(t testing.TB) *Sentinel {
 	s := &Sentinel{Master: master, Replica: replica}
 	bin, _ := exec.LookPath("redis-server")
 	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		_, port, _ := net.SplitHostPort(addr)
+		port := freePort(t)
+		addr := net.JoinHostPort("127.0.0.1", port)
 		dir := t.TempDir()
 		conf := filepath.Join(dir, "sentinel.conf")
 		body := fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nlogfile %s\nsentinel monitor mymaster %s %s 2\n"+
@@ -275,4 +265,16 @@ func Command(addr string, args ...string) string {
 		fmt.Fprintf(c, "$%d\r\n%s\r\n", len(a), a)
 	}
 	return readReply(bufio.NewReader(c))
+}
+
+// freePort is a loopback port free a moment ago, for a server started next.
+func freePort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
 }
