@@ -2,9 +2,8 @@ package agent
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
+	"crypto"
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"time"
@@ -12,10 +11,8 @@ import (
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/errdefs"
-	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
-	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -65,22 +62,20 @@ func (a *Agent) authorization(w http.ResponseWriter, r *http.Request) {
 		if sel.Scheme == authz.SchemeLegacy && !a.now().policy.ExposeLegacyHeader {
 			return nil, errLegacyHeaderHidden
 		}
-		id, err := a.identity(sel, &entry)
+		au, err := a.authorizer(sel, &entry)
 		if err != nil {
 			return nil, err
 		}
-		return id.token(r.Context(), req.Refresh)
+		if req.Refresh {
+			au.Forget(a.o.RefreshFloor)
+		}
+		h, err := au.Header(r.Context())
+		if err != nil {
+			return nil, err
+		}
+		return &api.AuthorizationResponse{Authorization: h.Value, ExpiresAt: h.ExpiresAt, Cached: h.Cached}, nil
 	}()
 	a.finish(w, r, entry, start, resp, err)
-}
-
-// identity is one scheme's identity in the agent: its header value
-// (cached, or obtained; refresh forces a new one), how to drop a value the
-// service refused, and its name for messages (no secret).
-type identity struct {
-	name   string
-	token  func(ctx context.Context, refresh bool) (*api.AuthorizationResponse, error)
-	reject func(value string)
 }
 
 // selectorOf is the body of /v1/authorizations as the selector it means,
@@ -94,97 +89,86 @@ func selectorOf(req api.AuthorizationRequest) authz.Selector {
 	return sel.Normalize()
 }
 
-// agentScheme is one scheme as the agent serves it: the identity it makes
-// of a checked selector naming it (entry gets the scheme and identity for
-// the audit log).
-type agentScheme struct {
-	name     string
-	identity func(a *Agent, sel authz.Selector, entry *auditEntry) (*identity, error)
-}
-
-// agentSchemes are the schemes /v1/authorizations and the proxy serve;
-// authz.Selector.Check knows their selectors.
-var agentSchemes = []agentScheme{
-	{authz.SchemeLegacy, (*Agent).legacyIdentityOf},
-	{authz.SchemeOIDC, (*Agent).oidcIdentity},
-}
-
-// identity resolves a checked selector to its scheme's identity.
-func (a *Agent) identity(sel authz.Selector, entry *auditEntry) (*identity, error) {
-	for _, s := range agentSchemes {
-		if s.name == sel.Scheme {
-			return s.identity(a, sel, entry)
-		}
+// schemes are the schemes /v1/authorizations and the proxy serve, as st
+// configures them; authz.Selector.Check knows their selectors.
+func (a *Agent) schemes(st *state) authz.Schemes {
+	return authz.Schemes{
+		a.legacyScheme(st),
+		oidcScheme(st),
 	}
-	return nil, fmt.Errorf("%w: scheme %q: want legacy or oidc", errdefs.ErrInvalidInput, httpx.Printable(sel.Scheme, 32))
 }
 
-func (a *Agent) legacyIdentityOf(req authz.Selector, entry *auditEntry) (*identity, error) {
-	l := a.now().legacy
-	if l == nil {
-		return nil, errLegacyNotConfigured
-	}
-	id, dropSession, err := a.legacyIdentity(l, req)
+// authorizer resolves a checked selector to its scheme's Authorizer,
+// observed: entry gets the scheme and identity for the audit log, and
+// each header obtained is counted.
+func (a *Agent) authorizer(sel authz.Selector, entry *auditEntry) (authz.Authorizer, error) {
+	au, err := a.schemes(a.now()).Authorizer(sel)
 	if err != nil {
 		return nil, err
 	}
-	entry.scheme, entry.identity = "legacy", id.String()
-	auth := l.Tokens.For(id)
-	token := func(ctx context.Context, refresh bool) (*api.AuthorizationResponse, error) {
-		if refresh {
-			l.Tokens.ForgetOlder(id, a.o.RefreshFloor)
-		}
-		tok, from, err := l.Tokens.TokenFrom(ctx, id)
-		// A cached auth.sid the service no longer takes is dropped and the
-		// trusted flow runs once more.
-		var se *legacy.ServiceError
-		if errors.As(err, &se) && se.Status == http.StatusUnauthorized && se.Code != legacy.CodeAuth && dropSession != nil && dropSession() {
-			tok, from, err = l.Tokens.TokenFrom(ctx, id)
-		}
-		cached := from != legacy.FromLogin
-		a.metrics.observeAuthorization("legacy", cached, err)
-		if err != nil {
-			return nil, err
-		}
-		a.metrics.sources.WithLabelValues("legacy", from).Inc()
-		entry.cached, entry.source = &cached, from
-		return &api.AuthorizationResponse{Authorization: l.Tokens.Client().Header(tok.Value), ExpiresAt: tok.ExpiresAt, Cached: cached}, nil
-	}
-	return &identity{name: auth.String(), token: token, reject: auth.Reject}, nil
+	entry.scheme, entry.identity = sel.Scheme, au.Identity()
+	return &observed{Authorizer: au, a: a, scheme: sel.Scheme, entry: entry}, nil
 }
 
-// oidcIdentity is a profile's Bearer header from the token store an
+// observed is an Authorizer whose headers the agent counts (by result and
+// by source) and writes to the call's audit entry.
+type observed struct {
+	authz.Authorizer
+	a      *Agent
+	scheme string
+	entry  *auditEntry
+}
+
+func (o *observed) Header(ctx context.Context) (authz.Header, error) {
+	h, err := o.Authorizer.Header(ctx)
+	o.a.metrics.observeAuthorization(o.scheme, h.Cached, err)
+	if err != nil {
+		return h, err
+	}
+	o.a.metrics.sources.WithLabelValues(o.scheme, h.Source).Inc()
+	if h.Subject != "" {
+		o.entry.identity = o.Authorizer.Identity() + " (" + h.Subject + ")"
+	}
+	o.entry.cached, o.entry.source = &h.Cached, h.Source
+	return h, nil
+}
+
+// legacyScheme is the legacy scheme with the agent's configuration: the
+// passwords of --legacy-password-file, the token's certificate unless
+// certificate login is off, and trusted authentication for a credential.
+func (a *Agent) legacyScheme(st *state) authz.Scheme {
+	l := st.legacy
+	if l == nil {
+		return authz.Off(authz.SchemeLegacy, errLegacyNotConfigured)
+	}
+	s := &legacy.Scheme{
+		Tokens: l.Tokens,
+		Password: func(login string) (string, error) {
+			pw, ok := l.Passwords[login]
+			if !ok {
+				return "", fmt.Errorf("%w: no password for login %q in the agent's configuration (--legacy-password-file LOGIN=FILE)", errdefs.ErrInvalidInput, login)
+			}
+			return pw, nil
+		},
+		CertificateOff: errCertificateLoginOff,
+		SidIdentity:    func(sel authz.Selector) (legacy.Identity, error) { return a.trustedIdentity(st, sel) },
+	}
+	if !st.policy.NoCertificateLogin {
+		s.Certificate = func() (*x509.Certificate, crypto.Decrypter, error) {
+			key, cert, err := a.tm.Decrypter()
+			return cert, key, err
+		}
+	}
+	return s
+}
+
+// oidcScheme is a profile's Bearer header from the token store an
 // operator signed in to with signagent login, refreshed ahead of expiry.
-func (a *Agent) oidcIdentity(req authz.Selector, entry *auditEntry) (*identity, error) {
-	t := a.now().oidc
-	if t == nil {
-		return nil, errOIDCNotConfigured
+func oidcScheme(st *state) authz.Scheme {
+	if st.oidc == nil {
+		return authz.Off(authz.SchemeOIDC, errOIDCNotConfigured)
 	}
-	profile := req.Profile
-	if profile == "" {
-		profile = "default"
-	}
-	if err := oidc.CheckProfile(profile); err != nil {
-		return nil, err
-	}
-	entry.scheme, entry.identity = "oidc", "profile "+profile
-	auth := t.For(profile)
-	token := func(ctx context.Context, refresh bool) (*api.AuthorizationResponse, error) {
-		if refresh {
-			t.ExpireOlder(profile, a.o.RefreshFloor)
-		}
-		rec, from, err := t.TokenFrom(ctx, profile)
-		cached := from != oidc.FromRefresh
-		a.metrics.observeAuthorization("oidc", cached, err)
-		if err != nil {
-			return nil, err
-		}
-		a.metrics.sources.WithLabelValues("oidc", from).Inc()
-		entry.identity = "profile " + profile + " (" + rec.Subject + ")"
-		entry.cached, entry.source = &cached, from
-		return &api.AuthorizationResponse{Authorization: rec.Header(), ExpiresAt: rec.Expiry, Cached: cached}, nil
-	}
-	return &identity{name: auth.String(), token: token, reject: auth.Reject}, nil
+	return oidc.Scheme{Tokens: st.oidc}
 }
 
 // SetOIDC replaces the OpenID Connect token source (start, reload); nil
@@ -193,53 +177,22 @@ func (a *Agent) SetOIDC(t *oidc.Tokens) { a.update(func(s *state) { s.oidc = t }
 
 var errOIDCNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "the OpenID Connect scheme is not configured in this agent")
 
-// legacyIdentity is who the request names, with what the way in needs.
-func (a *Agent) legacyIdentity(l *Legacy, req authz.Selector) (legacy.Identity, func() bool, error) {
-	by, err := legacy.ParseMethod(req.By)
-	if err != nil {
-		return legacy.Identity{}, nil, err
-	}
-	switch by {
-	case legacy.ByPassword:
-		pw, ok := l.Passwords[req.Login]
-		if !ok {
-			return legacy.Identity{}, nil, fmt.Errorf("%w: no password for login %q in the agent's configuration (--legacy-password-file LOGIN=FILE)", errdefs.ErrInvalidInput, req.Login)
-		}
-		return legacy.Identity{By: by, Subject: req.Login, Password: pw}, nil, nil
-	case legacy.ByCertificate:
-		if a.now().policy.NoCertificateLogin {
-			return legacy.Identity{}, nil, errCertificateLoginOff
-		}
-		key, cert, err := a.tm.Decrypter()
-		if err != nil {
-			return legacy.Identity{}, nil, err
-		}
-		return legacy.Identity{By: by, Subject: pkcs11.Thumbprint(cert), Certificate: cert, Key: key}, nil, nil
-	}
-	if req.Sid != "" {
-		sum := sha256.Sum256([]byte(req.Sid))
-		sid := req.Sid
-		return legacy.Identity{By: by, Subject: "a given auth.sid", CacheKey: hex.EncodeToString(sum[:]),
-			Sid: func(context.Context) (string, error) { return sid, nil }}, nil, nil
-	}
-	return a.sidChain(req)
-}
-
-// sidChain is the identity of a trusted user: its auth.sid comes from the
-// session cache (trusted authentication on the token when there is none).
-// The selector is checked: it has a credential and a serviceUserId.
-func (a *Agent) sidChain(req authz.Selector) (legacy.Identity, func() bool, error) {
+// trustedIdentity is the identity of a trusted user: its auth.sid comes
+// from the session cache (trusted authentication on the token when there
+// is none), and one the service no longer takes is dropped from it. The
+// selector is checked: it has a credential and a serviceUserId.
+func (a *Agent) trustedIdentity(st *state, req authz.Selector) (legacy.Identity, error) {
 	cred, err := parseCredential(api.Credential(*req.Credential), a.o.LegacySNILS)
 	if err != nil {
-		return legacy.Identity{}, nil, err
+		return legacy.Identity{}, err
 	}
 	userID := req.ServiceUserID
 	if err := trusted.CheckServiceUserID(userID); err != nil {
-		return legacy.Identity{}, nil, err
+		return legacy.Identity{}, err
 	}
-	c := a.now().client
+	c := st.client
 	if c == nil {
-		return legacy.Identity{}, nil, errNotConfigured
+		return legacy.Identity{}, errNotConfigured
 	}
 	k := trusted.SessionKey{Kind: cred.Kind, Value: cred.Value, ServiceUserID: userID}
 	return legacy.Identity{By: legacy.BySid, Subject: "trusted " + cred.Masked() + " serviceUserId=" + userID, CacheKey: k.String(),
@@ -250,5 +203,6 @@ func (a *Agent) sidChain(req authz.Selector) (legacy.Identity, func() bool, erro
 				return "", err
 			}
 			return s.Sid, nil
-		}}, func() bool { return a.cache.Drop(k) }, nil
+		},
+		Drop: func() bool { return a.cache.Drop(k) }}, nil
 }

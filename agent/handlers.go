@@ -11,7 +11,6 @@ import (
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
-	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -75,7 +74,7 @@ func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, err
 		}
-		thumb := pkcs11.Thumbprint(cert)
+		thumb := canonical.ThumbprintOf(cert)
 		entry.thumbprint = thumb
 		resp := &api.SignatureResponse{Signature: base64.StdEncoding.EncodeToString(der),
 			Timestamp: canonical.FormatTimestamp(ts), CertificateThumbprint: thumb}
@@ -139,7 +138,7 @@ func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
 		a.metrics.sessions.WithLabelValues(source).Inc()
 		entry.cached, entry.source = &cached, source
 		if cert := a.tm.Certificate(); cert != nil {
-			entry.thumbprint = pkcs11.Thumbprint(cert)
+			entry.thumbprint = canonical.ThumbprintOf(cert)
 		}
 		return &api.SessionResponse{Sid: s.Sid, ObtainedAt: s.ObtainedAt, Cached: cached}, nil
 	}()

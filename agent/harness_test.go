@@ -17,6 +17,7 @@ import (
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/agentclient"
+	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/legacy"
@@ -98,7 +99,7 @@ func start(t testing.TB, o options) *harness {
 		t.Fatal(err)
 	}
 	users := []emulator.User{{ID: "u1", Phone: "9161234567", SNILS: "11223344595", Linked: []string{"p:crm-42"},
-		Login: "alice@example.com", PasswordHash: hash, Thumbprints: []string{pkcs11.Thumbprint(tk.RSA.Cert)}, Boxes: []string{myBox}}}
+		Login: "alice@example.com", PasswordHash: hash, Thumbprints: []string{canonical.ThumbprintOf(tk.RSA.Cert)}, Boxes: []string{myBox}}}
 	for i := range o.users {
 		users = append(users, emulator.User{ID: fmt.Sprintf("user%d", i), Phone: fmt.Sprintf("92000000%02d", i), Linked: []string{fmt.Sprintf("p:suid%d", i)}})
 	}

@@ -168,7 +168,7 @@ func (a *Agent) prepareProxy(r *http.Request, call *proxyCall) (*httputil.Revers
 	if target == nil {
 		return nil, errNoAPI
 	}
-	id, err := a.identity(req, &call.entry)
+	au, err := a.authorizer(req, &call.entry)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +199,7 @@ func (a *Agent) prepareProxy(r *http.Request, call *proxyCall) (*httputil.Revers
 			resp.Header.Del(RequestIDHeader)
 			return nil
 		},
-		Transport: &authorizingTransport{id: id, body: body, base: target.transport, retried: &call.retried},
+		Transport: &authorizingTransport{au: au, body: body, base: target.transport, retried: &call.retried},
 		ErrorLog:  target.errorLog,
 		// A 32 KiB buffer per call was most of what the agent allocated
 		// under proxy load, and so most of its garbage collection.
@@ -230,14 +230,14 @@ func (a *Agent) proxyFailed(w http.ResponseWriter, call *proxyCall, start time.T
 // authorizingTransport sends the proxied request with the identity's
 // header, and once more with a fresh one after a 401.
 type authorizingTransport struct {
-	id      *identity
+	au      authz.Authorizer
 	body    *heldBody
 	base    http.RoundTripper
 	retried *bool
 }
 
 func (t *authorizingTransport) RoundTrip(in *http.Request) (*http.Response, error) {
-	resp, retried, err := authz.Retry(in.Context(), identityAuthorizer{t.id}, func(ctx context.Context, authorization string) (*http.Response, error) {
+	resp, retried, err := authz.Retry(in.Context(), t.au, func(ctx context.Context, authorization string) (*http.Response, error) {
 		out := in.Clone(ctx)
 		out.Body, out.ContentLength = http.NoBody, 0
 		if t.body.size > 0 {
@@ -253,19 +253,6 @@ func (t *authorizingTransport) RoundTrip(in *http.Request) (*http.Response, erro
 	*t.retried = retried
 	return resp, err
 }
-
-// identityAuthorizer is an identity as an authz.Authorizer.
-type identityAuthorizer struct{ id *identity }
-
-func (i identityAuthorizer) Authorization(ctx context.Context) (string, error) {
-	resp, err := i.id.token(ctx, false)
-	if err != nil {
-		return "", err
-	}
-	return resp.Authorization, nil
-}
-func (i identityAuthorizer) Reject(value string) { i.id.reject(value) }
-func (i identityAuthorizer) String() string      { return i.id.name }
 
 // upstreamError is a proxied request that got no answer.
 type upstreamError struct {

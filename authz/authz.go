@@ -1,8 +1,12 @@
-// Package authz is what a business call needs of an authentication
-// scheme: the Authorization header value for one identity, and a way to
-// forget a value the service refused. The trusted, legacy and OpenID
-// Connect code each provide an Authorizer; callers know nothing else of
-// the schemes.
+// Package authz is where the authentication schemes meet the callers of
+// the service. A Scheme makes an Authorizer of a Selector naming one of its
+// identities; an Authorizer gives the Authorization header value with its
+// expiry and where it came from, drops a value the service refused and
+// forgets the identity's cached value. The legacy and OpenID Connect
+// packages each provide a Scheme (the trusted flow is legacy by auth.sid);
+// the agent's /v1/authorizations and proxy and the CLI's api command go
+// through Schemes.Authorizer and Do or Retry, and know nothing else of the
+// schemes.
 package authz
 
 import (
@@ -11,20 +15,92 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/httpx"
 )
+
+// Header is an Authorization header value as a scheme gives it.
+type Header struct {
+	Value     string
+	ExpiresAt time.Time
+	// Cached is true when no login or refresh ran for this value.
+	Cached bool
+	// Source is where the value came from, in the scheme's words (memory,
+	// store, login, refresh): the agent counts them.
+	Source string
+	// Subject is who the value speaks for, when the scheme learnt it
+	// (the OpenID Connect subject); never a secret.
+	Subject string
+}
 
 // Authorizer gives the Authorization header for one identity.
 type Authorizer interface {
-	// Authorization returns the header value, cached or freshly obtained.
-	Authorization(ctx context.Context) (string, error)
+	// Header returns the header value, cached or freshly obtained.
+	Header(ctx context.Context) (Header, error)
 	// Reject forgets value, which the service answered 401 to, so that the
-	// next Authorization obtains a new one.
+	// next Header obtains a new one.
 	Reject(value string)
+	// Forget drops the identity's cached value when it was obtained at
+	// least age ago (0: whatever its age), so that the next Header obtains
+	// a new one: a caller asking for a fresh value.
+	Forget(age time.Duration)
+	// Identity names the identity within its scheme, without a secret
+	// (for the audit log).
+	Identity() string
 	// String names the scheme and identity, without a secret.
 	String() string
 }
+
+// Scheme is one authentication scheme: the Authorizer of a checked
+// Selector naming it.
+type Scheme interface {
+	// Name is the Selector's Scheme this scheme serves.
+	Name() string
+	// Authorizer resolves sel (checked, naming this scheme) to one
+	// identity. It may refuse: a login it has no password for, a profile
+	// name that is not one.
+	Authorizer(sel Selector) (Authorizer, error)
+}
+
+// Schemes is the list of schemes a caller serves, built explicitly where
+// the program is wired (there is no registry).
+type Schemes []Scheme
+
+// Authorizer is the Authorizer of the scheme sel names; a scheme not in
+// the list is invalid input naming those that are.
+func (l Schemes) Authorizer(sel Selector) (Authorizer, error) {
+	var names []string
+	for _, s := range l {
+		if s.Name() == sel.Scheme {
+			return s.Authorizer(sel)
+		}
+		names = append(names, s.Name())
+	}
+	return nil, errdefs.Mark(fmt.Errorf("scheme %q: want %s", httpx.Printable(sel.Scheme, 32), strings.Join(names, " or ")), errdefs.ErrInvalidInput)
+}
+
+// Names are the schemes' names, in the list's order.
+func (l Schemes) Names() []string {
+	names := make([]string, len(l))
+	for i, s := range l {
+		names[i] = s.Name()
+	}
+	return names
+}
+
+// Off is a scheme the caller knows but was not configured for: every
+// Authorizer is err.
+func Off(name string, err error) Scheme { return off{name, err} }
+
+type off struct {
+	name string
+	err  error
+}
+
+func (o off) Name() string                            { return o.name }
+func (o off) Authorizer(Selector) (Authorizer, error) { return nil, o.err }
 
 // RefusedError is a 401 to a freshly obtained header value.
 type RefusedError struct {
@@ -62,10 +138,11 @@ func Do(ctx context.Context, a Authorizer, send func(ctx context.Context, author
 // whether the first value was refused.
 func Retry(ctx context.Context, a Authorizer, send func(ctx context.Context, authorization string) (*http.Response, error)) (resp *http.Response, retried bool, err error) {
 	for attempt := 1; ; attempt++ {
-		v, err := a.Authorization(ctx)
+		h, err := a.Header(ctx)
 		if err != nil {
 			return nil, retried, err
 		}
+		v := h.Value
 		resp, err := send(ctx, v)
 		if err != nil || resp.StatusCode != http.StatusUnauthorized || attempt == 2 {
 			return resp, retried, err

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/signagent/signagent/errdefs"
 )
@@ -19,15 +20,17 @@ type fake struct {
 	err      error
 }
 
-func (f *fake) Authorization(context.Context) (string, error) {
+func (f *fake) Header(context.Context) (Header, error) {
 	if f.err != nil {
-		return "", f.err
+		return Header{}, f.err
 	}
 	f.n++
-	return "Bearer v" + string(rune('0'+f.n)), nil
+	return Header{Value: "Bearer v" + string(rune('0'+f.n))}, nil
 }
-func (f *fake) Reject(v string) { f.rejected = append(f.rejected, v) }
-func (f *fake) String() string  { return "test identity" }
+func (f *fake) Reject(v string)      { f.rejected = append(f.rejected, v) }
+func (f *fake) Forget(time.Duration) {}
+func (f *fake) Identity() string     { return "test" }
+func (f *fake) String() string       { return "test identity" }
 func answer(status int, code string) *http.Response {
 	h := http.Header{}
 	if code != "" {
@@ -154,5 +157,32 @@ func TestSelectorCheck(t *testing.T) {
 		if err != nil && (strings.HasPrefix(err.Error(), "invalid input") || !errors.Is(err, errdefs.ErrInvalidInput)) {
 			t.Fatalf("%+v: error %q: kind invalid input, without its text", c.sel, err)
 		}
+	}
+}
+
+// fakeScheme is a Scheme handing out fakes, to test the list's lookup.
+type fakeScheme struct{ name string }
+
+func (s fakeScheme) Name() string                            { return s.name }
+func (s fakeScheme) Authorizer(Selector) (Authorizer, error) { return &fake{}, nil }
+
+// Schemes.Authorizer finds the scheme a selector names; a scheme not in
+// the list is invalid input naming those that are; an Off scheme answers
+// its error.
+func TestSchemes(t *testing.T) {
+	off := errdefs.New(errdefs.ErrNotConfigured, "b is not configured")
+	l := Schemes{fakeScheme{"a"}, Off("b", off)}
+	if a, err := l.Authorizer(Selector{Scheme: "a"}); err != nil || a == nil {
+		t.Fatalf("scheme a: %v", err)
+	}
+	if _, err := l.Authorizer(Selector{Scheme: "b"}); err != off {
+		t.Fatalf("an Off scheme answers its error, got %v", err)
+	}
+	_, err := l.Authorizer(Selector{Scheme: "c\x1b[2J"})
+	if !errors.Is(err, errdefs.ErrInvalidInput) || !strings.Contains(err.Error(), "want a or b") || strings.Contains(err.Error(), "\x1b") {
+		t.Fatalf("an unknown scheme: %v", err)
+	}
+	if got := strings.Join(l.Names(), ","); got != "a,b" {
+		t.Fatalf("Names %q", got)
 	}
 }

@@ -8,6 +8,9 @@
 package canonical
 
 import (
+	"crypto/sha1"
+	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -195,4 +198,12 @@ func digitsOnly(s, what, separators string) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// ThumbprintOf is the SHA-1 of the certificate's DER in upper-case hex:
+// the form the service's thumbprint credential takes, and how every part
+// of signagent names a certificate.
+func ThumbprintOf(c *x509.Certificate) string {
+	sum := sha1.Sum(c.Raw)
+	return strings.ToUpper(hex.EncodeToString(sum[:]))
 }

@@ -19,10 +19,10 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
-	"github.com/signagent/signagent/pkcs11"
 )
 
 // Method is how a user authenticates: the type parameter of Authenticate.
@@ -223,7 +223,7 @@ func (c *Client) Certificate(ctx context.Context, cert *x509.Certificate, key cr
 	}
 	defer clear(random)
 	encoded := base64.StdEncoding.EncodeToString(random)
-	q := url.Values{"thumbprint": {pkcs11.Thumbprint(cert)}, "token": {encoded}}
+	q := url.Values{"thumbprint": {canonical.ThumbprintOf(cert)}, "token": {encoded}}
 	ans, err := c.call(ctx, apiCall{name: "AuthenticateConfirm", path: "/V3/AuthenticateConfirm", query: q.Encode()},
 		nil, "", retryUnsent, encoded)
 	if err != nil {

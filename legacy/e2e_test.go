@@ -63,7 +63,7 @@ func newBed(t testing.TB, edit func(*emulator.Config)) *bed {
 		Organizations: []emulator.Organization{{ID: "org-1", Inn: "6663003127", FullName: "Horns and Hooves LLC",
 			Boxes: []emulator.Box{{GUID: boxGUID, Title: "main"}}}},
 		Users: []emulator.User{{ID: "u1", SNILS: "11223344595", Login: "alice@example.com", PasswordHash: hash,
-			Thumbprints: []string{pkcs11.Thumbprint(key.Certificate())}, Linked: []string{"crm:crm-42"}, Boxes: []string{boxGUID}}},
+			Thumbprints: []string{canonical.ThumbprintOf(key.Certificate())}, Linked: []string{"crm:crm-42"}, Boxes: []string{boxGUID}}},
 	}
 	if edit != nil {
 		edit(cfg)
@@ -367,7 +367,7 @@ func TestServiceFailing(t *testing.T) {
 func TestTokensCacheSingleFlight(t *testing.T) {
 	b := newBed(t, nil)
 	tokens := legacy.NewTokens(b.client, 0, 0)
-	id := legacy.Identity{By: legacy.ByCertificate, Subject: pkcs11.Thumbprint(b.key.Certificate()), Certificate: b.key.Certificate(), Key: b.key}
+	id := legacy.Identity{By: legacy.ByCertificate, Subject: canonical.ThumbprintOf(b.key.Certificate()), Certificate: b.key.Certificate(), Key: b.key}
 	var wg sync.WaitGroup
 	got := make([]string, 16)
 	for i := range got {

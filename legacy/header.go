@@ -9,8 +9,8 @@ import (
 	"strings"
 )
 
-// Scheme is the header's scheme name.
-const Scheme = "ServiceAuth"
+// HeaderScheme is the header's scheme name.
+const HeaderScheme = "ServiceAuth"
 
 // ErrHeader is returned for a header that is not the legacy scheme's.
 var ErrHeader = errors.New("not a ServiceAuth header")
@@ -20,22 +20,22 @@ var ErrHeader = errors.New("not a ServiceAuth header")
 // comma with no space, neither quoted nor escaped (the token is base64
 // and may end in '=').
 func Header(developerKey, token string) string {
-	return Scheme + " ddauth_api_client_id=" + developerKey + ",ddauth_token=" + token
+	return HeaderScheme + " ddauth_api_client_id=" + developerKey + ",ddauth_token=" + token
 }
 
 // AuthenticateHeader is the Authorization value while authenticating:
 // the developer key alone.
 func AuthenticateHeader(developerKey string) string {
-	return Scheme + " ddauth_api_client_id=" + developerKey
+	return HeaderScheme + " ddauth_api_client_id=" + developerKey
 }
 
 // ParseHeader reads a ServiceAuth header (the service's side, and the
 // emulator's): each pair is split at its first '=' only, since a token may
 // end in '='. token is empty when the header carries the key alone.
 func ParseHeader(v string) (developerKey, token string, err error) {
-	rest, ok := strings.CutPrefix(v, Scheme+" ")
+	rest, ok := strings.CutPrefix(v, HeaderScheme+" ")
 	if !ok {
-		return "", "", fmt.Errorf("%w: want %q, one space, then the parameters", ErrHeader, Scheme)
+		return "", "", fmt.Errorf("%w: want %q, one space, then the parameters", ErrHeader, HeaderScheme)
 	}
 	seen := map[string]bool{}
 	for _, pair := range strings.Split(rest, ",") {

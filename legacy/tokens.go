@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,9 @@ type Identity struct {
 	// Sid obtains the auth.sid to exchange (BySid): read from a file, or
 	// the trusted flow run on demand.
 	Sid func(ctx context.Context) (string, error)
+	// Drop, when set, forgets the auth.sid Sid gave, which the service no
+	// longer takes; it reports whether Sid will give another.
+	Drop func() bool
 }
 
 func (id Identity) String() string { return string(id.By) + " " + id.Subject }
@@ -298,12 +302,19 @@ type authorizer struct {
 	id Identity
 }
 
-func (a authorizer) Authorization(ctx context.Context) (string, error) {
-	tok, _, err := a.t.Token(ctx, a.id)
-	if err != nil {
-		return "", err
+// Header is the identity's token as a header. An auth.sid the service no
+// longer takes (a 401 other than a refused login) is dropped where it came
+// from (id.Drop) and the token obtained once more with a new one.
+func (a authorizer) Header(ctx context.Context) (authz.Header, error) {
+	tok, from, err := a.t.TokenFrom(ctx, a.id)
+	var se *ServiceError
+	if errors.As(err, &se) && se.Status == http.StatusUnauthorized && se.Code != CodeAuth && a.id.Drop != nil && a.id.Drop() {
+		tok, from, err = a.t.TokenFrom(ctx, a.id)
 	}
-	return a.t.client.Header(tok.Value), nil
+	if err != nil {
+		return authz.Header{}, err
+	}
+	return authz.Header{Value: a.t.client.Header(tok.Value), ExpiresAt: tok.ExpiresAt, Cached: from != FromLogin, Source: from}, nil
 }
 
 func (a authorizer) Reject(value string) {
@@ -313,4 +324,6 @@ func (a authorizer) Reject(value string) {
 	}
 }
 
-func (a authorizer) String() string { return "the legacy token of " + a.id.String() }
+func (a authorizer) Forget(age time.Duration) { a.t.ForgetOlder(a.id, age) }
+func (a authorizer) Identity() string         { return a.id.String() }
+func (a authorizer) String() string           { return "the legacy token of " + a.id.String() }

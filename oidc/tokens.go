@@ -327,16 +327,18 @@ type authorizer struct {
 	profile string
 }
 
-func (a authorizer) Authorization(ctx context.Context) (string, error) {
-	rec, _, err := a.t.Token(ctx, a.profile)
+func (a authorizer) Header(ctx context.Context) (authz.Header, error) {
+	rec, from, err := a.t.TokenFrom(ctx, a.profile)
 	if err != nil {
-		return "", err
+		return authz.Header{}, err
 	}
-	return rec.Header(), nil
+	return authz.Header{Value: rec.Header(), ExpiresAt: rec.Expiry, Cached: from != FromRefresh, Source: from, Subject: rec.Subject}, nil
 }
 
 func (a authorizer) Reject(value string) {
 	a.t.Reject(a.profile, strings.TrimPrefix(value, "Bearer "))
 }
 
-func (a authorizer) String() string { return "the OpenID Connect access token of profile " + a.profile }
+func (a authorizer) Forget(age time.Duration) { a.t.ExpireOlder(a.profile, age) }
+func (a authorizer) Identity() string         { return "profile " + a.profile }
+func (a authorizer) String() string           { return "the OpenID Connect access token of profile " + a.profile }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	p11 "github.com/miekg/pkcs11"
+	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/safefile"
 )
 
@@ -62,7 +63,7 @@ func (k *Key) findCert(ctx context.Context, sh p11.SessionHandle) error {
 			return err
 		}
 		if !samePublicKey(cert.PublicKey, k.pub) {
-			return fmt.Errorf("%w: certificate %q (thumbprint %s) is for another key than %q", ErrCertMismatch, cert.Subject.String(), Thumbprint(cert), k.label)
+			return fmt.Errorf("%w: certificate %q (thumbprint %s) is for another key than %q", ErrCertMismatch, cert.Subject.String(), canonical.ThumbprintOf(cert), k.label)
 		}
 		k.setCert(cert)
 		return nil
@@ -121,7 +122,7 @@ func chooseCert(certs []*x509.Certificate, pub crypto.PublicKey, now time.Time) 
 	}
 	names := make([]string, len(best))
 	for i, c := range best {
-		names[i] = fmt.Sprintf("%s (%q, valid until %s)", Thumbprint(c), c.Subject.CommonName, c.NotAfter.UTC().Format("2006-01-02"))
+		names[i] = fmt.Sprintf("%s (%q, valid until %s)", canonical.ThumbprintOf(c), c.Subject.CommonName, c.NotAfter.UTC().Format("2006-01-02"))
 	}
 	state := "valid"
 	if len(valid) == 0 {

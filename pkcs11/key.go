@@ -11,6 +11,7 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/rs/zerolog"
+	"github.com/signagent/signagent/canonical"
 )
 
 // Key is a private key on a token, with its certificate. It implements
@@ -88,7 +89,7 @@ func Open(ctx context.Context, sel Selection, log zerolog.Logger) (*Key, error) 
 		return nil, err
 	}
 	if k.cert != nil {
-		log.Debug().Str("token", k.token.Label).Str("key", k.label).Str("thumbprint", Thumbprint(k.cert)).Msg("key ready")
+		log.Debug().Str("token", k.token.Label).Str("key", k.label).Str("thumbprint", canonical.ThumbprintOf(k.cert)).Msg("key ready")
 	}
 	return k, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/rs/zerolog"
+	"github.com/signagent/signagent/canonical"
 )
 
 // fakeSetup returns a registry whose loader hands out f, a selection of
@@ -264,7 +265,7 @@ func TestCertificateChoice(t *testing.T) {
 		a := f.addCert(t, "second", now.Add(-time.Hour), now.AddDate(1, 0, 0))
 		_, sel, _ := fakeSetup(t, f, "1234")
 		_, err := Open(context.Background(), sel, zerolog.Nop())
-		if !errors.Is(err, ErrCertAmbiguous) || !strings.Contains(err.Error(), Thumbprint(a)) || !strings.Contains(err.Error(), "--cert") {
+		if !errors.Is(err, ErrCertAmbiguous) || !strings.Contains(err.Error(), canonical.ThumbprintOf(a)) || !strings.Contains(err.Error(), "--cert") {
 			t.Fatalf("err = %v", err)
 		}
 	})

@@ -3,7 +3,6 @@ package pkcs11
 import (
 	"context"
 	"crypto/elliptic"
-	"crypto/sha1"
 	"crypto/x509"
 	"encoding/asn1"
 	"encoding/hex"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	p11 "github.com/miekg/pkcs11"
+	"github.com/signagent/signagent/canonical"
 )
 
 // TokenInfo describes a token the module sees.
@@ -319,7 +319,7 @@ func describe(ctx Backend, sh p11.SessionHandle, h p11.ObjectHandle, class uint)
 			o.Subject = c.Subject.String()
 			o.Issuer = c.Issuer.String()
 			o.NotAfter = c.NotAfter.UTC()
-			o.Thumbprint = Thumbprint(c)
+			o.Thumbprint = canonical.ThumbprintOf(c)
 			o.KeyType, o.Bits, o.Curve = KeyShape(c)
 		}
 	}
@@ -343,13 +343,6 @@ func trimZero(b []byte) []byte {
 		b = b[1:]
 	}
 	return b
-}
-
-// Thumbprint is the SHA-1 of the certificate's DER in upper-case hex: the
-// form the service's thumbprint credential takes.
-func Thumbprint(c *x509.Certificate) string {
-	sum := sha1.Sum(c.Raw)
-	return strings.ToUpper(hex.EncodeToString(sum[:]))
 }
 
 // ObjectURI is the RFC 7512 URI of o on tok: the token by label and

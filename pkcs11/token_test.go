@@ -232,7 +232,7 @@ func testListing(t *testing.T, tk *hsmtest.Token) {
 	if o := seen["private-key/ec"]; o.Curve != "P-256" {
 		t.Fatalf("ec private key: %+v", o)
 	}
-	if o := seen["certificate/rsa"]; o.Thumbprint != pkcs11.Thumbprint(tk.RSA.Cert) || o.Subject == "" || o.NotAfter.IsZero() {
+	if o := seen["certificate/rsa"]; o.Thumbprint != canonical.ThumbprintOf(tk.RSA.Cert) || o.Subject == "" || o.NotAfter.IsZero() {
 		t.Fatalf("rsa certificate: %+v", o)
 	}
 	// Without the PIN the private keys stay hidden.
@@ -308,7 +308,7 @@ func TestValidCertificateBeatsExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = pkcs11.Open(context.Background(), tk.Selection("rsa"), zerolog.Nop())
-	if !errors.Is(err, pkcs11.ErrCertAmbiguous) || !strings.Contains(err.Error(), pkcs11.Thumbprint(twin)) || !strings.Contains(err.Error(), pkcs11.Thumbprint(tk.RSA.Cert)) {
+	if !errors.Is(err, pkcs11.ErrCertAmbiguous) || !strings.Contains(err.Error(), canonical.ThumbprintOf(twin)) || !strings.Contains(err.Error(), canonical.ThumbprintOf(tk.RSA.Cert)) {
 		t.Fatalf("err = %v", err)
 	}
 }

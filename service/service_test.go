@@ -164,11 +164,13 @@ func TestExpiredBetweenCalls(t *testing.T) {
 
 type deadAuth struct{}
 
-func (deadAuth) Authorization(context.Context) (string, error) {
-	return "Bearer " + strings.Repeat("0", 64), nil
+func (deadAuth) Header(context.Context) (authz.Header, error) {
+	return authz.Header{Value: "Bearer " + strings.Repeat("0", 64)}, nil
 }
-func (deadAuth) Reject(string)  {}
-func (deadAuth) String() string { return "a dead token" }
+func (deadAuth) Reject(string)        {}
+func (deadAuth) Forget(time.Duration) {}
+func (deadAuth) Identity() string     { return "dead" }
+func (deadAuth) String() string       { return "a dead token" }
 
 func TestRefusedTwice(t *testing.T) {
 	b := newBed(t)

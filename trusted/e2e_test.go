@@ -52,7 +52,7 @@ func newBenchEnv(t testing.TB, edit func(*trusted.Config)) *env {
 	t.Helper()
 	tk := hsmtest.New(t)
 	key := tk.Open(t, tk.RSA.Label)
-	thumb := pkcs11.Thumbprint(key.Certificate())
+	thumb := canonical.ThumbprintOf(key.Certificate())
 	cfg := &emulator.Config{
 		Partners: []emulator.Partner{
 			{Name: "partner", APIKey: apiKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}, CanLinkByPhone: true},

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/signer"
@@ -226,7 +227,7 @@ func (m *Manager) install(c *conn) error {
 	}
 	old := m.cur
 	m.cur = c
-	m.state = State{Ready: true, Since: time.Now(), Key: c.tok.Label(), Thumbprint: pkcs11.Thumbprint(c.tok.Certificate())}
+	m.state = State{Ready: true, Since: time.Now(), Key: c.tok.Label(), Thumbprint: canonical.ThumbprintOf(c.tok.Certificate())}
 	m.mu.Unlock()
 	if old != nil {
 		go old.close()

@@ -14,9 +14,11 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/legacy"
+	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/service"
 )
 
@@ -128,52 +130,60 @@ func printAnswer(e *env, r *service.Response, include bool) {
 	}
 }
 
-// apiAuthorizer is the scheme's Authorizer for the identity flags; done
-// releases the token when one was opened.
+// apiAuthorizer is the Authorizer of the identity the flags name, from
+// the schemes configured by them; done releases the token when one was
+// opened.
 func apiAuthorizer(c *cli.Context, e *env, s *settings.Settings) (authz.Authorizer, func(), error) {
-	sel := authz.Selector{Scheme: c.String("scheme"), By: c.String("by")}.Normalize()
-	for _, sc := range apiSchemes {
-		if sc.name == sel.Scheme {
-			return sc.authorizer(c, e, s, sel)
+	sel := authz.Selector{Scheme: c.String("scheme"), By: c.String("by"), Profile: s.String("profile")}.Normalize()
+	none := func() {}
+	if sel.Scheme == authz.SchemeLegacy {
+		if sel.By == "" {
+			return nil, none, usageErr(errors.New("--scheme legacy needs --by password, --by certificate or --by sid"))
+		}
+		by, err := legacy.ParseMethod(sel.By)
+		if err != nil {
+			return nil, none, err
+		}
+		if sel, err = legacySelector(c, by); err != nil {
+			return nil, none, err
 		}
 	}
-	return nil, func() {}, usageErr(fmt.Errorf("--scheme %q: want oidc, legacy or trusted", c.String("scheme")))
+	schemes, done := apiSchemes(c, e, s)
+	a, err := schemes.Authorizer(sel)
+	if err != nil {
+		done()
+		if errors.Is(err, errdefs.ErrInvalidInput) && !slices.Contains(schemes.Names(), sel.Scheme) {
+			err = usageErr(fmt.Errorf("--scheme %q: want oidc, legacy or trusted", c.String("scheme")))
+		}
+		return nil, none, err
+	}
+	return a, done, nil
 }
 
-// apiSchemes are the schemes signagent api calls with (--scheme trusted is
-// legacy by sid: authz.Selector.Normalize).
-var apiSchemes = []struct {
-	name       string
-	authorizer func(c *cli.Context, e *env, s *settings.Settings, sel authz.Selector) (authz.Authorizer, func(), error)
-}{
-	{authz.SchemeOIDC, oidcAPIAuthorizer},
-	{authz.SchemeLegacy, legacyAPIAuthorizer},
+// apiSchemes are the schemes signagent api calls with, as the flags
+// configure them (--scheme trusted is legacy by sid:
+// authz.Selector.Normalize); a scheme the flags do not configure says
+// what it lacks when used. done closes what they opened.
+func apiSchemes(c *cli.Context, e *env, s *settings.Settings) (authz.Schemes, func()) {
+	ls, done := apiLegacyScheme(c, e, s)
+	return authz.Schemes{
+		apiOIDCScheme(e, s),
+		ls,
+	}, done
 }
 
-func oidcAPIAuthorizer(_ *cli.Context, e *env, s *settings.Settings, _ authz.Selector) (authz.Authorizer, func(), error) {
+func apiOIDCScheme(e *env, s *settings.Settings) authz.Scheme {
 	tk, err := oidcTokens(s, e)
 	if err != nil {
-		return nil, func() {}, err
+		return authz.Off(authz.SchemeOIDC, err)
 	}
-	return tk.For(s.String("profile")), func() {}, nil
+	return oidc.Scheme{Tokens: tk}
 }
 
-func legacyAPIAuthorizer(c *cli.Context, e *env, s *settings.Settings, sel authz.Selector) (authz.Authorizer, func(), error) {
-	none := func() {}
-	if sel.By == "" {
-		return nil, none, usageErr(errors.New("--scheme legacy needs --by password, --by certificate or --by sid"))
-	}
-	by, err := legacy.ParseMethod(sel.By)
-	if err != nil {
-		return nil, none, err
-	}
+func apiLegacyScheme(c *cli.Context, e *env, s *settings.Settings) (authz.Scheme, func()) {
 	client, err := legacyClient(s, e)
 	if err != nil {
-		return nil, none, err
+		return authz.Off(authz.SchemeLegacy, err), func() {}
 	}
-	id, done, err := legacyIdentity(c, e, by)
-	if err != nil {
-		return nil, none, err
-	}
-	return legacy.NewTokens(client, 0, s.Duration("request-timeout")).For(id), done, nil
+	return legacyScheme(c, e, legacy.NewTokens(client, 0, s.Duration("request-timeout")))
 }

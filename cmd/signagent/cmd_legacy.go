@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/internal/settings"
@@ -210,28 +213,59 @@ func hasDeveloperKey(s *settings.Settings) bool { return developerKeySecret.sour
 
 // legacyIdentity builds who logs in; done releases the token, if opened.
 func legacyIdentity(c *cli.Context, e *env, by legacy.Method) (legacy.Identity, func(), error) {
-	none := func() {}
-	switch by {
-	case legacy.ByPassword:
-		login := strings.TrimSpace(c.String("login"))
-		if login == "" {
-			return legacy.Identity{}, none, usageErr(errors.New("--by password needs --login (or SIGNAGENT_LOGIN)"))
-		}
-		pw, err := readPassword(settings.Of(c), e, login)
-		return legacy.Identity{By: by, Subject: login, Password: pw}, none, err
-	case legacy.ByCertificate:
-		sel, err := selection(c)
-		if err != nil {
-			return legacy.Identity{}, none, err
-		}
-		key, err := pkcs11.OpenProbed(c.Context, sel, e.log)
-		if err != nil {
-			return legacy.Identity{}, none, err
-		}
-		cert := key.Certificate()
-		return legacy.Identity{By: by, Subject: pkcs11.Thumbprint(cert), Certificate: cert, Key: key}, func() { key.Close() }, nil
+	sel, err := legacySelector(c, by)
+	if err != nil {
+		return legacy.Identity{}, func() {}, err
 	}
-	return sidIdentity(c, e)
+	scheme, done := legacyScheme(c, e, nil)
+	id, err := scheme.Identity(sel)
+	return id, done, err
+}
+
+// legacySelector is the legacy identity the flags name.
+func legacySelector(c *cli.Context, by legacy.Method) (authz.Selector, error) {
+	sel := authz.Selector{Scheme: authz.SchemeLegacy, By: string(by)}
+	if by == legacy.ByPassword {
+		if sel.Login = strings.TrimSpace(c.String("login")); sel.Login == "" {
+			return sel, usageErr(errors.New("--by password needs --login (or SIGNAGENT_LOGIN)"))
+		}
+	}
+	return sel, nil
+}
+
+// legacyScheme is the legacy scheme as the flags configure it: a password
+// from its sources (a prompt last), the token's certificate (opened when
+// asked), an auth.sid from its sources or trusted authentication with the
+// credential flags. done closes the token, if opened.
+func legacyScheme(c *cli.Context, e *env, tokens *legacy.Tokens) (*legacy.Scheme, func()) {
+	s := settings.Of(c)
+	var closers []func()
+	scheme := &legacy.Scheme{
+		Tokens:   tokens,
+		Password: func(login string) (string, error) { return readPassword(s, e, login) },
+		Certificate: func() (*x509.Certificate, crypto.Decrypter, error) {
+			sel, err := selection(c)
+			if err != nil {
+				return nil, nil, err
+			}
+			key, err := pkcs11.OpenProbed(c.Context, sel, e.log)
+			if err != nil {
+				return nil, nil, err
+			}
+			closers = append(closers, func() { key.Close() })
+			return key.Certificate(), key, nil
+		},
+		SidIdentity: func(authz.Selector) (legacy.Identity, error) {
+			id, done, err := sidIdentity(c, e)
+			closers = append(closers, done)
+			return id, err
+		},
+	}
+	return scheme, func() {
+		for _, f := range closers {
+			f()
+		}
+	}
 }
 
 // sidIdentity reads the auth.sid from --sid-file or $SIGNAGENT_SID, or runs
@@ -278,9 +312,7 @@ func sidIdentity(c *cli.Context, e *env) (legacy.Identity, func(), error) {
 }
 
 func staticSid(from, sid string) legacy.Identity {
-	sid = strings.TrimSpace(sid)
-	return legacy.Identity{By: legacy.BySid, Subject: "the auth.sid from " + from,
-		Sid: func(context.Context) (string, error) { return sid, nil }}
+	return legacy.GivenSid("the auth.sid from "+from, strings.TrimSpace(sid))
 }
 
 // readPassword reads the password (see secretSpec for the order of its

@@ -142,7 +142,7 @@ func sign(c *cli.Context, e *env) error {
 		return err
 	}
 	e.log.Info().Str("credential", cred.Masked()).Str("timestamp", stamp).Str("key", key.Label()).
-		Str("certificate", pkcs11.Thumbprint(key.Certificate())).Msg("signed")
+		Str("certificate", canonical.ThumbprintOf(key.Certificate())).Msg("signed")
 	out, err := signatureOutput(c, key, text, stamp, der)
 	if err != nil {
 		return err
@@ -187,7 +187,7 @@ func signatureOutput(c *cli.Context, key *pkcs11.Key, text []byte, stamp string,
 		"timestamp":             stamp,
 		"canonical":             string(text),
 		"signature":             base64.StdEncoding.EncodeToString(der),
-		"certificateThumbprint": pkcs11.Thumbprint(key.Certificate()),
+		"certificateThumbprint": canonical.ThumbprintOf(key.Certificate()),
 		"keyLabel":              key.Label(),
 	}, "", "  ")
 	return append(out, '\n'), err

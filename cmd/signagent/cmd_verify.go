@@ -6,7 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/signer"
 )
@@ -52,7 +52,7 @@ func verifyCommand(e *env) *cli.Command {
 				return err
 			}
 			if c.Bool("json") {
-				out := map[string]any{"valid": true, "signer": v.Signer.Subject.String(), "thumbprint": pkcs11.Thumbprint(v.Signer),
+				out := map[string]any{"valid": true, "signer": v.Signer.Subject.String(), "thumbprint": canonical.ThumbprintOf(v.Signer),
 					"signedAttributes": v.SignedAttributes, "chain": map[bool]string{true: "trusted", false: "not checked"}[roots != nil]}
 				if !v.SigningTime.IsZero() {
 					out["signingTime"] = jsonTime(v.SigningTime)
