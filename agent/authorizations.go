@@ -92,10 +92,10 @@ func selectorOf(req api.AuthorizationRequest) authz.Selector {
 // schemes are the schemes /v1/authorizations and the proxy serve, as st
 // configures them; authz.Selector.Check knows their selectors.
 func (a *Agent) schemes(st *state) authz.Schemes {
-	return authz.Schemes{
+	return append(authz.Schemes{
 		a.legacyScheme(st),
 		oidcScheme(st),
-	}
+	}, st.more...)
 }
 
 // authorizer resolves a checked selector to its scheme's Authorizer,
@@ -170,6 +170,10 @@ func oidcScheme(st *state) authz.Scheme {
 	}
 	return oidc.Scheme{Tokens: st.oidc}
 }
+
+// SetSchemes replaces the schemes served besides legacy and OpenID
+// Connect (Config.Schemes; start, reload).
+func (a *Agent) SetSchemes(more authz.Schemes) { a.update(func(s *state) { s.more = more }) }
 
 // SetOIDC replaces the OpenID Connect token source (start, reload); nil
 // turns the scheme off.

@@ -106,7 +106,8 @@ func TestLegacyAuthorizationRefusals(t *testing.T) {
 		status int
 		want   string
 	}{
-		{"unknown scheme", api.AuthorizationRequest{Scheme: "kerberos", By: "password"}, 400, `scheme "kerberos"`},
+		{"unknown scheme", api.AuthorizationRequest{Scheme: "kerberos"}, 400, `scheme "kerberos": want legacy or oidc`},
+		{"unknown scheme with a way in", api.AuthorizationRequest{Scheme: "kerberos", By: "password"}, 400, "kerberos password does not take by"},
 		{"unknown way", api.AuthorizationRequest{Scheme: "legacy", By: "telepathy"}, 400, "not a way to authenticate"},
 		{"login not configured", api.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "carol@example.com"}, 400, "no password for login"},
 		{"wrong password configured", api.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "bob@example.com"}, 422, "Wrong password"},

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/agent/tokenq"
+	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
@@ -94,6 +95,10 @@ type Config struct {
 	// in with signagent login (the same token store); nil answers oidc
 	// authorizations with 503.
 	OIDC *oidc.Tokens
+	// Schemes are the schemes the agent serves besides legacy and OpenID
+	// Connect, each an authz.Scheme built by the caller from its
+	// configuration (and built again for Reload).
+	Schemes authz.Schemes
 	// SharedStore, when set, holds the trusted sessions the agents on it
 	// share (the OpenID Connect records are in OIDC.Store).
 	SharedStore *store.Redis

@@ -88,7 +88,7 @@ func (d *Daemon) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.agent.reload(state{key: cfg.APIKey, client: client, rules: cfg.Routes, legacy: lg, oidc: d.oidcScheme(cfg),
+	d.agent.reload(state{key: cfg.APIKey, client: client, rules: cfg.Routes, legacy: lg, oidc: d.oidcScheme(cfg), more: cfg.Schemes,
 		shared: cfg.SharedStore, target: target, policy: d.agent.now().policy}, cfg.SessionTTL)
 	d.servers = d.agent.startServers(d.ls)
 	return nil
@@ -296,7 +296,7 @@ func (d *Daemon) Reload(cfg Config) error {
 		d.tls.Store(tlsCfg)
 	}
 	// Everything reloadable changes at once: one new state, one swap.
-	d.agent.reload(state{key: cfg.APIKey, client: client, rules: cfg.Routes, legacy: lg, oidc: d.oidcScheme(cfg),
+	d.agent.reload(state{key: cfg.APIKey, client: client, rules: cfg.Routes, legacy: lg, oidc: d.oidcScheme(cfg), more: cfg.Schemes,
 		shared: cfg.SharedStore, target: target, policy: Policy{ExposeCanonical: cfg.ExposeCanonical,
 			ExposeLegacyHeader: cfg.ExposeLegacyHeader, NoCertificateLogin: cfg.NoCertificateLogin}}, cfg.SessionTTL)
 	if was := d.cfg.SharedStore; was != nil && was != cfg.SharedStore {

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/store"
 	"github.com/signagent/signagent/trusted"
@@ -20,6 +21,7 @@ type state struct {
 	policy Policy
 	legacy *Legacy
 	oidc   *oidc.Tokens
+	more   authz.Schemes // Config.Schemes
 	shared *store.Redis
 	target *proxyTarget
 }

@@ -78,7 +78,11 @@ func (l Schemes) Authorizer(sel Selector) (Authorizer, error) {
 		}
 		names = append(names, s.Name())
 	}
-	return nil, errdefs.Mark(fmt.Errorf("scheme %q: want %s", httpx.Printable(sel.Scheme, 32), strings.Join(names, " or ")), errdefs.ErrInvalidInput)
+	want := strings.Join(names, " or ")
+	if n := len(names); n > 2 {
+		want = strings.Join(names[:n-1], ", ") + " or " + names[n-1]
+	}
+	return nil, errdefs.Mark(fmt.Errorf("scheme %q: want %s", httpx.Printable(sel.Scheme, 32), want), errdefs.ErrInvalidInput)
 }
 
 // Names are the schemes' names, in the list's order.

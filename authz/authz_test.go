@@ -107,7 +107,8 @@ func TestParseSelector(t *testing.T) {
 	}
 	bad := map[string]string{
 		"":                                   "missing",
-		"kerberos user=secret-1":             `unknown scheme "kerberos"`,
+		"kerberos user=secret-1":             `"user" is not a kerberos selector's key`,
+		"Kerberos\u00e9 profile=x":           `is not a scheme's name`,
 		"oidc profile=secret-1 profile=x":    `"profile" given twice`,
 		"oidc profile=":                      `"profile" is empty`,
 		"oidc certificate":                   "oidc takes only profile=NAME",
@@ -138,7 +139,9 @@ func TestSelectorCheck(t *testing.T) {
 	}{
 		{Selector{Scheme: "oidc", Profile: "p"}, ""},
 		{Selector{Scheme: "oidc", Login: "x"}, "does not take login"},
-		{Selector{Scheme: "saml"}, `scheme "saml": want legacy or oidc`},
+		{Selector{Scheme: "saml"}, ""}, // any other scheme takes a profile; whether it is served is Schemes' to say
+		{Selector{Scheme: "saml", Login: "x"}, "does not take login"},
+		{Selector{Scheme: "sa ml"}, "is not a scheme's name"},
 		{Selector{Scheme: "legacy", By: "password"}, "needs login"},
 		{Selector{Scheme: "legacy", By: "password", Login: "a", Sid: "s"}, "does not take sid"},
 		{Selector{Scheme: "legacy", By: "certificate"}, ""},

@@ -3,6 +3,7 @@ package authz
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -80,11 +81,14 @@ func (s Selector) Check() error {
 		return nil
 	}
 	switch s.Scheme {
-	case SchemeOIDC:
-		return others("profile")
 	case SchemeLegacy:
 	default:
-		return bad("scheme %q: want legacy or oidc", httpx.Printable(s.Scheme, 32))
+		// OpenID Connect, and any other scheme: an identity is a profile
+		// (whether the scheme is one the caller serves is Schemes' to say).
+		if !schemeName.MatchString(s.Scheme) {
+			return bad("scheme %q is not a scheme's name", httpx.Printable(s.Scheme, 32))
+		}
+		return others("profile")
 	}
 	switch s.By {
 	case "password":
@@ -108,6 +112,9 @@ func (s Selector) Check() error {
 	return bad("%q is not a way to authenticate: want password, certificate or sid", httpx.Printable(s.By, 32))
 }
 
+// schemeName is what a scheme's name may be.
+var schemeName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+
 // selectorUsage is the header's syntax, for error messages.
 const selectorUsage = "; want oidc [profile=NAME] | trusted phone=N|snils=N|thumbprint=HEX serviceUserId=ID | legacy login=LOGIN | legacy certificate"
 
@@ -117,6 +124,7 @@ const selectorUsage = "; want oidc [profile=NAME] | trusted phone=N|snils=N|thum
 //	trusted phone=N|snils=N|thumbprint=HEX serviceUserId=ID
 //	legacy login=LOGIN
 //	legacy certificate
+//	NAME [profile=NAME]   (any other scheme)
 //
 // and returns the normalized, checked selector. The error names what is
 // wrong without repeating the values (a selector may carry a credential).
@@ -166,11 +174,6 @@ func ParseSelector(text string) (Selector, error) {
 // scheme takes.
 func selectorOf(scheme string, kv map[string]string, flags map[string]bool) (Selector, string, error) {
 	switch scheme {
-	case SchemeOIDC:
-		if len(flags) > 0 {
-			return Selector{}, "", errors.New("oidc takes only profile=NAME")
-		}
-		return Selector{Scheme: SchemeOIDC, Profile: kv["profile"]}, "profile", nil
 	case SchemeTrusted:
 		if len(flags) > 0 || kv["serviceUserId"] == "" {
 			return Selector{}, "", errors.New("trusted needs one credential and serviceUserId=ID")
@@ -187,7 +190,14 @@ func selectorOf(scheme string, kv map[string]string, flags map[string]bool) (Sel
 		}
 		return Selector{}, "", errors.New("legacy needs login=LOGIN or the word certificate")
 	}
-	return Selector{}, "", fmt.Errorf("unknown scheme %q", httpx.Printable(scheme, 32))
+	// OpenID Connect, and any other scheme: NAME [profile=NAME].
+	if !schemeName.MatchString(scheme) {
+		return Selector{}, "", fmt.Errorf("%q is not a scheme's name", httpx.Printable(scheme, 32))
+	}
+	if len(flags) > 0 {
+		return Selector{}, "", fmt.Errorf("%s takes only profile=NAME", scheme)
+	}
+	return Selector{Scheme: scheme, Profile: kv["profile"]}, "profile", nil
 }
 
 // notPrintable is a rune that has no place in a selector: control

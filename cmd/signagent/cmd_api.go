@@ -33,7 +33,7 @@ func apiCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "scheme", Category: catOutput, Value: "oidc", Usage: "`SCHEME`: oidc (a signed-in --profile), legacy (--by password|certificate|sid) or trusted (the credential and --service-user-id: trusted authentication, then Authenticate type=sid)"},
 			&cli.BoolFlag{Name: "include", Aliases: []string{"i"}, Category: catOutput, Usage: "print the status line and the headers before the body"},
 			&cli.StringFlag{Name: "input", Category: catOutput, Usage: "send the body read from `FILE` (- for stdin)"},
-		), oidcHeaderFlags()),
+		), oidcHeaderFlags(), moreSchemeFlags()),
 		Action: func(c *cli.Context) error { return callAPI(c, e) },
 	}
 }
@@ -153,7 +153,7 @@ func apiAuthorizer(c *cli.Context, e *env, s *settings.Settings) (authz.Authoriz
 	if err != nil {
 		done()
 		if errors.Is(err, errdefs.ErrInvalidInput) && !slices.Contains(schemes.Names(), sel.Scheme) {
-			err = usageErr(fmt.Errorf("--scheme %q: want oidc, legacy or trusted", c.String("scheme")))
+			err = usageErr(fmt.Errorf("--scheme %q: want %s or trusted", c.String("scheme"), strings.Join(schemes.Names(), ", ")))
 		}
 		return nil, none, err
 	}
@@ -166,10 +166,10 @@ func apiAuthorizer(c *cli.Context, e *env, s *settings.Settings) (authz.Authoriz
 // what it lacks when used. done closes what they opened.
 func apiSchemes(c *cli.Context, e *env, s *settings.Settings) (authz.Schemes, func()) {
 	ls, done := apiLegacyScheme(c, e, s)
-	return authz.Schemes{
+	return append(authz.Schemes{
 		apiOIDCScheme(e, s),
 		ls,
-	}, done
+	}, moreSchemes(s, e)...), done
 }
 
 func apiOIDCScheme(e *env, s *settings.Settings) authz.Scheme {

@@ -63,7 +63,7 @@ func serveCommand(e *env) *cli.Command {
 		Usage: "run the local agent: signatures, sessions and links for partner systems over a Unix socket or loopback HTTP",
 		Description: "Settings come from flags, then SIGNAGENT_* variables, then the --config file, then defaults.\n" +
 			"SIGTERM or SIGINT stops it gracefully; SIGHUP reloads the configuration and reopens the token; SIGUSR1 reopens the audit log only.",
-		Flags: serveFlags(),
+		Flags: concat(serveFlags(), moreSchemeFlags()),
 		Action: func(c *cli.Context) error {
 			return serve(c, e)
 		},
@@ -113,6 +113,7 @@ func readAgentConfig(s *settings.Settings, e *env) (agent.Config, error) {
 		cfg.Legacy, cfg.LegacyPasswords, errs[5] = legacyAgentConfig(s, e)
 	}
 	cfg.OIDC, errs[6] = oidcAgentConfig(s, e)
+	cfg.Schemes = moreSchemes(s, e)
 	if cfg.OIDC != nil {
 		if sh, ok := cfg.OIDC.Store.(*oidc.Shared); ok {
 			cfg.SharedStore = sh.S // trusted sessions are shared there too
