@@ -136,18 +136,11 @@ func (a *Agent) SetPolicy(p Policy) { a.update(func(s *state) { s.policy = p }) 
 
 // SetSharedStore keeps trusted sessions and legacy tokens in s, shared with every agent on
 // it (nil: in this agent's memory only).
-func (a *Agent) SetSharedStore(s *store.Redis) {
-	a.observeStore(s)
-	a.update(func(st *state) { st.shared = s })
-	a.setSharedSessions()
-	if l := a.now().legacy; l != nil && l.Tokens != nil {
-		l.Tokens.Share(s)
-	}
-}
+func (a *Agent) SetSharedStore(s store.Records) { a.update(func(st *state) { st.shared = s }) }
 
 // observeStore counts s's operations in the metrics and says once in the
 // log that a value did not open with the store key.
-func (a *Agent) observeStore(s *store.Redis) {
+func (a *Agent) observeStore(s store.Records) {
 	if s != nil {
 		var sealed sync.Once
 		s.Observe(func(op, result string) {
@@ -159,13 +152,6 @@ func (a *Agent) observeStore(s *store.Redis) {
 			}
 		})
 	}
-}
-
-// setSharedSessions points the session cache at the shared store for the
-// current API key.
-func (a *Agent) setSharedSessions() {
-	st := a.now()
-	a.cache.Share(st.shared, st.key)
 }
 
 // ObserveSign records a token signature in the metrics; pass it as

@@ -38,12 +38,7 @@ var errLegacyNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "the legacy s
 
 // SetLegacy replaces the legacy scheme's configuration (start, reload);
 // nil turns it off.
-func (a *Agent) SetLegacy(l *Legacy) {
-	if l != nil && l.Tokens != nil {
-		l.Tokens.Share(a.now().shared)
-	}
-	a.update(func(s *state) { s.legacy = l })
-}
+func (a *Agent) SetLegacy(l *Legacy) { a.update(func(s *state) { s.legacy = l }) }
 
 // authorization is POST /v1/authorizations: the Authorization header
 // value of a business call, cached per identity, one login at a time.

@@ -101,7 +101,7 @@ type Config struct {
 	Schemes authz.Schemes
 	// SharedStore, when set, holds the trusted sessions the agents on it
 	// share (the OpenID Connect records are in OIDC.Store).
-	SharedStore *store.Redis
+	SharedStore store.Records
 
 	Log zerolog.Logger
 	// Open opens the token (default pkcs11.Open).

@@ -299,7 +299,7 @@ func (d *Daemon) Reload(cfg Config) error {
 	d.agent.reload(state{key: cfg.APIKey, client: client, rules: cfg.Routes, legacy: lg, oidc: d.oidcScheme(cfg), more: cfg.Schemes,
 		shared: cfg.SharedStore, target: target, policy: Policy{ExposeCanonical: cfg.ExposeCanonical,
 			ExposeLegacyHeader: cfg.ExposeLegacyHeader, NoCertificateLogin: cfg.NoCertificateLogin}}, cfg.SessionTTL)
-	if was := d.cfg.SharedStore; was != nil && was != cfg.SharedStore {
+	if was, ok := d.cfg.SharedStore.(io.Closer); ok && d.cfg.SharedStore != cfg.SharedStore {
 		was.Close() // requests still holding it get an error, as from a store that went away
 	}
 	if d.tm != nil {

@@ -22,7 +22,7 @@ type state struct {
 	legacy *Legacy
 	oidc   *oidc.Tokens
 	more   authz.Schemes // Config.Schemes
-	shared *store.Redis
+	shared store.Records
 	target *proxyTarget
 }
 
@@ -39,22 +39,28 @@ func (a *Agent) update(change func(s *state)) {
 	defer a.writer.mu.Unlock()
 	next := *a.cur.Load()
 	change(&next)
-	a.cur.Store(&next)
+	a.publish(&next)
 }
 
-// reload publishes a whole new state at once (Daemon.Reload builds it),
-// after pointing what it holds at its shared store, then the session
-// cache at the new store and API key.
+// reload publishes a whole new state at once (Daemon.Reload builds it).
 func (a *Agent) reload(next state, sessionTTL time.Duration) {
 	a.writer.mu.Lock()
+	defer a.writer.mu.Unlock()
+	a.publish(&next)
+	a.cache.SetTTL(sessionTTL)
+}
+
+// publish plugs next's shared store into the caches that keep records
+// there (the legacy tokens, and the trusted sessions for next's API key):
+// the one place the agent plugs a store in. Then it swaps next in. The
+// caller holds a.writer.
+func (a *Agent) publish(next *state) {
 	if next.shared != a.cur.Load().shared {
 		a.observeStore(next.shared)
 	}
 	if next.legacy != nil && next.legacy.Tokens != nil {
 		next.legacy.Tokens.Share(next.shared)
 	}
-	a.cur.Store(&next)
-	a.writer.mu.Unlock()
 	a.cache.Share(next.shared, next.key)
-	a.cache.SetTTL(sessionTTL)
+	a.cur.Store(next)
 }

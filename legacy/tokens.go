@@ -96,13 +96,13 @@ const tokenKind = "legacy"
 // sharedTokens is a shared store and the developer key's digest: tokens
 // of another integrator never mix.
 type sharedTokens struct {
-	s   *store.Redis
+	s   store.Records
 	dev string
 }
 
 // Share keeps the tokens in s as well, so that the agents on it make one
 // login per identity, not one each (nil: this process's memory only).
-func (t *Tokens) Share(s *store.Redis) {
+func (t *Tokens) Share(s store.Records) {
 	if s == nil {
 		t.shared.Store(nil)
 		return
@@ -125,7 +125,7 @@ func (t *Tokens) dropShared(k string, match func(Token) bool) {
 	}
 	ctx, cancel := storeCtx()
 	defer cancel()
-	sh.s.DeleteIf(ctx, tokenKind, sh.dev+"\x00"+k, func(b []byte) bool {
+	store.DeleteIf(ctx, sh.s, tokenKind, sh.dev+"\x00"+k, func(b []byte) bool {
 		var tok Token
 		return json.Unmarshal(b, &tok) == nil && match(tok)
 	})
@@ -179,7 +179,7 @@ func (t *Tokens) TokenFrom(ctx context.Context, id Identity) (Token, string, err
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.timeout)
 		defer cancel()
 		if sh := t.shared.Load(); sh != nil {
-			b, fromStore, err := sh.s.Obtain(fctx, tokenKind, sh.dev+"\x00"+k,
+			b, fromStore, err := store.Obtain(fctx, sh.s, tokenKind, sh.dev+"\x00"+k,
 				func(b []byte) bool {
 					var tok Token
 					return json.Unmarshal(b, &tok) == nil && tok.Value != "" && t.now().Before(tok.ExpiresAt.Add(-t.margin))

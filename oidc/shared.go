@@ -37,13 +37,13 @@ const recordKind = "oidc"
 // every agent on it serves the profiles signed in once, with one refresh
 // at a time across all of them.
 type Shared struct {
-	S *store.Redis
+	S store.Records
 	// Name is how messages name the store (its URL, without secrets), as
 	// the user would give it to signagent login --store.
 	Name string
 
 	mu     sync.Mutex
-	leases map[string]*store.Lease // the profiles this process holds
+	leases map[string]store.Lease // the profiles this process holds
 }
 
 func (s *Shared) ctx() (context.Context, context.CancelFunc) {
@@ -88,7 +88,7 @@ func (s *Shared) Save(r *Record) error {
 	if err != nil {
 		return err
 	}
-	return s.underLease(r.Profile, func(ctx context.Context, l *store.Lease) error {
+	return s.underLease(r.Profile, func(ctx context.Context, l store.Lease) error {
 		return s.S.Put(ctx, recordKind, r.Profile, b, 0, l)
 	})
 }
@@ -99,7 +99,7 @@ func (s *Shared) Remove(profile string) (bool, error) {
 		return false, err
 	}
 	var had bool
-	err := s.underLease(profile, func(ctx context.Context, l *store.Lease) error {
+	err := s.underLease(profile, func(ctx context.Context, l store.Lease) error {
 		_, err := s.S.Get(ctx, recordKind, profile)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil
@@ -112,7 +112,7 @@ func (s *Shared) Remove(profile string) (bool, error) {
 
 // underLease runs f with profile's lease: the one this process holds, or
 // one taken for f alone.
-func (s *Shared) underLease(profile string, f func(context.Context, *store.Lease) error) error {
+func (s *Shared) underLease(profile string, f func(context.Context, store.Lease) error) error {
 	ctx, cancel := s.ctx()
 	defer cancel()
 	s.mu.Lock()
@@ -145,7 +145,7 @@ func (s *Shared) Lock(ctx context.Context, profile string) (func(), error) {
 	}
 	s.mu.Lock()
 	if s.leases == nil {
-		s.leases = map[string]*store.Lease{}
+		s.leases = map[string]store.Lease{}
 	}
 	s.leases[profile] = l
 	s.mu.Unlock()

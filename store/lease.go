@@ -18,9 +18,9 @@ var (
 	errTakenOver = errors.New("took the lease over")
 )
 
-// Lease is one agent's exclusive right to log in, refresh or write an
-// identity, renewed while it is held.
-type Lease struct {
+// redisLease is a Lease on Redis: a key holding a random owner, renewed
+// while it is held.
+type redisLease struct {
 	r          *Redis
 	key, owner string
 	stop       chan struct{}
@@ -36,7 +36,7 @@ var (
 // (it is released when that agent is done, or expires LeaseTTL after that
 // agent stopped renewing it), until ctx ends. The caller re-reads the
 // record once it holds the lease: the other agent may have just written it.
-func (r *Redis) Acquire(ctx context.Context, kind, id string) (*Lease, error) {
+func (r *Redis) Acquire(ctx context.Context, kind, id string) (Lease, error) {
 	_, key := r.keys(kind, id)
 	b := make([]byte, 16)
 	rand.Read(b)
@@ -54,7 +54,7 @@ func (r *Redis) Acquire(ctx context.Context, kind, id string) (*Lease, error) {
 			return nil, err
 		}
 		if got {
-			l := &Lease{r: r, key: key, owner: owner, stop: make(chan struct{}), done: make(chan struct{})}
+			l := &redisLease{r: r, key: key, owner: owner, stop: make(chan struct{}), done: make(chan struct{})}
 			go l.renew()
 			switch {
 			case waited && time.Since(start) >= r.leaseTTL:
@@ -83,7 +83,7 @@ func (r *Redis) Acquire(ctx context.Context, kind, id string) (*Lease, error) {
 }
 
 // renew extends the lease every third of its time to live until Release.
-func (l *Lease) renew() {
+func (l *redisLease) renew() {
 	defer close(l.done)
 	t := time.NewTicker(l.r.leaseTTL / 3)
 	defer t.Stop()
@@ -100,7 +100,7 @@ func (l *Lease) renew() {
 }
 
 // Release gives the lease up (only if it is still this holder's).
-func (l *Lease) Release() {
+func (l *redisLease) Release() {
 	close(l.stop)
 	<-l.done
 	l.r.call(context.Background(), func(ctx context.Context) error {
@@ -116,7 +116,7 @@ func (l *Lease) Release() {
 // means the store could not be used (the caller may make the value
 // itself); any other error is make's. A value that does not open is
 // treated as absent: it is never used.
-func (r *Redis) Obtain(ctx context.Context, kind, id string, usable func([]byte) bool,
+func Obtain(ctx context.Context, r Records, kind, id string, usable func([]byte) bool,
 	make func(context.Context) ([]byte, time.Duration, error)) (value []byte, fromStore bool, err error) {
 	read := func() ([]byte, error) {
 		v, err := r.Get(ctx, kind, id)
@@ -154,7 +154,7 @@ func (r *Redis) Obtain(ctx context.Context, kind, id string, usable func([]byte)
 // DeleteIf removes kind and id's value, under the identity's lease, when
 // match accepts it (a token the service refused, one older than a floor);
 // it reports whether it removed one.
-func (r *Redis) DeleteIf(ctx context.Context, kind, id string, match func([]byte) bool) (bool, error) {
+func DeleteIf(ctx context.Context, r Records, kind, id string, match func([]byte) bool) (bool, error) {
 	l, err := r.Acquire(ctx, kind, id)
 	if err != nil {
 		return false, err

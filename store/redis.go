@@ -232,34 +232,35 @@ return 1`)
 
 // Put keeps plain for kind and id, sealed, for ttl (0: until replaced),
 // under l, the identity's lease; ErrFenced when l is no longer held.
-func (r *Redis) Put(ctx context.Context, kind, id string, plain []byte, ttl time.Duration, l *Lease) error {
+func (r *Redis) Put(ctx context.Context, kind, id string, plain []byte, ttl time.Duration, l Lease) error {
 	return r.put(ctx, kind, id, string(r.sealer.Seal(kind, id, plain)), ttl, l)
 }
 
 // Delete removes what is kept for kind and id, under l.
-func (r *Redis) Delete(ctx context.Context, kind, id string, l *Lease) error {
+func (r *Redis) Delete(ctx context.Context, kind, id string, l Lease) error {
 	return r.put(ctx, kind, id, "", 0, l)
 }
 
-func (r *Redis) put(ctx context.Context, kind, id, value string, ttl time.Duration, l *Lease) (err error) {
+func (r *Redis) put(ctx context.Context, kind, id, value string, ttl time.Duration, held Lease) (err error) {
 	op := "put"
 	if value == "" {
 		op = "delete"
 	}
 	defer func() { r.note(op, err) }()
 	data, lease := r.keys(kind, id)
-	if l == nil || l.key != lease {
+	l, ok := held.(*redisLease)
+	if !ok || l.r != r || l.key != lease {
 		return fmt.Errorf("%w: no lease for this identity", ErrFenced)
 	}
-	var ok int64
+	var put int64
 	err = r.call(ctx, func(ctx context.Context) (err error) {
-		ok, err = putScript.Run(ctx, r.rdb, []string{data, lease}, l.owner, value, ttl.Milliseconds()).Int64()
+		put, err = putScript.Run(ctx, r.rdb, []string{data, lease}, l.owner, value, ttl.Milliseconds()).Int64()
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	if ok != 1 {
+	if put != 1 {
 		return ErrFenced
 	}
 	r.replicate(ctx)

@@ -183,7 +183,7 @@ func TestLeaseAndFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	// b waits while a holds the lease (a renews it past its TTL).
-	got := make(chan *store.Lease)
+	got := make(chan store.Lease)
 	go func() {
 		lb, err := b.Acquire(ctx, "oidc", "crm")
 		if err != nil {

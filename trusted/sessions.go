@@ -18,7 +18,7 @@ import (
 // Share makes the cache keep sessions in s too, for the API key apiKey,
 // so that the agents on s make one trusted authentication per credential
 // and service user between them; nil s keeps them in memory only.
-func (c *Sessions) Share(s *store.Redis, apiKey string) {
+func (c *Sessions) Share(s store.Records, apiKey string) {
 	if s == nil {
 		c.shared.Store(nil)
 		return
@@ -198,7 +198,7 @@ const sessionKind = "trusted"
 // agents on it make one trusted authentication (one signature) per API
 // key, credential and service user, not one each.
 type sharedSessions struct {
-	s       *store.Redis
+	s       store.Records
 	partner string // a digest of the API key: sessions of another key never mix
 }
 
@@ -207,7 +207,7 @@ type storedSession struct {
 	ObtainedAt time.Time `json:"obtainedAt"`
 }
 
-func newSharedSessions(s *store.Redis, apiKey string) *sharedSessions {
+func newSharedSessions(s store.Records, apiKey string) *sharedSessions {
 	sum := sha256.Sum256([]byte("signagent partner\x00" + apiKey))
 	return &sharedSessions{s: s, partner: hex.EncodeToString(sum[:8])}
 }
@@ -230,7 +230,7 @@ func (sh *sharedSessions) obtain(ctx context.Context, k SessionKey, refresh bool
 		ok := now().Before(s.Expires) && (!refresh || now().Sub(s.ObtainedAt) < floor)
 		return s, ok
 	}
-	b, fromStore, err := sh.s.Obtain(ctx, sessionKind, sh.partner+"\x00"+k.String(),
+	b, fromStore, err := store.Obtain(ctx, sh.s, sessionKind, sh.partner+"\x00"+k.String(),
 		func(b []byte) bool { _, ok := decode(b); return ok },
 		func(ctx context.Context) ([]byte, time.Duration, error) {
 			sess, err := flow(ctx)
@@ -263,7 +263,7 @@ func (sh *sharedSessions) drop(ctx context.Context, k SessionKey) {
 // the command line and the agents log in once between them): the store's
 // when it has one younger than ttl, else flow's, run under the identity's
 // lease and kept for ttl. fromStore reports that flow did not run.
-func SharedSession(ctx context.Context, s *store.Redis, apiKey string, cred canonical.Credential, serviceUserID string, ttl time.Duration,
+func SharedSession(ctx context.Context, s store.Records, apiKey string, cred canonical.Credential, serviceUserID string, ttl time.Duration,
 	flow func(context.Context) (*Session, error)) (sid string, obtainedAt time.Time, fromStore bool, err error) {
 	c, fromStore, err := newSharedSessions(s, apiKey).obtain(ctx, SessionKey{Kind: cred.Kind, Value: cred.Value, ServiceUserID: serviceUserID}, false, 0, ttl, time.Now, flow)
 	return c.Sid, c.ObtainedAt, fromStore, err
