@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -17,8 +15,6 @@ import (
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/legacy"
-	"github.com/signagent/signagent/pkcs11"
-	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -239,66 +235,38 @@ func legacySelector(c *cli.Context, by legacy.Method) (authz.Selector, error) {
 // credential flags. done closes the token, if opened.
 func legacyScheme(c *cli.Context, e *env, tokens *legacy.Tokens) (*legacy.Scheme, func()) {
 	s := settings.Of(c)
-	var closers []func()
+	f := newFactory(c, e)
 	scheme := &legacy.Scheme{
-		Tokens:   tokens,
-		Password: func(login string) (string, error) { return readPassword(s, e, login) },
-		Certificate: func() (*x509.Certificate, crypto.Decrypter, error) {
-			sel, err := selection(c)
-			if err != nil {
-				return nil, nil, err
-			}
-			key, err := pkcs11.OpenProbed(c.Context, sel, e.log)
-			if err != nil {
-				return nil, nil, err
-			}
-			closers = append(closers, func() { key.Close() })
-			return key.Certificate(), key, nil
-		},
-		SidIdentity: func(authz.Selector) (legacy.Identity, error) {
-			id, done, err := sidIdentity(c, e)
-			closers = append(closers, done)
-			return id, err
-		},
+		Tokens:      tokens,
+		Password:    func(login string) (string, error) { return readPassword(s, e, login) },
+		Certificate: f.certificate,
+		SidIdentity: func(authz.Selector) (legacy.Identity, error) { return sidIdentity(f) },
 	}
-	return scheme, func() {
-		for _, f := range closers {
-			f()
-		}
-	}
+	return scheme, f.close
 }
 
 // sidIdentity reads the auth.sid from --sid-file or $SIGNAGENT_SID, or runs
 // trusted authentication on the token for the credential flags.
-func sidIdentity(c *cli.Context, e *env) (legacy.Identity, func(), error) {
-	none := func() {}
-	src := sidSecret.source(settings.Of(c))
+func sidIdentity(f *factory) (legacy.Identity, error) {
+	c := f.c
+	src := sidSecret.source(f.s)
 	if src.Given() {
 		got, err := src.Resolve()
 		if err != nil {
-			return legacy.Identity{}, none, errdefs.Mark(err, errdefs.ErrInvalidInput)
+			return legacy.Identity{}, errdefs.Mark(err, errdefs.ErrInvalidInput)
 		}
-		return staticSid(got.From, got.Value), none, nil
+		return staticSid(got.From, got.Value), nil
 	}
 	cred, err := credential(c)
 	if err != nil {
-		return legacy.Identity{}, none, usageErr(fmt.Errorf("--by sid needs --sid-file, SIGNAGENT_SID, or a trusted credential (--phone, --snils or --thumbprint) with --service-user-id: %w", err))
+		return legacy.Identity{}, usageErr(fmt.Errorf("--by sid needs --sid-file, SIGNAGENT_SID, or a trusted credential (--phone, --snils or --thumbprint) with --service-user-id: %w", err))
 	}
-	if _, err := apiKey(c); err != nil {
-		return legacy.Identity{}, none, err
+	if _, err := selection(c); err != nil {
+		return legacy.Identity{}, err
 	}
-	sel, err := selection(c)
+	client, err := f.trusted(true)
 	if err != nil {
-		return legacy.Identity{}, none, err
-	}
-	key, cms, err := openSigner(c.Context, c, e, sel)
-	if err != nil {
-		return legacy.Identity{}, none, err
-	}
-	client, err := newClient(c, e, signer.Bounded{Signer: cms, Timeout: c.Duration("token-timeout")})
-	if err != nil {
-		key.Close()
-		return legacy.Identity{}, none, err
+		return legacy.Identity{}, err
 	}
 	userID := c.String("service-user-id")
 	return legacy.Identity{By: legacy.BySid, Subject: "trusted " + cred.Masked() + " serviceUserId=" + userID,
@@ -308,7 +276,7 @@ func sidIdentity(c *cli.Context, e *env) (legacy.Identity, func(), error) {
 				return "", err
 			}
 			return sess.Sid, nil
-		}}, func() { key.Close() }, nil
+		}}, nil
 }
 
 func staticSid(from, sid string) legacy.Identity {

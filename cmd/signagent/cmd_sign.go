@@ -60,26 +60,6 @@ func signFlags() []cli.Flag {
 	}
 }
 
-// openSigner opens the key the flags select and returns a CMS signer over
-// it, within ctx.
-func openSigner(ctx context.Context, c *cli.Context, e *env, sel pkcs11.Selection) (*pkcs11.Key, *signer.CMS, error) {
-	h, err := signer.HashFromName(c.String("hash"))
-	if err != nil {
-		return nil, nil, err
-	}
-	opts := signer.Options{Hash: h, NoSignedAttributes: c.Bool("no-signed-attributes")}
-	if f := c.String("chain"); f != "" {
-		if opts.Chain, err = readCerts(f); err != nil {
-			return nil, nil, err
-		}
-	}
-	key, err := pkcs11.OpenProbed(ctx, sel, e.log)
-	if err != nil {
-		return nil, nil, err
-	}
-	return key, &signer.CMS{Key: key, Cert: key.Certificate(), Options: opts}, nil
-}
-
 func signCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Description: examples("signagent sign --phone 9161234567 --out sig.der", "signagent sign --snils 11223344595 --format base64", "signagent sign --phone 9161234567 --json"),
@@ -118,22 +98,21 @@ func sign(c *cli.Context, e *env) error {
 		return err
 	}
 	ts, _ := canonical.ParseTimestamp(stamp)
-	sel, err := selection(c)
+	f := newFactory(c, e)
+	defer f.close()
+	sel, err := f.selection()
 	if err != nil {
-		return err
-	}
-	if sel.PIN, err = sel.PIN.Resolve(); err != nil {
 		return err
 	}
 	// --token-timeout bounds all the token work: loading the module,
 	// logging in, finding the key and signing.
 	ctx, cancel := context.WithTimeout(c.Context, sel.Timeout)
 	defer cancel()
-	key, cms, err := openSigner(ctx, c, e, sel)
+	cms, err := f.cms(ctx)
 	if err != nil {
 		return err
 	}
-	defer key.Close()
+	key, _ := f.openKey(ctx) // opened for cms
 	if err := signer.CheckValidity(key.Certificate(), ts); err != nil {
 		e.log.Warn().Err(err).Msg("signing anyway: the service will refuse this signature")
 	}

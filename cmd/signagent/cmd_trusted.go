@@ -11,7 +11,6 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/oidc"
-	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/store"
 	"github.com/signagent/signagent/trusted"
 )
@@ -24,20 +23,6 @@ func serviceFlags() []cli.Flag {
 		&cli.IntFlag{Name: "attempts", Category: catService, Value: 3, EnvVars: []string{"SIGNAGENT_ATTEMPTS"}, Usage: "`N` tries of a request that failed in transport or with 5xx"},
 		&cli.StringFlag{Name: "service-user-id", Category: catService, Usage: "the user's `ID` in the trusted (partner) system"},
 	)
-}
-
-// newClient builds the trusted client; signer may be nil for link.
-func newClient(c *cli.Context, e *env, s trusted.Signer) (*trusted.Client, error) {
-	key, err := apiKey(c)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := serviceConfig(settings.Of(c), e, key)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Signer = s
-	return trusted.New(*cfg)
 }
 
 func linkCommand(e *env) *cli.Command {
@@ -55,7 +40,7 @@ func linkCommand(e *env) *cli.Command {
 			if err != nil {
 				return err
 			}
-			client, err := newClient(c, e, nil)
+			client, err := newFactory(c, e).trusted(false)
 			if err != nil {
 				return err
 			}
@@ -93,19 +78,15 @@ func sessionCommand(e *env) *cli.Command {
 				return err
 			}
 			userID := c.String("service-user-id")
-			sel, err := selection(c)
-			if err != nil {
+			if _, err := selection(c); err != nil {
 				return err
 			}
 			// The token is opened only when a login must run: a session the
 			// shared store holds costs no PIN and no signature.
+			f := newFactory(c, e)
+			defer f.close()
 			flow := func(ctx context.Context) (*trusted.Session, error) {
-				k, cms, err := openSigner(ctx, c, e, sel)
-				if err != nil {
-					return nil, err
-				}
-				defer k.Close()
-				client, err := newClient(c, e, signer.Bounded{Signer: cms, Timeout: c.Duration("token-timeout")})
+				client, err := f.trusted(true)
 				if err != nil {
 					return nil, err
 				}
