@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
@@ -24,8 +23,9 @@ func TestScripts(t *testing.T) {
 	softhsm := hsmtest.Module(t) // fail early and clearly without SoftHSM
 	testscript.Run(t, testscript.Params{
 		Dir:  "testdata/script",
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){"waitfile": waitFile},
+		Cmds: scriptCmds,
 		Setup: func(env *testscript.Env) error {
+			env.Values[scriptStateKey{}] = &scriptState{}
 			env.Setenv("HOME", env.WorkDir)
 			// SoftHSM by name, as dev-token's export lines say: without
 			// it the default is p11-kit's proxy where p11-kit-modules is
@@ -122,40 +122,4 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
-}
-
-// waitFile is the scripts' waitfile [-socket|-exists] FILE: it waits up to
-// 10 s for FILE to be there, non-empty (an address file a server writes
-// once it listens), a socket (-socket) or merely existing (-exists), in
-// place of a shell loop in each script.
-func waitFile(ts *testscript.TestScript, neg bool, args []string) {
-	if neg {
-		ts.Fatalf("unsupported: ! waitfile")
-	}
-	what := "non-empty"
-	if len(args) == 2 && (args[0] == "-socket" || args[0] == "-exists") {
-		what, args = args[0][1:], args[1:]
-	}
-	if len(args) != 1 {
-		ts.Fatalf("usage: waitfile [-socket|-exists] FILE")
-	}
-	path := ts.MkAbs(args[0])
-	ready := func() bool {
-		st, err := os.Stat(path)
-		switch {
-		case err != nil:
-			return false
-		case what == "socket":
-			return st.Mode()&os.ModeSocket != 0
-		case what == "exists":
-			return true
-		}
-		return st.Size() > 0
-	}
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		if ready() {
-			return
-		}
-	}
-	ts.Fatalf("gave up waiting for %s to be %s", args[0], what)
 }
