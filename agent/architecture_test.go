@@ -39,11 +39,23 @@ func TestArchitecturePage(t *testing.T) {
 	if line := "The agent's schemes (`schemes`): " + strings.Join(names, ", ") + "."; !strings.Contains(page, line) {
 		t.Errorf("the page does not list the agent's schemes as the code does (want %q)", line)
 	}
-	// The emulator shares no parser with the clients it tests.
-	for _, imp := range goImports(t, filepath.Join(root, "emulator")) {
-		for _, client := range []string{"/legacy", "/trusted", "/oidc", "/softhsm", "/agent"} {
-			if strings.HasSuffix(imp, "/signagent"+client) {
-				t.Errorf("the emulator imports %s: it must spell the wire itself", imp)
+	// The emulator shares no parser with the clients it tests, and each
+	// of its sides stands on the directory and the kit alone.
+	emuDirs, _ := filepath.Glob(filepath.Join(root, "emulator", "*", "*.go"))
+	dirs := map[string]bool{filepath.Join(root, "emulator"): true}
+	for _, f := range emuDirs {
+		dirs[filepath.Dir(f)] = true
+	}
+	for dir := range dirs {
+		side := filepath.Base(dir)
+		for _, imp := range goImports(t, dir) {
+			for _, client := range []string{"/legacy", "/trusted", "/oidc", "/softhsm", "/agent"} {
+				if strings.HasSuffix(imp, "/signagent"+client) {
+					t.Errorf("emulator/%s imports %s: it must spell the wire itself", side, imp)
+				}
+			}
+			if other, ok := strings.CutPrefix(imp, "github.com/signagent/signagent/emulator/"); ok && side != "emulator" && other != "kit" && other != "directory" {
+				t.Errorf("the emulator's side %s imports the side %s: sides meet in emulator/server.go only", side, other)
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -81,14 +82,20 @@ func TestSignedRequestIsGoodOnce(t *testing.T) {
 	if got := s.Stats().ChallengesByUser["crm-1"]; got != 1 {
 		t.Fatalf("%d Keys issued for one signed request, want 1", got)
 	}
-	var key string
-	s.mu.Lock()
-	for k := range s.keys {
-		key = k
+	// The Key, from the answer to the request sent once more.
+	q := url.Values{"apiKey": {"abc-123"}, "phone": {"9161234567"}, "timestamp": {canonical.FormatTimestamp(ts)}, "serviceUserId": {"crm-1"}}
+	resp, err := http.Post(s.URL()+apiPath+"authenticate-by-truster?"+q.Encode(), "application/octet-stream", strings.NewReader(string(der)))
+	if err != nil {
+		t.Fatal(err)
 	}
-	s.mu.Unlock()
-	q := url.Values{"apiKey": {"abc-123"}, "id": {"9161234567"}, "key": {key}}
-	resp, err := http.Post(s.URL()+apiPath+"approve-truster?"+q.Encode(), "", nil)
+	var ans struct{ Key string }
+	if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil || ans.Key == "" {
+		t.Fatalf("the Key: %v %+v", err, ans)
+	}
+	resp.Body.Close()
+	key := ans.Key
+	q = url.Values{"apiKey": {"abc-123"}, "id": {"9161234567"}, "key": {key}}
+	resp, err = http.Post(s.URL()+apiPath+"approve-truster?"+q.Encode(), "", nil)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("approve: %v %v", resp, err)
 	}

@@ -21,6 +21,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/emulator/directory"
+	"github.com/signagent/signagent/emulator/legacy"
 	"github.com/signagent/signagent/envelope"
 )
 
@@ -74,9 +76,9 @@ func newLegacyBed(t *testing.T, oaep bool, edit ...func(*Config)) *legacyBed {
 		Organizations: []Organization{{ID: "org-1", Inn: "6663003127", FullName: "Horns and Hooves LLC",
 			Boxes: []Box{{GUID: boxGUID, Title: "main"}}}, otherOrg},
 		Users: []User{
-			{ID: "alice", Login: "alice@example.com", PasswordHash: hash, Thumbprints: []string{thumbprint(b.alice.cert.Raw)},
+			{ID: "alice", Login: "alice@example.com", PasswordHash: hash, Thumbprints: []string{directory.Thumbprint(b.alice.cert.Raw)},
 				Boxes: []string{strings.ReplaceAll(boxGUID, "-", "") + "@box.example"}},
-			{ID: "bob", Thumbprints: []string{thumbprint(b.bob.cert.Raw)}},
+			{ID: "bob", Thumbprints: []string{directory.Thumbprint(b.bob.cert.Raw)}},
 		},
 	}
 	for _, e := range edit {
@@ -210,13 +212,11 @@ func TestV3PasswordAndSid(t *testing.T) {
 		b.organizations(t, authHeader(testDevKey, tok)).want(t, 200, "", "Horns and Hooves")
 	}
 
-	b.s.mu.Lock()
-	b.s.sids["sid-1"] = SessionRecord{UserID: "alice", Created: b.clock()}
-	b.s.mu.Unlock()
-	tok := b.post(t, "/V3/Authenticate?type=sid", devHeader, "text/plain", []byte("sid-1\n")).token(t)
+	sid := b.s.trusted.Issue(SessionRecord{UserID: "alice", Created: b.clock()})
+	tok := b.post(t, "/V3/Authenticate?type=sid", devHeader, "text/plain", []byte(sid+"\n")).token(t)
 	b.organizations(t, authHeader(testDevKey, tok)).want(t, 200, "", "6663003127")
 	b.advance(24*time.Hour + time.Second)
-	b.post(t, "/V3/Authenticate?type=sid", devHeader, "text/plain", []byte("sid-1")).want(t, 401, CodeInvalidSid, "expired")
+	b.post(t, "/V3/Authenticate?type=sid", devHeader, "text/plain", []byte(sid)).want(t, 401, CodeInvalidSid, "expired")
 }
 
 func (b *legacyBed) organizations(t *testing.T, auth string) answer {
@@ -291,14 +291,14 @@ func TestV3CertificateChallenge(t *testing.T) {
 		if want := map[bool]string{false: "1.2.840.113549.1.1.1", true: "1.2.840.113549.1.1.7"}[oaep]; r.Algorithm.String() != want {
 			t.Fatalf("oaep=%v: key transport %v", oaep, r.Algorithm)
 		}
-		aliceThumb := thumbprint(b.alice.cert.Raw)
+		aliceThumb := directory.Thumbprint(b.alice.cert.Raw)
 		tok := b.confirm(t, aliceThumb, random).token(t)
 		b.organizations(t, authHeader(testDevKey, tok)).want(t, 200, "", "org-1")
 		// Single-use.
 		b.confirm(t, aliceThumb, random).want(t, 403, CodeRndBytesNotFound, "not found")
 	}
 	b := newLegacyBed(t, false)
-	aliceThumb, bobThumb := thumbprint(b.alice.cert.Raw), thumbprint(b.bob.cert.Raw)
+	aliceThumb, bobThumb := directory.Thumbprint(b.alice.cert.Raw), directory.Thumbprint(b.bob.cert.Raw)
 	// Never issued.
 	b.confirm(t, aliceThumb, []byte("whatever")).want(t, 403, CodeRndBytesNotFound, "not found")
 	// Issued to another certificate.
@@ -339,10 +339,10 @@ func TestV3ChallengeFault(t *testing.T) {
 	if _, err := envelope.Open(a.body, b.alice.cert, b.alice.key); !errors.Is(err, envelope.ErrNotChallenge) || !strings.Contains(err.Error(), "96 bytes") {
 		t.Fatalf("the document was not refused: %v", err)
 	}
-	if len(faultDocument) != 87 {
-		t.Fatalf("the document is %d bytes", len(faultDocument))
+	if len(legacy.FaultDocument) != 87 {
+		t.Fatalf("the document is %d bytes", len(legacy.FaultDocument))
 	}
-	b.confirm(t, thumbprint(b.alice.cert.Raw), faultDocument).token(t)
+	b.confirm(t, directory.Thumbprint(b.alice.cert.Raw), legacy.FaultDocument).token(t)
 }
 
 func TestEmulatorLegacyConfigRefusals(t *testing.T) {
@@ -358,49 +358,6 @@ func TestEmulatorLegacyConfigRefusals(t *testing.T) {
 	} {
 		if _, err := New(&cfg, zerolog.Nop()); err == nil {
 			t.Errorf("%s: accepted", name)
-		}
-	}
-}
-
-// The emulator reads the header as the wire notes spell it, strictly: what
-// a careless client might send is refused, so that the client's own tests
-// against the emulator catch it.
-func TestParseServiceAuth(t *testing.T) {
-	good := map[string]serviceAuth{
-		"ServiceAuth ddauth_api_client_id=k":                         {key: "k"},
-		"ServiceAuth ddauth_api_client_id=k,ddauth_token=dG9rZW4=":   {key: "k", token: "dG9rZW4="},
-		"ServiceAuth ddauth_token=a==,ddauth_api_client_id=api-1234": {key: "api-1234", token: "a=="},
-	}
-	for h, want := range good {
-		if got, ok := parseServiceAuth(h); !ok || got != want {
-			t.Fatalf("%q: got %+v %v, want %+v", h, got, ok, want)
-		}
-	}
-	for _, h := range []string{
-		"",
-		"ServiceAuth",
-		"ServiceAuth ",
-		"serviceauth ddauth_api_client_id=k",
-		"ServiceAuth  ddauth_api_client_id=k",
-		"Bearer ddauth_api_client_id=k",
-		"ServiceAuth ddauth_api_client_id=k, ddauth_token=t",
-		"ServiceAuth ddauth_api_client_id=k,ddauth_token=",
-		"ServiceAuth ddauth_api_client_id=k,ddauth_token=t,ddauth_token=t",
-		"ServiceAuth ddauth_api_client_id=k,other=x",
-		"ServiceAuth ddauth_token=t",
-		"ServiceAuth ddauth_api_client_id=\"k\"x,",
-	} {
-		if got, ok := parseServiceAuth(h); ok {
-			t.Fatalf("%q accepted as %+v", h, got)
-		}
-	}
-	for key, want := range map[string]string{
-		"api-0F6C2E5B\n": "", "": "empty", "a b": "white space", "a,b": "comma", "ключ": "printable ASCII",
-		strings.Repeat("k", 513): "longer than 512",
-	} {
-		_, why := checkDeveloperKey(key)
-		if (want == "") != (why == "") || !strings.Contains(why, want) {
-			t.Fatalf("%q: %q, want %q", key, why, want)
 		}
 	}
 }

@@ -2,61 +2,59 @@ package emulator
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/signagent/signagent/emulator/business"
+	"github.com/signagent/signagent/emulator/idp"
+	"github.com/signagent/signagent/emulator/kit"
+	"github.com/signagent/signagent/emulator/legacy"
+	"github.com/signagent/signagent/emulator/trusted"
 )
 
-// Error codes. The first six are the specification's (section 7.3); the
-// others are the emulator's own, for refusals the specification leaves
-// without a code. They are spelled here apart from package trusted's on
-// purpose: the emulator plays the service, and a misspelt code in the client
-// must show up as a failing test rather than agree with itself.
+// The sides' codes, for the emulator's callers (spelled in each side, apart
+// from the client's packages on purpose: a misspelt code in the client must
+// show up as a failing test rather than agree with itself).
 const (
-	CodeForbiddenForTargetUser = "ForbiddenForTargetUser"
-	CodeInvalidAPIKey          = "InvalidApiKey"
-	CodeNotID                  = "NotId"
-	CodeUserNotFound           = "UserNotFound"
-	CodeUserNotUniq            = "UserNotUniq"
-	CodeUnknownError           = "UnknownError"
+	CodeForbiddenForTargetUser = trusted.CodeForbiddenForTargetUser
+	CodeInvalidAPIKey          = trusted.CodeInvalidAPIKey
+	CodeNotID                  = trusted.CodeNotID
+	CodeUserNotFound           = trusted.CodeUserNotFound
+	CodeUserNotUniq            = trusted.CodeUserNotUniq
+	CodeUnknownError           = trusted.CodeUnknownError
+	CodeMissingParameter       = trusted.CodeMissingParameter
+	CodeInvalidCredential      = trusted.CodeInvalidCredential
+	CodeInvalidTimestamp       = trusted.CodeInvalidTimestamp
+	CodeStaleTimestamp         = trusted.CodeStaleTimestamp
+	CodeInvalidSignature       = trusted.CodeInvalidSignature
+	CodeUntrustedCertificate   = trusted.CodeUntrustedCertificate
+	CodeInvalidKey             = trusted.CodeInvalidKey
+	CodeKeyExpired             = trusted.CodeKeyExpired
+	CodeSignatureReused        = trusted.CodeSignatureReused
+	CodeInternal               = kit.CodeInternal
 
-	CodeMissingParameter     = "MissingParameter"
-	CodeInvalidCredential    = "InvalidCredential"
-	CodeInvalidTimestamp     = "InvalidTimestamp"
-	CodeStaleTimestamp       = "StaleTimestamp"
-	CodeInvalidSignature     = "InvalidSignature"
-	CodeUntrustedCertificate = "UntrustedCertificate"
-	CodeInvalidKey           = "InvalidKey"
-	CodeKeyExpired           = "KeyExpired"
-	CodeSignatureReused      = "SignatureReused"
-	CodeInternal             = "InternalError"
+	CodeHTTPAuth         = kit.CodeHTTPAuth
+	CodeBadRequest       = kit.CodeBadRequest
+	CodeInvalidAuthToken = kit.CodeInvalidAuthToken
+	CodeWrongPassword    = legacy.CodeWrongPassword
+	CodeUnknownCert      = legacy.CodeUnknownCert
+	CodeRndBytesNotFound = legacy.CodeRndBytesNotFound
+	CodeRndBytesMismatch = legacy.CodeRndBytesMismatch
+	CodeInvalidSid       = legacy.CodeInvalidSid
+
+	CodeBoxAccessDenied   = business.CodeBoxAccessDenied
+	CodeBoxNotFound       = business.CodeBoxNotFound
+	CodeRegistrationLimit = business.CodeRegistrationLimit
 )
 
-const apiPath = "/auth/v5.16/"
+const apiPath = trusted.APIPath
 
-// Fault is an answer the emulator gives instead of serving a request: a
-// delay, then (when Status is set) that status with Code (default
-// InternalError). Tests use it to drive the client's retries and time-outs,
-// and to have the service say what timing alone cannot make it say on cue.
-type Fault struct {
-	Delay  time.Duration
-	Status int
-	Code   string
-	// RetryAfter, when not empty, is sent as the Retry-After header (a
-	// 429 or 503 that asks the client to wait).
-	RetryAfter string
-}
-
-// Stats counts what the emulator did.
+// Stats counts what the emulator did, side by side.
 type Stats struct {
 	Links      int            `json:"links"`
 	Challenges int            `json:"challenges"`
@@ -90,50 +88,20 @@ type Stats struct {
 	Registrations int `json:"registrations"`
 }
 
-type linkKey struct{ partner, serviceUserID string }
-
-type pendingKey struct {
-	partner       string
-	userID        string
-	id            string
-	serviceUserID string
-	expires       time.Time
-}
-
-// SessionRecord is an issued auth.sid.
-type SessionRecord struct {
-	UserID        string
-	Partner       string
-	ServiceUserID string
-	Created       time.Time
-}
-
-// Server is the emulator.
+// Server is the emulator: the sides, mounted by path, over one directory,
+// with one clock, one listener and one stats endpoint.
 type Server struct {
-	cfg *Config
-	log zerolog.Logger
-	now func() time.Time
+	cfg      *Config
+	env      *kit.Env
+	trusted  *trusted.Side
+	legacy   *legacy.Side
+	idp      *idp.Side
+	business *business.Side
 
-	mu    sync.Mutex
-	links map[linkKey]string // -> user id
-	keys  map[string]*pendingKey
-	// used holds the digests of step-1 signatures already accepted, until
-	// their timestamp leaves the skew window (then the timestamp check
-	// refuses them anyway): a signed request is good once.
-	used            map[[32]byte]spent
-	nextSweep       time.Time
-	sids            map[string]SessionRecord
-	tokens          map[string]legacyToken    // legacy authorization tokens
-	randoms         map[string]*pendingRandom // by certificate thumbprint
-	nextLegacySweep time.Time
-	idp             *idp
-	nextOIDCSweep   time.Time
-	stats           Stats
-	faults          map[string][]Fault
-	registrations   map[string]dayCount // registering GetMyOrganizations today, by user id
-	baseURL         string
-	listener        net.Listener
-	srv             *http.Server
+	mu       sync.Mutex
+	baseURL  string
+	listener net.Listener
+	srv      *http.Server
 }
 
 // New returns an emulator for cfg, from LoadConfig or built in code (file
@@ -142,211 +110,55 @@ func New(cfg *Config, log zerolog.Logger) (*Server, error) {
 	if err := cfg.prepare("."); err != nil {
 		return nil, err
 	}
-	idp, err := newIDP()
-	if err != nil {
+	s := &Server{cfg: cfg}
+	s.env = kit.NewEnv(log, s.URL)
+	dir := cfg.directory()
+	s.trusted = trusted.New(s.env, dir, cfg.trustedConfig())
+	s.legacy = legacy.New(s.env, dir, cfg.legacyConfig(), s.trusted.SidUser)
+	var err error
+	if s.idp, err = idp.New(s.env, dir, cfg.OIDC); err != nil {
 		return nil, err
 	}
-	s := &Server{
-		cfg: cfg, log: log, now: time.Now, idp: idp,
-		links:  map[linkKey]string{},
-		keys:   map[string]*pendingKey{},
-		used:   map[[32]byte]spent{},
-		sids:   map[string]SessionRecord{},
-		tokens: map[string]legacyToken{}, randoms: map[string]*pendingRandom{},
-		faults: map[string][]Fault{}, registrations: map[string]dayCount{},
-		stats: Stats{Requests: map[string]int{}, Rejections: map[string]int{},
-			SessionsByUser: map[string]int{}, ChallengesByUser: map[string]int{}},
-	}
-	for _, u := range cfg.Users {
-		for _, l := range u.Linked {
-			partner, id, _ := strings.Cut(l, ":")
-			s.links[linkKey{partner, id}] = u.ID
-		}
-	}
+	s.business = business.New(s.env, dir,
+		business.Scheme{Prefix: legacy.HeaderPrefix, User: s.legacy.User},
+		business.Scheme{Prefix: idp.BearerPrefix, User: s.idp.User})
 	return s, nil
 }
 
 // SetClock replaces the emulator's clock (for tests of expiry and skew).
-func (s *Server) SetClock(now func() time.Time) {
-	s.mu.Lock()
-	s.now = now
-	s.mu.Unlock()
-}
-
-func (s *Server) clock() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.now()
-}
+func (s *Server) SetClock(now func() time.Time) { s.env.SetClock(now) }
 
 // InjectFaults queues faults for a step ("register-external-service-id",
-// "authenticate-by-truster" or "approve-truster"); each request to the step
-// takes the next one.
-func (s *Server) InjectFaults(step string, faults ...Fault) {
-	s.mu.Lock()
-	s.faults[step] = append(s.faults[step], faults...)
-	s.mu.Unlock()
-}
+// "authenticate-by-truster", "approve-truster", "Authenticate",
+// "GetMyOrganizations", an identity provider's path, ...); each request to
+// the step takes the next one.
+func (s *Server) InjectFaults(step string, faults ...Fault) { s.env.InjectFaults(step, faults...) }
 
 // Stats returns a copy of the counters.
 func (s *Server) Stats() Stats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.stats
-	c.Requests, c.Rejections = clone(s.stats.Requests), clone(s.stats.Rejections)
-	c.SessionsByUser, c.ChallengesByUser = clone(s.stats.SessionsByUser), clone(s.stats.ChallengesByUser)
-	c.PendingKeys, c.SpentSignatures = len(s.keys), len(s.used)
-	c.HeldTokens, c.PendingRandoms = len(s.tokens), len(s.randoms)
-	return c
-}
-
-func clone(m map[string]int) map[string]int {
-	out := make(map[string]int, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
+	t, l, i, b := s.trusted.Stats(), s.legacy.Stats(), s.idp.Stats(), s.business.Stats()
+	req, rej := s.env.Counts()
+	return Stats{Links: t.Links, Challenges: t.Challenges, Sessions: t.Sessions, Requests: req, Rejections: rej,
+		SessionsByUser: t.SessionsByUser, ChallengesByUser: t.ChallengesByUser, PendingKeys: t.PendingKeys, SpentSignatures: t.SpentSignatures,
+		LegacyTokens: l.Tokens, LegacyChallenges: l.Challenges, HeldTokens: l.HeldTokens, PendingRandoms: l.PendingRandoms,
+		AccessTokens: i.AccessTokens, Refreshes: i.Refreshes, RefreshReuses: i.RefreshReuses, Registrations: b.Registrations}
 }
 
 // LookupSid returns the record of an issued auth.sid.
-func (s *Server) LookupSid(sid string) (SessionRecord, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.sids[sid]
-	return r, ok
-}
+func (s *Server) LookupSid(sid string) (SessionRecord, bool) { return s.trusted.LookupSid(sid) }
 
-// Handler returns the emulator's HTTP handler.
+// Handler returns the emulator's HTTP handler: each side by its paths.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("PUT "+apiPath+"register-external-service-id", s.serve("register-external-service-id", s.link))
-	mux.HandleFunc("POST "+apiPath+"authenticate-by-truster", s.serve("authenticate-by-truster", s.authenticate))
-	mux.HandleFunc("POST "+apiPath+"approve-truster", s.serve("approve-truster", s.approve))
+	s.trusted.Mount(mux)
 	mux.HandleFunc("GET /_emulator/stats", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, s.Stats())
+		kit.WriteJSON(w, http.StatusOK, s.Stats())
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.legacyRoute(w, r) && !s.businessRoute(w, r) && !s.oidcRoute(w, r) {
+		if !s.legacy.Route(w, r) && !s.business.Route(w, r) && !s.idp.Route(w, r) {
 			mux.ServeHTTP(w, r)
 		}
 	})
-}
-
-// refusal is an error answer.
-type refusal struct {
-	status int
-	code   string
-	why    string // for the emulator's log
-}
-
-func refuse(status int, code, why string) *refusal { return &refusal{status, code, why} }
-
-type handler func(r *http.Request, p *Partner) (any, *refusal)
-
-// serve wraps a step: counts it, applies injected faults, checks the API key
-// (query name apiKey, or api-key in the link step), and writes the answer.
-func (s *Server) serve(step string, h handler) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if s.takeFault(w, r, step) {
-			return
-		}
-		log := s.log.With().Str("step", step).Logger()
-		name := "apiKey"
-		if step == "register-external-service-id" {
-			name = "api-key"
-		}
-		key := r.URL.Query().Get(name)
-		var ans any
-		var ref *refusal
-		if strings.TrimSpace(key) == "" {
-			ref = refuse(http.StatusUnauthorized, CodeInvalidAPIKey, "no "+name+" given")
-		} else if p := s.partner(key); p == nil {
-			ref = refuse(http.StatusForbidden, CodeInvalidAPIKey, "unknown API key")
-		} else {
-			ans, ref = h(r, p)
-		}
-		if ref != nil {
-			s.mu.Lock()
-			s.stats.Rejections[ref.code]++
-			s.mu.Unlock()
-			log.Warn().Int("status", ref.status).Str("code", ref.code).Str("reason", ref.why).Msg("rejected")
-			writeJSON(w, ref.status, map[string]string{"Code": ref.code})
-			return
-		}
-		writeJSON(w, http.StatusOK, ans)
-	}
-}
-
-// takeFault counts a request to step and applies the next fault queued
-// for it; it reports whether the fault answered the request.
-func (s *Server) takeFault(w http.ResponseWriter, r *http.Request, step string) bool {
-	s.mu.Lock()
-	s.stats.Requests[step]++
-	var fault *Fault
-	if q := s.faults[step]; len(q) > 0 {
-		fault, s.faults[step] = &q[0], q[1:]
-	}
-	s.mu.Unlock()
-	if fault == nil {
-		return false
-	}
-	log := s.log.With().Str("step", step).Logger()
-	if fault.Delay > 0 {
-		select {
-		case <-time.After(fault.Delay):
-		case <-r.Context().Done():
-			log.Info().Msg("injected delay: the client gave up")
-			return true
-		}
-	}
-	if fault.Status == 0 {
-		return false
-	}
-	log.Info().Int("status", fault.Status).Msg("injected fault")
-	if fault.RetryAfter != "" {
-		w.Header().Set("Retry-After", fault.RetryAfter)
-	}
-	code := fault.Code
-	if code == "" {
-		code = CodeInternal
-	}
-	if step == legacyAuthenticate || step == legacyConfirm {
-		plainError(w, fault.Status, code, "Internal server error")
-	} else {
-		writeJSON(w, fault.Status, map[string]string{"Code": code})
-	}
-	return true
-}
-
-func (s *Server) partner(key string) *Partner {
-	for i := range s.cfg.Partners {
-		// The service treats the key case-insensitively: the signed text
-		// carries it lower-cased.
-		if strings.EqualFold(s.cfg.Partners[i].APIKey, key) {
-			return &s.cfg.Partners[i]
-		}
-	}
-	return nil
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json;charset=UTF-8")
-	w.WriteHeader(status)
-	if v != nil {
-		json.NewEncoder(w).Encode(v)
-	}
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return strings.ToUpper(hex.EncodeToString(b))
-}
-
-func randomToken(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return base64.RawURLEncoding.EncodeToString(b)
 }
 
 // Start serves the emulator on a random loopback port until Close.

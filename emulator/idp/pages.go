@@ -1,16 +1,16 @@
-package emulator
+package idp
 
 import (
 	"crypto/rand"
-	"html/template"
 	"math/big"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
+	"text/template"
 	"time"
 
-	"golang.org/x/crypto/bcrypt"
+	"github.com/signagent/signagent/emulator/kit"
 )
 
 // The pages are plain server-rendered HTML forms: they work without
@@ -63,7 +63,7 @@ var authParams = []string{"client_id", "redirect_uri", "response_type", "scope",
 // checkAuthorize validates an authorization request. A bad client or
 // redirect URI is shown on a page (the redirect URI cannot be trusted);
 // other errors go back to the client by redirect.
-func (s *Server) checkAuthorize(w http.ResponseWriter, r *http.Request, q url.Values) (*OIDCClient, bool) {
+func (s *Side) checkAuthorize(w http.ResponseWriter, r *http.Request, q url.Values) (*Client, bool) {
 	c := s.clientByID(q.Get("client_id"))
 	if c == nil {
 		render(w, http.StatusBadRequest, "done", pageData{Title: "Unknown application", Message: "No application is registered with this client_id."})
@@ -73,7 +73,7 @@ func (s *Server) checkAuthorize(w http.ResponseWriter, r *http.Request, q url.Va
 		render(w, http.StatusBadRequest, "done", pageData{Title: "Wrong redirect address", Message: "redirect_uri is not one registered for this application."})
 		return nil, false
 	}
-	fail := func(code string) (*OIDCClient, bool) {
+	fail := func(code string) (*Client, bool) {
 		s.reject(code)
 		redirectBack(w, r, q, url.Values{"error": {code}})
 		return nil, false
@@ -105,7 +105,7 @@ func redirectBack(w http.ResponseWriter, r *http.Request, q url.Values, v url.Va
 	http.Redirect(w, r, u.String(), http.StatusFound)
 }
 
-func (s *Server) authorizePage(w http.ResponseWriter, r *http.Request) {
+func (s *Side) authorizePage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	c, ok := s.checkAuthorize(w, r, q)
 	if !ok {
@@ -114,7 +114,7 @@ func (s *Server) authorizePage(w http.ResponseWriter, r *http.Request) {
 	render(w, http.StatusOK, "signin", signinData(c, q, ""))
 }
 
-func signinData(c *OIDCClient, q url.Values, errMsg string) pageData {
+func signinData(c *Client, q url.Values, errMsg string) pageData {
 	hidden := map[string]string{}
 	for _, k := range authParams {
 		if v := q.Get(k); v != "" {
@@ -129,7 +129,7 @@ func signinData(c *OIDCClient, q url.Values, errMsg string) pageData {
 	return d
 }
 
-func (s *Server) authorizeSubmit(w http.ResponseWriter, r *http.Request) {
+func (s *Side) authorizeSubmit(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if err := r.ParseForm(); err != nil {
 		render(w, http.StatusBadRequest, "done", pageData{Title: "Bad request", Message: "The form could not be read."})
@@ -145,44 +145,24 @@ func (s *Server) authorizeSubmit(w http.ResponseWriter, r *http.Request) {
 		redirectBack(w, r, q, url.Values{"error": {"access_denied"}})
 		return
 	}
-	u := s.checkPassword(q.Get("login"), q.Get("password"))
+	u := s.dir.CheckPassword(q.Get("login"), q.Get("password"))
 	if u == nil {
 		render(w, http.StatusUnauthorized, "signin", signinData(c, q, "Wrong login or password."))
 		return
 	}
-	code := randomToken(32)
-	now := s.clock()
+	code := kit.RandomToken(32)
+	now := s.env.Now()
 	s.mu.Lock()
-	s.sweepOIDC(now)
+	s.sweep(now)
 	s.idp.codes[code] = &authCode{grant: grant{client: c.ID, user: u.ID, scope: q.Get("scope"), nonce: q.Get("nonce"),
-		expires: now.Add(time.Duration(s.cfg.OIDC.CodeTTL))}, redirectURI: q.Get("redirect_uri"),
+		expires: now.Add(time.Duration(s.cfg.CodeTTL))}, redirectURI: q.Get("redirect_uri"),
 		challenge: q.Get("code_challenge"), method: q.Get("code_challenge_method")}
 	s.mu.Unlock()
 	redirectBack(w, r, q, url.Values{"code": {code}})
 }
 
-// checkPassword returns the user with this login and password, or nil.
-// Some hash is compared even for an unknown login, so that the time taken
-// does not tell which logins exist.
-func (s *Server) checkPassword(login, password string) *User {
-	var user *User
-	for i := range s.cfg.Users {
-		if u := &s.cfg.Users[i]; u.Login != "" && strings.EqualFold(u.Login, login) {
-			user = u
-		}
-	}
-	hash := []byte(dummyHash)
-	if user != nil {
-		hash = []byte(user.PasswordHash)
-	}
-	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || user == nil {
-		return nil
-	}
-	return user
-}
-
 // deviceAuthorization is POST /connect/deviceauthorization.
-func (s *Server) deviceAuthorization(w http.ResponseWriter, r *http.Request) {
+func (s *Side) deviceAuthorization(w http.ResponseWriter, r *http.Request) {
 	c := s.formClient(w, r)
 	if c == nil {
 		return
@@ -193,15 +173,15 @@ func (s *Server) deviceAuthorization(w http.ResponseWriter, r *http.Request) {
 		oidcError(w, http.StatusBadRequest, "invalid_scope", bad)
 		return
 	}
-	now := s.clock()
-	dc, uc := randomToken(32), userCode()
-	interval, life := time.Duration(s.cfg.OIDC.DeviceInterval), time.Duration(s.cfg.OIDC.DeviceExpiresIn)
+	now := s.env.Now()
+	dc, uc := kit.RandomToken(32), userCode()
+	interval, life := time.Duration(s.cfg.DeviceInterval), time.Duration(s.cfg.DeviceExpiresIn)
 	s.mu.Lock()
-	s.sweepOIDC(now)
+	s.sweep(now)
 	s.idp.devices[dc] = &deviceGrant{grant: grant{client: c.ID, scope: scope, expires: now.Add(life)},
 		userCode: uc, status: "pending", interval: interval, lastPoll: now}
 	s.mu.Unlock()
-	base := s.URL() + "/device"
+	base := s.env.URL() + "/device"
 	noStoreJSON(w, map[string]any{"device_code": dc, "user_code": uc, "verification_uri": base,
 		"verification_uri_complete": base + "?user-code=" + uc, "expires_in": int(life.Seconds()), "interval": int(interval.Seconds())})
 }
@@ -219,8 +199,8 @@ func userCode() string {
 // pollDevice answers a device_code poll (RFC 8628 section 3.5): a poll
 // before the interval has passed since the last one (or since the code was
 // issued) is slow_down, and the interval grows by 5 seconds.
-func (s *Server) pollDevice(c *OIDCClient, dc string) (grant, string, string) {
-	now := s.clock()
+func (s *Side) pollDevice(c *Client, dc string) (grant, string, string) {
+	now := s.env.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d, ok := s.idp.devices[dc]
@@ -247,11 +227,11 @@ func (s *Server) pollDevice(c *OIDCClient, dc string) (grant, string, string) {
 	return grant{}, "authorization_pending", ""
 }
 
-func (s *Server) devicePage(w http.ResponseWriter, r *http.Request) {
+func (s *Side) devicePage(w http.ResponseWriter, r *http.Request) {
 	render(w, http.StatusOK, "device", pageData{Title: "Connect a device", UserCode: r.URL.Query().Get("user-code")})
 }
 
-func (s *Server) deviceSubmit(w http.ResponseWriter, r *http.Request) {
+func (s *Side) deviceSubmit(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if err := r.ParseForm(); err != nil {
 		render(w, http.StatusBadRequest, "done", pageData{Title: "Bad request", Message: "The form could not be read."})
@@ -260,7 +240,7 @@ func (s *Server) deviceSubmit(w http.ResponseWriter, r *http.Request) {
 	f := r.PostForm
 	uc := strings.ToUpper(strings.NewReplacer("-", "", " ", "").Replace(f.Get("user_code")))
 	data := pageData{Title: "Connect a device", UserCode: f.Get("user_code"), Login: f.Get("login")}
-	now := s.clock()
+	now := s.env.Now()
 	s.mu.Lock()
 	var d *deviceGrant
 	for _, g := range s.idp.devices {
@@ -281,7 +261,7 @@ func (s *Server) deviceSubmit(w http.ResponseWriter, r *http.Request) {
 		render(w, http.StatusOK, "done", pageData{Title: "Access denied", Message: "The device was not allowed. You may close this window."})
 		return
 	}
-	u := s.checkPassword(f.Get("login"), f.Get("password"))
+	u := s.dir.CheckPassword(f.Get("login"), f.Get("password"))
 	if u == nil {
 		data.Error = "Wrong login or password."
 		render(w, http.StatusUnauthorized, "device", data)

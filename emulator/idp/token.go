@@ -1,4 +1,4 @@
-package emulator
+package idp
 
 import (
 	"crypto/sha256"
@@ -9,10 +9,12 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/signagent/signagent/emulator/kit"
 )
 
 // token is POST /connect/token for the three grants.
-func (s *Server) token(w http.ResponseWriter, r *http.Request) {
+func (s *Side) token(w http.ResponseWriter, r *http.Request) {
 	c := s.formClient(w, r)
 	if c == nil {
 		return
@@ -42,14 +44,10 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 	noStoreJSON(w, resp)
 }
 
-func (s *Server) reject(code string) {
-	s.mu.Lock()
-	s.stats.Rejections[code]++
-	s.mu.Unlock()
-}
+func (s *Side) reject(code string) { s.env.Reject(code) }
 
-func (s *Server) redeemCode(c *OIDCClient, f url.Values) (grant, string, string) {
-	now := s.clock()
+func (s *Side) redeemCode(c *Client, f url.Values) (grant, string, string) {
+	now := s.env.Now()
 	s.mu.Lock()
 	ac, ok := s.idp.codes[f.Get("code")]
 	delete(s.idp.codes, f.Get("code")) // single-use: spent by any attempt
@@ -78,8 +76,8 @@ func pkceMatches(challenge, method, verifier string) bool {
 	return subtle.ConstantTimeCompare([]byte(challenge), []byte(verifier)) == 1
 }
 
-func (s *Server) redeemRefresh(c *OIDCClient, rt string) (grant, string, string) {
-	now := s.clock()
+func (s *Side) redeemRefresh(c *Client, rt string) (grant, string, string) {
+	now := s.env.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	g, ok := s.idp.refresh[rt]
@@ -100,7 +98,7 @@ func (s *Server) redeemRefresh(c *OIDCClient, rt string) (grant, string, string)
 	case g.client != c.ID:
 		return grant{}, "invalid_grant", "the refresh token was issued to another client"
 	}
-	if s.cfg.OIDC.RefreshRotation == "one-time" {
+	if s.cfg.RefreshRotation == "one-time" {
 		delete(s.idp.refresh, rt)
 		if s.idp.spent == nil {
 			s.idp.spent = map[string]string{}
@@ -114,25 +112,25 @@ func (s *Server) redeemRefresh(c *OIDCClient, rt string) (grant, string, string)
 // issue makes the token response for g: an opaque access token, a refresh
 // token with offline_access (the same one again on a refresh under
 // "reuse"), and an id_token with openid.
-func (s *Server) issue(g grant, refreshing bool, oldRefresh string) (map[string]any, error) {
-	now := s.clock()
-	ttl := time.Duration(s.cfg.OIDC.AccessTokenTTL)
-	at := randomHex(32)
+func (s *Side) issue(g grant, refreshing bool, oldRefresh string) (map[string]any, error) {
+	now := s.env.Now()
+	ttl := time.Duration(s.cfg.AccessTokenTTL)
+	at := kit.RandomHex(32)
 	resp := map[string]any{"access_token": strings.ToLower(at), "token_type": "Bearer",
 		"expires_in": int(ttl.Seconds()), "scope": g.scope}
 	s.mu.Lock()
-	s.sweepOIDC(now)
+	s.sweep(now)
 	a := g
 	a.expires = now.Add(ttl)
 	s.idp.access[strings.ToLower(at)] = a
 	if hasScope(g.scope, "offline_access") {
 		rt := oldRefresh
-		if !refreshing || s.cfg.OIDC.RefreshRotation == "one-time" {
-			rt = randomToken(32)
+		if !refreshing || s.cfg.RefreshRotation == "one-time" {
+			rt = kit.RandomToken(32)
 			rg := g
-			rg.expires = now.Add(time.Duration(s.cfg.OIDC.RefreshTokenTTL))
+			rg.expires = now.Add(time.Duration(s.cfg.RefreshTokenTTL))
 			if rg.family == "" {
-				rg.family = randomHex(8) // a new sign-in
+				rg.family = kit.RandomHex(8) // a new sign-in
 			}
 			s.idp.refresh[rt] = rg
 		}
@@ -150,13 +148,13 @@ func (s *Server) issue(g grant, refreshing bool, oldRefresh string) (map[string]
 	return resp, nil
 }
 
-func (s *Server) idToken(g grant, now time.Time, ttl time.Duration) (string, error) {
-	claims := map[string]any{"iss": s.URL(), "sub": g.user, "aud": g.client, "iat": now.Unix(),
+func (s *Side) idToken(g grant, now time.Time, ttl time.Duration) (string, error) {
+	claims := map[string]any{"iss": s.env.URL(), "sub": g.user, "aud": g.client, "iat": now.Unix(),
 		"exp": now.Add(min(ttl, time.Hour)).Unix(), "auth_time": now.Unix()}
 	if g.nonce != "" {
 		claims["nonce"] = g.nonce
 	}
-	for _, u := range s.cfg.Users {
+	for _, u := range s.dir.Users {
 		if u.ID == g.user {
 			if hasScope(g.scope, "email") {
 				claims["email"] = u.Login
@@ -177,7 +175,7 @@ func (s *Server) idToken(g grant, now time.Time, ttl time.Duration) (string, err
 	return jws.CompactSerialize()
 }
 
-func (s *Server) userinfo(w http.ResponseWriter, r *http.Request) {
+func (s *Side) userinfo(w http.ResponseWriter, r *http.Request) {
 	g, ok := s.bearer(r.Header.Get("Authorization"))
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
@@ -185,7 +183,7 @@ func (s *Server) userinfo(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	info := map[string]any{"sub": g.user}
-	for _, u := range s.cfg.Users {
+	for _, u := range s.dir.Users {
 		if u.ID == g.user && u.Login != "" {
 			info["email"] = u.Login
 		}
@@ -194,25 +192,25 @@ func (s *Server) userinfo(w http.ResponseWriter, r *http.Request) {
 }
 
 // bearer is the grant behind "Bearer <access token>", when it is valid.
-func (s *Server) bearer(header string) (grant, bool) {
+func (s *Side) bearer(header string) (grant, bool) {
 	tok, ok := strings.CutPrefix(header, "Bearer ")
 	if !ok || tok == "" {
 		return grant{}, false
 	}
-	now := s.clock()
+	now := s.env.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	g, ok := s.idp.access[tok]
 	return g, ok && now.Before(g.expires)
 }
 
-// sweepOIDC forgets expired codes, device grants and tokens, at most once
+// sweep forgets expired codes, device grants and tokens, at most once
 // a second; the caller holds s.mu.
-func (s *Server) sweepOIDC(now time.Time) {
-	if now.Before(s.nextOIDCSweep) {
+func (s *Side) sweep(now time.Time) {
+	if now.Before(s.nextSweep) {
 		return
 	}
-	s.nextOIDCSweep = now.Add(time.Second)
+	s.nextSweep = now.Add(time.Second)
 	for k, c := range s.idp.codes {
 		if !now.Before(c.expires) {
 			delete(s.idp.codes, k)

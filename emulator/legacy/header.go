@@ -1,8 +1,6 @@
-package emulator
+package legacy
 
-import (
-	"strings"
-)
+import "strings"
 
 // The legacy scheme's wire, spelled here as the service reads it (wire
 // notes, "Legacy header scheme") rather than borrowed from the client's
@@ -10,7 +8,6 @@ import (
 // the client's mistakes in writing the header.
 const (
 	serviceAuthScheme = "ServiceAuth"
-	errorCodeHeader   = "X-Service-ErrorCode"
 	paramDeveloperKey = "ddauth_api_client_id"
 	paramToken        = "ddauth_token"
 )
@@ -66,3 +63,6 @@ func checkDeveloperKey(key string) (string, string) {
 	}
 	return key, ""
 }
+
+// HeaderPrefix starts a business call's Authorization of this scheme.
+const HeaderPrefix = serviceAuthScheme + " "

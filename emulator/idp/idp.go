@@ -1,4 +1,9 @@
-package emulator
+// Package idp is the emulator's identity provider (OpenID Connect):
+// discovery, keys, the authorization-code flow with its sign-in page, the
+// device flow with its /device page, the token endpoint for the three
+// grants (one-time refresh tokens, their reuse detected), userinfo, and
+// the check of a business call's Bearer token.
+package idp
 
 import (
 	"crypto/rand"
@@ -10,37 +15,39 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
-
+	"github.com/signagent/signagent/emulator/directory"
+	"github.com/signagent/signagent/emulator/kit"
 	"github.com/signagent/signagent/safefile"
 )
 
-// OIDCConfig is the identity provider's side: its clients and lifetimes.
+// Config is the identity provider's side: its clients and lifetimes.
 // Users sign in with their login and password.
-type OIDCConfig struct {
-	Clients []OIDCClient `yaml:"clients"`
+type Config struct {
+	Clients []Client `yaml:"clients"`
 	// AccessTokenTTL is the access token's expires_in (default 24h).
-	AccessTokenTTL Duration `yaml:"accessTokenTTL"`
+	AccessTokenTTL kit.Duration `yaml:"accessTokenTTL"`
 	// RefreshTokenTTL is a refresh token's lifetime (default 720h, 30 days).
-	RefreshTokenTTL Duration `yaml:"refreshTokenTTL"`
+	RefreshTokenTTL kit.Duration `yaml:"refreshTokenTTL"`
 	// RefreshRotation is "reuse" (default: a refresh returns the same
 	// refresh token) or "one-time" (a new one; the old one is spent).
 	RefreshRotation string `yaml:"refreshRotation"`
 	// CodeTTL is an authorization code's lifetime (default 5m).
-	CodeTTL Duration `yaml:"codeTTL"`
+	CodeTTL kit.Duration `yaml:"codeTTL"`
 	// DeviceInterval and DeviceExpiresIn are the device flow's interval
 	// and expires_in (defaults 5s and 300s).
-	DeviceInterval  Duration `yaml:"deviceInterval"`
-	DeviceExpiresIn Duration `yaml:"deviceExpiresIn"`
+	DeviceInterval  kit.Duration `yaml:"deviceInterval"`
+	DeviceExpiresIn kit.Duration `yaml:"deviceExpiresIn"`
 	// NoDiscovery answers 404 to /.well-known/openid-configuration, as a
 	// provider without discovery does (clients use the /connect/* paths).
 	NoDiscovery bool `yaml:"noDiscovery"`
 }
 
-// OIDCClient is an application registered with the identity provider.
-type OIDCClient struct {
+// Client is an application registered with the identity provider.
+type Client struct {
 	ID           string   `yaml:"id"`
 	Secret       string   `yaml:"secret"`
 	SecretFile   string   `yaml:"secretFile"`
@@ -50,15 +57,15 @@ type OIDCClient struct {
 // Scopes the provider knows.
 var knownScopes = []string{"openid", "profile", "email", "offline_access", "Service.PublicAPI", "Service.PublicAPI.Staging"}
 
-func (o *OIDCConfig) check(dir string) error {
+func (o *Config) Check(dir string) error {
 	defaults := []struct {
-		d *Duration
+		d *kit.Duration
 		v time.Duration
 	}{{&o.AccessTokenTTL, 24 * time.Hour}, {&o.RefreshTokenTTL, 720 * time.Hour}, {&o.CodeTTL, 5 * time.Minute},
 		{&o.DeviceInterval, 5 * time.Second}, {&o.DeviceExpiresIn, 300 * time.Second}}
 	for _, d := range defaults {
 		if *d.d <= 0 {
-			*d.d = Duration(d.v)
+			*d.d = kit.Duration(d.v)
 		}
 	}
 	switch o.RefreshRotation {
@@ -76,7 +83,7 @@ func (o *OIDCConfig) check(dir string) error {
 		}
 		ids[c.ID] = true
 		if c.SecretFile != "" {
-			b, err := safefile.Read(resolve(dir, c.SecretFile), 4096)
+			b, err := safefile.Read(kit.Resolve(dir, c.SecretFile), 4096)
 			if err != nil {
 				return fmt.Errorf("oidc: client %q: %w", c.ID, err)
 			}
@@ -129,12 +136,51 @@ type deviceGrant struct {
 	lastPoll time.Time
 }
 
+// Stats counts what the provider issued.
+type Stats struct {
+	// AccessTokens and Refreshes count what the provider issued.
+	AccessTokens int `json:"accessTokens"`
+	Refreshes    int `json:"refreshes"`
+	// RefreshReuses counts spent one-time refresh tokens presented again
+	// (each revoked its sign-in's grant): a client that sends one is
+	// signing its user out.
+	RefreshReuses int `json:"refreshReuses"`
+}
+
+// Side is the identity provider.
+type Side struct {
+	env *kit.Env
+	dir *directory.Directory
+	cfg Config
+
+	mu        sync.Mutex
+	idp       *idp
+	nextSweep time.Time
+	stats     Stats
+}
+
+// New is the provider over dir, with a new signing key.
+func New(env *kit.Env, dir *directory.Directory, cfg Config) (*Side, error) {
+	st, err := newIDP()
+	if err != nil {
+		return nil, err
+	}
+	return &Side{env: env, dir: dir, cfg: cfg, idp: st}, nil
+}
+
+// Stats returns a copy of the provider's counts.
+func (s *Side) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
 func newIDP() (*idp, error) {
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return nil, err
 	}
-	kid := randomHex(8)
+	kid := kit.RandomHex(8)
 	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: jose.JSONWebKey{Key: key, KeyID: kid}},
 		(&jose.SignerOptions{}).WithType("JWT"))
 	if err != nil {
@@ -163,12 +209,12 @@ func oidcError(w http.ResponseWriter, status int, code, desc string) {
 func noStoreJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Pragma", "no-cache")
-	writeJSON(w, http.StatusOK, v)
+	kit.WriteJSON(w, http.StatusOK, v)
 }
 
-// oidcRoute serves the identity provider's endpoints; ok is false for
+// Route serves the identity provider's endpoints; ok is false for
 // other paths.
-func (s *Server) oidcRoute(w http.ResponseWriter, r *http.Request) (ok bool) {
+func (s *Side) Route(w http.ResponseWriter, r *http.Request) (ok bool) {
 	routes := map[string]http.HandlerFunc{
 		"GET /.well-known/openid-configuration":      s.discovery,
 		"GET /.well-known/openid-configuration/jwks": s.jwks,
@@ -191,20 +237,20 @@ func (s *Server) oidcRoute(w http.ResponseWriter, r *http.Request) (ok bool) {
 		}
 		return false
 	}
-	if s.takeFault(w, r, r.URL.Path) {
+	if s.env.TakeFault(w, r, r.URL.Path, kit.CodeJSON) {
 		return true
 	}
 	h(w, r)
 	return true
 }
 
-func (s *Server) discovery(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.OIDC.NoDiscovery {
+func (s *Side) discovery(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.NoDiscovery {
 		http.NotFound(w, r)
 		return
 	}
-	base := s.URL()
-	writeJSON(w, http.StatusOK, map[string]any{
+	base := s.env.URL()
+	kit.WriteJSON(w, http.StatusOK, map[string]any{
 		"issuer":                                base,
 		"authorization_endpoint":                base + "/connect/authorize",
 		"token_endpoint":                        base + "/connect/token",
@@ -221,14 +267,14 @@ func (s *Server) discovery(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *Server) jwks(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, jose.JSONWebKeySet{Keys: []jose.JSONWebKey{
+func (s *Side) jwks(w http.ResponseWriter, r *http.Request) {
+	kit.WriteJSON(w, http.StatusOK, jose.JSONWebKeySet{Keys: []jose.JSONWebKey{
 		{Key: &s.idp.key.PublicKey, KeyID: s.idp.kid, Algorithm: string(jose.RS256), Use: "sig"}}})
 }
 
 // client authenticates the calling application: client_id and
 // client_secret in the form body, or HTTP Basic, or both when they agree.
-func (s *Server) client(r *http.Request) (*OIDCClient, bool) {
+func (s *Side) client(r *http.Request) (*Client, bool) {
 	id, secret := r.PostForm.Get("client_id"), r.PostForm.Get("client_secret")
 	if bid, bsecret, ok := r.BasicAuth(); ok {
 		bid, _ = url.QueryUnescape(bid)
@@ -238,8 +284,8 @@ func (s *Server) client(r *http.Request) (*OIDCClient, bool) {
 		}
 		id, secret = bid, bsecret
 	}
-	for i := range s.cfg.OIDC.Clients {
-		c := &s.cfg.OIDC.Clients[i]
+	for i := range s.cfg.Clients {
+		c := &s.cfg.Clients[i]
 		if c.ID == id && subtle.ConstantTimeCompare([]byte(c.Secret), []byte(secret)) == 1 {
 			return c, false
 		}
@@ -251,7 +297,7 @@ func (s *Server) client(r *http.Request) (*OIDCClient, bool) {
 // formClient reads a token-endpoint form and authenticates its client;
 // nil when it has answered the request (a bad form, invalid_client: 400,
 // or 401 when HTTP Basic was tried).
-func (s *Server) formClient(w http.ResponseWriter, r *http.Request) *OIDCClient {
+func (s *Side) formClient(w http.ResponseWriter, r *http.Request) *Client {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if err := r.ParseForm(); err != nil {
 		oidcError(w, http.StatusBadRequest, "invalid_request", "the body is not a form")
@@ -269,10 +315,10 @@ func (s *Server) formClient(w http.ResponseWriter, r *http.Request) *OIDCClient 
 	return c
 }
 
-func (s *Server) clientByID(id string) *OIDCClient {
-	for i := range s.cfg.OIDC.Clients {
-		if s.cfg.OIDC.Clients[i].ID == id {
-			return &s.cfg.OIDC.Clients[i]
+func (s *Side) clientByID(id string) *Client {
+	for i := range s.cfg.Clients {
+		if s.cfg.Clients[i].ID == id {
+			return &s.cfg.Clients[i]
 		}
 	}
 	return nil
@@ -290,3 +336,16 @@ func checkScope(scope string) (string, bool) {
 }
 
 func hasScope(scope, want string) bool { return slices.Contains(strings.Fields(scope), want) }
+
+// BearerPrefix starts a business call's Authorization of this side.
+const BearerPrefix = "Bearer "
+
+// User is the business API's check of a Bearer header: the user behind a
+// valid access token, or a 401 refusal.
+func (s *Side) User(header string) (string, *kit.Refusal) {
+	g, ok := s.bearer(header)
+	if !ok {
+		return "", kit.Refuse(http.StatusUnauthorized, kit.CodeInvalidAuthToken, "Invalid or expired access token")
+	}
+	return g.user, nil
+}
