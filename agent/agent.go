@@ -50,17 +50,8 @@ type Options struct {
 	MaxBody int64
 	// LegacySNILS accepts SNILS numbers whose check number fails the rule.
 	LegacySNILS bool
-	// ExposeCanonical returns the signed text (it holds the partner's API
-	// key) in /v1/signatures answers. Off by default: the agent exists so
-	// that callers do not hold the key.
-	ExposeCanonical bool
-	// ExposeLegacyHeader hands out legacy Authorization header values in
-	// /v1/authorizations answers. Off by default: the value holds the
-	// integrator's developer key; callers use the proxy instead.
-	ExposeLegacyHeader bool
-	// NoCertificateLogin turns legacy certificate login off: the token is
-	// never asked to decrypt a service's challenge.
-	NoCertificateLogin bool
+	// Policy is what the agent hands out and does (reloadable).
+	Policy
 	// Routes opens routes per caller class (see RouteRule).
 	Routes []RouteRule
 	// RefreshFloor: a caller's "refresh": true replaces a session or an
@@ -119,15 +110,23 @@ func New(o Options) *Agent {
 	}
 	a := &Agent{o: o, tm: o.Token, cache: trusted.NewSessions(o.SessionTTL), metrics: newMetrics(o.Token, o.Version), refusals: newSampler(10, time.Second), bodies: newBodyBudget(o.ServiceBodyBudget)}
 	a.cur.Store(&state{key: o.APIKey, client: o.Client, rules: o.Routes,
-		policy: Policy{ExposeCanonical: o.ExposeCanonical, ExposeLegacyHeader: o.ExposeLegacyHeader, NoCertificateLogin: o.NoCertificateLogin}})
+		policy: o.Policy})
 	return a
 }
 
 // Policy is what the agent hands out and does for its callers, beyond the
-// route rules (Options has the meaning of each).
+// route rules.
 type Policy struct {
-	ExposeCanonical    bool
+	// ExposeCanonical returns the signed text (it holds the partner's API
+	// key) in /v1/signatures answers. Off by default: the agent exists so
+	// that callers do not hold the key.
+	ExposeCanonical bool
+	// ExposeLegacyHeader hands out legacy Authorization header values in
+	// /v1/authorizations answers. Off by default: the value holds the
+	// integrator's developer key; callers use the proxy instead.
 	ExposeLegacyHeader bool
+	// NoCertificateLogin turns legacy certificate login off: the token is
+	// never asked to decrypt a service's challenge.
 	NoCertificateLogin bool
 }
 

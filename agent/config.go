@@ -71,11 +71,8 @@ type Config struct {
 	ShutdownGrace   time.Duration
 	MaxBody         int64
 	LegacySNILS     bool
-	ExposeCanonical bool
-	// ExposeLegacyHeader and NoCertificateLogin: see Options.
-	ExposeLegacyHeader bool
-	NoCertificateLogin bool
-	Routes             []RouteRule
+	Policy
+	Routes []RouteRule
 	// Legacy is the legacy scheme's client configuration (the business API
 	// address and the developer key); nil answers legacy authorizations
 	// with 503. LegacyPasswords are the accounts it may log in as.

@@ -79,7 +79,7 @@ func (d *Daemon) start(ctx context.Context) error {
 	}
 	d.agent = New(Options{Version: cfg.Version, Token: d.tm, Client: client, APIKey: cfg.APIKey, Log: cfg.Log, Audit: NewAudit(audit),
 		SessionTTL: cfg.SessionTTL, RequestDeadline: cfg.RequestDeadline, MaxBody: cfg.MaxBody, LegacySNILS: cfg.LegacySNILS,
-		ExposeCanonical: cfg.ExposeCanonical, ExposeLegacyHeader: cfg.ExposeLegacyHeader, NoCertificateLogin: cfg.NoCertificateLogin, Routes: cfg.Routes, ServiceMaxBody: cfg.ServiceMaxBody, ServiceBodyBudget: cfg.ServiceBodyBudget})
+		Policy: cfg.Policy, Routes: cfg.Routes, ServiceMaxBody: cfg.ServiceMaxBody, ServiceBodyBudget: cfg.ServiceBodyBudget})
 	target, err := d.agent.targetFor(cfg.APIURL, cfg.AllowInsecureAPI)
 	if err != nil {
 		return err
@@ -297,8 +297,7 @@ func (d *Daemon) Reload(cfg Config) error {
 	}
 	// Everything reloadable changes at once: one new state, one swap.
 	d.agent.reload(state{key: cfg.APIKey, client: client, rules: cfg.Routes, legacy: lg, oidc: d.oidcScheme(cfg), more: cfg.Schemes,
-		shared: cfg.SharedStore, target: target, policy: Policy{ExposeCanonical: cfg.ExposeCanonical,
-			ExposeLegacyHeader: cfg.ExposeLegacyHeader, NoCertificateLogin: cfg.NoCertificateLogin}}, cfg.SessionTTL)
+		shared: cfg.SharedStore, target: target, policy: cfg.Policy}, cfg.SessionTTL)
 	if was, ok := d.cfg.SharedStore.(io.Closer); ok && d.cfg.SharedStore != cfg.SharedStore {
 		was.Close() // requests still holding it get an error, as from a store that went away
 	}

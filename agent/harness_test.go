@@ -143,8 +143,9 @@ func start(t testing.TB, o options) *harness {
 		}
 	}
 	h.agent = agent.New(agent.Options{Token: h.tm, Client: client, APIKey: apiKey, Log: log, Audit: agent.NewAudit(audit),
-		RequestDeadline: o.deadline, ExposeCanonical: o.expose, Routes: o.routes, ServiceMaxBody: o.maxBody, ServiceBodyBudget: o.budget,
-		ExposeLegacyHeader: o.legacy && !o.hideLegacy, NoCertificateLogin: o.noCertLogin, RefreshFloor: cmp.Or(o.floor, time.Nanosecond)})
+		RequestDeadline: o.deadline, Routes: o.routes, ServiceMaxBody: o.maxBody, ServiceBodyBudget: o.budget,
+		Policy:       agent.Policy{ExposeCanonical: o.expose, ExposeLegacyHeader: o.legacy && !o.hideLegacy, NoCertificateLogin: o.noCertLogin},
+		RefreshFloor: cmp.Or(o.floor, time.Nanosecond)})
 	if o.apiURL == "emu" {
 		o.apiURL = emu.URL()
 	}

@@ -109,22 +109,9 @@ func New(cfg Config) (*Client, error) {
 		cfg.TokenTTL = DefaultTokenTTL
 	}
 	// A redirect would carry the developer key somewhere else: never follow.
-	cfg.HTTPClient = httpx.Client(cfg.HTTPClient)
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 15 * time.Second
-	}
-	if cfg.Attempts <= 0 {
-		cfg.Attempts = 3
-	}
-	if cfg.Backoff <= 0 {
-		cfg.Backoff = 200 * time.Millisecond
-	}
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = "signagent"
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	t := httpx.Settings{HTTPClient: cfg.HTTPClient, Timeout: cfg.Timeout, Attempts: cfg.Attempts, Backoff: cfg.Backoff, UserAgent: cfg.UserAgent, Now: cfg.Now}
+	t.Fill()
+	cfg.HTTPClient, cfg.Timeout, cfg.Attempts, cfg.Backoff, cfg.UserAgent, cfg.Now = t.HTTPClient, t.Timeout, t.Attempts, t.Backoff, t.UserAgent, t.Now
 	return &Client{cfg: cfg, base: u, key: key}, nil
 }
 
@@ -275,39 +262,31 @@ const (
 // retries, and returns the 2xx answer's body. secret (the password, sid or
 // random) is scrubbed from whatever the service answers in an error.
 func (c *Client) call(ctx context.Context, ac apiCall, body []byte, ctype string, policy retryPolicy, secret string) ([]byte, error) {
-	for attempt := 1; ; attempt++ {
-		ans, sent, err := c.once(ctx, ac, body, ctype, secret)
-		if err == nil {
-			return ans, nil
-		}
-		var se *ServiceError
-		var te *TransportError
-		retry := false
-		switch {
-		case policy == retryUnsent:
-			retry = errors.As(err, &te) && !sent
-		case errors.As(err, &se):
-			retry = se.Temporary()
-		case errors.As(err, &te):
-			retry = true
-		}
-		if !retry || ctx.Err() != nil || attempt >= c.cfg.Attempts {
-			return nil, err
-		}
-		var asked time.Duration
-		if se != nil {
-			asked = se.RetryAfter
-		}
-		d := httpx.RetryDelay(c.cfg.Backoff, attempt, asked)
-		if werr := httpx.CheckWait(ctx, d); werr != nil {
-			return nil, fmt.Errorf("%w; %w", err, werr)
-		}
-		// Logged only now that another attempt follows.
-		c.cfg.Log.Warn().Str("call", ac.name).Int("attempt", attempt).Dur("wait", d).Err(err).Msg("request failed; retrying")
-		if werr := httpx.Wait(ctx, d); werr != nil {
-			return nil, err
-		}
+	var ans []byte
+	err := httpx.Retry(ctx, c.cfg.Attempts, c.cfg.Backoff,
+		func(attempt int, d time.Duration, err error) {
+			c.cfg.Log.Warn().Str("call", ac.name).Int("attempt", attempt).Dur("wait", d).Err(err).Msg("request failed; retrying")
+		},
+		func(int) (bool, time.Duration, error) {
+			var sent bool
+			var err error
+			ans, sent, err = c.once(ctx, ac, body, ctype, secret)
+			var se *ServiceError
+			var te *TransportError
+			switch {
+			case err == nil:
+				return false, 0, nil
+			case policy == retryUnsent:
+				return errors.As(err, &te) && !sent, 0, err
+			case errors.As(err, &se):
+				return se.Temporary(), se.RetryAfter, err
+			}
+			return errors.As(err, &te), 0, err
+		})
+	if err != nil {
+		return nil, err
 	}
+	return ans, nil
 }
 
 func (c *Client) once(ctx context.Context, ac apiCall, body []byte, ctype, secret string) ([]byte, bool, error) {

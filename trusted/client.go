@@ -87,22 +87,9 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.HTTPClient = httpx.Client(cfg.HTTPClient)
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 15 * time.Second
-	}
-	if cfg.Attempts <= 0 {
-		cfg.Attempts = 3
-	}
-	if cfg.Backoff <= 0 {
-		cfg.Backoff = 200 * time.Millisecond
-	}
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = "signagent"
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	t := httpx.Settings{HTTPClient: cfg.HTTPClient, Timeout: cfg.Timeout, Attempts: cfg.Attempts, Backoff: cfg.Backoff, UserAgent: cfg.UserAgent, Now: cfg.Now}
+	t.Fill()
+	cfg.HTTPClient, cfg.Timeout, cfg.Attempts, cfg.Backoff, cfg.UserAgent, cfg.Now = t.HTTPClient, t.Timeout, t.Attempts, t.Backoff, t.UserAgent, t.Now
 	if cfg.Stamps == nil {
 		cfg.Stamps = NewStamps()
 	}
@@ -258,36 +245,37 @@ func (c *Client) do(ctx context.Context, step Step, method, q string, body []byt
 func (c *Client) doPrepared(ctx context.Context, step Step, method string, prepare func(context.Context, error) error,
 	request func() (string, []byte), ctype string, policy retryPolicy) (string, []byte, error) {
 	var lastErr error
-	for attempt := 1; ; attempt++ {
-		if prepare != nil {
-			if err := prepare(ctx, lastErr); err != nil {
-				return "", nil, err
+	var ct string
+	var resp []byte
+	err := httpx.Retry(ctx, c.cfg.Attempts, c.cfg.Backoff,
+		func(attempt int, d time.Duration, err error) {
+			c.cfg.Log.Warn().Str("step", string(step)).Int("attempt", attempt).Dur("wait", d).Err(err).Msg("request failed; retrying")
+		},
+		func(int) (bool, time.Duration, error) {
+			if prepare != nil {
+				if err := prepare(ctx, lastErr); err != nil {
+					return false, 0, err
+				}
 			}
-		}
-		q, body := request()
-		ct, resp, sent, err := c.once(ctx, step, method, q, body, ctype)
-		if err == nil {
-			return ct, resp, nil
-		}
-		lastErr = err
-		if !c.retryable(err, sent, policy) || ctx.Err() != nil || attempt >= c.cfg.Attempts {
-			return "", nil, err
-		}
-		var se *ServiceError
-		var asked time.Duration
-		if errors.As(err, &se) {
-			asked = se.RetryAfter
-		}
-		d := httpx.RetryDelay(c.cfg.Backoff, attempt, asked)
-		if werr := httpx.CheckWait(ctx, d); werr != nil {
-			return "", nil, fmt.Errorf("%w; %w", err, werr)
-		}
-		// Logged only now that another attempt follows.
-		c.cfg.Log.Warn().Str("step", string(step)).Int("attempt", attempt).Dur("wait", d).Err(err).Msg("request failed; retrying")
-		if err := httpx.Wait(ctx, d); err != nil {
-			return "", nil, lastErr
-		}
+			q, body := request()
+			var sent bool
+			var err error
+			ct, resp, sent, err = c.once(ctx, step, method, q, body, ctype)
+			if err == nil {
+				return false, 0, nil
+			}
+			lastErr = err
+			var se *ServiceError
+			var asked time.Duration
+			if errors.As(err, &se) {
+				asked = se.RetryAfter
+			}
+			return c.retryable(err, sent, policy), asked, err
+		})
+	if err != nil {
+		return "", nil, err
 	}
+	return ct, resp, nil
 }
 
 func (c *Client) retryable(err error, sent bool, policy retryPolicy) bool {

@@ -454,16 +454,16 @@ func (m *Manager) Close() error {
 		return nil
 	}
 	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return nil
+	first, c := !m.closed, m.cur
+	if first {
+		m.closed, m.cur = true, nil
+		close(m.stop)
+		m.state = State{Reason: "shutting down", Since: time.Now()}
 	}
-	m.closed = true
-	close(m.stop)
-	c := m.cur
-	m.cur = nil
-	m.state = State{Reason: "shutting down", Since: time.Now()}
 	m.mu.Unlock()
+	if !first {
+		return nil // closed before
+	}
 	m.q.close()
 	if c != nil {
 		return c.tok.Close()

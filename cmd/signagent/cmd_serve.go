@@ -79,8 +79,8 @@ func readAgentConfig(s *settings.Settings, e *env) (agent.Config, error) {
 		TLS:              agent.TLSFiles{Cert: s.String("tls-cert"), Key: s.String("tls-key"), ClientCA: s.String("tls-client-ca")},
 		TokenConcurrency: s.Int("token-concurrency"), QueueSize: s.Int("queue-size"), TokenDelay: s.Duration("token-delay"),
 		SessionTTL: s.Duration("session-ttl"), RequestDeadline: s.Duration("request-deadline"), MaxBody: int64(s.Int("max-body")),
-		ShutdownGrace: s.Duration("shutdown-grace"), LegacySNILS: s.Bool("legacy-snils"), ExposeCanonical: s.Bool("expose-canonical"),
-		ExposeLegacyHeader: s.Bool("expose-legacy-header"), NoCertificateLogin: !s.Bool("certificate-login"),
+		ShutdownGrace: s.Duration("shutdown-grace"), LegacySNILS: s.Bool("legacy-snils"),
+		Policy: agent.Policy{ExposeCanonical: s.Bool("expose-canonical"), ExposeLegacyHeader: s.Bool("expose-legacy-header"), NoCertificateLogin: !s.Bool("certificate-login")},
 		APIURL: s.String("api-url"), AllowInsecureAPI: s.Bool("insecure-http"), ServiceMaxBody: int64(s.Int("service-max-body")),
 		ServiceBodyBudget: int64(s.Int("service-body-budget"))}
 	var errs [9]error // all are reported, not only the first

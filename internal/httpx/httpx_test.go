@@ -121,3 +121,42 @@ func TestPrintable(t *testing.T) {
 		})
 	}
 }
+
+// Retry tries again while op says so, up to the attempts, tells retrying
+// of each attempt followed by another, and stops at once on an error op
+// says is final or when the wait would outlast the context.
+func TestRetry(t *testing.T) {
+	fail := errors.New("fail")
+	var calls, told int
+	err := Retry(context.Background(), 3, time.Millisecond, func(int, time.Duration, error) { told++ },
+		func(int) (bool, time.Duration, error) { calls++; return true, 0, fail })
+	if !errors.Is(err, fail) || calls != 3 || told != 2 {
+		t.Fatalf("err %v after %d calls, %d told", err, calls, told)
+	}
+	calls, told = 0, 0
+	err = Retry(context.Background(), 3, time.Millisecond, func(int, time.Duration, error) { told++ },
+		func(n int) (bool, time.Duration, error) {
+			calls++
+			if n == 2 {
+				return false, 0, nil
+			}
+			return true, 0, fail
+		})
+	if err != nil || calls != 2 || told != 1 {
+		t.Fatalf("err %v after %d calls, %d told", err, calls, told)
+	}
+	calls = 0
+	err = Retry(context.Background(), 3, time.Millisecond, func(int, time.Duration, error) {},
+		func(int) (bool, time.Duration, error) { calls++; return false, 0, fail })
+	if !errors.Is(err, fail) || calls != 1 {
+		t.Fatalf("a final error: %v after %d calls", err, calls)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	calls = 0
+	err = Retry(ctx, 3, time.Millisecond, func(int, time.Duration, error) {},
+		func(int) (bool, time.Duration, error) { calls++; return true, time.Hour, fail })
+	if !errors.Is(err, fail) || calls != 1 {
+		t.Fatalf("a Retry-After past the deadline: %v after %d calls", err, calls)
+	}
+}
