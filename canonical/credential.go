@@ -67,12 +67,16 @@ type Credential struct {
 func (c Credential) String() string { return c.Value }
 
 // Masked returns the credential with most of its digits hidden, for logs.
-func (c Credential) Masked() string {
-	v := c.Value
+func (c Credential) Masked() string { return c.Kind.String() + "=" + MaskTail(c.Value) }
+
+// MaskTail hides all but the last four characters of a credential's value
+// (all of a shorter one): how logs and errors show a phone, a SNILS or a
+// thumbprint.
+func MaskTail(v string) string {
 	if len(v) <= 4 {
-		return c.Kind.String() + "=" + strings.Repeat("*", len(v))
+		return strings.Repeat("*", len(v))
 	}
-	return c.Kind.String() + "=" + strings.Repeat("*", len(v)-4) + v[len(v)-4:]
+	return strings.Repeat("*", len(v)-4) + v[len(v)-4:]
 }
 
 // ErrInvalidCredential is wrapped by every credential parsing error.

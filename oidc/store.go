@@ -15,8 +15,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/safefile"
-	"github.com/signagent/signagent/trusted"
 )
 
 const recordVersion = 1
@@ -57,7 +57,7 @@ func (r *Record) Header() string { return "Bearer " + r.AccessToken }
 
 // MarshalZerologObject logs the record with its tokens masked.
 func (r *Record) MarshalZerologObject(e *zerolog.Event) {
-	e.Str("profile", r.Profile).Str("subject", r.Subject).Str("accessToken", trusted.MaskSecret(r.AccessToken)).
+	e.Str("profile", r.Profile).Str("subject", r.Subject).Str("accessToken", secret.Mask(r.AccessToken)).
 		Time("expiresAt", r.Expiry).Bool("refreshToken", r.RefreshToken != "")
 }
 

@@ -8,6 +8,9 @@ import (
 	"net/url"
 	"strings"
 	"unicode"
+
+	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/internal/secret"
 )
 
 // Link is the service's link for confirming an authentication request.
@@ -130,9 +133,9 @@ func MaskURL(u *url.URL) string {
 		}
 		switch n := strings.ToLower(name); {
 		case secretParams[n]:
-			raw = MaskSecret(val)
+			raw = secret.Mask(val)
 		case n == "phone" || n == "snils" || n == "thumbprint" || n == "id" || n == "credential":
-			raw = maskTail(val)
+			raw = canonical.MaskTail(val)
 		}
 		parts = append(parts, name+"="+raw)
 	}
@@ -142,19 +145,4 @@ func MaskURL(u *url.URL) string {
 		s += "?" + strings.Join(parts, "&")
 	}
 	return s
-}
-
-// MaskSecret shows the first four characters of a secret and its length.
-func MaskSecret(s string) string {
-	if len(s) <= 8 {
-		return fmt.Sprintf("…(%d)", len(s))
-	}
-	return fmt.Sprintf("%s…(%d)", s[:4], len(s))
-}
-
-func maskTail(s string) string {
-	if len(s) <= 4 {
-		return strings.Repeat("*", len(s))
-	}
-	return strings.Repeat("*", len(s)-4) + s[len(s)-4:]
 }

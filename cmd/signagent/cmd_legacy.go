@@ -15,7 +15,6 @@ import (
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/legacy"
-	"github.com/signagent/signagent/trusted"
 )
 
 const catLegacy = "Legacy scheme"
@@ -145,7 +144,7 @@ func obtainLegacy(c *cli.Context, e *env) (legacy.Token, *legacy.Client, error) 
 	if err != nil {
 		return legacy.Token{}, nil, err
 	}
-	e.log.Info().Str("by", string(by)).Str("subject", id.Subject).Str("token", trusted.MaskSecret(tok.Value)).
+	e.log.Info().Str("by", string(by)).Str("subject", id.Subject).Str("token", secret.Mask(tok.Value)).
 		Time("expiresAt", tok.ExpiresAt).Msg("legacy token obtained")
 	return tok, client, nil
 }

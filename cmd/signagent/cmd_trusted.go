@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/store"
@@ -111,7 +112,7 @@ func sessionCommand(e *env) *cli.Command {
 			} else if s, err = flow(c.Context); err != nil {
 				return err
 			}
-			e.log.Info().Str("credential", cred.Masked()).Str("sid", trusted.MaskSecret(s.Sid)).Msg("session obtained")
+			e.log.Info().Str("credential", cred.Masked()).Str("sid", secret.Mask(s.Sid)).Msg("session obtained")
 			if c.Bool("json") {
 				return writeJSON(e, map[string]string{"sid": s.Sid, "kind": s.Kind.String(), "obtainedAt": s.ObtainedAt.Format(time.RFC3339)})
 			}

@@ -119,3 +119,13 @@ func TestResolveNoTerminal(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// Mask shows four characters of a long secret and none of a short one,
+// with the length.
+func TestMask(t *testing.T) {
+	for in, want := range map[string]string{"": "…(0)", "12345678": "…(8)", "abcdefghij": "abcd…(10)"} {
+		if got := Mask(in); got != want {
+			t.Fatalf("Mask(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
