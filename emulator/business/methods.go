@@ -10,6 +10,7 @@ import (
 
 	"github.com/signagent/signagent/emulator/directory"
 	"github.com/signagent/signagent/emulator/kit"
+	"github.com/signagent/signagent/internal/httpx"
 )
 
 // Codes of the box check (the emulator's own; the wire notes give the
@@ -109,7 +110,7 @@ func (s *Side) employee(u *directory.User, boxID string) (any, *kit.Refusal) {
 		return nil, kit.Refuse(http.StatusBadRequest, kit.CodeBadRequest, "Could not get boxId from query param")
 	}
 	if s.boxByID(n) == nil {
-		return nil, kit.Refuse(http.StatusNotFound, CodeBoxNotFound, fmt.Sprintf("Box [%s] is not found", printableID(boxID)))
+		return nil, kit.Refuse(http.StatusNotFound, CodeBoxNotFound, fmt.Sprintf("Box [%s] is not found", httpx.Printable(boxID, 80)))
 	}
 	mine := false
 	for _, b := range u.Boxes {
@@ -117,27 +118,13 @@ func (s *Side) employee(u *directory.User, boxID string) (any, *kit.Refusal) {
 		mine = mine || m == n
 	}
 	if !mine {
-		return nil, kit.Refuse(http.StatusForbidden, CodeBoxAccessDenied, fmt.Sprintf("Access to Box [%s] is denied", printableID(boxID)))
+		return nil, kit.Refuse(http.StatusForbidden, CodeBoxAccessDenied, fmt.Sprintf("Access to Box [%s] is denied", httpx.Printable(boxID, 80)))
 	}
 	return map[string]any{
 		"User":        map[string]any{"UserId": u.ID, "Login": u.Login, "FullName": map[string]string{"FirstName": u.ID}},
 		"Permissions": map[string]any{"UserDepartmentId": "00000000-0000-0000-0000-000000000000", "IsAdministrator": u.Admin, "DocumentAccessLevel": "AllDocuments"},
 		"Position":    "Employee",
 	}, nil
-}
-
-// printableID keeps a box id the caller sent fit for an error text.
-func printableID(id string) string {
-	id = strings.Map(func(r rune) rune {
-		if r < ' ' || r > '~' {
-			return -1
-		}
-		return r
-	}, strings.TrimSpace(id))
-	if len(id) > 80 {
-		id = id[:80]
-	}
-	return id
 }
 
 // boxByID finds a box by its normalized id.
