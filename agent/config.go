@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -135,8 +136,22 @@ func (e configError) Is(target error) bool {
 func badConfig(err error) error { return configError{err} }
 
 func (c *Config) validate() error {
-	if c.TokenConcurrency < 1 || c.QueueSize < 1 || c.MaxBody < 1 || c.RequestDeadline <= 0 || c.SessionTTL <= 0 {
-		return badConfig(errors.New("token-concurrency, queue-size, max-body, request-deadline and session-ttl must be positive"))
+	var notPositive []string // each bad one named, not the list of all
+	for _, v := range []struct {
+		name string
+		bad  bool
+		val  any
+	}{
+		{"token-concurrency", c.TokenConcurrency < 1, c.TokenConcurrency}, {"queue-size", c.QueueSize < 1, c.QueueSize},
+		{"max-body", c.MaxBody < 1, c.MaxBody}, {"request-deadline", c.RequestDeadline <= 0, c.RequestDeadline},
+		{"session-ttl", c.SessionTTL <= 0, c.SessionTTL},
+	} {
+		if v.bad {
+			notPositive = append(notPositive, fmt.Sprintf("%s must be positive, not %v", v.name, v.val))
+		}
+	}
+	if len(notPositive) > 0 {
+		return badConfig(errors.New(strings.Join(notPositive, "; ")))
 	}
 	if c.ServiceBodyBudget < 0 || (c.ServiceBodyBudget > 0 && c.ServiceBodyBudget < cmp.Or(c.ServiceMaxBody, 16<<20)) {
 		return badConfig(errors.New("service-body-budget must be at least service-max-body (a body that fits the one must fit the other)"))

@@ -119,7 +119,7 @@ func readAgentConfig(s *settings.Settings, e *env) (agent.Config, error) {
 			cfg.SharedStore = sh.S // trusted sessions are shared there too
 		}
 	}
-	return cfg, agentErr(errors.Join(append(errs[:], s.Err())...))
+	return cfg, agentErr(settings.Join(append(errs[:], s.Err())...))
 }
 
 // signingWanted says whether the agent signs: an API key, --base-url or a
@@ -185,9 +185,10 @@ func serviceConfig(s *settings.Settings, e *env, apiKey string) (*trusted.Config
 // agentSettings loads the settings and the logger they name, and reads the
 // agent's configuration from them.
 func agentSettings(c *cli.Context, e *env) (agent.Config, error) {
-	s, err := settings.Load(c, c.String("config"))
+	path, named := settingsPath(c)
+	s, err := settings.Load(c, path, contextName(c), named, knownKeys(c.App))
 	if err != nil {
-		return agent.Config{}, err
+		return agent.Config{}, usageErr(err)
 	}
 	// The log settings may come from the file: apply them before anything
 	// logs. The agent logs at info unless told otherwise.

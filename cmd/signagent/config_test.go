@@ -33,7 +33,7 @@ func TestSettingsPrecedence(t *testing.T) {
 			var got *settings.Settings
 			app := &cli.App{Commands: []*cli.Command{{Name: "serve", Flags: append(serveFlags(), logFlags("")...), Action: func(c *cli.Context) error {
 				var err error
-				got, err = settings.Load(c, c.String("config"))
+				got, err = settings.Load(c, c.String("config"), "", true, knownKeys(c.App))
 				return err
 			}}}}
 			if err := app.Run(append([]string{"signagent", "serve"}, tc.args...)); err != nil {
@@ -75,7 +75,7 @@ func TestSettingsRefuseUnknownAndMistyped(t *testing.T) {
 			file := filepath.Join(dir, "c.yaml")
 			os.WriteFile(file, []byte(body), 0o600)
 			app := &cli.App{Commands: []*cli.Command{{Name: "serve", Flags: serveFlags(), Action: func(c *cli.Context) error {
-				s, err := settings.Load(c, c.String("config"))
+				s, err := settings.Load(c, c.String("config"), "", true, knownKeys(c.App))
 				if err != nil {
 					return err
 				}

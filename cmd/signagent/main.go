@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -76,7 +77,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		Name:    "signagent",
 		Usage:   "sign the service's trusted-authentication text on a PKCS#11 token and obtain an auth.sid",
 		Version: currentBuild().Version,
-		Flags:   logFlags(""),
+		Flags:   append(logFlags(""), settingsFlags(true)...),
 		Before: func(c *cli.Context) error {
 			log, err := newLogger(stderr, logLevel(c, c.Args().First()), c.String("log-format"))
 			if err != nil {
@@ -125,10 +126,21 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		// The logging flags are accepted after the command too, where
 		// operators tend to put them (signagent sign --log-level debug).
 		cmd.Flags = append(cmd.Flags, logFlags("Logging")...)
+		// Every command reads the settings file (serve's --config is its own:
+		// reloaded on SIGHUP); config edits it, and the rest need none.
+		reads := !slices.Contains([]string{"config", "version", "completion", "man"}, cmd.Name)
+		if reads {
+			cmd.Flags = append(cmd.Flags, settingsFlags(cmd.Name != "serve")...)
+		}
 		cmd.Before = func(c *cli.Context) error {
 			// No command but api and completion takes positional arguments.
-			if c.Command.Name != "api" && c.Command.Name != "completion" {
+			if c.Command.Name != "api" && c.Command.Name != "completion" && c.Command.Name != "config" {
 				if err := noArgs(c); err != nil {
+					return err
+				}
+			}
+			if reads {
+				if err := loadSettings(c); err != nil {
 					return err
 				}
 			}
@@ -162,7 +174,7 @@ func commands(e *env) []*cli.Command {
 		{"OpenID Connect sign-in", []*cli.Command{loginCommand(e), tokenCommand(e), statusCommand(e), logoutCommand(e)}},
 		{"Running the agent", []*cli.Command{serveCommand(e), storeKeyCommand(e), benchCommand(e)}},
 		{"Smart cards and tokens", []*cli.Command{tokensCommand(e), keysCommand(e), devTokenCommand(e)}},
-		{"This program", []*cli.Command{versionCommand(e), completionCommand(e), manCommand(e)}},
+		{"This program", []*cli.Command{configCommand(e), versionCommand(e), completionCommand(e), manCommand(e)}},
 	}
 	var all []*cli.Command
 	for _, g := range groups {

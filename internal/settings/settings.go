@@ -1,21 +1,18 @@
 // Package settings reads a command's settings with the precedence flag >
-// environment > configuration file > default. The file is YAML whose keys
-// are the flags' names (without dashes), so every flag has its equivalent
-// there.
+// environment > settings file > default. The file is YAML whose keys are
+// the flags' names (without dashes), so every flag has its equivalent
+// there, with named contexts (File); every command reads it.
 package settings
 
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/signagent/signagent/errdefs"
-	"github.com/signagent/signagent/safefile"
 	"github.com/urfave/cli/v2"
-	"gopkg.in/yaml.v3"
 )
 
 // ErrInvalid marks a bad configuration file or value: the operator's input.
@@ -33,39 +30,45 @@ func (e invalid) Is(target error) bool { return target == ErrInvalid || errors.I
 type Settings struct {
 	c    *cli.Context
 	file map[string]any
-	err  error
+	errs []error
+	bad  map[string]bool
 }
 
-// Of returns the settings of a command without a configuration file.
-func Of(c *cli.Context) *Settings { return &Settings{c: c, file: map[string]any{}} }
+// fileKey is where Attach keeps the run's settings file.
+const fileKey = "signagent/settings-file"
 
-// Load reads the configuration file, if any (at most 1 MiB), and refuses
-// keys that are not flags of the command (a misspelt key would silently do
-// nothing).
-func Load(c *cli.Context, path string) (*Settings, error) {
-	s := Of(c)
-	if path == "" || path == os.DevNull {
-		return s, nil
+// Attach makes f the settings file every Of of this run reads.
+func Attach(app *cli.App, f *File) {
+	if app.Metadata == nil {
+		app.Metadata = map[string]any{}
 	}
-	b, err := safefile.Read(path, 1<<20)
+	app.Metadata[fileKey] = f
+}
+
+// Attached is the run's settings file (nil before Attach).
+func Attached(app *cli.App) *File {
+	f, _ := app.Metadata[fileKey].(*File)
+	return f
+}
+
+// Of returns the settings of a command: its flags and environment over
+// the run's settings file (Attach), if any.
+func Of(c *cli.Context) *Settings {
+	s := &Settings{c: c, file: map[string]any{}}
+	if f := Attached(c.App); f != nil {
+		s.file = f.values
+	}
+	return s
+}
+
+// Load reads a settings file for c (see ReadFile: context "" is its
+// current one) and returns c's settings over it.
+func Load(c *cli.Context, path, context string, must bool, known func(string) bool) (*Settings, error) {
+	f, err := ReadFile(path, context, must, known)
 	if err != nil {
-		return nil, bad(fmt.Errorf("could not read the configuration file: %w", err))
+		return nil, err
 	}
-	if err := yaml.Unmarshal(b, &s.file); err != nil {
-		return nil, bad(fmt.Errorf("%s: %w", path, err))
-	}
-	known := map[string]bool{}
-	for _, f := range c.Command.Flags {
-		for _, n := range f.Names() {
-			known[n] = true
-		}
-	}
-	for k := range s.file {
-		if !known[k] || k == "config" {
-			return nil, bad(fmt.Errorf("%s: unknown setting %q (settings are the flags of `signagent serve --help`, without the dashes)", path, k))
-		}
-	}
-	return s, nil
+	return &Settings{c: c, file: f.values}, nil
 }
 
 // given returns the context in which name was given (as a flag or in the
@@ -116,16 +119,72 @@ func (s *Settings) String(name string) string {
 	return s.c.String(name)
 }
 
-// fail records the first bad value; Err returns it.
+// fail records a bad value, once per setting however often it is read;
+// Err returns them all.
 func (s *Settings) fail(name, want string, v any) {
-	if s.err == nil {
-		s.err = bad(fmt.Errorf("setting %s: want %s, not %v", name, want, v))
+	if s.bad[name] {
+		return
 	}
+	if s.bad == nil {
+		s.bad = map[string]bool{}
+	}
+	s.bad[name] = true
+	s.errs = append(s.errs, bad(fmt.Errorf("setting %s: want %s, not %v", name, want, v)))
 }
 
-// Err is the first bad value a getter met (the getter returned the zero
-// value for it).
-func (s *Settings) Err() error { return s.err }
+// Err is every bad value the getters met, each named once (the getter
+// returned the zero value for it); nil when there was none.
+func (s *Settings) Err() error {
+	if len(s.errs) == 0 {
+		return nil
+	}
+	return joined(s.errs)
+}
+
+// Join is errs as one error in one line, each message once: errors that
+// are themselves joined are opened, nil ones and repeats dropped (a bad
+// value met by several readers is still named once). It is nil when no
+// error is left.
+func Join(errs ...error) error {
+	var out joined
+	seen := map[string]bool{}
+	var add func(e error)
+	add = func(e error) {
+		if e == nil {
+			return
+		}
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, x := range j.Unwrap() {
+				add(x)
+			}
+			return
+		}
+		if !seen[e.Error()] {
+			seen[e.Error()] = true
+			out = append(out, e)
+		}
+	}
+	for _, e := range errs {
+		add(e)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// joined is several errors as one, in one line.
+type joined []error
+
+func (j joined) Error() string {
+	msgs := make([]string, len(j))
+	for i, e := range j {
+		msgs[i] = e.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (j joined) Unwrap() []error { return j }
 
 // Bool is a true/false setting.
 func (s *Settings) Bool(name string) bool {
