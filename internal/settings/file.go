@@ -71,8 +71,9 @@ func DefaultPath() string {
 
 // ReadFile reads the settings file at path for context ("" chooses the
 // file's current-context, if any). A file that is not there is empty
-// unless must is set. The file must be this user's (or root's) and not
-// writable by others, as ssh asks of its own; a
+// unless must is set. The file must be this user's (or root's), not
+// writable by others and not readable by every user, as ssh asks of its
+// own; a
 // key that known refuses, a secret key, or a context that is not there is
 // an error naming the file and the line.
 func ReadFile(path, context string, must bool, known func(key string) bool) (*File, error) {
@@ -213,9 +214,10 @@ func checkKey(path string, k *yaml.Node, known func(string) bool) error {
 	return nil
 }
 
-// checkOwner refuses a settings file another user could have written, as
-// ssh refuses its configuration: this user's or root's, not writable by
-// group or others. Reading is not checked: the file holds no secret.
+// checkOwner refuses a settings file another user could have written, or
+// that every user can read, as ssh refuses its configuration: this user's
+// or root's, not writable by group or others, not readable by others (it
+// names the token, the key and the secrets' files). A group may read it.
 func checkOwner(path string, st fs.FileInfo) error {
 	if !st.Mode().IsRegular() {
 		return bad(fmt.Errorf("%s is not a regular file", path))
@@ -226,7 +228,9 @@ func checkOwner(path string, st fs.FileInfo) error {
 		}
 	}
 	if m := st.Mode().Perm(); m&0o022 != 0 {
-		return bad(fmt.Errorf("%s has mode %04o: others may change it; run chmod go-w %s", path, m, path))
+		return bad(fmt.Errorf("%s has mode %04o: others may change it; run chmod go-w,o-r %s", path, m, path))
+	} else if m&0o004 != 0 {
+		return bad(fmt.Errorf("%s has mode %04o: every user may read it; run chmod o-r %s (a group, such as the agent's clients, may read it)", path, m, path))
 	}
 	return nil
 }
