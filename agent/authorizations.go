@@ -50,7 +50,7 @@ func (a *Agent) authorization(w http.ResponseWriter, r *http.Request) {
 		if err := decode(r, &req); err != nil {
 			return nil, err
 		}
-		sel := selectorOf(req)
+		sel := authz.OfRequest(req)
 		if err := sel.Check(); err != nil {
 			return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidInput, err)
 		}
@@ -71,17 +71,6 @@ func (a *Agent) authorization(w http.ResponseWriter, r *http.Request) {
 		return &api.AuthorizationResponse{Authorization: h.Value, ExpiresAt: h.ExpiresAt, Cached: h.Cached}, nil
 	}()
 	a.finish(w, r, entry, start, resp, err)
-}
-
-// selectorOf is the body of /v1/authorizations as the selector it means,
-// normalized (Check is the caller's).
-func selectorOf(req api.AuthorizationRequest) authz.Selector {
-	sel := authz.Selector{Scheme: req.Scheme, Profile: req.Profile, By: req.By, Login: req.Login, Sid: req.Sid, ServiceUserID: req.ServiceUserID}
-	if req.Credential != nil {
-		c := authz.Credential(*req.Credential)
-		sel.Credential = &c
-	}
-	return sel.Normalize()
 }
 
 // schemes are the schemes /v1/authorizations and the proxy serve, as st

@@ -30,6 +30,11 @@ import (
 // IdentityHeader names the identity a proxied call is made for.
 const IdentityHeader = "Signagent-Identity"
 
+// ErrorHeader marks a proxied call's answer written by the agent itself
+// (its error code), as opposed to the service's answer passed on: a
+// client tells the agent's refusals from the service's by it.
+const ErrorHeader = "Signagent-Error"
+
 const servicePrefix = "/v1/service/"
 
 // errNoAPI answers proxied calls when the agent has no business API address.
@@ -224,6 +229,7 @@ func (a *Agent) proxyFailed(w http.ResponseWriter, call *proxyCall, start time.T
 		ev = a.o.Log.Warn()
 	}
 	ev.Str("client", call.entry.caller).Str("operation", "service").Str("call", call.entry.call).Int("status", status).Str("code", apiErr.Code).Str("requestId", call.entry.requestID).Msg(apiErr.Message)
+	w.Header().Set(ErrorHeader, apiErr.Code)
 	writeError(w, status, apiErr)
 }
 

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/signagent/signagent/api"
@@ -117,6 +118,74 @@ func (c *Client) Ready(ctx context.Context) (*api.ReadyResponse, error) {
 	var out api.ReadyResponse
 	err := c.do(ctx, http.MethodGet, "/readyz", nil, &out)
 	return &out, err
+}
+
+// ErrorHeader marks the agent's own answer to a proxied call (see
+// agent.ErrorHeader).
+const ErrorHeader = "Signagent-Error"
+
+// Answer is the service's answer to a call through the agent's proxy, as
+// it came.
+type Answer struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// Call calls the business method at path (with query and, for POST, body)
+// through the agent's proxy, for the identity named in the
+// Signagent-Identity syntax (authz.Selector.Text): the agent adds the
+// identity's header, cached, and retries once after a 401. The service's
+// answer comes back as it came, whatever its status; the agent's own
+// refusal (no such identity, the service unreachable) is an *Error.
+// Answers above 64 MiB are an error.
+func (c *Client) Call(ctx context.Context, method, path string, query url.Values, identity string, body []byte, contentType string) (*Answer, error) {
+	u := c.base + "/v1/service/" + strings.TrimPrefix(path, "/")
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Signagent-Identity", identity)
+	if body != nil && contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if c.bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+c.bearer)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("signagent agent: %w", err)
+	}
+	defer resp.Body.Close()
+	const limit = 64 << 20
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("signagent agent: %w", err)
+	}
+	if len(data) > limit {
+		return nil, fmt.Errorf("signagent agent: the answer is over %d MiB", limit>>20)
+	}
+	var eb api.ErrorBody
+	agentOwn := resp.Header.Get(ErrorHeader) != "" ||
+		(resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) && json.Unmarshal(data, &eb) == nil && eb.Error.Code != ""
+	if agentOwn {
+		e := &Error{Status: resp.StatusCode, Body: api.Error{Code: resp.Header.Get(ErrorHeader), Message: http.StatusText(resp.StatusCode)}}
+		if json.Unmarshal(data, &eb) == nil && eb.Error.Code != "" {
+			e.Body = eb.Error
+		}
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
+			e.RetryAfter = time.Duration(s) * time.Second
+		}
+		return nil, e
+	}
+	return &Answer{Status: resp.StatusCode, Header: resp.Header, Body: data}, nil
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {

@@ -8,6 +8,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
 )
@@ -205,4 +206,52 @@ func selectorOf(scheme string, kv map[string]string, flags map[string]bool) (Sel
 // overrides, and line or paragraph separators.
 func notPrintable(r rune) bool {
 	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
+}
+
+// Text is the selector in the Signagent-Identity header's syntax (what
+// ParseSelector reads back as the same selector), for a client of the
+// agent's proxy. It is false for what the header cannot name: an
+// auth.sid the caller holds (a secret, never sent in a header) or a value
+// with a space.
+func (s Selector) Text() (string, bool) {
+	s = s.Normalize()
+	var words []string
+	switch {
+	case s.Scheme == SchemeLegacy && s.By == "certificate":
+		words = []string{SchemeLegacy, "certificate"}
+	case s.Scheme == SchemeLegacy && s.By == "password":
+		words = []string{SchemeLegacy, "login=" + s.Login}
+	case s.Scheme == SchemeLegacy && s.By == "sid" && s.Sid == "" && s.Credential != nil:
+		words = []string{SchemeTrusted}
+		for _, kv := range [][2]string{{"phone", s.Credential.Phone}, {"snils", s.Credential.SNILS}, {"thumbprint", s.Credential.Thumbprint}} {
+			if kv[1] != "" {
+				words = append(words, kv[0]+"="+kv[1])
+			}
+		}
+		words = append(words, "serviceUserId="+s.ServiceUserID)
+	case s.Scheme == SchemeLegacy:
+		return "", false
+	default:
+		words = []string{s.Scheme}
+		if s.Profile != "" {
+			words = append(words, "profile="+s.Profile)
+		}
+	}
+	for _, w := range words {
+		if strings.ContainsFunc(w, unicode.IsSpace) || strings.HasSuffix(w, "=") {
+			return "", false
+		}
+	}
+	return strings.Join(words, " "), true
+}
+
+// OfRequest is the body of the agent's POST /v1/authorizations as the
+// selector it means, normalized (Check is the caller's).
+func OfRequest(req api.AuthorizationRequest) Selector {
+	sel := Selector{Scheme: req.Scheme, Profile: req.Profile, By: req.By, Login: req.Login, Sid: req.Sid, ServiceUserID: req.ServiceUserID}
+	if req.Credential != nil {
+		c := Credential(*req.Credential)
+		sel.Credential = &c
+	}
+	return sel.Normalize()
 }

@@ -110,6 +110,11 @@ func applyFile(c *cli.Context, f *settings.File) error {
 		secretFiles[file] = true
 	}
 	var errs []string
+	set := map[string]bool{}
+	if c.App.Metadata == nil {
+		c.App.Metadata = map[string]any{}
+	}
+	c.App.Metadata[fromFileKey] = set
 	for _, fl := range c.Command.Flags {
 		name := fl.Names()[0]
 		v, ok := f.Value(name)
@@ -132,6 +137,7 @@ func applyFile(c *cli.Context, f *settings.File) error {
 				errs = append(errs, fmt.Sprintf("%s: %s: want %s, not %q", f.Where(name), name, wantOf(fl), s))
 				break
 			}
+			set[name] = true
 		}
 	}
 	if len(errs) > 0 {
@@ -164,6 +170,15 @@ func wantOf(fl cli.Flag) string {
 		return "a value " + d.GetUsage()
 	}
 	return "a value it takes"
+}
+
+// fromFileKey is where applyFile notes the flags it set from the file.
+const fromFileKey = "signagent/from-file"
+
+// fromFile are the flags whose values came from the settings file.
+func fromFile(app *cli.App) map[string]bool {
+	m, _ := app.Metadata[fromFileKey].(map[string]bool)
+	return m
 }
 
 // given reports whether name was given on the command line or in its

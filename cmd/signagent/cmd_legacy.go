@@ -76,7 +76,7 @@ func headerCommand(e *env) *cli.Command {
 			"signagent header --scheme oidc [--profile NAME]",
 		Flags: concat(legacyCommandFlags(&cli.StringFlag{Name: "scheme", Category: catOutput, Value: "legacy",
 			Usage: "the authorization `SCHEME`: legacy (ServiceAuth ddauth_api_client_id=...,ddauth_token=...) or oidc (Bearer <access token>)"}),
-			oidcHeaderFlags(), []cli.Flag{jsonFlag(`{"authorization","expiresAt"}`)}),
+			oidcHeaderFlags(), []cli.Flag{jsonFlag(`{"authorization","expiresAt"}`)}, agentUseFlags()),
 		Action: func(c *cli.Context) error {
 			emit := func(header string, expires time.Time) error {
 				if c.Bool("json") {
@@ -85,16 +85,27 @@ func headerCommand(e *env) *cli.Command {
 				_, err := fmt.Fprintln(e.stdout, header)
 				return err
 			}
-			switch s := c.String("scheme"); s {
+			if s := c.String("scheme"); s != "oidc" && s != "legacy" {
+				return usageErr(fmt.Errorf("--scheme %q: want legacy or oidc", s))
+			}
+			cl, err := agentFor(c, e)
+			if err != nil {
+				return err
+			}
+			if cl != nil {
+				resp, err := agentAuthorization(c.Context, cl, c, c.String("scheme"))
+				if err != nil {
+					return err
+				}
+				return emit(resp.Authorization, resp.ExpiresAt)
+			}
+			switch c.String("scheme") {
 			case "oidc":
 				rec, err := oidcToken(c, e)
 				if err != nil {
 					return err
 				}
 				return emit(rec.Header(), rec.Expiry)
-			case "legacy":
-			default:
-				return usageErr(fmt.Errorf("--scheme %q: want legacy or oidc", s))
 			}
 			tok, client, err := obtainLegacy(c, e)
 			if err != nil {

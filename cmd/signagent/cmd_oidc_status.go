@@ -8,6 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/oidc"
 )
@@ -18,9 +20,9 @@ func tokenCommand(e *env) *cli.Command {
 		Name:        "token",
 		Usage:       "print the profile's access token, refreshed when it has less than --refresh-before left",
 		UsageText:   "curl -H \"Authorization: Bearer $(signagent token)\" ...",
-		Flags:       concat(oidcFlags(), []cli.Flag{profileFlag(), jsonFlag(`{"accessToken","expiresAt","profile"}`)}),
+		Flags:       concat(oidcFlags(), []cli.Flag{profileFlag(), jsonFlag(`{"accessToken","expiresAt","profile"}`)}, agentUseFlags()),
 		Action: func(c *cli.Context) error {
-			rec, err := oidcToken(c, e)
+			rec, err := oidcTokenHereOrAgent(c, e)
 			if err != nil {
 				return err
 			}
@@ -31,6 +33,28 @@ func tokenCommand(e *env) *cli.Command {
 			return err
 		},
 	}
+}
+
+// oidcTokenHereOrAgent is the profile's token from the running agent, when
+// one is asked (its record holds the access token and expiry only), else
+// from the token store here.
+func oidcTokenHereOrAgent(c *cli.Context, e *env) (*oidc.Record, error) {
+	cl, err := agentFor(c, e)
+	if err != nil || cl == nil {
+		if err != nil {
+			return nil, err
+		}
+		return oidcToken(c, e)
+	}
+	resp, err := agentAuthorization(c.Context, cl, c, authz.SchemeOIDC)
+	if err != nil {
+		return nil, err
+	}
+	tok, ok := strings.CutPrefix(resp.Authorization, "Bearer ")
+	if !ok {
+		return nil, errdefs.Mark(errors.New("the agent's OpenID Connect header is not a bearer token"), errdefs.ErrUnreachable)
+	}
+	return &oidc.Record{Profile: settings.Of(c).String("profile"), AccessToken: tok, Expiry: resp.ExpiresAt}, nil
 }
 
 func oidcToken(c *cli.Context, e *env) (*oidc.Record, error) {

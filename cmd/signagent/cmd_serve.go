@@ -15,8 +15,10 @@ import (
 	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
@@ -29,6 +31,7 @@ const catAgent = "Agent"
 func serveFlags() []cli.Flag {
 	return concat([]cli.Flag{
 		&cli.StringFlag{Name: "config", Category: catAgent, EnvVars: []string{"SIGNAGENT_CONFIG"}, Usage: "YAML `FILE` of settings, keyed by flag name; reloaded on SIGHUP"},
+		&cli.BoolFlag{Name: "print-env", Category: catAgent, Usage: "once serving, print SIGNAGENT_AGENT_SOCK=PATH; export SIGNAGENT_AGENT_SOCK; on stdout and close it, as ssh-agent -s does: eval \"$(signagent serve --print-env &)\""},
 		&cli.StringSliceFlag{Name: "listen", Category: catAgent, EnvVars: []string{"SIGNAGENT_LISTEN"}, Usage: "`ADDRESS`: unix:PATH or tcp:HOST:PORT, repeatable (default unix:$XDG_RUNTIME_DIR/signagent/agent.sock, for root unix:/run/signagent/agent.sock)"},
 		&cli.StringFlag{Name: "socket-group", Category: catAgent, EnvVars: []string{"SIGNAGENT_SOCKET_GROUP"}, Usage: "`GROUP` (name or gid) owning the socket, made mode 0660 instead of 0600"},
 		&cli.StringSliceFlag{Name: "allow-uid", Category: catAgent, EnvVars: []string{"SIGNAGENT_ALLOW_UID"}, Usage: "only these `UID`s may call over the Unix socket (SO_PEERCRED), repeatable"},
@@ -240,6 +243,9 @@ func serve(c *cli.Context, e *env) error {
 		return agentErr(err)
 	}
 	e.log.Info().Strs("listen", d.Addrs()).Bool("ready", d.Ready()).Msg("agent serving")
+	if c.Bool("print-env") {
+		printEnv(e, d.Addrs())
+	}
 	daemon.SdNotify(false, daemon.SdNotifyReady)
 	for {
 		select {
@@ -264,6 +270,25 @@ func serve(c *cli.Context, e *env) error {
 		cancel()
 		e.log.Info().Msg("agent stopped")
 		return err
+	}
+}
+
+// printEnv prints the lines that point the CLI at this agent, in the
+// Bourne shell's syntax as ssh-agent -s prints them, and closes stdout so
+// that eval "$(signagent serve --print-env &)" returns.
+func printEnv(e *env, addrs []string) {
+	for _, a := range addrs {
+		if path, ok := strings.CutPrefix(a, "unix:"); ok {
+			q := "'" + strings.ReplaceAll(path, "'", `'\''`) + "'"
+			fmt.Fprintf(e.stdout, "%s=%s; export %s;\nSIGNAGENT_AGENT_PID=%d; export SIGNAGENT_AGENT_PID;\n", agentclient.SocketEnv, q, agentclient.SocketEnv, os.Getpid())
+			break
+		}
+	}
+	if f, ok := e.stdout.(*os.File); ok {
+		if null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0); err == nil {
+			unix.Dup2(int(null.Fd()), int(f.Fd()))
+			null.Close()
+		}
 	}
 }
 

@@ -12,8 +12,10 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/signagent/signagent/agentclient"
+	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
-	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/signer"
 )
@@ -71,7 +73,7 @@ func signCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "text-out", Category: catOutput, Usage: "also write the signed text to `FILE` (mode 0600: it holds the API key)"},
 			&cli.StringFlag{Name: "format", Value: "der", Category: catOutput, Usage: "output `FORMAT`: der, pem or base64"},
 			&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print timestamp, canonical text, base64 signature, certificate thumbprint and key label as JSON"},
-		}),
+		}, agentUseFlags()),
 		Action: func(c *cli.Context) error {
 			return sign(c, e)
 		},
@@ -92,6 +94,12 @@ func sign(c *cli.Context, e *env) error {
 	outs, err := checkOutputs(c, "text-out", "out")
 	if err != nil {
 		return err
+	}
+	if cl, err := agentFor(c, e); err != nil || cl != nil {
+		if err != nil {
+			return err
+		}
+		return signWithAgent(c, e, cl, outs)
 	}
 	text, cred, stamp, err := buildText(c)
 	if err != nil {
@@ -122,10 +130,16 @@ func sign(c *cli.Context, e *env) error {
 	}
 	e.log.Info().Str("credential", cred.Masked()).Str("timestamp", stamp).Str("key", key.Label()).
 		Str("certificate", canonical.ThumbprintOf(key.Certificate())).Msg("signed")
-	out, err := signatureOutput(c, key, text, stamp, der)
+	out, err := signatureOutput(c, canonical.ThumbprintOf(key.Certificate()), key.Label(), text, stamp, der)
 	if err != nil {
 		return err
 	}
+	return writeSignature(c, e, outs, text, out)
+}
+
+// writeSignature writes the outputs together (both or neither), or the
+// signature to stdout.
+func writeSignature(c *cli.Context, e *env, outs []*safefile.Out, text, out []byte) error {
 	var data [][]byte
 	if c.String("text-out") != "" {
 		data = append(data, text)
@@ -137,9 +151,48 @@ func sign(c *cli.Context, e *env) error {
 		return err
 	}
 	if c.String("out") == "" {
-		_, err = e.stdout.Write(out)
+		_, err := e.stdout.Write(out)
+		return err
 	}
-	return err
+	return nil
+}
+
+// signWithAgent asks the running agent for the signature: the agent's
+// token, key and signing settings, so the flags that would choose others
+// here are refused rather than ignored.
+func signWithAgent(c *cli.Context, e *env, cl *agentclient.Client, outs []*safefile.Out) error {
+	for _, name := range []string{"hash", "no-signed-attributes", "chain", "key", "key-label", "key-id"} {
+		if c.IsSet(name) && !setFromFile(c, name) {
+			return usageErr(fmt.Errorf("--%s: the agent signs with its own key and settings; give --no-agent to sign here", name))
+		}
+	}
+	cred, err := credential(c)
+	if err != nil {
+		return err
+	}
+	ts, err := timestamp(c)
+	if err != nil {
+		return err
+	}
+	stamp := canonical.FormatTimestamp(ts)
+	resp, err := cl.Sign(c.Context, api.SignatureRequest{Credential: *apiCredential(cred), Timestamp: stamp})
+	if err != nil {
+		return agentError(err)
+	}
+	der, err := base64.StdEncoding.DecodeString(resp.Signature)
+	if err != nil {
+		return errdefs.Mark(fmt.Errorf("the agent's signature is not base64: %w", err), errdefs.ErrUnreachable)
+	}
+	text := []byte(resp.Canonical)
+	if c.String("text-out") != "" && len(text) == 0 {
+		return usageErr(errors.New("--text-out: the agent does not show the signed text (it holds the API key; serve --expose-canonical shows it); give --no-agent to sign here"))
+	}
+	e.log.Info().Str("credential", cred.Masked()).Str("timestamp", resp.Timestamp).Str("certificate", resp.CertificateThumbprint).Msg("signed by the agent")
+	out, err := signatureOutput(c, resp.CertificateThumbprint, "", text, resp.Timestamp, der)
+	if err != nil {
+		return err
+	}
+	return writeSignature(c, e, outs, text, out)
 }
 
 // checkOutputs checks the output files the flags name, in order.
@@ -158,17 +211,24 @@ func checkOutputs(c *cli.Context, flags ...string) ([]*safefile.Out, error) {
 }
 
 // signatureOutput is the signature in --format, or the --json document.
-func signatureOutput(c *cli.Context, key *pkcs11.Key, text []byte, stamp string, der []byte) ([]byte, error) {
+// Through the agent, the key's label is not known and the text only when
+// the agent shows it: those keys are left out.
+func signatureOutput(c *cli.Context, thumbprint, label string, text []byte, stamp string, der []byte) ([]byte, error) {
 	if !c.Bool("json") {
 		return signer.Encode(der, c.String("format"))
 	}
-	out, err := json.MarshalIndent(map[string]string{
+	doc := map[string]string{
 		"timestamp":             stamp,
-		"canonical":             string(text),
 		"signature":             base64.StdEncoding.EncodeToString(der),
-		"certificateThumbprint": canonical.ThumbprintOf(key.Certificate()),
-		"keyLabel":              key.Label(),
-	}, "", "  ")
+		"certificateThumbprint": thumbprint,
+	}
+	if len(text) > 0 {
+		doc["canonical"] = string(text)
+	}
+	if label != "" {
+		doc["keyLabel"] = label
+	}
+	out, err := json.MarshalIndent(doc, "", "  ")
 	return append(out, '\n'), err
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/internal/settings"
@@ -68,11 +69,22 @@ func sessionCommand(e *env) *cli.Command {
 		Flags: concat(pick(credentialFlags(), "phone", "snils", "thumbprint", "legacy-snils"), serviceFlags(), tokenFlags(), signFlags(), storeFlags(), []cli.Flag{
 			&cli.DurationFlag{Name: "session-ttl", Category: catStore, Value: 12 * time.Hour, EnvVars: []string{"SIGNAGENT_SESSION_TTL"}, Usage: "with --store: use a session the store holds when it is younger than `DURATION`, and keep a new one that long"},
 			&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print {\"sid\",\"kind\",\"obtainedAt\"}"},
-		}),
+		}, agentUseFlags()),
 		Action: func(c *cli.Context) error {
 			cred, err := credential(c)
 			if err != nil {
 				return err
+			}
+			if cl, err := agentFor(c, e); err != nil || cl != nil {
+				if err != nil {
+					return err
+				}
+				// The agent's session for the user: its cache, its token.
+				resp, err := cl.Session(c.Context, api.SessionRequest{Credential: *apiCredential(cred), ServiceUserID: c.String("service-user-id")})
+				if err != nil {
+					return agentError(err)
+				}
+				return printSession(c, e, &trusted.Session{Sid: resp.Sid, Kind: cred.Kind, ObtainedAt: resp.ObtainedAt})
 			}
 			key, err := apiKey(c)
 			if err != nil {
@@ -113,11 +125,16 @@ func sessionCommand(e *env) *cli.Command {
 				return err
 			}
 			e.log.Info().Str("credential", cred.Masked()).Str("sid", secret.Mask(s.Sid)).Msg("session obtained")
-			if c.Bool("json") {
-				return writeJSON(e, map[string]string{"sid": s.Sid, "kind": s.Kind.String(), "obtainedAt": s.ObtainedAt.Format(time.RFC3339)})
-			}
-			_, err = fmt.Fprintln(e.stdout, s.Sid)
-			return err
+			return printSession(c, e, s)
 		},
 	}
+}
+
+// printSession prints the auth.sid, or with --json the session.
+func printSession(c *cli.Context, e *env, s *trusted.Session) error {
+	if c.Bool("json") {
+		return writeJSON(e, map[string]string{"sid": s.Sid, "kind": s.Kind.String(), "obtainedAt": s.ObtainedAt.Format(time.RFC3339)})
+	}
+	_, err := fmt.Fprintln(e.stdout, s.Sid)
+	return err
 }

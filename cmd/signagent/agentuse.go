@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/agentclient"
+	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/legacy"
+)
+
+// The CLI through a running agent, the ssh-agent idiom: when
+// SIGNAGENT_AGENT_SOCK (--agent-sock, or agent-sock in the settings file)
+// names the agent's socket, sign, session, header, token, legacy-token
+// and api ask the agent instead of opening the token or logging in here,
+// so that the agent's caches serve them and one process holds the card.
+
+const catAgentUse = "Running agent"
+
+// agentUseFlags choose whether a command asks the running agent.
+func agentUseFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "agent-sock", Category: catAgentUse, EnvVars: []string{agentclient.SocketEnv},
+			Usage: "ask the agent listening on the Unix socket `PATH` instead of opening the token or logging in here (signagent serve --print-env prints it)"},
+		&cli.StringFlag{Name: "agent", Category: catAgentUse, EnvVars: []string{"SIGNAGENT_AGENT"},
+			Usage: "`MODE`: on (ask the agent; an agent that cannot be reached is an error), auto (do it here when it cannot be reached) or off (default: on when --agent-sock or $SIGNAGENT_AGENT_SOCK names the socket, auto when only the settings file does)"},
+		&cli.BoolFlag{Name: "no-agent", Category: catAgentUse, Usage: "do it here even when an agent is named (--agent off)"},
+	}
+}
+
+// agentFor is the client of the running agent the command asks, or nil
+// when it does the work itself: no socket named, --no-agent, or --agent
+// auto with an agent that cannot be reached.
+func agentFor(c *cli.Context, e *env) (*agentclient.Client, error) {
+	mode := strings.ToLower(c.String("agent"))
+	if !slices.Contains([]string{"", "on", "auto", "off"}, mode) {
+		return nil, usageErr(fmt.Errorf("--agent %q: want on, auto or off", c.String("agent")))
+	}
+	path := c.String("agent-sock")
+	if c.Bool("no-agent") || mode == "off" || path == "" {
+		return nil, nil
+	}
+	if mode == "" {
+		mode = "on"
+		if setFromFile(c, "agent-sock") {
+			mode = "auto"
+		}
+	}
+	cl, err := agentclient.FromSocket(path)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(c.Context, 5*time.Second)
+		defer cancel()
+		_, err = cl.Ready(ctx)
+		var ae *agentclient.Error
+		if errors.As(err, &ae) && ae.Status != http.StatusForbidden {
+			err = nil // it answers; a part not ready is the call's to report
+		}
+	}
+	var ae *agentclient.Error
+	switch {
+	case err == nil:
+		e.log.Debug().Str("socket", path).Msg("asking the running agent")
+		return cl, nil
+	case errors.As(err, &ae):
+		return nil, agentError(fmt.Errorf("the agent at %s refuses this user: %w (--no-agent does it here)", path, err))
+	case mode == "auto":
+		e.log.Info().Str("socket", path).Err(err).Msg("the agent cannot be reached: doing it here")
+		return nil, nil
+	}
+	return nil, errdefs.Mark(fmt.Errorf("the agent at %s cannot be reached: %w (--no-agent does it here)", path, err), errdefs.ErrUnreachable)
+}
+
+// agentError gives an agent's error answer its kind, for the exit status.
+func agentError(err error) error {
+	var ae *agentclient.Error
+	if !errors.As(err, &ae) {
+		return errdefs.Mark(err, errdefs.ErrUnreachable)
+	}
+	var kind error
+	switch {
+	case ae.Body.ServiceCode != "":
+		kind = errdefs.ErrRefused
+	case ae.Status == http.StatusBadRequest || ae.Status == http.StatusUnprocessableEntity:
+		kind = errdefs.ErrInvalidInput
+	case ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden:
+		kind = errdefs.ErrForbidden
+	case ae.Status == http.StatusGatewayTimeout:
+		kind = errdefs.ErrTimeout
+	case ae.Status == http.StatusNotFound || ae.Status == http.StatusNotImplemented:
+		kind = errdefs.ErrNotConfigured
+	default:
+		kind = errdefs.ErrFailing
+	}
+	return errdefs.Mark(err, kind)
+}
+
+// agentAuthorization asks the agent for the Authorization header of the
+// identity the flags name (scheme as --scheme gives it).
+func agentAuthorization(ctx context.Context, cl *agentclient.Client, c *cli.Context, scheme string) (*api.AuthorizationResponse, error) {
+	req, err := agentAuthRequest(c, settings.Of(c), scheme)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := cl.Authorization(ctx, req)
+	if err != nil {
+		return nil, agentError(err)
+	}
+	return resp, nil
+}
+
+// agentAuthRequest is the identity the flags name as the body of the
+// agent's POST /v1/authorizations: the profile of OpenID Connect; the
+// login, the certificate, an auth.sid from its sources or a trusted
+// credential for the legacy scheme. No password leaves this process: the
+// agent holds the passwords it may use.
+func agentAuthRequest(c *cli.Context, s *settings.Settings, scheme string) (api.AuthorizationRequest, error) {
+	sel := authz.Selector{Scheme: scheme, By: c.String("by")}.Normalize()
+	req := api.AuthorizationRequest{Scheme: sel.Scheme}
+	if sel.Scheme != authz.SchemeLegacy {
+		req.Profile = s.String("profile")
+		return req, nil
+	}
+	if sel.By == "" {
+		return req, usageErr(errors.New("--scheme legacy needs --by password, --by certificate or --by sid"))
+	}
+	by, err := legacy.ParseMethod(sel.By)
+	if err != nil {
+		return req, err
+	}
+	req.By = string(by)
+	switch by {
+	case legacy.ByPassword:
+		if req.Login = strings.TrimSpace(c.String("login")); req.Login == "" {
+			return req, usageErr(errors.New("--by password needs --login (or SIGNAGENT_LOGIN)"))
+		}
+	case legacy.BySid:
+		if src := sidSecret.source(s); src.Given() {
+			got, err := src.Resolve()
+			if err != nil {
+				return req, errdefs.Mark(err, errdefs.ErrInvalidInput)
+			}
+			req.Sid = got.Value
+			return req, nil
+		}
+		cred, err := credential(c)
+		if err != nil {
+			return req, usageErr(fmt.Errorf("--by sid needs --sid-file, SIGNAGENT_SID, or a trusted credential (--phone, --snils or --thumbprint) with --service-user-id: %w", err))
+		}
+		req.Credential, req.ServiceUserID = apiCredential(cred), c.String("service-user-id")
+	}
+	return req, nil
+}
+
+// apiCredential is a checked credential as the agent's API takes it.
+func apiCredential(cred canonical.Credential) *api.Credential {
+	out := &api.Credential{}
+	switch cred.Kind {
+	case canonical.Phone:
+		out.Phone = cred.Value
+	case canonical.SNILS:
+		out.SNILS = cred.Value
+	case canonical.Thumbprint:
+		out.Thumbprint = cred.Value
+	}
+	return out
+}
+
+// agentAuthorizer is the Authorizer of signagent api through the agent:
+// the agent's cached header, a fresh one asked for after the service
+// refused it.
+type agentAuthorizer struct {
+	cl      *agentclient.Client
+	req     api.AuthorizationRequest
+	refresh bool
+}
+
+func (a *agentAuthorizer) Header(ctx context.Context) (authz.Header, error) {
+	req := a.req
+	req.Refresh, a.refresh = a.refresh, false
+	resp, err := a.cl.Authorization(ctx, req)
+	if err != nil {
+		return authz.Header{}, agentError(err)
+	}
+	return authz.Header{Value: resp.Authorization, ExpiresAt: resp.ExpiresAt, Cached: resp.Cached, Source: "agent"}, nil
+}
+
+func (a *agentAuthorizer) Reject(string)           { a.refresh = true }
+func (a *agentAuthorizer) Forget(time.Duration)    { a.refresh = true }
+func (a *agentAuthorizer) Identity() string        { return a.req.Scheme + " identity through the agent" }
+func (a *agentAuthorizer) String() string          { return a.Identity() }
+func setFromFile(c *cli.Context, name string) bool { return fromFile(c.App)[name] }
