@@ -97,8 +97,13 @@ func callAPI(c *cli.Context, e *env) error {
 			return answer(c, e, path, q, &service.Response{Status: ans.Status, Header: ans.Header, Body: ans.Body})
 		}
 		a = &agentAuthorizer{cl: cl, req: req}
-	} else if a, done, err = apiAuthorizer(c, e, s); err != nil {
-		return err
+	} else {
+		if err := missing(apiNeeds(c, s)...); err != nil {
+			return err
+		}
+		if a, done, err = apiAuthorizer(c, e, s); err != nil {
+			return err
+		}
 	}
 	defer done()
 	svc, err := service.New(service.Config{APIURL: s.String("api-url"), AllowInsecureHTTP: s.Bool("insecure-http"),
@@ -155,6 +160,20 @@ func printAnswer(e *env, r *service.Response, include bool) {
 	if len(out) > 0 && out[len(out)-1] != '\n' {
 		fmt.Fprintln(e.stdout)
 	}
+}
+
+// apiNeeds are the settings signagent api needs here for its scheme: the
+// API address; the developer key for the legacy scheme; the API key and
+// the auth address too for trusted authentication.
+func apiNeeds(c *cli.Context, s *settings.Settings) []need {
+	needs := []need{flagNeed(c, "api-url")}
+	switch strings.ToLower(c.String("scheme")) {
+	case authz.SchemeTrusted:
+		needs = append(needs, developerKeySecret.need(s), apiKeySecret.need(s), flagNeed(c, "base-url"))
+	case authz.SchemeLegacy:
+		needs = append(needs, developerKeySecret.need(s))
+	}
+	return needs
 }
 
 // apiAuthorizer is the Authorizer of the identity the flags name, from

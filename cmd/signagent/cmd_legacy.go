@@ -127,6 +127,9 @@ func obtainLegacy(c *cli.Context, e *env) (legacy.Token, *legacy.Client, error) 
 	if err != nil {
 		return legacy.Token{}, nil, err
 	}
+	if err := missing(flagNeed(c, "api-url"), developerKeySecret.need(s)); err != nil {
+		return legacy.Token{}, nil, err
+	}
 	client, err := legacyClient(s, e)
 	if err != nil {
 		return legacy.Token{}, nil, err

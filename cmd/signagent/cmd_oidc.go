@@ -119,8 +119,8 @@ func login(c *cli.Context, e *env) error {
 	if flow != "device" && flow != "code" {
 		return usageErr(fmt.Errorf("--flow %q: want device or code", flow))
 	}
-	if s.String("space") == "" {
-		return usageErr(errors.New("give the space with --space staging or --space production (or SIGNAGENT_SPACE)"))
+	if err := missing(flagNeed(c, "space"), flagNeed(c, "client-id")); err != nil {
+		return err
 	}
 	store, err := tokenStore(s)
 	if err != nil {

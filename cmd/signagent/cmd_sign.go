@@ -16,6 +16,7 @@ import (
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/signer"
 )
@@ -100,6 +101,9 @@ func sign(c *cli.Context, e *env) error {
 			return err
 		}
 		return signWithAgent(c, e, cl, outs)
+	}
+	if err := missing(apiKeySecret.need(settings.Of(c))); err != nil {
+		return err
 	}
 	text, cred, stamp, err := buildText(c)
 	if err != nil {

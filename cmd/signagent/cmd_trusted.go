@@ -86,6 +86,9 @@ func sessionCommand(e *env) *cli.Command {
 				}
 				return printSession(c, e, &trusted.Session{Sid: resp.Sid, Kind: cred.Kind, ObtainedAt: resp.ObtainedAt})
 			}
+			if err := missing(apiKeySecret.need(settings.Of(c)), flagNeed(c, "base-url")); err != nil {
+				return err
+			}
 			key, err := apiKey(c)
 			if err != nil {
 				return err

@@ -120,6 +120,9 @@ func (f *factory) certificate() (*x509.Certificate, crypto.Decrypter, error) {
 // gives it the token's signer, opened when it first signs (a session a
 // store holds costs no PIN), each signature bounded by --token-timeout.
 func (f *factory) trusted(sign bool) (*trusted.Client, error) {
+	if err := missing(apiKeySecret.need(f.s), flagNeed(f.c, "base-url")); err != nil {
+		return nil, err
+	}
 	key, err := apiKey(f.c)
 	if err != nil {
 		return nil, err
