@@ -114,7 +114,14 @@ func (o *observed) Header(ctx context.Context) (authz.Header, error) {
 		o.entry.identity = o.Authorizer.Identity() + " (" + h.Subject + ")"
 	}
 	o.entry.cached, o.entry.source = &h.Cached, h.Source
+	o.a.held.note(o.scheme, o.Authorizer.Identity(), h, time.Now())
 	return h, nil
+}
+
+// Reject drops the refused value and its entry in the index.
+func (o *observed) Reject(value string) {
+	o.Authorizer.Reject(value)
+	o.a.held.forget(o.scheme, o.Authorizer.Identity())
 }
 
 // legacyScheme is the legacy scheme with the agent's configuration: the

@@ -29,7 +29,9 @@ func (a *Agent) readiness() api.ReadyResponse {
 		st := a.tm.State()
 		resp.Token = api.TokenState(st)
 		resp.Checks["token"] = api.Check{Ready: st.Ready, Reason: st.Reason}
+		resp.Queue = &api.QueueState{Depth: a.tm.QueueDepth(), Dropped: int(a.tm.Dropped())}
 	}
+
 	if t := a.now().oidc; t != nil {
 		c := api.Check{Ready: true}
 		if err := t.Store.Check(); err != nil {

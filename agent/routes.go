@@ -36,6 +36,7 @@ var routeTable = []route{
 	{"DELETE", "/v1/sessions", "sessions", apiBody, func(a *Agent) http.HandlerFunc { return a.dropSession }},
 	{"POST", "/v1/links", "links", apiBody, func(a *Agent) http.HandlerFunc { return a.link }},
 	{"POST", "/v1/authorizations", "authorizations", apiBody, func(a *Agent) http.HandlerFunc { return a.authorization }},
+	{"GET", "/v1/identities", "authorizations", apiBody, func(a *Agent) http.HandlerFunc { return a.identities }},
 	{"GET", servicePrefix + "{method}", "service", serviceBody, nil},
 	{"POST", servicePrefix + "{method}", "service", serviceBody, nil},
 	{"GET", "/healthz", "", apiBody, func(a *Agent) http.HandlerFunc { return a.healthz }},

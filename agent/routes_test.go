@@ -20,6 +20,7 @@ var guardedRequests = []struct {
 	{"sessions", "DELETE", "/v1/sessions?phone=9161234567&serviceUserId=crm-42", ""},
 	{"links", "POST", "/v1/links", `{"phone":"9161234567","serviceUserId":"crm-42"}`},
 	{"authorizations", "POST", "/v1/authorizations", `{"scheme":"oidc"}`},
+	{"authorizations", "GET", "/v1/identities", ""},
 	{"service", "GET", "/v1/service/GetMyOrganizations?autoRegister=false", ""},
 	{"service", "POST", "/v1/service/GetMyOrganizations?autoRegister=false", "{}"},
 }

@@ -233,3 +233,10 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	}
 	return json.Unmarshal(data, out)
 }
+
+// Identities lists the identities the agent holds a header for (masked).
+func (c *Client) Identities(ctx context.Context) ([]api.Identity, error) {
+	var out api.IdentitiesResponse
+	err := c.do(ctx, http.MethodGet, "/v1/identities", nil, &out)
+	return out.Identities, err
+}

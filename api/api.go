@@ -86,6 +86,15 @@ type ReadyResponse struct {
 	Checks map[string]Check `json:"checks"`
 	// Token is the token's state in detail, when the agent has a token.
 	Token TokenState `json:"token,omitzero"`
+	// Queue is the token's queue, when the agent has a token.
+	Queue *QueueState `json:"queue,omitempty"`
+}
+
+// QueueState is the token's queue: operations waiting or running, and
+// those dropped since the start because their deadline passed.
+type QueueState struct {
+	Depth   int `json:"depth"`
+	Dropped int `json:"dropped"`
 }
 
 // Check is one part's readiness; Reason says why it is not ready.
@@ -148,6 +157,25 @@ type AuthorizationRequest struct {
 	Profile string `json:"profile,omitempty"`
 	// Refresh skips the cache, e.g. after the service answered 401.
 	Refresh bool `json:"refresh,omitempty"`
+}
+
+// Identity is one identity the agent holds a header for (GET
+// /v1/identities, signagent agent identities): never the header itself.
+type Identity struct {
+	Scheme   string `json:"scheme"`
+	Identity string `json:"identity"` // as the audit log names it, without a secret
+	// Subject is whom the header speaks for, when the scheme learnt it.
+	Subject string `json:"subject,omitempty"`
+	// Header is the header value masked: its first and last characters.
+	Header    string    `json:"header"`
+	ExpiresAt time.Time `json:"expiresAt"`
+	LastUsed  time.Time `json:"lastUsed"`
+	Uses      int       `json:"uses"`
+}
+
+// IdentitiesResponse is the answer of GET /v1/identities.
+type IdentitiesResponse struct {
+	Identities []Identity `json:"identities"`
 }
 
 // AuthorizationResponse is the Authorization header value of a business

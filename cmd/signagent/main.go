@@ -134,7 +134,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		}
 		cmd.Before = func(c *cli.Context) error {
 			// No command but api and completion takes positional arguments.
-			if c.Command.Name != "api" && c.Command.Name != "completion" && c.Command.Name != "config" {
+			if !slices.Contains([]string{"api", "completion", "config", "agent"}, c.Command.Name) {
 				if err := noArgs(c); err != nil {
 					return err
 				}
@@ -172,7 +172,7 @@ func commands(e *env) []*cli.Command {
 		{"Auth.sid by trusted authentication", []*cli.Command{canonicalCommand(e), signCommand(e), verifyCommand(e), linkCommand(e), sessionCommand(e)}},
 		{"Business calls and the legacy scheme", []*cli.Command{legacyTokenCommand(e), headerCommand(e), apiCommand(e)}},
 		{"OpenID Connect sign-in", []*cli.Command{loginCommand(e), tokenCommand(e), statusCommand(e), logoutCommand(e)}},
-		{"Running the agent", []*cli.Command{serveCommand(e), storeKeyCommand(e), benchCommand(e)}},
+		{"Running the agent", []*cli.Command{serveCommand(e), agentCommand(e), storeKeyCommand(e), benchCommand(e)}},
 		{"Smart cards and tokens", []*cli.Command{tokensCommand(e), keysCommand(e), devTokenCommand(e)}},
 		{"This program", []*cli.Command{configCommand(e), versionCommand(e), completionCommand(e), manCommand(e)}},
 	}

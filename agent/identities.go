@@ -1,0 +1,103 @@
+package agent
+
+import (
+	"cmp"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/internal/secret"
+)
+
+// held are the identities the agent obtained a header for, as
+// `signagent agent identities` lists them (ssh-add -l): the scheme, the
+// identity without a secret, the header masked, its expiry and use. The
+// headers themselves stay in the schemes' caches; this is their index,
+// bounded, in memory, dropped entry by entry when a header expires or the
+// service refused it.
+type held struct {
+	mu sync.Mutex
+	m  map[heldKey]*api.Identity
+}
+
+type heldKey struct{ scheme, identity string }
+
+// maxHeld bounds the index; past it the least recently used entry goes.
+const maxHeld = 10000
+
+// note records a header obtained (or served from the cache) for identity.
+func (h *held) note(scheme, identity string, hdr authz.Header, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[heldKey]*api.Identity{}
+	}
+	k := heldKey{scheme, identity}
+	e := h.m[k]
+	if e == nil {
+		if len(h.m) >= maxHeld {
+			h.evict(now)
+		}
+		e = &api.Identity{Scheme: scheme, Identity: identity}
+		h.m[k] = e
+	}
+	e.Header, e.ExpiresAt, e.LastUsed = secret.Mask(hdr.Value), hdr.ExpiresAt, now
+	if hdr.Subject != "" {
+		e.Subject = hdr.Subject
+	}
+	e.Uses++
+}
+
+// forget drops identity's entry: the service refused its header, or a
+// caller asked for a fresh one (until it is obtained again).
+func (h *held) forget(scheme, identity string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.m, heldKey{scheme, identity})
+}
+
+// evict drops the expired entries, and the least recently used one if
+// none was.
+func (h *held) evict(now time.Time) {
+	var oldest *heldKey
+	for k, e := range h.m {
+		if !e.ExpiresAt.IsZero() && !e.ExpiresAt.After(now) {
+			delete(h.m, k)
+			continue
+		}
+		if oldest == nil || e.LastUsed.Before(h.m[*oldest].LastUsed) {
+			k := k
+			oldest = &k
+		}
+	}
+	if len(h.m) >= maxHeld && oldest != nil {
+		delete(h.m, *oldest)
+	}
+}
+
+// list is the index now, without the expired entries, by scheme and
+// identity.
+func (h *held) list(now time.Time) []api.Identity {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := []api.Identity{}
+	for k, e := range h.m {
+		if !e.ExpiresAt.IsZero() && !e.ExpiresAt.After(now) {
+			delete(h.m, k)
+			continue
+		}
+		out = append(out, *e)
+	}
+	slices.SortFunc(out, func(a, b api.Identity) int {
+		return cmp.Or(cmp.Compare(a.Scheme, b.Scheme), cmp.Compare(a.Identity, b.Identity))
+	})
+	return out
+}
+
+// identities serves GET /v1/identities.
+func (a *Agent) identities(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, api.IdentitiesResponse{Identities: a.held.list(time.Now())})
+}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agentclient"
+	"github.com/signagent/signagent/api"
+)
+
+// agentCommand asks a running agent how it is and what it holds, as
+// ssh-add -l asks ssh-agent.
+func agentCommand(e *env) *cli.Command {
+	sub := func(name, usage, shape string, action func(*cli.Context, *agentclient.Client) error) *cli.Command {
+		return &cli.Command{
+			Name: name, Usage: usage,
+			Flags: concat([]cli.Flag{
+				&cli.StringFlag{Name: "agent-sock", Category: catAgentUse, EnvVars: []string{agentclient.SocketEnv},
+					Usage: "the agent's Unix socket `PATH` (default: the per-user agent's, " + agent.DefaultSocket() + ")"},
+				jsonFlag(shape),
+			}, settingsFlags(true), logFlags("Logging")),
+			Before: loadSettings,
+			Action: func(c *cli.Context) error {
+				if err := noArgs(c); err != nil {
+					return err
+				}
+				cl, err := runningAgent(c)
+				if err != nil {
+					return err
+				}
+				return action(c, cl)
+			},
+		}
+	}
+	return &cli.Command{
+		Name:  "agent",
+		Usage: "ask the running agent how it is and which identities it holds headers for (like ssh-add -l)",
+		Description: "The agent is the one SIGNAGENT_AGENT_SOCK, --agent-sock or agent-sock in the settings file names,\n" +
+			"else the per-user agent's socket. Exit 4 when it cannot be reached.\n\n" +
+			examples("signagent agent status", "signagent agent identities", "signagent agent identities --json"),
+		Subcommands: []*cli.Command{
+			sub("status", "the readiness of each part, the token and its queue, the identities held by scheme",
+				`{"socket","status","checks","token","queue","identities"}`, func(c *cli.Context, cl *agentclient.Client) error { return agentStatus(c, e, cl) }),
+			sub("identities", "the identities the agent holds a header for: scheme, identity, the header masked, expiry",
+				`{"identities":[{"scheme","identity","subject","header","expiresAt","lastUsed","uses"}]}`, func(c *cli.Context, cl *agentclient.Client) error { return agentIdentities(c, e, cl) }),
+		},
+	}
+}
+
+// runningAgent is the client of the agent the settings name (the
+// per-user one by default), checked to be there.
+func runningAgent(c *cli.Context) (*agentclient.Client, error) {
+	path := c.String("agent-sock")
+	if path == "" {
+		path = agent.DefaultSocket()
+	}
+	c.App.Metadata["signagent/agent-sock"] = path
+	cl, err := agentclient.FromSocket(path)
+	if err != nil {
+		return nil, agentError(fmt.Errorf("the agent at %s cannot be reached: %w", path, err))
+	}
+	return cl, nil
+}
+
+func agentStatus(c *cli.Context, e *env, cl *agentclient.Client) error {
+	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
+	defer cancel()
+	path, _ := c.App.Metadata["signagent/agent-sock"].(string)
+	ready, err := cl.Ready(ctx)
+	var ae *agentclient.Error
+	if err != nil && !(errors.As(err, &ae) && ae.Status == 503) {
+		return agentError(fmt.Errorf("the agent at %s: %w", path, err))
+	}
+	// The identities, when this caller may see them (the authorizations
+	// route rule).
+	counts := map[string]int{}
+	ids, idErr := cl.Identities(ctx)
+	for _, id := range ids {
+		counts[id.Scheme]++
+	}
+	if c.Bool("json") {
+		doc := map[string]any{"socket": path, "status": ready.Status, "checks": ready.Checks, "identities": counts}
+		if ready.Token != (api.TokenState{}) {
+			doc["token"] = ready.Token
+		}
+		if ready.Queue != nil {
+			doc["queue"] = ready.Queue
+		}
+		if idErr != nil {
+			doc["identities"] = nil
+		}
+		return writeJSON(e, doc)
+	}
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "agent\t%s\t%s\n", path, ready.Status)
+	parts := make([]string, 0, len(ready.Checks))
+	for name := range ready.Checks {
+		parts = append(parts, name)
+	}
+	slices.Sort(parts)
+	for _, name := range parts {
+		ch := ready.Checks[name]
+		state := "ready"
+		if !ch.Ready {
+			state = "not ready: " + ch.Reason
+		}
+		detail := ""
+		if name == "token" && ready.Token.Key != "" {
+			detail = fmt.Sprintf("key %s, certificate %s, since %s", ready.Token.Key, ready.Token.Thumbprint, ready.Token.Since.Local().Format(time.DateTime))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\n", name, state, detail)
+	}
+	if q := ready.Queue; q != nil {
+		fmt.Fprintf(w, "queue\t%d waiting or running\t%d dropped since the start\n", q.Depth, q.Dropped)
+	}
+	switch {
+	case idErr != nil:
+		fmt.Fprintf(w, "identities\tnot shown to this caller\t%s\n", firstLine(idErr))
+	default:
+		var by []string
+		for _, s := range slices.Sorted(maps.Keys(counts)) {
+			by = append(by, fmt.Sprintf("%s %d", s, counts[s]))
+		}
+		fmt.Fprintf(w, "identities\t%d held\t%s\n", len(ids), strings.Join(by, ", "))
+	}
+	return w.Flush()
+}
+
+func agentIdentities(c *cli.Context, e *env, cl *agentclient.Client) error {
+	ids, err := cl.Identities(c.Context)
+	if err != nil {
+		return agentError(err)
+	}
+	if c.Bool("json") {
+		return writeJSON(e, map[string]any{"identities": nonNil(ids)})
+	}
+	if len(ids) == 0 {
+		fmt.Fprintln(e.stderr, "The agent holds no header.")
+		return nil
+	}
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "SCHEME\tIDENTITY\tHEADER\tEXPIRES\tLAST USED\tUSES")
+	for _, id := range ids {
+		who := id.Identity
+		if id.Subject != "" {
+			who += " (" + id.Subject + ")"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\n", id.Scheme, who, id.Header, id.ExpiresAt.Local().Format(time.DateTime),
+			id.LastUsed.Local().Format(time.DateTime), id.Uses)
+	}
+	return w.Flush()
+}
+
+func firstLine(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
+}
