@@ -91,6 +91,8 @@ func agentError(err error) error {
 	switch {
 	case ae.Body.ServiceCode != "":
 		kind = errdefs.ErrRefused
+	case ae.Body.Code == api.CodeSignInRequired:
+		kind = errdefs.ErrSignIn
 	case ae.Status == http.StatusBadRequest || ae.Status == http.StatusUnprocessableEntity:
 		kind = errdefs.ErrInvalidInput
 	case ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/secret"
@@ -51,8 +52,14 @@ func legacyTokenCommand(e *env) *cli.Command {
 		UsageText: "signagent legacy-token --by password --login L\n" +
 			"signagent legacy-token --by certificate [token flags]\n" +
 			"signagent legacy-token --by sid [--sid-file F | --snils S --service-user-id ID]",
-		Flags: concat(legacyCommandFlags(&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print {\"token\",\"by\",\"obtainedAt\",\"expiresAt\"}"}), storeFlags()),
+		Flags: concat(legacyCommandFlags(&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print {\"token\",\"by\",\"obtainedAt\",\"expiresAt\"} (through the agent, no obtainedAt)"}), storeFlags(), agentUseFlags()),
 		Action: func(c *cli.Context) error {
+			if cl, err := agentFor(c, e); err != nil || cl != nil {
+				if err != nil {
+					return err
+				}
+				return legacyTokenFromAgent(c, e, cl)
+			}
 			tok, _, err := obtainLegacy(c, e)
 			if err != nil {
 				return err
@@ -65,6 +72,24 @@ func legacyTokenCommand(e *env) *cli.Command {
 			return err
 		},
 	}
+}
+
+// legacyTokenFromAgent is the token of the agent's header for the
+// identity the flags name.
+func legacyTokenFromAgent(c *cli.Context, e *env, cl *agentclient.Client) error {
+	resp, err := agentAuthorization(c.Context, cl, c, authz.SchemeLegacy)
+	if err != nil {
+		return err
+	}
+	_, tok, ok := strings.Cut(resp.Authorization, ",ddauth_token=")
+	if !ok || !strings.HasPrefix(resp.Authorization, legacy.HeaderScheme+" ") {
+		return errdefs.Mark(errors.New("the agent's legacy header is not ServiceAuth ddauth_api_client_id=...,ddauth_token=..."), errdefs.ErrUnreachable)
+	}
+	if c.Bool("json") {
+		return writeJSON(e, map[string]string{"token": tok, "by": c.String("by"), "expiresAt": resp.ExpiresAt.Format(time.RFC3339)})
+	}
+	_, err = fmt.Fprintln(e.stdout, tok)
+	return err
 }
 
 func headerCommand(e *env) *cli.Command {
