@@ -83,6 +83,8 @@ type Stats struct {
 	// (each revoked its sign-in's grant): a client that sends one is
 	// signing its user out.
 	RefreshReuses int `json:"refreshReuses"`
+	// Revocations counts the refresh tokens revoked (RFC 7009).
+	Revocations int `json:"revocations"`
 	// Registrations counts GetMyOrganizations calls that registered the
 	// user's organizations (autoRegister absent or true).
 	Registrations int `json:"registrations"`
@@ -141,7 +143,7 @@ func (s *Server) Stats() Stats {
 	return Stats{Links: t.Links, Challenges: t.Challenges, Sessions: t.Sessions, Requests: req, Rejections: rej,
 		SessionsByUser: t.SessionsByUser, ChallengesByUser: t.ChallengesByUser, PendingKeys: t.PendingKeys, SpentSignatures: t.SpentSignatures,
 		LegacyTokens: l.Tokens, LegacyChallenges: l.Challenges, HeldTokens: l.HeldTokens, PendingRandoms: l.PendingRandoms,
-		AccessTokens: i.AccessTokens, Refreshes: i.Refreshes, RefreshReuses: i.RefreshReuses, Registrations: b.Registrations}
+		AccessTokens: i.AccessTokens, Refreshes: i.Refreshes, RefreshReuses: i.RefreshReuses, Revocations: i.Revocations, Registrations: b.Registrations}
 }
 
 // LookupSid returns the record of an issued auth.sid.

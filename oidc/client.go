@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -211,4 +212,39 @@ func random() string {
 	b := make([]byte, 24)
 	rand.Read(b)
 	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// Revoke asks the provider to revoke rec's refresh token (RFC 7009), as
+// oidc-agent does on sign-out, so that a copy of it is worth nothing. It
+// is false, with no error, when the provider publishes no revocation
+// endpoint or the record has no refresh token.
+func (c *Client) Revoke(ctx context.Context, rec *Record) (bool, error) {
+	if rec.RefreshToken == "" {
+		return false, nil
+	}
+	p, err := c.provider(ctx)
+	if err != nil || p.revocation == "" {
+		return false, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	form := url.Values{"token": {rec.RefreshToken}, "token_type_hint": {"refresh_token"}, "client_id": {c.cfg.ClientID}}
+	if c.cfg.ClientSecret != "" {
+		form.Set("client_secret", c.cfg.ClientSecret)
+	}
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, p.revocation, strings.NewReader(form.Encode()))
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return false, transportErr(rctx, "revocation", p.revocation, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, MaxAnswer))
+	if resp.StatusCode != http.StatusOK {
+		return false, &TransportError{Step: "revocation", URL: p.revocation, Msg: fmt.Sprintf("answered HTTP %d%s", resp.StatusCode, bodyHint(resp, body))}
+	}
+	return true, nil
 }

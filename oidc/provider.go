@@ -23,6 +23,7 @@ type provider struct {
 	issuer     string
 	endpoint   oauth2.Endpoint
 	userinfo   string
+	revocation string // RFC 7009's endpoint, when discovery publishes one
 	verifier   *gooidc.IDTokenVerifier
 	discovered bool
 }
@@ -45,7 +46,8 @@ func (c *Client) discover(ctx context.Context) (*provider, error) {
 	pc := gooidc.ProviderConfig{IssuerURL: base, AuthURL: base + pathAuthorize, TokenURL: base + pathToken,
 		DeviceAuthURL: base + pathDevice, UserInfoURL: base + pathUserinfo, JWKSURL: base + pathJWKS,
 		Algorithms: []string{gooidc.RS256}}
-	discovered, err := c.fetchDiscovery(ctx, &pc)
+	var revocation string
+	discovered, err := c.fetchDiscovery(ctx, &pc, &revocation)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +57,10 @@ func (c *Client) discover(ctx context.Context) (*provider, error) {
 	if strings.TrimRight(pc.IssuerURL, "/") != base {
 		return nil, fmt.Errorf("%w: the provider at %s names its issuer %q; give that as --auth-url", errdefs.ErrInvalidInput, base, httpx.Printable(pc.IssuerURL, 100))
 	}
-	for _, u := range []string{pc.AuthURL, pc.TokenURL, pc.JWKSURL} {
+	for _, u := range []string{pc.AuthURL, pc.TokenURL, pc.JWKSURL, revocation} {
+		if u == "" {
+			continue // no revocation endpoint
+		}
 		if _, err := httpx.ParseBaseURL(u, c.cfg.AllowInsecureHTTP); err != nil {
 			return nil, &TransportError{Step: "discovery", URL: base, Msg: "published an endpoint signagent will not use: " + err.Error()}
 		}
@@ -69,11 +74,11 @@ func (c *Client) discover(ctx context.Context) (*provider, error) {
 	vcfg := &gooidc.Config{ClientID: c.cfg.ClientID, SupportedSigningAlgs: []string{gooidc.RS256}, Now: c.cfg.Now}
 	ep := p.Endpoint()
 	ep.AuthStyle = oauth2.AuthStyleInParams // once, in the form body, as the specification lists them
-	return &provider{issuer: base, endpoint: ep, userinfo: pc.UserInfoURL,
+	return &provider{issuer: base, endpoint: ep, userinfo: pc.UserInfoURL, revocation: revocation,
 		verifier: p.VerifierContext(kctx, vcfg), discovered: discovered}, nil
 }
 
-func (c *Client) fetchDiscovery(ctx context.Context, pc *gooidc.ProviderConfig) (bool, error) {
+func (c *Client) fetchDiscovery(ctx context.Context, pc *gooidc.ProviderConfig, revocation *string) (bool, error) {
 	u := c.base.String() + pathDiscovery
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
@@ -97,9 +102,13 @@ func (c *Client) fetchDiscovery(ctx context.Context, pc *gooidc.ProviderConfig) 
 	case resp.StatusCode != http.StatusOK:
 		return false, &TransportError{Step: "discovery", URL: c.base.String(), Msg: fmt.Sprintf("answered HTTP %d%s", resp.StatusCode, bodyHint(resp, body))}
 	}
-	if err := json.Unmarshal(body, pc); err != nil {
+	var extra struct {
+		Revocation string `json:"revocation_endpoint"`
+	}
+	if json.Unmarshal(body, pc) != nil || json.Unmarshal(body, &extra) != nil {
 		return false, &TransportError{Step: "discovery", URL: c.base.String(), Msg: "answered something that is not a discovery document" + bodyHint(resp, body)}
 	}
+	*revocation = extra.Revocation
 	return true, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"time"
 
@@ -165,6 +166,26 @@ func (s Store) Remove(profile string) (bool, error) {
 // exists, is a directory of ours closed to other users (what /readyz
 // reports).
 func (s Store) Check() error { return s.checkDir(false) }
+
+// Profiles lists the profiles the store holds a record for (valid
+// names only), sorted; none when the directory is not there.
+func (s Store) Profiles() ([]string, error) {
+	entries, err := os.ReadDir(s.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".json")
+		if ok && e.Type().IsRegular() && CheckProfile(name) == nil {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
 
 func (s Store) checkDir(create bool) error {
 	st, err := os.Lstat(s.Dir)

@@ -83,7 +83,7 @@ func legacyTokenFromAgent(c *cli.Context, e *env, cl *agentclient.Client) error 
 	}
 	_, tok, ok := strings.Cut(resp.Authorization, ",ddauth_token=")
 	if !ok || !strings.HasPrefix(resp.Authorization, legacy.HeaderScheme+" ") {
-		return errdefs.Mark(errors.New("the agent's legacy header is not ServiceAuth ddauth_api_client_id=...,ddauth_token=..."), errdefs.ErrUnreachable)
+		return errdefs.Mark(errors.New("the agent's legacy header has no ddauth_token"), errdefs.ErrUnreachable)
 	}
 	if c.Bool("json") {
 		return writeJSON(e, map[string]string{"token": tok, "by": c.String("by"), "expiresAt": resp.ExpiresAt.Format(time.RFC3339)})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -77,12 +78,16 @@ func statusCommand(e *env) *cli.Command {
 		Name:        "status",
 		Usage:       "show who the profile is signed in as, the scopes and space, and when the tokens expire (no token is shown)",
 		Flags: concat([]cli.Flag{profileFlag(), tokenStoreFlag(),
+			&cli.BoolFlag{Name: "all", Category: catOIDC, Usage: "every profile of the local token store, one line each (--json: a list)"},
 			&cli.BoolFlag{Name: "json", Category: catOutput, Usage: "print it as JSON"}}, storeFlags()),
 		Action: func(c *cli.Context) error {
 			s := settings.Of(c)
 			store, err := tokenStore(s)
 			if err != nil {
 				return err
+			}
+			if c.Bool("all") {
+				return statusAll(c, e, store)
 			}
 			rec, err := store.Load(s.String("profile"))
 			if errors.Is(err, oidc.ErrSignIn) && c.Bool("json") {
@@ -132,27 +137,116 @@ func printStatus(e *env, r *oidc.Record, asJSON bool) error {
 
 func logoutCommand(e *env) *cli.Command {
 	return &cli.Command{
-		Description: examples("signagent logout --profile robot"),
-		Name:        "logout",
-		Usage:       "remove the profile's tokens from the token store",
-		Flags:       concat([]cli.Flag{profileFlag(), tokenStoreFlag()}, storeFlags()),
-		Action: func(c *cli.Context) error {
-			s := settings.Of(c)
-			store, err := tokenStore(s)
-			if err != nil {
-				return err
-			}
-			profile := s.String("profile")
-			removed, err := store.Remove(profile)
-			if err != nil {
-				return err
-			}
-			if removed {
-				fmt.Fprintf(e.stdout, "Signed out: the tokens of profile %s are removed.\n", profile)
-			} else {
-				fmt.Fprintf(e.stdout, "Profile %s was not signed in.\n", profile)
-			}
-			return nil
-		},
+		Description: "The provider is asked to revoke the refresh token first (RFC 7009, when its discovery document\n" +
+			"publishes a revocation endpoint), as oidc-agent does, so that a copy of it is worth nothing; when it cannot\n" +
+			"be asked, nothing is removed and the command fails: --local-only removes the tokens here without asking.\n\n" +
+			examples("signagent logout --profile robot", "signagent logout --local-only"),
+		Name:  "logout",
+		Usage: "revoke the profile's refresh token at the provider and remove its tokens from the token store",
+		Flags: concat(oidcFlags(), []cli.Flag{profileFlag(),
+			&cli.BoolFlag{Name: "local-only", Category: catOIDC, Usage: "remove the tokens here without asking the provider to revoke the refresh token"}}),
+		Action: func(c *cli.Context) error { return logout(c, e) },
 	}
+}
+
+func logout(c *cli.Context, e *env) error {
+	s := settings.Of(c)
+	store, err := tokenStore(s)
+	if err != nil {
+		return err
+	}
+	profile := s.String("profile")
+	if err := oidc.CheckProfile(profile); err != nil {
+		return err
+	}
+	revoked := ""
+	if !c.Bool("local-only") {
+		rec, err := store.Load(profile)
+		switch {
+		case errors.Is(err, oidc.ErrSignIn):
+			// Nothing to revoke; removed below if a record is there at all.
+		case err != nil:
+			return fmt.Errorf("%w (signagent logout --local-only removes it without asking the provider)", err)
+		default:
+			sec, err := clientSecret(s)
+			if err != nil {
+				return err
+			}
+			client, err := refreshClient(s, e, rec, sec)
+			if err != nil {
+				return err
+			}
+			ok, err := client.Revoke(c.Context, rec)
+			if err != nil {
+				return fmt.Errorf("the refresh token of profile %s was not revoked and nothing was removed: %w (signagent logout --local-only removes the tokens here without asking)", profile, err)
+			}
+			revoked = "; the provider publishes no revocation endpoint: the refresh token stays valid there until it expires"
+			if ok {
+				revoked = "; the provider revoked the refresh token"
+			}
+		}
+	}
+	removed, err := store.Remove(profile)
+	if err != nil {
+		return err
+	}
+	if removed {
+		fmt.Fprintf(e.stdout, "Signed out: the tokens of profile %s are removed%s.\n", profile, revoked)
+	} else {
+		fmt.Fprintf(e.stdout, "Profile %s was not signed in.\n", profile)
+	}
+	return nil
+}
+
+// statusAll lists every profile of the local token store with its state,
+// as gh auth status lists its hosts.
+func statusAll(c *cli.Context, e *env, store oidc.Records) error {
+	local, ok := store.(oidc.Store)
+	if !ok {
+		return usageErr(errors.New("--all lists the local token store's profiles; a shared store is asked one profile at a time (--profile)"))
+	}
+	names, err := local.Profiles()
+	if err != nil {
+		return err
+	}
+	type row struct {
+		Profile   string `json:"profile"`
+		SignedIn  bool   `json:"signedIn"`
+		Subject   string `json:"subject,omitempty"`
+		Space     string `json:"space,omitempty"`
+		ExpiresAt string `json:"expiresAt,omitempty"`
+		Refresh   bool   `json:"refreshToken"`
+		Reason    string `json:"reason,omitempty"`
+	}
+	rows := []row{}
+	for _, n := range names {
+		r := row{Profile: n}
+		if rec, err := local.Load(n); err != nil {
+			r.Reason = err.Error()
+		} else {
+			r.SignedIn, r.Subject, r.Space, r.ExpiresAt, r.Refresh = true, who(rec), rec.Space(), jsonTime(rec.Expiry), rec.RefreshToken != ""
+		}
+		rows = append(rows, r)
+	}
+	if c.Bool("json") {
+		return writeJSON(e, rows)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(e.stderr, "No profile is signed in (signagent login).")
+		return nil
+	}
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "PROFILE\tSIGNED IN AS\tSPACE\tACCESS TOKEN EXPIRES\tREFRESH TOKEN")
+	for _, r := range rows {
+		if !r.SignedIn {
+			fmt.Fprintf(w, "%s\t-\t-\t-\t%s\n", r.Profile, r.Reason)
+			continue
+		}
+		refresh := "yes"
+		if !r.Refresh {
+			refresh = "no"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.Profile, r.Subject, r.Space, r.ExpiresAt, refresh)
+	}
+	return w.Flush()
 }

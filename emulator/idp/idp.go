@@ -145,6 +145,8 @@ type Stats struct {
 	// (each revoked its sign-in's grant): a client that sends one is
 	// signing its user out.
 	RefreshReuses int `json:"refreshReuses"`
+	// Revocations counts the refresh tokens revoked (RFC 7009).
+	Revocations int `json:"revocations"`
 }
 
 // Side is the identity provider.
@@ -224,6 +226,7 @@ func (s *Side) Route(w http.ResponseWriter, r *http.Request) (ok bool) {
 		"GET /device":                                s.devicePage,
 		"POST /device":                               s.deviceSubmit,
 		"POST /connect/token":                        s.token,
+		"POST /connect/revocation":                   s.revocation,
 		"GET /connect/userinfo":                      s.userinfo,
 	}
 	h, found := routes[r.Method+" "+r.URL.Path]
@@ -256,6 +259,7 @@ func (s *Side) discovery(w http.ResponseWriter, r *http.Request) {
 		"token_endpoint":                        base + "/connect/token",
 		"device_authorization_endpoint":         base + "/connect/deviceauthorization",
 		"userinfo_endpoint":                     base + "/connect/userinfo",
+		"revocation_endpoint":                   base + "/connect/revocation",
 		"jwks_uri":                              base + "/.well-known/openid-configuration/jwks",
 		"scopes_supported":                      knownScopes,
 		"response_types_supported":              []string{"code"},

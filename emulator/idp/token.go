@@ -229,3 +229,29 @@ func (s *Side) sweep(now time.Time) {
 		}
 	}
 }
+
+// revocation serves RFC 7009's endpoint for refresh tokens: the client
+// authenticates; a token of its own is revoked with every token of its
+// sign-in; an unknown token is answered 200 too, as the RFC asks.
+func (s *Side) revocation(w http.ResponseWriter, r *http.Request) {
+	c := s.formClient(w, r)
+	if c == nil {
+		return
+	}
+	rt := r.PostForm.Get("token")
+	if rt == "" {
+		oidcError(w, http.StatusBadRequest, "invalid_request", "no token")
+		return
+	}
+	s.mu.Lock()
+	if g, ok := s.idp.refresh[rt]; ok && g.client == c.ID {
+		for k, rg := range s.idp.refresh {
+			if rg.family == g.family {
+				delete(s.idp.refresh, k)
+			}
+		}
+		s.stats.Revocations++
+	}
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusOK)
+}
