@@ -248,3 +248,14 @@ func (c *Client) Revoke(ctx context.Context, rec *Record) (bool, error) {
 	}
 	return true, nil
 }
+
+// Discover reads the provider's discovery document (or settles on the
+// specification's fixed paths when it publishes none), as the first call
+// would: a check that the address is an identity provider's.
+func (c *Client) Discover(ctx context.Context) (discovered bool, err error) {
+	p, err := c.provider(ctx)
+	if err != nil {
+		return false, err
+	}
+	return p.discovered, nil
+}

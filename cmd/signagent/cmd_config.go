@@ -86,13 +86,17 @@ func knownKeys(app *cli.App) func(string) bool {
 // that every flag, however the command reads it, has its key.
 func loadSettings(c *cli.Context) error {
 	path, named := settingsPath(c)
-	f, err := settings.ReadFile(path, contextName(c), named, knownKeys(c.App))
+	context := contextName(c)
+	if c.Command.Name == "setup" {
+		context = "" // the context it names is the one it makes
+	}
+	f, err := settings.ReadFile(path, context, named, knownKeys(c.App))
 	if err != nil {
 		return usageErr(err)
 	}
 	settings.Attach(c.App, f)
-	if c.Command.Name == "serve" {
-		return nil
+	if c.Command.Name == "serve" || c.Command.Name == "setup" {
+		return nil // serve reads it itself (again on SIGHUP); setup offers its values
 	}
 	if err := applyFile(c, f); err != nil {
 		return usageErr(err)

@@ -119,7 +119,7 @@ func login(c *cli.Context, e *env) error {
 	if flow != "device" && flow != "code" {
 		return usageErr(fmt.Errorf("--flow %q: want device or code", flow))
 	}
-	if err := missing(flagNeed(c, "space"), flagNeed(c, "client-id")); err != nil {
+	if err := missing(flagNeed(c, "space"), flagNeed(c, "auth-url"), flagNeed(c, "client-id"), clientSecretSecret.need(s)); err != nil {
 		return err
 	}
 	store, err := tokenStore(s)

@@ -174,7 +174,7 @@ func commands(e *env) []*cli.Command {
 		{"OpenID Connect sign-in", []*cli.Command{loginCommand(e), tokenCommand(e), statusCommand(e), logoutCommand(e)}},
 		{"Running the agent", []*cli.Command{serveCommand(e), agentCommand(e), storeKeyCommand(e), benchCommand(e)}},
 		{"Smart cards and tokens", []*cli.Command{tokensCommand(e), keysCommand(e), devTokenCommand(e)}},
-		{"This program", []*cli.Command{configCommand(e), versionCommand(e), completionCommand(e), manCommand(e)}},
+		{"This program", []*cli.Command{setupCommand(e), configCommand(e), versionCommand(e), completionCommand(e), manCommand(e)}},
 	}
 	var all []*cli.Command
 	for _, g := range groups {
