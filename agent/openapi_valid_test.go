@@ -2,6 +2,8 @@ package agent_test
 
 import (
 	"encoding/json"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -40,5 +42,18 @@ func TestOpenAPIValidates(t *testing.T) {
 		if err := cred.VisitJSON(v); (err == nil) != ok {
 			t.Errorf("Credential %s: valid %v, want %v (%v)", body, err == nil, ok, err)
 		}
+	}
+}
+
+// TestOpenAPIVersionFollowsRelease: info.version is the release the
+// CHANGELOG's top section names ("unreleased" until one is made), and the
+// check goreleaser runs before a release refuses a tag that names another.
+func TestOpenAPIVersionFollowsRelease(t *testing.T) {
+	if out, err := exec.Command("../scripts/version-check.sh").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	out, err := exec.Command("../scripts/version-check.sh", "9.9.9").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "releasing 9.9.9") {
+		t.Fatalf("a release the CHANGELOG does not name passed: %v %s", err, out)
 	}
 }
