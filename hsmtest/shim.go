@@ -14,8 +14,9 @@ var shimSource string
 
 // Shim builds the test module of shim/shim.c with gcc and returns its path.
 // It wraps SoftHSM and, on request through its environment, hangs in
-// C_Sign or crashes in C_Initialize: a real token cannot be made to do
-// either when a test wants it. The PKCS#11 headers are miekg/pkcs11's.
+// C_Sign, crashes in C_Initialize, or has a PIN pad (SHIM_PINPAD_FILE): a
+// real token cannot be made to do the first two when a test wants it, and
+// SoftHSM has no reader to type on. The PKCS#11 headers are miekg/pkcs11's.
 func Shim(t testing.TB) string {
 	t.Helper()
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/miekg/pkcs11").Output()

@@ -38,8 +38,14 @@ type PINSource struct {
 	// Value is a PIN the program already holds (provisioning a token it
 	// just made); it is never set from user input on a command line.
 	Value string
+	// PadWhenMissing lets a reader's keypad stand in for a PIN nobody
+	// gave (a command that would otherwise prompt): on a token with a
+	// protected authentication path (CKF_PROTECTED_AUTHENTICATION_PATH),
+	// ResolveFor leaves the PIN out and the user types it on the reader.
+	PadWhenMissing bool
 
 	pin, from string // set by Resolve
+	pad       bool   // set by ResolveFor: log in on the keypad
 }
 
 // PINSecret is a PIN's source with this package's limits (at most

@@ -105,16 +105,60 @@ func OpenProbed(ctx context.Context, sel Selection, log zerolog.Logger) (*Key, e
 	if err != nil {
 		return nil, err
 	}
-	if sel.PIN, err = sel.PIN.Resolve(); err != nil {
-		return nil, err
-	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, sel.Timeout)
 		defer cancel()
 	}
+	if sel, err = sel.ResolvePIN(ctx); err != nil {
+		return nil, err
+	}
 	if err := ProbeSelection(ctx, sel); err != nil {
 		return nil, err
 	}
 	return Open(ctx, sel, log)
+}
+
+// ResolvePIN resolves the selection's PIN (see PINSource.Resolve), unless
+// no PIN was given, a reader's keypad may stand in (PadWhenMissing), and
+// the chosen token has one: then nothing is asked here, and the user types
+// the PIN on the reader when the key logs in. The module is probed before
+// it is asked for the token's flags.
+func (sel Selection) ResolvePIN(ctx context.Context) (Selection, error) {
+	p := sel.PIN
+	if p.pad {
+		return sel, nil // resolved before: the keypad
+	}
+	if p.PadWhenMissing && p.File == "" && p.Value == "" && p.pin == "" {
+		if pad, err := sel.pinPad(ctx); err != nil {
+			return sel, err
+		} else if pad {
+			sel.PIN.pad, sel.PIN.from = true, "the reader's keypad"
+			return sel, nil
+		}
+	}
+	var err error
+	sel.PIN, err = sel.PIN.Resolve()
+	return sel, err
+}
+
+// pinPad says whether the selected token has a protected authentication
+// path (a PIN pad).
+func (sel Selection) pinPad(ctx context.Context) (bool, error) {
+	if err := ProbeSelection(ctx, sel); err != nil {
+		return false, err
+	}
+	mod, err := ResolveModule(sel.Module, "flag")
+	if err != nil {
+		return false, err
+	}
+	tokens, err := ListTokens(ctx, mod.Path)
+	if err != nil {
+		return false, err
+	}
+	tok, err := chooseToken(tokens, sel.Token)
+	if err != nil {
+		return false, err
+	}
+	return tok.raw.Flags&p11.CKF_PROTECTED_AUTHENTICATION_PATH != 0, nil
 }

@@ -28,6 +28,21 @@ func (k *Key) login(ctx context.Context, sh p11.SessionHandle) error {
 	if info.Flags&p11.CKF_USER_PIN_LOCKED != 0 {
 		return &TokenError{Op: "log in to " + name, Kind: ErrPINLocked, Hint: "unblock the PIN with the security officer PIN (for SoftHSM: pkcs11-tool --init-pin --login --login-type so)"}
 	}
+	if k.sel.PIN.pad && info.Flags&p11.CKF_PROTECTED_AUTHENTICATION_PATH != 0 {
+		// No PIN was given and the reader has a keypad: C_Login without a
+		// PIN, the user types it there.
+		k.log.Warn().Str("token", k.token.Label).Msg("enter the PIN on the reader's keypad")
+		_, err := call(ctx, k.mod, func(b Backend) (struct{}, error) {
+			return struct{}{}, b.Login(sh, p11.CKU_USER, "") // a NULL PIN (miekg/pkcs11 passes none for "")
+		}, nil)
+		if isCode(err, p11.CKR_USER_ALREADY_LOGGED_IN) {
+			err = nil
+		}
+		if err != nil {
+			return classify("log in to "+name+" on the reader's keypad", err)
+		}
+		return nil
+	}
 	src, err := k.sel.PIN.Resolve()
 	if err != nil {
 		return err

@@ -61,7 +61,11 @@ func (f *factory) selectionLocked() (pkcs11.Selection, error) {
 	if err != nil {
 		return sel, err
 	}
-	if sel.PIN, err = sel.PIN.Resolve(); err != nil {
+	// The PIN is asked now (a prompt is not bounded by the token's
+	// deadline), unless a reader's keypad stands in for it.
+	ctx, cancel := context.WithTimeout(f.c.Context, sel.Timeout)
+	defer cancel()
+	if sel, err = sel.ResolvePIN(ctx); err != nil {
 		return sel, err
 	}
 	f.sel = &sel

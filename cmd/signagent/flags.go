@@ -92,6 +92,8 @@ func selectionFrom(c *settings.Settings, prompt bool) (pkcs11.Selection, error) 
 		return sel, err
 	}
 	pin := pinSource(c, prompt, sel.Token.Label)
+	// A command that would prompt lets a reader's keypad stand in.
+	sel.PIN.PadWhenMissing = prompt && !pin.Given()
 	sel.PIN.Lookup = func(file string) (secret.Secret, error) {
 		src := pin
 		if file != src.File {

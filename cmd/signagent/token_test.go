@@ -488,3 +488,40 @@ func shortDir(t testing.TB) string {
 	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
 }
+
+// TestPINPad: with no PIN given and a reader that has a keypad
+// (CKF_PROTECTED_AUTHENTICATION_PATH), the command asks for nothing,
+// says to type the PIN on the reader, and logs in without a PIN; a PIN
+// that is given is used as ever. SoftHSM has no reader: the shim module
+// plays one (SHIM_PINPAD_FILE holds what is "typed" on it).
+func TestPINPad(t *testing.T) {
+	tk := hsmtest.New(t)
+	shim := hsmtest.Shim(t)
+	pad := filepath.Join(t.TempDir(), "keypad")
+	pin, _ := os.ReadFile(tk.PINFile)
+	os.WriteFile(pad, pin, 0o600)
+	env := []string{"SHIM_REAL_MODULE=" + tk.Module, "SHIM_PINPAD_FILE=" + pad, "SIGNAGENT_API_KEY=" + testAPIKey}
+	args := []string{"sign", "--module", shim, "--token-label", tk.Label, "--key-label", "rsa", "--phone", "9161234567", "--format", "base64"}
+	code, stderr, _ := runBinary(t, signagent(t, env, args...))
+	if code != 0 || !strings.Contains(stderr, "enter the PIN on the reader's keypad") || strings.Contains(stderr, "PIN for token") {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if b, _ := os.ReadFile(pad + ".log"); strings.Count(string(b), "login on the keypad") != 1 {
+		t.Fatalf("keypad logins: %q", b)
+	}
+	// A PIN given is sent as it is, the keypad not used.
+	code, stderr, _ = runBinary(t, signagent(t, env, append(args, "--pin-file", tk.PINFile)...))
+	if code != 0 || strings.Contains(stderr, "keypad") {
+		t.Fatalf("with --pin-file: exit %d: %s", code, stderr)
+	}
+	if b, _ := os.ReadFile(pad + ".log"); strings.Count(string(b), "login on the keypad") != 1 {
+		t.Fatalf("keypad used although a PIN was given: %q", b)
+	}
+	// Nobody types on the keypad: one line, the keypad named.
+	os.Remove(pad)
+	code, stderr, _ = runBinary(t, signagent(t, env, args...))
+	if code == 0 {
+		t.Fatalf("no keypad input: exit 0: %s", stderr)
+	}
+	oneLine(t, stderr, "on the reader's keypad")
+}
