@@ -15,7 +15,7 @@ DEPS    := softhsm2 opensc gnutls-bin openssl curl procps chromium systemd redis
            swtpm tpm2-abrmd libtss2-tcti-tabrmd0 dbus-daemon tpm2-tools libtpm2-pkcs11-1 libtpm2-pkcs11-tools \
            zsh fish groff-base lintian
 # make bench also compares with openssl's PKCS#11 engine.
-BENCH_DEPS := $(DEPS) libengine-pkcs11-openssl
+BENCH_DEPS := $(DEPS) libengine-pkcs11-openssl nginx
 BENCH_ARGS ?=
 
 # staticcheck and goreleaser, pinned: run from the module proxy, not
@@ -67,7 +67,8 @@ bench: build
 	@scripts/deps.sh $(BENCH_DEPS)
 	@scripts/bench.sh $(BENCH_ARGS)
 
-gobench: deps
+gobench:
+	@scripts/deps.sh $(BENCH_DEPS)
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./canonical ./signer ./pkcs11 ./trusted ./agent
 
 clean:

@@ -20,7 +20,14 @@ import (
 // service refused it.
 type held struct {
 	mu sync.Mutex
-	m  map[heldKey]*api.Identity
+	m  map[heldKey]*heldEntry
+}
+
+// heldEntry is an identity and its current header, masked only when
+// listed (a mask per request would cost every call).
+type heldEntry struct {
+	api.Identity
+	value string
 }
 
 type heldKey struct{ scheme, identity string }
@@ -33,7 +40,7 @@ func (h *held) note(scheme, identity string, hdr authz.Header, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m == nil {
-		h.m = map[heldKey]*api.Identity{}
+		h.m = map[heldKey]*heldEntry{}
 	}
 	k := heldKey{scheme, identity}
 	e := h.m[k]
@@ -41,10 +48,10 @@ func (h *held) note(scheme, identity string, hdr authz.Header, now time.Time) {
 		if len(h.m) >= maxHeld {
 			h.evict(now)
 		}
-		e = &api.Identity{Scheme: scheme, Identity: identity}
+		e = &heldEntry{Identity: api.Identity{Scheme: scheme, Identity: identity}}
 		h.m[k] = e
 	}
-	e.Header, e.ExpiresAt, e.LastUsed = secret.Mask(hdr.Value), hdr.ExpiresAt, now
+	e.value, e.ExpiresAt, e.LastUsed = hdr.Value, hdr.ExpiresAt, now
 	if hdr.Subject != "" {
 		e.Subject = hdr.Subject
 	}
@@ -89,7 +96,9 @@ func (h *held) list(now time.Time) []api.Identity {
 			delete(h.m, k)
 			continue
 		}
-		out = append(out, *e)
+		id := e.Identity
+		id.Header = secret.Mask(e.value)
+		out = append(out, id)
 	}
 	slices.SortFunc(out, func(a, b api.Identity) int {
 		return cmp.Or(cmp.Compare(a.Scheme, b.Scheme), cmp.Compare(a.Identity, b.Identity))

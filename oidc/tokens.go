@@ -48,7 +48,16 @@ type Tokens struct {
 type cached struct {
 	rec  *Record
 	stat fileID
+	// checked is when the file was last seen unchanged: within
+	// restatAfter, a fresh record is served without a stat.
+	checked time.Time
 }
+
+// restatAfter is how long a record read from a file is served from memory
+// without looking at the file again: another process's sign-in or logout
+// is seen within it; a refresh always reads the file again, under its
+// lock, so a refresh token is never used twice.
+const restatAfter = time.Second
 
 type fileID struct {
 	ino, size int64
@@ -195,9 +204,18 @@ func (t *Tokens) loadFrom(profile string) (*Record, string, error) {
 	var id fileID
 	if fs, local := t.Store.(Store); local {
 		// The file is read again only when it changed (another process
-		// refreshed or signed in): a stat per use.
+		// refreshed or signed in): a stat at most every restatAfter.
+		if hit && time.Since(c.checked) < restatAfter && t.fresh(c.rec) {
+			return c.rec, FromMemory, nil
+		}
 		var ok bool
 		if id, ok = statID(fs.Path(profile)); ok && hit && c.stat == id {
+			t.mu.Lock()
+			if cur, still := t.cache[profile]; still && cur.rec == c.rec {
+				cur.checked = time.Now()
+				t.cache[profile] = cur
+			}
+			t.mu.Unlock()
 			return c.rec, FromMemory, nil
 		}
 	} else if hit && t.fresh(c.rec) {
@@ -257,7 +275,7 @@ func (t *Tokens) remember(profile string, rec *Record, id fileID) {
 	if t.cache == nil {
 		t.cache = map[string]cached{}
 	}
-	t.cache[profile] = cached{rec: rec, stat: id}
+	t.cache[profile] = cached{rec: rec, stat: id, checked: time.Now()}
 }
 
 func (t *Tokens) forget(profile string) {

@@ -1,0 +1,193 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/signagent/signagent/agent"
+)
+
+// BenchmarkProxyPeer measures the agent's proxy against its peer, nginx
+// configured as the header-injecting proxy an operator would write (a
+// bearer check, a fixed Authorization header, an upstream keepalive pool,
+// a buffered access log), interleaved in one run over one minimal
+// upstream: the direct call, nginx, the agent's proxy over TCP with its
+// bearer and over its Unix socket (the identity's header cached), a cached
+// POST /v1/authorizations (OpenID Connect and legacy) and GET /readyz, at
+// concurrency 1 and 8. It reports p50 and p99 of each and the ratios the
+// issue sets goals for. Without Debian's nginx the nginx rows are skipped
+// with a message (make gobench installs it).
+func BenchmarkProxyPeer(b *testing.B) {
+	body := []byte(`{"Organizations":[{"OrgId":"org-1","FullName":"Horns and Hooves LLC"}]}`)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(body)
+	}))
+	defer up.Close()
+	h := start(b, options{oidc: true, legacy: true, apiURL: up.URL})
+
+	const bearer = "0123456789abcdef0123456789abcdef"
+	l, err := agent.ListenTCP("127.0.0.1:0", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- h.agent.Serve(ctx, []agent.Listener{{Listener: l, Auth: agent.NewBearerAuth(bearer)}}, time.Second)
+	}()
+	defer func() { cancel(); <-done }()
+
+	tcp := &http.Transport{MaxIdleConnsPerHost: 16}
+	sock := &http.Transport{MaxIdleConnsPerHost: 16, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", h.sock)
+	}}
+	get := func(tr http.RoundTripper, url string, hdr ...string) func() error {
+		return func() error {
+			req, _ := http.NewRequest("GET", url, nil)
+			for i := 0; i+1 < len(hdr); i += 2 {
+				req.Header.Set(hdr[i], hdr[i+1])
+			}
+			return roundTrip(tr, req)
+		}
+	}
+	post := func(tr http.RoundTripper, url, body string) func() error {
+		return func() error {
+			req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+			return roundTrip(tr, req)
+		}
+	}
+	method := "/GetMyOrganizations?autoRegister=false"
+	paths := []struct {
+		name string
+		call func() error
+	}{
+		{"direct", get(tcp, up.URL+method, "Authorization", "Bearer upstream")},
+		{"proxy-tcp", get(tcp, "http://"+l.Addr().String()+"/v1/service"+method, "Authorization", "Bearer "+bearer, agent.IdentityHeader, "oidc")},
+		{"proxy-unix", get(sock, "http://agent/v1/service"+method, agent.IdentityHeader, "oidc")},
+		{"authz-oidc", post(sock, "http://agent/v1/authorizations", `{"scheme":"oidc"}`)},
+		{"authz-legacy", post(sock, "http://agent/v1/authorizations", `{"scheme":"legacy","by":"password","login":"alice@example.com"}`)},
+		{"readyz", get(sock, "http://agent/readyz")},
+	}
+	if url, why := startNginx(b, up.Listener.Addr().String(), bearer); url != "" {
+		paths = append(paths, struct {
+			name string
+			call func() error
+		}{"nginx", get(tcp, url+method, "Authorization", "Bearer "+bearer)})
+	} else {
+		b.Logf("nginx rows skipped: %s", why)
+	}
+	for _, p := range paths { // warm: headers cached, connections open
+		if err := p.call(); err != nil {
+			b.Fatalf("%s: %v", p.name, err)
+		}
+	}
+	c1 := map[string][]time.Duration{}
+	c8 := map[string][]time.Duration{}
+	for b.Loop() {
+		for _, p := range paths {
+			c1[p.name] = append(c1[p.name], timed(b, p.call))
+		}
+		for _, p := range paths {
+			c8[p.name] = append(c8[p.name], parallel(b, 8, p.call)...)
+		}
+	}
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	for _, p := range paths {
+		b.ReportMetric(us(median(c1[p.name])), p.name+"-c1-p50-µs")
+		b.ReportMetric(us(percentile(c8[p.name], 99)), p.name+"-c8-p99-µs")
+	}
+	ratio := func(name string, a, c time.Duration) { b.ReportMetric(float64(a)/float64(c), name) }
+	if len(c1["nginx"]) > 0 {
+		ratio("proxy-tcp/nginx-c1-p50", median(c1["proxy-tcp"]), median(c1["nginx"]))
+		ratio("proxy-tcp/nginx-c8-p99", percentile(c8["proxy-tcp"], 99), percentile(c8["nginx"], 99))
+	}
+	ratio("proxy-unix/direct-c1-p50", median(c1["proxy-unix"]), median(c1["direct"]))
+	ratio("proxy-unix/(direct+hop)-c1-p50", median(c1["proxy-unix"]), median(c1["direct"])+median(c1["readyz"]))
+	ratio("authz-oidc/readyz-c1-p50", median(c1["authz-oidc"]), median(c1["readyz"]))
+	ratio("authz-legacy/readyz-c1-p50", median(c1["authz-legacy"]), median(c1["readyz"]))
+}
+
+// startNginx starts Debian's nginx as an unprivileged process with its own
+// configuration on loopback, proxying to upstream with a fixed header for
+// callers with bearer; it returns its address, or "" and why not.
+func startNginx(b *testing.B, upstream, bearer string) (string, string) {
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/nginx"); serr != nil {
+			return "", "nginx is not installed (apt-get install nginx; make gobench does)"
+		}
+		bin = "/usr/sbin/nginx"
+	}
+	dir, err := os.MkdirTemp("", "nginx")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o777) // the unprivileged nginx writes its log and pid here
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	conf := fmt.Sprintf(`worker_processes 2;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log warn;
+daemon off;
+events { worker_connections 1024; }
+http {
+  access_log %[1]s/access.log combined buffer=64k flush=1s;
+  client_body_temp_path %[1]s/body; proxy_temp_path %[1]s/proxy; fastcgi_temp_path %[1]s/fastcgi;
+  uwsgi_temp_path %[1]s/uwsgi; scgi_temp_path %[1]s/scgi;
+  upstream business { server %[2]s; keepalive 32; }
+  server {
+    listen %[3]s;
+    location / {
+      if ($http_authorization != "Bearer %[4]s") { return 401; }
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Authorization "Bearer upstream";
+      proxy_pass http://business;
+    }
+  }
+}
+`, dir, upstream, addr, bearer)
+	file := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-p", dir, "-c", file, "-e", filepath.Join(dir, "error.log"))
+	if os.Getuid() == 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return "", "nginx did not start: " + err.Error()
+	}
+	b.Cleanup(func() { cmd.Process.Signal(syscall.SIGQUIT); cmd.Wait() })
+	for i := 0; i < 100; i++ {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return "http://" + addr, ""
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	errLog, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+	return "", fmt.Sprintf("nginx did not listen on %s: %s %s", addr, out.String(), errLog)
+}
