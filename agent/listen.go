@@ -66,27 +66,37 @@ func ListenUnix(s UnixSocket) (net.Listener, error) {
 		os.Remove(s.Path)
 	}
 	// The socket is created with no permissions for others from the start:
-	// there is no moment at which another user could connect.
+	// there is no moment at which another user could connect. It is made
+	// under a temporary name and linked to its path once it listens with
+	// its final owner and mode, so that a caller who sees the path never
+	// meets a socket that is bound but not yet listening (ECONNREFUSED)
+	// or not yet its group's; the link fails rather than replace a socket
+	// another process put there meanwhile.
+	tmp := filepath.Join(dir, fmt.Sprintf(".sa%d", os.Getpid())) // no longer than most socket names: the path limit
+	os.Remove(tmp)
 	old := umask(0o177)
-	l, err := net.Listen("unix", s.Path)
+	l, err := net.Listen("unix", tmp)
 	umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("could not listen on %s: %w", s.Path, err)
 	}
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	defer os.Remove(tmp)
 	mode := os.FileMode(0o600)
 	if s.HasGroup {
-		if err := os.Chown(s.Path, -1, s.Group); err != nil {
+		if err := os.Chown(tmp, -1, s.Group); err != nil {
 			l.Close()
-			os.Remove(s.Path)
 			return nil, fmt.Errorf("could not give the socket to group %d: %w", s.Group, err)
 		}
 		mode = 0o660
 	}
-	if err := os.Chmod(s.Path, mode); err != nil {
+	if err := os.Chmod(tmp, mode); err != nil {
 		l.Close()
-		os.Remove(s.Path)
 		return nil, err
+	}
+	if err := os.Link(tmp, s.Path); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("could not put the socket at %s: %w", s.Path, err)
 	}
 	ul := &unixListener{Listener: limit(l, DefaultMaxConnsUnix), path: s.Path}
 	if st, err := os.Lstat(s.Path); err == nil {
@@ -103,6 +113,9 @@ type unixListener struct {
 	path string
 	id   [2]uint64 // device and inode
 }
+
+// Addr is the socket's path (it was bound under a temporary name).
+func (u *unixListener) Addr() net.Addr { return &net.UnixAddr{Name: u.path, Net: "unix"} }
 
 // removeSocket removes the socket file if it is still the one created here.
 func (u *unixListener) removeSocket() {

@@ -148,3 +148,57 @@ func TestSocketGroup(t *testing.T) {
 		t.Fatalf("group %d, want %d", gid, os.Getgid())
 	}
 }
+
+// TestSocketAppearsListening: the socket's path appears only once it
+// listens with its final mode (it is made under a temporary name and
+// linked there): a caller polling for the path and connecting at once is
+// never refused, and no temporary name is left behind. A prober connects
+// in a tight loop while the listener is made, many times over.
+func TestSocketAppearsListening(t *testing.T) {
+	dir, err := os.MkdirTemp("", "sa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	p := filepath.Join(dir, "a.sock")
+	for i := range 200 {
+		stop := make(chan struct{})
+		refused := make(chan error, 1)
+		go func() {
+			defer close(refused)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := os.Lstat(p); err != nil {
+					continue
+				}
+				c, err := net.Dial("unix", p)
+				if err != nil {
+					refused <- err
+					return
+				}
+				c.Close()
+				return
+			}
+		}()
+		l, err := agent.ListenUnix(agent.UnixSocket{Path: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := <-refused; err != nil {
+			t.Fatalf("round %d: the path was there before the socket listened: %v", i, err)
+		}
+		close(stop)
+		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o600 {
+			t.Fatalf("round %d: %v %v", i, st, err)
+		}
+		l.Close()
+		os.Remove(p)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("left in the directory: %v", left)
+	}
+}

@@ -94,6 +94,7 @@ func TestHelpExamplesParse(t *testing.T) {
 	}
 	t.Setenv("SIGNAGENT_PKCS11_MODULE", "/nonexistent/module.so")
 	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir()) // config set's example writes there
 	n := 0
 	for _, c := range newApp(strings.NewReader(""), io.Discard, io.Discard).Commands {
 		for _, line := range strings.Split(c.Description, "\n") {

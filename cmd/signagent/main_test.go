@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +15,26 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){"signagent": main, "signagent-emulator": emulatorcmd.Main})
+	testscript.Main(isolated{m}, map[string]func(){"signagent": main, "signagent-emulator": emulatorcmd.Main})
+}
+
+// isolated runs the tests with a settings directory of their own, so that
+// neither they nor the binaries they start with their environment read or
+// write the settings file of the user running them (a test that runs
+// `signagent config set` wrote to ~/.config/signagent before). The
+// scripts set their own HOME.
+type isolated struct{ m *testing.M }
+
+func (i isolated) Run() int {
+	dir, err := os.MkdirTemp("", "signagent-test-config")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755) // empty; an agent a test runs as nobody looks in it too
+	os.Setenv("XDG_CONFIG_HOME", dir)
+	return i.m.Run()
 }
 
 // TestScripts runs the command-line scripts in testdata/script: each runs
