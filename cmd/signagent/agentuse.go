@@ -197,8 +197,11 @@ func (a *agentAuthorizer) Header(ctx context.Context) (authz.Header, error) {
 	return authz.Header{Value: resp.Authorization, ExpiresAt: resp.ExpiresAt, Cached: resp.Cached, Source: "agent"}, nil
 }
 
-func (a *agentAuthorizer) Reject(string)           { a.refresh = true }
-func (a *agentAuthorizer) Forget(time.Duration)    { a.refresh = true }
-func (a *agentAuthorizer) Identity() string        { return a.req.Scheme + " identity through the agent" }
-func (a *agentAuthorizer) String() string          { return a.Identity() }
+func (a *agentAuthorizer) Reject(string)        { a.refresh = true }
+func (a *agentAuthorizer) Forget(time.Duration) { a.refresh = true }
+func (a *agentAuthorizer) Identity() string     { return a.req.Scheme + " identity through the agent" }
+func (a *agentAuthorizer) String() string       { return a.Identity() }
+
+// setFromFile says whether the flag name got its value from the settings
+// file (rather than the command line or a variable).
 func setFromFile(c *cli.Context, name string) bool { return fromFile(c.App)[name] }
