@@ -2,19 +2,15 @@ package agent_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/bench"
 )
 
 // BenchmarkProxyPeer measures the agent's proxy against its peer, nginx
@@ -83,7 +79,9 @@ func BenchmarkProxyPeer(b *testing.B) {
 		{"authz-legacy", post(sock, "http://agent/v1/authorizations", `{"scheme":"legacy","by":"password","login":"alice@example.com"}`)},
 		{"readyz", get(sock, "http://agent/readyz")},
 	}
-	if url, why := startNginx(b, up.Listener.Addr().String(), bearer); url != "" {
+	url, why, stopNginx := bench.StartNginx(up.Listener.Addr().String(), bearer)
+	defer stopNginx()
+	if url != "" {
 		paths = append(paths, struct {
 			name string
 			call func() error
@@ -120,74 +118,4 @@ func BenchmarkProxyPeer(b *testing.B) {
 	ratio("proxy-unix/(direct+hop)-c1-p50", median(c1["proxy-unix"]), median(c1["direct"])+median(c1["readyz"]))
 	ratio("authz-oidc/readyz-c1-p50", median(c1["authz-oidc"]), median(c1["readyz"]))
 	ratio("authz-legacy/readyz-c1-p50", median(c1["authz-legacy"]), median(c1["readyz"]))
-}
-
-// startNginx starts Debian's nginx as an unprivileged process with its own
-// configuration on loopback, proxying to upstream with a fixed header for
-// callers with bearer; it returns its address, or "" and why not.
-func startNginx(b *testing.B, upstream, bearer string) (string, string) {
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/nginx"); serr != nil {
-			return "", "nginx is not installed (apt-get install nginx; make gobench does)"
-		}
-		bin = "/usr/sbin/nginx"
-	}
-	dir, err := os.MkdirTemp("", "nginx")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
-	os.Chmod(dir, 0o777) // the unprivileged nginx writes its log and pid here
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	conf := fmt.Sprintf(`worker_processes 2;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log warn;
-daemon off;
-events { worker_connections 1024; }
-http {
-  access_log %[1]s/access.log combined buffer=64k flush=1s;
-  client_body_temp_path %[1]s/body; proxy_temp_path %[1]s/proxy; fastcgi_temp_path %[1]s/fastcgi;
-  uwsgi_temp_path %[1]s/uwsgi; scgi_temp_path %[1]s/scgi;
-  upstream business { server %[2]s; keepalive 32; }
-  server {
-    listen %[3]s;
-    location / {
-      if ($http_authorization != "Bearer %[4]s") { return 401; }
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header Authorization "Bearer upstream";
-      proxy_pass http://business;
-    }
-  }
-}
-`, dir, upstream, addr, bearer)
-	file := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-p", dir, "-c", file, "-e", filepath.Join(dir, "error.log"))
-	if os.Getuid() == 0 {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	}
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		return "", "nginx did not start: " + err.Error()
-	}
-	b.Cleanup(func() { cmd.Process.Signal(syscall.SIGQUIT); cmd.Wait() })
-	for i := 0; i < 100; i++ {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return "http://" + addr, ""
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	errLog, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-	return "", fmt.Sprintf("nginx did not listen on %s: %s %s", addr, out.String(), errLog)
 }

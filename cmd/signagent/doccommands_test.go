@@ -103,6 +103,9 @@ func shellWords(s string) []string {
 		}
 	}
 	for _, r := range s {
+		if quote == 0 && r == '#' && cur.Len() == 0 {
+			break // a comment: the rest of the line is prose
+		}
 		switch {
 		case quote != 0:
 			if r == quote {

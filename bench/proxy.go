@@ -1,0 +1,320 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/signagent/signagent/oidc"
+)
+
+// ProxyOptions configures `signagent bench proxy`.
+type ProxyOptions struct {
+	Executable  string        // the signagent binary started as the agent
+	Each        time.Duration // each row's time, spread over Rounds
+	Rounds      int           // interleaved rounds per row
+	Concurrency []int
+	JSON        bool
+	Version     string
+	Stdout      io.Writer
+	Stderr      io.Writer
+}
+
+// Proxy measures the agent's authorizing proxy against its peer, nginx
+// configured as the header-injecting proxy an operator would write, in one
+// run over one minimal upstream: the direct call, nginx, the agent's proxy
+// over TCP with its bearer and over its Unix socket (an OpenID Connect
+// profile's header cached), a cached POST /v1/authorizations and GET
+// /readyz; each row's time is spread over interleaved rounds so that the
+// machine's drift falls on every row alike. It prints the rows and the
+// ratios: proxy / nginx, proxy / direct, proxy / (direct + hop),
+// authorizations / readyz. Without nginx its rows are skipped, said so.
+func Proxy(ctx context.Context, o ProxyOptions) error {
+	say := func(format string, a ...any) { fmt.Fprintf(o.Stderr, "bench: "+format+"\n", a...) }
+	dir, err := os.MkdirTemp("", "signagent-bench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	body := []byte(`{"Organizations":[{"OrgId":"org-1","FullName":"Horns and Hooves LLC"}]}`)
+	ul, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	upstream := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(body)
+	})}
+	go upstream.Serve(ul)
+	defer upstream.Close()
+	upURL := "http://" + ul.Addr().String()
+
+	// The agent serves one OpenID Connect profile whose access token lives
+	// a day: a record written into its own token store, so that the
+	// benchmark needs no identity provider (nothing is refreshed).
+	bearer, token := randomHex(16), randomHex(32)
+	state := filepath.Join(dir, "state")
+	rec := &oidc.Record{Profile: "bench", AuthURL: "http://127.0.0.1:9", ClientID: "bench", AccessToken: token, TokenType: "Bearer",
+		Expiry: time.Now().Add(24 * time.Hour), Scopes: []string{"openid", "Service.PublicAPI.Staging"}, Subject: "bench",
+		SignedInAt: time.Now()}
+	if err := (oidc.Store{Dir: state}).Save(rec); err != nil {
+		return err
+	}
+	for name, v := range map[string]string{"bearer": bearer, "client-secret": "bench-client-secret-0123456789"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o600); err != nil {
+			return err
+		}
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	sock := filepath.Join(dir, "a.sock")
+	cmd := exec.CommandContext(ctx, o.Executable, "--log-level", "error", "serve", "--listen", "unix:"+sock, "--listen", "tcp:"+port,
+		"--bearer-token-file", filepath.Join(dir, "bearer"), "--audit-log", filepath.Join(dir, "audit.log"), "--api-url", upURL,
+		"--auth-url", "http://127.0.0.1:9", "--client-id", "bench", "--client-secret-file", filepath.Join(dir, "client-secret"),
+		"--token-store", state, "--config", os.DevNull)
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "SIGNAGENT_") || strings.HasPrefix(kv, "LISTEN_") })
+	cmd.Stderr = o.Stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
+	a := &Agent{Socket: sock}
+	if err := a.waitReady(ctx, time.Now()); err != nil {
+		return err
+	}
+
+	tcp := &http.Transport{MaxIdleConnsPerHost: 64}
+	unix := &http.Transport{MaxIdleConnsPerHost: 64, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}
+	call := func(tr http.RoundTripper, method, url, body string, hdr ...string) func(context.Context) string {
+		return func(ctx context.Context) string {
+			req, _ := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+			for i := 0; i+1 < len(hdr); i += 2 {
+				req.Header.Set(hdr[i], hdr[i+1])
+			}
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				return "error"
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Sprint(resp.StatusCode)
+			}
+			return ""
+		}
+	}
+	method := "/GetMyOrganizations?autoRegister=false"
+	type path struct {
+		name string
+		op   func(context.Context) string
+	}
+	paths := []path{
+		{"direct", call(tcp, "GET", upURL+method, "", "Authorization", "Bearer "+token)},
+		{"proxy tcp", call(tcp, "GET", "http://"+port+"/v1/service"+method, "", "Authorization", "Bearer "+bearer, "Signagent-Identity", "oidc profile=bench")},
+		{"proxy unix", call(unix, "GET", "http://agent/v1/service"+method, "", "Signagent-Identity", "oidc profile=bench")},
+		{"authorizations", call(unix, "POST", "http://agent/v1/authorizations", `{"scheme":"oidc","profile":"bench"}`)},
+		{"readyz", call(unix, "GET", "http://agent/readyz", "")},
+	}
+	nginx, why, stop := StartNginx(ul.Addr().String(), bearer)
+	defer stop()
+	if nginx != "" {
+		paths = slices.Insert(paths, 1, path{"nginx", call(tcp, "GET", nginx+method, "", "Authorization", "Bearer "+bearer)})
+	} else {
+		say("nginx rows skipped: %s", why)
+	}
+	for _, p := range paths {
+		if kind := p.op(ctx); kind != "" {
+			return fmt.Errorf("%s answered %s before the run", p.name, kind)
+		}
+	}
+	rounds := max(o.Rounds, 1)
+	var rows []*Result
+	at := map[string]*Result{}
+	for _, conc := range o.Concurrency {
+		say("concurrency %d: %d rows, %v each in %d rounds...", conc, len(paths), o.Each, rounds)
+		merged := make([]*Result, len(paths))
+		for range rounds {
+			for i, p := range paths {
+				merged[i] = merge(merged[i], RunContext(ctx, p.name, conc, o.Each/time.Duration(rounds), p.op))
+			}
+		}
+		for i, p := range paths {
+			rows = append(rows, merged[i])
+			at[fmt.Sprintf("%s/%d", p.name, conc)] = merged[i]
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	ratios := proxyRatios(at, o.Concurrency)
+	if o.JSON {
+		return JSON(o.Stdout, map[string]any{"date": time.Now().Format(time.DateOnly), "version": o.Version, "ratios": ratios}, rows, nil)
+	}
+	fmt.Fprintf(o.Stdout, "signagent bench proxy: %s, %s, %v a row in %d rounds\n", time.Now().Format(time.DateOnly), o.Version, o.Each, rounds)
+	Table(o.Stdout, rows, nil)
+	for _, r := range ratios {
+		fmt.Fprintf(o.Stdout, "%-44s %6.2f\n", r.Name, r.Value)
+	}
+	return nil
+}
+
+// Ratio is one comparison of bench proxy.
+type Ratio struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+}
+
+// proxyRatios are the comparisons the issue sets goals for, where both
+// rows were measured.
+func proxyRatios(at map[string]*Result, conc []int) []Ratio {
+	var out []Ratio
+	add := func(name string, a, b time.Duration) {
+		if a > 0 && b > 0 {
+			out = append(out, Ratio{name, float64(a) / float64(b)})
+		}
+	}
+	p := func(name string, c int, q float64) time.Duration {
+		if r := at[fmt.Sprintf("%s/%d", name, c)]; r != nil {
+			return r.Percentile(q)
+		}
+		return 0
+	}
+	for _, c := range conc {
+		add(fmt.Sprintf("proxy tcp / nginx, p50 at %d", c), p("proxy tcp", c, 50), p("nginx", c, 50))
+		add(fmt.Sprintf("proxy tcp / nginx, p99 at %d", c), p("proxy tcp", c, 99), p("nginx", c, 99))
+		add(fmt.Sprintf("proxy unix / direct, p50 at %d", c), p("proxy unix", c, 50), p("direct", c, 50))
+		add(fmt.Sprintf("proxy unix / (direct + hop), p50 at %d", c), p("proxy unix", c, 50), p("direct", c, 50)+p("readyz", c, 50))
+		add(fmt.Sprintf("authorizations / readyz, p50 at %d", c), p("authorizations", c, 50), p("readyz", c, 50))
+	}
+	return out
+}
+
+// merge adds b's operations to a (nil: b).
+func merge(a, b *Result) *Result {
+	if a == nil {
+		return b
+	}
+	a.Ops += b.Ops
+	a.Elapsed += b.Elapsed
+	a.lat = append(a.lat, b.lat...)
+	slices.Sort(a.lat)
+	for k, v := range b.Errors {
+		a.Errors[k] += v
+	}
+	return a
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// freePort is a loopback address free a moment ago.
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// StartNginx starts Debian's nginx on loopback, unprivileged (as nobody
+// when run as root), as the proxy an operator would write in front of
+// upstream: callers with bearer get upstream's answer with a fixed
+// Authorization header, over an upstream keepalive pool, with a buffered
+// access log; two workers. It returns nginx's address and how to stop
+// it (which removes its files), or "" and why it could not start.
+func StartNginx(upstream, bearer string) (url, why string, stop func()) {
+	stop = func() {}
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/nginx"); serr != nil {
+			return "", "nginx is not installed (apt-get install nginx; make gobench installs it)", stop
+		}
+		bin = "/usr/sbin/nginx"
+	}
+	// As root, nginx runs as nobody, who must reach its directory: /tmp,
+	// not a temporary directory that may sit under one only root enters.
+	parent := ""
+	if os.Getuid() == 0 {
+		parent = "/tmp"
+	}
+	ndir, err := os.MkdirTemp(parent, "signagent-nginx")
+	if err != nil {
+		return "", err.Error(), stop
+	}
+	os.Chmod(ndir, 0o777) // the unprivileged nginx writes its log and pid here
+	stop = func() { os.RemoveAll(ndir) }
+	addr, err := freePort()
+	if err != nil {
+		return "", err.Error(), stop
+	}
+	conf := fmt.Sprintf(`worker_processes 2;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log warn;
+daemon off;
+events { worker_connections 1024; }
+http {
+  access_log %[1]s/access.log combined buffer=64k flush=1s;
+  client_body_temp_path %[1]s/body; proxy_temp_path %[1]s/proxy; fastcgi_temp_path %[1]s/fastcgi;
+  uwsgi_temp_path %[1]s/uwsgi; scgi_temp_path %[1]s/scgi;
+  upstream business { server %[2]s; keepalive 32; }
+  server {
+    listen %[3]s;
+    location / {
+      if ($http_authorization != "Bearer %[4]s") { return 401; }
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Authorization "Bearer upstream";
+      proxy_pass http://business;
+    }
+  }
+}
+`, ndir, upstream, addr, bearer)
+	file := filepath.Join(ndir, "nginx.conf")
+	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+		return "", err.Error(), stop
+	}
+	cmd := exec.Command(bin, "-p", ndir, "-c", file, "-e", filepath.Join(ndir, "error.log"))
+	if os.Getuid() == 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return "", "nginx did not start: " + err.Error(), stop
+	}
+	stop = func() { cmd.Process.Signal(syscall.SIGQUIT); cmd.Wait(); os.RemoveAll(ndir) }
+	for range 100 {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return "http://" + addr, "", stop
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	errLog, _ := os.ReadFile(filepath.Join(ndir, "error.log"))
+	stop()
+	return "", fmt.Sprintf("nginx did not listen on %s: %s %s", addr, strings.TrimSpace(out.String()), strings.TrimSpace(string(errLog))), func() {}
+}
