@@ -90,17 +90,19 @@ func (a *Agent) authorizer(sel authz.Selector, entry *auditEntry) (authz.Authori
 	if err != nil {
 		return nil, err
 	}
-	entry.scheme, entry.identity = sel.Scheme, au.Identity()
-	return &observed{Authorizer: au, a: a, scheme: sel.Scheme, entry: entry}, nil
+	id := au.Identity()
+	entry.scheme, entry.identity = sel.Scheme, id
+	return &observed{Authorizer: au, a: a, scheme: sel.Scheme, identity: id, entry: entry}, nil
 }
 
 // observed is an Authorizer whose headers the agent counts (by result and
 // by source) and writes to the call's audit entry.
 type observed struct {
 	authz.Authorizer
-	a      *Agent
-	scheme string
-	entry  *auditEntry
+	a        *Agent
+	scheme   string
+	identity string // the Authorizer's, asked once
+	entry    *auditEntry
 }
 
 func (o *observed) Header(ctx context.Context) (authz.Header, error) {
@@ -111,17 +113,17 @@ func (o *observed) Header(ctx context.Context) (authz.Header, error) {
 	}
 	o.a.metrics.sources.WithLabelValues(o.scheme, h.Source).Inc()
 	if h.Subject != "" {
-		o.entry.identity = o.Authorizer.Identity() + " (" + h.Subject + ")"
+		o.entry.identity = o.identity + " (" + h.Subject + ")"
 	}
 	o.entry.cached, o.entry.source = &h.Cached, h.Source
-	o.a.held.note(o.scheme, o.Authorizer.Identity(), h, time.Now())
+	o.a.held.note(o.scheme, o.identity, h, time.Now())
 	return h, nil
 }
 
 // Reject drops the refused value and its entry in the index.
 func (o *observed) Reject(value string) {
 	o.Authorizer.Reject(value)
-	o.a.held.forget(o.scheme, o.Authorizer.Identity())
+	o.a.held.forget(o.scheme, o.identity)
 }
 
 // legacyScheme is the legacy scheme with the agent's configuration: the

@@ -124,7 +124,7 @@ func agentStatus(c *cli.Context, e *env, cl *agentclient.Client) error {
 	}
 	switch {
 	case idErr != nil:
-		fmt.Fprintf(w, "identities\tnot shown to this caller\t%s\n", firstLine(idErr))
+		fmt.Fprintf(w, "identities\tnot shown to this caller\t%v\n", idErr)
 	default:
 		var by []string
 		for _, s := range slices.Sorted(maps.Keys(counts)) {
@@ -158,9 +158,4 @@ func agentIdentities(c *cli.Context, e *env, cl *agentclient.Client) error {
 			id.LastUsed.Local().Format(time.DateTime), id.Uses)
 	}
 	return w.Flush()
-}
-
-func firstLine(err error) string {
-	s, _, _ := strings.Cut(err.Error(), "\n")
-	return s
 }

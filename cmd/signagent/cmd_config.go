@@ -150,7 +150,7 @@ func checkValue(fl cli.Flag, key, value string) (*yaml.Node, error) {
 		return nil, err
 	}
 	if err := set.Set(key, value); err != nil {
-		return nil, usageErr(fmt.Errorf("%s: %q is not a value it takes: %w", key, value, err))
+		return nil, usageErr(fmt.Errorf("%s: want %s, not %q", key, wantOf(fl), value))
 	}
 	n := &yaml.Node{Kind: yaml.ScalarNode, Value: value, Tag: "!!str"}
 	switch fl.(type) {
@@ -158,7 +158,8 @@ func checkValue(fl cli.Flag, key, value string) (*yaml.Node, error) {
 		n.Tag = "!!bool"
 	case *cli.IntFlag, *cli.Int64Flag, *cli.UintFlag:
 		n.Tag = "!!int"
-	case *cli.StringSliceFlag, *cli.IntSliceFlag:
+	}
+	if isListFlag(fl) {
 		seq := &yaml.Node{Kind: yaml.SequenceNode}
 		for _, p := range strings.Split(value, ",") {
 			seq.Content = append(seq.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: strings.TrimSpace(p), Tag: "!!str"})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto"
 	"errors"
@@ -95,11 +96,11 @@ func setup(c *cli.Context, e *env) error {
 	r.file = f
 	name := contextName(c)
 	if name == "" && r.ask {
-		def := cmpOr(f.Current, "default")
+		def := cmp.Or(f.Current, "default")
 		if name, err = r.line(fmt.Sprintf("Context name [%s]: ", def)); err != nil {
 			return err
 		}
-		name = cmpOr(name, def)
+		name = cmp.Or(name, def)
 	}
 	if name == "" {
 		return usageErr(errors.New("give the context to write with --context NAME"))
@@ -131,13 +132,6 @@ func setup(c *cli.Context, e *env) error {
 	return r.write(path, name, use)
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 // line reads one answer (trimmed); the end of the input is an error, not
 // an empty answer.
 func (r *setupRun) line(prompt string) (string, error) {
@@ -167,7 +161,7 @@ func (r *setupRun) answer(key, question string, optional bool, check func(string
 		}
 		return v, nil
 	}
-	def := cmpOr(r.c.String(key), r.current[key])
+	def := cmp.Or(r.c.String(key), r.current[key])
 	for try := 0; try < 3; try++ {
 		prompt := question
 		if def != "" {

@@ -32,10 +32,8 @@ func settingsFlags(withConfig bool) []cli.Flag {
 // settingsPath is the run's settings file: --config or SIGNAGENT_CONFIG
 // (named: it must be there), else the default one (read when there).
 func settingsPath(c *cli.Context) (path string, named bool) {
-	for _, ctx := range c.Lineage() {
-		if ctx.IsSet("config") {
-			return ctx.String("config"), true
-		}
+	if ctx := settings.GivenIn(c, "config"); ctx != nil {
+		return ctx.String("config"), true
 	}
 	return settings.DefaultPath(), false
 }
@@ -43,10 +41,8 @@ func settingsPath(c *cli.Context) (path string, named bool) {
 // contextName is the context --context or SIGNAGENT_CONTEXT names ("":
 // the file's current one).
 func contextName(c *cli.Context) string {
-	for _, ctx := range c.Lineage() {
-		if ctx.IsSet("context") {
-			return ctx.String("context")
-		}
+	if ctx := settings.GivenIn(c, "context"); ctx != nil {
+		return ctx.String("context")
 	}
 	return ""
 }
@@ -119,7 +115,7 @@ func applyFile(c *cli.Context, f *settings.File) error {
 	for _, fl := range c.Command.Flags {
 		name := fl.Names()[0]
 		v, ok := f.Value(name)
-		if !ok || secretFiles[name] || given(c, name) {
+		if !ok || secretFiles[name] || settings.GivenIn(c, name) != nil {
 			continue
 		}
 		values := []string{fmt.Sprint(v)}
@@ -180,15 +176,4 @@ const fromFileKey = "signagent/from-file"
 func fromFile(app *cli.App) map[string]bool {
 	m, _ := app.Metadata[fromFileKey].(map[string]bool)
 	return m
-}
-
-// given reports whether name was given on the command line or in its
-// variable, to this command or one before it.
-func given(c *cli.Context, name string) bool {
-	for _, ctx := range c.Lineage() {
-		if ctx.IsSet(name) {
-			return true
-		}
-	}
-	return false
 }

@@ -74,10 +74,15 @@ func Load(c *cli.Context, path, context string, must bool, known func(string) bo
 // given returns the context in which name was given (as a flag or in the
 // environment): the command's own, or one before it, for the flags every
 // command shares (`signagent --log-level warn serve`); nil if none.
-func (s *Settings) given(name string) *cli.Context {
-	for _, c := range s.c.Lineage() {
-		if c.IsSet(name) {
-			return c
+func (s *Settings) given(name string) *cli.Context { return GivenIn(s.c, name) }
+
+// GivenIn is the context in which name was given (as a flag or in its
+// variable): c, or one before it for the flags every command shares; nil
+// if none.
+func GivenIn(c *cli.Context, name string) *cli.Context {
+	for _, ctx := range c.Lineage() {
+		if ctx.IsSet(name) {
+			return ctx
 		}
 	}
 	return nil
