@@ -10,10 +10,12 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # identity provider's pages driven by chromedp, and redis-server for the
 # shared store (the tests start their own, on loopback), and zsh, fish and
 # groff to load the completion scripts and render the manual page, and
-# lintian for the Debian package.
+# lintian for the Debian package, and GnuTLS's headers (with pkg-config) to
+# build the GOST test token and OpenSSL's gost engine to verify its
+# signatures independently.
 DEPS    := softhsm2 opensc gnutls-bin openssl curl procps chromium systemd redis-server \
            swtpm tpm2-abrmd libtss2-tcti-tabrmd0 dbus-daemon tpm2-tools libtpm2-pkcs11-1 libtpm2-pkcs11-tools \
-           zsh fish groff-base lintian
+           zsh fish groff-base lintian libgnutls28-dev pkg-config libengine-gost-openssl
 # make bench also compares with openssl's PKCS#11 engine.
 BENCH_DEPS := $(DEPS) libengine-pkcs11-openssl nginx
 BENCH_ARGS ?=

@@ -26,6 +26,10 @@ type Backend interface {
 	Sign(sh p11.SessionHandle, msg []byte) ([]byte, error)
 	DecryptInit(sh p11.SessionHandle, m []*p11.Mechanism, o p11.ObjectHandle) error
 	Decrypt(sh p11.SessionHandle, ciphertext []byte) ([]byte, error)
+	// For GOST keys, which hash on the token.
+	GetMechanismList(slot uint) ([]*p11.Mechanism, error)
+	DigestInit(sh p11.SessionHandle, m []*p11.Mechanism) error
+	Digest(sh p11.SessionHandle, msg []byte) ([]byte, error)
 }
 
 // Loader loads the module at path (dlopen and C_GetFunctionList, no

@@ -271,3 +271,23 @@ func (f *fakeToken) Decrypt(sh p11.SessionHandle, c []byte) ([]byte, error) {
 	}
 	return rsa.DecryptPKCS1v15(nil, f.key, c)
 }
+
+// The fake's key is RSA: it offers no GOST mechanism (GOST keys are tested
+// on the GOST test module).
+func (f *fakeToken) GetMechanismList(slot uint) ([]*p11.Mechanism, error) {
+	if err := f.enter("GetMechanismList"); err != nil {
+		return nil, err
+	}
+	return []*p11.Mechanism{p11.NewMechanism(p11.CKM_RSA_PKCS, nil)}, nil
+}
+
+func (f *fakeToken) DigestInit(sh p11.SessionHandle, m []*p11.Mechanism) error {
+	if err := f.enter("DigestInit"); err != nil {
+		return err
+	}
+	return p11.Error(p11.CKR_MECHANISM_INVALID)
+}
+
+func (f *fakeToken) Digest(sh p11.SessionHandle, msg []byte) ([]byte, error) {
+	return nil, p11.Error(p11.CKR_OPERATION_NOT_INITIALIZED)
+}

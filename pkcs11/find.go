@@ -15,6 +15,7 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/safefile"
 )
 
@@ -37,8 +38,15 @@ func (k *Key) findKey(ctx context.Context, sh p11.SessionHandle) error {
 		return fmt.Errorf("%w: %d private keys %s on token %q: %s; choose one with --key-label or --key-id", ErrKeyAmbiguous, len(found), what, k.token.Label, listKeys(found))
 	}
 	ki := found[0]
+	if ki.pub == nil && isGOSTKeyType(ki.keyType) {
+		why := ki.why
+		if why == nil {
+			why = errors.New("it has no public key object with its id beside it")
+		}
+		return fmt.Errorf("%w: GOST key %q (id %s) on token %q cannot be used: %v", ErrTokenRefused, ki.label, hex.EncodeToString(ki.id), k.token.Label, why)
+	}
 	if ki.pub == nil {
-		return fmt.Errorf("%w: key %q (id %s) is neither RSA nor EC with a public key beside it; signagent signs with RSA and ECDSA keys", ErrTokenRefused, ki.label, hex.EncodeToString(ki.id))
+		return fmt.Errorf("%w: key %q (id %s) is neither RSA, EC nor GOST R 34.10-2012 with a public key beside it; signagent signs with RSA, ECDSA and GOST keys", ErrTokenRefused, ki.label, hex.EncodeToString(ki.id))
 	}
 	k.handle, k.label, k.id, k.keyType, k.pub, k.sign, k.decrypt = ki.h, ki.label, ki.id, ki.keyType, ki.pub, ki.sign, ki.decrypt
 	return nil
@@ -62,7 +70,7 @@ func (k *Key) findCert(ctx context.Context, sh p11.SessionHandle) error {
 		if err != nil {
 			return err
 		}
-		if !samePublicKey(cert.PublicKey, k.pub) {
+		if !samePublicKey(CertificatePublicKey(cert), k.pub) {
 			return fmt.Errorf("%w: certificate %q (thumbprint %s) is for another key than %q", ErrCertMismatch, cert.Subject.String(), canonical.ThumbprintOf(cert), k.label)
 		}
 		k.setCert(cert)
@@ -99,7 +107,7 @@ func (k *Key) setCert(cert *x509.Certificate) {
 func chooseCert(certs []*x509.Certificate, pub crypto.PublicKey, now time.Time) (*x509.Certificate, error) {
 	var valid, invalid []*x509.Certificate
 	for _, c := range certs {
-		if !samePublicKey(c.PublicKey, pub) {
+		if !samePublicKey(CertificatePublicKey(c), pub) {
 			continue
 		}
 		if now.Before(c.NotBefore) || now.After(c.NotAfter) {
@@ -164,6 +172,9 @@ func KeyShape(c *x509.Certificate) (kind string, bits int, curve string) {
 		return "RSA", pub.N.BitLen(), ""
 	case *ecdsa.PublicKey:
 		return "EC", pub.Curve.Params().BitSize, pub.Curve.Params().Name
+	}
+	if pub, ok := CertificatePublicKey(c).(*gost.PublicKey); ok {
+		return "GOST", pub.Curve.Bits, pub.Curve.Name
 	}
 	return c.PublicKeyAlgorithm.String(), 0, ""
 }

@@ -25,7 +25,8 @@ type Key struct {
 	token   TokenInfo
 	label   string
 	id      []byte
-	keyType uint // CKK_RSA or CKK_EC
+	keyType uint     // CKK_RSA, CKK_EC, CKK_GOSTR3410 or CKK_GOSTR3410_512
+	gost    gostWays // how a GOST key signs on this token
 	pub     crypto.PublicKey
 	cert    *x509.Certificate
 	sign    bool // CKA_SIGN
@@ -127,6 +128,9 @@ func (k *Key) open(ctx context.Context) error {
 		return err
 	}
 	err = k.findKey(ctx, sh)
+	if err == nil && k.IsGOST() {
+		err = k.chooseGOST(ctx)
+	}
 	if err == nil && !k.sel.NoCertificate {
 		err = k.findCert(ctx, sh)
 	}

@@ -12,6 +12,7 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/internal/gost"
 )
 
 // TokenInfo describes a token the module sees.
@@ -308,6 +309,19 @@ func describe(ctx Backend, sh p11.SessionHandle, h p11.ObjectHandle, class uint)
 					o.Curve = oid.String()
 				}
 				o.Bits = curveBits(o.Curve)
+			}
+		case CKK_GOSTR3410, CKK_GOSTR3410_512:
+			o.KeyType = "GOST"
+			o.Bits = 256
+			if ulong(attr(ctx, sh, h, p11.CKA_KEY_TYPE)) == CKK_GOSTR3410_512 {
+				o.Bits = 512
+			}
+			var oid asn1.ObjectIdentifier
+			if _, err := asn1.Unmarshal(attr(ctx, sh, h, CKA_GOSTR3410_PARAMS), &oid); err == nil {
+				o.Curve = oid.String()
+				if c := gost.CurveByOID(oid); c != nil {
+					o.Curve = c.Name
+				}
 			}
 		default:
 			o.KeyType = "other"

@@ -24,6 +24,7 @@ type keyInfo struct {
 	id            []byte
 	keyType       uint
 	pub           crypto.PublicKey // nil when it cannot be read
+	why           error            // why pub could not be read, when known
 	sign, decrypt bool
 }
 
@@ -101,7 +102,7 @@ func findKeys(b Backend, sh p11.SessionHandle, label string, id []byte) ([]keyIn
 			sign: isTrue(a[p11.CKA_SIGN]), decrypt: isTrue(a[p11.CKA_DECRYPT])}
 		ki.pub = publicKey(ki.keyType, a)
 		if ki.pub == nil {
-			ki.pub = pairedPublic(b, sh, ki)
+			ki.pub, ki.why = pairedPublic(b, sh, ki)
 		}
 		out = append(out, ki)
 	}
@@ -136,24 +137,38 @@ func publicKey(keyType uint, a map[uint][]byte) crypto.PublicKey {
 // pairedPublic reads the public half from the public key object with the
 // private key's id: an EC private key carries no point, and some modules
 // (tpm2-pkcs11) give no modulus on an RSA private key either.
-func pairedPublic(b Backend, sh p11.SessionHandle, ki keyInfo) crypto.PublicKey {
+func pairedPublic(b Backend, sh p11.SessionHandle, ki keyInfo) (crypto.PublicKey, error) {
 	if len(ki.id) == 0 {
-		return nil
+		return nil, nil
 	}
 	hs, err := findAll(b, sh, template(p11.CKO_PUBLIC_KEY, "", ki.id))
 	if err != nil {
-		return nil
+		return nil, nil
 	}
+	var why error
 	for _, h := range hs {
-		a := attrs(b, sh, h, p11.CKA_KEY_TYPE, p11.CKA_MODULUS, p11.CKA_PUBLIC_EXPONENT, p11.CKA_EC_PARAMS, p11.CKA_EC_POINT)
+		var a map[uint][]byte
+		if isGOSTKeyType(ki.keyType) {
+			a = attrs(b, sh, h, p11.CKA_KEY_TYPE, CKA_GOSTR3410_PARAMS, p11.CKA_VALUE)
+		} else {
+			a = attrs(b, sh, h, p11.CKA_KEY_TYPE, p11.CKA_MODULUS, p11.CKA_PUBLIC_EXPONENT, p11.CKA_EC_PARAMS, p11.CKA_EC_POINT)
+		}
 		if ulong(a[p11.CKA_KEY_TYPE]) != ki.keyType {
 			continue
 		}
+		if isGOSTKeyType(ki.keyType) {
+			pub, err := gostPublic(ki.keyType, a)
+			if err == nil {
+				return pub, nil
+			}
+			why = err
+			continue
+		}
 		if pub := publicKey(ki.keyType, a); pub != nil {
-			return pub
+			return pub, nil
 		}
 	}
-	return nil
+	return nil, why
 }
 
 func curveOf(params []byte) elliptic.Curve {
@@ -193,7 +208,7 @@ func findCerts(b Backend, sh p11.SessionHandle, id []byte, label string, pub cry
 				out = append(out, c)
 			}
 		}
-		if slices.ContainsFunc(out, func(c *x509.Certificate) bool { return samePublicKey(c.PublicKey, pub) }) {
+		if slices.ContainsFunc(out, func(c *x509.Certificate) bool { return samePublicKey(CertificatePublicKey(c), pub) }) {
 			return out, nil
 		}
 	}

@@ -30,6 +30,9 @@ func (k *Key) SignContext(ctx context.Context, digest []byte, opts crypto.Signer
 	if !k.sign {
 		return nil, fmt.Errorf("%w: key %q may not sign (CKA_SIGN is false)", ErrKeyUsage, k.label)
 	}
+	if k.IsGOST() {
+		return k.signGOSTDigest(ctx, digest)
+	}
 	mech, data, err := k.signInput(digest, opts)
 	if err != nil {
 		return nil, err
@@ -183,6 +186,23 @@ func (c ctxSigner) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]b
 	defer cancel()
 	return c.k.SignContext(ctx, digest, opts)
 }
+
+// SignMessage signs msg hashing on the token (GOST keys), bounded by ctx.
+func (c ctxSigner) SignMessage(_ io.Reader, msg []byte, opts crypto.SignerOpts) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.k.timeout)
+	defer cancel()
+	return c.k.SignMessageContext(ctx, msg, opts)
+}
+
+// Digest hashes msg on the token (GOST keys), bounded by ctx.
+func (c ctxSigner) Digest(msg []byte) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.k.timeout)
+	defer cancel()
+	return c.k.DigestContext(ctx, msg)
+}
+
+// HashesOnToken tells whether the key hashes on the token (GOST keys).
+func (c ctxSigner) HashesOnToken() bool { return c.k.IsGOST() }
 
 // signInput returns the mechanism and the bytes to give C_Sign.
 func (k *Key) signInput(digest []byte, opts crypto.SignerOpts) ([]*p11.Mechanism, []byte, error) {

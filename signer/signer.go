@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/gost"
 	"golang.org/x/crypto/cryptobyte"
 	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
 )
@@ -115,6 +116,9 @@ func Sign(content []byte, key crypto.Signer, cert *x509.Certificate, opts Option
 	if cert == nil {
 		return nil, errors.New("no signer certificate")
 	}
+	if pub, ok := key.Public().(*gost.PublicKey); ok {
+		return signGOST(content, key, pub, cert, opts)
+	}
 	h := opts.Hash
 	if h == 0 {
 		h = crypto.SHA256
@@ -156,13 +160,29 @@ func Sign(content []byte, key crypto.Signer, cert *x509.Certificate, opts Option
 	}
 	sig, err := key.Sign(rand.Reader, toSign, h)
 	if err != nil {
-		// A token key's error already says what it was attempting.
-		if strings.HasPrefix(err.Error(), "could not ") {
-			return nil, err
-		}
-		return nil, fmt.Errorf("could not sign: %w", err)
+		return nil, signError(err)
 	}
+	return assemble(cert, opts.Chain, algorithm{dOID, false}, signedAttrs, algorithm{sigOID, sigNull}, sig)
+}
 
+func signError(err error) error {
+	// A token key's error already says what it was attempting.
+	if strings.HasPrefix(err.Error(), "could not ") {
+		return err
+	}
+	return fmt.Errorf("could not sign: %w", err)
+}
+
+// algorithm is an AlgorithmIdentifier: its OID and whether it carries NULL
+// parameters.
+type algorithm struct {
+	oid  asn1.ObjectIdentifier
+	null bool
+}
+
+// assemble writes the ContentInfo of a detached SignedData with one
+// SignerInfo.
+func assemble(cert *x509.Certificate, chain []*x509.Certificate, digest algorithm, signedAttrs []byte, sigAlg algorithm, sig []byte) ([]byte, error) {
 	b := cryptobyte.NewBuilder(nil)
 	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) { // ContentInfo
 		b.AddASN1ObjectIdentifier(oidSignedData)
@@ -170,14 +190,14 @@ func Sign(content []byte, key crypto.Signer, cert *x509.Certificate, opts Option
 			b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) { // SignedData
 				b.AddASN1Int64(1)
 				b.AddASN1(cbasn1.SET, func(b *cryptobyte.Builder) {
-					addAlgorithm(b, dOID, false)
+					addAlgorithm(b, digest.oid, digest.null)
 				})
 				b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) { // detached: no eContent
 					b.AddASN1ObjectIdentifier(oidData)
 				})
 				b.AddASN1(cbasn1.Tag(0).Constructed().ContextSpecific(), func(b *cryptobyte.Builder) {
 					b.AddBytes(cert.Raw)
-					for _, c := range opts.Chain {
+					for _, c := range chain {
 						b.AddBytes(c.Raw)
 					}
 				})
@@ -188,13 +208,13 @@ func Sign(content []byte, key crypto.Signer, cert *x509.Certificate, opts Option
 							b.AddBytes(cert.RawIssuer)
 							b.AddASN1BigInt(cert.SerialNumber)
 						})
-						addAlgorithm(b, dOID, false)
+						addAlgorithm(b, digest.oid, digest.null)
 						if signedAttrs != nil {
 							b.AddASN1(cbasn1.Tag(0).Constructed().ContextSpecific(), func(b *cryptobyte.Builder) {
 								b.AddBytes(signedAttrs)
 							})
 						}
-						addAlgorithm(b, sigOID, sigNull)
+						addAlgorithm(b, sigAlg.oid, sigAlg.null)
 						b.AddASN1OctetString(sig)
 					})
 				})

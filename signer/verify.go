@@ -34,6 +34,12 @@ type Verified struct {
 // must also chain to one of them (at the signing time when the signature
 // has one, otherwise now).
 func Verify(der, content []byte, roots *x509.CertPool) (*Verified, error) {
+	if isGOSTSignedData(der) {
+		if roots != nil {
+			return nil, fmt.Errorf("%w: a GOST signer's chain is checked against the trusted certificates themselves (VerifyCerts), not a pool", ErrBadSignature)
+		}
+		return verifyGOST(der, content, nil, false)
+	}
 	p7, err := pkcs7.Parse(der)
 	if err != nil {
 		return nil, fmt.Errorf("%w: not a CMS SignedData: %w", ErrBadSignature, err)
@@ -57,6 +63,23 @@ func Verify(der, content []byte, roots *x509.CertPool) (*Verified, error) {
 		v.SigningTime = st.UTC()
 	}
 	return v, nil
+}
+
+// VerifyCerts is Verify with the trusted certificates given as a list (nil
+// or empty: the chain is not checked). GOST certificates' chains are
+// checked here link by link, which crypto/x509 cannot do.
+func VerifyCerts(der, content []byte, cas []*x509.Certificate) (*Verified, error) {
+	if len(cas) == 0 {
+		return Verify(der, content, nil)
+	}
+	if isGOSTSignedData(der) {
+		return verifyGOST(der, content, cas, true)
+	}
+	pool := x509.NewCertPool()
+	for _, c := range cas {
+		pool.AddCert(c)
+	}
+	return Verify(der, content, pool)
 }
 
 // Report prints what Verify found, for a person: the signer, its SHA-1

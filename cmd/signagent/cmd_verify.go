@@ -36,30 +36,26 @@ func verifyCommand(e *env) *cli.Command {
 			if err != nil {
 				return usageErr(err)
 			}
-			var roots *x509.CertPool
+			var cas []*x509.Certificate
 			if f := c.String("ca"); f != "" {
-				certs, err := readCerts(f)
-				if err != nil {
+				if cas, err = readCerts(f); err != nil {
 					return err
 				}
-				roots = x509.NewCertPool()
-				for _, cert := range certs {
-					roots.AddCert(cert)
-				}
 			}
-			v, err := signer.Verify(der, content, roots)
+			roots := len(cas) > 0
+			v, err := signer.VerifyCerts(der, content, cas)
 			if err != nil {
 				return err
 			}
 			if c.Bool("json") {
 				out := map[string]any{"valid": true, "signer": v.Signer.Subject.String(), "thumbprint": canonical.ThumbprintOf(v.Signer),
-					"signedAttributes": v.SignedAttributes, "chain": map[bool]string{true: "trusted", false: "not checked"}[roots != nil]}
+					"signedAttributes": v.SignedAttributes, "chain": map[bool]string{true: "trusted", false: "not checked"}[roots]}
 				if !v.SigningTime.IsZero() {
 					out["signingTime"] = jsonTime(v.SigningTime)
 				}
 				return writeJSON(e, out)
 			}
-			return v.Report(e.stdout, roots != nil)
+			return v.Report(e.stdout, roots)
 		},
 	}
 }
