@@ -28,6 +28,9 @@ func WriteObjectTable(w io.Writer, objs []Object) error {
 		}
 		if o.Curve != "" {
 			size = o.Curve
+			if o.KeyType == "GOST" {
+				size = fmt.Sprintf("%d/%s", o.Bits, o.Curve) // the parameter set does not say the size
+			}
 		}
 		notAfter := ""
 		if !o.NotAfter.IsZero() {

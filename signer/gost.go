@@ -31,9 +31,12 @@ type TokenHasher interface {
 // signature (gost.md): the Streebog of the key's size as digest algorithm
 // (no parameters), GOST R 34.10-2012 with that Streebog as signature
 // algorithm, the value s then r as the token gives it; with contentType,
-// messageDigest and signingTime unless NoSignedAttributes. opts.Hash is
-// ignored: the hash follows the key.
+// messageDigest and signingTime unless NoSignedAttributes. The hash follows
+// the key: opts.Hash may only be the default (SHA-256, or unset).
 func signGOST(content []byte, key crypto.Signer, pub *gost.PublicKey, cert *x509.Certificate, opts Options) ([]byte, error) {
+	if opts.Hash != 0 && opts.Hash != crypto.SHA256 {
+		return nil, fmt.Errorf("%w: hash %v does not apply to a GOST key: it signs with Streebog-%d, bound to the key", ErrUnsupported, opts.Hash, pub.Curve.Bits)
+	}
 	th, ok := key.(TokenHasher)
 	if !ok {
 		return nil, fmt.Errorf("%w: a GOST key must hash and sign on its token (got %T)", ErrUnsupported, key)

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/rs/zerolog"
+	"github.com/signagent/signagent/internal/gosttoken"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/safefile"
 )
@@ -19,17 +20,45 @@ import (
 // directory that has it.
 const DevMarker = ".signagent-dev-token"
 
-// devFiles are what DevToken makes in its directory.
-var devFiles = []string{"tokens", "softhsm2.conf", "pin", "so-pin", "cert.pem"}
+// devFiles are what DevToken makes in its directory (a SoftHSM token, or
+// the GOST test module's).
+var devFiles = append([]string{"tokens", "softhsm2.conf", "so-pin", "kind"}, gosttoken.Files...)
+
+// Kinds of development token: the key the token holds.
+const (
+	KindRSA     = "rsa2048"
+	KindEC      = "ec-p256"
+	KindGOST256 = "gost2012-256"
+	KindGOST512 = "gost2012-512"
+)
+
+// Kinds lists the kinds, the default first.
+var Kinds = []string{KindRSA, KindEC, KindGOST256, KindGOST512}
+
+func gostBits(kind string) int {
+	switch kind {
+	case KindGOST256:
+		return 256
+	case KindGOST512:
+		return 512
+	}
+	return 0
+}
 
 // ErrForeignDir is returned for a non-empty directory DevToken did not make.
 var ErrForeignDir = errors.New("not empty and was not made by dev-token")
 
+// ErrOtherKind is returned when the directory holds a token of another kind.
+var ErrOtherKind = errors.New("holds a development token of another kind")
+
 // DevToken is a development token: a SoftHSM configuration, a token with an
-// RSA-2048 key (and a P-256 one with EC) and a self-signed certificate,
-// and its random PIN in Dir/pin (0600).
+// RSA-2048 key (and a P-256 one with EC) or a P-256 key (Kind ec-p256) and
+// a self-signed certificate, and its random PIN in Dir/pin (0600). For the
+// GOST kinds it is the GOST test module (internal/gosttoken) built for Dir:
+// no software token implements GOST.
 type DevToken struct {
 	Dir, Label, Module string
+	Kind               string // one of Kinds; empty is rsa2048
 	EC                 bool
 	// Force makes a new token even when one is there, and replaces the
 	// files of the same names in a directory DevToken did not make.
@@ -40,6 +69,36 @@ type DevToken struct {
 // Conf and PINFile are the token's configuration and PIN file.
 func (d DevToken) Conf() string    { return filepath.Join(d.Dir, "softhsm2.conf") }
 func (d DevToken) PINFile() string { return filepath.Join(d.Dir, "pin") }
+
+func (d DevToken) kind() string {
+	if d.Kind == "" {
+		return KindRSA
+	}
+	return d.Kind
+}
+
+func (d DevToken) gost() gosttoken.Token {
+	return gosttoken.Token{Dir: d.Dir, Bits: gostBits(d.kind()), Label: d.Label}
+}
+
+// ModulePath is the PKCS#11 module that serves the token: SoftHSM's, or the
+// GOST test module in Dir.
+func (d DevToken) ModulePath() string {
+	if gostBits(d.kind()) != 0 {
+		return d.gost().Module()
+	}
+	return d.Module
+}
+
+// existingKind is the kind of the token an earlier run made in Dir
+// (rsa2048 for a token made before kinds were recorded).
+func (d DevToken) existingKind() string {
+	b, err := os.ReadFile(filepath.Join(d.Dir, "kind"))
+	if err != nil {
+		return KindRSA
+	}
+	return strings.TrimSpace(string(b))
+}
 
 // Make makes the token, or reuses the complete one an earlier run made
 // (reused is then true).
@@ -71,6 +130,9 @@ func (d DevToken) claim() (reuse bool, err error) {
 		return false, fmt.Errorf("%s is %w; choose another --dir, or give --force to replace its %s", d.Dir, ErrForeignDir, strings.Join(devFiles, ", "))
 	}
 	if _, err := os.Stat(d.PINFile()); ours && err == nil && !d.Force {
+		if k := d.existingKind(); k != d.kind() {
+			return false, fmt.Errorf("%s %w (%s, not %s); give --force to replace it, or another --dir", d.Dir, ErrOtherKind, k, d.kind())
+		}
 		return true, nil
 	}
 	var gone []string
@@ -107,6 +169,14 @@ func (d DevToken) make() (err error) {
 			}
 		}
 	}()
+	if err := safefile.Write(filepath.Join(d.Dir, "kind"), []byte(d.kind()+"\n"), 0o644); err != nil {
+		return err
+	}
+	if bits := gostBits(d.kind()); bits != 0 {
+		d.Log.Info().Str("dir", d.Dir).Int("bits", bits).Msg("making a GOST R 34.10-2012 key with certtool and building the GOST test module with gcc")
+		_, err := d.gost().Make("", gosttoken.Options{})
+		return err
+	}
 	conf, err := WriteConfig(d.Dir)
 	if err != nil {
 		return err
@@ -125,8 +195,11 @@ func (d DevToken) make() (err error) {
 	if _, err := InitToken(d.Module, d.Label, soPIN, pin); err != nil {
 		return err
 	}
-	d.Log.Info().Str("key", d.Label).Msg("generating RSA-2048 key on the token")
 	specs := []KeySpec{{Type: RSA2048, Label: d.Label, ID: []byte{1}, CommonName: "signagent development key"}}
+	if d.kind() == KindEC {
+		specs[0] = KeySpec{Type: P256, Label: d.Label, ID: []byte{1}, CommonName: "signagent development key (P-256)"}
+	}
+	d.Log.Info().Str("key", d.Label).Str("type", d.kind()).Msg("generating the key on the token")
 	if d.EC {
 		d.Log.Info().Str("key", d.Label+"-ec").Msg("generating P-256 key on the token")
 		specs = append(specs, KeySpec{Type: P256, Label: d.Label + "-ec", ID: []byte{2}, CommonName: "signagent development key (P-256)"})
@@ -154,14 +227,21 @@ func (d DevToken) WriteEnv(w io.Writer, reused bool) error {
 	if reused {
 		what = "reused"
 	}
-	fmt.Fprintf(w, "# signagent development token %s %s in %s\n", strconv.Quote(d.Label), what, strconv.Quote(d.Dir))
-	for _, kv := range [][2]string{
+	fmt.Fprintf(w, "# signagent development token %s (%s) %s in %s\n", strconv.Quote(d.Label), d.kind(), what, strconv.Quote(d.Dir))
+	vars := [][2]string{
 		{ConfEnv, d.Conf()},
-		{pkcs11.ModuleEnv, d.Module},
+		{pkcs11.ModuleEnv, d.ModulePath()},
 		{"SIGNAGENT_TOKEN_LABEL", d.Label},
 		{"SIGNAGENT_KEY_LABEL", d.Label},
 		{pkcs11.PINFileEnv, d.PINFile()},
-	} {
+	}
+	if gostBits(d.kind()) != 0 {
+		// The GOST test module, a software stand-in for a card: for tests
+		// and development only (its key is a file in the directory).
+		fmt.Fprintf(w, "# GOST test module (software, for development only): %s\n", strconv.Quote(d.ModulePath()))
+		vars = vars[1:]
+	}
+	for _, kv := range vars {
 		if _, err := fmt.Fprintf(w, "export %s=%s\n", kv[0], shellQuote(kv[1])); err != nil {
 			return err
 		}

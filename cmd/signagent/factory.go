@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto"
 	"crypto/x509"
+	"fmt"
 	"sync"
 	"time"
 
@@ -106,6 +107,9 @@ func (f *factory) cms(ctx context.Context) (*signer.CMS, error) {
 	key, err := f.openKey(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if key.IsGOST() && f.c.IsSet("hash") {
+		return nil, usageErr(fmt.Errorf("--hash %s does not apply to the GOST key %q: a GOST R 34.10-2012 key signs with the Streebog of its own size; leave --hash out", f.c.String("hash"), key.Label()))
 	}
 	return &signer.CMS{Key: key, Cert: key.Certificate(), Options: opts}, nil
 }

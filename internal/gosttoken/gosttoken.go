@@ -98,10 +98,11 @@ func (t Token) Make(pin string, o Options) (string, error) {
 	if err := safefile.Write(filepath.Join(t.Dir, "label"), []byte(label+"\n"), 0o644); err != nil {
 		return "", err
 	}
-	if err := safefile.Write(t.PINFile(), []byte(pin+"\n"), 0o600); err != nil {
+	if err := Build(t.Dir, t.Module(), o); err != nil {
 		return "", err
 	}
-	return pin, Build(t.Dir, t.Module(), o)
+	// The PIN last: a token with its PIN file is complete.
+	return pin, safefile.Write(t.PINFile(), []byte(pin+"\n"), 0o600)
 }
 
 // Certify makes a self-signed certificate for the key in keyFile.
@@ -112,7 +113,7 @@ func (t Token) Certify(keyFile, certFile string) error {
 		return err
 	}
 	serial[0] &= 0x7f
-	body := fmt.Sprintf("cn = \"signagent development key (GOST R 34.10-2012, %d)\"\nserial = 0x%x\nexpiration_days = 365\nsigning_key\n", t.Bits, serial)
+	body := fmt.Sprintf("cn = \"signagent development key (GOST R 34.10-2012 %d-bit)\"\nserial = 0x%x\nexpiration_days = 365\nsigning_key\n", t.Bits, serial)
 	if err := os.WriteFile(tmpl, []byte(body), 0o600); err != nil {
 		return err
 	}
@@ -176,7 +177,7 @@ func Build(dir, out string, o Options) error {
 
 // SetFaults makes the token misbehave as a test asks: the words of
 // gosttoken.c's header (short-signature, digest-fail, no-sign-mechanisms,
-// paramset=OID); none restores it.
+// paramset=OID, delay=MS); none restores it.
 func (t Token) SetFaults(words ...string) error {
 	p := filepath.Join(t.Dir, "faults")
 	if len(words) == 0 {

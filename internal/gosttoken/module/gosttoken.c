@@ -14,7 +14,9 @@
  * file "pin"; wrong tries are counted in "tries" and the PIN locks after
  * MAX_TRIES. A file "faults" may hold words that make the token misbehave as
  * a test asks: short-signature, digest-fail, no-sign-mechanisms,
- * paramset=OID.
+ * paramset=OID, and delay=MS (each signature takes MS milliseconds more,
+ * as a card's does; the card does one thing at a time, so it holds the
+ * module's lock).
  */
 #include <p11-kit/pkcs11.h>
 #include <p11-kit/pkcs11x.h>
@@ -27,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stddef.h>
+#include <time.h>
 
 #ifndef TOKEN_DIR
 #error TOKEN_DIR must name the directory of the token
@@ -613,6 +616,11 @@ static CK_RV sign_(CK_SESSION_HANDLE h, CK_BYTE_PTR data, CK_ULONG len, CK_BYTE_
 	if (!out) { *outlen = want; return CKR_OK; }
 	if (*outlen < want) { *outlen = want; return CKR_BUFFER_TOO_SMALL; }
 	s->signing = 0;
+	char delay[32];
+	if (fault("delay", delay, sizeof delay)) {
+		struct timespec ts = {atoi(delay) / 1000, (atoi(delay) % 1000) * 1000000L};
+		nanosleep(&ts, NULL);
+	}
 	unsigned char hash[64];
 	gnutls_digest_algorithm_t dalg = bits == 512 ? GNUTLS_DIG_STREEBOG_512 : GNUTLS_DIG_STREEBOG_256;
 	if (s->sign_mech == CKM_GOSTR3410 || s->sign_mech == CKM_GOSTR3410_512) {
