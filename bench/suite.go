@@ -32,6 +32,9 @@ type Options struct {
 	// whose raw rate is measured too.
 	Token      pkcs11.Selection
 	ECKeyLabel string
+	// GOSTKey, when its URI is set, names a GOST key (on a module of its
+	// own) whose raw and CMS rates are measured too, against each other.
+	GOSTKey pkcs11.Selection
 	// ServeArgs are the token-selection flags handed to the started agent
 	// (the PIN reaches it through PINFile, never argv).
 	ServeArgs []string
@@ -185,6 +188,13 @@ func (o *Options) rawRows(ctx context.Context, key *pkcs11.Key) (raw1, rawN *Res
 		rows = append(rows, RunContext(ctx, name, 1, o.Each, raw(o.slow(ec))), RunContext(ctx, name, o.Workers, o.Each, raw(o.slow(ec))))
 		ec.Close()
 	}
+	if o.GOSTKey.URI != "" {
+		g, err := o.gostRows(ctx)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		rows = append(rows, g...)
+	}
 	cms := &signer.CMS{Key: k, Cert: key.Certificate()}
 	cred := canonical.Credential{Kind: canonical.Phone, Value: "9161234567"}
 	cmsOp := func(ctx context.Context) string {
@@ -200,6 +210,48 @@ func (o *Options) rawRows(ctx context.Context, key *pkcs11.Key) (raw1, rawN *Res
 	cmsN := RunContext(ctx, "CMS in-process", o.Workers, o.Each, cmsOp)
 	cmsN.Base = rawN
 	return raw1, rawN, append(rows, cms1, cmsN), nil
+}
+
+// gostRows measures the GOST key: its raw rate (one C_Sign with the token
+// hashing, over a text the size of the trusted one) and CMS in-process on
+// it, each against that raw rate.
+func (o *Options) gostRows(ctx context.Context) ([]*Result, error) {
+	g, err := pkcs11.Open(ctx, o.GOSTKey, zerolog.Nop())
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close()
+	if !g.IsGOST() {
+		return nil, errdefs.New(errdefs.ErrInvalidInput, "--gost-key names a "+KeyKind(g.Certificate())+" key, not a GOST one")
+	}
+	kind := KeyKind(g.Certificate())
+	if strings.Contains(g.Module().Path, gosttoken.Library) {
+		kind += " (software test module)"
+	}
+	cred := canonical.Credential{Kind: canonical.Phone, Value: "9161234567"}
+	raw := func(ctx context.Context) string {
+		if _, err := g.SignMessageContext(ctx, canonical.Text(o.APIKey, cred, canonical.Now()), nil); err != nil {
+			return "error"
+		}
+		return ""
+	}
+	cms := &signer.CMS{Key: g, Cert: g.Certificate()}
+	cmsOp := func(ctx context.Context) string {
+		ts := canonical.Now()
+		if _, err := cms.SignText(ctx, canonical.Text(o.APIKey, cred, ts), ts); err != nil {
+			return "error"
+		}
+		return ""
+	}
+	o.say("GOST key: raw token and CMS signatures (%s)...", kind)
+	raw1 := RunContext(ctx, "raw token "+kind, 1, o.Each, raw)
+	rawN := RunContext(ctx, "raw token "+kind, o.Workers, o.Each, raw)
+	raw1.Base, rawN.Base = raw1, raw1 // against the GOST key's own rate
+	cms1 := RunContext(ctx, "CMS in-process, GOST", 1, o.Each, cmsOp)
+	cms1.Base = raw1
+	cmsN := RunContext(ctx, "CMS in-process, GOST", o.Workers, o.Each, cmsOp)
+	cmsN.Base = rawN
+	return []*Result{raw1, rawN, cms1, cmsN}, nil
 }
 
 // agentRows drives /v1/signatures at each concurrency (and, for an agent

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make bench`: a fresh SoftHSM token with an RSA-2048 and a P-256 key, then
+# `make bench`: a fresh SoftHSM token with an RSA-2048 and a P-256 key, and
+# a GOST test token with a GOST R 34.10-2012 256-bit key, then
 # `signagent bench` on it (raw token, CMS, the agent over its socket, the
 # emulator's sessions, openssl and pkcs11-tool for comparison). Extra
 # arguments go to signagent bench, e.g. `make bench BENCH_ARGS="--token-delay 200ms"`.
@@ -9,6 +10,12 @@ bin=bin/signagent
 dir=.bench
 mkdir -p "$dir"
 chmod 700 "$dir"
+# The GOST key's rows run on the GOST test module (software, built by
+# dev-token with gcc against GnuTLS), beside the SoftHSM token.
+gost="$(cd "$dir" && pwd)/gost"
+$bin --log-level warn dev-token --key-type gost2012-256 --dir "$gost" --force >/dev/null
 eval "$($bin --log-level warn dev-token --dir "$dir/hsm" --ec --force)"
-$bin --log-level warn bench --ec-key-label signagent-dev-ec "$@" | tee "$dir/result.txt"
+$bin --log-level warn bench --ec-key-label signagent-dev-ec \
+  --gost-key "pkcs11:token=signagent-dev;object=signagent-dev?module-path=$gost/libgosttoken.so&pin-source=file:$gost/pin" \
+  "$@" | tee "$dir/result.txt"
 echo "(also in $dir/result.txt)"

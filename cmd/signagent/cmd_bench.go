@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	"runtime"
@@ -15,6 +16,7 @@ import (
 	"github.com/signagent/signagent/bench"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/pkcs11"
 )
 
 func benchCommand(e *env) *cli.Command {
@@ -36,6 +38,7 @@ func benchCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "concurrency", Value: "1,2,8,32", Usage: "comma-separated caller concurrencies `N,N,...` for /v1/signatures"},
 			&cli.IntFlag{Name: "workers", Value: runtime.GOMAXPROCS(0), DefaultText: "the number of CPUs", Usage: "`N` token workers: the agent's --token-concurrency and the raw rate's N"},
 			&cli.StringFlag{Name: "ec-key-label", Usage: "also measure the raw rate of the P-256 key `LABEL`"},
+			&cli.StringFlag{Name: "gost-key", Usage: "also measure the raw and CMS rates of the GOST key this pkcs11: `URI` names (with its module-path and pin-source)"},
 			&cli.DurationFlag{Name: "token-delay", Usage: "slow-card mode: add `DURATION` to every token signature (raw and agent alike)"},
 			&cli.IntFlag{Name: "queue-size", Value: 1024, Usage: "the started agent's --queue-size `N`"},
 			&cli.StringFlag{Name: "socket", Usage: "drive the agent already serving on this Unix `SOCKET` instead of starting one"},
@@ -109,7 +112,20 @@ func runBench(c *cli.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	o := bench.Options{Token: sel, ECKeyLabel: c.String("ec-key-label"), PINFile: c.String("pin-file"), APIKey: key,
+	var gost pkcs11.Selection
+	if v := c.String("gost-key"); v != "" {
+		// The GOST key is on a module of its own, named in its URI: that
+		// module, not the main key's ($SIGNAGENT_PKCS11_MODULE, --module).
+		u, err := pkcs11.ParseURI(v)
+		if err != nil {
+			return usageErr(fmt.Errorf("--gost-key: %w", err))
+		}
+		if u.ModulePath == "" {
+			return usageErr(errors.New("--gost-key: the URI must name its module (module-path=)"))
+		}
+		gost = pkcs11.Selection{URI: v, Module: u.ModulePath}
+	}
+	o := bench.Options{Token: sel, ECKeyLabel: c.String("ec-key-label"), GOSTKey: gost, PINFile: c.String("pin-file"), APIKey: key,
 		Each: c.Duration("each"), Concurrency: conc, Workers: c.Int("workers"), TokenDelay: c.Duration("token-delay"),
 		QueueSize: c.Int("queue-size"), NoTools: c.Bool("no-tools"), Socket: c.String("socket"), AgentPID: c.Int("agent-pid"),
 		Executable: exe, Duration: c.Duration("duration"), SoakCallers: c.Int("soak-concurrency"),
