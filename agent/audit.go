@@ -85,11 +85,32 @@ func (a *Audit) write(e auditEntry) {
 
 // AuditFile is the audit log on disk: appended to, mode 0600, reopened on
 // SIGHUP so that it can be rotated (logrotate moves it, then signals).
+//
+// A request does not wait for the disk: its line is appended to a buffer
+// in memory and a writer goroutine, woken at once, writes whatever has
+// gathered with one write(2) (under load, many lines at a time). Nothing
+// is lost: Reopen writes what is pending to the old file before it
+// switches, Close (at shutdown, after the requests have finished) writes
+// the rest, and a buffer past auditMaxPending is written by the request
+// that fills it, so that memory stays bounded when the disk is slow.
 type AuditFile struct {
 	path string
-	mu   sync.Mutex
-	f    *os.File
+
+	mu     sync.Mutex // guards buf and closed
+	buf    []byte     // lines not yet written
+	closed bool
+
+	wmu   sync.Mutex // serializes writes to f and its replacement
+	f     *os.File
+	spare []byte // the buffer written last, reused
+
+	wake chan struct{} // the writer has lines to write
+	stop chan struct{}
+	done chan struct{}
 }
+
+// auditMaxPending bounds the lines held in memory.
+const auditMaxPending = 1 << 20
 
 // OpenAuditFile opens (creating, 0600) the audit log at path. A symlink is
 // not followed, and a file that is not regular, that another user owns, or
@@ -100,7 +121,24 @@ func OpenAuditFile(path string) (*AuditFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &AuditFile{path: path, f: f}, nil
+	a := &AuditFile{path: path, f: f, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go a.writer()
+	return a, nil
+}
+
+// writer writes the pending lines each time it is woken, and once more
+// when stopped.
+func (a *AuditFile) writer() {
+	defer close(a.done)
+	for {
+		select {
+		case <-a.wake:
+			a.Flush()
+		case <-a.stop:
+			a.Flush()
+			return
+		}
+	}
 }
 
 func openAudit(path string) (*os.File, error) {
@@ -128,30 +166,76 @@ func openAudit(path string) (*os.File, error) {
 	return f, nil
 }
 
-// Write appends one line.
+// Write queues one line for the writer; it waits for the disk only when
+// auditMaxPending bytes are already waiting.
 func (a *AuditFile) Write(p []byte) (int, error) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.f.Write(p)
+	if a.closed {
+		a.mu.Unlock()
+		return 0, os.ErrClosed
+	}
+	a.buf = append(a.buf, p...)
+	full := len(a.buf) >= auditMaxPending
+	a.mu.Unlock()
+	if full {
+		return len(p), a.Flush()
+	}
+	select {
+	case a.wake <- struct{}{}:
+	default: // the writer is already woken
+	}
+	return len(p), nil
+}
+
+// Flush writes the pending lines now.
+func (a *AuditFile) Flush() error {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	return a.flushLocked()
+}
+
+func (a *AuditFile) flushLocked() error {
+	a.mu.Lock()
+	b := a.buf
+	a.buf = a.spare[:0]
+	a.mu.Unlock()
+	a.spare = b[:0]
+	if len(b) == 0 {
+		return nil
+	}
+	_, err := a.f.Write(b)
+	return err
 }
 
 // Reopen opens the path again (a rotated log starts anew) and closes the
-// old file. On an error the old file is kept.
+// old file, after writing to it what was pending. On an error the old file
+// is kept.
 func (a *AuditFile) Reopen() error {
 	f, err := openAudit(a.path)
 	if err != nil {
 		return err
 	}
-	a.mu.Lock()
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	a.flushLocked()
 	old := a.f
 	a.f = f
-	a.mu.Unlock()
 	return old.Close()
 }
 
-// Close closes the file.
+// Close writes what is pending and closes the file; later lines are
+// refused (os.ErrClosed).
 func (a *AuditFile) Close() error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	a.closed = true
+	a.mu.Unlock()
+	close(a.stop)
+	<-a.done
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
 	return a.f.Close()
 }

@@ -108,9 +108,17 @@ func TestDaemonLifecycle(t *testing.T) {
 		if err := sign(); err != nil {
 			t.Fatal(err)
 		}
-		b, err := os.ReadFile(cfg.AuditLog)
-		if err != nil || !strings.Contains(string(b), `"operation":"sign"`) {
-			t.Fatalf("the new audit log holds %q (%v)", b, err)
+		// The writer writes the line a moment after the answer.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			b, err := os.ReadFile(cfg.AuditLog)
+			if err == nil && strings.Contains(string(b), `"operation":"sign"`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the new audit log holds %q (%v)", b, err)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	})
 
@@ -263,5 +271,53 @@ func TestDaemonLegacyReload(t *testing.T) {
 	}
 	if _, err := ask(); apiErr(t, err).Status != 503 {
 		t.Fatalf("without --api-url: %v", err)
+	}
+}
+
+// Every request the agent answered has its audit line, those answered
+// while it shut down included: the writer does not hold up requests, and
+// what it holds is written before the daemon ends.
+func TestAuditLineForEveryRequest(t *testing.T) {
+	cfg, _ := daemonConfig(t)
+	sock := strings.TrimPrefix(cfg.Listen[0], "unix:")
+	cfg.ShutdownGrace = 10 * time.Second
+	d, err := agent.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := agentclient.NewUnix(sock)
+	var answered atomic.Int64
+	var wg sync.WaitGroup
+	started := make(chan struct{}, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				if i == 3 {
+					started <- struct{}{}
+				}
+				_, err := c.Sign(context.Background(), api.SignatureRequest{Credential: api.Credential{Phone: "9161234567"}})
+				if err != nil {
+					return // the agent is shutting down
+				}
+				answered.Add(1)
+			}
+		}()
+	}
+	for range 8 {
+		<-started
+	}
+	// Shut down with requests in flight: those admitted finish and are
+	// answered; then the audit log is closed.
+	d.Shutdown(context.Background())
+	wg.Wait()
+	b, err := os.ReadFile(cfg.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Count(string(b), `"operation":"sign","outcome":"ok"`)
+	if n := answered.Load(); int64(lines) < n || n < 24 {
+		t.Fatalf("%d signatures answered, %d audit lines for them", n, lines)
 	}
 }

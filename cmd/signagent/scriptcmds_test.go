@@ -22,11 +22,13 @@ import (
 // repeated in each script:
 //
 //	waitfile [-socket|-exists] FILE
+//	waitlines N REGEXP FILE
 //	emulator [-restart|-stop] [FILE [VAR...]]
 //	serve [-live] NAME ARGS... | serve -stop NAME
 //	approve-device [-deny] FILE LOGIN PASSWORD
 var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []string){
 	"waitfile":       waitFile,
+	"waitlines":      waitLines,
 	"emulator":       emulatorCmd,
 	"serve":          serveCmd,
 	"approve-device": approveDevice,
@@ -76,6 +78,39 @@ func waitFile(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	if !poll(10*time.Second, ready) {
 		ts.Fatalf("gave up waiting for %s to be %s", args[0], what)
+	}
+}
+
+// waitLines waits until FILE has exactly N lines matching REGEXP: the
+// running agent's audit log, which it writes a moment after the answer
+// (its writer does not hold up the request).
+func waitLines(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: waitlines N REGEXP FILE")
+	}
+	n, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("waitlines: N: %v", err)
+	}
+	re, err := regexp.Compile(args[1])
+	if err != nil {
+		ts.Fatalf("waitlines: %v", err)
+	}
+	count := func() int {
+		b, _ := os.ReadFile(ts.MkAbs(args[2]))
+		c := 0
+		for _, l := range strings.Split(string(b), "\n") {
+			if re.MatchString(l) {
+				c++
+			}
+		}
+		return c
+	}
+	if !poll(10*time.Second, func() bool { return count() >= n }) {
+		ts.Fatalf("%s has %d lines matching %q, want %d", args[2], count(), args[1], n)
+	}
+	if c := count(); c != n {
+		ts.Fatalf("%s has %d lines matching %q, want %d", args[2], c, args[1], n)
 	}
 }
 
