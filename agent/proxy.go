@@ -56,7 +56,13 @@ func (a *Agent) SetServiceAPI(rawURL string, allowHTTP bool) error {
 	if err != nil {
 		return err
 	}
+	old := a.now().target
 	a.update(func(s *state) { s.target = t })
+	if old != nil && old != t {
+		if c, ok := old.transport.(interface{ CloseIdleConnections() }); ok {
+			c.CloseIdleConnections() // the old address's kept connections
+		}
+	}
 	return nil
 }
 
@@ -74,7 +80,7 @@ func (a *Agent) targetFor(rawURL string, allowHTTP bool) (*proxyTarget, error) {
 	if cur := a.now().target; cur != nil && cur.base.String() == base.String() {
 		return cur, nil
 	}
-	return &proxyTarget{base: base, transport: httpx.Client(nil).Transport,
+	return &proxyTarget{base: base, transport: newUpstream(base, httpx.Client(nil).Transport),
 		errorLog: warnLog(a.o.Log.With().Str("operation", "service").Logger())}, nil
 }
 
@@ -244,12 +250,15 @@ type authorizingTransport struct {
 
 func (t *authorizingTransport) RoundTrip(in *http.Request) (*http.Response, error) {
 	resp, retried, err := authz.Retry(in.Context(), t.au, func(ctx context.Context, authorization string) (*http.Response, error) {
-		out := in.Clone(ctx)
-		out.Body, out.ContentLength = http.NoBody, 0
+		// in is the reverse proxy's own copy of the caller's request:
+		// its headers are changed in place, not copied a second time.
+		out := in.WithContext(ctx)
+		out.Body, out.ContentLength, out.GetBody = http.NoBody, 0, nil
 		if t.body.size > 0 {
 			out.Body, out.ContentLength = io.NopCloser(t.body.reader()), t.body.size
+			out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(t.body.reader()), nil }
 		}
-		out.Header.Set("Authorization", authorization)
+		out.Header["Authorization"] = []string{authorization}
 		resp, err := t.base.RoundTrip(out)
 		if err != nil {
 			return nil, &upstreamError{ctx: ctx, err: err}

@@ -1,0 +1,229 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+)
+
+// upstream sends the proxy's requests to the business API over HTTP/1.1
+// keep-alive connections of its own, writing the request and reading the
+// answer on the caller's goroutine. http.Transport hands each request to a
+// connection's reader and writer goroutines and back; under proxy load
+// those hand-offs cost more than everything else the agent does per call
+// (issue 26's profile). A request that must go through an HTTP proxy
+// ($HTTPS_PROXY and kin) takes the standard transport instead.
+type upstream struct {
+	base     *url.URL
+	fallback http.RoundTripper // for requests through a proxy
+	tls      *tls.Config
+	dialer   net.Dialer
+
+	headerTimeout time.Duration // for the answer's head
+	idleTimeout   time.Duration
+	maxIdle       int
+
+	mu   sync.Mutex
+	idle []*upConn // most recently used last
+}
+
+type upConn struct {
+	net.Conn
+	br   *bufio.Reader
+	bw   *bufio.Writer
+	used time.Time // when it was put back idle
+}
+
+func newUpstream(base *url.URL, fallback http.RoundTripper) *upstream {
+	return &upstream{base: base, fallback: fallback, tls: &tls.Config{ServerName: base.Hostname(), MinVersion: tls.VersionTLS12},
+		dialer:        net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second},
+		headerTimeout: 30 * time.Second, idleTimeout: 90 * time.Second, maxIdle: 64}
+}
+
+// RoundTrip sends req on an idle connection, or a new one. A reused
+// connection that the service had closed while idle (nothing of an answer
+// read) is dropped and the request sent once more on a new one, as
+// http.Transport does.
+func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
+	if u.fallback != nil {
+		if p, err := http.ProxyFromEnvironment(req); err != nil || p != nil {
+			return u.fallback.RoundTrip(req)
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		c, reused, err := u.get(req.Context())
+		if err != nil {
+			return nil, err
+		}
+		resp, err := u.send(c, req)
+		if err == nil {
+			return resp, nil
+		}
+		c.Close()
+		if !reused || attempt > 0 || !errors.Is(err, errStaleConn) || req.Context().Err() != nil {
+			return nil, err
+		}
+		if req.Body != nil && req.Body != http.NoBody {
+			if req.GetBody == nil {
+				return nil, err
+			}
+			if req.Body, err = req.GetBody(); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// errStaleConn is a connection that closed before any of the answer came.
+var errStaleConn = errors.New("the connection closed before the answer")
+
+func (u *upstream) send(c *upConn, req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	deadline := time.Now().Add(u.headerTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	c.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	if err := req.Write(c.bw); err != nil {
+		stop()
+		return nil, staleOr(err)
+	}
+	if err := c.bw.Flush(); err != nil {
+		stop()
+		return nil, staleOr(err)
+	}
+	if _, err := c.br.Peek(1); err != nil {
+		stop()
+		return nil, staleOr(err)
+	}
+	resp, err := http.ReadResponse(c.br, req)
+	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+		// An interim answer (100 Continue, 103 Early Hints): the body
+		// has been sent already; the final answer follows.
+		resp, err = http.ReadResponse(c.br, req)
+	}
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	// The body streams within the request's deadline, not the head's.
+	end := time.Time{}
+	if d, ok := ctx.Deadline(); ok {
+		end = d
+	}
+	c.SetDeadline(end)
+	resp.Body = &upBody{ReadCloser: resp.Body, c: c, u: u, stop: stop, keep: !resp.Close && !req.Close,
+		eof: resp.Body == http.NoBody}
+	return resp, nil
+}
+
+// staleOr marks the errors of a connection the service closed.
+func staleOr(err error) error {
+	var ne net.Error
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		(errors.As(err, &ne) && !ne.Timeout()) {
+		return errors.Join(errStaleConn, err)
+	}
+	return err
+}
+
+// upBody gives the connection back to the pool once the answer was read
+// to its end, and closes it otherwise.
+type upBody struct {
+	io.ReadCloser
+	c    *upConn
+	u    *upstream
+	stop func() bool
+	keep bool
+	eof  bool
+	done bool
+}
+
+func (b *upBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+func (b *upBody) Close() error {
+	if b.done {
+		return nil
+	}
+	b.done = true
+	err := b.ReadCloser.Close()
+	if !b.stop() || !b.eof || !b.keep || b.c.br.Buffered() > 0 {
+		b.c.Close() // cancelled, not read to its end, or told to close
+		return err
+	}
+	b.u.put(b.c)
+	return err
+}
+
+func (u *upstream) get(ctx context.Context) (*upConn, bool, error) {
+	now := time.Now()
+	u.mu.Lock()
+	for len(u.idle) > 0 {
+		c := u.idle[len(u.idle)-1]
+		u.idle = u.idle[:len(u.idle)-1]
+		if now.Sub(c.used) < u.idleTimeout {
+			u.mu.Unlock()
+			return c, true, nil
+		}
+		c.Close()
+	}
+	u.mu.Unlock()
+	host := u.base.Host
+	if u.base.Port() == "" {
+		host = net.JoinHostPort(u.base.Hostname(), map[string]string{"https": "443"}[u.base.Scheme])
+		if u.base.Scheme == "http" {
+			host = net.JoinHostPort(u.base.Hostname(), "80")
+		}
+	}
+	nc, err := u.dialer.DialContext(ctx, "tcp", host)
+	if err != nil {
+		return nil, false, err
+	}
+	if u.base.Scheme == "https" {
+		tc := tls.Client(nc, u.tls)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, false, err
+		}
+		nc = tc
+	}
+	return &upConn{Conn: nc, br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 8<<10)}, false, nil
+}
+
+func (u *upstream) put(c *upConn) {
+	c.used = time.Now()
+	c.SetDeadline(time.Time{})
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.idle) >= u.maxIdle {
+		c.Close()
+		return
+	}
+	u.idle = append(u.idle, c)
+}
+
+// CloseIdleConnections closes the pooled connections (reload to another
+// address, shutdown).
+func (u *upstream) CloseIdleConnections() {
+	u.mu.Lock()
+	idle := u.idle
+	u.idle = nil
+	u.mu.Unlock()
+	for _, c := range idle {
+		c.Close()
+	}
+}

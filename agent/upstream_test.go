@@ -1,0 +1,164 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// countingServer is a real HTTP server that counts the connections it
+// accepted.
+func countingServer(t *testing.T, h http.HandlerFunc) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, &conns
+}
+
+func roundTrip(t *testing.T, u *upstream, method, target, body string) (int, string, error) {
+	t.Helper()
+	req, _ := http.NewRequest(method, target, strings.NewReader(body))
+	if body == "" {
+		req.Body = http.NoBody
+	}
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(body)), nil }
+	resp, err := u.RoundTrip(req)
+	if err != nil {
+		return 0, "", err
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, string(b), nil
+}
+
+// The proxy's upstream keeps its connections: many calls, one connection;
+// an answer not read to its end costs its connection, not the next call.
+func TestUpstreamKeepsConnections(t *testing.T) {
+	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Got", r.Method+" "+r.URL.RequestURI()+" "+string(b))
+		io.WriteString(w, strings.Repeat("x", 100))
+	})
+	base, _ := url.Parse(srv.URL)
+	u := newUpstream(base, nil)
+	for i := range 50 {
+		method, body := "GET", ""
+		if i%2 == 1 {
+			method, body = "POST", "payload"
+		}
+		code, got, err := roundTrip(t, u, method, srv.URL+"/GetMyOrganizations?x=1", body)
+		if err != nil || code != 200 || len(got) != 100 {
+			t.Fatalf("call %d: %d %q %v", i, code, got, err)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("50 calls one at a time took %d connections, want 1", n)
+	}
+	// An answer closed half read: that connection is not reused.
+	req, _ := http.NewRequest("GET", srv.URL+"/", nil)
+	resp, err := u.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Read(make([]byte, 10))
+	resp.Body.Close()
+	if code, _, err := roundTrip(t, u, "GET", srv.URL+"/", ""); err != nil || code != 200 {
+		t.Fatalf("after a half-read answer: %d %v", code, err)
+	}
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2 (the half-read one dropped)", n)
+	}
+}
+
+// A kept connection the service closed while it was idle is dropped and
+// the request sent again on a new one (with its body), once.
+func TestUpstreamStaleConnection(t *testing.T) {
+	var calls atomic.Int64
+	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		b, _ := io.ReadAll(r.Body)
+		io.WriteString(w, string(b))
+	})
+	base, _ := url.Parse(srv.URL)
+	u := newUpstream(base, nil)
+	if _, _, err := roundTrip(t, u, "POST", srv.URL+"/", "one"); err != nil {
+		t.Fatal(err)
+	}
+	srv.CloseClientConnections() // the service drops its idle connections
+	time.Sleep(50 * time.Millisecond)
+	code, got, err := roundTrip(t, u, "POST", srv.URL+"/", "two")
+	if err != nil || code != 200 || got != "two" {
+		t.Fatalf("after the service closed the idle connection: %d %q %v", code, got, err)
+	}
+	if calls.Load() != 2 || conns.Load() != 2 {
+		t.Fatalf("%d calls on %d connections, want 2 and 2", calls.Load(), conns.Load())
+	}
+}
+
+// A request's deadline ends a call the service does not answer, and the
+// connection is not kept.
+func TestUpstreamDeadline(t *testing.T) {
+	release := make(chan struct{})
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			<-release
+		}
+		io.WriteString(w, "ok")
+	})
+	defer close(release)
+	base, _ := url.Parse(srv.URL)
+	u := newUpstream(base, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/slow", nil)
+	start := time.Now()
+	if _, err := u.RoundTrip(req); err == nil {
+		t.Fatal("no error past the deadline")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the deadline ended the call after %v", d)
+	}
+	if code, got, err := roundTrip(t, u, "GET", srv.URL+"/", ""); err != nil || code != 200 || got != "ok" {
+		t.Fatalf("the next call: %d %q %v", code, got, err)
+	}
+}
+
+// An interim 100 Continue is passed over to the final answer.
+func TestUpstreamInterimAnswer(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 4096)
+		c.Read(buf)
+		io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfinal")
+		time.Sleep(200 * time.Millisecond)
+	}()
+	base, _ := url.Parse("http://" + l.Addr().String())
+	u := newUpstream(base, nil)
+	code, got, err := roundTrip(t, u, "POST", base.String()+"/", "body")
+	if err != nil || code != 200 || got != "final" {
+		t.Fatalf("%d %q %v", code, got, err)
+	}
+}
