@@ -579,4 +579,16 @@ func TestRouteRules(t *testing.T) {
 			t.Errorf("%q parsed", bad)
 		}
 	}
+	// --routes gid:2001=sessions,links --routes default= reaches the
+	// parser split at its commas, as a repeatable flag's values are.
+	rules, err := agent.ParseRouteRules([]string{"gid:2001=sessions", "links", "gid:2002=signatures", "default="})
+	if err != nil || len(rules) != 3 {
+		t.Fatalf("the flag's pieces: %d rules, %v", len(rules), err)
+	}
+	if want, _ := agent.ParseRouteRule("gid:2001=sessions,links"); fmt.Sprint(rules[0]) != fmt.Sprint(want) {
+		t.Fatalf("rule %v, want %v", rules[0], want)
+	}
+	if _, err := agent.ParseRouteRules([]string{"links"}); err == nil {
+		t.Error("a route list with no class parsed")
+	}
 }

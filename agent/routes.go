@@ -176,8 +176,19 @@ func (a *Agent) routeAllowed(r *http.Request, route string) bool {
 
 // ParseRouteRules parses each of specs (the repeatable --routes).
 func ParseRouteRules(specs []string) ([]RouteRule, error) {
-	var out []RouteRule
+	// A repeatable flag's value is split at commas before it gets here
+	// (--routes gid:2001=sessions,links arrives as "gid:2001=sessions"
+	// and "links"): a piece without '=' continues the rule before it.
+	var joined []string
 	for _, r := range specs {
+		if n := len(joined); n > 0 && !strings.Contains(r, "=") && strings.TrimSpace(r) != "" {
+			joined[n-1] += "," + r
+			continue
+		}
+		joined = append(joined, r)
+	}
+	var out []RouteRule
+	for _, r := range joined {
 		rule, err := ParseRouteRule(r)
 		if err != nil {
 			return nil, badConfig(err)

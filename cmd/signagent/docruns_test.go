@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+)
+
+// invocation is a command line reduced to what identifies it: the command
+// path and the flags given.
+type invocation struct {
+	path  string
+	flags []string
+}
+
+// parseInvocation reduces a signagent command line; ok is false for a
+// pattern or program output rather than a command.
+func parseInvocation(app *cli.App, args []string) (invocation, bool) {
+	flags, cmds := app.Flags, app.Commands
+	var inv invocation
+	var path []string
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		if strings.Contains(a, "...") || strings.ContainsAny(a, "[]") || strings.ToUpper(a) == a && len(a) > 1 && !strings.HasPrefix(a, "-") {
+			return inv, false
+		}
+		if name, ok := strings.CutPrefix(a, "--"); ok {
+			name, _, hasValue := strings.Cut(name, "=")
+			fl := findFlag(flags, name)
+			if fl == nil {
+				fl = findFlag(app.Flags, name)
+			}
+			if fl == nil {
+				return inv, false
+			}
+			inv.flags = append(inv.flags, fl.Names()[0])
+			if takesValue(fl) && !hasValue {
+				i++
+			}
+			continue
+		}
+		if strings.HasPrefix(a, "-") && len(a) > 1 {
+			if fl := findFlag(flags, strings.TrimPrefix(a, "-")); fl != nil {
+				inv.flags = append(inv.flags, fl.Names()[0])
+				if takesValue(fl) {
+					i++
+				}
+			}
+			continue
+		}
+		if c := findCommand(cmds, a); c != nil {
+			path = append(path, c.Name)
+			flags, cmds = c.Flags, c.Subcommands
+			continue
+		}
+		if len(path) == 0 {
+			return inv, false
+		}
+	}
+	inv.path = strings.Join(path, " ")
+	return inv, true
+}
+
+// commandLines returns the signagent command lines of a file: in fenced
+// blocks of Markdown (fenced false: every line, for scripts), with
+// continuation lines joined, and inside `sh -c '...'` too.
+func commandLines(t *testing.T, file string, fenced bool) [][]string {
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out [][]string
+	sc := bufio.NewScanner(f)
+	inBlock, cont := !fenced, ""
+	for sc.Scan() {
+		line := sc.Text()
+		if fenced && strings.HasPrefix(strings.TrimSpace(line), "```") {
+			inBlock = !inBlock
+			continue
+		}
+		if !inBlock {
+			continue
+		}
+		if cont != "" {
+			line = cont + " " + strings.TrimSpace(line)
+			cont = ""
+		}
+		if strings.HasSuffix(line, "\\") {
+			cont = strings.TrimSuffix(line, "\\")
+			continue
+		}
+		line = strings.ReplaceAll(line, "$bin ", "signagent ") // demo.sh
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "serve "); ok && !fenced {
+			// the scripts' serve command: serve [-live] NAME ARGS...
+			words := strings.Fields(rest)
+			if len(words) > 0 && words[0] == "-live" {
+				words = words[1:]
+			}
+			if len(words) > 1 {
+				line = "signagent serve " + strings.Join(words[1:], " ")
+			}
+		}
+		for _, w := range append([]string{line}, shellWords(line)...) {
+			if w != line && !strings.Contains(w, "signagent ") {
+				continue
+			}
+			out = append(out, signagentLines(w)...)
+		}
+	}
+	return out
+}
+
+// TestDocCommandsRun: every signagent command shown in the README and
+// docs/ is run by a test: a script (testdata/script) or the demo runs the
+// same command with at least the flags the documentation shows.
+func TestDocCommandsRun(t *testing.T) {
+	app := newApp(strings.NewReader(""), io.Discard, io.Discard)
+	var runs []invocation
+	scripts, _ := filepath.Glob("testdata/script/*.txtar")
+	for _, file := range append(scripts, "../../scripts/demo.sh", "../../scripts/bench.sh") {
+		for _, cmd := range commandLines(t, file, false) {
+			if inv, ok := parseInvocation(app, cmd); ok {
+				runs = append(runs, inv)
+			}
+		}
+	}
+	if len(runs) < 100 {
+		t.Fatalf("only %d signagent runs found in the scripts: the scan is broken", len(runs))
+	}
+	docs, _ := filepath.Glob("../../docs/*.md")
+	docs = append(docs, "../../README.md")
+	shown, missing := 0, 0
+	for _, file := range docs {
+		if filepath.Base(file) == "cli.md" {
+			continue
+		}
+		for _, cmd := range commandLines(t, file, true) {
+			inv, ok := parseInvocation(app, cmd)
+			if !ok {
+				continue
+			}
+			shown++
+			if !slices.ContainsFunc(runs, func(r invocation) bool { return r.path == inv.path && subset(inv.flags, r.flags) }) {
+				missing++
+				t.Errorf("%s: %q is run by no script nor the demo", strings.TrimPrefix(file, "../../"), strings.Join(cmd, " "))
+			}
+		}
+	}
+	t.Logf("%d commands shown, %d runs in the scripts, %d shown but not run", shown, len(runs), missing)
+}
+
+func subset(a, b []string) bool {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
+}
