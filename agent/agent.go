@@ -86,6 +86,8 @@ type Agent struct {
 	bodies   *bodyBudget
 	// copies lends the proxy its copy buffers (see proxyBuffers).
 	copies proxyBuffers
+	// parsedIdentities are the proxy's parsed Signagent-Identity values.
+	parsedIdentities identityCache
 	// held indexes the identities headers were obtained for.
 	held held
 }

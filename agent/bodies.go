@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 
 	"golang.org/x/sync/semaphore"
 )
@@ -75,7 +76,26 @@ func (b *bodyBudget) hold(r io.Reader, contentLength int64) (*heldBody, error) {
 		}
 		h.held = contentLength
 	}
-	buf := make([]byte, 32<<10)
+	if contentLength == 0 {
+		// Most proxied calls are GETs with no body: a first small read
+		// says so without taking a copy buffer.
+		var first [512]byte
+		n, err := io.ReadFull(r, first[:])
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			if n > 0 && !b.sem.TryAcquire(int64(n)) {
+				return nil, errBodyBudget
+			}
+			h.held, h.size, h.mem = int64(n), int64(n), bytes.Clone(first[:n])
+			return h, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		r = io.MultiReader(bytes.NewReader(first[:n]), r)
+	}
+	bp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bp)
+	buf := *bp
 	var w io.Writer
 	var mem bytes.Buffer
 	if contentLength > 0 && contentLength <= spoolAbove {
@@ -122,6 +142,9 @@ func (b *bodyBudget) hold(r io.Reader, contentLength int64) (*heldBody, error) {
 	h.mem = mem.Bytes()
 	return h, nil
 }
+
+// copyBuffers are the buffers bodies are read through, shared by calls.
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // spool creates an unlinked 0600 file for a body.
 func (b *bodyBudget) spool() (*os.File, error) {

@@ -79,7 +79,7 @@ func BenchmarkProxyPeer(b *testing.B) {
 		{"authz-legacy", post(sock, "http://agent/v1/authorizations", `{"scheme":"legacy","by":"password","login":"alice@example.com"}`)},
 		{"readyz", get(sock, "http://agent/readyz")},
 	}
-	url, why, stopNginx := bench.StartNginx(up.Listener.Addr().String(), bearer)
+	url, why, stopNginx, _ := bench.StartNginx(up.Listener.Addr().String(), bearer)
 	defer stopNginx()
 	if url != "" {
 		paths = append(paths, struct {

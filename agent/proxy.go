@@ -171,7 +171,7 @@ func (a *Agent) prepareProxy(r *http.Request, call *proxyCall) (*httputil.Revers
 	}
 	call.method = a.metrics.methodLabel(strings.TrimPrefix(path, "/"))
 	call.entry.call = r.Method + " " + path
-	req, err := ParseIdentity(r.Header.Get(IdentityHeader), a.o.LegacySNILS)
+	req, err := a.parsedIdentities.parse(r.Header.Get(IdentityHeader), a.o.LegacySNILS)
 	if err != nil {
 		return nil, err
 	}
@@ -303,6 +303,42 @@ func ParseIdentity(s string, legacySNILS bool) (authz.Selector, error) {
 	return sel, nil
 }
 
+// identityCache keeps the parsed identity of the header values seen last:
+// a partner system sends the same few identities call after call, and
+// parsing and checking one costs more than the rest of the agent's work
+// on a proxied call. Only identities that parse are kept; the cache
+// starts over when full, so that callers cannot grow it.
+type identityCache struct {
+	mu sync.RWMutex
+	m  map[string]authz.Selector
+}
+
+const maxCachedIdentities = 256
+
+func (c *identityCache) parse(s string, legacySNILS bool) (authz.Selector, error) {
+	key := s
+	if legacySNILS {
+		key = "\x00" + s
+	}
+	c.mu.RLock()
+	sel, ok := c.m[key]
+	c.mu.RUnlock()
+	if ok {
+		return sel, nil
+	}
+	sel, err := ParseIdentity(s, legacySNILS)
+	if err != nil {
+		return sel, err
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxCachedIdentities {
+		c.m = make(map[string]authz.Selector, maxCachedIdentities)
+	}
+	c.m[key] = sel
+	c.mu.Unlock()
+	return sel, nil
+}
+
 // The metrics name a business method only when it is a plain name and the
 // agent has not labelled too many already: callers cannot grow /metrics.
 var methodName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,63}(/[A-Za-z][A-Za-z0-9_]{0,63})?$`)
@@ -315,6 +351,12 @@ type methodLabels struct {
 }
 
 func (l *methodLabels) label(method string) string {
+	l.mu.Lock()
+	seen := l.seen[method]
+	l.mu.Unlock()
+	if seen {
+		return method // checked when first seen
+	}
 	if !methodName.MatchString(method) {
 		return "other"
 	}

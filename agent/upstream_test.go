@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -160,5 +161,53 @@ func TestUpstreamInterimAnswer(t *testing.T) {
 	code, got, err := roundTrip(t, u, "POST", base.String()+"/", "body")
 	if err != nil || code != 200 || got != "final" {
 		t.Fatalf("%d %q %v", code, got, err)
+	}
+}
+
+// The proxy's identity cache answers what parsing answers, keeps no
+// refused value, and stays bounded whatever callers send.
+func TestIdentityCache(t *testing.T) {
+	var c identityCache
+	for range 2 {
+		sel, err := c.parse("oidc profile=bench", false)
+		want, _ := ParseIdentity("oidc profile=bench", false)
+		if err != nil || sel != want {
+			t.Fatalf("cached %+v %v, parsed %+v", sel, err, want)
+		}
+	}
+	if _, err := c.parse("no such scheme", false); err == nil {
+		t.Fatal("a bad identity parsed")
+	}
+	if _, ok := c.m["no such scheme"]; ok {
+		t.Fatal("a refused identity was kept")
+	}
+	for i := range 3 * maxCachedIdentities {
+		if _, err := c.parse("oidc profile=p"+strconv.Itoa(i), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(c.m) > maxCachedIdentities {
+		t.Fatalf("%d identities kept, at most %d", len(c.m), maxCachedIdentities)
+	}
+}
+
+// A body is held whole whatever its length and however it comes: none, a
+// short one of unknown length (no copy buffer taken), a long one.
+func TestHeldBodies(t *testing.T) {
+	b := newBodyBudget(1 << 20)
+	for _, n := range []int{0, 1, 511, 512, 513, 100 << 10} {
+		body := strings.Repeat("b", n)
+		h, err := b.hold(io.NopCloser(strings.NewReader(body)), 0)
+		if err != nil {
+			t.Fatalf("%d bytes: %v", n, err)
+		}
+		got, _ := io.ReadAll(h.reader())
+		if string(got) != body || h.size != int64(n) {
+			t.Fatalf("%d bytes held as %d", n, len(got))
+		}
+		h.Close()
+	}
+	if !b.sem.TryAcquire(1 << 20) {
+		t.Fatal("the budget was not given back")
 	}
 }

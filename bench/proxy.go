@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -135,7 +136,7 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 		{"authorizations", call(unix, "POST", "http://agent/v1/authorizations", `{"scheme":"oidc","profile":"bench"}`)},
 		{"readyz", call(unix, "GET", "http://agent/readyz", "")},
 	}
-	nginx, why, stop := StartNginx(ul.Addr().String(), bearer)
+	nginx, why, stop, nginxPID := StartNginx(ul.Addr().String(), bearer)
 	defer stop()
 	if nginx != "" {
 		paths = slices.Insert(paths, 1, path{"nginx", call(tcp, "GET", nginx+method, "", "Authorization", "Bearer "+bearer)})
@@ -147,26 +148,52 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 			return fmt.Errorf("%s answered %s before the run", p.name, kind)
 		}
 	}
+	// CPU per call: the process time the serving process (nginx: its
+	// master and workers) spent during a row, divided by the row's calls.
+	cpuOf := map[string]func() time.Duration{"proxy tcp": func() time.Duration { return processCPU(cmd.Process.Pid) }}
+	if nginxPID > 0 {
+		cpuOf["nginx"] = func() time.Duration { return processCPU(nginxPID) }
+	}
 	rounds := max(o.Rounds, 1)
 	var rows []*Result
 	at := map[string]*Result{}
+	cpuPerCall := map[string]time.Duration{}
 	for _, conc := range o.Concurrency {
 		say("concurrency %d: %d rows, %v each in %d rounds...", conc, len(paths), o.Each, rounds)
 		merged := make([]*Result, len(paths))
+		spent := make([]time.Duration, len(paths))
 		for range rounds {
 			for i, p := range paths {
+				var before time.Duration
+				if f := cpuOf[p.name]; f != nil {
+					before = f()
+				}
 				merged[i] = merge(merged[i], RunContext(ctx, p.name, conc, o.Each/time.Duration(rounds), p.op))
+				if f := cpuOf[p.name]; f != nil {
+					spent[i] += f() - before
+				}
 			}
 		}
 		for i, p := range paths {
 			rows = append(rows, merged[i])
 			at[fmt.Sprintf("%s/%d", p.name, conc)] = merged[i]
+			if cpuOf[p.name] != nil && merged[i].Ops > 0 {
+				per := spent[i] / time.Duration(merged[i].Ops)
+				cpuPerCall[fmt.Sprintf("%s/%d", p.name, conc)] = per
+				merged[i].Note = fmt.Sprintf("CPU %.1fµs/call", float64(per.Nanoseconds())/1000)
+			}
 		}
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	ratios := proxyRatios(at, o.Concurrency)
+	for _, conc := range o.Concurrency {
+		a, n := cpuPerCall[fmt.Sprintf("proxy tcp/%d", conc)], cpuPerCall[fmt.Sprintf("nginx/%d", conc)]
+		if a > 0 && n > 0 {
+			ratios = append(ratios, Ratio{Name: fmt.Sprintf("CPU per call, proxy tcp / nginx (c%d)", conc), Value: float64(a) / float64(n)})
+		}
+	}
 	if o.JSON {
 		return JSON(o.Stdout, map[string]any{"date": time.Now().Format(time.DateOnly), "version": o.Version, "ratios": ratios}, rows, nil)
 	}
@@ -176,6 +203,43 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 		fmt.Fprintf(o.Stdout, "%-44s %6.2f\n", r.Name, r.Value)
 	}
 	return nil
+}
+
+// processCPU is the user and system time of process pid and of its
+// children (nginx's workers), from /proc; zero when it cannot be read.
+func processCPU(pid int) time.Duration {
+	ticks := func(stat string) (ppid, t int64) {
+		i := strings.LastIndexByte(stat, ')')
+		if i < 0 {
+			return 0, 0
+		}
+		f := strings.Fields(stat[i+1:])
+		if len(f) < 13 {
+			return 0, 0
+		}
+		ppid, _ = strconv.ParseInt(f[1], 10, 64)
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		s, _ := strconv.ParseInt(f[12], 10, 64)
+		return ppid, u + s
+	}
+	var total int64
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		_, total = ticks(string(b))
+	}
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		if d.Name()[0] < '0' || d.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		if ppid, t := ticks(string(b)); ppid == int64(pid) {
+			total += t
+		}
+	}
+	return time.Duration(total) * time.Second / 100 // USER_HZ is 100 on Linux
 }
 
 // Ratio is one comparison of bench proxy.
@@ -246,12 +310,12 @@ func freePort() (string, error) {
 // Authorization header, over an upstream keepalive pool, with a buffered
 // access log; two workers. It returns nginx's address and how to stop
 // it (which removes its files), or "" and why it could not start.
-func StartNginx(upstream, bearer string) (url, why string, stop func()) {
+func StartNginx(upstream, bearer string) (url, why string, stop func(), pid int) {
 	stop = func() {}
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
 		if _, serr := os.Stat("/usr/sbin/nginx"); serr != nil {
-			return "", "nginx is not installed (apt-get install nginx; make gobench installs it)", stop
+			return "", "nginx is not installed (apt-get install nginx; make gobench installs it)", stop, 0
 		}
 		bin = "/usr/sbin/nginx"
 	}
@@ -263,13 +327,13 @@ func StartNginx(upstream, bearer string) (url, why string, stop func()) {
 	}
 	ndir, err := os.MkdirTemp(parent, "signagent-nginx")
 	if err != nil {
-		return "", err.Error(), stop
+		return "", err.Error(), stop, 0
 	}
 	os.Chmod(ndir, 0o777) // the unprivileged nginx writes its log and pid here
 	stop = func() { os.RemoveAll(ndir) }
 	addr, err := freePort()
 	if err != nil {
-		return "", err.Error(), stop
+		return "", err.Error(), stop, 0
 	}
 	conf := fmt.Sprintf(`worker_processes 2;
 pid %[1]s/nginx.pid;
@@ -295,7 +359,7 @@ http {
 `, ndir, upstream, addr, bearer)
 	file := filepath.Join(ndir, "nginx.conf")
 	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-		return "", err.Error(), stop
+		return "", err.Error(), stop, 0
 	}
 	cmd := exec.Command(bin, "-p", ndir, "-c", file, "-e", filepath.Join(ndir, "error.log"))
 	if os.Getuid() == 0 {
@@ -304,17 +368,17 @@ http {
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
-		return "", "nginx did not start: " + err.Error(), stop
+		return "", "nginx did not start: " + err.Error(), stop, 0
 	}
 	stop = func() { cmd.Process.Signal(syscall.SIGQUIT); cmd.Wait(); os.RemoveAll(ndir) }
 	for range 100 {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
-			return "http://" + addr, "", stop
+			return "http://" + addr, "", stop, cmd.Process.Pid
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	errLog, _ := os.ReadFile(filepath.Join(ndir, "error.log"))
 	stop()
-	return "", fmt.Sprintf("nginx did not listen on %s: %s %s", addr, strings.TrimSpace(out.String()), strings.TrimSpace(string(errLog))), func() {}
+	return "", fmt.Sprintf("nginx did not listen on %s: %s %s", addr, strings.TrimSpace(out.String()), strings.TrimSpace(string(errLog))), func() {}, 0
 }
