@@ -92,7 +92,7 @@ func TestUpstreamStaleConnection(t *testing.T) {
 	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
 		b, _ := io.ReadAll(r.Body)
-		io.WriteString(w, string(b))
+		w.Write(b)
 	})
 	base, _ := url.Parse(srv.URL)
 	u := newUpstream(base, nil)
