@@ -302,7 +302,7 @@ func (a *Agent) wrap(mux http.Handler, auth Authenticator) http.Handler {
 			// Refused callers share one label, one log budget and a
 			// closed connection: they cannot grow the metrics, fill the
 			// logs, or keep descriptors open.
-			a.metrics.requests.WithLabelValues("other", "refused", fmt.Sprint(status)).Inc()
+			a.metrics.observeRequest("other", "refused", status, -1)
 			if ok, suppressed := a.refusals.allow(start); ok {
 				a.o.Log.Warn().Str("client", caller).Str("route", route).Int("status", status).Str("reason", apiErr.Message).Int("suppressed", suppressed).Str("requestId", id).Msg("caller refused")
 				a.o.Audit.write(auditEntry{caller: caller, operation: route, outcome: apiErr.Code, latency: time.Since(start), requestID: id})
@@ -313,8 +313,7 @@ func (a *Agent) wrap(mux http.Handler, auth Authenticator) http.Handler {
 		}
 		defer func() {
 			method, path := splitRoute(route)
-			a.metrics.requests.WithLabelValues(method, path, fmt.Sprint(sw.status)).Inc()
-			a.metrics.duration.WithLabelValues(method, path).Observe(time.Since(start).Seconds())
+			a.metrics.observeRequest(method, path, sw.status, time.Since(start))
 		}()
 		if !a.routeAllowed(r, route) {
 			sw.Header().Set("Connection", "close")

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -35,6 +37,39 @@ type metrics struct {
 	calls         *prometheus.CounterVec
 	retries       *prometheus.CounterVec
 	methods       methodLabels
+	// children are the request counters and duration histograms already
+	// resolved, by route and status: labels come from a fixed set (routes,
+	// "other", "refused"), so the map stays small.
+	children sync.Map // requestKey -> requestChildren
+}
+
+type requestKey struct {
+	method, path string
+	status       int
+}
+
+type requestChildren struct {
+	count    prometheus.Counter
+	duration prometheus.Observer
+}
+
+// observeRequest counts a request and its duration under its route's
+// labels, resolving them once per route and status.
+func (m *metrics) observeRequest(method, path string, status int, d time.Duration) {
+	k := requestKey{method, path, status}
+	c, ok := m.children.Load(k)
+	if !ok {
+		ch := requestChildren{count: m.requests.WithLabelValues(method, path, strconv.Itoa(status))}
+		if d >= 0 { // refused requests are counted, not timed
+			ch.duration = m.duration.WithLabelValues(method, path)
+		}
+		c, _ = m.children.LoadOrStore(k, ch)
+	}
+	ch := c.(requestChildren)
+	ch.count.Inc()
+	if d >= 0 && ch.duration != nil {
+		ch.duration.Observe(d.Seconds())
+	}
 }
 
 // observeCall counts a proxied business call by method and the status the
