@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -36,6 +37,7 @@ type upstream struct {
 
 type upConn struct {
 	net.Conn
+	raw  net.Conn // the TCP connection beneath TLS
 	br   *bufio.Reader
 	bw   *bufio.Writer
 	used time.Time // when it was put back idle
@@ -47,27 +49,39 @@ func newUpstream(base *url.URL, fallback http.RoundTripper) *upstream {
 		headerTimeout: 30 * time.Second, idleTimeout: 90 * time.Second, maxIdle: 64}
 }
 
-// RoundTrip sends req on an idle connection, or a new one. A reused
-// connection that the service had closed while idle (nothing of an answer
-// read) is dropped and the request sent once more on a new one, as
-// http.Transport does.
+// RoundTrip sends req on an idle connection, or a new one. As
+// http.Transport does, a request that may be sent twice (GET, HEAD,
+// OPTIONS, TRACE, or one with an Idempotency-Key) is sent once more on a
+// new connection when a kept one turns out closed by the service before
+// any of the answer came; any other request goes out only on a kept
+// connection the kernel does not already know closed.
 func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	if u.fallback != nil {
 		if p, err := http.ProxyFromEnvironment(req); err != nil || p != nil {
 			return u.fallback.RoundTrip(req)
 		}
 	}
+	replayable := req.Header.Get("Idempotency-Key") != "" || req.Header.Get("X-Idempotency-Key") != ""
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		replayable = true
+	}
 	for attempt := 0; ; attempt++ {
 		c, reused, err := u.get(req.Context())
 		if err != nil {
 			return nil, err
+		}
+		if reused && !replayable && !alive(c) {
+			c.Close()
+			attempt--
+			continue
 		}
 		resp, err := u.send(c, req)
 		if err == nil {
 			return resp, nil
 		}
 		c.Close()
-		if !reused || attempt > 0 || !errors.Is(err, errStaleConn) || req.Context().Err() != nil {
+		if !reused || !replayable || attempt > 0 || !errors.Is(err, errStaleConn) || req.Context().Err() != nil {
 			return nil, err
 		}
 		if req.Body != nil && req.Body != http.NoBody {
@@ -79,6 +93,28 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 	}
+}
+
+// alive asks the kernel, without blocking, whether a kept connection is
+// still open and quiet: a peek that would block means so; the end of the
+// stream, an error, or bytes nobody asked for mean it is not to be used.
+func alive(c *upConn) bool {
+	sc, ok := c.raw.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	open := true
+	var b [1]byte
+	rc.Read(func(fd uintptr) bool {
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		open = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
+		return true // never wait
+	})
+	return open
 }
 
 // errStaleConn is a connection that closed before any of the answer came.
@@ -193,6 +229,7 @@ func (u *upstream) get(ctx context.Context) (*upConn, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
+	raw := nc
 	if u.base.Scheme == "https" {
 		tc := tls.Client(nc, u.tls)
 		if err := tc.HandshakeContext(ctx); err != nil {
@@ -201,7 +238,7 @@ func (u *upstream) get(ctx context.Context) (*upConn, bool, error) {
 		}
 		nc = tc
 	}
-	return &upConn{Conn: nc, br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 8<<10)}, false, nil
+	return &upConn{Conn: nc, raw: raw, br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 8<<10)}, false, nil
 }
 
 func (u *upstream) put(c *upConn) {

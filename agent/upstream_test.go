@@ -85,8 +85,9 @@ func TestUpstreamKeepsConnections(t *testing.T) {
 	}
 }
 
-// A kept connection the service closed while it was idle is dropped and
-// the request sent again on a new one (with its body), once.
+// A kept connection the service closed while it was idle: a POST is not
+// sent on it (the kernel knows it closed) but on a new one; a GET that
+// met it is sent again on a new one, once.
 func TestUpstreamStaleConnection(t *testing.T) {
 	var calls atomic.Int64
 	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
@@ -107,6 +108,61 @@ func TestUpstreamStaleConnection(t *testing.T) {
 	}
 	if calls.Load() != 2 || conns.Load() != 2 {
 		t.Fatalf("%d calls on %d connections, want 2 and 2", calls.Load(), conns.Load())
+	}
+	// The GET path: the liveness peek is skipped, the failed send retried.
+	srv.CloseClientConnections()
+	time.Sleep(50 * time.Millisecond)
+	if code, _, err := roundTrip(t, u, "GET", srv.URL+"/", ""); err != nil || code != 200 {
+		t.Fatalf("a GET after the service closed the idle connection: %d %v", code, err)
+	}
+	if calls.Load() != 3 || conns.Load() != 3 {
+		t.Fatalf("%d calls on %d connections, want 3 and 3", calls.Load(), conns.Load())
+	}
+}
+
+// A POST whose connection breaks after it was sent is not sent again: the
+// service may have acted on it.
+func TestUpstreamPostNotResent(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var requests atomic.Int64
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn) {
+				buf := make([]byte, 4096)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						c.Close()
+						return
+					}
+					if requests.Add(1) == 1 {
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+						continue
+					}
+					c.Close() // the second request: read, then the connection drops
+					return
+				}
+			}(c)
+		}
+	}()
+	base, _ := url.Parse("http://" + l.Addr().String())
+	u := newUpstream(base, nil)
+	if _, _, err := roundTrip(t, u, "POST", base.String()+"/", "first"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := roundTrip(t, u, "POST", base.String()+"/", "second"); err == nil {
+		t.Fatal("no error for a POST whose connection dropped")
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := requests.Load(); n != 2 {
+		t.Fatalf("the service got %d requests, want 2 (the POST not sent again)", n)
 	}
 }
 
