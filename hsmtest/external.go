@@ -45,6 +45,13 @@ func writeTemp(t testing.TB, name string, data []byte) string {
 // error output when verification fails.
 func OpenSSLVerify(t testing.TB, der, content []byte, ca []*x509.Certificate) (ok bool, output string) {
 	t.Helper()
+	return opensslVerify(t, der, content, ca, nil)
+}
+
+// opensslVerify runs `openssl cms -verify` with extra environment (the
+// gost engine's configuration).
+func opensslVerify(t testing.TB, der, content []byte, ca []*x509.Certificate, env []string) (ok bool, output string) {
+	t.Helper()
 	bin := NeedTool(t, "openssl")
 	args := []string{"cms", "-verify", "-binary", "-inform", "DER",
 		"-in", writeTemp(t, "sig.der", der), "-content", writeTemp(t, "content", content), "-out", os.DevNull}
@@ -53,7 +60,11 @@ func OpenSSLVerify(t testing.TB, der, content []byte, ca []*x509.Certificate) (o
 	} else {
 		args = append(args, "-CAfile", writeTemp(t, "ca.pem", PEM(ca...)), "-purpose", "any")
 	}
-	out, err := exec.Command(bin, args...).CombinedOutput()
+	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	out, err := cmd.CombinedOutput()
 	return err == nil, string(out)
 }
 

@@ -84,18 +84,7 @@ func GOSTEngineConf(t testing.TB) string {
 // OpenSSLVerifyGOST runs `openssl cms -verify` with the gost engine.
 func OpenSSLVerifyGOST(t testing.TB, der, content []byte, ca []*x509.Certificate) (ok bool, output string) {
 	t.Helper()
-	bin := NeedTool(t, "openssl")
-	args := []string{"cms", "-verify", "-binary", "-inform", "DER",
-		"-in", writeTemp(t, "sig.der", der), "-content", writeTemp(t, "content", content), "-out", os.DevNull}
-	if ca == nil {
-		args = append(args, "-noverify")
-	} else {
-		args = append(args, "-CAfile", writeTemp(t, "ca.pem", PEM(ca...)), "-purpose", "any")
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "OPENSSL_CONF="+GOSTEngineConf(t))
-	out, err := cmd.CombinedOutput()
-	return err == nil, string(out)
+	return opensslVerify(t, der, content, ca, []string{"OPENSSL_CONF=" + GOSTEngineConf(t)})
 }
 
 // RequireGOSTExternalVerify asserts that GnuTLS and OpenSSL with the gost

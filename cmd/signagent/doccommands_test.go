@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -26,38 +24,12 @@ func TestDocCommands(t *testing.T) {
 		if filepath.Base(file) == "cli.md" {
 			continue
 		}
-		f, err := os.Open(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(f)
-		inBlock, n, cont := false, 0, ""
-		for sc.Scan() {
-			n++
-			line := sc.Text()
-			if strings.HasPrefix(strings.TrimSpace(line), "```") {
-				inBlock = !inBlock
-				continue
-			}
-			if !inBlock {
-				continue
-			}
-			if cont != "" {
-				line = cont + " " + strings.TrimSpace(line)
-				cont = ""
-			}
-			if strings.HasSuffix(line, "\\") {
-				cont = strings.TrimSuffix(line, "\\")
-				continue
-			}
-			for _, cmd := range signagentLines(line) {
-				checked++
-				if msg := checkDocCommand(app, cmd); msg != "" {
-					t.Errorf("%s:%d: %s: %s", strings.TrimPrefix(file, "../../"), n, strings.Join(cmd, " "), msg)
-				}
+		for _, l := range commandLines(t, file, true) {
+			checked++
+			if msg := checkDocCommand(app, l.cmd); msg != "" {
+				t.Errorf("%s:%d: %s: %s", strings.TrimPrefix(file, "../../"), l.n, strings.Join(l.cmd, " "), msg)
 			}
 		}
-		f.Close()
 	}
 	if checked < 50 {
 		t.Fatalf("only %d command lines found in the docs: the scan is broken", checked)

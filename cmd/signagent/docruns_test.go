@@ -67,19 +67,26 @@ func parseInvocation(app *cli.App, args []string) (invocation, bool) {
 	return inv, true
 }
 
+// commandLine is a signagent command found in a file, at line n.
+type commandLine struct {
+	n   int
+	cmd []string
+}
+
 // commandLines returns the signagent command lines of a file: in fenced
 // blocks of Markdown (fenced false: every line, for scripts), with
 // continuation lines joined, and inside `sh -c '...'` too.
-func commandLines(t *testing.T, file string, fenced bool) [][]string {
+func commandLines(t *testing.T, file string, fenced bool) []commandLine {
 	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var out [][]string
+	var out []commandLine
 	sc := bufio.NewScanner(f)
-	inBlock, cont := !fenced, ""
+	inBlock, cont, n := !fenced, "", 0
 	for sc.Scan() {
+		n++
 		line := sc.Text()
 		if fenced && strings.HasPrefix(strings.TrimSpace(line), "```") {
 			inBlock = !inBlock
@@ -107,11 +114,19 @@ func commandLines(t *testing.T, file string, fenced bool) [][]string {
 				line = "signagent serve " + strings.Join(words[1:], " ")
 			}
 		}
-		for _, w := range append([]string{line}, shellWords(line)...) {
+		words := shellWords(line)
+		if !fenced {
+			words = append([]string{line}, words...) // sh -c '...' in a script
+		} else {
+			words = []string{line}
+		}
+		for _, w := range words {
 			if w != line && !strings.Contains(w, "signagent ") {
 				continue
 			}
-			out = append(out, signagentLines(w)...)
+			for _, cmd := range signagentLines(w) {
+				out = append(out, commandLine{n, cmd})
+			}
 		}
 	}
 	return out
@@ -125,8 +140,8 @@ func TestDocCommandsRun(t *testing.T) {
 	var runs []invocation
 	scripts, _ := filepath.Glob("testdata/script/*.txtar")
 	for _, file := range append(scripts, "../../scripts/demo.sh", "../../scripts/bench.sh") {
-		for _, cmd := range commandLines(t, file, false) {
-			if inv, ok := parseInvocation(app, cmd); ok {
+		for _, l := range commandLines(t, file, false) {
+			if inv, ok := parseInvocation(app, l.cmd); ok {
 				runs = append(runs, inv)
 			}
 		}
@@ -141,15 +156,15 @@ func TestDocCommandsRun(t *testing.T) {
 		if filepath.Base(file) == "cli.md" {
 			continue
 		}
-		for _, cmd := range commandLines(t, file, true) {
-			inv, ok := parseInvocation(app, cmd)
+		for _, l := range commandLines(t, file, true) {
+			inv, ok := parseInvocation(app, l.cmd)
 			if !ok {
 				continue
 			}
 			shown++
 			if !slices.ContainsFunc(runs, func(r invocation) bool { return r.path == inv.path && subset(inv.flags, r.flags) }) {
 				missing++
-				t.Errorf("%s: %q is run by no script nor the demo", strings.TrimPrefix(file, "../../"), strings.Join(cmd, " "))
+				t.Errorf("%s:%d: %q is run by no script nor the demo", strings.TrimPrefix(file, "../../"), l.n, strings.Join(l.cmd, " "))
 			}
 		}
 	}
