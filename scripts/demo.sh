@@ -130,7 +130,10 @@ trusted='Signagent-Identity: trusted phone=+79161234567 serviceUserId=crm-user-4
 echo "GET /v1/service/GetMyOrganizations with $trusted"
 curl -sS --unix-socket "$demo/agent.sock" -H "$trusted" 'http://agent/v1/service/GetMyOrganizations?autoRegister=false'
 echo
-echo "audit: $(tail -n 1 "$demo/audit.log")"
+# The agent writes its audit line a moment after the answer (its writer
+# does not hold the request up): wait for it.
+for _ in $(seq 50); do grep -q '"operation":"service"' "$demo/audit.log" 2>/dev/null && break; sleep 0.1; done
+echo "audit: $(grep '"operation":"service"' "$demo/audit.log" | tail -n 1)"
 
 step "11. A box that is not the user's: 403 from the service, passed on as it came (and the same through signagent api, exit 3)"
 curl -sS --unix-socket "$demo/agent.sock" -H "$trusted" -D - \
