@@ -23,7 +23,8 @@ import (
 // ($HTTPS_PROXY and kin) takes the standard transport instead.
 type upstream struct {
 	base     *url.URL
-	fallback http.RoundTripper // for requests through a proxy
+	addr     string            // host:port to dial
+	fallback http.RoundTripper // when the environment names an HTTP proxy for base
 	tls      *tls.Config
 	dialer   net.Dialer
 
@@ -43,10 +44,25 @@ type upConn struct {
 	used time.Time // when it was put back idle
 }
 
+// newUpstream sends to base; fallback takes the requests when the
+// environment ($HTTPS_PROXY and kin, read once) names a proxy for base.
 func newUpstream(base *url.URL, fallback http.RoundTripper) *upstream {
-	return &upstream{base: base, fallback: fallback, tls: &tls.Config{ServerName: base.Hostname(), MinVersion: tls.VersionTLS12},
+	u := &upstream{base: base, addr: base.Host, tls: &tls.Config{ServerName: base.Hostname(), MinVersion: tls.VersionTLS12},
 		dialer:        net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second},
 		headerTimeout: 30 * time.Second, idleTimeout: 90 * time.Second, maxIdle: 64}
+	if base.Port() == "" {
+		port := "80"
+		if base.Scheme == "https" {
+			port = "443"
+		}
+		u.addr = net.JoinHostPort(base.Hostname(), port)
+	}
+	if fallback != nil {
+		if p, err := http.ProxyFromEnvironment(&http.Request{URL: base}); err != nil || p != nil {
+			u.fallback = fallback
+		}
+	}
+	return u
 }
 
 // RoundTrip sends req on an idle connection, or a new one. As
@@ -57,9 +73,7 @@ func newUpstream(base *url.URL, fallback http.RoundTripper) *upstream {
 // connection the kernel does not already know closed.
 func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	if u.fallback != nil {
-		if p, err := http.ProxyFromEnvironment(req); err != nil || p != nil {
-			return u.fallback.RoundTrip(req)
-		}
+		return u.fallback.RoundTrip(req)
 	}
 	replayable := req.Header.Get("Idempotency-Key") != "" || req.Header.Get("X-Idempotency-Key") != ""
 	switch req.Method {
@@ -218,14 +232,7 @@ func (u *upstream) get(ctx context.Context) (*upConn, bool, error) {
 		c.Close()
 	}
 	u.mu.Unlock()
-	host := u.base.Host
-	if u.base.Port() == "" {
-		host = net.JoinHostPort(u.base.Hostname(), map[string]string{"https": "443"}[u.base.Scheme])
-		if u.base.Scheme == "http" {
-			host = net.JoinHostPort(u.base.Hostname(), "80")
-		}
-	}
-	nc, err := u.dialer.DialContext(ctx, "tcp", host)
+	nc, err := u.dialer.DialContext(ctx, "tcp", u.addr)
 	if err != nil {
 		return nil, false, err
 	}

@@ -156,22 +156,9 @@ func (o *Options) rawRows(ctx context.Context, key *pkcs11.Key) (raw1, rawN *Res
 		}
 	}
 	k := o.slow(key)
-	kind := KeyKind(key.Certificate())
+	kind := tokenKind(key)
 	if key.IsGOST() {
-		// A GOST key's raw rate is one C_Sign with the token hashing, over
-		// a text the size of the trusted one.
-		text := canonical.Text(o.APIKey, canonical.Credential{Kind: canonical.Phone, Value: "9161234567"}, canonical.Now())
-		raw = func(crypto.Signer) func(context.Context) string {
-			return func(ctx context.Context) string {
-				if _, err := key.SignMessageContext(ctx, text, nil); err != nil {
-					return "error"
-				}
-				return ""
-			}
-		}
-		if strings.Contains(key.Module().Path, gosttoken.Library) {
-			kind += " (software test module)"
-		}
+		raw = func(crypto.Signer) func(context.Context) string { return o.gostRaw(key) }
 	}
 	o.say("raw token signatures (%s, %v a row)...", kind, o.Each)
 	raw1 = RunContext(ctx, "raw token "+kind, 1, o.Each, raw(k))
@@ -195,21 +182,48 @@ func (o *Options) rawRows(ctx context.Context, key *pkcs11.Key) (raw1, rawN *Res
 		}
 		rows = append(rows, g...)
 	}
-	cms := &signer.CMS{Key: k, Cert: key.Certificate()}
-	cred := canonical.Credential{Kind: canonical.Phone, Value: "9161234567"}
-	cmsOp := func(ctx context.Context) string {
-		ts := canonical.Now()
-		if _, err := cms.SignText(ctx, canonical.Text(o.APIKey, cred, ts), ts); err != nil {
-			return "error"
-		}
-		return ""
-	}
+	cmsOp := o.cmsOp(&signer.CMS{Key: k, Cert: key.Certificate()})
 	o.say("CMS signatures in-process...")
 	cms1 := RunContext(ctx, "CMS in-process", 1, o.Each, cmsOp)
 	cms1.Base = raw1
 	cmsN := RunContext(ctx, "CMS in-process", o.Workers, o.Each, cmsOp)
 	cmsN.Base = rawN
 	return raw1, rawN, append(rows, cms1, cmsN), nil
+}
+
+// benchCredential is the credential of the texts signed in a run.
+var benchCredential = canonical.Credential{Kind: canonical.Phone, Value: "9161234567"}
+
+// cmsOp signs a fresh trusted text with cms.
+func (o *Options) cmsOp(cms *signer.CMS) func(context.Context) string {
+	return func(ctx context.Context) string {
+		ts := canonical.Now()
+		if _, err := cms.SignText(ctx, canonical.Text(o.APIKey, benchCredential, ts), ts); err != nil {
+			return "error"
+		}
+		return ""
+	}
+}
+
+// gostRaw is a GOST key's raw operation: one C_Sign with the token
+// hashing, over a trusted text.
+func (o *Options) gostRaw(key *pkcs11.Key) func(context.Context) string {
+	return func(ctx context.Context) string {
+		if _, err := key.SignMessageContext(ctx, canonical.Text(o.APIKey, benchCredential, canonical.Now()), nil); err != nil {
+			return "error"
+		}
+		return ""
+	}
+}
+
+// tokenKind names a key's kind for the rows, marking the GOST test module
+// as software.
+func tokenKind(key *pkcs11.Key) string {
+	kind := KeyKind(key.Certificate())
+	if strings.Contains(key.Module().Path, gosttoken.Library) {
+		kind += " (software test module)"
+	}
+	return kind
 }
 
 // gostRows measures the GOST key: its raw rate (one C_Sign with the token
@@ -224,25 +238,7 @@ func (o *Options) gostRows(ctx context.Context) ([]*Result, error) {
 	if !g.IsGOST() {
 		return nil, errdefs.New(errdefs.ErrInvalidInput, "--gost-key names a "+KeyKind(g.Certificate())+" key, not a GOST one")
 	}
-	kind := KeyKind(g.Certificate())
-	if strings.Contains(g.Module().Path, gosttoken.Library) {
-		kind += " (software test module)"
-	}
-	cred := canonical.Credential{Kind: canonical.Phone, Value: "9161234567"}
-	raw := func(ctx context.Context) string {
-		if _, err := g.SignMessageContext(ctx, canonical.Text(o.APIKey, cred, canonical.Now()), nil); err != nil {
-			return "error"
-		}
-		return ""
-	}
-	cms := &signer.CMS{Key: g, Cert: g.Certificate()}
-	cmsOp := func(ctx context.Context) string {
-		ts := canonical.Now()
-		if _, err := cms.SignText(ctx, canonical.Text(o.APIKey, cred, ts), ts); err != nil {
-			return "error"
-		}
-		return ""
-	}
+	kind, raw, cmsOp := tokenKind(g), o.gostRaw(g), o.cmsOp(&signer.CMS{Key: g, Cert: g.Certificate()})
 	o.say("GOST key: raw token and CMS signatures (%s)...", kind)
 	raw1 := RunContext(ctx, "raw token "+kind, 1, o.Each, raw)
 	rawN := RunContext(ctx, "raw token "+kind, o.Workers, o.Each, raw)

@@ -84,7 +84,7 @@ init = 0
 `, engine, mod.Path)))
 	certFile := write("cert.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}))
 	ts := canonical.Now()
-	text := write("text", canonical.Text(o.APIKey, canonical.Credential{Kind: canonical.Phone, Value: "9161234567"}, ts))
+	text := write("text", canonical.Text(o.APIKey, benchCredential, ts))
 	uri := "pkcs11:token=" + url.PathEscape(label) + ";id=" + pctEncode(keyID) + ";type=private?pin-source=file:" + pinFile
 	env := append(os.Environ(), "OPENSSL_CONF="+conf, "SIGNAGENT_BENCH_PIN="+pin)
 	// SoftHSM (like many tokens) has no hashing ECDSA mechanism: for an EC

@@ -28,9 +28,7 @@ func NewGOST(t testing.TB, bits int, o gosttoken.Options) *GOSTToken {
 	t.Helper()
 	NeedTool(t, "certtool")
 	NeedTool(t, "gcc")
-	for _, v := range []string{pkcs11.ModuleEnv, pkcs11.PINEnv, pkcs11.PINFileEnv, "SIGNAGENT_TOKEN_LABEL"} {
-		t.Setenv(v, "")
-	}
+	clearTokenEnv(t)
 	g := &GOSTToken{Token: gosttoken.Token{Dir: t.TempDir(), Bits: bits, Label: "gost" + strconv.Itoa(bits)}}
 	pin, err := g.Make("4321", o)
 	if err != nil {

@@ -77,10 +77,7 @@ func NewWith(t testing.TB, o Options) *Token {
 	}
 	tk.Conf = conf
 	t.Setenv(softhsm.ConfEnv, conf)
-	// Keep the caller's environment from choosing another module, token or PIN.
-	for _, v := range []string{pkcs11.ModuleEnv, pkcs11.PINEnv, pkcs11.PINFileEnv, "SIGNAGENT_TOKEN_LABEL"} {
-		t.Setenv(v, "")
-	}
+	clearTokenEnv(t)
 	if tk.Serial, err = softhsm.InitToken(tk.Module, tk.Label, tk.SOPIN, tk.PIN); err != nil {
 		t.Fatalf("initialize SoftHSM token: %v", err)
 	}
@@ -100,6 +97,14 @@ func NewWith(t testing.TB, o Options) *Token {
 	}
 	tk.RSA.Cert, tk.EC.Cert = certs[0], certs[1]
 	return tk
+}
+
+// clearTokenEnv keeps the caller's environment from choosing another
+// module, token or PIN.
+func clearTokenEnv(t testing.TB) {
+	for _, v := range []string{pkcs11.ModuleEnv, pkcs11.PINEnv, pkcs11.PINFileEnv, "SIGNAGENT_TOKEN_LABEL"} {
+		t.Setenv(v, "")
+	}
 }
 
 // Selection returns a selection of the key labelled keyLabel on this token,

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/signagent/signagent/internal/gost"
@@ -20,7 +21,6 @@ const (
 	CKK_GOSTR3410                       = p11.CKK_GOSTR3410 // 256-bit keys
 	CKK_GOSTR3410_512                   = 0xD4321003
 	CKA_GOSTR3410_PARAMS                = p11.CKA_GOSTR3410_PARAMS
-	CKA_GOSTR3411_PARAMS                = 0x00000251
 	CKM_GOSTR3410                       = p11.CKM_GOSTR3410 // sign a 32-byte hash
 	CKM_GOSTR3410_512                   = 0xD4321006        // sign a 64-byte hash
 	CKM_GOSTR3410_WITH_GOSTR3411_12_256 = 0xD4321008        // the token hashes, then signs
@@ -30,6 +30,14 @@ const (
 )
 
 func isGOSTKeyType(t uint) bool { return t == CKK_GOSTR3410 || t == CKK_GOSTR3410_512 }
+
+// gostBits is a GOST key type's size.
+func gostBits(keyType uint) int {
+	if keyType == CKK_GOSTR3410_512 {
+		return 512
+	}
+	return 256
+}
 
 // gostWays is how a GOST key signs on its token, chosen once from the
 // mechanism list: with the hashing mechanism where the token has it,
@@ -70,14 +78,7 @@ func MechanismName(m uint) string {
 // chooseGOSTWays picks the signing path from the token's mechanisms, or
 // says which mechanisms are missing.
 func chooseGOSTWays(bits int, offered []uint, token, key string) (gostWays, error) {
-	has := func(m uint) bool {
-		for _, o := range offered {
-			if o == m {
-				return true
-			}
-		}
-		return false
-	}
+	has := func(m uint) bool { return slices.Contains(offered, m) }
 	hashed, raw, digest := gostMechanisms(bits)
 	w := gostWays{bits: bits}
 	if has(hashed) {
@@ -111,17 +112,7 @@ func gostPublic(keyType uint, a map[uint][]byte) (*gost.PublicKey, error) {
 	if _, err := asn1.Unmarshal(a[CKA_GOSTR3410_PARAMS], &oid); err != nil {
 		return nil, errors.New("its CKA_GOSTR3410_PARAMS is not an object identifier")
 	}
-	c := gost.CurveByOID(oid)
-	if c == nil {
-		return nil, fmt.Errorf("its parameter set %s is unknown to signagent (known: %s)", oid, curveNames())
-	}
-	bits := 256
-	if keyType == CKK_GOSTR3410_512 {
-		bits = 512
-	}
-	if c.Bits != bits {
-		return nil, fmt.Errorf("its parameter set %s is for %d-bit keys, the key type is %d-bit", c.Name, c.Bits, bits)
-	}
+	bits := gostBits(keyType)
 	value := a[p11.CKA_VALUE]
 	// Some modules wrap the value in a DER OCTET STRING.
 	var inner []byte
@@ -130,18 +121,7 @@ func gostPublic(keyType uint, a map[uint][]byte) (*gost.PublicKey, error) {
 			value = inner
 		}
 	}
-	return gost.NewPublicKey(c, value)
-}
-
-func curveNames() string {
-	s := ""
-	for i, c := range gost.Curves() {
-		if i > 0 {
-			s += ", "
-		}
-		s += c.Name
-	}
-	return s
+	return gost.PublicKeyOn(oid, bits, value)
 }
 
 // CertificatePublicKey returns a certificate's public key, GOST keys
@@ -187,19 +167,13 @@ func (k *Key) SignMessageContext(ctx context.Context, msg []byte, opts crypto.Si
 	w := k.gost
 	sig, err := k.do(ctx, fmt.Sprintf("sign with key %q", k.label), func(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) ([]byte, error) {
 		if w.hashed != 0 {
-			if err := b.SignInit(sh, []*p11.Mechanism{p11.NewMechanism(w.hashed, nil)}, h); err != nil {
-				return nil, err
-			}
-			return b.Sign(sh, msg)
+			return signOn(b, sh, h, w.hashed, msg)
 		}
 		sum, err := digestOn(b, sh, w.digest, msg)
 		if err != nil {
 			return nil, err
 		}
-		if err := b.SignInit(sh, []*p11.Mechanism{p11.NewMechanism(w.raw, nil)}, h); err != nil {
-			return nil, err
-		}
-		return b.Sign(sh, sum)
+		return signOn(b, sh, h, w.raw, sum)
 	})
 	if err != nil {
 		return nil, err
@@ -218,10 +192,7 @@ func (k *Key) signGOSTDigest(ctx context.Context, digest []byte) ([]byte, error)
 		return nil, fmt.Errorf("%w: the hash is %d bytes, a GOST %d-bit key signs %d", ErrKeyUsage, len(digest), w.bits, w.bits/8)
 	}
 	sig, err := k.do(ctx, fmt.Sprintf("sign with key %q", k.label), func(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) ([]byte, error) {
-		if err := b.SignInit(sh, []*p11.Mechanism{p11.NewMechanism(w.raw, nil)}, h); err != nil {
-			return nil, err
-		}
-		return b.Sign(sh, digest)
+		return signOn(b, sh, h, w.raw, digest)
 	})
 	if err != nil {
 		return nil, err
@@ -247,9 +218,6 @@ func (k *Key) Digest(msg []byte) ([]byte, error) {
 	return k.DigestContext(ctx, msg)
 }
 
-// HashesOnToken tells whether the key hashes on the token (GOST keys).
-func (k *Key) HashesOnToken() bool { return k.IsGOST() }
-
 // DigestContext is Digest bounded by ctx.
 func (k *Key) DigestContext(ctx context.Context, msg []byte) ([]byte, error) {
 	if !k.IsGOST() || k.gost.digest == 0 {
@@ -265,6 +233,13 @@ func (k *Key) DigestContext(ctx context.Context, msg []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: token %q returned a %d-byte Streebog-%d hash", ErrTokenRefused, k.token.Label, len(sum), k.gost.bits)
 	}
 	return sum, nil
+}
+
+func signOn(b Backend, sh p11.SessionHandle, h p11.ObjectHandle, mech uint, data []byte) ([]byte, error) {
+	if err := b.SignInit(sh, []*p11.Mechanism{p11.NewMechanism(mech, nil)}, h); err != nil {
+		return nil, err
+	}
+	return b.Sign(sh, data)
 }
 
 func digestOn(b Backend, sh p11.SessionHandle, mech uint, msg []byte) ([]byte, error) {
@@ -285,11 +260,7 @@ func (k *Key) chooseGOST(ctx context.Context) error {
 	for i, m := range mechs {
 		offered[i] = m.Mechanism
 	}
-	bits := 256
-	if k.keyType == CKK_GOSTR3410_512 {
-		bits = 512
-	}
-	w, err := chooseGOSTWays(bits, offered, k.token.Label, k.label)
+	w, err := chooseGOSTWays(gostBits(k.keyType), offered, k.token.Label, k.label)
 	if err != nil {
 		return err
 	}

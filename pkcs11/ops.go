@@ -201,9 +201,6 @@ func (c ctxSigner) Digest(msg []byte) ([]byte, error) {
 	return c.k.DigestContext(ctx, msg)
 }
 
-// HashesOnToken tells whether the key hashes on the token (GOST keys).
-func (c ctxSigner) HashesOnToken() bool { return c.k.IsGOST() }
-
 // signInput returns the mechanism and the bytes to give C_Sign.
 func (k *Key) signInput(digest []byte, opts crypto.SignerOpts) ([]*p11.Mechanism, []byte, error) {
 	switch k.keyType {

@@ -7,11 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/signagent/signagent/internal/gost"
-	"golang.org/x/crypto/cryptobyte"
-	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
 )
 
 // TokenHasher is a GOST key on a token: it hashes there (Streebog) and
@@ -41,9 +38,6 @@ func signGOST(content []byte, key crypto.Signer, pub *gost.PublicKey, cert *x509
 	if !ok {
 		return nil, fmt.Errorf("%w: a GOST key must hash and sign on its token (got %T)", ErrUnsupported, key)
 	}
-	if certPub, err := gost.PublicKeyOf(cert); err != nil || !certPub.Equal(pub) {
-		return nil, fmt.Errorf("%w: the certificate %q is not the GOST key's", ErrUnsupported, cert.Subject)
-	}
 	bits := pub.Curve.Bits
 	var signedAttrs []byte
 	toSign := content
@@ -59,16 +53,7 @@ func signGOST(content []byte, key crypto.Signer, pub *gost.PublicKey, cert *x509
 		if err != nil {
 			return nil, signError(err)
 		}
-		when := opts.SigningTime
-		if when.IsZero() {
-			when = time.Now()
-		}
-		if signedAttrs, err = encodeSignedAttributes(md, when); err != nil {
-			return nil, err
-		}
-		b := cryptobyte.NewBuilder(nil)
-		b.AddASN1(cbasn1.SET, func(b *cryptobyte.Builder) { b.AddBytes(signedAttrs) })
-		if toSign, err = b.Bytes(); err != nil {
+		if signedAttrs, toSign, err = signedAttributes(md, opts.SigningTime); err != nil {
 			return nil, err
 		}
 	}

@@ -17,7 +17,7 @@ import (
 // gostSignedData is what verification needs of a SignedData with one
 // SignerInfo.
 type gostSignedData struct {
-	certs       []*x509.Certificate
+	rawCerts    []byte   // the certificates' DER, one after the other
 	issuer      []byte   // the SignerInfo's issuer (DER Name), or nil
 	serial      *big.Int // and serial number
 	ski         []byte   // or its subjectKeyIdentifier
@@ -28,11 +28,15 @@ type gostSignedData struct {
 	detached    bool
 }
 
-// isGOSTSignedData tells, cheaply, whether der's first SignerInfo names a
-// Streebog digest: such a signature is verified here, not by pkcs7.
-func isGOSTSignedData(der []byte) bool {
+// gostSignature is der's SignedData when its one SignerInfo names a
+// Streebog digest (such a signature is verified here, not by pkcs7), nil
+// otherwise. Its certificates are parsed only when it is.
+func gostSignature(der []byte) *gostSignedData {
 	sd, err := parseSignedData(der)
-	return err == nil && gost.DigestBits(sd.digestOID) != 0
+	if err != nil || gost.DigestBits(sd.digestOID) == 0 {
+		return nil
+	}
+	return sd
 }
 
 func parseSignedData(der []byte) (*gostSignedData, error) {
@@ -59,17 +63,7 @@ func parseSignedData(der []byte) (*gostSignedData, error) {
 	if !sd.ReadOptionalASN1(&certs, &hasCerts, cbasn1.Tag(0).Constructed().ContextSpecific()) {
 		return nil, errors.New("the certificates do not parse")
 	}
-	for !certs.Empty() {
-		var raw cryptobyte.String
-		if !certs.ReadASN1Element(&raw, cbasn1.SEQUENCE) {
-			return nil, errors.New("a certificate does not parse")
-		}
-		c, err := x509.ParseCertificate(raw)
-		if err != nil {
-			return nil, fmt.Errorf("a certificate does not parse: %w", err)
-		}
-		out.certs = append(out.certs, c)
-	}
+	out.rawCerts = certs
 	var skip cryptobyte.String
 	var hasCRLs bool
 	if !sd.ReadOptionalASN1(&skip, &hasCRLs, cbasn1.Tag(1).Constructed().ContextSpecific()) || !sd.ReadASN1(&infos, cbasn1.SET) {
@@ -131,19 +125,19 @@ func parseSignedData(der []byte) (*gostSignedData, error) {
 // writer may name the signature algorithm by the signature-with-digest or
 // by the public key OID, with or without NULL parameters; the digest must
 // be the key's Streebog.
-func verifyGOST(der, content []byte, cas []*x509.Certificate, checkChain bool) (*Verified, error) {
+func verifyGOST(sd *gostSignedData, content []byte, cas []*x509.Certificate, checkChain bool) (*Verified, error) {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrBadSignature, fmt.Sprintf(format, a...))
 	}
-	sd, err := parseSignedData(der)
+	certs, err := x509.ParseCertificates(sd.rawCerts)
 	if err != nil {
-		return nil, bad("%v", err)
+		return nil, bad("a certificate does not parse: %v", err)
 	}
 	if !sd.detached {
 		return nil, bad("the signature is not detached (it carries its content)")
 	}
 	var signerCert *x509.Certificate
-	for _, c := range sd.certs {
+	for _, c := range certs {
 		if (sd.issuer != nil && bytes.Equal(c.RawIssuer, sd.issuer) && c.SerialNumber.Cmp(sd.serial) == 0) ||
 			(sd.ski != nil && bytes.Equal(c.SubjectKeyId, sd.ski)) {
 			signerCert = c
@@ -170,7 +164,7 @@ func verifyGOST(der, content []byte, cas []*x509.Certificate, checkChain bool) (
 	h := gost.NewHash(bits)
 	h.Write(content)
 	contentDigest := h.Sum(nil)
-	v := &Verified{Signer: signerCert, Certificates: sd.certs}
+	v := &Verified{Signer: signerCert, Certificates: certs}
 	signed := contentDigest
 	if sd.signedAttrs != nil {
 		v.SignedAttributes = true
@@ -182,9 +176,7 @@ func verifyGOST(der, content []byte, cas []*x509.Certificate, checkChain bool) (
 			return nil, bad("the message digest does not match the content")
 		}
 		v.SigningTime = when
-		b := cryptobyte.NewBuilder(nil)
-		b.AddASN1(cbasn1.SET, func(b *cryptobyte.Builder) { b.AddBytes(sd.signedAttrs) })
-		set, err := b.Bytes()
+		set, err := setOf(sd.signedAttrs)
 		if err != nil {
 			return nil, bad("%v", err)
 		}
@@ -200,7 +192,7 @@ func verifyGOST(der, content []byte, cas []*x509.Certificate, checkChain bool) (
 		if at.IsZero() {
 			at = time.Now()
 		}
-		if err := gostChain(signerCert, sd.certs, cas, at); err != nil {
+		if err := gostChain(signerCert, certs, cas, at); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBadSignature, err)
 		}
 	}

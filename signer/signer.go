@@ -138,20 +138,8 @@ func Sign(content []byte, key crypto.Signer, cert *x509.Certificate, opts Option
 	var signedAttrs []byte // contents of the SET OF Attribute, DER-sorted
 	toSign := contentDigest
 	if !opts.NoSignedAttributes {
-		when := opts.SigningTime
-		if when.IsZero() {
-			when = time.Now()
-		}
-		signedAttrs, err = encodeSignedAttributes(contentDigest, when)
-		if err != nil {
-			return nil, err
-		}
-		// The signature covers the attributes encoded as an explicit SET OF
-		// (tag 0x31), not as the [0] IMPLICIT form they take in SignerInfo.
-		b := cryptobyte.NewBuilder(nil)
-		b.AddASN1(cbasn1.SET, func(b *cryptobyte.Builder) { b.AddBytes(signedAttrs) })
-		der, err := b.Bytes()
-		if err != nil {
+		var der []byte
+		if signedAttrs, der, err = signedAttributes(contentDigest, opts.SigningTime); err != nil {
 			return nil, err
 		}
 		hasher = h.New()
@@ -231,6 +219,27 @@ func addAlgorithm(b *cryptobyte.Builder, oid asn1.ObjectIdentifier, null bool) {
 			b.AddASN1NULL()
 		}
 	})
+}
+
+// signedAttributes returns the signed attributes for digest at when (zero:
+// now), as SignerInfo holds them, and as the signature covers them: an
+// explicit SET OF (tag 0x31), not the [0] IMPLICIT form.
+func signedAttributes(digest []byte, when time.Time) (attrs, toSign []byte, err error) {
+	if when.IsZero() {
+		when = time.Now()
+	}
+	if attrs, err = encodeSignedAttributes(digest, when); err != nil {
+		return nil, nil, err
+	}
+	toSign, err = setOf(attrs)
+	return attrs, toSign, err
+}
+
+// setOf wraps the contents of a SET OF in its tag.
+func setOf(contents []byte) ([]byte, error) {
+	b := cryptobyte.NewBuilder(nil)
+	b.AddASN1(cbasn1.SET, func(b *cryptobyte.Builder) { b.AddBytes(contents) })
+	return b.Bytes()
 }
 
 // encodeSignedAttributes returns the DER of contentType, messageDigest and

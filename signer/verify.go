@@ -34,11 +34,11 @@ type Verified struct {
 // must also chain to one of them (at the signing time when the signature
 // has one, otherwise now).
 func Verify(der, content []byte, roots *x509.CertPool) (*Verified, error) {
-	if isGOSTSignedData(der) {
+	if sd := gostSignature(der); sd != nil {
 		if roots != nil {
 			return nil, fmt.Errorf("%w: a GOST signer's chain is checked against the trusted certificates themselves (VerifyCerts), not a pool", ErrBadSignature)
 		}
-		return verifyGOST(der, content, nil, false)
+		return verifyGOST(sd, content, nil, false)
 	}
 	p7, err := pkcs7.Parse(der)
 	if err != nil {
@@ -72,8 +72,8 @@ func VerifyCerts(der, content []byte, cas []*x509.Certificate) (*Verified, error
 	if len(cas) == 0 {
 		return Verify(der, content, nil)
 	}
-	if isGOSTSignedData(der) {
-		return verifyGOST(der, content, cas, true)
+	if sd := gostSignature(der); sd != nil {
+		return verifyGOST(sd, content, cas, true)
 	}
 	pool := x509.NewCertPool()
 	for _, c := range cas {

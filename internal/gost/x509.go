@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"strings"
 )
 
 // Object identifiers of GOST R 34.10-2012 and 34.11-2012 (RFC 9215).
@@ -57,12 +58,6 @@ func DigestBits(oid asn1.ObjectIdentifier) int {
 	return 0
 }
 
-// IsGOST tells whether a certificate's key is a GOST R 34.10-2012 key.
-func IsGOST(c *x509.Certificate) bool {
-	_, _, err := spkiAlgorithm(c.RawSubjectPublicKeyInfo)
-	return err == nil
-}
-
 type spki struct {
 	Algorithm struct {
 		Algorithm  asn1.ObjectIdentifier
@@ -85,10 +80,10 @@ func spkiAlgorithm(der []byte) (spki, int, error) {
 	return k, 0, fmt.Errorf("%w: the key's algorithm is %s", ErrNotGOST, k.Algorithm.Algorithm)
 }
 
-// ParamSet reads the parameter-set OID from a key's parameters: a SEQUENCE
+// paramSet reads the parameter-set OID from a key's parameters: a SEQUENCE
 // of the set's OID and, optionally, a digest OID (ignored: the digest
 // follows the key's size).
-func ParamSet(params []byte) (asn1.ObjectIdentifier, error) {
+func paramSet(params []byte) (asn1.ObjectIdentifier, error) {
 	var p struct {
 		ParamSet asn1.ObjectIdentifier
 		Rest     asn1.RawValue `asn1:"optional"`
@@ -107,20 +102,28 @@ func ParsePublicKeyInfo(der []byte) (*PublicKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	set, err := ParamSet(k.Algorithm.Parameters.FullBytes)
+	set, err := paramSet(k.Algorithm.Parameters.FullBytes)
 	if err != nil {
 		return nil, err
-	}
-	c := CurveByOID(set)
-	if c == nil {
-		return nil, fmt.Errorf("unknown GOST parameter set %s (known: %s)", set, knownSets())
-	}
-	if c.Bits != bits {
-		return nil, fmt.Errorf("GOST parameter set %s is for %d-bit keys, the key is %d-bit", c.Name, c.Bits, bits)
 	}
 	var value []byte
 	if rest, err := asn1.Unmarshal(k.PublicKey.RightAlign(), &value); err != nil || len(rest) != 0 {
 		return nil, errors.New("the GOST public key is not an OCTET STRING")
+	}
+	return PublicKeyOn(set, bits, value)
+}
+
+// PublicKeyOn reads the value (x then y, little-endian) of a bits-bit key
+// on the parameter set set, as certificates and PKCS#11 tokens give them:
+// a set unknown here, or one for keys of the other size, is an error that
+// names it.
+func PublicKeyOn(set asn1.ObjectIdentifier, bits int, value []byte) (*PublicKey, error) {
+	c := CurveByOID(set)
+	if c == nil {
+		return nil, fmt.Errorf("GOST parameter set %s is unknown to signagent (known: %s)", set, knownSets())
+	}
+	if c.Bits != bits {
+		return nil, fmt.Errorf("GOST parameter set %s is for %d-bit keys, the key is %d-bit", c.Name, c.Bits, bits)
 	}
 	return NewPublicKey(c, value)
 }
@@ -131,14 +134,11 @@ func PublicKeyOf(c *x509.Certificate) (*PublicKey, error) {
 }
 
 func knownSets() string {
-	s := ""
+	names := make([]string, len(curves))
 	for i, c := range curves {
-		if i > 0 {
-			s += ", "
-		}
-		s += c.Name
+		names[i] = c.Name
 	}
-	return s
+	return strings.Join(names, ", ")
 }
 
 // CheckCertificateSignature checks that parent's GOST key signed c.
