@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
+	"mime"
 	"net/http"
-	"net/http/httputil"
+	"net/textproto"
 	"net/url"
 	"regexp"
 	"strings"
@@ -44,9 +44,6 @@ var errNoAPI = errdefs.New(errdefs.ErrNotConfigured, "no business API address is
 type proxyTarget struct {
 	base      *url.URL
 	transport http.RoundTripper
-	// errorLog gets the reverse proxy's own lines (an answer cut off
-	// while it streamed: the caller went away, the deadline passed).
-	errorLog *log.Logger
 }
 
 // SetServiceAPI points the proxy at the business API (start, reload); an
@@ -80,8 +77,7 @@ func (a *Agent) targetFor(rawURL string, allowHTTP bool) (*proxyTarget, error) {
 	if cur := a.now().target; cur != nil && cur.base.String() == base.String() {
 		return cur, nil
 	}
-	return &proxyTarget{base: base, transport: newUpstream(base, httpx.Client(nil).Transport),
-		errorLog: warnLog(a.o.Log.With().Str("operation", "service").Logger())}, nil
+	return &proxyTarget{base: base, transport: newUpstream(base, httpx.Client(nil).Transport)}, nil
 }
 
 // isProxied reports whether r is for the proxy. It is decided before the
@@ -102,7 +98,17 @@ type proxyCall struct {
 	body     *heldBody // released when the call is done
 }
 
-// proxy serves /v1/service/{method}.
+// proxy serves /v1/service/{method}: it checks the call, sends it with
+// the identity's header (once more with a fresh one after a 401) and
+// passes the service's answer on as it comes.
+//
+// It forwards by itself rather than through httputil.ReverseProxy, which
+// copies the request and its headers per call and did a third of the
+// agent's work on a proxied call in issue 26's profile; what it does
+// that matters here is done the same way: hop-by-hop and forwarding
+// headers dropped both ways, unparsable query parameters re-encoded, no
+// default User-Agent, a streamed answer flushed as it comes, trailers
+// passed on, and an answer cut off aborts the caller's connection.
 func (a *Agent) proxy(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	call := &proxyCall{entry: entryFor(r, "service"), method: "other"}
@@ -111,36 +117,31 @@ func (a *Agent) proxy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, APIError{Code: CodeMethodNotAllowed, Message: r.Method + " is not allowed on " + servicePrefix + "{method}; use GET or POST"})
 		return
 	}
-	rp, err := a.prepareProxy(r, call)
+	out, target, au, err := a.prepareProxy(r, call)
 	if call.body != nil {
 		defer call.body.Close()
 	}
-	if err != nil {
-		a.proxyFailed(w, call, start, err)
-		return
-	}
-	rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, err error) { a.proxyFailed(w, call, start, err) }
-	rp.ModifyResponse = func(resp *http.Response) error {
-		call.status = resp.StatusCode
-		a.metrics.observeCall(call.method, resp.StatusCode, call.retried)
-		resp.Body = &watchedBody{ReadCloser: resp.Body, complete: &call.complete}
-		return nil
-	}
-	// The audit line is written once the answer has been passed on (or
-	// cut off: the reverse proxy then aborts the handler with a panic,
-	// which this deferred write sees through).
-	defer func() {
-		if call.status == 0 {
-			return // proxyFailed wrote it
+	if err == nil {
+		var resp *http.Response
+		if resp, err = a.send(out, target, au, call); err == nil {
+			call.status = resp.StatusCode
+			a.metrics.observeCall(call.method, resp.StatusCode, call.retried)
+			// The audit line is written once the answer has been passed on
+			// (or cut off: passOn then aborts the handler with a panic,
+			// which this deferred write sees through).
+			defer func() {
+				call.entry.outcome = "ok"
+				if !call.complete {
+					call.entry.outcome = auditCutOff
+				}
+				call.entry.latency, call.entry.status, call.entry.retried = time.Since(start), call.status, call.retried
+				a.o.Audit.write(call.entry)
+			}()
+			a.passOn(w, resp, call)
+			return
 		}
-		call.entry.outcome = "ok"
-		if !call.complete {
-			call.entry.outcome = auditCutOff
-		}
-		call.entry.latency, call.entry.status, call.entry.retried = time.Since(start), call.status, call.retried
-		a.o.Audit.write(call.entry)
-	}()
-	rp.ServeHTTP(w, r)
+	}
+	a.proxyFailed(w, call, start, err)
 }
 
 // auditCutOff is the audit outcome of a proxied answer that did not reach
@@ -148,74 +149,227 @@ func (a *Agent) proxy(w http.ResponseWriter, r *http.Request) {
 // away while it streamed.
 const auditCutOff = "answer_cut_off"
 
-// watchedBody records whether the service's answer was read to its end.
-type watchedBody struct {
-	io.ReadCloser
-	complete *bool
-}
-
-func (b *watchedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF {
-		*b.complete = true
-	}
-	return n, err
-}
-
-// prepareProxy checks the request (path, identity, body) and returns the
-// reverse proxy that forwards it.
-func (a *Agent) prepareProxy(r *http.Request, call *proxyCall) (*httputil.ReverseProxy, error) {
+// prepareProxy checks the request (path, identity, body) and turns it into
+// the request to the business API: the caller's request itself, whose
+// headers are changed in place (the handler is their last reader).
+func (a *Agent) prepareProxy(r *http.Request, call *proxyCall) (*http.Request, *proxyTarget, authz.Authorizer, error) {
 	path, err := service.Path(strings.TrimPrefix(r.URL.EscapedPath(), strings.TrimSuffix(servicePrefix, "/")))
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	call.method = a.metrics.methodLabel(strings.TrimPrefix(path, "/"))
 	call.entry.call = r.Method + " " + path
 	req, err := a.parsedIdentities.parse(r.Header.Get(IdentityHeader), a.o.LegacySNILS)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	target := a.now().target
 	if target == nil {
-		return nil, errNoAPI
+		return nil, nil, nil, errNoAPI
 	}
 	au, err := a.authorizer(req, &call.entry)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	// The body is read whole (MaxBytesReader bounds it) before anything is
 	// sent, within the agent's budget of held bodies: a retry sends it
 	// again.
 	body, err := a.bodies.hold(r.Body, r.ContentLength)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	call.body = body
+
+	h := r.Header
+	trailers := hasToken(h["Te"], "trailers")
+	dropHopByHop(h)
+	// The service's credentials are the agent's to add; what the caller
+	// sent for the agent, and forwarding headers it could forge, stay here.
+	for _, k := range [...]string{"Authorization", "Cookie", IdentityHeader, "Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
+		delete(h, k)
+	}
+	if trailers {
+		h["Te"] = []string{"trailers"} // the agent passes trailers on
+	}
+	if _, ok := h["User-Agent"]; !ok {
+		h["User-Agent"] = []string{""} // no Go default in its place
+	}
+	// The service sees the request's id, the one in the audit line.
+	h[RequestIDHeader] = []string{call.entry.requestID}
 	base := target.base
-	requestID := call.entry.requestID
-	return &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL = &url.URL{Scheme: base.Scheme, Host: base.Host, Path: strings.TrimRight(base.Path, "/") + path, RawQuery: pr.In.URL.RawQuery}
-			pr.Out.Host = ""
-			// The service's credentials are the agent's to add; what the
-			// caller sent for the agent stays here.
-			for _, h := range []string{"Authorization", "Proxy-Authorization", "Cookie", IdentityHeader} {
-				pr.Out.Header.Del(h)
+	out := r.WithContext(r.Context())
+	out.URL = &url.URL{Scheme: base.Scheme, Host: base.Host, Path: strings.TrimRight(base.Path, "/") + path, RawQuery: cleanQuery(r.URL.RawQuery)}
+	out.Host, out.RequestURI, out.Close, out.TransferEncoding, out.Trailer = "", "", false, nil, nil
+	out.Form, out.PostForm, out.MultipartForm = nil, nil, nil
+	return out, target, au, nil
+}
+
+// send sends out with the identity's header, and once more with a fresh
+// one after a 401.
+func (a *Agent) send(out *http.Request, t *proxyTarget, au authz.Authorizer, call *proxyCall) (*http.Response, error) {
+	body := call.body
+	resp, retried, err := authz.Retry(out.Context(), au, func(ctx context.Context, authorization string) (*http.Response, error) {
+		out.Body, out.ContentLength, out.GetBody = http.NoBody, 0, nil
+		if body.size > 0 {
+			out.Body, out.ContentLength = io.NopCloser(body.reader()), body.size
+			out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body.reader()), nil }
+		}
+		out.Header["Authorization"] = []string{authorization}
+		resp, err := t.transport.RoundTrip(out)
+		if err != nil {
+			return nil, &upstreamError{ctx: ctx, err: err}
+		}
+		if resp.StatusCode < 200 {
+			resp.Body.Close()
+			return nil, &upstreamError{ctx: ctx, err: fmt.Errorf("the service answered %d, which the proxy does not pass on", resp.StatusCode)}
+		}
+		return resp, nil
+	})
+	call.retried = retried
+	return resp, err
+}
+
+// passOn writes the service's answer to the caller: its status, its
+// end-to-end headers (the caller keeps the agent's X-Request-Id), its body
+// as it comes, flushed at once when it streams (no length, or server-sent
+// events), and its trailers. An answer cut off midway aborts the
+// caller's connection (http.ErrAbortHandler), so that the caller cannot
+// take it for whole.
+func (a *Agent) passOn(w http.ResponseWriter, resp *http.Response, call *proxyCall) {
+	dropHopByHop(resp.Header)
+	delete(resp.Header, RequestIDHeader)
+	h := w.Header()
+	for k, vv := range resp.Header {
+		h[k] = append(h[k], vv...)
+	}
+	announced := len(resp.Trailer)
+	if announced > 0 {
+		keys := make([]string, 0, announced)
+		for k := range resp.Trailer {
+			keys = append(keys, k)
+		}
+		h.Add("Trailer", strings.Join(keys, ", "))
+	}
+	w.WriteHeader(resp.StatusCode)
+
+	var flush func() error
+	if resp.ContentLength == -1 || isEventStream(resp.Header.Get("Content-Type")) {
+		flush = http.NewResponseController(w).Flush
+	}
+	if err := a.copyAnswer(w, resp.Body, flush, call); err != nil {
+		resp.Body.Close()
+		a.o.Log.Warn().Str("client", call.entry.caller).Str("operation", "service").Str("call", call.entry.call).
+			Str("requestId", call.entry.requestID).Msgf("the answer was cut off during the body copy: %v", httpx.CleanErr(err))
+		panic(http.ErrAbortHandler)
+	}
+	resp.Body.Close() // now, to read the trailers
+	if len(resp.Trailer) == 0 {
+		return
+	}
+	// A trailer forces chunking: no Content-Length for a short body.
+	http.NewResponseController(w).Flush()
+	for k, vv := range resp.Trailer {
+		if len(resp.Trailer) != announced {
+			k = http.TrailerPrefix + k
+		}
+		for _, v := range vv {
+			h.Add(k, v)
+		}
+	}
+}
+
+// copyAnswer copies the answer's body to w through a pooled buffer,
+// flushing after each write when flush is set; call.complete says the
+// body was read to its end.
+func (a *Agent) copyAnswer(w io.Writer, body io.Reader, flush func() error, call *proxyCall) error {
+	buf := a.copies.Get()
+	defer a.copies.Put(buf)
+	for {
+		n, rerr := body.Read(buf)
+		if n > 0 {
+			if _, err := w.Write(buf[:n]); err != nil {
+				return err
 			}
-			// The service sees the request's id, the one in the audit line.
-			pr.Out.Header.Set(RequestIDHeader, requestID)
-		},
-		// The caller gets the agent's id back, not a second one.
-		ModifyResponse: func(resp *http.Response) error {
-			resp.Header.Del(RequestIDHeader)
+			if flush != nil {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		if rerr == io.EOF {
+			call.complete = true
 			return nil
-		},
-		Transport: &authorizingTransport{au: au, body: body, base: target.transport, retried: &call.retried},
-		ErrorLog:  target.errorLog,
-		// A 32 KiB buffer per call was most of what the agent allocated
-		// under proxy load, and so most of its garbage collection.
-		BufferPool: &a.copies,
-	}, nil
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+}
+
+// hopHeaders are the hop-by-hop headers of RFC 9110 (and the older ones
+// still sent): they are for one connection, not passed on.
+var hopHeaders = [...]string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// dropHopByHop removes the hop-by-hop headers from h, and those its
+// Connection header names.
+func dropHopByHop(h http.Header) {
+	for _, f := range h["Connection"] {
+		for sf := range strings.SplitSeq(f, ",") {
+			if sf = textproto.TrimString(sf); sf != "" {
+				h.Del(sf)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		delete(h, k)
+	}
+}
+
+// hasToken reports whether the comma-separated header values hold token
+// (case-insensitively).
+func hasToken(values []string, token string) bool {
+	for _, v := range values {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(textproto.TrimString(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func isEventStream(contentType string) bool {
+	mt, _, _ := mime.ParseMediaType(contentType)
+	return mt == "text/event-stream"
+}
+
+// cleanQuery re-encodes a query the service could read otherwise than the
+// agent (a semicolon, a broken escape), as httputil.ReverseProxy does: a
+// caller cannot smuggle parameters past the agent through it.
+func cleanQuery(q string) string {
+	for i := 0; i < len(q); {
+		switch q[i] {
+		case ';':
+			return reencodeQuery(q)
+		case '%':
+			if i+2 >= len(q) || !isHex(q[i+1]) || !isHex(q[i+2]) {
+				return reencodeQuery(q)
+			}
+			i += 3
+		default:
+			i++
+		}
+	}
+	return q
+}
+
+func reencodeQuery(q string) string {
+	v, _ := url.ParseQuery(q)
+	return v.Encode()
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // proxyFailed answers a call the proxy could not complete with the
@@ -237,36 +391,6 @@ func (a *Agent) proxyFailed(w http.ResponseWriter, call *proxyCall, start time.T
 	ev.Str("client", call.entry.caller).Str("operation", "service").Str("call", call.entry.call).Int("status", status).Str("code", apiErr.Code).Str("requestId", call.entry.requestID).Msg(apiErr.Message)
 	w.Header().Set(ErrorHeader, apiErr.Code)
 	writeError(w, status, apiErr)
-}
-
-// authorizingTransport sends the proxied request with the identity's
-// header, and once more with a fresh one after a 401.
-type authorizingTransport struct {
-	au      authz.Authorizer
-	body    *heldBody
-	base    http.RoundTripper
-	retried *bool
-}
-
-func (t *authorizingTransport) RoundTrip(in *http.Request) (*http.Response, error) {
-	resp, retried, err := authz.Retry(in.Context(), t.au, func(ctx context.Context, authorization string) (*http.Response, error) {
-		// in is the reverse proxy's own copy of the caller's request:
-		// its headers are changed in place, not copied a second time.
-		out := in.WithContext(ctx)
-		out.Body, out.ContentLength, out.GetBody = http.NoBody, 0, nil
-		if t.body.size > 0 {
-			out.Body, out.ContentLength = io.NopCloser(t.body.reader()), t.body.size
-			out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(t.body.reader()), nil }
-		}
-		out.Header["Authorization"] = []string{authorization}
-		resp, err := t.base.RoundTrip(out)
-		if err != nil {
-			return nil, &upstreamError{ctx: ctx, err: err}
-		}
-		return resp, nil
-	})
-	*t.retried = retried
-	return resp, err
 }
 
 // upstreamError is a proxied request that got no answer.
@@ -374,8 +498,8 @@ func (l *methodLabels) label(method string) string {
 	return method
 }
 
-// proxyBuffers lends httputil.ReverseProxy the buffers it copies answers
-// through, instead of a new 32 KiB buffer per call.
+// proxyBuffers lends the proxy the buffers it copies answers through,
+// instead of a new 32 KiB buffer per call.
 type proxyBuffers struct{ pool sync.Pool }
 
 const proxyBufferSize = 32 << 10

@@ -291,6 +291,64 @@ func TestProxyHeaders(t *testing.T) {
 	}
 }
 
+// TestProxyPassesOn: what the proxy does as a reverse proxy, now that it
+// forwards by itself: forwarding headers a caller could forge are dropped,
+// a query the service could read otherwise than the agent (a semicolon)
+// is re-encoded, a caller without a User-Agent sends none (not Go's), a
+// caller's "TE: trailers" reaches the service, and the service's
+// trailers reach the caller. A stand-in service records what it got (the
+// emulator cannot report it) and answers with a trailer.
+func TestProxyPassesOn(t *testing.T) {
+	h := start(t, options{oidc: true})
+	var mu sync.Mutex
+	var got *http.Request
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = r.Clone(context.Background())
+		mu.Unlock()
+		w.Header().Set("Trailer", "X-Checksum")
+		w.Write([]byte("body"))
+		w.Header().Set("X-Checksum", "c-1")
+	}))
+	defer svc.Close()
+	if err := h.agent.SetServiceAPI(svc.URL, false); err != nil {
+		t.Fatal(err)
+	}
+	hdr := http.Header{"X-Forwarded-For": {"10.9.9.9"}, "Forwarded": {"for=10.9.9.9"}, "X-Forwarded-Host": {"evil"},
+		"User-Agent": {""}, "Te": {"trailers"}}
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", h.sock)
+	}}}
+	req, _ := http.NewRequest("GET", "http://agent/v1/service/GetDocuments?a=1;b=2&c=3&d=%zz", nil)
+	req.Header = hdr
+	req.Header.Set(agent.IdentityHeader, aliceOIDC)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "body" {
+		t.Fatalf("%d %q", resp.StatusCode, b)
+	}
+	if v := resp.Trailer.Get("X-Checksum"); v != "c-1" {
+		t.Errorf("the service's trailer: %q (%v)", v, resp.Trailer)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, k := range []string{"X-Forwarded-For", "Forwarded", "X-Forwarded-Host", "User-Agent"} {
+		if v := got.Header.Get(k); v != "" {
+			t.Errorf("%s reached the service: %q", k, v)
+		}
+	}
+	if v := got.Header.Get("Te"); v != "trailers" {
+		t.Errorf("TE: %q", v)
+	}
+	if strings.Contains(got.URL.RawQuery, ";") || got.URL.RawQuery != "c=3" {
+		t.Errorf("the query reached the service as %q", got.URL.RawQuery)
+	}
+}
+
 // TestRequestIDs: a caller's usable X-Request-Id is kept; a missing or
 // unusable one (too long, with characters a log would have to escape) is
 // replaced by one the agent makes; the answer, the audit line and the
@@ -474,7 +532,7 @@ func TestProxyCutOffAudited(t *testing.T) {
 		t.Fatalf("audit: %s", audit)
 	}
 	if logs := h.logs.String(); !strings.Contains(logs, `"level":"warn"`) || !strings.Contains(logs, "body copy") {
-		t.Fatalf("the reverse proxy's line should be a warning: %s", logs)
+		t.Fatalf("the cut-off line should be a warning: %s", logs)
 	}
 }
 
