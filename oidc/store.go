@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -78,11 +77,27 @@ func DefaultDir() (string, error) {
 	return filepath.Join(home, ".local", "state", "signagent"), nil
 }
 
-var profileRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+// A profile name is 1 to 64 of A-Z a-z 0-9 . _ -, not starting with one of
+// the last three. (A loop rather than a regexp: it is checked on every
+// proxied call, where the regexp was a measurable part of the work.)
+func validProfile(name string) bool {
+	if len(name) == 0 || len(name) > 64 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		case (c == '.' || c == '_' || c == '-') && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // CheckProfile refuses a profile name that is not a plain file name.
 func CheckProfile(name string) error {
-	if !profileRe.MatchString(name) {
+	if !validProfile(name) {
 		return fmt.Errorf("%w: profile %q: use letters, digits, '.', '_' and '-' (at most 64, not starting with '.')", errdefs.ErrInvalidInput, name)
 	}
 	return nil

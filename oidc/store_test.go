@@ -85,9 +85,14 @@ func TestStoreRefuses(t *testing.T) {
 }
 
 func TestProfileNames(t *testing.T) {
-	for _, bad := range []string{"", ".hidden", "../x", "a/b", "a b", strings.Repeat("x", 65)} {
+	for _, bad := range []string{"", ".hidden", "-x", "_x", "../x", "a/b", "a b", "é", "a\x00", strings.Repeat("x", 65)} {
 		if err := CheckProfile(bad); !errors.Is(err, errdefs.ErrInvalidInput) {
 			t.Errorf("%q: %v", bad, err)
+		}
+	}
+	for _, good := range []string{"a", "default", "Z9", "x.y_z-1", "0" + strings.Repeat("x", 63)} {
+		if err := CheckProfile(good); err != nil {
+			t.Errorf("%q: %v", good, err)
 		}
 	}
 }
