@@ -339,8 +339,12 @@ func hasToken(values []string, token string) bool {
 }
 
 func isEventStream(contentType string) bool {
+	const es = "text/event-stream"
+	if len(contentType) < len(es) || !strings.EqualFold(contentType[:len(es)], es) {
+		return false // most answers: nothing to parse
+	}
 	mt, _, _ := mime.ParseMediaType(contentType)
-	return mt == "text/event-stream"
+	return mt == es
 }
 
 // cleanQuery re-encodes a query the service could read otherwise than the

@@ -1,12 +1,15 @@
 package agent
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -265,5 +268,82 @@ func TestHeldBodies(t *testing.T) {
 	}
 	if !b.sem.TryAcquire(1 << 20) {
 		t.Fatal("the budget was not given back")
+	}
+}
+
+// TestWriteRequest: what writeRequest writes reads back (net/http's own
+// request parser) as the same request http.Request.Write would have sent:
+// method, target, Host, headers, length and body, for requests with and
+// without a body, a query, an escaped path, an empty User-Agent (none
+// sent; the proxy always sets one), several values of one header, a
+// value with a line break (made a space, not a second header), and Close.
+func TestWriteRequest(t *testing.T) {
+	mk := func(method, target, body string, h http.Header, close bool) *http.Request {
+		u, _ := url.Parse("http://svc.example:8080" + target)
+		r := &http.Request{Method: method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Host: "", Close: close, Body: http.NoBody}
+		if body != "" {
+			r.Body, r.ContentLength = io.NopCloser(strings.NewReader(body)), int64(len(body))
+		}
+		return r
+	}
+	for i, r := range []*http.Request{
+		mk("GET", "/V3/GetMyOrganizations?autoRegister=false", "", http.Header{"User-Agent": {""}, "Authorization": {"Bearer x"}, "X-Request-Id": {"r-1"}}, false),
+		mk("POST", "/V3/Post%20Message", `{"a":1}`, http.Header{"User-Agent": {"crm/1"}, "Accept": {"a/b", "c/d"}, "Content-Type": {"application/json"}}, false),
+		mk("POST", "/empty", "", http.Header{"User-Agent": {""}, "X-Odd": {" spaced\r\nInjected: 1 "}}, true),
+	} {
+		var want, got bytes.Buffer
+		if err := r.Write(&want); err != nil {
+			t.Fatal(err)
+		}
+		if r.Body != http.NoBody {
+			r.Body = io.NopCloser(strings.NewReader(mustBody(t, want.Bytes())))
+		}
+		bw := bufio.NewWriter(&got)
+		if err := writeRequest(bw, r, "svc.example:8080"); err != nil {
+			t.Fatal(err)
+		}
+		bw.Flush()
+		a, b := readBack(t, want.Bytes()), readBack(t, got.Bytes())
+		if a.Method != b.Method || a.RequestURI != b.RequestURI || a.Host != b.Host || a.ContentLength != b.ContentLength || a.Close != b.Close {
+			t.Errorf("%d: %s %s %s %d %v, want %s %s %s %d %v", i, b.Method, b.RequestURI, b.Host, b.ContentLength, b.Close, a.Method, a.RequestURI, a.Host, a.ContentLength, a.Close)
+		}
+		delete(a.Header, "Connection")
+		delete(b.Header, "Connection")
+		if !reflect.DeepEqual(a.Header, b.Header) {
+			t.Errorf("%d: headers %v, want %v", i, b.Header, a.Header)
+		}
+		ab, _ := io.ReadAll(a.Body)
+		bb, _ := io.ReadAll(b.Body)
+		if string(ab) != string(bb) {
+			t.Errorf("%d: body %q, want %q", i, bb, ab)
+		}
+	}
+}
+
+func readBack(t *testing.T, b []byte) *http.Request {
+	t.Helper()
+	r, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(b)))
+	if err != nil {
+		t.Fatalf("%v in %q", err, b)
+	}
+	return r
+}
+
+// mustBody is the body of a request written by Request.Write (which
+// consumed the original).
+func mustBody(t *testing.T, b []byte) string {
+	t.Helper()
+	body, _ := io.ReadAll(readBack(t, b).Body)
+	return string(body)
+}
+
+// TestIsEventStream: server-sent events are flushed as they come,
+// whatever the parameters or the case; other types are not.
+func TestIsEventStream(t *testing.T) {
+	for ct, want := range map[string]bool{"text/event-stream": true, "Text/Event-Stream; charset=utf-8": true,
+		"text/event-streams": false, "application/json": false, "": false, "text/event": false} {
+		if got := isEventStream(ct); got != want {
+			t.Errorf("%q: %v", ct, got)
+		}
 	}
 }
