@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -239,4 +241,33 @@ func percentile(ds []time.Duration, p int) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+// BenchmarkHandlerCPU: the agent's own work per request, without the
+// network or the HTTP server: the handler chain (caller check, route,
+// deadline, audit, metrics) called directly for GET /readyz and a cached
+// POST /v1/authorizations of each scheme, with -benchmem's allocations.
+// It tells the agent's cost from the server's and the scheduler's in the
+// socket benchmarks.
+func BenchmarkHandlerCPU(b *testing.B) {
+	h := start(b, options{oidc: true, legacy: true})
+	hd := h.agent.Handler(agent.NewBearerAuth("0123456789abcdef0123456789abcdef"))
+	for _, tc := range []struct{ name, method, path, body string }{
+		{"readyz", "GET", "/readyz", ""},
+		{"authz-oidc", "POST", "/v1/authorizations", `{"scheme":"oidc"}`},
+		{"authz-legacy", "POST", "/v1/authorizations", `{"scheme":"legacy","by":"password","login":"alice@example.com"}`},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				r := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
+				r.Header.Set("Authorization", "Bearer 0123456789abcdef0123456789abcdef")
+				w := httptest.NewRecorder()
+				hd.ServeHTTP(w, r)
+				if w.Code != http.StatusOK {
+					b.Fatal(w.Code, w.Body.String())
+				}
+			}
+		})
+	}
 }
