@@ -113,8 +113,9 @@ func New(o Options) *Agent {
 		o.ServiceMaxBody = 16 << 20
 	}
 	a := &Agent{o: o, tm: o.Token, cache: trusted.NewSessions(o.SessionTTL), metrics: newMetrics(o.Token, o.Version), refusals: newSampler(10, time.Second), bodies: newBodyBudget(o.ServiceBodyBudget)}
-	a.cur.Store(&state{key: o.APIKey, client: o.Client, rules: o.Routes,
-		policy: o.Policy})
+	st := &state{key: o.APIKey, client: o.Client, rules: o.Routes, policy: o.Policy}
+	st.schemes = a.buildSchemes(st)
+	a.cur.Store(st)
 	return a
 }
 
@@ -206,10 +207,15 @@ func (a *Agent) Handler(auth Authenticator) http.Handler {
 
 type ctxKey int
 
-const (
-	callerKey ctxKey = 1 + iota
-	requestIDKey
-)
+// requestInfoKey holds a request's requestInfo.
+const requestInfoKey ctxKey = 1
+
+// requestInfo is what wrap learned of a request: who called, and the
+// request's id (one context value for both).
+type requestInfo struct {
+	caller string
+	id     string
+}
 
 // RequestIDHeader carries a request's id: the caller's when it sent a
 // usable one (a log collector's, a partner system's trace), else one the
@@ -231,8 +237,11 @@ func requestID(r *http.Request) string {
 
 // requestIDOf is the id wrap gave r.
 func requestIDOf(r *http.Request) string {
-	id, _ := r.Context().Value(requestIDKey).(string)
-	return id
+	info, _ := r.Context().Value(requestInfoKey).(*requestInfo)
+	if info == nil {
+		return ""
+	}
+	return info.id
 }
 
 // entryFor starts the audit line of r's operation.
@@ -241,8 +250,8 @@ func entryFor(r *http.Request, operation string) auditEntry {
 }
 
 func callerOf(r *http.Request) string {
-	if c, ok := r.Context().Value(callerKey).(string); ok {
-		return c
+	if info, ok := r.Context().Value(requestInfoKey).(*requestInfo); ok {
+		return info.caller
 	}
 	return "unknown"
 }
@@ -277,9 +286,11 @@ func splitRoute(route string) (method, path string) {
 // that callers cannot grow the metrics by inventing methods and paths.
 func routeLabel(r *http.Request) string {
 	if isProxied(r) {
-		r := r.Method + " " + servicePrefix + "{method}"
-		if r == proxyGet || r == proxyPost {
-			return r
+		switch r.Method {
+		case http.MethodGet:
+			return proxyGet
+		case http.MethodPost:
+			return proxyPost
 		}
 		return "other"
 	}
@@ -322,7 +333,7 @@ func (a *Agent) wrap(mux http.Handler, auth Authenticator) http.Handler {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), a.o.RequestDeadline)
 		defer cancel()
-		ctx = context.WithValue(context.WithValue(ctx, callerKey, caller), requestIDKey, id)
+		ctx = context.WithValue(ctx, requestInfoKey, &requestInfo{caller: caller, id: id})
 		limit := a.o.MaxBody
 		if rt, _ := routeNamed(route); rt.body == serviceBody {
 			limit = a.o.ServiceMaxBody

@@ -33,7 +33,7 @@ func TestArchitecturePage(t *testing.T) {
 	}
 	// The scheme list the page names is the code's.
 	var names []string
-	for _, n := range new(Agent).schemes(&state{}).Names() {
+	for _, n := range new(Agent).buildSchemes(&state{}).Names() {
 		names = append(names, "`"+n+"`")
 	}
 	if line := "The agent's schemes (`schemes`): " + strings.Join(names, ", ") + "."; !strings.Contains(page, line) {

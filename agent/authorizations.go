@@ -73,9 +73,10 @@ func (a *Agent) authorization(w http.ResponseWriter, r *http.Request) {
 	a.finish(w, r, entry, start, resp, err)
 }
 
-// schemes are the schemes /v1/authorizations and the proxy serve, as st
-// configures them; authz.Selector.Check knows their selectors.
-func (a *Agent) schemes(st *state) authz.Schemes {
+// buildSchemes are the schemes /v1/authorizations and the proxy serve, as
+// st configures them; authz.Selector.Check knows their selectors. The
+// state keeps them (state.schemes).
+func (a *Agent) buildSchemes(st *state) authz.Schemes {
 	return append(authz.Schemes{
 		a.legacyScheme(st),
 		oidcScheme(st),
@@ -86,7 +87,7 @@ func (a *Agent) schemes(st *state) authz.Schemes {
 // observed: entry gets the scheme and identity for the audit log, and
 // each header obtained is counted.
 func (a *Agent) authorizer(sel authz.Selector, entry *auditEntry) (authz.Authorizer, error) {
-	au, err := a.schemes(a.now()).Authorizer(sel)
+	au, err := a.now().schemes.Authorizer(sel)
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,11 @@ type state struct {
 	more   authz.Schemes // Config.Schemes
 	shared store.Records
 	target *proxyTarget
+
+	// schemes are the schemes the rest configures, built once when the
+	// state is published rather than on every authorization and proxied
+	// call.
+	schemes authz.Schemes
 }
 
 // now is the current state.
@@ -62,5 +67,6 @@ func (a *Agent) publish(next *state) {
 		next.legacy.Tokens.Share(next.shared)
 	}
 	a.cache.Share(next.shared, next.key)
+	next.schemes = a.buildSchemes(next)
 	a.cur.Store(next)
 }
