@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -244,24 +245,32 @@ func percentile(ds []time.Duration, p int) time.Duration {
 }
 
 // BenchmarkHandlerCPU: the agent's own work per request, without the
-// network or the HTTP server: the handler chain (caller check, route,
-// deadline, audit, metrics) called directly for GET /readyz and a cached
-// POST /v1/authorizations of each scheme, with -benchmem's allocations.
-// It tells the agent's cost from the server's and the scheduler's in the
-// socket benchmarks.
+// network to the caller or the HTTP server: the handler chain (caller
+// check, route, deadline, audit, metrics) called directly for GET /readyz,
+// a cached POST /v1/authorizations of each scheme, and a proxied GET for
+// a cached OpenID Connect header, with -benchmem's allocations. It tells
+// the agent's cost from the server's and the scheduler's in the socket
+// benchmarks. The proxied call's business API is a bare responder on
+// loopback (it reads a request head and writes a fixed answer) so that
+// its own allocations stay out of the count.
 func BenchmarkHandlerCPU(b *testing.B) {
-	h := start(b, options{oidc: true, legacy: true})
+	up := bareResponder(b, `{"Organizations":[{"OrgId":"org-1","FullName":"Horns and Hooves LLC"}]}`)
+	h := start(b, options{oidc: true, legacy: true, apiURL: up})
 	hd := h.agent.Handler(agent.NewBearerAuth("0123456789abcdef0123456789abcdef"))
-	for _, tc := range []struct{ name, method, path, body string }{
-		{"readyz", "GET", "/readyz", ""},
-		{"authz-oidc", "POST", "/v1/authorizations", `{"scheme":"oidc"}`},
-		{"authz-legacy", "POST", "/v1/authorizations", `{"scheme":"legacy","by":"password","login":"alice@example.com"}`},
+	for _, tc := range []struct{ name, method, path, body, identity string }{
+		{"readyz", "GET", "/readyz", "", ""},
+		{"authz-oidc", "POST", "/v1/authorizations", `{"scheme":"oidc"}`, ""},
+		{"authz-legacy", "POST", "/v1/authorizations", `{"scheme":"legacy","by":"password","login":"alice@example.com"}`, ""},
+		{"proxy-oidc", "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "", "oidc"},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				r := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
 				r.Header.Set("Authorization", "Bearer 0123456789abcdef0123456789abcdef")
+				if tc.identity != "" {
+					r.Header.Set(agent.IdentityHeader, tc.identity)
+				}
 				w := httptest.NewRecorder()
 				hd.ServeHTTP(w, r)
 				if w.Code != http.StatusOK {
@@ -270,4 +279,40 @@ func BenchmarkHandlerCPU(b *testing.B) {
 			}
 		})
 	}
+}
+
+// bareResponder answers every request on a keep-alive connection with
+// body: it reads the request head (no body) and writes a fixed answer.
+// A stand-in for a business API whose own work is not to be counted.
+func bareResponder(b *testing.B, body string) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	answer := []byte(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					line, err := br.ReadSlice('\n')
+					if err != nil {
+						return
+					}
+					if len(line) <= 2 { // the head's end
+						if _, err := c.Write(answer); err != nil {
+							return
+						}
+					}
+				}
+			}()
+		}
+	}()
+	return "http://" + l.Addr().String()
 }
