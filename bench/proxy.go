@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -49,22 +50,26 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 	}
 	defer os.RemoveAll(dir)
 
-	body := []byte(`{"Organizations":[{"OrgId":"org-1","FullName":"Horns and Hooves LLC"}]}`)
-	ul, err := net.Listen("tcp", "127.0.0.1:0")
+	// The business API runs in a process of its own, as a real one does:
+	// in the benchmark's process, the direct call would be handed from
+	// the caller's goroutine to the server's without a process waking,
+	// which no path through a proxy can match, and the direct row would
+	// no longer be the baseline the ratios need.
+	upAddr, err := freePort()
 	if err != nil {
 		return err
 	}
-	upstream := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") == "" {
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(body)
-	})}
-	go upstream.Serve(ul)
-	defer upstream.Close()
-	upURL := "http://" + ul.Addr().String()
+	up := exec.CommandContext(ctx, o.Executable, "bench", "upstream", "--listen", upAddr)
+	up.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "SIGNAGENT_") || strings.HasPrefix(kv, "LISTEN_") })
+	up.Stderr = o.Stderr
+	if err := up.Start(); err != nil {
+		return fmt.Errorf("could not start the benchmark's business API: %w", err)
+	}
+	defer func() { up.Process.Signal(syscall.SIGTERM); up.Wait() }()
+	if err := waitListening(ctx, upAddr); err != nil {
+		return fmt.Errorf("the benchmark's business API: %w", err)
+	}
+	upURL := "http://" + upAddr
 
 	// The agent serves one OpenID Connect profile whose access token lives
 	// a day: a record written into its own token store, so that the
@@ -136,7 +141,7 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 		{"authorizations", call(unix, "POST", "http://agent/v1/authorizations", `{"scheme":"oidc","profile":"bench"}`)},
 		{"readyz", call(unix, "GET", "http://agent/readyz", "")},
 	}
-	nginx, why, stop, nginxPID := StartNginx(ul.Addr().String(), bearer)
+	nginx, why, stop, nginxPID := StartNginx(upAddr, bearer)
 	defer stop()
 	if nginx != "" {
 		paths = slices.Insert(paths, 1, path{"nginx", call(tcp, "GET", nginx+method, "", "Authorization", "Bearer "+bearer)})
@@ -292,6 +297,48 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// upstreamAnswer is what the benchmark's business API answers.
+var upstreamAnswer = []byte(`{"Organizations":[{"OrgId":"org-1","FullName":"Horns and Hooves LLC"}]}`)
+
+// ServeUpstream serves the benchmark's minimal business API on addr until
+// ctx ends: a request with an Authorization header gets upstreamAnswer,
+// one without gets 401.
+func ServeUpstream(ctx context.Context, addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(upstreamAnswer)
+	})}
+	go func() { <-ctx.Done(); srv.Close() }()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// waitListening waits up to 10 seconds for addr to accept a connection.
+func waitListening(ctx context.Context, addr string) error {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nothing listens on %s after 10s", addr)
+		}
+	}
 }
 
 // freePort is a loopback address free a moment ago.

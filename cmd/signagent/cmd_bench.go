@@ -47,7 +47,23 @@ func benchCommand(e *env) *cli.Command {
 		Action: func(c *cli.Context) error {
 			return runBench(c, e)
 		},
-		Subcommands: []*cli.Command{benchProxyCommand(e)},
+		Subcommands: []*cli.Command{benchProxyCommand(e), benchUpstreamCommand()},
+	}
+}
+
+// benchUpstreamCommand is the business API bench proxy measures against,
+// in a process of its own (hidden: bench proxy starts it).
+func benchUpstreamCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "upstream",
+		Hidden: true,
+		Usage:  "serve bench proxy's minimal business API on a loopback address until SIGTERM",
+		Flags:  []cli.Flag{&cli.StringFlag{Name: "listen", Required: true, Usage: "loopback `HOST:PORT`"}},
+		Action: func(c *cli.Context) error {
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return bench.ServeUpstream(ctx, c.String("listen"))
+		},
 	}
 }
 
@@ -57,10 +73,11 @@ func benchProxyCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Name:  "proxy",
 		Usage: "measure the agent's proxy against nginx, the direct call, a cached authorization and /readyz, in one interleaved run",
-		Description: "Starts a minimal upstream, `signagent serve` (an OpenID Connect profile whose header is cached, over a Unix\n" +
-			"socket and loopback TCP with a bearer token) and Debian's nginx as the header-injecting proxy an operator would\n" +
-			"write (bearer check, fixed Authorization header, upstream keepalive pool, buffered access log; skipped with a\n" +
-			"message when absent), then prints p50 and p99 of each at each concurrency and the ratios.\n\n" +
+		Description: "Starts a minimal business API in a process of its own (as a real one is), `signagent serve` (an OpenID\n" +
+			"Connect profile whose header is cached, over a Unix socket and loopback TCP with a bearer token) and Debian's nginx\n" +
+			"as the header-injecting proxy an operator would write (bearer check, fixed Authorization header, upstream\n" +
+			"keepalive pool, buffered access log; skipped with a message when absent), then prints p50 and p99 of each at each\n" +
+			"concurrency, the CPU per call of the agent and of nginx, and the ratios.\n\n" +
 			examples("signagent bench proxy", "signagent bench proxy --each 10s --concurrency 1,8 --json"),
 		Flags: concat([]cli.Flag{
 			&cli.DurationFlag{Name: "each", Value: 5 * time.Second, Usage: "`DURATION` each row runs, spread over --rounds"},
