@@ -112,7 +112,7 @@ func (o *observed) Header(ctx context.Context) (authz.Header, error) {
 	if err != nil {
 		return h, err
 	}
-	o.a.metrics.sources.WithLabelValues(o.scheme, h.Source).Inc()
+	o.a.metrics.inc(o.a.metrics.sources, o.scheme, h.Source)
 	if h.Subject != "" {
 		o.entry.identity = o.identity + " (" + h.Subject + ")"
 	}

@@ -41,6 +41,42 @@ type metrics struct {
 	// resolved, by route and status: labels come from a fixed set (routes,
 	// "other", "refused"), so the map stays small.
 	children sync.Map // requestKey -> requestChildren
+	// resolved holds the other per-call counters' children, resolved once
+	// per label values (bounded sets too: schemes, results, sources, the
+	// labelled methods and statuses).
+	resolved sync.Map // counterKey -> prometheus.Counter
+}
+
+// counterKey names a child of one of the per-call counter vectors: labels
+// a and b, or a and the status n (n < 0: none).
+type counterKey struct {
+	vec  *prometheus.CounterVec
+	a, b string
+	n    int
+}
+
+// inc counts one under vec's labels a and b, resolving the child once.
+func (m *metrics) inc(vec *prometheus.CounterVec, a, b string) {
+	m.incKey(counterKey{vec: vec, a: a, b: b, n: -1})
+}
+
+// incStatus counts one under vec's labels a and the status n.
+func (m *metrics) incStatus(vec *prometheus.CounterVec, a string, n int) {
+	m.incKey(counterKey{vec: vec, a: a, n: n})
+}
+
+func (m *metrics) incKey(k counterKey) {
+	if c, ok := m.resolved.Load(k); ok {
+		c.(prometheus.Counter).Inc()
+		return
+	}
+	b := k.b
+	if k.n >= 0 {
+		b = strconv.Itoa(k.n)
+	}
+	c := k.vec.WithLabelValues(k.a, b)
+	m.resolved.Store(k, c)
+	c.Inc()
 }
 
 type requestKey struct {
@@ -75,7 +111,7 @@ func (m *metrics) observeRequest(method, path string, status int, d time.Duratio
 // observeCall counts a proxied business call by method and the status the
 // caller got, and its retry after a 401.
 func (m *metrics) observeCall(method string, status int, retried bool) {
-	m.calls.WithLabelValues(method, strconv.Itoa(status)).Inc()
+	m.incStatus(m.calls, method, status)
 	if retried {
 		m.retries.WithLabelValues(method).Inc()
 	}
@@ -94,7 +130,7 @@ func (m *metrics) observeAuthorization(scheme string, cached bool, err error) {
 	case cached:
 		result = "cached"
 	}
-	m.authz.WithLabelValues(scheme, result).Inc()
+	m.inc(m.authz, scheme, result)
 }
 
 func newMetrics(tm *tokenq.Manager, version string) *metrics {

@@ -96,7 +96,17 @@ type proxyCall struct {
 	// complete says the service's answer was read to its end.
 	complete bool
 	body     *heldBody // released when the call is done
+	// values back the request id's and the Authorization header's values
+	// (one allocation with the call instead of one per header).
+	values [2]string
 }
+
+// Header values the proxy sets on every request that needs them, shared:
+// nothing changes a header's value slice in place.
+var (
+	teTrailers  = []string{"trailers"}
+	noUserAgent = []string{""}
+)
 
 // proxy serves /v1/service/{method}: it checks the call, sends it with
 // the identity's header (once more with a fresh one after a 401) and
@@ -189,13 +199,14 @@ func (a *Agent) prepareProxy(r *http.Request, call *proxyCall) (*http.Request, *
 		delete(h, k)
 	}
 	if trailers {
-		h["Te"] = []string{"trailers"} // the agent passes trailers on
+		h["Te"] = teTrailers // the agent passes trailers on
 	}
 	if _, ok := h["User-Agent"]; !ok {
-		h["User-Agent"] = []string{""} // no Go default in its place
+		h["User-Agent"] = noUserAgent // no Go default in its place
 	}
 	// The service sees the request's id, the one in the audit line.
-	h[RequestIDHeader] = []string{call.entry.requestID}
+	call.values[0] = call.entry.requestID
+	h[RequestIDHeader] = call.values[0:1:1]
 	base := target.base
 	out := r.WithContext(r.Context())
 	out.URL = &url.URL{Scheme: base.Scheme, Host: base.Host, Path: strings.TrimRight(base.Path, "/") + path, RawQuery: cleanQuery(r.URL.RawQuery)}
@@ -214,7 +225,8 @@ func (a *Agent) send(out *http.Request, t *proxyTarget, au authz.Authorizer, cal
 			out.Body, out.ContentLength = io.NopCloser(body.reader()), body.size
 			out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body.reader()), nil }
 		}
-		out.Header["Authorization"] = []string{authorization}
+		call.values[1] = authorization
+		out.Header["Authorization"] = call.values[1:2:2]
 		resp, err := t.transport.RoundTrip(out)
 		if err != nil {
 			return nil, &upstreamError{ctx: ctx, err: err}
@@ -240,7 +252,11 @@ func (a *Agent) passOn(w http.ResponseWriter, resp *http.Response, call *proxyCa
 	delete(resp.Header, RequestIDHeader)
 	h := w.Header()
 	for k, vv := range resp.Header {
-		h[k] = append(h[k], vv...)
+		if cur, ok := h[k]; ok {
+			h[k] = append(cur, vv...)
+		} else {
+			h[k] = vv // the answer's own slice: nothing changes it after
+		}
 	}
 	announced := len(resp.Trailer)
 	if announced > 0 {
