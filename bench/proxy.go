@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/oidc"
 )
 
@@ -302,10 +303,14 @@ func randomHex(n int) string {
 // upstreamAnswer is what the benchmark's business API answers.
 var upstreamAnswer = []byte(`{"Organizations":[{"OrgId":"org-1","FullName":"Horns and Hooves LLC"}]}`)
 
-// ServeUpstream serves the benchmark's minimal business API on addr until
-// ctx ends: a request with an Authorization header gets upstreamAnswer,
+// ServeUpstream serves the benchmark's minimal business API on addr (a
+// loopback address) until ctx ends: a request with an Authorization header gets upstreamAnswer,
 // one without gets 401.
 func ServeUpstream(ctx context.Context, addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%w: the benchmark's business API listens on a loopback address only, not %q", errdefs.ErrInvalidInput, addr)
+	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
