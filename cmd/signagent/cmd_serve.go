@@ -229,7 +229,7 @@ func serve(c *cli.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	tuneGC()
+	tuneGC(cfg.ServiceBodyBudget)
 	if cfg.Inherited, err = activation.Listeners(); err != nil {
 		return fmt.Errorf("could not take the sockets systemd passed: %w", err)
 	}
@@ -316,8 +316,18 @@ func reload(c *cli.Context, e *env, d *agent.Daemon, inherited []net.Listener) {
 // times what is live between collections, tens of megabytes.
 const serveGCPercent = 400
 
-func tuneGC() {
-	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetGCPercent(serveGCPercent)
+// tuneGC sets serveGCPercent, with a soft memory limit of twice the
+// proxied bodies the agent may hold (budget) plus 64 MiB: a heap that
+// grows toward it is collected as often as Go's default would, so the
+// higher target never lets the worst case (every held body in memory)
+// take more than the default would have.
+func tuneGC(budget int64) {
+	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+		return
 	}
+	debug.SetGCPercent(serveGCPercent)
+	if budget <= 0 {
+		budget = agent.DefaultServiceBodyBudget
+	}
+	debug.SetMemoryLimit(2*budget + 64<<20)
 }
