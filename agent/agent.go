@@ -338,7 +338,9 @@ func (a *Agent) wrap(mux http.Handler, auth Authenticator) http.Handler {
 		if rt, _ := routeNamed(route); rt.body == serviceBody {
 			limit = a.o.ServiceMaxBody
 		}
-		r.Body = http.MaxBytesReader(sw, r.Body, limit)
+		if r.Body != http.NoBody { // nothing to bound (most GETs): no reader to allocate
+			r.Body = http.MaxBytesReader(sw, r.Body, limit)
+		}
 		mux.ServeHTTP(sw, r.WithContext(ctx))
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"sync"
 
@@ -49,6 +50,10 @@ type heldBody struct {
 	size   int64
 }
 
+// noBody is the held body of every request that came without one; it is
+// never changed.
+var noBody heldBody
+
 // reader returns the body from its start.
 func (h *heldBody) reader() io.Reader {
 	if h.file != nil {
@@ -58,6 +63,9 @@ func (h *heldBody) reader() io.Reader {
 }
 
 func (h *heldBody) Close() {
+	if h.held == 0 && h.file == nil {
+		return // nothing taken (noBody among them)
+	}
 	if h.file != nil {
 		h.file.Close()
 	}
@@ -69,6 +77,9 @@ func (h *heldBody) Close() {
 // the Content-Length, when given, is taken at once (or refused at once);
 // a body of unknown length takes the budget as it is read.
 func (b *bodyBudget) hold(r io.Reader, contentLength int64) (*heldBody, error) {
+	if r == http.NoBody {
+		return &noBody, nil // most proxied calls: a GET the server read no body for
+	}
 	h := &heldBody{budget: b}
 	if contentLength > 0 {
 		if !b.sem.TryAcquire(contentLength) {

@@ -266,8 +266,18 @@ func TestHeldBodies(t *testing.T) {
 		}
 		h.Close()
 	}
+	// A request the server read no body for takes nothing, and its Close
+	// gives nothing back.
+	h, err := b.hold(http.NoBody, 0)
+	if err != nil || h.size != 0 || h.held != 0 {
+		t.Fatalf("no body: %v %+v", err, h)
+	}
+	h.Close()
 	if !b.sem.TryAcquire(1 << 20) {
 		t.Fatal("the budget was not given back")
+	}
+	if b.sem.TryAcquire(1) {
+		t.Fatal("the budget grew")
 	}
 }
 
