@@ -649,3 +649,31 @@ func TestProxyDoesNotFollowRedirects(t *testing.T) {
 		t.Fatalf("%d %q, the other host reached %d times", resp.StatusCode, resp.Header.Get("Location"), reached.Load())
 	}
 }
+
+// TestProxyNoProtocolSwitch: the proxy passes no protocol switch on (the
+// caller's Upgrade header is hop-by-hop and dropped); a service that
+// answers 101 anyway is a failed call, 502 with the agent's error code,
+// not a connection handed over. A stand-in service: the emulator never
+// switches.
+func TestProxyNoProtocolSwitch(t *testing.T) {
+	h := start(t, options{oidc: true})
+	var upgrade atomic.Value
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upgrade.Store(r.Header.Get("Upgrade"))
+		w.Header().Set("Upgrade", "websocket")
+		w.Header().Set("Connection", "Upgrade")
+		w.WriteHeader(http.StatusSwitchingProtocols)
+	}))
+	defer svc.Close()
+	if err := h.agent.SetServiceAPI(svc.URL, false); err != nil {
+		t.Fatal(err)
+	}
+	hdr := http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}}
+	resp, body := h.call(t, "GET", "/v1/service/Stream", aliceOIDC, hdr, "")
+	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(agent.ErrorHeader) != "service_unreachable" {
+		t.Fatalf("%d %s %q", resp.StatusCode, resp.Header.Get(agent.ErrorHeader), body)
+	}
+	if u, _ := upgrade.Load().(string); u != "" {
+		t.Errorf("the caller's Upgrade reached the service: %q", u)
+	}
+}
