@@ -84,8 +84,6 @@ type Agent struct {
 	// refusals rate-limits the log and audit lines of refused callers.
 	refusals *sampler
 	bodies   *bodyBudget
-	// copies lends the proxy its copy buffers (see proxyBuffers).
-	copies proxyBuffers
 	// parsedIdentities are the proxy's parsed Signagent-Identity values.
 	parsedIdentities identityCache
 	// held indexes the identities headers were obtained for.

@@ -56,23 +56,3 @@ func TestBodyBudget(t *testing.T) {
 		t.Fatal("the budget was not given back")
 	}
 }
-
-// The proxy's copy buffers are 32 KiB; one of another size given back is
-// not lent out again (httputil.ReverseProxy would copy through it).
-func TestProxyBuffers(t *testing.T) {
-	var p proxyBuffers
-	if b := p.Get(); len(b) != proxyBufferSize {
-		t.Fatalf("a buffer of %d bytes", len(b))
-	}
-	for range 100 {
-		p.Put(make([]byte, 10))
-		if b := p.Get(); len(b) != proxyBufferSize {
-			t.Fatalf("lent a foreign buffer of %d bytes", len(b))
-		}
-	}
-	b := p.Get()
-	p.Put(b[:5])
-	if got := p.Get(); len(got) != proxyBufferSize {
-		t.Fatalf("a buffer given back short is lent at %d bytes", len(got))
-	}
-}

@@ -5,16 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
-	"net/textproto"
 	"net/url"
-	"regexp"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
@@ -100,13 +95,6 @@ type proxyCall struct {
 	// (one allocation with the call instead of one per header).
 	values [2]string
 }
-
-// Header values the proxy sets on every request that needs them, shared:
-// nothing changes a header's value slice in place.
-var (
-	teTrailers  = []string{"trailers"}
-	noUserAgent = []string{""}
-)
 
 // proxy serves /v1/service/{method}: it checks the call, sends it with
 // the identity's header (once more with a fresh one after a 401) and
@@ -298,8 +286,9 @@ func (a *Agent) passOn(w http.ResponseWriter, resp *http.Response, call *proxyCa
 // flushing after each write when flush is set; call.complete says the
 // body was read to its end.
 func (a *Agent) copyAnswer(w io.Writer, body io.Reader, flush func() error, call *proxyCall) error {
-	buf := a.copies.Get()
-	defer a.copies.Put(buf)
+	bp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bp)
+	buf := *bp
 	for {
 		n, rerr := body.Read(buf)
 		if n > 0 {
@@ -320,76 +309,6 @@ func (a *Agent) copyAnswer(w io.Writer, body io.Reader, flush func() error, call
 			return rerr
 		}
 	}
-}
-
-// hopHeaders are the hop-by-hop headers of RFC 9110 (and the older ones
-// still sent): they are for one connection, not passed on.
-var hopHeaders = [...]string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
-// dropHopByHop removes the hop-by-hop headers from h, and those its
-// Connection header names.
-func dropHopByHop(h http.Header) {
-	for _, f := range h["Connection"] {
-		for sf := range strings.SplitSeq(f, ",") {
-			if sf = textproto.TrimString(sf); sf != "" {
-				h.Del(sf)
-			}
-		}
-	}
-	for _, k := range hopHeaders {
-		delete(h, k)
-	}
-}
-
-// hasToken reports whether the comma-separated header values hold token
-// (case-insensitively).
-func hasToken(values []string, token string) bool {
-	for _, v := range values {
-		for t := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(textproto.TrimString(t), token) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func isEventStream(contentType string) bool {
-	const es = "text/event-stream"
-	if len(contentType) < len(es) || !strings.EqualFold(contentType[:len(es)], es) {
-		return false // most answers: nothing to parse
-	}
-	mt, _, _ := mime.ParseMediaType(contentType)
-	return mt == es
-}
-
-// cleanQuery re-encodes a query the service could read otherwise than the
-// agent (a semicolon, a broken escape), as httputil.ReverseProxy does: a
-// caller cannot smuggle parameters past the agent through it.
-func cleanQuery(q string) string {
-	for i := 0; i < len(q); {
-		switch q[i] {
-		case ';':
-			return reencodeQuery(q)
-		case '%':
-			if i+2 >= len(q) || !isHex(q[i+1]) || !isHex(q[i+2]) {
-				return reencodeQuery(q)
-			}
-			i += 3
-		default:
-			i++
-		}
-	}
-	return q
-}
-
-func reencodeQuery(q string) string {
-	v, _ := url.ParseQuery(q)
-	return v.Encode()
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // proxyFailed answers a call the proxy could not complete with the
@@ -429,112 +348,4 @@ func (e *upstreamError) classified() error {
 		return &service.TransportError{Method: "the business call", Msg: "the service did not answer within the request deadline", Err: context.DeadlineExceeded}
 	}
 	return &service.TransportError{Method: "the business call", Msg: "could not reach the service: " + e.Error()}
-}
-
-// ParseIdentity reads IdentityHeader's value (authz.ParseSelector's
-// syntax) and checks its credential, if any. The error names what is wrong
-// without repeating the values.
-func ParseIdentity(s string, legacySNILS bool) (authz.Selector, error) {
-	sel, err := authz.ParseSelector(s)
-	if err != nil {
-		return authz.Selector{}, fmt.Errorf("%w: %s: %w", errdefs.ErrInvalidInput, IdentityHeader, err)
-	}
-	if sel.Credential != nil {
-		if _, err := parseCredential(api.Credential(*sel.Credential), legacySNILS); err != nil {
-			return authz.Selector{}, fmt.Errorf("%s: %w", IdentityHeader, err)
-		}
-	}
-	return sel, nil
-}
-
-// identityCache keeps the parsed identity of the header values seen last:
-// a partner system sends the same few identities call after call, and
-// parsing and checking one costs more than the rest of the agent's work
-// on a proxied call. Only identities that parse are kept; the cache
-// starts over when full, so that callers cannot grow it.
-type identityCache struct {
-	mu sync.RWMutex
-	m  map[string]authz.Selector
-}
-
-const maxCachedIdentities = 256
-
-func (c *identityCache) parse(s string, legacySNILS bool) (authz.Selector, error) {
-	key := s
-	if legacySNILS {
-		key = "\x00" + s
-	}
-	c.mu.RLock()
-	sel, ok := c.m[key]
-	c.mu.RUnlock()
-	if ok {
-		return sel, nil
-	}
-	sel, err := ParseIdentity(s, legacySNILS)
-	if err != nil {
-		return sel, err
-	}
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= maxCachedIdentities {
-		c.m = make(map[string]authz.Selector, maxCachedIdentities)
-	}
-	c.m[key] = sel
-	c.mu.Unlock()
-	return sel, nil
-}
-
-// The metrics name a business method only when it is a plain name and the
-// agent has not labelled too many already: callers cannot grow /metrics.
-var methodName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,63}(/[A-Za-z][A-Za-z0-9_]{0,63})?$`)
-
-const maxMethodLabels = 64
-
-type methodLabels struct {
-	mu   sync.Mutex
-	seen map[string]bool
-}
-
-func (l *methodLabels) label(method string) string {
-	l.mu.Lock()
-	seen := l.seen[method]
-	l.mu.Unlock()
-	if seen {
-		return method // checked when first seen
-	}
-	if !methodName.MatchString(method) {
-		return "other"
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.seen == nil {
-		l.seen = map[string]bool{}
-	}
-	if !l.seen[method] {
-		if len(l.seen) >= maxMethodLabels {
-			return "other"
-		}
-		l.seen[method] = true
-	}
-	return method
-}
-
-// proxyBuffers lends the proxy the buffers it copies answers through,
-// instead of a new 32 KiB buffer per call.
-type proxyBuffers struct{ pool sync.Pool }
-
-const proxyBufferSize = 32 << 10
-
-func (p *proxyBuffers) Get() []byte {
-	if b, ok := p.pool.Get().(*[]byte); ok {
-		return *b
-	}
-	return make([]byte, proxyBufferSize)
-}
-
-func (p *proxyBuffers) Put(b []byte) {
-	if cap(b) != proxyBufferSize {
-		return // not one of ours
-	}
-	b = b[:proxyBufferSize]
-	p.pool.Put(&b)
 }
