@@ -36,7 +36,7 @@ func TestArchitecturePage(t *testing.T) {
 	for _, n := range new(Agent).buildSchemes(&state{}).Names() {
 		names = append(names, "`"+n+"`")
 	}
-	if line := "The agent's schemes (`schemes`): " + strings.Join(names, ", ") + "."; !strings.Contains(page, line) {
+	if line := "The agent's schemes (`buildSchemes`): " + strings.Join(names, ", ") + "."; !strings.Contains(page, line) {
 		t.Errorf("the page does not list the agent's schemes as the code does (want %q)", line)
 	}
 	// The emulator shares no parser with the clients it tests, and each
