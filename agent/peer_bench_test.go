@@ -21,9 +21,11 @@ import (
 // upstream: the direct call, nginx, the agent's proxy over TCP with its
 // bearer and over its Unix socket (the identity's header cached), a cached
 // POST /v1/authorizations (OpenID Connect and legacy) and GET /readyz, at
-// concurrency 1 and 8. It reports p50 and p99 of each and the ratios the
-// issue sets goals for. Without Debian's nginx the nginx rows are skipped
-// with a message (make gobench installs it).
+// concurrency 1 and 8, and the Go floor (bench.FloorProxy: Go's HTTP
+// server with no agent work). It reports p50 and p99 of each and the
+// ratios the issue sets goals for, and those against the floor. Without
+// Debian's nginx the nginx rows are skipped with a message (make gobench
+// installs it).
 func BenchmarkProxyPeer(b *testing.B) {
 	body := []byte(`{"Organizations":[{"OrgId":"org-1","FullName":"Horns and Hooves LLC"}]}`)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -80,6 +82,19 @@ func BenchmarkProxyPeer(b *testing.B) {
 		{"authz-legacy", post(sock, "http://agent/v1/authorizations", `{"scheme":"legacy","by":"password","login":"alice@example.com"}`)},
 		{"readyz", get(sock, "http://agent/readyz")},
 	}
+	// The Go floor (bench.FloorProxy): Go's HTTP server with the agent's
+	// timeouts and no agent work, over the same upstream.
+	fl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	floor := bench.FloorServer(bench.FloorProxy(up.Listener.Addr().String(), bearer))
+	go floor.Serve(fl)
+	defer floor.Close()
+	paths = append(paths, struct {
+		name string
+		call func() error
+	}{"go-floor", get(tcp, "http://"+fl.Addr().String()+method, "Authorization", "Bearer "+bearer)})
 	url, why, stopNginx, _ := bench.StartNginx(up.Listener.Addr().String(), bearer)
 	defer stopNginx()
 	if url != "" {
@@ -120,7 +135,9 @@ func BenchmarkProxyPeer(b *testing.B) {
 	if len(c1["nginx"]) > 0 {
 		ratio("proxy-tcp/nginx-c1-p50", median(c1["proxy-tcp"]), median(c1["nginx"]))
 		ratio("proxy-tcp/nginx-c8-p99", percentile(c8["proxy-tcp"], 99), percentile(c8["nginx"], 99))
+		ratio("go-floor/nginx-c1-p50", median(c1["go-floor"]), median(c1["nginx"]))
 	}
+	ratio("proxy-tcp/go-floor-c1-p50", median(c1["proxy-tcp"]), median(c1["go-floor"]))
 	ratio("proxy-unix/direct-c1-p50", median(c1["proxy-unix"]), median(c1["direct"]))
 	ratio("proxy-unix/(direct+hop)-c1-p50", median(c1["proxy-unix"]), median(c1["direct"])+median(c1["readyz"]))
 	ratio("authz-oidc/readyz-c1-p50", median(c1["authz-oidc"]), median(c1["readyz"]))

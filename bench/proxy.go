@@ -42,7 +42,9 @@ type ProxyOptions struct {
 // /readyz; each row's time is spread over interleaved rounds so that the
 // machine's drift falls on every row alike. It prints the rows and the
 // ratios: proxy / nginx, proxy / direct, proxy / (direct + hop),
-// authorizations / readyz. Without nginx its rows are skipped, said so.
+// authorizations / readyz, and against the Go floor (FloorProxy: Go's
+// HTTP server with no agent work): floor / nginx, proxy / floor. Without
+// nginx its rows are skipped, said so.
 func Proxy(ctx context.Context, o ProxyOptions) error {
 	say := func(format string, a ...any) { fmt.Fprintf(o.Stderr, "bench: "+format+"\n", a...) }
 	dir, err := os.MkdirTemp("", "signagent-bench")
@@ -56,20 +58,11 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 	// the caller's goroutine to the server's without a process waking,
 	// which no path through a proxy can match, and the direct row would
 	// no longer be the baseline the ratios need.
-	upAddr, err := freePort()
+	upAddr, up, err := startHelper(ctx, o, "business API", "upstream")
 	if err != nil {
 		return err
 	}
-	up := exec.CommandContext(ctx, o.Executable, "bench", "upstream", "--listen", upAddr)
-	up.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "SIGNAGENT_") || strings.HasPrefix(kv, "LISTEN_") })
-	up.Stderr = o.Stderr
-	if err := up.Start(); err != nil {
-		return fmt.Errorf("could not start the benchmark's business API: %w", err)
-	}
-	defer func() { up.Process.Signal(syscall.SIGTERM); up.Wait() }()
-	if err := waitListening(ctx, upAddr); err != nil {
-		return fmt.Errorf("the benchmark's business API: %w", err)
-	}
+	defer stopHelper(up)
 	upURL := "http://" + upAddr
 
 	// The agent serves one OpenID Connect profile whose access token lives
@@ -97,7 +90,7 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 		"--bearer-token-file", filepath.Join(dir, "bearer"), "--audit-log", filepath.Join(dir, "audit.log"), "--api-url", upURL,
 		"--auth-url", "http://127.0.0.1:9", "--client-id", "bench", "--client-secret-file", filepath.Join(dir, "client-secret"),
 		"--token-store", state, "--config", os.DevNull)
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "SIGNAGENT_") || strings.HasPrefix(kv, "LISTEN_") })
+	cmd.Env = cleanEnv()
 	cmd.Stderr = o.Stderr
 	if err := cmd.Start(); err != nil {
 		return err
@@ -107,6 +100,13 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 	if err := a.waitReady(ctx, time.Now()); err != nil {
 		return err
 	}
+	// The Go floor: the least a proxy on Go's HTTP server does for the
+	// same call (FloorProxy), in a process of its own as the agent is.
+	floorAddr, floor, err := startHelper(ctx, o, "Go floor", "floor", "--upstream", upAddr, "--bearer-token-file", filepath.Join(dir, "bearer"))
+	if err != nil {
+		return err
+	}
+	defer stopHelper(floor)
 
 	tcp := &http.Transport{MaxIdleConnsPerHost: 64}
 	unix := &http.Transport{MaxIdleConnsPerHost: 64, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -137,6 +137,7 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 	}
 	paths := []path{
 		{"direct", call(tcp, "GET", upURL+method, "", "Authorization", "Bearer "+token)},
+		{"go floor", call(tcp, "GET", "http://"+floorAddr+method, "", "Authorization", "Bearer "+bearer)},
 		{"proxy tcp", call(tcp, "GET", "http://"+port+"/v1/service"+method, "", "Authorization", "Bearer "+bearer, "Signagent-Identity", "oidc profile=bench")},
 		{"proxy unix", call(unix, "GET", "http://agent/v1/service"+method, "", "Signagent-Identity", "oidc profile=bench")},
 		{"authorizations", call(unix, "POST", "http://agent/v1/authorizations", `{"scheme":"oidc","profile":"bench"}`)},
@@ -156,7 +157,10 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 	}
 	// CPU per call: the process time the serving process (nginx: its
 	// master and workers) spent during a row, divided by the row's calls.
-	cpuOf := map[string]func() time.Duration{"proxy tcp": func() time.Duration { return processCPU(cmd.Process.Pid) }}
+	cpuOf := map[string]func() time.Duration{
+		"proxy tcp": func() time.Duration { return processCPU(cmd.Process.Pid) },
+		"go floor":  func() time.Duration { return processCPU(floor.Process.Pid) },
+	}
 	if nginxPID > 0 {
 		cpuOf["nginx"] = func() time.Duration { return processCPU(nginxPID) }
 	}
@@ -195,9 +199,11 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 	}
 	ratios := proxyRatios(at, o.Concurrency)
 	for _, conc := range o.Concurrency {
-		a, n := cpuPerCall[fmt.Sprintf("proxy tcp/%d", conc)], cpuPerCall[fmt.Sprintf("nginx/%d", conc)]
-		if a > 0 && n > 0 {
-			ratios = append(ratios, Ratio{Name: fmt.Sprintf("CPU per call, proxy tcp / nginx (c%d)", conc), Value: float64(a) / float64(n)})
+		for _, pair := range [][2]string{{"proxy tcp", "nginx"}, {"go floor", "nginx"}, {"proxy tcp", "go floor"}} {
+			a, n := cpuPerCall[fmt.Sprintf("%s/%d", pair[0], conc)], cpuPerCall[fmt.Sprintf("%s/%d", pair[1], conc)]
+			if a > 0 && n > 0 {
+				ratios = append(ratios, Ratio{Name: fmt.Sprintf("CPU per call, %s / %s (c%d)", pair[0], pair[1], conc), Value: float64(a) / float64(n)})
+			}
 		}
 	}
 	if o.JSON {
@@ -209,6 +215,39 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 		fmt.Fprintf(o.Stdout, "%-44s %6.2f\n", r.Name, r.Value)
 	}
 	return nil
+}
+
+// startHelper starts `signagent bench NAME ARGS... --listen ADDR` (the
+// business API or the Go floor) on a free loopback address, with
+// cleanEnv, and waits until it listens.
+func startHelper(ctx context.Context, o ProxyOptions, what, name string, args ...string) (string, *exec.Cmd, error) {
+	addr, err := freePort()
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.CommandContext(ctx, o.Executable, append(append([]string{"bench", name}, args...), "--listen", addr)...)
+	cmd.Env = cleanEnv()
+	cmd.Stderr = o.Stderr
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("could not start the benchmark's %s: %w", what, err)
+	}
+	if err := waitListening(ctx, addr); err != nil {
+		stopHelper(cmd)
+		return "", nil, fmt.Errorf("the benchmark's %s: %w", what, err)
+	}
+	return addr, cmd, nil
+}
+
+// cleanEnv is the environment without SIGNAGENT_ and LISTEN_ variables:
+// the processes bench proxy starts take their settings from their flags.
+func cleanEnv() []string {
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "SIGNAGENT_") || strings.HasPrefix(kv, "LISTEN_") })
+}
+
+// stopHelper ends a process startHelper started and waits for it.
+func stopHelper(cmd *exec.Cmd) {
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
 }
 
 // processCPU is the user and system time of process pid and of its
@@ -272,6 +311,8 @@ func proxyRatios(at map[string]*Result, conc []int) []Ratio {
 	for _, c := range conc {
 		add(fmt.Sprintf("proxy tcp / nginx, p50 at %d", c), p("proxy tcp", c, 50), p("nginx", c, 50))
 		add(fmt.Sprintf("proxy tcp / nginx, p99 at %d", c), p("proxy tcp", c, 99), p("nginx", c, 99))
+		add(fmt.Sprintf("go floor / nginx, p50 at %d", c), p("go floor", c, 50), p("nginx", c, 50))
+		add(fmt.Sprintf("proxy tcp / go floor, p50 at %d", c), p("proxy tcp", c, 50), p("go floor", c, 50))
 		add(fmt.Sprintf("proxy unix / direct, p50 at %d", c), p("proxy unix", c, 50), p("direct", c, 50))
 		add(fmt.Sprintf("proxy unix / (direct + hop), p50 at %d", c), p("proxy unix", c, 50), p("direct", c, 50)+p("readyz", c, 50))
 		add(fmt.Sprintf("authorizations / readyz, p50 at %d", c), p("authorizations", c, 50), p("readyz", c, 50))
@@ -307,8 +348,7 @@ var upstreamAnswer = []byte(`{"Organizations":[{"OrgId":"org-1","FullName":"Horn
 // loopback address) until ctx ends: a request with an Authorization header gets upstreamAnswer,
 // one without gets 401.
 func ServeUpstream(ctx context.Context, addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+	if !loopback(addr) {
 		return fmt.Errorf("%w: the benchmark's business API listens on a loopback address only, not %q", errdefs.ErrInvalidInput, addr)
 	}
 	l, err := net.Listen("tcp", addr)
@@ -328,6 +368,13 @@ func ServeUpstream(ctx context.Context, addr string) error {
 		return err
 	}
 	return nil
+}
+
+// loopback says whether addr is a loopback host:port.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	ip := net.ParseIP(host)
+	return err == nil && ip != nil && ip.IsLoopback()
 }
 
 // waitListening waits up to 10 seconds for addr to accept a connection.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/safefile"
 )
 
 func benchCommand(e *env) *cli.Command {
@@ -47,7 +49,7 @@ func benchCommand(e *env) *cli.Command {
 		Action: func(c *cli.Context) error {
 			return runBench(c, e)
 		},
-		Subcommands: []*cli.Command{benchProxyCommand(e), benchUpstreamCommand()},
+		Subcommands: []*cli.Command{benchProxyCommand(e), benchUpstreamCommand(), benchFloorCommand()},
 	}
 }
 
@@ -67,6 +69,31 @@ func benchUpstreamCommand() *cli.Command {
 	}
 }
 
+// benchFloorCommand is the Go floor bench proxy measures the agent's
+// proxy against: the least a proxy on Go's HTTP server does for the same
+// call, in a process of its own (hidden: bench proxy starts it).
+func benchFloorCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "floor",
+		Hidden: true,
+		Usage:  "serve bench proxy's Go floor (a bare net/http proxy) on a loopback address until SIGTERM",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "listen", Required: true, Usage: "loopback `HOST:PORT`"},
+			&cli.StringFlag{Name: "upstream", Required: true, Usage: "the business API's loopback `HOST:PORT`"},
+			&cli.StringFlag{Name: "bearer-token-file", Required: true, Usage: "the callers' bearer token from `FILE`"},
+		},
+		Action: func(c *cli.Context) error {
+			b, err := safefile.ReadSecret(c.String("bearer-token-file"), 4096, 0)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return bench.ServeFloor(ctx, c.String("listen"), c.String("upstream"), strings.TrimSpace(string(b)))
+		},
+	}
+}
+
 // benchProxyCommand is `signagent bench proxy`: the agent's proxy against
 // nginx in one run (bench.Proxy).
 func benchProxyCommand(e *env) *cli.Command {
@@ -76,8 +103,9 @@ func benchProxyCommand(e *env) *cli.Command {
 		Description: "Starts a minimal business API in a process of its own (as a real one is), `signagent serve` (an OpenID\n" +
 			"Connect profile whose header is cached, over a Unix socket and loopback TCP with a bearer token) and Debian's nginx\n" +
 			"as the header-injecting proxy an operator would write (bearer check, fixed Authorization header, upstream\n" +
-			"keepalive pool, buffered access log; skipped with a message when absent), then prints p50 and p99 of each at each\n" +
-			"concurrency, the CPU per call of the agent and of nginx, and the ratios.\n\n" +
+			"keepalive pool, buffered access log; skipped with a message when absent) and the Go floor (the least a proxy on Go's\n" +
+			"HTTP server does for the call: no agent work), then prints p50 and p99 of each at each concurrency, the CPU per\n" +
+			"call of the agent, the floor and nginx, and the ratios.\n\n" +
 			examples("signagent bench proxy", "signagent bench proxy --each 10s --concurrency 1,8 --json"),
 		Flags: concat([]cli.Flag{
 			&cli.DurationFlag{Name: "each", Value: 5 * time.Second, Usage: "`DURATION` each row runs, spread over --rounds"},
