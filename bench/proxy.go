@@ -312,6 +312,7 @@ func proxyRatios(at map[string]*Result, conc []int) []Ratio {
 		add(fmt.Sprintf("proxy tcp / nginx, p50 at %d", c), p("proxy tcp", c, 50), p("nginx", c, 50))
 		add(fmt.Sprintf("proxy tcp / nginx, p99 at %d", c), p("proxy tcp", c, 99), p("nginx", c, 99))
 		add(fmt.Sprintf("go floor / nginx, p50 at %d", c), p("go floor", c, 50), p("nginx", c, 50))
+		add(fmt.Sprintf("go floor / nginx, p99 at %d", c), p("go floor", c, 99), p("nginx", c, 99))
 		add(fmt.Sprintf("proxy tcp / go floor, p50 at %d", c), p("proxy tcp", c, 50), p("go floor", c, 50))
 		add(fmt.Sprintf("proxy unix / direct, p50 at %d", c), p("proxy unix", c, 50), p("direct", c, 50))
 		add(fmt.Sprintf("proxy unix / (direct + hop), p50 at %d", c), p("proxy unix", c, 50), p("direct", c, 50)+p("readyz", c, 50))
