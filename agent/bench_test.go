@@ -255,7 +255,7 @@ func percentile(ds []time.Duration, p int) time.Duration {
 // its own allocations stay out of the count.
 func BenchmarkHandlerCPU(b *testing.B) {
 	up := bareResponder(b, `{"Organizations":[{"OrgId":"org-1","FullName":"Horns and Hooves LLC"}]}`)
-	h := start(b, options{oidc: true, legacy: true, apiURL: up})
+	h := start(b, options{oidc: true, legacy: true, apiURL: up, auditFile: true})
 	hd := h.agent.Handler(agent.NewBearerAuth("0123456789abcdef0123456789abcdef"))
 	for _, tc := range []struct{ name, method, path, body, identity string }{
 		{"readyz", "GET", "/readyz", "", ""},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,6 +76,10 @@ type options struct {
 	// noToken starts the agent without a token (and so without the
 	// trusted service): OpenID Connect and legacy passwords alone.
 	noToken bool
+	// auditFile writes the audit log to a file as serve does
+	// (agent.OpenAuditFile), not to h.audit: for benchmarks, whose
+	// in-memory log would only grow.
+	auditFile bool
 }
 
 // Alice's box, and another organization's.
@@ -142,7 +147,16 @@ func start(t testing.TB, o options) *harness {
 			t.Fatal(err)
 		}
 	}
-	h.agent = agent.New(agent.Options{Token: h.tm, Client: client, APIKey: apiKey, Log: log, Audit: agent.NewAudit(audit),
+	var auditTo io.Writer = audit
+	if o.auditFile {
+		f, err := agent.OpenAuditFile(filepath.Join(t.TempDir(), "audit.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		auditTo = f
+	}
+	h.agent = agent.New(agent.Options{Token: h.tm, Client: client, APIKey: apiKey, Log: log, Audit: agent.NewAudit(auditTo),
 		RequestDeadline: o.deadline, Routes: o.routes, ServiceMaxBody: o.maxBody, ServiceBodyBudget: o.budget,
 		Policy:       agent.Policy{ExposeCanonical: o.expose, ExposeLegacyHeader: o.legacy && !o.hideLegacy, NoCertificateLogin: o.noCertLogin},
 		RefreshFloor: cmp.Or(o.floor, time.Nanosecond)})

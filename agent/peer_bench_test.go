@@ -37,7 +37,7 @@ func BenchmarkProxyPeer(b *testing.B) {
 		w.Write(body)
 	}))
 	defer up.Close()
-	h := start(b, options{oidc: true, legacy: true, apiURL: up.URL})
+	h := start(b, options{oidc: true, legacy: true, apiURL: up.URL, auditFile: true})
 
 	const bearer = "0123456789abcdef0123456789abcdef"
 	l, err := agent.ListenTCP("127.0.0.1:0", nil)
