@@ -7,6 +7,8 @@ package main
 // profiling the agent under load: `go build -tags pprof ./cmd/signagent`,
 // then `PPROF_ADDR=127.0.0.1:6060 signagent bench proxy` and
 // `go tool pprof http://127.0.0.1:6060/debug/pprof/profile?seconds=15`.
+// bench proxy's Go floor serves its own on $PPROF_FLOOR_ADDR, so that the
+// two can be profiled under the same load.
 
 import (
 	"net"
@@ -18,13 +20,16 @@ import (
 )
 
 func init() {
-	addr := os.Getenv("PPROF_ADDR")
-	if addr == "" || !strings.HasPrefix(addr, "127.0.0.1:") {
-		return
+	// The agent and the Go floor only: bench proxy runs this binary too,
+	// and starts both from it.
+	var addr string
+	switch {
+	case slices.Contains(os.Args, "serve"):
+		addr = os.Getenv("PPROF_ADDR")
+	case slices.Contains(os.Args, "floor"):
+		addr = os.Getenv("PPROF_FLOOR_ADDR")
 	}
-	// The agent only: bench proxy runs this binary too, and starts the
-	// agent from it.
-	if !slices.Contains(os.Args, "serve") {
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
 		return
 	}
 	if l, err := net.Listen("tcp", addr); err == nil {
