@@ -90,13 +90,17 @@ type Agent struct {
 	held held
 }
 
+// DefaultRequestDeadline bounds a request when Options.RequestDeadline
+// is not set.
+const DefaultRequestDeadline = 30 * time.Second
+
 // New returns an agent.
 func New(o Options) *Agent {
 	if o.SessionTTL <= 0 {
 		o.SessionTTL = 12 * time.Hour
 	}
 	if o.RequestDeadline <= 0 {
-		o.RequestDeadline = 30 * time.Second
+		o.RequestDeadline = DefaultRequestDeadline
 	}
 	if o.MaxBody <= 0 {
 		o.MaxBody = 64 << 10

@@ -272,6 +272,22 @@ type serverSet struct {
 
 // startServers serves the API on every listener, each capped in its
 // connections.
+// NewHTTPServer is the HTTP server every listener of the agent gets for
+// h, before its connection context and error log: its timeouts and header
+// limit (bench proxy's Go floor runs on the same). Short header and idle
+// timeouts: a connection that sends nothing, or sits idle, gives its
+// descriptor back soon.
+func NewHTTPServer(h http.Handler, requestDeadline time.Duration) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 3 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      requestDeadline + 5*time.Second,
+		IdleTimeout:       30 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+	}
+}
+
 func (a *Agent) startServers(ls []Listener) *serverSet {
 	set := &serverSet{errs: make(chan error, len(ls))}
 	for _, l := range ls {
@@ -282,20 +298,11 @@ func (a *Agent) startServers(ls []Listener) *serverSet {
 			}
 			l.Listener = limit(l.Listener, max)
 		}
-		srv := &http.Server{
-			Handler: a.Handler(l.Auth),
-			// Short header and idle timeouts: a connection that sends
-			// nothing, or sits idle, gives its descriptor back soon.
-			ReadHeaderTimeout: 3 * time.Second,
-			ReadTimeout:       15 * time.Second,
-			WriteTimeout:      a.o.RequestDeadline + 5*time.Second,
-			IdleTimeout:       30 * time.Second,
-			MaxHeaderBytes:    16 << 10,
-			ConnContext:       ConnContext,
-			// net/http's own complaints (a failed TLS handshake, a broken
-			// connection) go to the diagnostic log, not bare to stderr.
-			ErrorLog: warnLog(a.o.Log.With().Str("component", "http").Logger()),
-		}
+		srv := NewHTTPServer(a.Handler(l.Auth), a.o.RequestDeadline)
+		srv.ConnContext = ConnContext
+		// net/http's own complaints (a failed TLS handshake, a broken
+		// connection) go to the diagnostic log, not bare to stderr.
+		srv.ErrorLog = warnLog(a.o.Log.With().Str("component", "http").Logger())
 		set.servers = append(set.servers, srv)
 		go func(l Listener) {
 			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {

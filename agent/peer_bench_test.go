@@ -27,15 +27,7 @@ import (
 // Debian's nginx the nginx rows are skipped with a message (make gobench
 // installs it).
 func BenchmarkProxyPeer(b *testing.B) {
-	body := []byte(`{"Organizations":[{"OrgId":"org-1","FullName":"Horns and Hooves LLC"}]}`)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") == "" {
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(body)
-	}))
+	up := httptest.NewServer(bench.UpstreamHandler)
 	defer up.Close()
 	h := start(b, options{oidc: true, legacy: true, apiURL: up.URL, auditFile: true})
 

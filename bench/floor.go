@@ -12,11 +12,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/errdefs"
 )
 
 // The Go floor is the least a proxy written on Go's HTTP server can do for
-// bench proxy's call: the same server (net/http, the agent's timeouts), a
+// bench proxy's call: the same server (FloorServer, the agent's), a
 // bearer check, a fixed Authorization header, and the answer read over a
 // pooled keep-alive connection on the handler's own goroutine, as the
 // agent's proxy does; nothing else (no identity, audit, metrics, body
@@ -110,11 +111,11 @@ func (p *floorProxy) conn(ctx context.Context) (*floorConn, error) {
 	return &floorConn{nc, bufio.NewReader(nc), bufio.NewWriter(nc)}, nil
 }
 
-// FloorServer is the Go floor's server, with the timeouts the agent's
-// server has (agent/listen.go), so that the two differ in the handler only.
+// FloorServer is the Go floor's server: the agent's own
+// (agent.NewHTTPServer, its default deadline), so that the two differ in
+// the handler only.
 func FloorServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 3 * time.Second, ReadTimeout: 15 * time.Second,
-		WriteTimeout: 35 * time.Second, IdleTimeout: 30 * time.Second}
+	return agent.NewHTTPServer(h, agent.DefaultRequestDeadline)
 }
 
 // ServeFloor serves the Go floor on addr until ctx ends; addr and upstream

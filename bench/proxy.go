@@ -345,9 +345,19 @@ func randomHex(n int) string {
 // upstreamAnswer is what the benchmark's business API answers.
 var upstreamAnswer = []byte(`{"Organizations":[{"OrgId":"org-1","FullName":"Horns and Hooves LLC"}]}`)
 
-// ServeUpstream serves the benchmark's minimal business API on addr (a
-// loopback address) until ctx ends: a request with an Authorization header gets upstreamAnswer,
-// one without gets 401.
+// UpstreamHandler is the benchmark's minimal business API: a request with
+// an Authorization header gets upstreamAnswer, one without gets 401.
+var UpstreamHandler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") == "" {
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(upstreamAnswer)
+})
+
+// ServeUpstream serves UpstreamHandler on addr (a loopback address) until
+// ctx ends.
 func ServeUpstream(ctx context.Context, addr string) error {
 	if !loopback(addr) {
 		return fmt.Errorf("%w: the benchmark's business API listens on a loopback address only, not %q", errdefs.ErrInvalidInput, addr)
@@ -356,14 +366,7 @@ func ServeUpstream(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") == "" {
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(upstreamAnswer)
-	})}
+	srv := &http.Server{Handler: UpstreamHandler}
 	go func() { <-ctx.Done(); srv.Close() }()
 	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
