@@ -196,7 +196,9 @@ func (a *Agent) prepareProxy(r *http.Request, call *proxyCall) (*http.Request, *
 	call.values[0] = call.entry.requestID
 	h[RequestIDHeader] = call.values[0:1:1]
 	base := target.base
-	out := r.WithContext(r.Context())
+	// r is wrap's copy of the server's request, the handler its last
+	// reader: it becomes the request to the service, with no second copy.
+	out := r
 	out.URL = &url.URL{Scheme: base.Scheme, Host: base.Host, Path: strings.TrimRight(base.Path, "/") + path, RawQuery: cleanQuery(r.URL.RawQuery)}
 	out.Host, out.RequestURI, out.Close, out.TransferEncoding, out.Trailer = "", "", false, nil, nil
 	out.Form, out.PostForm, out.MultipartForm = nil, nil, nil
