@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/signagent/signagent/errdefs"
 )
@@ -103,33 +101,15 @@ func TestServeFloorLoopbackOnly(t *testing.T) {
 // The ratios name the rows they divide, and a row not measured (nginx
 // absent) gives no ratio rather than a zero or an infinity.
 func TestProxyRatiosWithFloor(t *testing.T) {
-	row := func(us ...int) *Result {
-		r := &Result{}
-		for _, u := range us {
-			r.lat = append(r.lat, time.Duration(u)*time.Microsecond)
-		}
-		return r
-	}
+	row := latencies
 	at := map[string]*Result{
 		"direct/1": row(100), "readyz/1": row(50), "authorizations/1": row(55),
 		"nginx/1": row(200), "go floor/1": row(220), "proxy tcp/1": row(264), "proxy unix/1": row(165),
 	}
-	got := map[string]float64{}
-	for _, r := range proxyRatios(at, []int{1}) {
-		got[r.Name] = r.Value
-	}
-	for name, want := range map[string]float64{
+	wantRatios(t, proxyRatios(at, []int{1}), map[string]float64{
 		"proxy tcp / nginx, p50 at 1": 1.32, "go floor / nginx, p50 at 1": 1.1, "go floor / nginx, p99 at 1": 1.1,
 		"proxy tcp / go floor, p50 at 1": 1.2, "proxy unix / (direct + hop), p50 at 1": 1.1, "authorizations / readyz, p50 at 1": 1.1,
-	} {
-		if v, ok := got[name]; !ok || math.Abs(v-want) > 1e-9 {
-			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
-		}
-	}
+	})
 	delete(at, "nginx/1")
-	for _, r := range proxyRatios(at, []int{1}) {
-		if strings.Contains(r.Name, "nginx") {
-			t.Errorf("without nginx: %s = %v", r.Name, r.Value)
-		}
-	}
+	noRatioNaming(t, proxyRatios(at, []int{1}), "nginx")
 }

@@ -25,6 +25,7 @@ import (
 // ProxyOptions configures `signagent bench proxy`.
 type ProxyOptions struct {
 	Executable  string        // the signagent binary started as the agent
+	Baseline    string        // another signagent binary measured beside it as "baseline tcp" ("": none)
 	Each        time.Duration // each row's time, spread over Rounds
 	Rounds      int           // interleaved rounds per row
 	Concurrency []int
@@ -44,7 +45,11 @@ type ProxyOptions struct {
 // ratios: proxy / nginx, proxy / direct, proxy / (direct + hop),
 // authorizations / readyz, and against the Go floor (FloorProxy: Go's
 // HTTP server with no agent work): floor / nginx, proxy / floor. Without
-// nginx its rows are skipped, said so.
+// nginx its rows are skipped, said so. With o.Baseline, that binary's
+// agent, started the same way, is measured in the same rounds as
+// "baseline tcp", with its CPU per call, and compared with the agent
+// (proxy / baseline), nginx and the floor: before and after a change in
+// one run.
 func Proxy(ctx context.Context, o ProxyOptions) error {
 	say := func(format string, a ...any) { fmt.Fprintf(o.Stderr, "bench: "+format+"\n", a...) }
 	dir, err := os.MkdirTemp("", "signagent-bench")
@@ -66,39 +71,27 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 	upURL := "http://" + upAddr
 
 	// The agent serves one OpenID Connect profile whose access token lives
-	// a day: a record written into its own token store, so that the
-	// benchmark needs no identity provider (nothing is refreshed).
+	// a day (proxySetup.start), so that the benchmark needs no identity
+	// provider (nothing is refreshed); the baseline agent, when asked for,
+	// is another binary started the same way.
 	bearer, token := randomHex(16), randomHex(32)
-	state := filepath.Join(dir, "state")
-	rec := &oidc.Record{Profile: "bench", AuthURL: "http://127.0.0.1:9", ClientID: "bench", AccessToken: token, TokenType: "Bearer",
-		Expiry: time.Now().Add(24 * time.Hour), Scopes: []string{"openid", "Service.PublicAPI.Staging"}, Subject: "bench",
-		SignedInAt: time.Now()}
-	if err := (oidc.Store{Dir: state}).Save(rec); err != nil {
-		return err
-	}
 	for name, v := range map[string]string{"bearer": bearer, "client-secret": "bench-client-secret-0123456789"} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o600); err != nil {
 			return err
 		}
 	}
-	port, err := freePort()
+	setup := proxySetup{dir: dir, upURL: upURL, token: token, stderr: o.Stderr}
+	agent, err := setup.start(ctx, "agent", o.Executable)
 	if err != nil {
-		return err
+		return fmt.Errorf("the agent %s: %w", o.Executable, err)
 	}
-	sock := filepath.Join(dir, "a.sock")
-	cmd := exec.CommandContext(ctx, o.Executable, "--log-level", "error", "serve", "--listen", "unix:"+sock, "--listen", "tcp:"+port,
-		"--bearer-token-file", filepath.Join(dir, "bearer"), "--audit-log", filepath.Join(dir, "audit.log"), "--api-url", upURL,
-		"--auth-url", "http://127.0.0.1:9", "--client-id", "bench", "--client-secret-file", filepath.Join(dir, "client-secret"),
-		"--token-store", state, "--config", os.DevNull)
-	cmd.Env = cleanEnv()
-	cmd.Stderr = o.Stderr
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
-	a := &Agent{Socket: sock}
-	if err := a.waitReady(ctx, time.Now()); err != nil {
-		return err
+	defer agent.stop()
+	var baseline *proxyAgent
+	if o.Baseline != "" {
+		if baseline, err = setup.start(ctx, "baseline", o.Baseline); err != nil {
+			return fmt.Errorf("the baseline agent %s: %w", o.Baseline, err)
+		}
+		defer baseline.stop()
 	}
 	// The Go floor: the least a proxy on Go's HTTP server does for the
 	// same call (FloorProxy), in a process of its own as the agent is.
@@ -110,7 +103,7 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 
 	tcp := &http.Transport{MaxIdleConnsPerHost: 64}
 	unix := &http.Transport{MaxIdleConnsPerHost: 64, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		return (&net.Dialer{}).DialContext(ctx, "unix", agent.sock)
 	}}
 	call := func(tr http.RoundTripper, method, url, body string, hdr ...string) func(context.Context) string {
 		return func(ctx context.Context) string {
@@ -131,6 +124,9 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 		}
 	}
 	method := "/GetMyOrganizations?autoRegister=false"
+	viaTCP := func(a *proxyAgent) func(context.Context) string {
+		return call(tcp, "GET", "http://"+a.addr+"/v1/service"+method, "", "Authorization", "Bearer "+bearer, "Signagent-Identity", "oidc profile=bench")
+	}
 	type path struct {
 		name string
 		op   func(context.Context) string
@@ -138,10 +134,14 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 	paths := []path{
 		{"direct", call(tcp, "GET", upURL+method, "", "Authorization", "Bearer "+token)},
 		{"go floor", call(tcp, "GET", "http://"+floorAddr+method, "", "Authorization", "Bearer "+bearer)},
-		{"proxy tcp", call(tcp, "GET", "http://"+port+"/v1/service"+method, "", "Authorization", "Bearer "+bearer, "Signagent-Identity", "oidc profile=bench")},
+		{"proxy tcp", viaTCP(agent)},
 		{"proxy unix", call(unix, "GET", "http://agent/v1/service"+method, "", "Signagent-Identity", "oidc profile=bench")},
 		{"authorizations", call(unix, "POST", "http://agent/v1/authorizations", `{"scheme":"oidc","profile":"bench"}`)},
 		{"readyz", call(unix, "GET", "http://agent/readyz", "")},
+	}
+	if baseline != nil {
+		i := slices.IndexFunc(paths, func(p path) bool { return p.name == "proxy tcp" })
+		paths = slices.Insert(paths, i+1, path{"baseline tcp", viaTCP(baseline)})
 	}
 	nginx, why, stop, nginxPID := StartNginx(upAddr, bearer)
 	defer stop()
@@ -158,8 +158,11 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 	// CPU per call: the process time the serving process (nginx: its
 	// master and workers) spent during a row, divided by the row's calls.
 	cpuOf := map[string]func() time.Duration{
-		"proxy tcp": func() time.Duration { return processCPU(cmd.Process.Pid) },
+		"proxy tcp": func() time.Duration { return processCPU(agent.cmd.Process.Pid) },
 		"go floor":  func() time.Duration { return processCPU(floor.Process.Pid) },
+	}
+	if baseline != nil {
+		cpuOf["baseline tcp"] = func() time.Duration { return processCPU(baseline.cmd.Process.Pid) }
 	}
 	if nginxPID > 0 {
 		cpuOf["nginx"] = func() time.Duration { return processCPU(nginxPID) }
@@ -197,24 +200,98 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	ratios := proxyRatios(at, o.Concurrency)
-	for _, conc := range o.Concurrency {
-		for _, pair := range [][2]string{{"proxy tcp", "nginx"}, {"go floor", "nginx"}, {"proxy tcp", "go floor"}} {
-			a, n := cpuPerCall[fmt.Sprintf("%s/%d", pair[0], conc)], cpuPerCall[fmt.Sprintf("%s/%d", pair[1], conc)]
-			if a > 0 && n > 0 {
-				ratios = append(ratios, Ratio{Name: fmt.Sprintf("CPU per call, %s / %s (c%d)", pair[0], pair[1], conc), Value: float64(a) / float64(n)})
-			}
-		}
-	}
+	ratios := append(proxyRatios(at, o.Concurrency), cpuRatios(cpuPerCall, o.Concurrency)...)
 	if o.JSON {
-		return JSON(o.Stdout, map[string]any{"date": time.Now().Format(time.DateOnly), "version": o.Version, "ratios": ratios}, rows, nil)
+		header := map[string]any{"date": time.Now().Format(time.DateOnly), "version": o.Version, "ratios": ratios}
+		if o.Baseline != "" {
+			header["baseline"] = o.Baseline
+		}
+		return JSON(o.Stdout, header, rows, nil)
 	}
 	fmt.Fprintf(o.Stdout, "signagent bench proxy: %s, %s, %v a row in %d rounds\n", time.Now().Format(time.DateOnly), o.Version, o.Each, rounds)
+	if o.Baseline != "" {
+		fmt.Fprintf(o.Stdout, "baseline tcp: the agent of %s, started the same way\n", o.Baseline)
+	}
 	Table(o.Stdout, rows, nil)
 	for _, r := range ratios {
 		fmt.Fprintf(o.Stdout, "%-44s %6.2f\n", r.Name, r.Value)
 	}
 	return nil
+}
+
+// proxySetup is what every agent bench proxy starts shares: the run's
+// directory (with the bearer and client-secret files), the business
+// API's URL and the profile's access token.
+type proxySetup struct {
+	dir, upURL, token string
+	stderr            io.Writer
+}
+
+// proxyAgent is one `signagent serve` bench proxy measures.
+type proxyAgent struct {
+	addr   string // loopback TCP host:port, with the bearer
+	sock   string // its Unix socket
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has been waited for
+}
+
+// start starts exe as `signagent serve` with the settings every agent of
+// the run gets, in a directory of its own under s.dir named name: one
+// OpenID Connect profile "bench" whose access token lives a day, a record
+// written into its own token store; over a Unix socket and loopback TCP
+// with the bearer; and waits until it is ready. The caller stops it.
+func (s proxySetup) start(ctx context.Context, name, exe string) (*proxyAgent, error) {
+	dir := filepath.Join(s.dir, name)
+	state := filepath.Join(dir, "state")
+	rec := &oidc.Record{Profile: "bench", AuthURL: "http://127.0.0.1:9", ClientID: "bench", AccessToken: s.token, TokenType: "Bearer",
+		Expiry: time.Now().Add(24 * time.Hour), Scopes: []string{"openid", "Service.PublicAPI.Staging"}, Subject: "bench",
+		SignedInAt: time.Now()}
+	if err := (oidc.Store{Dir: state}).Save(rec); err != nil {
+		return nil, err
+	}
+	addr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	a := &proxyAgent{addr: addr, sock: filepath.Join(dir, "a.sock")}
+	a.cmd = exec.CommandContext(ctx, exe, "--log-level", "error", "serve", "--listen", "unix:"+a.sock, "--listen", "tcp:"+addr,
+		"--bearer-token-file", filepath.Join(s.dir, "bearer"), "--audit-log", filepath.Join(dir, "audit.log"), "--api-url", s.upURL,
+		"--auth-url", "http://127.0.0.1:9", "--client-id", "bench", "--client-secret-file", filepath.Join(s.dir, "client-secret"),
+		"--token-store", state, "--config", os.DevNull)
+	a.cmd.Env = cleanEnv()
+	a.cmd.Stderr = s.stderr
+	if err := a.cmd.Start(); err != nil {
+		return nil, err
+	}
+	// One that exits (a binary that is no agent, or one that refuses a
+	// flag) is said at once, not after waitReady's 15 seconds.
+	a.exited = make(chan struct{})
+	go func() { a.cmd.Wait(); close(a.exited) }()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-a.exited:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	if err := (&Agent{Socket: a.sock}).waitReady(wctx, time.Now()); err != nil {
+		select {
+		case <-a.exited:
+			err = fmt.Errorf("it exited before it was ready (%v)", a.cmd.ProcessState)
+		default:
+		}
+		a.stop()
+		return nil, err
+	}
+	return a, nil
+}
+
+// stop ends the agent (SIGTERM) and waits for it.
+func (a *proxyAgent) stop() {
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	<-a.exited
 }
 
 // startHelper starts `signagent bench NAME ARGS... --listen ADDR` (the
@@ -314,9 +391,30 @@ func proxyRatios(at map[string]*Result, conc []int) []Ratio {
 		add(fmt.Sprintf("go floor / nginx, p50 at %d", c), p("go floor", c, 50), p("nginx", c, 50))
 		add(fmt.Sprintf("go floor / nginx, p99 at %d", c), p("go floor", c, 99), p("nginx", c, 99))
 		add(fmt.Sprintf("proxy tcp / go floor, p50 at %d", c), p("proxy tcp", c, 50), p("go floor", c, 50))
+		add(fmt.Sprintf("proxy tcp / baseline tcp, p50 at %d", c), p("proxy tcp", c, 50), p("baseline tcp", c, 50))
+		add(fmt.Sprintf("proxy tcp / baseline tcp, p99 at %d", c), p("proxy tcp", c, 99), p("baseline tcp", c, 99))
+		add(fmt.Sprintf("baseline tcp / nginx, p50 at %d", c), p("baseline tcp", c, 50), p("nginx", c, 50))
+		add(fmt.Sprintf("baseline tcp / nginx, p99 at %d", c), p("baseline tcp", c, 99), p("nginx", c, 99))
+		add(fmt.Sprintf("baseline tcp / go floor, p50 at %d", c), p("baseline tcp", c, 50), p("go floor", c, 50))
 		add(fmt.Sprintf("proxy unix / direct, p50 at %d", c), p("proxy unix", c, 50), p("direct", c, 50))
 		add(fmt.Sprintf("proxy unix / (direct + hop), p50 at %d", c), p("proxy unix", c, 50), p("direct", c, 50)+p("readyz", c, 50))
 		add(fmt.Sprintf("authorizations / readyz, p50 at %d", c), p("authorizations", c, 50), p("readyz", c, 50))
+	}
+	return out
+}
+
+// cpuRatios are the comparisons of CPU per call (by "row/concurrency"),
+// where both rows were measured.
+func cpuRatios(perCall map[string]time.Duration, conc []int) []Ratio {
+	var out []Ratio
+	for _, c := range conc {
+		for _, pair := range [][2]string{{"proxy tcp", "nginx"}, {"go floor", "nginx"}, {"proxy tcp", "go floor"},
+			{"proxy tcp", "baseline tcp"}, {"baseline tcp", "nginx"}, {"baseline tcp", "go floor"}} {
+			a, n := perCall[fmt.Sprintf("%s/%d", pair[0], c)], perCall[fmt.Sprintf("%s/%d", pair[1], c)]
+			if a > 0 && n > 0 {
+				out = append(out, Ratio{Name: fmt.Sprintf("CPU per call, %s / %s (c%d)", pair[0], pair[1], c), Value: float64(a) / float64(n)})
+			}
+		}
 	}
 	return out
 }

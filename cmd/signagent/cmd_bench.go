@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -111,6 +113,9 @@ func benchProxyCommand(e *env) *cli.Command {
 			&cli.DurationFlag{Name: "each", Value: 5 * time.Second, Usage: "`DURATION` each row runs, spread over --rounds"},
 			&cli.IntFlag{Name: "rounds", Value: 5, Usage: "`N` interleaved rounds per row"},
 			&cli.StringFlag{Name: "concurrency", Value: "1,8", Usage: "comma-separated caller concurrencies `N,N,...`"},
+			// Hidden: a developer's flag (docs/BENCHMARKS.md), for a change
+			// measured before and after in one run.
+			&cli.StringFlag{Name: "baseline-agent", Hidden: true, Usage: "also measure the agent of the signagent `BINARY` (an earlier build) in the same rounds, as row \"baseline tcp\""},
 			jsonFlag(`{"rows":[...],"ratios":[{"name","value"}]}`),
 		}, logFlags("Logging")),
 		Action: func(c *cli.Context) error {
@@ -125,9 +130,13 @@ func benchProxyCommand(e *env) *cli.Command {
 			if err != nil {
 				return err
 			}
+			baseline, err := baselineAgent(c.String("baseline-agent"))
+			if err != nil {
+				return usageErr(fmt.Errorf("--baseline-agent: %w", err))
+			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			err = bench.Proxy(ctx, bench.ProxyOptions{Executable: exe, Each: c.Duration("each"), Rounds: c.Int("rounds"),
+			err = bench.Proxy(ctx, bench.ProxyOptions{Executable: exe, Baseline: baseline, Each: c.Duration("each"), Rounds: c.Int("rounds"),
 				Concurrency: conc, JSON: c.Bool("json"), Version: currentBuild().Version, Stdout: e.stdout, Stderr: e.stderr})
 			if ctx.Err() != nil && c.Context.Err() == nil {
 				return &exitError{exitInterrupted, errors.New("benchmark interrupted")}
@@ -135,6 +144,20 @@ func benchProxyCommand(e *env) *cli.Command {
 			return err
 		},
 	}
+}
+
+// baselineAgent is bench proxy's --baseline-agent as an absolute path to
+// an executable file (a name without a slash is looked up in $PATH), ""
+// when not given.
+func baselineAgent(name string) (string, error) {
+	if name == "" {
+		return "", nil
+	}
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Abs(path)
 }
 
 func runBench(c *cli.Context, e *env) error {
