@@ -97,6 +97,9 @@ func (c *Client) Refresh(ctx context.Context, rec *Record) (*Record, error) {
 	if err != nil {
 		return nil, c.classify(rctx, "refresh", err)
 	}
+	if err := c.checkAnswer("refresh", tok.AccessToken, tok.Type()); err != nil {
+		return nil, err
+	}
 	out := *rec
 	out.AccessToken, out.TokenType, out.Expiry = tok.AccessToken, tok.Type(), c.expiry(tok)
 	if tok.RefreshToken != "" {
@@ -143,15 +146,19 @@ func (c *Client) SignInWithRefreshToken(ctx context.Context, refreshToken string
 	if tok.RefreshToken == "" {
 		tok.RefreshToken = refreshToken // the provider does not rotate them
 	}
-	return c.signedIn(rctx, p, tok, anyNonce, "")
+	return c.signedIn(rctx, p, "refresh", tok, anyNonce, "")
 }
 
 // anyNonce accepts the id_token's nonce, whatever it is: a refresh
 // started from a given refresh token did not send one.
 const anyNonce = "\x00any"
 
-// signedIn verifies the id_token of a new sign-in and makes the record.
-func (c *Client) signedIn(ctx context.Context, p *provider, tok *oauth2.Token, nonce, redirectScope string) (*Record, error) {
+// signedIn checks the token answer of a new sign-in (step names its
+// grant), verifies its id_token and makes the record.
+func (c *Client) signedIn(ctx context.Context, p *provider, step string, tok *oauth2.Token, nonce, redirectScope string) (*Record, error) {
+	if err := c.checkAnswer(step, tok.AccessToken, tok.Type()); err != nil {
+		return nil, err
+	}
 	raw, _ := tok.Extra("id_token").(string)
 	if raw == "" {
 		return nil, fmt.Errorf("%w: the token response carries none (was openid granted?)", ErrIDToken)

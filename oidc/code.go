@@ -64,7 +64,7 @@ func (c *Client) FinishCode(ctx context.Context, r *CodeRequest, q url.Values) (
 	if err != nil {
 		return nil, c.classify(rctx, "token (authorization_code)", err)
 	}
-	rec, err := c.signedIn(ctx, p, tok, r.nonce, q.Get("scope"))
+	rec, err := c.signedIn(ctx, p, "token (authorization_code)", tok, r.nonce, q.Get("scope"))
 	return rec, err
 }
 

@@ -126,7 +126,7 @@ func (c *Client) PollDevice(ctx context.Context, d *Device) (*Record, error) {
 		}
 		tok, err := c.deviceToken(wait, p, d)
 		if err == nil {
-			return c.signedIn(ctx, p, tok, "", "")
+			return c.signedIn(ctx, p, "token (device_code)", tok, "", "")
 		}
 		var re *oauth2.RetrieveError
 		if errors.As(err, &re) {

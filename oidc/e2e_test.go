@@ -151,16 +151,22 @@ func (b *bed) signIn(t *testing.T, authURL, decision string) url.Values {
 
 func deviceLogin(t *testing.T, b *bed, c *Client) *Record {
 	t.Helper()
+	rec, err := deviceApproved(t, b, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// deviceApproved starts a device sign-in, approves it and polls for it.
+func deviceApproved(t *testing.T, b *bed, c *Client) (*Record, error) {
+	t.Helper()
 	d, err := c.StartDevice(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.approve(t, d.UserCode, "allow")
-	rec, err := c.PollDevice(t.Context(), d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rec
+	return c.PollDevice(t.Context(), d)
 }
 
 func TestDeviceFlow(t *testing.T) {

@@ -74,6 +74,10 @@ func (s *Shared) Load(profile string) (*Record, error) {
 		return nil, fmt.Errorf("%w: profile %q's record in the shared store is not a record of this version; sign in again: signagent login --store %s --profile %s",
 			ErrSignIn, profile, s.Name, profile)
 	}
+	if bad := r.tokensProblem(); bad != "" {
+		return nil, fmt.Errorf("%w: profile %q's record in the shared store will not be used: %s; sign in again: signagent login --store %s --profile %s",
+			ErrSignIn, profile, bad, s.Name, profile)
+	}
 	return &r, nil
 }
 

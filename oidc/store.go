@@ -137,6 +137,9 @@ func (s Store) Load(profile string) (*Record, error) {
 		r.AccessToken == "" || r.AuthURL == "" || r.ClientID == "" {
 		return nil, fmt.Errorf("%w: %s is not a signagent token record (corrupt or from another version); run signagent logout --profile %s and sign in again", ErrStore, p, profile)
 	}
+	if bad := r.tokensProblem(); bad != "" {
+		return nil, fmt.Errorf("%w: %s will not be used: %s; run signagent logout --profile %s and sign in again", ErrStore, p, bad, profile)
+	}
 	return &r, nil
 }
 
