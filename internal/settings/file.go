@@ -3,6 +3,7 @@ package settings
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -10,8 +11,6 @@ import (
 	"syscall"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/signagent/signagent/safefile"
 )
 
 // File is a settings file: YAML keyed by the flags' names (without the
@@ -81,19 +80,12 @@ func ReadFile(path, context string, must bool, known func(key string) bool) (*Fi
 	if path == "" || path == os.DevNull {
 		return f, checkContext(f, context)
 	}
-	st, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) && !must {
-		return f, checkContext(f, context)
-	}
+	b, found, err := readSettings(path, must)
 	if err != nil {
-		return nil, bad(fmt.Errorf("could not read the settings file: %w", err))
-	}
-	if err := checkOwner(path, st); err != nil {
 		return nil, err
 	}
-	b, err := safefile.Read(path, 1<<20)
-	if err != nil {
-		return nil, bad(fmt.Errorf("could not read the settings file: %w", err))
+	if !found {
+		return f, checkContext(f, context)
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
@@ -212,6 +204,52 @@ func checkKey(path string, k *yaml.Node, known func(string) bool) error {
 		return bad(fmt.Errorf("%s:%d: unknown setting %q: the keys are the flags' names without the dashes (signagent COMMAND --help lists them), and contexts and current-context", path, k.Line, k.Value))
 	}
 	return nil
+}
+
+// maxFile is the most a settings file may hold.
+const maxFile = 1 << 20
+
+// readSettings opens the settings file once and reads it from that
+// descriptor, checked first by checkOwner through fstat: the file whose
+// owner and mode were checked is the file read, whatever the path names
+// meanwhile. (A symbolic link is followed, as before.) found is false,
+// with no error, when it is not there and need not be.
+func readSettings(path string, must bool) (b []byte, found bool, err error) {
+	// O_NONBLOCK: a FIFO put there does not block the open; fstat then
+	// refuses it before anything is read.
+	fd, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, fs.ErrNotExist) && !must {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, bad(fmt.Errorf("could not read the settings file: %w", err))
+	}
+	defer fd.Close()
+	b, err = readOpened(fd, path)
+	return b, true, err
+}
+
+// readOpened checks the open settings file's owner and mode and reads it
+// (at most maxFile bytes) from the same descriptor.
+func readOpened(fd *os.File, path string) ([]byte, error) {
+	st, err := fd.Stat()
+	if err != nil {
+		return nil, bad(fmt.Errorf("could not read the settings file: %w", err))
+	}
+	if err := checkOwner(path, st); err != nil {
+		return nil, err
+	}
+	if st.Size() > maxFile {
+		return nil, bad(fmt.Errorf("%s holds %d bytes, more than the %d a settings file may", path, st.Size(), maxFile))
+	}
+	b, err := io.ReadAll(io.LimitReader(fd, maxFile+1))
+	if err != nil {
+		return nil, bad(fmt.Errorf("could not read the settings file %s: %w", path, err))
+	}
+	if len(b) > maxFile {
+		return nil, bad(fmt.Errorf("%s holds more than the %d bytes a settings file may", path, maxFile))
+	}
+	return b, nil
 }
 
 // checkOwner refuses a settings file another user could have written, or
