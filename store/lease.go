@@ -114,8 +114,9 @@ func (l *redisLease) Release() {
 // lease), and keeps what make returns for the ttl it gives. fromStore
 // reports that make did not run here. An error wrapping ErrUnavailable
 // means the store could not be used (the caller may make the value
-// itself); any other error is make's. A value that does not open is
-// treated as absent: it is never used.
+// itself); any other error is make's. A value that is not to be used
+// (ErrSealed: it does not open, is over the bound, or is a rollback) is
+// treated as absent: make's value replaces it.
 func Obtain(ctx context.Context, r Records, kind, id string, usable func([]byte) bool,
 	make func(context.Context) ([]byte, time.Duration, error)) (value []byte, fromStore bool, err error) {
 	read := func() ([]byte, error) {

@@ -16,8 +16,10 @@ import (
 // DeleteIf are what the caches do with any.
 type Records interface {
 	// Get returns kind and id's value, opened: ErrNotFound when there is
-	// none, ErrSealed when it does not open with the store's key, an error
-	// wrapping ErrUnavailable when the store does not answer.
+	// none, ErrSealed when it is not to be used (it does not open with the
+	// store's key; ErrTooLarge, over the store's bound; ErrRollback, older
+	// than one already seen), an error wrapping ErrUnavailable when the
+	// store does not answer.
 	Get(ctx context.Context, kind, id string) ([]byte, error)
 	// Put keeps plain for kind and id for ttl (0: until replaced), under
 	// l, the identity's lease; ErrFenced when l is no longer held.
@@ -30,7 +32,8 @@ type Records interface {
 	// Ping says whether the store answers.
 	Ping(ctx context.Context) error
 	// Observe has f told of every operation and its result ("ok",
-	// "not_found", "sealed", "fenced", "unavailable", ...), for the metrics.
+	// "not_found", "sealed", "too_large", "rollback", "fenced",
+	// "unavailable", ...), for the metrics.
 	Observe(f func(op, result string))
 }
 

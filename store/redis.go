@@ -20,6 +20,9 @@ const (
 	DefaultPrefix   = "signagent:"
 	DefaultTimeout  = 2 * time.Second
 	DefaultLeaseTTL = 8 * time.Second
+	// DefaultMaxValue bounds a stored value, sealed (records are a few
+	// KiB): a longer one is refused in Redis, before it is sent.
+	DefaultMaxValue = 64 << 10
 )
 
 // Options configure a shared store.
@@ -46,6 +49,13 @@ type Options struct {
 	// none): a failover then cannot bring back a refresh token already
 	// spent at the provider.
 	WaitReplicas int
+	// MaxValue bounds a stored value's length, sealed (Overhead more than
+	// the record), in bytes (default 64 KiB): a longer one is refused
+	// (ErrTooLarge) by a script that checks its length in Redis before
+	// sending it, so that someone with write access to Redis cannot make
+	// an agent read megabytes; a record that would seal longer is not
+	// written.
+	MaxValue int
 }
 
 // Redis is a shared store on Redis (or Sentinel).
@@ -56,12 +66,14 @@ type Redis struct {
 	timeout  time.Duration
 	leaseTTL time.Duration
 	replicas int
+	maxValue int
+	gens     generations
 	observe  atomic.Pointer[func(op, result string)]
 }
 
 // Observe has f told of every store operation (get, put, delete, acquire,
-// ping) and its result (ok, not_found, sealed, fenced, waited, taken_over,
-// unreplicated, unavailable): the agent's metrics.
+// ping) and its result (ok, not_found, sealed, too_large, rollback, fenced,
+// waited, taken_over, unreplicated, unavailable): the agent's metrics.
 func (r *Redis) Observe(f func(op, result string)) { r.observe.Store(&f) }
 
 func (r *Redis) note(op string, err error) {
@@ -74,6 +86,10 @@ func (r *Redis) note(op string, err error) {
 	case err == nil:
 	case errors.Is(err, ErrNotFound):
 		result = "not_found"
+	case errors.Is(err, ErrTooLarge): // before ErrSealed, which it is too
+		result = "too_large"
+	case errors.Is(err, ErrRollback):
+		result = "rollback"
 	case errors.Is(err, ErrSealed):
 		result = "sealed"
 	case errors.Is(err, ErrFenced):
@@ -121,7 +137,10 @@ func Open(o Options) (*Redis, error) {
 		}
 		uo.TLSConfig.RootCAs = pool
 	}
-	r := &Redis{prefix: o.Prefix, sealer: o.Sealer, timeout: o.Timeout, leaseTTL: o.LeaseTTL, replicas: o.WaitReplicas}
+	r := &Redis{prefix: o.Prefix, sealer: o.Sealer, timeout: o.Timeout, leaseTTL: o.LeaseTTL, replicas: o.WaitReplicas, maxValue: o.MaxValue}
+	if r.maxValue <= 0 {
+		r.maxValue = DefaultMaxValue
+	}
 	if r.replicas == 0 {
 		r.replicas = 1
 	}
@@ -200,61 +219,154 @@ func (r *Redis) Ping(ctx context.Context) error {
 	return err
 }
 
-// Get returns the value kept for kind and id, opened; ErrNotFound when
-// there is none, ErrSealed when it does not open (never used).
-func (r *Redis) Get(ctx context.Context, kind, id string) (v []byte, err error) {
-	defer func() { r.note("get", err) }()
-	data, _ := r.keys(kind, id)
-	var sealed string
-	err = r.call(ctx, func(ctx context.Context) (err error) {
-		sealed, err = r.rdb.HGet(ctx, data, "v").Result()
+// getScript returns a record's sealed value when it is at most ARGV[1]
+// bytes long, and otherwise its length (HSTRLEN), so that a value someone
+// made huge never leaves Redis; -1 when there is none, -2 when the key is
+// not a record (a hash).
+var getScript = redis.NewScript(`
+local t = redis.call('TYPE', KEYS[1])['ok']
+if t == 'none' then return -1 end
+if t ~= 'hash' then return -2 end
+local n = redis.call('HSTRLEN', KEYS[1], 'v')
+if n > tonumber(ARGV[1]) then return n end
+local v = redis.call('HGET', KEYS[1], 'v')
+if not v then return -1 end
+return v`)
+
+// read returns the sealed value kept at data: ErrNotFound when there is
+// none, ErrTooLarge (not read) when it is longer than the bound, ErrSealed
+// when the key holds something else than a record.
+func (r *Redis) read(ctx context.Context, data string) ([]byte, error) {
+	var res any
+	err := r.call(ctx, func(ctx context.Context) (err error) {
+		res, err = getScript.Run(ctx, r.rdb, []string{data}, r.maxValue).Result()
 		return err
 	})
-	if errors.Is(err, redis.Nil) {
-		return nil, ErrNotFound
-	}
 	if err != nil {
 		return nil, err
 	}
-	return r.sealer.Open(kind, id, []byte(sealed))
+	switch v := res.(type) {
+	case string:
+		if len(v) > r.maxValue { // the script sends none; not left to it alone
+			return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrTooLarge, len(v), r.maxValue)
+		}
+		return []byte(v), nil
+	case int64:
+		switch {
+		case v == -1:
+			return nil, ErrNotFound
+		case v == -2:
+			return nil, fmt.Errorf("%w: the key holds no record (it is not a Redis hash)", ErrSealed)
+		case v > int64(r.maxValue):
+			return nil, fmt.Errorf("%w: %d bytes, more than %d; it was not read", ErrTooLarge, v, r.maxValue)
+		}
+	}
+	return nil, fmt.Errorf("%w: not the answer of the store's read script", ErrUnavailable)
+}
+
+// Get returns the value kept for kind and id, opened; ErrNotFound when
+// there is none, ErrSealed when it does not open, ErrTooLarge when it is
+// over the bound (not read), ErrRollback when it is older than one this
+// process has seen (ErrTooLarge and ErrRollback are ErrSealed too; none
+// is used).
+func (r *Redis) Get(ctx context.Context, kind, id string) (v []byte, err error) {
+	defer func() { r.note("get", err) }()
+	data, _ := r.keys(kind, id)
+	floor := r.gens.highest(data)
+	sealed, err := r.read(ctx, data)
+	if err != nil {
+		return nil, err
+	}
+	plain, gen, err := r.sealer.Open(kind, id, sealed)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.gens.check(data, floor, gen); err != nil {
+		return nil, err
+	}
+	return plain, nil
 }
 
 // putScript writes a value only for the lease's holder (the fence): an
 // agent whose lease expired while it was paused cannot overwrite what the
 // next holder wrote. ARGV: owner, value ("" deletes), ttl in ms (0: none).
+// A key that is not a record is replaced.
 var putScript = redis.NewScript(`
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 if ARGV[2] == '' then redis.call('DEL', KEYS[1]) return 1 end
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then redis.call('DEL', KEYS[1]) end
 redis.call('HSET', KEYS[1], 'v', ARGV[2])
 redis.call('HINCRBY', KEYS[1], 'ver', 1)
 if tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) else redis.call('PERSIST', KEYS[1]) end
 return 1`)
 
-// Put keeps plain for kind and id, sealed, for ttl (0: until replaced),
-// under l, the identity's lease; ErrFenced when l is no longer held.
-func (r *Redis) Put(ctx context.Context, kind, id string, plain []byte, ttl time.Duration, l Lease) error {
-	return r.put(ctx, kind, id, string(r.sealer.Seal(kind, id, plain)), ttl, l)
-}
-
-// Delete removes what is kept for kind and id, under l.
-func (r *Redis) Delete(ctx context.Context, kind, id string, l Lease) error {
-	return r.put(ctx, kind, id, "", 0, l)
-}
-
-func (r *Redis) put(ctx context.Context, kind, id, value string, ttl time.Duration, held Lease) (err error) {
-	op := "put"
-	if value == "" {
-		op = "delete"
+// Put keeps plain for kind and id, sealed with the next generation, for
+// ttl (0: until replaced), under l, the identity's lease; ErrFenced when l
+// is no longer held, ErrTooLarge (nothing written) when the sealed value
+// would be over the bound.
+func (r *Redis) Put(ctx context.Context, kind, id string, plain []byte, ttl time.Duration, l Lease) (err error) {
+	defer func() { r.note("put", err) }()
+	if n := len(plain) + Overhead; n > r.maxValue {
+		return fmt.Errorf("%w: a record of %d bytes sealed is more than %d; it was not written", ErrTooLarge, n, r.maxValue)
 	}
-	defer func() { r.note(op, err) }()
 	data, lease := r.keys(kind, id)
+	owner, err := r.holder(l, lease)
+	if err != nil {
+		return err
+	}
+	// The record's generation: the lease keeps the other agents from
+	// writing until this write is done.
+	var cur uint64
+	switch sealed, err := r.read(ctx, data); {
+	case err == nil:
+		if _, g, err := r.sealer.Open(kind, id, sealed); err == nil {
+			cur = g
+		}
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrSealed):
+		// None that opens: this agent's highest and its clock.
+	default:
+		return err
+	}
+	gen := r.gens.next(data, cur, time.Now())
+	if err := r.write(ctx, data, lease, owner, string(r.sealer.Seal(kind, id, gen, plain)), ttl); err != nil {
+		return err
+	}
+	r.gens.raise(data, gen)
+	return nil
+}
+
+// Delete removes what is kept for kind and id, under l. The record is not
+// to come back here: the generation this agent has seen is raised by one,
+// so that the deleted record, put back, is refused as a rollback.
+func (r *Redis) Delete(ctx context.Context, kind, id string, l Lease) (err error) {
+	defer func() { r.note("delete", err) }()
+	data, lease := r.keys(kind, id)
+	owner, err := r.holder(l, lease)
+	if err != nil {
+		return err
+	}
+	if err := r.write(ctx, data, lease, owner, "", 0); err != nil {
+		return err
+	}
+	r.gens.raise(data, r.gens.highest(data)+1)
+	return nil
+}
+
+// holder is the owner of held when it is this store's lease on lease.
+func (r *Redis) holder(held Lease, lease string) (string, error) {
 	l, ok := held.(*redisLease)
 	if !ok || l.r != r || l.key != lease {
-		return fmt.Errorf("%w: no lease for this identity", ErrFenced)
+		return "", fmt.Errorf("%w: no lease for this identity", ErrFenced)
 	}
+	return l.owner, nil
+}
+
+// write runs putScript: value at data ("" deletes it) for ttl, when owner
+// holds lease.
+func (r *Redis) write(ctx context.Context, data, lease, owner, value string, ttl time.Duration) error {
 	var put int64
-	err = r.call(ctx, func(ctx context.Context) (err error) {
-		put, err = putScript.Run(ctx, r.rdb, []string{data, lease}, l.owner, value, ttl.Milliseconds()).Int64()
+	err := r.call(ctx, func(ctx context.Context) (err error) {
+		put, err = putScript.Run(ctx, r.rdb, []string{data, lease}, owner, value, ttl.Milliseconds()).Int64()
 		return err
 	})
 	if err != nil {

@@ -1,9 +1,11 @@
-// Package store keeps what several agents share (OpenID Connect records
-// today) in Redis, sealed: every value is AES-256-GCM under the operator's
-// key with its kind and identity as associated data, and every key name is
-// an HMAC of the kind and identity, so that nothing in Redis reads in
-// clear. Writes happen under a lease (one holder per identity across all
-// agents) and are fenced by it.
+// Package store keeps what several agents share (OpenID Connect records,
+// trusted sessions, legacy tokens) in Redis, sealed: every value is
+// AES-256-GCM under the operator's key with its kind, identity and
+// generation as associated data, and every key name is an HMAC of the kind
+// and identity, so that nothing in Redis reads in clear. Writes happen
+// under a lease (one holder per identity across all agents) and are fenced
+// by it; a value is read only when it is within a bound, and refused when
+// its generation is older than one this process has seen.
 package store
 
 import (
@@ -42,8 +44,38 @@ var (
 	ErrFenced = errors.New("the write was refused: this agent no longer holds the lease")
 )
 
-// formatVersion is the first byte of every sealed value.
-const formatVersion = 1
+// Values that open but are not used either. Each is ErrSealed too
+// (errors.Is), so that a caller that knows only ErrSealed treats it as a
+// value that does not open: never used, the record taken as absent.
+var (
+	// ErrTooLarge is a stored value longer than the store's bound
+	// (Options.MaxValue): refused in Redis before it is sent, never read.
+	ErrTooLarge error = &unusable{"a stored value is over the store's size bound"}
+	// ErrRollback is a stored value of an older generation than one this
+	// process has already read or written for the same identity: an older
+	// record put back by someone with write access to Redis.
+	ErrRollback error = &unusable{"a stored value is older than one this agent has already seen"}
+)
+
+// unusable is a kind of ErrSealed with its own message.
+type unusable struct{ msg string }
+
+func (e *unusable) Error() string        { return e.msg }
+func (e *unusable) Is(target error) bool { return target == ErrSealed }
+
+// The first byte of every sealed value is its format version:
+//
+//	1: version, key id (4), nonce (12), ciphertext and tag; associated
+//	   data ad(kind, id). Written before generations; still read, as
+//	   generation 0.
+//	2: version, key id (4), generation (8, big-endian), nonce (12),
+//	   ciphertext and tag; associated data ad(kind, id), the version and
+//	   the generation: the generation is in clear (Redis already counts
+//	   writes) but cannot be changed without the key.
+const (
+	formatV1      = 1
+	formatVersion = 2
+)
 
 // keyLen is a store key's length: AES-256.
 const keyLen = 32
@@ -125,27 +157,52 @@ func ad(kind, id string) []byte {
 	return b.Bytes()
 }
 
-// Seal encrypts plain for kind and id: version, key id, nonce, ciphertext.
-func (s *Sealer) Seal(kind, id string, plain []byte) []byte {
+// adGen is a format 2 value's associated data: ad(kind, id), the version
+// and the generation.
+func adGen(kind, id string, gen uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(ad(kind, id), formatVersion), gen)
+}
+
+// Overhead is what sealing adds to a value's length.
+const Overhead = 1 + 4 + 8 + 12 + 16
+
+// Seal encrypts plain for kind and id at generation gen: version, key id,
+// generation, nonce, ciphertext.
+func (s *Sealer) Seal(kind, id string, gen uint64, plain []byte) []byte {
 	nonce := make([]byte, s.cur.aead.NonceSize())
 	if _, err := io.ReadFull(rand.Reader, nonce); err != nil {
 		panic(err) // crypto/rand does not fail on Linux
 	}
-	out := append([]byte{formatVersion}, s.cur.id[:]...)
+	out := make([]byte, 0, Overhead+len(plain))
+	out = append(append(out, formatVersion), s.cur.id[:]...)
+	out = binary.BigEndian.AppendUint64(out, gen)
 	out = append(out, nonce...)
-	return s.cur.aead.Seal(out, nonce, plain, ad(kind, id))
+	return s.cur.aead.Seal(out, nonce, plain, adGen(kind, id, gen))
 }
 
 // Open decrypts a value Seal made for kind and id, with the current key or
-// an older one. Anything else (tampered, moved to another identity, sealed
-// with a key not in the file, of another format version) is ErrSealed,
-// and the error holds nothing of the value.
-func (s *Sealer) Open(kind, id string, sealed []byte) ([]byte, error) {
+// an older one, and returns it with its generation (0 for a value of
+// format 1, sealed before generations). Anything else (tampered, moved to
+// another identity, its generation changed, sealed with a key not in the
+// file, of another format version) is ErrSealed, and the error holds
+// nothing of the value.
+func (s *Sealer) Open(kind, id string, sealed []byte) (plain []byte, gen uint64, err error) {
 	if len(sealed) < 1+4 {
-		return nil, fmt.Errorf("%w: it is too short", ErrSealed)
+		return nil, 0, fmt.Errorf("%w: it is too short", ErrSealed)
 	}
-	if sealed[0] != formatVersion {
-		return nil, fmt.Errorf("%w: format version %d is not one this signagent reads (%d)", ErrSealed, sealed[0], formatVersion)
+	version, rest := sealed[0], sealed[5:]
+	var data []byte
+	switch version {
+	case formatV1:
+		data = ad(kind, id)
+	case formatVersion:
+		if len(rest) < 8 {
+			return nil, 0, fmt.Errorf("%w: it is too short", ErrSealed)
+		}
+		gen, rest = binary.BigEndian.Uint64(rest), rest[8:]
+		data = adGen(kind, id, gen)
+	default:
+		return nil, 0, fmt.Errorf("%w: format version %d is not one this signagent reads (%d and %d)", ErrSealed, version, formatV1, formatVersion)
 	}
 	var kid [4]byte
 	copy(kid[:], sealed[1:5])
@@ -154,16 +211,16 @@ func (s *Sealer) Open(kind, id string, sealed []byte) ([]byte, error) {
 			continue
 		}
 		n := k.aead.NonceSize()
-		if len(sealed) < 5+n {
-			return nil, fmt.Errorf("%w: it is too short", ErrSealed)
+		if len(rest) < n {
+			return nil, 0, fmt.Errorf("%w: it is too short", ErrSealed)
 		}
-		plain, err := k.aead.Open(nil, sealed[5:5+n], sealed[5+n:], ad(kind, id))
+		plain, err := k.aead.Open(nil, rest[:n], rest[n:], data)
 		if err != nil {
-			return nil, fmt.Errorf("%w: it fails authentication (tampered, or moved from another identity)", ErrSealed)
+			return nil, 0, fmt.Errorf("%w: it fails authentication (tampered, or moved from another identity)", ErrSealed)
 		}
-		return plain, nil
+		return plain, gen, nil
 	}
-	return nil, fmt.Errorf("%w: it was sealed with key %x, which is not in the key file", ErrSealed, kid)
+	return nil, 0, fmt.Errorf("%w: it was sealed with key %x, which is not in the key file", ErrSealed, kid)
 }
 
 // Name is the key name for kind and id: an HMAC, so that no phone, login,

@@ -26,20 +26,30 @@ func TestSealOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := s.Seal("oidc", "crm", []byte("the record"))
+	v := s.Seal("oidc", "crm", 7, []byte("the record"))
 	if bytes.Contains(v, []byte("the record")) {
 		t.Fatal("sealed value holds the plain text")
 	}
-	if p, err := s.Open("oidc", "crm", v); err != nil || string(p) != "the record" {
-		t.Fatalf("%q %v", p, err)
+	if len(v) != len("the record")+store.Overhead {
+		t.Fatalf("sealed: %d bytes, want %d more than the record", len(v), store.Overhead)
 	}
-	if bytes.Equal(v, s.Seal("oidc", "crm", []byte("the record"))) {
+	if p, gen, err := s.Open("oidc", "crm", v); err != nil || string(p) != "the record" || gen != 7 {
+		t.Fatalf("%q %d %v", p, gen, err)
+	}
+	if bytes.Equal(v, s.Seal("oidc", "crm", 7, []byte("the record"))) {
 		t.Fatal("two seals are equal: the nonce is not fresh")
 	}
 	tampered := bytes.Clone(v)
 	tampered[len(tampered)-1] ^= 1
 	future := bytes.Clone(v)
 	future[0] = 9
+	// The generation (bytes 5-12, in clear) cannot be changed: it is
+	// authenticated with the value.
+	regen := bytes.Clone(v)
+	regen[12]++
+	// Nor can a value be passed off as one of format 1 (no generation).
+	asV1 := append([]byte{1}, v[1:5]...)
+	asV1 = append(asV1, v[13:]...)
 	other, _ := store.NewSealer(key(2))
 	for name, tc := range map[string]struct {
 		s        *store.Sealer
@@ -52,10 +62,12 @@ func TestSealOpen(t *testing.T) {
 		"moved to a kind":     {s, "legacy", "crm", v, "fails authentication"},
 		"unknown key":         {other, "oidc", "crm", v, "not in the key file"},
 		"future format":       {s, "oidc", "crm", future, "format version 9"},
+		"generation changed":  {s, "oidc", "crm", regen, "fails authentication"},
+		"made format 1":       {s, "oidc", "crm", asV1, "fails authentication"},
 		"garbage":             {s, "oidc", "crm", []byte("x"), "too short"},
 		"truncated":           {s, "oidc", "crm", v[:10], "too short"},
 	} {
-		_, err := tc.s.Open(tc.kind, tc.id, tc.v)
+		_, _, err := tc.s.Open(tc.kind, tc.id, tc.v)
 		if !errors.Is(err, store.ErrSealed) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "record") {
 			t.Errorf("%s: %v", name, err)
 		}
@@ -63,11 +75,20 @@ func TestSealOpen(t *testing.T) {
 	// Rotation: a file with the new key first and the old one after reads
 	// both and writes with the new.
 	rotated, _ := store.NewSealer(key(2), key(1))
-	if p, err := rotated.Open("oidc", "crm", v); err != nil || string(p) != "the record" {
+	if p, _, err := rotated.Open("oidc", "crm", v); err != nil || string(p) != "the record" {
 		t.Fatalf("rotated key: %q %v", p, err)
 	}
-	if _, err := s.Open("oidc", "crm", rotated.Seal("oidc", "crm", []byte("new"))); err == nil {
+	if _, _, err := s.Open("oidc", "crm", rotated.Seal("oidc", "crm", 1, []byte("new"))); err == nil {
 		t.Fatal("the old key opened what the new one sealed")
+	}
+	// A value of format 1, sealed by signagent before generations (these
+	// bytes were written by it, with key(1)), still opens: generation 0.
+	v1, _ := hex.DecodeString("01e3d7ebe992a5ac5357df148bb29581c1d147afc6c307fac4f8834d19036f74d91f6c7a741134ff29a7184680fcb55eb629b8fea881ae3cabd6e05bc9743727428e0b58034e25c66609c0dc96626bc2")
+	if p, gen, err := s.Open("oidc", "crm", v1); err != nil || string(p) != "a record sealed by signagent before generations" || gen != 0 {
+		t.Fatalf("format 1: %q %d %v", p, gen, err)
+	}
+	if _, _, err := s.Open("oidc", "other", v1); !errors.Is(err, store.ErrSealed) {
+		t.Fatalf("format 1 moved to another identity: %v", err)
 	}
 	if rotated.Name("oidc", "crm") != s.Name("oidc", "crm") {
 		t.Fatal("a rotation renamed the records")
