@@ -5,11 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/api"
@@ -346,5 +349,123 @@ func TestAgentSharedStoreTampered(t *testing.T) {
 	}
 	if v := h.metric(t, `signagent_store_operations_total{op="get",result="sealed"}`); v != "2" {
 		t.Fatalf("sealed values counted: %s, want 2", v)
+	}
+}
+
+// sealerOf is a store sealer under a key of 32 bytes b.
+func sealerOf(t *testing.T, b byte) *store.Sealer {
+	t.Helper()
+	s, err := store.NewSealer(bytes.Repeat([]byte{b}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// sharedOIDC puts the harness's signed-in profile in a shared store (a
+// real redis-server) and has the agent use it; it returns the store's raw
+// client and the record's key in Redis.
+func sharedOIDC(t *testing.T, h *harness, sealer *store.Sealer) (*redis.Client, string) {
+	t.Helper()
+	srv := redistest.Start(t)
+	r, err := store.Open(store.Options{URL: srv.URL(), Sealer: sealer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	rec, err := h.store.Load("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &oidc.Shared{S: r, Name: srv.URL()}
+	if err := sh.Save(rec); err != nil {
+		t.Fatal(err)
+	}
+	h.agent.SetOIDC(&oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }})
+	h.agent.SetSharedStore(r)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb, "signagent:{" + sealer.Name("oidc", "default") + "}"
+}
+
+// TestAgentSharedStoreTooLarge: a record made huge in the shared store by
+// someone with write access to Redis (32 MiB) is refused by Redis before
+// it is sent: the profile must sign in again (409), the agent allocates a
+// few KiB, not the value's 32 MiB, each refusal is counted, and the value
+// is left in Redis as it was.
+func TestAgentSharedStoreTooLarge(t *testing.T) {
+	h := start(t, options{oidc: true})
+	ctx := context.Background()
+	rdb, k := sharedOIDC(t, h, sealerOf(t, 9))
+	huge := make([]byte, 32<<20)
+	huge[0] = 2
+	if err := rdb.HSet(ctx, k, "v", huge).Err(); err != nil {
+		t.Fatal(err)
+	}
+	huge = nil
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 2 {
+		code, _, body := raw(t, h.sock, "POST", "/v1/authorizations", `{"scheme":"oidc"}`)
+		if code != 409 || !strings.Contains(body, "over the store's size bound: 33554432 bytes, more than 65536") {
+			t.Fatalf("a huge record: %d %s", code, body)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	grew := after.TotalAlloc - before.TotalAlloc
+	t.Logf("two requests over a 32 MiB record: %d KiB allocated", grew>>10)
+	if grew > 8<<20 {
+		t.Fatalf("two requests over a 32 MiB record allocated %d MiB: the value was read", grew>>20)
+	}
+	if v := h.metric(t, `signagent_store_operations_total{op="get",result="too_large"}`); v != "2" {
+		t.Fatalf("too large values counted: %s, want 2", v)
+	}
+	if n, _ := rdb.HStrLen(ctx, k, "v").Result(); n != 32<<20 {
+		t.Fatalf("the refusals changed the record in Redis: %d bytes", n)
+	}
+	if code, _, body := raw(t, h.sock, "GET", "/readyz", ""); code != 200 {
+		t.Fatalf("readyz after the refusals: %d %s", code, body)
+	}
+}
+
+// TestAgentSharedStoreRollback: a profile's older record put back in the
+// shared store after this agent wrote a newer one is refused: the agent
+// does not refresh with it (its one-time refresh token may be spent, and
+// a provider that sees it again revokes the whole grant), the profile must
+// sign in again (409), the refusal is counted, and the record is left as
+// it is. The newer record, put back, is used again.
+func TestAgentSharedStoreRollback(t *testing.T) {
+	h := start(t, options{oidc: true})
+	ctx := context.Background()
+	rdb, k := sharedOIDC(t, h, sealerOf(t, 10))
+	older, _ := rdb.HGet(ctx, k, "v").Result()
+	refreshes := h.emu.Stats().Refreshes
+	if code, _, body := raw(t, h.sock, "POST", "/v1/authorizations", `{"scheme":"oidc","refresh":true}`); code != 200 || h.emu.Stats().Refreshes != refreshes+1 {
+		t.Fatalf("refresh: %d %s", code, body)
+	}
+	newer, _ := rdb.HGet(ctx, k, "v").Result()
+	if newer == older {
+		t.Fatal("the refreshed record was not written")
+	}
+	rdb.HSet(ctx, k, "v", older)
+	code, _, body := raw(t, h.sock, "POST", "/v1/authorizations", `{"scheme":"oidc","refresh":true}`)
+	if code != 409 || !strings.Contains(body, "older record put back") {
+		t.Fatalf("a rolled-back record: %d %s", code, body)
+	}
+	if n := h.emu.Stats().Refreshes; n != refreshes+1 {
+		t.Fatalf("the agent refreshed with the rolled-back record (%d refreshes, want %d)", n, refreshes+1)
+	}
+	// Each read of it is refused and counted (the request reads it more
+	// than once).
+	if v, _ := strconv.Atoi(h.metric(t, `signagent_store_operations_total{op="get",result="rollback"}`)); v < 1 {
+		t.Fatalf("rollbacks counted: %d", v)
+	}
+	if v, _ := rdb.HGet(ctx, k, "v").Result(); v != older {
+		t.Fatal("the refusal changed the record in Redis")
+	}
+	rdb.HSet(ctx, k, "v", newer)
+	if code, _, body := raw(t, h.sock, "POST", "/v1/authorizations", `{"scheme":"oidc"}`); code != 200 {
+		t.Fatalf("the newer record put back: %d %s", code, body)
 	}
 }
