@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/signagent/signagent/api"
@@ -31,12 +33,24 @@ type Client struct {
 	bearer string
 }
 
-// NewUnix returns a client for the agent's Unix socket.
+// NewUnix returns a client for the agent's Unix socket. Every connection
+// it makes is checked before anything is sent on it: the agent must run
+// as this user, root or ServiceUser (SO_PEERCRED), else the call fails
+// with a *PeerError (ErrUntrustedPeer).
 func NewUnix(socket string) *Client {
+	trusted := sync.OnceValue(trustedUIDs)
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
+			c, err := d.DialContext(ctx, "unix", socket)
+			if err != nil {
+				return nil, err
+			}
+			if err := verifyPeer(c, socket, trusted()); err != nil {
+				c.Close()
+				return nil, err
+			}
+			return c, nil
 		},
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
@@ -161,7 +175,7 @@ func (c *Client) Call(ctx context.Context, method, path string, query url.Values
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("signagent agent: %w", err)
+		return nil, sendErr(err)
 	}
 	defer resp.Body.Close()
 	const limit = 64 << 20
@@ -188,6 +202,17 @@ func (c *Client) Call(ctx context.Context, method, path string, query url.Values
 	return &Answer{Status: resp.StatusCode, Header: resp.Header, Body: data}, nil
 }
 
+// sendErr is the error of a request that got no answer: a refused peer
+// as it is (one line naming the socket and its user), anything else
+// with the request it was.
+func sendErr(err error) error {
+	var pe *PeerError
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return fmt.Errorf("signagent agent: %w", err)
+}
+
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
@@ -209,7 +234,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("signagent agent: %w", err)
+		return sendErr(err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
