@@ -74,6 +74,10 @@ func agentFor(c *cli.Context, e *env) (*agentclient.Client, error) {
 		return cl, nil
 	case errors.As(err, &ae):
 		return nil, agentError(fmt.Errorf("the agent at %s refuses this user: %w (--no-agent does it here)", path, err))
+	case errors.Is(err, agentclient.ErrUntrustedPeer):
+		// Another user's process serves the socket: not an agent that
+		// cannot be reached, which auto would quietly do without.
+		return nil, agentError(fmt.Errorf("%w (--no-agent does it here)", err))
 	case mode == "auto":
 		e.log.Info().Str("socket", path).Err(err).Msg("the agent cannot be reached: doing it here")
 		return nil, nil
@@ -85,6 +89,9 @@ func agentFor(c *cli.Context, e *env) (*agentclient.Client, error) {
 func agentError(err error) error {
 	var ae *agentclient.Error
 	if !errors.As(err, &ae) {
+		if errors.Is(err, agentclient.ErrUntrustedPeer) {
+			return errdefs.Mark(err, errdefs.ErrNotConfigured) // the socket named is another user's
+		}
 		return errdefs.Mark(err, errdefs.ErrUnreachable)
 	}
 	var kind error
