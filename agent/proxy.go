@@ -240,6 +240,7 @@ func (a *Agent) send(out *http.Request, t *proxyTarget, au authz.Authorizer, cal
 func (a *Agent) passOn(w http.ResponseWriter, resp *http.Response, call *proxyCall) {
 	dropHopByHop(resp.Header)
 	delete(resp.Header, RequestIDHeader)
+	delete(resp.Header, ErrorHeader) // the agent's own, never the service's
 	h := w.Header()
 	for k, vv := range resp.Header {
 		if cur, ok := h[k]; ok {

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -254,6 +256,7 @@ func TestProxyHeaders(t *testing.T) {
 		w.Header().Set("X-Answer", "kept")
 		w.Header().Set("Connection", "X-Hop-Back")
 		w.Header().Set("X-Hop-Back", "dropped")
+		w.Header().Set(agent.ErrorHeader, "forged_by_the_service")
 		h.emu.Handler().ServeHTTP(w, r)
 	}))
 	defer rec.Close()
@@ -281,6 +284,11 @@ func TestProxyHeaders(t *testing.T) {
 	}
 	if resp.Header.Get("X-Answer") != "kept" || resp.Header.Get("X-Hop-Back") != "" {
 		t.Errorf("answer headers: %v", resp.Header)
+	}
+	// Signagent-Error is the agent's alone: the service's own is dropped,
+	// so that a caller can tell the agent's refusals from the service's.
+	if v := resp.Header.Values(agent.ErrorHeader); len(v) != 0 {
+		t.Errorf("the service's %s reached the caller: %q", agent.ErrorHeader, v)
 	}
 	// The request's id comes back once, and names its audit line.
 	if ids := resp.Header.Values("X-Request-Id"); len(ids) != 1 || ids[0] != "r-1" {
@@ -675,5 +683,53 @@ func TestProxyNoProtocolSwitch(t *testing.T) {
 	}
 	if u, _ := upgrade.Load().(string); u != "" {
 		t.Errorf("the caller's Upgrade reached the service: %q", u)
+	}
+}
+
+// TestProxyNoCrossTalk: a business API that writes a second answer on a
+// kept connection after answering one caller (issue 36) costs that
+// connection, never the next caller: each caller gets the answer written
+// for it. A raw-TCP stand-in service: no net/http server misbehaves so.
+func TestProxyNoCrossTalk(t *testing.T) {
+	h := start(t, options{oidc: true})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	answer := func(who string) string {
+		return "HTTP/1.1 200 OK\r\nX-For: " + who + "\r\nContent-Length: " + strconv.Itoa(4+len(who)) + "\r\n\r\nfor " + who
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					who := req.Header.Get("X-Who")
+					io.WriteString(c, answer(who))
+					time.Sleep(20 * time.Millisecond)
+					io.WriteString(c, answer("intruder")) // nobody asked
+				}
+			}()
+		}
+	}()
+	if err := h.agent.SetServiceAPI("http://"+ln.Addr().String(), true); err != nil {
+		t.Fatal(err)
+	}
+	for _, who := range []string{"first", "second", "third"} {
+		resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceOIDC, http.Header{"X-Who": {who}}, "")
+		if resp.StatusCode != 200 || body != "for "+who || resp.Header.Get("X-For") != who {
+			t.Fatalf("caller %q got %d %q (written for %q)", who, resp.StatusCode, body, resp.Header.Get("X-For"))
+		}
+		time.Sleep(80 * time.Millisecond)
 	}
 }

@@ -33,8 +33,12 @@ type upstream struct {
 	dialer   net.Dialer
 
 	headerTimeout time.Duration // for the answer's head
+	maxHead       int64         // bytes of the answer's head, interim answers counted in it
 	idleTimeout   time.Duration
 	maxIdle       int
+	// afterHead, when set (tests), runs between reading the head and
+	// lifting the head's deadline.
+	afterHead func()
 
 	mu   sync.Mutex
 	idle []*upConn // most recently used last
@@ -43,17 +47,49 @@ type upstream struct {
 type upConn struct {
 	net.Conn
 	raw  net.Conn // the TCP connection beneath TLS
-	br   *bufio.Reader
+	lr   *headLimit
+	br   *bufio.Reader // reads through lr
 	bw   *bufio.Writer
 	used time.Time // when it was put back idle
 }
+
+// headLimit is the reader beneath a connection's bufio.Reader: it lets
+// through at most n bytes while the answer's head is read (as
+// http.Transport's readLimit does), and any number once n is lifted.
+type headLimit struct {
+	r net.Conn
+	n int64
+}
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, errHeadTooLarge
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	return n, err
+}
+
+// noLimit is headLimit's n once the head was read.
+const noLimit = 1<<63 - 1
+
+// defaultMaxHead bounds an answer's head, interim answers counted in it
+// (as http.Transport counts them in MaxResponseHeaderBytes, with no count
+// of its own): past it the answer is refused (502) and its connection
+// closed.
+const defaultMaxHead = 1 << 20
+
+var errHeadTooLarge = errors.New("the service's answer head is larger than the proxy takes")
 
 // newUpstream sends to base; fallback takes the requests when the
 // environment ($HTTPS_PROXY and kin, read once) names a proxy for base.
 func newUpstream(base *url.URL, fallback http.RoundTripper) *upstream {
 	u := &upstream{base: base, addr: base.Host, tls: &tls.Config{ServerName: base.Hostname(), MinVersion: tls.VersionTLS12},
 		dialer:        net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second},
-		headerTimeout: 30 * time.Second, idleTimeout: 90 * time.Second, maxIdle: 64}
+		headerTimeout: 30 * time.Second, maxHead: defaultMaxHead, idleTimeout: 90 * time.Second, maxIdle: 64}
 	if base.Port() == "" {
 		port := "80"
 		if base.Scheme == "https" {
@@ -69,12 +105,21 @@ func newUpstream(base *url.URL, fallback http.RoundTripper) *upstream {
 	return u
 }
 
-// RoundTrip sends req on an idle connection, or a new one. As
-// http.Transport does, a request that may be sent twice (GET, HEAD,
-// OPTIONS, TRACE, or one with an Idempotency-Key) is sent once more on a
-// new connection when a kept one turns out closed by the service before
-// any of the answer came; any other request goes out only on a kept
-// connection the kernel does not already know closed.
+// RoundTrip sends req on an idle connection, or a new one.
+//
+// A kept connection carries one answer at a time, and a byte on it that
+// no request asked for would be read as the next caller's answer (one
+// identity's data handed to another). So, as http.Transport, nginx's
+// upstream keepalive and Envoy do, a connection goes back to the pool only
+// when its answer was framed and read to its end with nothing after it,
+// and one is taken from the pool only when it is still open and quiet:
+// bytes that came while it was idle (a second answer, the rest of an
+// answer longer than it said, a 408 before the service closed it) cost
+// the connection, never a caller. A request that may be sent twice (GET,
+// HEAD, OPTIONS, TRACE, or one with an Idempotency-Key) is sent once more
+// on a new connection when a kept one turns out closed by the service
+// before any of the answer came, or answers 408 and closes (the service
+// timed the idle connection out as the request went).
 func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	if u.fallback != nil {
 		return u.fallback.RoundTrip(req)
@@ -89,12 +134,17 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		if reused && !replayable && !alive(c) {
-			c.Close()
-			attempt--
-			continue
-		}
 		resp, err := u.send(c, req)
+		if err == nil && reused && resp.StatusCode == http.StatusRequestTimeout && resp.Close {
+			// The service's idle timeout crossed the request: it did not
+			// take the request, so a replayable one goes on a new
+			// connection; another is answered 408, which is true.
+			if !replayable || attempt > 0 {
+				return resp, nil
+			}
+			resp.Body.Close()
+			err = errStaleConn
+		}
 		if err == nil {
 			return resp, nil
 		}
@@ -113,11 +163,33 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// alive asks the kernel, without blocking, whether a kept connection is
-// still open and quiet: a peek that would block means so; the end of the
-// stream, an error, or bytes nobody asked for mean it is not to be used.
-func alive(c *upConn) bool {
-	sc, ok := c.raw.(syscall.Conn)
+// quiet asks, without blocking, whether a kept connection is still open
+// and has nothing to read: bytes in its buffer, in TLS's, or in the
+// kernel's, or the end of the stream, mean it is not to be used.
+func quiet(c *upConn) bool {
+	if c.br.Buffered() > 0 || !alive(c.raw) {
+		return false
+	}
+	tc, ok := c.Conn.(*tls.Conn)
+	if !ok {
+		return true
+	}
+	// Decrypted bytes TLS holds but nobody read: a read that cannot wait
+	// (a deadline already past) returns them, or times out when there
+	// are none. A timeout leaves the TLS connection usable.
+	tc.SetReadDeadline(time.Unix(1, 0))
+	var b [1]byte
+	n, err := tc.Read(b[:])
+	tc.SetReadDeadline(time.Time{})
+	var ne net.Error
+	return n == 0 && errors.As(err, &ne) && ne.Timeout()
+}
+
+// alive asks the kernel, without blocking, whether a connection is still
+// open and quiet: a peek that would block means so; the end of the
+// stream, an error, or bytes nobody asked for mean it is not.
+func alive(raw net.Conn) bool {
+	sc, ok := raw.(syscall.Conn)
 	if !ok {
 		return true
 	}
@@ -159,28 +231,72 @@ func (u *upstream) send(c *upConn, req *http.Request) (*http.Response, error) {
 		stop()
 		return nil, staleOr(err)
 	}
-	if _, err := c.br.Peek(1); err != nil {
-		stop()
-		return nil, staleOr(err)
-	}
-	resp, err := http.ReadResponse(c.br, req)
-	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
-		// An interim answer (100 Continue, 103 Early Hints): the body
-		// has been sent already; the final answer follows.
-		resp, err = http.ReadResponse(c.br, req)
-	}
+	resp, err := u.readHead(c, req)
 	if err != nil {
 		stop()
 		return nil, err
 	}
 	if timed {
+		if u.afterHead != nil {
+			u.afterHead()
+		}
 		// The body streams within the request's deadline (if any), not
-		// the head's.
+		// the head's. Were the request cancelled meanwhile, stop's
+		// function may have set its deadline just before this clears it:
+		// set again, so that the body's read does not go on with none.
 		c.SetDeadline(time.Time{})
+		if ctx.Err() != nil {
+			c.SetDeadline(time.Unix(1, 0))
+		}
 	}
-	resp.Body = &upBody{ReadCloser: resp.Body, c: c, u: u, stop: stop, keep: !resp.Close && !req.Close,
+	resp.Body = &upBody{ReadCloser: resp.Body, c: c, u: u, stop: stop, keep: keepAfter(resp, req),
 		eof: resp.Body == http.NoBody}
 	return resp, nil
+}
+
+// readHead reads the answer's head, past any interim answers (100
+// Continue, 103 Early Hints: the body has been sent already), through
+// the connection's head limit.
+func (u *upstream) readHead(c *upConn, req *http.Request) (*http.Response, error) {
+	c.lr.n = u.maxHead
+	defer func() { c.lr.n = noLimit }()
+	if _, err := c.br.Peek(1); err != nil {
+		return nil, headErr(u, staleOr(err))
+	}
+	for {
+		resp, err := http.ReadResponse(c.br, req)
+		if err != nil {
+			return nil, headErr(u, err)
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			return resp, nil
+		}
+	}
+}
+
+func headErr(u *upstream, err error) error {
+	if errors.Is(err, errHeadTooLarge) {
+		return fmt.Errorf("the service's answer head is larger than %d KiB", u.maxHead>>10)
+	}
+	return err
+}
+
+// keepAfter says whether resp's connection may carry another request once
+// its body was read to its end: not when either side said close, nor
+// after a 101 (the connection is another protocol's now), nor after a
+// 204 or 304 whose head gave a body length (the bytes it announced may
+// follow, and the next caller would read them).
+func keepAfter(resp *http.Response, req *http.Request) bool {
+	if resp.Close || req.Close || resp.StatusCode < 200 {
+		return false
+	}
+	if resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified {
+		_, length := resp.Header["Content-Length"]
+		if (length && resp.Header.Get("Content-Length") != "0") || len(resp.TransferEncoding) > 0 || resp.Header.Get("Transfer-Encoding") != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // writeRequest writes req as http.Request.Write does for what the proxy
@@ -277,8 +393,10 @@ func (b *upBody) Close() error {
 	}
 	b.done = true
 	err := b.ReadCloser.Close()
-	if !b.stop() || !b.eof || !b.keep || b.c.br.Buffered() > 0 {
-		b.c.Close() // cancelled, not read to its end, or told to close
+	if !b.stop() || !b.eof || !b.keep || !quiet(b.c) {
+		// Cancelled, not read to its end, told to close, or more came
+		// than the answer: the connection is not kept.
+		b.c.Close()
 		return err
 	}
 	b.u.put(b.c)
@@ -291,11 +409,16 @@ func (u *upstream) get(ctx context.Context) (*upConn, bool, error) {
 	for len(u.idle) > 0 {
 		c := u.idle[len(u.idle)-1]
 		u.idle = u.idle[:len(u.idle)-1]
-		if now.Sub(c.used) < u.idleTimeout {
-			u.mu.Unlock()
+		if now.Sub(c.used) >= u.idleTimeout {
+			c.Close()
+			continue
+		}
+		u.mu.Unlock()
+		if quiet(c) {
 			return c, true, nil
 		}
-		c.Close()
+		c.Close() // closed by the service, or it wrote while idle
+		u.mu.Lock()
 	}
 	u.mu.Unlock()
 	nc, err := u.dialer.DialContext(ctx, "tcp", u.addr)
@@ -311,7 +434,8 @@ func (u *upstream) get(ctx context.Context) (*upConn, bool, error) {
 		}
 		nc = tc
 	}
-	return &upConn{Conn: nc, raw: raw, br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 8<<10)}, false, nil
+	lr := &headLimit{r: nc, n: noLimit}
+	return &upConn{Conn: nc, raw: raw, lr: lr, br: bufio.NewReaderSize(lr, 16<<10), bw: bufio.NewWriterSize(nc, 8<<10)}, false, nil
 }
 
 func (u *upstream) put(c *upConn) {

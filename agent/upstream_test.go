@@ -357,3 +357,42 @@ func TestIsEventStream(t *testing.T) {
 		}
 	}
 }
+
+// A request cancelled between the head and the lifting of the head's
+// deadline still ends the body's read: the lifting must not clear the
+// deadline the cancellation set (issue 36, item 4).
+func TestUpstreamCancelBetweenHeadAndBody(t *testing.T) {
+	api := startRawAPI(t, func(c net.Conn, who string, _ int) bool {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nX-For: "+who+"\r\nContent-Length: 100\r\n\r\nsome") // the rest never comes
+		io.Copy(io.Discard, c)                                                                    // until the client closes
+		return false
+	})
+	base, _ := url.Parse(api.url())
+	u := newUpstream(base, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	u.afterHead = func() {
+		cancel()
+		time.Sleep(20 * time.Millisecond) // the cancellation's hook has run
+	}
+	req, _ := http.NewRequestWithContext(ctx, "GET", api.url()+"/", nil) // no deadline: the head's applies
+	resp, err := u.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.ReadAll(resp.Body)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a cut-off body read to its end")
+		}
+	case <-time.After(3 * time.Second):
+		resp.Body.Close()
+		t.Fatal("the body's read went on with no deadline after the request was cancelled")
+	}
+	resp.Body.Close()
+}

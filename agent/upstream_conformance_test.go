@@ -1,0 +1,447 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The agent's upstream client is hand-written (see upstream.go), so it is
+// held to net/http's Transport: the same scripted, misbehaving business
+// API, written on raw TCP, answers both, and for every behaviour the agent
+// must be no less safe. Every answer the API writes names, in X-For and in
+// its body, the caller it was written for (or "intruder" for bytes nobody
+// asked for): a caller that reads an answer not written for it is
+// cross-talk, the one thing that must never happen.
+
+// rawAPI is a business API on raw TCP whose script writes what it likes
+// on a connection.
+type rawAPI struct {
+	ln     net.Listener
+	script func(c net.Conn, who string, n int) bool // n: the request's number on c; false closes c
+	conns  atomic.Int64
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	open   []net.Conn
+}
+
+func startRawAPI(t testing.TB, script func(c net.Conn, who string, n int) bool) *rawAPI {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &rawAPI{ln: ln, script: script}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			a.conns.Add(1)
+			a.mu.Lock()
+			a.open = append(a.open, c)
+			a.mu.Unlock()
+			a.wg.Add(1)
+			go func() {
+				defer a.wg.Done()
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for n := 0; ; n++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					if !a.script(c, req.Header.Get("X-Who"), n) {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(a.close)
+	return a
+}
+
+func (a *rawAPI) close() {
+	a.ln.Close()
+	a.mu.Lock()
+	for _, c := range a.open {
+		c.Close()
+	}
+	a.mu.Unlock()
+	a.wg.Wait()
+}
+
+func (a *rawAPI) url() string { return "http://" + a.ln.Addr().String() }
+
+// answerFor is a well-framed answer written for who.
+func answerFor(who string) string {
+	body := "for " + who
+	return fmt.Sprintf("HTTP/1.1 200 OK\r\nX-For: %s\r\nContent-Length: %d\r\n\r\n%s", who, len(body), body)
+}
+
+func chunkedFor(who string) string {
+	body := "for " + who
+	return fmt.Sprintf("HTTP/1.1 200 OK\r\nX-For: %s\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", who, len(body), body)
+}
+
+// later writes s on c after d, unless c is closed by then.
+func later(c net.Conn, d time.Duration, s string, closeAfter bool) {
+	go func() {
+		time.Sleep(d)
+		io.WriteString(c, s)
+		if closeAfter {
+			c.Close()
+		}
+	}()
+}
+
+// settle is how long the sequence waits between calls, so that what a
+// behaviour writes late has arrived before the next call.
+const settle = 60 * time.Millisecond
+
+// hugeHead is built once, on first use, so that the memory measured is
+// the client's.
+var hugeHead = sync.OnceValue(func() []byte {
+	return []byte("HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("a", 64<<20) + "\r\nContent-Length: 0\r\n\r\n")
+})
+
+type conformanceCase struct {
+	name   string
+	script func(c net.Conn, who string, n int) bool
+	// concurrent also runs the case with several identities at once.
+	concurrent bool
+}
+
+var conformanceCases = []conformanceCase{
+	{name: "well-behaved", concurrent: true, script: func(c net.Conn, who string, _ int) bool {
+		io.WriteString(c, answerFor(who))
+		return true
+	}},
+	{name: "unsolicited answer while idle", concurrent: true, script: func(c net.Conn, who string, _ int) bool {
+		io.WriteString(c, answerFor(who))
+		later(c, 20*time.Millisecond, answerFor("intruder"), false)
+		return true
+	}},
+	{name: "408 then close while idle", concurrent: true, script: func(c net.Conn, who string, _ int) bool {
+		io.WriteString(c, answerFor(who))
+		later(c, 20*time.Millisecond, "HTTP/1.1 408 Request Timeout\r\nX-For: intruder\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", true)
+		return true
+	}},
+	{name: "longer than its Content-Length, same write", concurrent: true, script: func(c net.Conn, who string, _ int) bool {
+		io.WriteString(c, answerFor(who)+answerFor("intruder"))
+		return true
+	}},
+	{name: "longer than its Content-Length, rest late", concurrent: true, script: func(c net.Conn, who string, _ int) bool {
+		io.WriteString(c, answerFor(who))
+		later(c, 20*time.Millisecond, answerFor("intruder"), false)
+		return true
+	}},
+	{name: "bytes after a chunked body", concurrent: true, script: func(c net.Conn, who string, _ int) bool {
+		io.WriteString(c, chunkedFor(who)+answerFor("intruder"))
+		return true
+	}},
+	{name: "two interim answers", concurrent: true, script: func(c net.Conn, who string, _ int) bool {
+		io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 100 Continue\r\n\r\n"+answerFor(who))
+		return true
+	}},
+	{name: "many interim answers", script: func(c net.Conn, who string, _ int) bool {
+		io.WriteString(c, strings.Repeat("HTTP/1.1 100 Continue\r\n\r\n", 1000)+answerFor(who))
+		return true
+	}},
+	{name: "101 Switching Protocols", script: func(c net.Conn, who string, _ int) bool {
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nX-For: "+who+"\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n"+answerFor("intruder"))
+		return true
+	}},
+	{name: "204 with a body", concurrent: true, script: func(c net.Conn, who string, _ int) bool {
+		body := answerFor("intruder")
+		io.WriteString(c, fmt.Sprintf("HTTP/1.1 204 No Content\r\nX-For: %s\r\nContent-Length: %d\r\n\r\n%s", who, len(body), body))
+		return true
+	}},
+	{name: "304 with a body", concurrent: true, script: func(c net.Conn, who string, _ int) bool {
+		body := answerFor("intruder")
+		io.WriteString(c, fmt.Sprintf("HTTP/1.1 304 Not Modified\r\nX-For: %s\r\nContent-Length: %d\r\n\r\n%s", who, len(body), body))
+		return true
+	}},
+	{name: "204 with a late body", concurrent: true, script: func(c net.Conn, who string, _ int) bool {
+		body := answerFor("intruder")
+		io.WriteString(c, fmt.Sprintf("HTTP/1.1 204 No Content\r\nX-For: %s\r\nContent-Length: %d\r\n\r\n", who, len(body)))
+		later(c, 20*time.Millisecond, body, false)
+		return true
+	}},
+	{name: "Content-Length with Transfer-Encoding", concurrent: true, script: func(c net.Conn, who string, _ int) bool {
+		body := "for " + who
+		io.WriteString(c, fmt.Sprintf("HTTP/1.1 200 OK\r\nX-For: %s\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", who, len(body), body))
+		return true
+	}},
+	{name: "two different Content-Lengths", script: func(c net.Conn, who string, _ int) bool {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nX-For: "+who+"\r\nContent-Length: 7\r\nContent-Length: 30\r\n\r\nfor "+who+answerFor("intruder"))
+		return true
+	}},
+	{name: "close in the head", script: func(c net.Conn, who string, _ int) bool {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nX-For: "+who+"\r\nContent-Le")
+		return false
+	}},
+	{name: "close in the body", script: func(c net.Conn, who string, _ int) bool {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nX-For: "+who+"\r\nContent-Length: 100\r\n\r\nfor "+who)
+		return false
+	}},
+	{name: "close in a chunk", script: func(c net.Conn, who string, _ int) bool {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nX-For: "+who+"\r\nTransfer-Encoding: chunked\r\n\r\n40\r\nfor "+who)
+		return false
+	}},
+	{name: "trickling head", script: func(c net.Conn, who string, _ int) bool {
+		for _, b := range []byte(answerFor(who)) {
+			if _, err := c.Write([]byte{b}); err != nil {
+				return false
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return true
+	}},
+	{name: "huge head (64 MiB)", script: func(c net.Conn, who string, _ int) bool {
+		c.Write(hugeHead())
+		return false
+	}},
+	{name: "ten thousand headers", script: func(c net.Conn, who string, _ int) bool {
+		var b strings.Builder
+		b.WriteString("HTTP/1.1 200 OK\r\nX-For: " + who + "\r\n")
+		for i := range 10000 {
+			fmt.Fprintf(&b, "X-H%d: v\r\n", i)
+		}
+		body := "for " + who
+		fmt.Fprintf(&b, "Content-Length: %d\r\n\r\n%s", len(body), body)
+		io.WriteString(c, b.String())
+		return true
+	}},
+	{name: "HTTP/1.0 answer", concurrent: true, script: func(c net.Conn, who string, _ int) bool {
+		body := "for " + who
+		io.WriteString(c, fmt.Sprintf("HTTP/1.0 200 OK\r\nX-For: %s\r\nContent-Length: %d\r\n\r\n%s", who, len(body), body))
+		later(c, 20*time.Millisecond, answerFor("intruder"), false)
+		return true
+	}},
+	{name: "Connection: close", concurrent: true, script: func(c net.Conn, who string, _ int) bool {
+		body := "for " + who
+		io.WriteString(c, fmt.Sprintf("HTTP/1.1 200 OK\r\nX-For: %s\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", who, len(body), body))
+		later(c, 20*time.Millisecond, answerFor("intruder"), false)
+		return true
+	}},
+	{name: "caller gone before the body", script: func(c net.Conn, who string, _ int) bool {
+		body := "for " + who
+		if who == "gone" {
+			io.WriteString(c, fmt.Sprintf("HTTP/1.1 200 OK\r\nX-For: %s\r\nContent-Length: %d\r\n\r\n", who, len(body)))
+			later(c, 100*time.Millisecond, body+answerFor("intruder"), false)
+			return true
+		}
+		io.WriteString(c, answerFor(who))
+		return true
+	}},
+}
+
+// outcome is what one caller received: "own" (its own answer, whole),
+// "status N" (an answer written for it that is not a 200 with its body),
+// "error", or "CROSS-TALK: ..." when it read bytes not written for it.
+func outcome(who string, resp *http.Response, err error) string {
+	if err != nil {
+		return "error"
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 {
+		// A 101's body is the connection itself (the Transport's): not read.
+		if f := resp.Header.Get("X-For"); f != who {
+			return fmt.Sprintf("CROSS-TALK: %d for %q", resp.StatusCode, f)
+		}
+		return fmt.Sprintf("status %d", resp.StatusCode)
+	}
+	stop := time.AfterFunc(2*time.Second, func() { resp.Body.Close() })
+	defer stop.Stop()
+	body, rerr := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if f := resp.Header.Get("X-For"); f != who {
+		return fmt.Sprintf("CROSS-TALK: %d for %q", resp.StatusCode, f)
+	}
+	if len(body) > 0 && string(body) != "for "+who {
+		return fmt.Sprintf("CROSS-TALK: body %.40q", body)
+	}
+	if rerr != nil {
+		return fmt.Sprintf("status %d, body cut off", resp.StatusCode)
+	}
+	if resp.StatusCode == 200 && string(body) == "for "+who {
+		return "own"
+	}
+	return fmt.Sprintf("status %d", resp.StatusCode)
+}
+
+// call sends one GET for who through rt and reads what comes back.
+func call(rt http.RoundTripper, base, who string, timeout time.Duration) string {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/GetMyOrganizations", nil)
+	req.Header.Set("X-Who", who)
+	if who == "gone" {
+		// The caller goes away once it has the head.
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			cancel()
+			resp.Body.Close()
+		}
+		return "gone"
+	}
+	resp, err := rt.RoundTrip(req)
+	return outcome(who, resp, err)
+}
+
+// clientsUnderTest are the two clients every behaviour runs through.
+func clientsUnderTest(base string) map[string]http.RoundTripper {
+	u, _ := url.Parse(base)
+	up := newUpstream(u, nil)
+	up.headerTimeout = 500 * time.Millisecond
+	return map[string]http.RoundTripper{
+		"transport": &http.Transport{ResponseHeaderTimeout: 500 * time.Millisecond, DisableCompression: true, MaxIdleConnsPerHost: 64},
+		"agent":     up,
+	}
+}
+
+// pooledClean checks that no connection in the agent's pool holds bytes
+// it read and nobody took.
+func pooledClean(t *testing.T, rt http.RoundTripper) {
+	u, ok := rt.(*upstream)
+	if !ok {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, c := range u.idle {
+		if n := c.br.Buffered(); n > 0 {
+			t.Errorf("a pooled connection holds %d unread bytes", n)
+		}
+	}
+}
+
+// runSequence makes calls one after another for identities in turn, as
+// identity A then B then C would on a quiet agent.
+func runSequence(t *testing.T, rt http.RoundTripper, base string) []string {
+	var got []string
+	for _, who := range []string{"alice", "bob", "carol", "gone", "dave", "erin"} {
+		got = append(got, call(rt, base, who, 2*time.Second))
+		pooledClean(t, rt)
+		time.Sleep(settle)
+	}
+	return got
+}
+
+// runConcurrent makes calls for four identities at once.
+func runConcurrent(t *testing.T, rt http.RoundTripper, base string) []string {
+	var mu sync.Mutex
+	var got []string
+	var wg sync.WaitGroup
+	for _, who := range []string{"ann", "ben", "cat", "dan"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 8 {
+				o := call(rt, base, who, 2*time.Second)
+				mu.Lock()
+				got = append(got, o)
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	pooledClean(t, rt)
+	return got
+}
+
+// summary counts outcomes: "own×5 error×1".
+func summary(outcomes []string) string {
+	n := map[string]int{}
+	for _, o := range outcomes {
+		if o != "gone" {
+			n[o]++
+		}
+	}
+	keys := make([]string, 0, len(n))
+	for k := range n {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s×%d", k, n[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// TestUpstreamConformance runs every behaviour through the Transport and
+// the agent's client and requires of the agent's: no cross-talk ever, no
+// pooled connection with unread bytes, a bounded head, and for every
+// behaviour where the Transport gives a caller its own answer, the same.
+// go test -v prints the table (docs/testing.md has it).
+func TestUpstreamConformance(t *testing.T) {
+	// The Transport logs each unsolicited answer it sees on an idle
+	// connection; the table is what this test reports.
+	log.SetOutput(io.Discard)
+	t.Cleanup(func() { log.SetOutput(os.Stderr) })
+	for _, tc := range conformanceCases {
+		t.Run(tc.name, func(t *testing.T) {
+			huge := strings.HasPrefix(tc.name, "huge head")
+			if huge {
+				hugeHead()
+			} else {
+				t.Parallel() // the memory measured is the huge head's alone
+			}
+			res := map[string]string{}
+			for _, name := range []string{"transport", "agent"} {
+				api := startRawAPI(t, tc.script)
+				rt := clientsUnderTest(api.url())[name]
+				var before runtime.MemStats
+				runtime.ReadMemStats(&before)
+				out := runSequence(t, rt, api.url())
+				if tc.concurrent {
+					out = append(out, runConcurrent(t, rt, api.url())...)
+				}
+				var after runtime.MemStats
+				runtime.ReadMemStats(&after)
+				s := summary(out)
+				res[name] = fmt.Sprintf("%s (%d connections)", s, api.conns.Load())
+				if name == "agent" {
+					if strings.Contains(s, "CROSS-TALK") {
+						t.Errorf("the agent's client handed a caller bytes not written for it: %s", s)
+					}
+					if huge {
+						// Six calls: at most 16 MiB each (the head's limit is
+						// 1 MiB; textproto grows its line as it reads).
+						if grew := after.TotalAlloc - before.TotalAlloc; grew > 6*16<<20 {
+							t.Errorf("the agent's client allocated %d MiB for six calls answered by a 64 MiB head", grew>>20)
+						}
+					}
+				}
+				rt.(interface{ CloseIdleConnections() }).CloseIdleConnections()
+			}
+			// Where the Transport gives every caller its own answer, so must
+			// the agent's client.
+			if !strings.Contains(res["transport"], "error") && !strings.Contains(res["transport"], "status") &&
+				!strings.Contains(res["transport"], "CROSS") && strings.Contains(res["agent"], "error") {
+				t.Errorf("the Transport answered every caller (%s), the agent's client did not (%s)", res["transport"], res["agent"])
+			}
+			t.Logf("| %s | %s | %s |", tc.name, res["transport"], res["agent"])
+		})
+	}
+}
