@@ -145,19 +145,28 @@ func (a *Agent) SetPolicy(p Policy) { a.update(func(s *state) { s.policy = p }) 
 func (a *Agent) SetSharedStore(s store.Records) { a.update(func(st *state) { st.shared = s }) }
 
 // observeStore counts s's operations in the metrics and says once in the
-// log that a value did not open with the store key.
+// log, for each kind, that a value was not used: it did not open with the
+// store key, it was over the store's size bound (not read), or it was
+// older than one this agent had seen (put back in Redis).
 func (a *Agent) observeStore(s store.Records) {
-	if s != nil {
-		var sealed sync.Once
-		s.Observe(func(op, result string) {
-			a.metrics.storeOps.WithLabelValues(op, result).Inc()
-			if result == "sealed" {
-				sealed.Do(func() {
-					a.o.Log.Warn().Msg("a value in the shared store did not open with the store key (tampered, moved to another identity, or sealed with a key not in the key file); it is not used, and each one is counted in signagent_store_operations_total{result=\"sealed\"}")
-				})
-			}
-		})
+	if s == nil {
+		return
 	}
+	warnings := map[string]string{
+		"sealed":    "a value in the shared store did not open with the store key (tampered, moved to another identity, or sealed with a key not in the key file); it is not used, and each one is counted in signagent_store_operations_total{result=\"sealed\"}",
+		"too_large": "a value in the shared store is over the store's size bound; it was not read nor used, and each one is counted in signagent_store_operations_total{result=\"too_large\"}",
+		"rollback":  "a record in the shared store is older than one this agent has seen (put back in Redis?); it is not used, and each one is counted in signagent_store_operations_total{result=\"rollback\"}",
+	}
+	once := map[string]*sync.Once{}
+	for k := range warnings {
+		once[k] = new(sync.Once)
+	}
+	s.Observe(func(op, result string) {
+		a.metrics.storeOps.WithLabelValues(op, result).Inc()
+		if o, ok := once[result]; ok {
+			o.Do(func() { a.o.Log.Warn().Msg(warnings[result]) })
+		}
+	})
 }
 
 // ObserveSign records a token signature in the metrics; pass it as

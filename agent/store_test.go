@@ -427,6 +427,9 @@ func TestAgentSharedStoreTooLarge(t *testing.T) {
 	if code, _, body := raw(t, h.sock, "GET", "/readyz", ""); code != 200 {
 		t.Fatalf("readyz after the refusals: %d %s", code, body)
 	}
+	if n := strings.Count(h.logs.String(), "over the store's size bound; it was not read"); n != 1 {
+		t.Fatalf("the log says %d times that a value was over the bound, want once:\n%s", n, h.logs.String())
+	}
 }
 
 // TestAgentSharedStoreRollback: a profile's older record put back in the
@@ -463,6 +466,9 @@ func TestAgentSharedStoreRollback(t *testing.T) {
 	}
 	if v, _ := rdb.HGet(ctx, k, "v").Result(); v != older {
 		t.Fatal("the refusal changed the record in Redis")
+	}
+	if n := strings.Count(h.logs.String(), "older than one this agent has seen"); n != 1 {
+		t.Fatalf("the log says %d times that a record was rolled back, want once:\n%s", n, h.logs.String())
 	}
 	rdb.HSet(ctx, k, "v", newer)
 	if code, _, body := raw(t, h.sock, "POST", "/v1/authorizations", `{"scheme":"oidc"}`); code != 200 {
