@@ -40,10 +40,13 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) test -count=1 -run 'TestOpenAPI' ./agent
 
-# test: the static checks, every test under the race detector, then the
-# Debian package built, unpacked into a scratch root, run and linted.
+# test: the static checks, every test under the race detector, the
+# proxy's upstream client fuzzed for a few seconds (its corpus is in
+# agent/testdata/fuzz), then the Debian package built, unpacked into a
+# scratch root, run and linted.
 test: deps lint
 	$(GO) test -race -count=1 ./...
+	$(GO) test -run '^$$' -fuzz '^FuzzUpstream$$' -fuzztime 8s -fuzzminimizetime 10x ./agent
 	@scripts/package-test.sh
 
 # package: the Debian package in dist/ (nfpm; see scripts/package.sh).
