@@ -18,6 +18,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/signagent/signagent/errdefs"
 )
 
 // IsLoopback reports whether host names this machine: localhost or a
@@ -52,19 +54,26 @@ func ParseBaseURL(raw string, allowHTTP bool) (*url.URL, error) {
 	return u, nil
 }
 
-// Client returns a copy of c (nil: one with sensible transport time-outs)
-// that never follows a redirect: a redirect would carry the request's
-// secrets (API key, developer key) somewhere else.
+// MaxHeaderBytes bounds the head of an answer the default client reads
+// (net/http's Transport reads up to 10 MiB of it): a service's or a
+// provider's head is a few KiB.
+const MaxHeaderBytes = 1 << 20
+
+// Client returns a copy of c (nil: one with sensible transport time-outs
+// that reads a head of at most MaxHeaderBytes) that never follows a
+// redirect: a redirect would carry the request's secrets (API key,
+// developer key) somewhere else.
 func Client(c *http.Client) *http.Client {
 	if c == nil {
 		c = &http.Client{Transport: &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			TLSHandshakeTimeout:   5 * time.Second,
-			ResponseHeaderTimeout: 30 * time.Second,
-			IdleConnTimeout:       90 * time.Second,
-			MaxIdleConnsPerHost:   16,
-			ForceAttemptHTTP2:     true,
+			Proxy:                  http.ProxyFromEnvironment,
+			DialContext:            (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout:    5 * time.Second,
+			ResponseHeaderTimeout:  30 * time.Second,
+			MaxResponseHeaderBytes: MaxHeaderBytes,
+			IdleConnTimeout:        90 * time.Second,
+			MaxIdleConnsPerHost:    16,
+			ForceAttemptHTTP2:      true,
 		}}
 	}
 	cp := *c
@@ -179,8 +188,34 @@ func CleanErr(err error) error {
 	return err
 }
 
-// ErrAnswerTooLarge is an answer body longer than a client reads.
-var ErrAnswerTooLarge = errors.New("the answer is larger than signagent reads")
+// ErrAnswerTooLarge is an answer body longer than a client reads: a peer
+// that answered what cannot be used (errdefs.ErrUnreachable).
+var ErrAnswerTooLarge = errdefs.New(errdefs.ErrUnreachable, "the answer is larger than signagent reads")
+
+// tooLarge is ErrAnswerTooLarge naming the limit.
+func tooLarge(max int64) error {
+	size := fmt.Sprintf("%d bytes", max)
+	switch {
+	case max >= 1<<20 && max%(1<<20) == 0:
+		size = fmt.Sprintf("%d MiB", max>>20)
+	case max >= 1<<10 && max%(1<<10) == 0:
+		size = fmt.Sprintf("%d KiB", max>>10)
+	}
+	return fmt.Errorf("%w (%s)", ErrAnswerTooLarge, size)
+}
+
+// ReadAnswer reads an answer's body whole when it is at most max bytes. A
+// longer one is refused, not cut: it returns what it read up to max with
+// an error wrapping ErrAnswerTooLarge, having read one byte past max to
+// tell an answer of exactly max bytes from a longer one. A caller for
+// whom the status says enough (a 5xx page) may still use those bytes.
+func ReadAnswer(body io.Reader, max int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(body, max+1))
+	if int64(len(data)) > max {
+		return data[:max], tooLarge(max)
+	}
+	return data, err
+}
 
 // LimitBodies returns rt (nil: http.DefaultTransport) with every answer's
 // body cut at max bytes: reading past it fails with ErrAnswerTooLarge. It
@@ -213,7 +248,7 @@ type limitedBody struct {
 
 func (b *limitedBody) Read(p []byte) (int, error) {
 	if b.left < 0 {
-		return 0, fmt.Errorf("%w (%d bytes)", ErrAnswerTooLarge, b.max)
+		return 0, tooLarge(b.max)
 	}
 	// One byte past the limit tells an answer of exactly max bytes from a
 	// longer one.
@@ -223,7 +258,7 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.left -= int64(n)
 	if b.left < 0 {
-		return n - 1, fmt.Errorf("%w (%d bytes)", ErrAnswerTooLarge, b.max)
+		return n - 1, tooLarge(b.max)
 	}
 	return n, err
 }

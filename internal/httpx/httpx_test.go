@@ -5,9 +5,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/signagent/signagent/errdefs"
 )
 
 func TestBackoffDelayIsCapped(t *testing.T) {
@@ -158,5 +161,61 @@ func TestRetry(t *testing.T) {
 		func(int) (bool, time.Duration, error) { calls++; return true, time.Hour, fail })
 	if !errors.Is(err, fail) || calls != 1 {
 		t.Fatalf("a Retry-After past the deadline: %v after %d calls", err, calls)
+	}
+}
+
+// ReadAnswer reads an answer up to its limit and refuses a longer one in
+// one line, having read one byte past the limit, never cutting it
+// silently.
+func TestReadAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		ok   bool
+	}{{"", true}, {"12345", true}, {"123456", false}, {strings.Repeat("x", 100000), false}} {
+		r := strings.NewReader(tc.body)
+		got, err := ReadAnswer(r, 5)
+		if tc.ok {
+			if err != nil || string(got) != tc.body {
+				t.Errorf("%d bytes: %q, %v", len(tc.body), got, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrAnswerTooLarge) || !errors.Is(err, errdefs.ErrUnreachable) || len(got) > 5 ||
+			err.Error() != "the answer is larger than signagent reads (5 bytes)" {
+			t.Errorf("%d bytes: read %d, %v", len(tc.body), len(got), err)
+		}
+		if read := len(tc.body) - r.Len(); read > 6 {
+			t.Errorf("%d bytes: %d read for a limit of 5", len(tc.body), read)
+		}
+	}
+	for max, want := range map[int64]string{64 << 10: "64 KiB", 1 << 20: "1 MiB", 64 << 20: "64 MiB", 1000: "1000 bytes"} {
+		_, err := ReadAnswer(strings.NewReader(strings.Repeat("x", int(max)+1)), max)
+		if err == nil || !strings.HasSuffix(err.Error(), "("+want+")") {
+			t.Errorf("limit %d: %v", max, err)
+		}
+	}
+}
+
+// The shared client refuses an answer head over MaxHeaderBytes (Go's
+// Transport alone reads up to 10 MiB of it).
+func TestClientRefusesHugeHead(t *testing.T) {
+	for _, size := range []int{MaxHeaderBytes / 2, 2 * MaxHeaderBytes} {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Big", strings.Repeat("a", size))
+			w.Write([]byte("ok"))
+		}))
+		resp, err := Client(nil).Get(s.URL)
+		if size < MaxHeaderBytes {
+			if err != nil {
+				t.Fatalf("a head of %d KiB: %v", size>>10, err)
+			}
+			resp.Body.Close()
+		} else if err == nil || !strings.Contains(err.Error(), "headers exceeded") {
+			if err == nil {
+				resp.Body.Close()
+			}
+			t.Fatalf("a head of %d KiB: %v", size>>10, err)
+		}
+		s.Close()
 	}
 }
