@@ -14,6 +14,9 @@ type Backend interface {
 	Finalize() error
 	Destroy()
 	GetSlotList(tokenPresent bool) ([]uint, error)
+	// GetSlotInfo is what a reader is asked: a card module (OpenSC)
+	// answers GetTokenInfo and GetAttributeValue from memory.
+	GetSlotInfo(slot uint) (p11.SlotInfo, error)
 	GetTokenInfo(slot uint) (p11.TokenInfo, error)
 	OpenSession(slot uint, flags uint) (p11.SessionHandle, error)
 	CloseSession(sh p11.SessionHandle) error

@@ -31,6 +31,7 @@ type fakeToken struct {
 	always map[string]error         // op -> error returned every time
 	hang   map[string]chan struct{} // op -> blocks until closed
 	gone   bool                     // FindObjects finds nothing
+	absent bool                     // GetSlotInfo says the card is out (nothing else does)
 
 	sessions  map[p11.SessionHandle]bool
 	next      p11.SessionHandle
@@ -131,6 +132,20 @@ func (f *fakeToken) GetSlotList(bool) ([]uint, error) {
 		return nil, err
 	}
 	return []uint{fakeSlot}, nil
+}
+
+// GetSlotInfo says the token is present unless absent is set: as OpenSC
+// does, the fake's other calls go on answering from memory meanwhile.
+func (f *fakeToken) GetSlotInfo(slot uint) (p11.SlotInfo, error) {
+	if err := f.enter("GetSlotInfo"); err != nil {
+		return p11.SlotInfo{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.absent {
+		return p11.SlotInfo{Flags: p11.CKF_REMOVABLE_DEVICE | p11.CKF_HW_SLOT}, nil
+	}
+	return p11.SlotInfo{Flags: p11.CKF_TOKEN_PRESENT | p11.CKF_REMOVABLE_DEVICE | p11.CKF_HW_SLOT}, nil
 }
 
 func (f *fakeToken) GetTokenInfo(slot uint) (p11.TokenInfo, error) {

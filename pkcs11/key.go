@@ -204,13 +204,23 @@ func (k *Key) Close() error {
 
 // Check asks the token whether it is still there and still knows the key,
 // within ctx: a cheap call that lets an idle owner notice a removed or
-// hung token before a caller does.
+// hung token before a caller does. The slot is asked first: OpenSC
+// answers C_GetTokenInfo and C_GetAttributeValue from memory for as long
+// as the card is out or pcscd is stopped, and only C_GetSlotInfo asks
+// the reader (at most about once a second), clearing CKF_TOKEN_PRESENT.
 func (k *Key) Check(ctx context.Context) error {
 	_, err := k.do(ctx, "check the token", func(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) ([]byte, error) {
+		si, err := b.GetSlotInfo(k.token.Slot)
+		if err != nil {
+			return nil, err
+		}
+		if si.Flags&p11.CKF_TOKEN_PRESENT == 0 {
+			return nil, p11.Error(p11.CKR_TOKEN_NOT_PRESENT)
+		}
 		if _, err := b.GetTokenInfo(k.token.Slot); err != nil {
 			return nil, err
 		}
-		_, err := b.GetAttributeValue(sh, h, []*p11.Attribute{p11.NewAttribute(p11.CKA_ID, nil)})
+		_, err = b.GetAttributeValue(sh, h, []*p11.Attribute{p11.NewAttribute(p11.CKA_ID, nil)})
 		return nil, err
 	})
 	return err

@@ -314,3 +314,34 @@ func TestBusySessionsAreNotATokenFailure(t *testing.T) {
 		t.Fatalf("after the busy spell: %v", err)
 	}
 }
+
+// A card taken out behind OpenSC: only C_GetSlotInfo says so (CKF_TOKEN_PRESENT
+// cleared), while C_GetTokenInfo and C_GetAttributeValue answer from
+// memory, as measured on pcscd and OpenSC (shared/spec/smartcard-stack.md).
+// Check must say the token is gone, as a removed device, so that the
+// agent's /readyz does not report a card that is out as ready; and that
+// the card is back when the slot says so, without a login.
+func TestCheckAsksTheReader(t *testing.T) {
+	f := newFakeToken(t)
+	_, sel, _ := fakeSetup(t, f, "1234")
+	k := openFake(t, sel)
+	if err := k.Check(context.Background()); err != nil {
+		t.Fatalf("a present card: %v", err)
+	}
+	f.set(func(f *fakeToken) { f.absent = true })
+	err := k.Check(context.Background())
+	if !errors.Is(err, ErrDeviceRemoved) || !Recoverable(err) {
+		t.Fatalf("a card out that the module still describes from memory: %v", err)
+	}
+	if strings.Contains(err.Error(), "1234") {
+		t.Fatalf("the PIN in an error: %v", err)
+	}
+	logins := f.count("Login")
+	f.set(func(f *fakeToken) { f.absent = false })
+	if err := k.Check(context.Background()); err != nil && !Recoverable(err) {
+		t.Fatalf("the card back: %v", err)
+	}
+	if f.count("Login") > logins+1 {
+		t.Fatalf("%d logins for one reinsertion", f.count("Login")-logins)
+	}
+}

@@ -101,7 +101,7 @@ type Options struct {
 	BackoffMax   time.Duration // longest reconnect delay (default 1s)
 	Delay        time.Duration // slow-card mode: added to every signature
 	OpenTimeout  time.Duration // bounds opening the token and each check (default 30s)
-	CheckEvery   time.Duration // how often the token is asked whether it is there (default 2s; <0: never)
+	CheckEvery   time.Duration // how often the token is asked whether it is there (default 1s, so that /readyz sees a card out within about 2 s; <0: never)
 	Log          zerolog.Logger
 	OnSign       func(time.Duration, error) // observes each signature (metrics)
 }
@@ -128,7 +128,7 @@ func New(o Options) (*Manager, error) {
 		o.OpenTimeout = 30 * time.Second
 	}
 	if o.CheckEvery == 0 {
-		o.CheckEvery = 2 * time.Second
+		o.CheckEvery = time.Second
 	}
 	m := &Manager{open: o.Open, id: o.ID, opts: o.Signature, log: o.Log, q: newQueue(o.Workers, o.Backlog),
 		backoff: [2]time.Duration{o.BackoffFirst, o.BackoffMax}, delay: o.Delay, onSign: o.OnSign,
