@@ -3,11 +3,13 @@ package agent
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"runtime"
@@ -36,6 +38,7 @@ type rawAPI struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	open   []net.Conn
+	tls    bool
 }
 
 func startRawAPI(t testing.TB, script func(c net.Conn, who string, n int) bool) *rawAPI {
@@ -44,6 +47,10 @@ func startRawAPI(t testing.TB, script func(c net.Conn, who string, n int) bool) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveRawAPI(t, ln, script)
+}
+
+func serveRawAPI(t testing.TB, ln net.Listener, script func(c net.Conn, who string, n int) bool) *rawAPI {
 	a := &rawAPI{ln: ln, script: script}
 	a.wg.Add(1)
 	go func() {
@@ -89,7 +96,12 @@ func (a *rawAPI) close() {
 	a.wg.Wait()
 }
 
-func (a *rawAPI) url() string { return "http://" + a.ln.Addr().String() }
+func (a *rawAPI) url() string {
+	if a.tls {
+		return "https://" + a.ln.Addr().String()
+	}
+	return "http://" + a.ln.Addr().String()
+}
 
 // answerFor is a well-framed answer written for who.
 func answerFor(who string) string {
@@ -449,5 +461,89 @@ func TestUpstreamConformance(t *testing.T) {
 			}
 			t.Logf("| %s | %s | %s |", tc.name, res["transport"], res["agent"])
 		})
+	}
+}
+
+// Over TLS, bytes a service writes on an idle connection may sit
+// decrypted in TLS's buffer, where neither bufio nor the kernel shows
+// them: the connection is not taken either. The behaviours that write
+// more than their answer, one caller after another.
+func TestUpstreamTLSConformance(t *testing.T) {
+	cert := httptest.NewTLSServer(http.NotFoundHandler())
+	pool := cert.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	certs := cert.TLS.Certificates
+	cert.Close()
+	for _, tc := range conformanceCases {
+		switch tc.name {
+		case "unsolicited answer while idle", "longer than its Content-Length, same write", "bytes after a chunked body",
+			"204 with a body", "408 then close while idle", "well-behaved":
+		default:
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			api := serveRawAPI(t, tls.NewListener(ln, &tls.Config{Certificates: certs}), tc.script)
+			api.tls = true
+			base, _ := url.Parse(api.url())
+			u := newUpstream(base, nil)
+			u.tls.RootCAs = pool
+			u.tls.ServerName = "example.com"
+			defer u.CloseIdleConnections()
+			out := runSequence(t, u, api.url())
+			if s := summary(out); strings.Contains(s, "CROSS-TALK") || strings.Contains(s, "error") {
+				t.Errorf("over TLS: %s", s)
+			}
+		})
+	}
+}
+
+// quiet looks into TLS's own buffer too: bytes decrypted from a record
+// but read by nobody are in neither bufio nor the kernel.
+func TestQuietSeesTLSBuffer(t *testing.T) {
+	cert := httptest.NewTLSServer(http.NotFoundHandler())
+	pool := cert.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	certs := cert.TLS.Certificates
+	cert.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	wrote := make(chan struct{})
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		tc := tls.Server(c, &tls.Config{Certificates: certs})
+		tc.Write([]byte("xyz")) // one record
+		close(wrote)
+		io.Copy(io.Discard, tc)
+	}()
+	base, _ := url.Parse("https://" + ln.Addr().String())
+	u := newUpstream(base, nil)
+	u.tls.RootCAs, u.tls.ServerName = pool, "example.com"
+	c, _, err := u.get(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	<-wrote
+	// Take one byte through TLS itself: the record's other two stay in
+	// its buffer.
+	var one [1]byte
+	if _, err := c.Conn.Read(one[:]); err != nil {
+		t.Fatal(err)
+	}
+	if c.br.Buffered() != 0 || !alive(c.raw) {
+		t.Fatal("the set-up: the bytes left should be in TLS's buffer only")
+	}
+	if quiet(c) {
+		t.Fatal("a connection with bytes in TLS's buffer was taken for quiet")
 	}
 }
