@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -47,6 +46,13 @@ func New(cfg Config) (*Client, error) {
 	// Every answer of the provider is read with a limit, also those that
 	// go-oidc (the key set) and x/oauth2 read on their own.
 	hc.Transport = httpx.LimitBodies(hc.Transport, MaxAnswer)
+	// And within the timeout, body included: go-oidc fetches the key set
+	// with a request that carries no deadline (its context outlives the
+	// call that started it), and every id_token check waits on that one
+	// fetch while it lasts.
+	if hc.Timeout <= 0 || hc.Timeout > cfg.Timeout {
+		hc.Timeout = cfg.Timeout
+	}
 	return &Client{cfg: cfg, base: base, http: hc, scopes: scopes}, nil
 }
 
@@ -249,10 +255,12 @@ func (c *Client) Revoke(ctx context.Context, rec *Record) (bool, error) {
 		return false, transportErr(rctx, "revocation", p.revocation, err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, MaxAnswer))
 	if resp.StatusCode != http.StatusOK {
+		// Read for the hint only (an HTML page?): the status says it.
+		body, _ := httpx.ReadAnswer(resp.Body, MaxAnswer)
 		return false, &TransportError{Step: "revocation", URL: p.revocation, Msg: fmt.Sprintf("answered HTTP %d%s", resp.StatusCode, bodyHint(resp, body))}
 	}
+	// 200 is the answer; its body means nothing (RFC 7009 2.2).
 	return true, nil
 }
 

@@ -4,7 +4,8 @@
 //
 // It builds on golang.org/x/oauth2 and github.com/coreos/go-oidc/v3 and
 // covers what they leave to the caller for this provider: the
-// device-authorization request carries client_secret; the client
+// device-authorization request is this package's, with client_secret and
+// the caller's context (x/oauth2's sends neither); the client
 // credentials go in the form body, once per request (x/oauth2's default
 // probes Basic first, two requests per poll, which the provider answers
 // slow_down); the device-code poll loop is this package's (x/oauth2 polls
@@ -61,9 +62,11 @@ type Config struct {
 	// (the code flow).
 	RedirectURI string
 	HTTPClient  *http.Client // nil: a default one; redirects are never followed
-	Timeout     time.Duration
-	Now         func() time.Time
-	Log         zerolog.Logger
+	// Timeout bounds each exchange with the provider, its answer's body
+	// included, the key set's too (default 30 s).
+	Timeout time.Duration
+	Now     func() time.Time
+	Log     zerolog.Logger
 }
 
 // SpaceScope is the service scope of a space.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -34,16 +33,9 @@ func (c *Client) StartDevice(ctx context.Context) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-	defer cancel()
-	// x/oauth2 sends client_id and scope only; the provider wants the
-	// secret too.
-	da, err := c.oauth(p).DeviceAuth(c.ctx(rctx), oauth2.SetAuthURLParam("client_secret", c.cfg.ClientSecret))
+	da, err := c.deviceAuthorization(ctx, p)
 	if err != nil {
-		if strings.HasPrefix(err.Error(), "unmarshal ") {
-			return nil, &TransportError{Step: "device authorization", URL: c.base.String(), Msg: "answered something that is not a device authorization (not JSON)"}
-		}
-		return nil, c.classify(rctx, "device authorization", err)
+		return nil, err
 	}
 	if da.DeviceCode == "" || da.UserCode == "" || da.VerificationURI == "" {
 		return nil, &TransportError{Step: "device authorization", URL: c.base.String(), Msg: "answered without a device_code, user_code or verification_uri"}
@@ -61,6 +53,63 @@ func (c *Client) StartDevice(ctx context.Context) (*Device, error) {
 	return &Device{UserCode: httpx.Printable(da.UserCode, 40), VerificationURI: vu,
 		VerificationURIComplete: da.VerificationURIComplete, Interval: deviceInterval(da.Interval),
 		Expiry: da.Expiry, resp: da}, nil
+}
+
+// deviceAuthorization is the request: POST /connect/deviceauthorization
+// with client_id, client_secret and scope in the form body. It is this
+// package's, not x/oauth2's DeviceAuth, which sends client_id and scope
+// only, and sends the request without its context: neither the caller's
+// deadline nor its cancel reached it.
+func (c *Client) deviceAuthorization(ctx context.Context, p *provider) (*oauth2.DeviceAuthResponse, error) {
+	const step = "device authorization"
+	form := url.Values{"client_id": {c.cfg.ClientID}, "client_secret": {c.cfg.ClientSecret}, "scope": {strings.Join(c.scopes, " ")}}
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	resp, body, err := c.postForm(rctx, p.endpoint.DeviceAuthURL, form)
+	if err != nil {
+		return nil, c.classify(rctx, step, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, c.classify(rctx, step, retrieveError(resp, body))
+	}
+	var da oauth2.DeviceAuthResponse // its UnmarshalJSON turns expires_in into Expiry
+	if json.Unmarshal(body, &da) != nil {
+		return nil, &TransportError{Step: step, URL: c.base.String(), Msg: "answered something that is not a device authorization (not JSON)" + bodyHint(resp, body)}
+	}
+	return &da, nil
+}
+
+// postForm sends form to u and reads the answer: at most MaxAnswer bytes
+// (a longer one is an error wrapping httpx.ErrAnswerTooLarge), within
+// ctx and the client's own timeout.
+func (c *Client) postForm(ctx context.Context, u string, form url.Values) (*http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, strings.NewReader(form.Encode()))
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := httpx.ReadAnswer(resp.Body, MaxAnswer)
+	if err != nil {
+		return nil, nil, err
+	}
+	return resp, body, nil
+}
+
+// retrieveError is an OAuth error answer (RFC 6749 5.2) in x/oauth2's
+// type, which classify reads; its code is empty when the body is not one.
+func retrieveError(resp *http.Response, body []byte) *oauth2.RetrieveError {
+	var e struct {
+		Error            string `json:"error"`
+		ErrorDescription string `json:"error_description"`
+	}
+	_ = json.Unmarshal(body, &e)
+	return &oauth2.RetrieveError{Response: resp, Body: body, ErrorCode: e.Error, ErrorDescription: e.ErrorDescription}
 }
 
 // deviceInterval turns the provider's interval in seconds into a wait,
@@ -157,34 +206,22 @@ func (c *Client) deviceToken(ctx context.Context, p *provider, d *Device) (*oaut
 		"client_id": {c.cfg.ClientID}, "client_secret": {c.cfg.ClientSecret}, "scope": {strings.Join(c.scopes, " ")}}
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, p.endpoint.TokenURL, strings.NewReader(v.Encode()))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswer))
+	resp, body, err := c.postForm(rctx, p.endpoint.TokenURL, v)
 	if err != nil {
 		return nil, err
 	}
 	var tj struct {
-		AccessToken      string `json:"access_token"`
-		TokenType        string `json:"token_type"`
-		RefreshToken     string `json:"refresh_token"`
-		ExpiresIn        int64  `json:"expires_in"`
-		Error            string `json:"error"`
-		ErrorDescription string `json:"error_description"`
+		AccessToken  string `json:"access_token"`
+		TokenType    string `json:"token_type"`
+		RefreshToken string `json:"refresh_token"`
+		ExpiresIn    int64  `json:"expires_in"`
+		Error        string `json:"error"`
 	}
 	jerr := json.Unmarshal(body, &tj)
 	ok := resp.StatusCode >= 200 && resp.StatusCode < 300
 	switch {
-	case jerr != nil && !ok, tj.Error != "", !ok:
-		return nil, &oauth2.RetrieveError{Response: resp, Body: body, ErrorCode: tj.Error, ErrorDescription: tj.ErrorDescription}
+	case tj.Error != "", !ok:
+		return nil, retrieveError(resp, body)
 	case jerr != nil:
 		return nil, fmt.Errorf("oauth2: cannot parse json: %w", jerr)
 	case tj.AccessToken == "":

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"net/url"
@@ -92,8 +91,9 @@ func (c *Client) fetchDiscovery(ctx context.Context, pc *gooidc.ProviderConfig, 
 		return false, transportErr(ctx, "discovery", c.base.String(), err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswer))
-	if err != nil {
+	body, err := httpx.ReadAnswer(resp.Body, MaxAnswer)
+	tooLarge := errors.Is(err, httpx.ErrAnswerTooLarge)
+	if err != nil && !tooLarge {
 		return false, transportErr(ctx, "discovery", c.base.String(), err)
 	}
 	switch {
@@ -101,6 +101,8 @@ func (c *Client) fetchDiscovery(ctx context.Context, pc *gooidc.ProviderConfig, 
 		return false, nil
 	case resp.StatusCode != http.StatusOK:
 		return false, &TransportError{Step: "discovery", URL: c.base.String(), Msg: fmt.Sprintf("answered HTTP %d%s", resp.StatusCode, bodyHint(resp, body))}
+	case tooLarge:
+		return false, tooLargeErr("discovery", c.base.String(), err)
 	}
 	var extra struct {
 		Revocation string `json:"revocation_endpoint"`
@@ -121,6 +123,11 @@ func transportErr(ctx context.Context, step, u string, err error) error {
 		return ctx.Err()
 	}
 	return &TransportError{Step: step, URL: u, Msg: "could not be reached: " + httpx.CleanErr(err).Error(), Err: err}
+}
+
+// tooLargeErr is an answer longer than MaxAnswer, refused.
+func tooLargeErr(step, u string, err error) error {
+	return &TransportError{Step: step, URL: u, Msg: "answered: " + err.Error(), Err: err}
 }
 
 // bodyHint says what a non-OAuth answer was, without quoting it.
@@ -166,6 +173,9 @@ func (c *Client) classify(ctx context.Context, step string, err error) error {
 			}
 		}
 		return pe
+	}
+	if errors.Is(err, httpx.ErrAnswerTooLarge) {
+		return tooLargeErr(step, c.base.String(), err)
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) {

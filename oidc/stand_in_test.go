@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-jose/go-jose/v4"
 
@@ -53,12 +54,68 @@ type fakeIDP struct {
 	mu          sync.Mutex
 	device      map[string]any // under mu
 	devicePolls atomic.Int64
+	// answers stand in for the usual answer of a path, each used once,
+	// first set first (under mu).
+	answers map[string][]http.HandlerFunc
+	stop    chan struct{} // closed when the test ends: trickles stop
+}
+
+// answerOnce makes the next request for path answered by h.
+func (f *fakeIDP) answerOnce(path string, h http.HandlerFunc) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.answers[path] = append(f.answers[path], h)
+}
+
+func (f *fakeIDP) next(path string) http.HandlerFunc {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	hs := f.answers[path]
+	if len(hs) == 0 {
+		return nil
+	}
+	f.answers[path] = hs[1:]
+	return hs[0]
+}
+
+// trickle is an answer that starts as JSON and then sends a space every
+// 50 ms until the client goes away (or the test ends): its head comes at
+// once, its body never ends. ended is closed when the client went away.
+func (f *fakeIDP) trickle(ended chan<- struct{}) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		defer close(ended)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"keys":[`))
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-f.stop:
+				return
+			case <-tick.C:
+				w.Write([]byte(" "))
+			}
+		}
+	}
+}
+
+// sized is a 200 answer of exactly n bytes: the JSON doc padded with
+// spaces.
+func sized(doc map[string]any, n int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		b, _ := json.Marshal(doc)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(append(b, strings.Repeat(" ", n-len(b))...))
+	}
 }
 
 func newFakeIDP(t *testing.T) *fakeIDP {
 	t.Helper()
 	key, _ := rsa.GenerateKey(rand.Reader, 2048)
-	f := &fakeIDP{published: key}
+	f := &fakeIDP{published: key, answers: map[string][]http.HandlerFunc{}, stop: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(map[string]any{"issuer": f.url, "authorization_endpoint": f.url + "/connect/authorize",
@@ -107,8 +164,15 @@ func newFakeIDP(t *testing.T) *fakeIDP {
 		json.NewEncoder(w).Encode(map[string]any{"access_token": strings.Repeat("a", 64), "token_type": "Bearer",
 			"expires_in": 3600, "refresh_token": "rt", "id_token": idt})
 	})
-	s := httptest.NewServer(mux)
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h := f.next(r.URL.Path); h != nil {
+			h(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
 	t.Cleanup(s.Close)
+	t.Cleanup(func() { close(f.stop) }) // before Close, which waits for the handlers
 	f.url = s.URL
 	return f
 }
