@@ -325,8 +325,9 @@ func (c *Client) once(ctx context.Context, step Step, method, q string, body []b
 		return "", nil, sent, &TransportError{Step: step, URL: masked, Timeout: httpx.IsTimeout(ctx, err), Err: httpx.CleanErr(err)}
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	if err != nil {
+	data, err := httpx.ReadAnswer(resp.Body, maxBody)
+	tooLarge := errors.Is(err, httpx.ErrAnswerTooLarge)
+	if err != nil && !tooLarge {
 		return "", nil, true, &TransportError{Step: step, URL: masked, Timeout: httpx.IsTimeout(ctx, err), Err: httpx.CleanErr(err)}
 	}
 	ev := c.cfg.Log.Debug()
@@ -337,6 +338,9 @@ func (c *Client) once(ctx context.Context, step Step, method, q string, body []b
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		ra, _ := httpx.RetryAfter(resp.Header, time.Now())
 		return "", nil, true, &ServiceError{Step: step, Status: resp.StatusCode, Code: ParseErrorCode(data), URL: masked, RetryAfter: ra}
+	}
+	if tooLarge {
+		return "", nil, true, fmt.Errorf("%s: %s: %w", step, masked, err)
 	}
 	return resp.Header.Get("Content-Type"), data, true, nil
 }

@@ -25,7 +25,8 @@ type Challenge struct {
 	Link Link   `json:"Link"`
 }
 
-// maxBody bounds what is read of any answer.
+// maxBody bounds what is read of any answer; a longer success is refused
+// (an error status is reported by its status).
 const maxBody = 64 << 10
 
 var errEmptyField = errors.New("a required field is missing or empty")
