@@ -24,6 +24,26 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/internal/httpx"
+)
+
+// The bounds of what the client reads of an agent's answer.
+const (
+	// HeaderTimeout bounds the wait for an answer's head, whatever the
+	// caller's context: a backstop for a caller with no deadline. The
+	// agent answers 504 itself at its --request-deadline (30 s by default,
+	// waiting for the token included), well before it.
+	HeaderTimeout = 2 * time.Minute
+	// MaxHeaderBytes bounds an answer's head: a service's head the agent
+	// passes on (at most 1 MiB) and the agent's own.
+	MaxHeaderBytes = 2 << 20
+	// maxJSONAnswer bounds the agent's own JSON answers.
+	maxJSONAnswer = 1 << 20
+	// maxCallAnswer bounds a service's answer through the proxy.
+	maxCallAnswer = 64 << 20
+	// dialTimeout bounds connecting to the agent (and, over TCP, the TLS
+	// handshake).
+	dialTimeout = 5 * time.Second
 )
 
 // Client talks to one agent.
@@ -39,21 +59,18 @@ type Client struct {
 // with a *PeerError (ErrUntrustedPeer).
 func NewUnix(socket string) *Client {
 	trusted := sync.OnceValue(trustedUIDs)
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			c, err := d.DialContext(ctx, "unix", socket)
-			if err != nil {
-				return nil, err
-			}
-			if err := verifyPeer(c, socket, trusted()); err != nil {
-				c.Close()
-				return nil, err
-			}
-			return c, nil
-		},
-		MaxIdleConnsPerHost: 64,
-		IdleConnTimeout:     90 * time.Second,
+	tr := transport()
+	tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		d := net.Dialer{Timeout: dialTimeout}
+		c, err := d.DialContext(ctx, "unix", socket)
+		if err != nil {
+			return nil, err
+		}
+		if err := verifyPeer(c, socket, trusted()); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
 	}
 	return &Client{http: &http.Client{Transport: tr}, base: "http://signagent"}
 }
@@ -62,8 +79,18 @@ func NewUnix(socket string) *Client {
 // "http://127.0.0.1:8700" with the token from the agent's bearer token
 // file. tlsCfg is used for an https address (nil: the system's roots).
 func NewTCP(baseURL, bearerToken string, tlsCfg *tls.Config) *Client {
-	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, TLSClientConfig: tlsCfg}
+	tr := transport()
+	tr.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	tr.TLSHandshakeTimeout = dialTimeout
+	tr.TLSClientConfig = tlsCfg
 	return &Client{http: &http.Client{Transport: tr}, base: baseURL, bearer: bearerToken}
+}
+
+// transport is what both ways to the agent share: kept connections, and
+// the bounds on an answer's head.
+func transport() *http.Transport {
+	return &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
+		ResponseHeaderTimeout: HeaderTimeout, MaxResponseHeaderBytes: MaxHeaderBytes}
 }
 
 // Error is an error answer of the agent.
@@ -178,13 +205,9 @@ func (c *Client) Call(ctx context.Context, method, path string, query url.Values
 		return nil, sendErr(err)
 	}
 	defer resp.Body.Close()
-	const limit = 64 << 20
-	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	data, err := httpx.ReadAnswer(resp.Body, maxCallAnswer)
 	if err != nil {
 		return nil, fmt.Errorf("signagent agent: %w", err)
-	}
-	if len(data) > limit {
-		return nil, fmt.Errorf("signagent agent: the answer is over %d MiB", limit>>20)
 	}
 	var eb api.ErrorBody
 	agentOwn := resp.Header.Get(ErrorHeader) != "" ||
@@ -237,7 +260,10 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return sendErr(err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	data, err := httpx.ReadAnswer(resp.Body, maxJSONAnswer)
+	if errors.Is(err, httpx.ErrAnswerTooLarge) {
+		return fmt.Errorf("signagent agent: HTTP %d: %w", resp.StatusCode, err)
+	}
 	if err != nil {
 		return fmt.Errorf("signagent agent: %w", err)
 	}
