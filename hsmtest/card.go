@@ -1,0 +1,541 @@
+package hsmtest
+
+import (
+	"bufio"
+	"context"
+	"crypto/x509"
+	_ "embed"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/signagent/signagent/pkcs11"
+)
+
+// The card rig: a smart card behind the stack a real card goes through,
+// without hardware (see ../shared/spec/smartcard-stack.md). Debian's pcscd
+// loads vsmartcard's vpcd reader driver; the bridge of vcard/vcard.c
+// (built here with gcc) connects to vpcd as the card and answers with the
+// CAC card libcacard emulates over an NSS database; OpenSC's
+// opensc-pkcs11.so reaches it through pcscd as it would a card in a USB
+// reader. pcscd and the bridge run in a network namespace of their own
+// (vpcd listens on every interface), and pcscd in a mount namespace of its
+// own where the rig's directory is /run, so that its socket is the rig's:
+// a system pcscd is never touched. Every process is stopped by its PID.
+
+//go:embed vcard/vcard.c
+var vcardSource string
+
+// CardSocketEnv is the variable through which libpcsclite (loaded by
+// OpenSC) finds pcscd's socket.
+const CardSocketEnv = "PCSCLITE_CSOCK_NAME"
+
+// Where Debian puts OpenSC's module and vpcd's driver.
+var (
+	OpenSCModules = []string{
+		"/usr/lib/x86_64-linux-gnu/opensc-pkcs11.so",
+		"/usr/lib/aarch64-linux-gnu/opensc-pkcs11.so",
+	}
+	vpcdDriver = "/usr/lib/pcsc/drivers/serial/libifdvpcd.so"
+)
+
+// What OpenSC shows of the card (libcacard's CAC over the rig's database).
+const (
+	// CardKeyLabel labels the first key pair and certificate, ID 0001.
+	CardKeyLabel = "CAC ID Certificate"
+	// CardSerial is the serial number OpenSC gives every libcacard card.
+	CardSerial = "000058bd002c19b5"
+	// cardPort is vpcd's first reader's port: each rig has a network
+	// namespace, so every rig uses the default.
+	cardPort = 35963
+)
+
+// CardKeyID is the ID of the first key pair and certificate.
+var CardKeyID = []byte{0x00, 0x01}
+
+// CardOptions shape a rig card.
+type CardOptions struct {
+	// PIN is the card's PIN, 4 to 8 characters (default "123456").
+	PIN string
+	// Tries is the count of wrong PINs after which the PIN blocks (3).
+	Tries int
+	// Delay is waited before every answer to an APDU (a card's speed).
+	Delay time.Duration
+	// SignDelay is waited, besides Delay, before the answer to a
+	// signature or decryption.
+	SignDelay time.Duration
+	// LibcacardWords passes libcacard's own status words through instead
+	// of a real card's (no PIN counter; 6985 for a wrong PIN).
+	LibcacardWords bool
+	// LogAPDUs logs every APDU's header and status word in the bridge's log.
+	LogAPDUs bool
+}
+
+// Card is a running rig: a card in a reader behind its own pcscd.
+type Card struct {
+	Dir     string // the rig's directory (short: Unix socket paths)
+	Module  string // OpenSC's PKCS#11 module
+	Socket  string // pcscd's socket as clients name it (CardSocketEnv)
+	Env     []string
+	PIN     string
+	PINFile string // a 0600 file holding PIN
+	Label   string // the token label: the first certificate's common name
+	Serial  string
+	KeyID   []byte
+	// KeyLabel labels the first key pair and its certificate.
+	KeyLabel string
+	// Cert is the first certificate; Certs all three, in the card's order.
+	Cert  *x509.Certificate
+	Certs []*x509.Certificate
+
+	mu     sync.Mutex
+	netns  *rigProc // holds the network namespace
+	pcscd  *rigProc // nil while stopped
+	bridge *rigProc
+}
+
+// NewCard starts a rig and waits (at most 20 s) until OpenSC sees the card.
+// It sets CardSocketEnv for the test (so the module loaded in this process
+// finds the rig's pcscd), which is why tests using it cannot be parallel.
+// Everything it starts is stopped when the test ends. It needs root (for
+// the namespaces) and the packages `make test` installs.
+func NewCard(t testing.TB, o CardOptions) *Card {
+	t.Helper()
+	start := time.Now()
+	if o.PIN == "" {
+		o.PIN = "123456"
+	}
+	if o.Tries == 0 {
+		o.Tries = 3
+	}
+	if len(o.PIN) < 4 || len(o.PIN) > 8 {
+		t.Fatalf("a rig card's PIN is 4 to 8 characters (OpenSC's CAC driver refuses others)")
+	}
+	c := &Card{Module: openSCModule(t), PIN: o.PIN, Serial: CardSerial, KeyID: CardKeyID, KeyLabel: CardKeyLabel}
+	needCardTools(t)
+	clearTokenEnv(t)
+
+	dir, err := os.MkdirTemp("", "vcard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) }) // runs after the processes are stopped
+	c.Dir = dir
+	for _, d := range []string{"run/pcscd", "conf", "db"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.PINFile = filepath.Join(dir, "pin")
+	if err := os.WriteFile(c.PINFile, []byte(c.PIN+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.Certs = cardDatabase(t, filepath.Join(dir, "db"), c.PIN)
+	c.Cert = c.Certs[0]
+	c.Label = c.Cert.Subject.CommonName
+	bridge := buildBridge(t, dir)
+	conf := fmt.Sprintf("FRIENDLYNAME \"Virtual PCD\"\nDEVICENAME /dev/null:%d\nLIBPATH %s\nCHANNELID %d\n", cardPort, vpcdDriver, cardPort)
+	if err := os.WriteFile(filepath.Join(dir, "conf", "vpcd"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.Socket = stableSocket(t, filepath.Join(dir, "run", "pcscd", "pcscd.comm"))
+	c.Env = []string{CardSocketEnv + "=" + c.Socket}
+	t.Setenv(CardSocketEnv, c.Socket)
+
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range []string{"pcscd.log", "bridge.log"} {
+				t.Logf("the card rig's %s:\n%s", l, tail(filepath.Join(dir, l), 40))
+			}
+		}
+	})
+	// The network namespace, held by a process of its own so that pcscd
+	// can be stopped and started in it.
+	c.netns = startRig(t, dir, "netns", "unshare", "-n", "sleep", "infinity")
+	waitOwnNetns(t, c.netns)
+	if out, err := exec.Command("nsenter", "-t", c.pid(c.netns), "-n", "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Fatalf("card rig: bring up loopback in its network namespace: %v: %s", err, out)
+	}
+	c.StartPCSCD(t)
+	args := []string{"-t", c.pid(c.netns), "-n", bridge, "-D", filepath.Join(dir, "db"),
+		"-p", strconv.Itoa(cardPort), "-c", c.control(), "-T", strconv.Itoa(o.Tries),
+		"-d", strconv.Itoa(int(o.Delay / time.Millisecond)), "-s", strconv.Itoa(int(o.SignDelay / time.Millisecond))}
+	if o.LibcacardWords {
+		args = append(args, "-R")
+	}
+	if o.LogAPDUs {
+		args = append(args, "-v")
+	}
+	args = append(args, "cert1", "cert2", "cert3")
+	c.bridge = startRig(t, dir, "bridge", "nsenter", args...)
+	c.waitListed(t, 20*time.Second)
+	t.Logf("card rig up in %v (%s)", time.Since(start).Round(time.Millisecond), dir)
+	return c
+}
+
+// Selection selects the card's first key with its PIN file.
+func (c *Card) Selection() pkcs11.Selection {
+	return pkcs11.Selection{Module: c.Module, Token: pkcs11.TokenSelector{Label: c.Label},
+		KeyLabel: c.KeyLabel, KeyID: c.KeyID, PIN: pkcs11.PINSource{File: c.PINFile}}
+}
+
+// Remove takes the card out of the reader: the bridge powers it off and
+// closes its connection to vpcd. pcscd sees it at its next poll.
+func (c *Card) Remove(t testing.TB) {
+	t.Helper()
+	c.command(t, "remove")
+}
+
+// Insert puts the card back: the bridge connects to vpcd again (or keeps
+// trying while pcscd is stopped).
+func (c *Card) Insert(t testing.TB) {
+	t.Helper()
+	c.command(t, "insert")
+}
+
+// SetDelay sets the wait before every answer to an APDU.
+func (c *Card) SetDelay(t testing.TB, d time.Duration) {
+	t.Helper()
+	c.command(t, "delay "+strconv.Itoa(int(d/time.Millisecond)))
+}
+
+// SetSignDelay sets the extra wait before the answer to a signature or a
+// decryption.
+func (c *Card) SetSignDelay(t testing.TB, d time.Duration) {
+	t.Helper()
+	c.command(t, "signdelay "+strconv.Itoa(int(d/time.Millisecond)))
+}
+
+// TriesLeft is the count of PIN tries the card has left (0: blocked).
+func (c *Card) TriesLeft(t testing.TB) int {
+	t.Helper()
+	n, err := strconv.Atoi(c.command(t, "tries"))
+	if err != nil {
+		t.Fatalf("card rig: tries: %v", err)
+	}
+	return n
+}
+
+// StopPCSCD stops the rig's pcscd (TERM, then KILL after 5 s).
+func (c *Card) StopPCSCD(t testing.TB) {
+	t.Helper()
+	c.mu.Lock()
+	p := c.pcscd
+	c.pcscd = nil
+	c.mu.Unlock()
+	if p == nil {
+		t.Fatal("card rig: pcscd is not running")
+	}
+	p.stop()
+}
+
+// StartPCSCD starts the rig's pcscd and returns once its socket takes
+// connections (at most 10 s); the card is seen about half a second later.
+func (c *Card) StartPCSCD(t testing.TB) {
+	t.Helper()
+	c.mu.Lock()
+	running := c.pcscd != nil
+	c.mu.Unlock()
+	if running {
+		t.Fatal("card rig: pcscd is already running")
+	}
+	run := filepath.Join(c.Dir, "run")
+	sock := filepath.Join(run, "pcscd", "pcscd.comm")
+	// What a pcscd killed may have left; the directory is the rig's.
+	os.Remove(sock)
+	os.Remove(filepath.Join(run, "pcscd", "pcscd.pid"))
+	// pcscd 1.9.9 has its socket at a fixed /run/pcscd/pcscd.comm: in a
+	// mount namespace of its own, /run is the rig's directory.
+	script := "mount --bind " + run + " /run && exec pcscd -f -i -c " + filepath.Join(c.Dir, "conf")
+	p := startRig(t, c.Dir, "pcscd", "nsenter", "-t", c.pid(c.netns), "-n",
+		"unshare", "-m", "--propagation", "private", "sh", "-c", script)
+	c.mu.Lock()
+	c.pcscd = p
+	c.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		conn, err := net.Dial("unix", sock)
+		if err == nil {
+			conn.Close()
+			return
+		}
+		if p.exited() {
+			t.Fatalf("card rig: pcscd exited at start:\n%s", tail(filepath.Join(c.Dir, "pcscd.log"), 20))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("card rig: pcscd's socket took no connection within 10 s: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitOwnNetns waits until p has left this process's network namespace:
+// unshare(1) runs before it makes the namespace, and nsenter would enter
+// the host's in the meantime (pcscd would then listen on the host).
+func waitOwnNetns(t testing.TB, p *rigProc) {
+	t.Helper()
+	self, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", p.cmd.Process.Pid))
+		if err == nil && ns != self {
+			return
+		}
+		if p.exited() || time.Now().After(deadline) {
+			t.Fatalf("card rig: unshare -n made no network namespace (%v):\n%s", err, tail(p.log, 10))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (c *Card) pid(p *rigProc) string { return strconv.Itoa(p.cmd.Process.Pid) }
+
+func (c *Card) control() string { return filepath.Join(c.Dir, "ctl") }
+
+// command sends one line to the bridge's control socket and returns its
+// answer.
+func (c *Card) command(t testing.TB, line string) string {
+	t.Helper()
+	conn, err := net.DialTimeout("unix", c.control(), 5*time.Second)
+	if err != nil {
+		t.Fatalf("card rig: the bridge's control socket: %v", err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write([]byte(line + "\n")); err != nil {
+		t.Fatalf("card rig: %s: %v", line, err)
+	}
+	answer, err := bufio.NewReader(conn).ReadString('\n')
+	answer = strings.TrimSpace(answer)
+	if err != nil || strings.HasPrefix(answer, "error") {
+		t.Fatalf("card rig: %s: %q %v", line, answer, err)
+	}
+	return answer
+}
+
+// waitListed waits until pkcs11-tool, through OpenSC and pcscd, lists the
+// card.
+func (c *Card) waitListed(t testing.TB, within time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	var out []byte
+	for ctx.Err() == nil {
+		cmd := exec.CommandContext(ctx, "pkcs11-tool", "--module", c.Module, "-L")
+		cmd.Env = append(os.Environ(), c.Env...)
+		out, _ = cmd.CombinedOutput()
+		if strings.Contains(string(out), "Common Access Card") && strings.Contains(string(out), c.Label) {
+			return
+		}
+		if c.bridge.exited() {
+			t.Fatalf("card rig: the bridge exited:\n%s", tail(filepath.Join(c.Dir, "bridge.log"), 20))
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	t.Fatalf("card rig: OpenSC did not list the card within %v; pkcs11-tool -L said:\n%s", within, out)
+}
+
+// rigProc is a process of the rig, stopped by its PID when the test ends.
+type rigProc struct {
+	name string
+	log  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// startRig starts name (its output appended to DIR/NAME.log) and stops it
+// when the test ends. nsenter, unshare and sh -c "... exec" replace
+// themselves with the program, so the PID is the program's.
+func startRig(t testing.TB, dir, name, prog string, args ...string) *rigProc {
+	t.Helper()
+	logPath := filepath.Join(dir, name+".log")
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	cmd := exec.Command(prog, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = os.Environ()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("card rig: start %s: %v", name, err)
+	}
+	p := &rigProc{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *rigProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends TERM, then KILL after 5 s, and waits for the process.
+func (p *rigProc) stop() {
+	if p.exited() {
+		return
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// stableSocket points a path that stays the same for this process at
+// target, and returns it. libpcsclite reads CardSocketEnv once per load
+// (pthread_once), so a second rig in the same test process would otherwise
+// be looked for at the first one's socket while OpenSC stays loaded. The
+// short path also keeps clear of sun_path's 108 bytes.
+func stableSocket(t testing.TB, target string) string {
+	t.Helper()
+	link := filepath.Join(os.TempDir(), fmt.Sprintf("signagent-pcscd-%d.comm", os.Getpid()))
+	tmp := link + ".new"
+	os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if got, _ := os.Readlink(link); got == target {
+			os.Remove(link)
+		}
+	})
+	return link
+}
+
+// buildBridge compiles vcard/vcard.c against libcacard into dir.
+func buildBridge(t testing.TB, dir string) string {
+	t.Helper()
+	src := filepath.Join(dir, "vcard.c")
+	if err := os.WriteFile(src, []byte(vcardSource), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	flags, err := exec.Command("pkg-config", "--cflags", "--libs", "libcacard").Output()
+	if err != nil {
+		t.Fatalf("libcacard's development files are not installed; `make test` installs them (scripts/deps.sh libcacard-dev pkg-config): %v", err)
+	}
+	bin := filepath.Join(dir, "vcard")
+	args := append([]string{"-O2", "-Wall", "-o", bin, src}, strings.Fields(string(flags))...)
+	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+		t.Fatalf("card rig: build the bridge: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// cardDatabase makes the card's NSS database in db, its password pin, with
+// three self-signed RSA-2048 certificates and their keys, and returns the
+// certificates.
+func cardDatabase(t testing.TB, db, pin string) []*x509.Certificate {
+	t.Helper()
+	dir := filepath.Dir(db)
+	pinf, noise := filepath.Join(dir, "dbpin"), filepath.Join(dir, "noise")
+	if err := os.WriteFile(pinf, []byte(pin), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(pinf)
+	if err := os.WriteFile(noise, []byte(strconv.FormatInt(time.Now().UnixNano(), 16)+dir), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(noise)
+	certutil := func(args ...string) []byte {
+		cmd := exec.Command("certutil", append(args, "-d", "sql:"+db)...)
+		// NSS protects the key database with PBKDF2 at 10000 iterations:
+		// certutil then took over a second a key here, a password change
+		// four. Test keys need no such protection.
+		cmd.Env = append(os.Environ(), "NSS_MAX_MP_PBE_ITERATION_COUNT=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("card rig: certutil %s: %v: %s", args[0], err, out)
+		}
+		return out
+	}
+	certutil("-N", "-f", pinf)
+	var certs []*x509.Certificate
+	for i := 1; i <= 3; i++ {
+		nick := fmt.Sprintf("cert%d", i)
+		certutil("-S", "-f", pinf, "-z", noise, "-n", nick, "-s", fmt.Sprintf("CN=vcard rig %d,O=signagent test", i),
+			"-x", "-t", "CT,C,C", "-k", "rsa", "-g", "2048", "-Z", "SHA256", "-v", "24",
+			"--keyUsage", "digitalSignature,nonRepudiation,keyEncipherment,dataEncipherment")
+		var der []byte
+		if blk, _ := pem.Decode(certutil("-L", "-n", nick, "-a")); blk != nil {
+			der = blk.Bytes
+		}
+		cert, err := x509.ParseCertificate(der)
+		if err != nil {
+			t.Fatalf("card rig: certutil -L -a printed no certificate for %s: %v", nick, err)
+		}
+		certs = append(certs, cert)
+	}
+	return certs
+}
+
+func openSCModule(t testing.TB) string {
+	t.Helper()
+	for _, p := range OpenSCModules {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Fatal("OpenSC's PKCS#11 module is not installed; `make test` installs it (scripts/deps.sh opensc)")
+	return ""
+}
+
+// needCardTools fails the test when the rig cannot be made here.
+func needCardTools(t testing.TB) {
+	t.Helper()
+	for _, tool := range []struct{ name, pkg string }{
+		{"pcscd", "pcscd"}, {"certutil", "libnss3-tools"}, {"pkcs11-tool", "opensc"}, {"gcc", "gcc"},
+		{"pkg-config", "pkg-config"}, {"unshare", "util-linux"}, {"nsenter", "util-linux"}, {"ip", "iproute2"},
+	} {
+		if _, err := exec.LookPath(tool.name); err != nil {
+			t.Fatalf("%s is not installed: the card rig needs it; `make test` installs it (scripts/deps.sh %s)", tool.name, tool.pkg)
+		}
+	}
+	if _, err := os.Stat(vpcdDriver); err != nil {
+		t.Fatal("vsmartcard's vpcd reader driver is not installed; `make test` installs it (scripts/deps.sh vsmartcard-vpcd)")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("the card rig needs root: it runs pcscd in network and mount namespaces of its own (CI and `make test` run as root)")
+	}
+}
+
+// tail returns the last n lines of a file, for a failing test's log.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
