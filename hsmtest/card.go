@@ -158,9 +158,15 @@ func NewCard(t testing.TB, o CardOptions) *Card {
 			}
 		}
 	})
+	// The processes live as long as the test that made the card (not the
+	// subtest that restarted pcscd): stopped first, then the logs shown,
+	// then the directory removed.
+	t.Cleanup(c.stop)
 	// The network namespace, held by a process of its own so that pcscd
 	// can be stopped and started in it.
+	c.mu.Lock()
 	c.netns = startRig(t, dir, "netns", "unshare", "-n", "sleep", "infinity")
+	c.mu.Unlock()
 	waitOwnNetns(t, c.netns)
 	if out, err := exec.Command("nsenter", "-t", c.pid(c.netns), "-n", "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		t.Fatalf("card rig: bring up loopback in its network namespace: %v: %s", err, out)
@@ -176,7 +182,9 @@ func NewCard(t testing.TB, o CardOptions) *Card {
 		args = append(args, "-v")
 	}
 	args = append(args, "cert1", "cert2", "cert3")
+	c.mu.Lock()
 	c.bridge = startRig(t, dir, "bridge", "nsenter", args...)
+	c.mu.Unlock()
 	c.waitListed(t, 20*time.Second)
 	t.Logf("card rig up in %v (%s)", time.Since(start).Round(time.Millisecond), dir)
 	return c
@@ -223,6 +231,17 @@ func (c *Card) TriesLeft(t testing.TB) int {
 		t.Fatalf("card rig: tries: %v", err)
 	}
 	return n
+}
+
+// BridgeLog is what the bridge logged so far (with LogAPDUs, every APDU's
+// header and status word; never a PIN).
+func (c *Card) BridgeLog(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.Dir, "bridge.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // StopPCSCD stops the rig's pcscd (TERM, then KILL after 5 s).
@@ -300,6 +319,18 @@ func waitOwnNetns(t testing.TB, p *rigProc) {
 	}
 }
 
+// stop stops the rig's processes, the bridge first.
+func (c *Card) stop() {
+	c.mu.Lock()
+	procs := []*rigProc{c.bridge, c.pcscd, c.netns}
+	c.mu.Unlock()
+	for _, p := range procs {
+		if p != nil {
+			p.stop()
+		}
+	}
+}
+
 func (c *Card) pid(p *rigProc) string { return strconv.Itoa(p.cmd.Process.Pid) }
 
 func (c *Card) control() string { return filepath.Join(c.Dir, "ctl") }
@@ -358,8 +389,8 @@ type rigProc struct {
 	done chan struct{}
 }
 
-// startRig starts name (its output appended to DIR/NAME.log) and stops it
-// when the test ends. nsenter, unshare and sh -c "... exec" replace
+// startRig starts name, its output appended to DIR/NAME.log; the card's
+// cleanup stops it. nsenter, unshare and sh -c "... exec" replace
 // themselves with the program, so the PID is the program's.
 func startRig(t testing.TB, dir, name, prog string, args ...string) *rigProc {
 	t.Helper()
@@ -380,7 +411,6 @@ func startRig(t testing.TB, dir, name, prog string, args ...string) *rigProc {
 		cmd.Wait()
 		close(p.done)
 	}()
-	t.Cleanup(p.stop)
 	return p
 }
 

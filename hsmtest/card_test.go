@@ -2,9 +2,13 @@ package hsmtest_test
 
 import (
 	"bytes"
+	"crypto"
+	"crypto/rsa"
+	"crypto/sha256"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,7 +22,7 @@ import (
 // pkcs11-tool and, in this process, OpenSC loaded by the pkcs11 package,
 // both over the rig's pcscd.
 func TestCard(t *testing.T) {
-	card := hsmtest.NewCard(t, hsmtest.CardOptions{PIN: "4321"})
+	card := hsmtest.NewCard(t, hsmtest.CardOptions{PIN: "4321", LogAPDUs: true})
 	ctx, release, err := pkcs11.OpenRaw(card.Module)
 	if err != nil {
 		t.Fatal(err)
@@ -62,11 +66,7 @@ func TestCard(t *testing.T) {
 	})
 
 	t.Run("the card's certificate is the rig's", func(t *testing.T) {
-		sh, err := ctx.OpenSession(slot, p11.CKF_SERIAL_SESSION)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ctx.CloseSession(sh)
+		sh := session(t, ctx, slot, "")
 		if err := ctx.FindObjectsInit(sh, []*p11.Attribute{
 			p11.NewAttribute(p11.CKA_CLASS, p11.CKO_CERTIFICATE), p11.NewAttribute(p11.CKA_ID, card.KeyID)}); err != nil {
 			t.Fatal(err)
@@ -85,6 +85,37 @@ func TestCard(t *testing.T) {
 		}
 	})
 
+	t.Run("reset by another process: 6982, then OpenSC logs in again", func(t *testing.T) {
+		sh := session(t, ctx, slot, card.PIN)
+		signIn(t, ctx, sh, card)
+		cmd := exec.Command("opensc-tool", "--reader", "0", "--reset")
+		cmd.Env = append(os.Environ(), card.Env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("opensc-tool --reset: %v\n%s", err, out)
+		}
+		before := strings.Count(card.BridgeLog(t), "-> 6982")
+		signIn(t, ctx, sh, card)
+		if after := strings.Count(card.BridgeLog(t), "-> 6982"); after != before+1 {
+			t.Fatalf("the card answered 6982 %d times to the signature after the reset, want once", after-before)
+		}
+	})
+
+	t.Run("a slow card", func(t *testing.T) {
+		sh := session(t, ctx, slot, card.PIN)
+		start := time.Now()
+		signIn(t, ctx, sh, card)
+		fast := time.Since(start)
+		card.SetSignDelay(t, 300*time.Millisecond)
+		start = time.Now()
+		signIn(t, ctx, sh, card)
+		slow := time.Since(start)
+		card.SetSignDelay(t, 0)
+		t.Logf("a signature: %v, with a 300 ms card: %v", fast.Round(time.Millisecond), slow.Round(time.Millisecond))
+		if slow < 300*time.Millisecond || slow > fast+2*time.Second {
+			t.Fatalf("a signature on a card 300 ms slow took %v (%v at full speed)", slow, fast)
+		}
+	})
+
 	t.Run("removal seen by C_GetSlotInfo", func(t *testing.T) {
 		for _, want := range []bool{false, true} {
 			start := time.Now()
@@ -98,12 +129,34 @@ func TestCard(t *testing.T) {
 		}
 	})
 
-	t.Run("wrong PIN", func(t *testing.T) {
-		sh, err := ctx.OpenSession(slot, p11.CKF_SERIAL_SESSION)
-		if err != nil {
-			t.Fatal(err)
+	t.Run("pcscd stopped and started", func(t *testing.T) {
+		start := time.Now()
+		card.StopPCSCD(t)
+		waitPresent(t, ctx, slot, false, 2*time.Second)
+		t.Logf("pcscd stopped: card seen gone after %v", time.Since(start).Round(time.Millisecond))
+		start = time.Now()
+		card.StartPCSCD(t)
+		// Right after pcscd's return OpenSC may answer C_GetSlotInfo from
+		// before; the slot list is asked anew.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			slots, err := ctx.GetSlotList(true)
+			if err == nil && len(slots) == 1 && slots[0] == slot {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("OpenSC in this process did not list the card within 5 s of pcscd's return: %v %v", slots, err)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		defer ctx.CloseSession(sh)
+		waitPresent(t, ctx, slot, true, 2*time.Second)
+		sh := session(t, ctx, slot, card.PIN)
+		signIn(t, ctx, sh, card)
+		t.Logf("pcscd started: a signature in this process after %v", time.Since(start).Round(time.Millisecond))
+	})
+
+	t.Run("wrong PIN", func(t *testing.T) {
+		sh := session(t, ctx, slot, "")
 		for want := 2; want >= 0; want-- {
 			if err := ctx.Login(sh, p11.CKU_USER, "9999"); !isCKR(err, p11.CKR_PIN_INCORRECT) {
 				t.Fatalf("a wrong PIN: %v, want CKR_PIN_INCORRECT", err)
@@ -141,6 +194,51 @@ func TestCard(t *testing.T) {
 	})
 }
 
+// session opens a session on slot, logged in with pin unless it is empty,
+// and closes it when the test ends.
+func session(t *testing.T, ctx *p11.Ctx, slot uint, pin string) p11.SessionHandle {
+	t.Helper()
+	sh, err := ctx.OpenSession(slot, p11.CKF_SERIAL_SESSION)
+	if err != nil {
+		t.Fatalf("C_OpenSession: %v", err)
+	}
+	t.Cleanup(func() { ctx.CloseSession(sh) })
+	if pin != "" {
+		if err := ctx.Login(sh, p11.CKU_USER, pin); err != nil {
+			t.Fatalf("C_Login: %v", err)
+		}
+		t.Cleanup(func() { ctx.Logout(sh) })
+	}
+	return sh
+}
+
+// signIn signs in session sh with the card's first key and checks the
+// signature against the card's certificate.
+func signIn(t *testing.T, ctx *p11.Ctx, sh p11.SessionHandle, card *hsmtest.Card) {
+	t.Helper()
+	if err := ctx.FindObjectsInit(sh, []*p11.Attribute{
+		p11.NewAttribute(p11.CKA_CLASS, p11.CKO_PRIVATE_KEY), p11.NewAttribute(p11.CKA_ID, card.KeyID)}); err != nil {
+		t.Fatal(err)
+	}
+	keys, _, err := ctx.FindObjects(sh, 2)
+	ctx.FindObjectsFinal(sh)
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("private keys with ID %x: %d, %v", card.KeyID, len(keys), err)
+	}
+	msg := []byte("signed in this process")
+	if err := ctx.SignInit(sh, []*p11.Mechanism{p11.NewMechanism(p11.CKM_SHA256_RSA_PKCS, nil)}, keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	sig, err := ctx.Sign(sh, msg)
+	if err != nil {
+		t.Fatalf("C_Sign: %v", err)
+	}
+	h := sha256.Sum256(msg)
+	if err := rsa.VerifyPKCS1v15(card.Cert.PublicKey.(*rsa.PublicKey), crypto.SHA256, h[:], sig); err != nil {
+		t.Fatalf("the card's signature does not verify with its certificate: %v", err)
+	}
+}
+
 // cardSlot is the slot of the rig's card, found by its label.
 func cardSlot(t *testing.T, ctx *p11.Ctx, card *hsmtest.Card) uint {
 	t.Helper()
@@ -164,10 +262,10 @@ func waitPresent(t *testing.T, ctx *p11.Ctx, slot uint, present bool, within tim
 	deadline := time.Now().Add(within)
 	for {
 		si, err := ctx.GetSlotInfo(slot)
-		if err != nil {
-			t.Fatal(err)
+		if err != nil && present {
+			t.Fatalf("C_GetSlotInfo: %v", err)
 		}
-		if si.Flags&p11.CKF_TOKEN_PRESENT != 0 == present {
+		if err != nil || si.Flags&p11.CKF_TOKEN_PRESENT != 0 == present {
 			return
 		}
 		if time.Now().After(deadline) {

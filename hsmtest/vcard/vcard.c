@@ -16,6 +16,7 @@
  *   -R        pass libcacard's own status words through, unchanged
  *   -d MS     wait MS before every answer to an APDU (a card's speed)
  *   -s MS     wait MS more before the answer to a signature or decryption
+ *             (its last block, where the key is used)
  *   -v        log every APDU's header and status word to stderr
  *   NICKNAME  the certificates (with their keys) the card carries, in order
  *
@@ -338,7 +339,8 @@ static void serve(void)
               len > 1 ? msg[1] : 0, len > 2 ? msg[2] : 0, len > 3 ? msg[3] : 0,
               len, sw(resp, n), n);
     }
-    sign = msg[1] == INS_SIGN_DECRYPT;
+    /* The key is used at the last block (P1 0; 0x80: more to come). */
+    sign = msg[1] == INS_SIGN_DECRYPT && msg[2] == 0x00;
     memset(msg, 0, len); /* a VERIFY's PIN does not stay in memory */
     if (delay_ms > 0 && wait_ms(delay_ms) < 0) {
         return;
