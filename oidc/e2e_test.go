@@ -3,6 +3,7 @@ package oidc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/errdefs"
@@ -39,11 +41,15 @@ type bed struct {
 
 func newBed(t *testing.T, edit func(*emulator.OIDCConfig)) *bed {
 	t.Helper()
-	hash, _ := emulator.HashPassword([]byte(testPassword))
+	// The cheapest bcrypt cost: the emulator checks the password on every
+	// sign-in, and at the default cost that is 1.4 s of CPU under the race
+	// detector; fifty sign-ins at once (TestFiguresSharedRefreshLoad) kept
+	// two busy cores at it for more than the emulator's 60 s write timeout.
+	hash, _ := bcrypt.GenerateFromPassword([]byte(testPassword), bcrypt.MinCost)
 	cfg := &emulator.Config{
 		OIDC: emulator.OIDCConfig{Clients: []emulator.OIDCClient{{ID: testClient, Secret: testSecret, RedirectURIs: []string{testRedirect}}},
 			AccessTokenTTL: emulator.Duration(time.Hour), DeviceInterval: emulator.Duration(time.Second)},
-		Users: []emulator.User{{ID: "alice", Login: testLogin, PasswordHash: hash}},
+		Users: []emulator.User{{ID: "alice", Login: testLogin, PasswordHash: string(hash)}},
 	}
 	if edit != nil {
 		edit(&cfg.OIDC)
@@ -112,15 +118,23 @@ func (b *bed) client(t *testing.T, edit func(*Config)) *Client {
 // approve plays the user on the emulator's /device page.
 func (b *bed) approve(t *testing.T, userCode, decision string) {
 	t.Helper()
+	if err := b.decide(userCode, decision); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// decide is approve for a goroutine other than the test's.
+func (b *bed) decide(userCode, decision string) error {
 	resp, err := http.PostForm(b.s.URL()+"/device", url.Values{"user_code": {userCode}, "login": {testLogin},
 		"password": {testPassword}, "decision": {decision}})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
-		t.Fatalf("/device: HTTP %d", resp.StatusCode)
+		return fmt.Errorf("/device: HTTP %d", resp.StatusCode)
 	}
+	return nil
 }
 
 // signIn plays the user's browser on the sign-in page: it posts the
@@ -167,6 +181,19 @@ func deviceApproved(t *testing.T, b *bed, c *Client) (*Record, error) {
 	}
 	b.approve(t, d.UserCode, "allow")
 	return c.PollDevice(t.Context(), d)
+}
+
+// deviceSignIn is deviceApproved for a goroutine other than the test's:
+// any failure is its error.
+func deviceSignIn(ctx context.Context, b *bed, c *Client) (*Record, error) {
+	d, err := c.StartDevice(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.decide(d.UserCode, "allow"); err != nil {
+		return nil, err
+	}
+	return c.PollDevice(ctx, d)
 }
 
 func TestDeviceFlow(t *testing.T) {
