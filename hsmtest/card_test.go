@@ -2,7 +2,9 @@ package hsmtest_test
 
 import (
 	"bytes"
+	"context"
 	"crypto"
+	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
 	"os"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	p11 "github.com/miekg/pkcs11"
+	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/pkcs11"
@@ -62,6 +65,25 @@ func TestCard(t *testing.T) {
 		}
 		if out, err := exec.Command("openssl", "dgst", "-sha256", "-verify", pub, "-signature", sig, data).CombinedOutput(); err == nil {
 			t.Fatalf("openssl accepted the signature over another text:\n%s", out)
+		}
+	})
+
+	t.Run("sign through the pkcs11 package", func(t *testing.T) {
+		k, err := pkcs11.Open(context.Background(), card.Selection(), zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Close()
+		if !bytes.Equal(k.Certificate().Raw, card.Cert.Raw) {
+			t.Fatalf("the key's certificate is %q, not the card's", k.Certificate().Subject)
+		}
+		h := sha256.Sum256([]byte("signed through the pkcs11 package"))
+		sig, err := k.Sign(rand.Reader, h[:], crypto.SHA256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rsa.VerifyPKCS1v15(card.Cert.PublicKey.(*rsa.PublicKey), crypto.SHA256, h[:], sig); err != nil {
+			t.Fatal(err)
 		}
 	})
 
