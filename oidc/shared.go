@@ -63,6 +63,11 @@ func (s *Shared) Load(profile string) (*Record, error) {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil, fmt.Errorf("%w: profile %q is not signed in to the shared store; sign in: signagent login --store %s --profile %s", ErrSignIn, profile, s.Name, profile)
+	case errors.Is(err, store.ErrTooLarge), errors.Is(err, store.ErrRollback):
+		// Not a key problem: the record was made huge, or an older one put
+		// back, by someone who can write to Redis.
+		return nil, fmt.Errorf("%w: profile %q's record in the shared store is not used (%v); sign in again: signagent login --store %s --profile %s",
+			ErrSignIn, profile, err, s.Name, profile)
 	case errors.Is(err, store.ErrSealed):
 		return nil, fmt.Errorf("%w: profile %q's record in the shared store does not open with the store key (%v); sign in again: signagent login --store %s --profile %s",
 			ErrSignIn, profile, err, s.Name, profile)
