@@ -33,6 +33,10 @@ type Backend interface {
 	GetMechanismList(slot uint) ([]*p11.Mechanism, error)
 	DigestInit(sh p11.SessionHandle, m []*p11.Mechanism) error
 	Digest(sh p11.SessionHandle, msg []byte) ([]byte, error)
+	// For `signagent token check`: what the module says of itself and of
+	// each mechanism.
+	GetInfo() (p11.Info, error)
+	GetMechanismInfo(slot uint, m []*p11.Mechanism) (p11.MechanismInfo, error)
 }
 
 // Loader loads the module at path (dlopen and C_GetFunctionList, no

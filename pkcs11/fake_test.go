@@ -306,3 +306,17 @@ func (f *fakeToken) DigestInit(sh p11.SessionHandle, m []*p11.Mechanism) error {
 func (f *fakeToken) Digest(sh p11.SessionHandle, msg []byte) ([]byte, error) {
 	return nil, p11.Error(p11.CKR_OPERATION_NOT_INITIALIZED)
 }
+
+func (f *fakeToken) GetInfo() (p11.Info, error) {
+	if err := f.enter("GetInfo"); err != nil {
+		return p11.Info{}, err
+	}
+	return p11.Info{ManufacturerID: "fake", LibraryDescription: "fake token", CryptokiVersion: p11.Version{Major: 2, Minor: 40}}, nil
+}
+
+func (f *fakeToken) GetMechanismInfo(slot uint, m []*p11.Mechanism) (p11.MechanismInfo, error) {
+	if err := f.enter("GetMechanismInfo"); err != nil {
+		return p11.MechanismInfo{}, err
+	}
+	return p11.MechanismInfo{MinKeySize: 1024, MaxKeySize: 4096, Flags: p11.CKF_SIGN | p11.CKF_DECRYPT}, nil
+}

@@ -22,7 +22,11 @@ func tokenCommand(e *env) *cli.Command {
 		Usage:       "print the profile's access token, refreshed when it has less than --refresh-before left",
 		UsageText:   "curl -H \"Authorization: Bearer $(signagent token)\" ...",
 		Flags:       concat(oidcFlags(), []cli.Flag{profileFlag(), jsonFlag(`{"accessToken","expiresAt","profile"}`)}, agentUseFlags()),
+		Subcommands: []*cli.Command{tokenCheckCommand(e)}, // the PKCS#11 token's self-test
 		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil { // not in main's Before: "check" is an argument there
+				return err
+			}
 			rec, err := oidcTokenHereOrAgent(c, e)
 			if err != nil {
 				return err

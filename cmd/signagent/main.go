@@ -134,7 +134,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		}
 		cmd.Before = func(c *cli.Context) error {
 			// No command but api and completion takes positional arguments.
-			if !slices.Contains([]string{"api", "completion", "config", "agent", "bench"}, c.Command.Name) {
+			if !slices.Contains([]string{"api", "completion", "config", "agent", "bench", "token"}, c.Command.Name) {
 				if err := noArgs(c); err != nil {
 					return err
 				}

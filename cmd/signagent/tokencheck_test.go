@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	p11 "github.com/miekg/pkcs11"
+
+	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/internal/gosttoken"
+	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/softhsm"
+)
+
+// tokenCheck runs `signagent token check` as the real binary and returns
+// its exit status, stdout and stderr.
+func runTokenCheck(t *testing.T, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := signagent(t, env, append([]string{"token", "check", "--rounds", "3"}, args...)...)
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	code, stderr, _ := runBinary(t, cmd)
+	return code, stdout.String(), stderr
+}
+
+func wantLines(t *testing.T, out string, lines ...string) {
+	t.Helper()
+	for _, l := range lines {
+		if !strings.Contains(out, l) {
+			t.Errorf("output lacks %q:\n%s", l, out)
+		}
+	}
+}
+
+func TestTokenCheckSoftHSM(t *testing.T) {
+	tk := hsmtest.New(t)
+	sel := []string{"--module", tk.Module, "--token-label", tk.Label, "--pin-file", tk.PINFile}
+	t.Run("rsa", func(t *testing.T) {
+		code, out, stderr := runTokenCheck(t, nil, append(sel, "--key-label", "rsa")...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s\n%s", code, stderr, out)
+		}
+		wantLines(t, out, `library: "Implementation of PKCS11" by "SoftHSM"`, `token: "signagent-test"`,
+			`key: "rsa" (id 01): RSA 2048; may sign: yes, may decrypt: yes`,
+			`certificate: "signagent test RSA", thumbprint `,
+			"trusted authentication: yes (RSA 2048, CKM_RSA_PKCS", "a signature verified against the certificate: median ",
+			"certificate login: yes (RSA 2048, CKM_RSA_PKCS decryption", "result: every function the key allows works")
+		if strings.Contains(out, tk.PIN) {
+			t.Errorf("the output holds the PIN:\n%s", out)
+		}
+	})
+	t.Run("ec", func(t *testing.T) {
+		code, out, stderr := runTokenCheck(t, nil, append(sel, "--key-label", "ec", "--json")...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s\n%s", code, stderr, out)
+		}
+		var r checkReport
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		if !r.OK || r.Key.Type != "EC" || r.Key.Bits != 256 || r.Certificate == nil || len(r.Mechanisms) == 0 || len(r.Module.Slots) == 0 {
+			t.Fatalf("report: %s", out)
+		}
+		if f := r.Functions[0]; !f.Works || f.Timing == nil || f.Timing.Rounds != 3 || !strings.Contains(f.Uses, "CKM_ECDSA") {
+			t.Errorf("trusted authentication: %+v", f)
+		}
+		if f := r.Functions[1]; f.Allowed || f.Tried || !strings.Contains(f.Why, "RSA keys only") {
+			t.Errorf("certificate login of an EC key: %+v", f)
+		}
+	})
+}
+
+func TestTokenCheckGOST(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    gosttoken.Options
+		uses string
+	}{
+		{"hashing", gosttoken.Options{}, "CKM_GOSTR3410_WITH_GOSTR3411_12_256: the token hashes (Streebog-256) and signs"},
+		{"raw-only", gosttoken.Options{RawOnly: true}, "CKM_GOSTR3411_12_256 on the token (C_Digest), then CKM_GOSTR3410 over the hash"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := hsmtest.NewGOST(t, 256, tc.o)
+			code, out, stderr := runTokenCheck(t, nil, "--module", g.Module(), "--token-label", g.Label, "--key-label", g.Label, "--pin-file", g.PINFile())
+			if code != 0 {
+				t.Fatalf("exit %d: %s\n%s", code, stderr, out)
+			}
+			wantLines(t, out, "trusted authentication: yes (GOST 256", tc.uses,
+				"certificate login: no: signagent's certificate login takes RSA keys only", "CKM_GOSTR3410_12_DERIVE (derive): ",
+				"CKM_GOST28147 (decrypt): ", "result: every function the key allows works")
+			t.Logf("\n%s", out)
+		})
+	}
+	t.Run("wrong PIN", func(t *testing.T) {
+		g := hsmtest.NewGOST(t, 256, gosttoken.Options{})
+		bad := filepath.Join(t.TempDir(), "pin")
+		os.WriteFile(bad, []byte("9999\n"), 0o600)
+		code, out, stderr := runTokenCheck(t, nil, "--module", g.Module(), "--token-label", g.Label, "--key-label", g.Label, "--pin-file", bad)
+		if code != exitFailure || out != "" {
+			t.Fatalf("exit %d (want 1), stdout %q", code, out)
+		}
+		oneLine(t, stderr, "rejected the PIN")
+		if n := g.Tries(t); n != 1 {
+			t.Errorf("%d wrong tries recorded, want 1", n)
+		}
+	})
+}
+
+func TestTokenCheckBadInput(t *testing.T) {
+	tk := hsmtest.NewWith(t, hsmtest.Options{Extra: []softhsm.KeySpec{
+		{Type: softhsm.RSA2048, Label: "nocert", ID: []byte{3}, NoCert: true},
+		{Type: softhsm.RSA2048, Label: "nosign", ID: []byte{4}, CommonName: "no sign"},
+	}})
+	forbidSign(t, tk, "nosign")
+	sel := []string{"--module", tk.Module, "--token-label", tk.Label, "--pin-file", tk.PINFile}
+	t.Run("not a module", func(t *testing.T) {
+		notMod := filepath.Join(t.TempDir(), "lib.so")
+		os.WriteFile(notMod, []byte("not a library"), 0o644)
+		code, out, stderr := runTokenCheck(t, nil, "--module", notMod, "--pin-file", tk.PINFile)
+		if code != exitFailure || out != "" {
+			t.Fatalf("exit %d (want 1), stdout %q", code, out)
+		}
+		oneLine(t, stderr, "not a PKCS#11 module")
+	})
+	t.Run("key that cannot sign", func(t *testing.T) {
+		code, out, stderr := runTokenCheck(t, nil, append(sel, "--key-label", "nosign")...)
+		if code != exitFailure {
+			t.Fatalf("exit %d (want 1): %s", code, stderr)
+		}
+		wantLines(t, out, `trusted authentication: no: key "nosign" may not sign (CKA_SIGN is false)`, "certificate login: yes", "result: FAILED")
+		oneLine(t, stderr, `token check: trusted authentication: key "nosign" may not sign (CKA_SIGN is false)`)
+	})
+	t.Run("key without a certificate", func(t *testing.T) {
+		code, out, stderr := runTokenCheck(t, nil, append(sel, "--key-label", "nocert")...)
+		if code != exitFailure {
+			t.Fatalf("exit %d (want 1): %s", code, stderr)
+		}
+		wantLines(t, out, "certificate: none: certificate not found", "trusted authentication: no: certificate not found")
+		oneLine(t, stderr, "token check: trusted authentication: certificate not found")
+	})
+	t.Run("bad flags", func(t *testing.T) {
+		code, _, stderr := runTokenCheck(t, nil, append(sel, "--key-label", "rsa", "--rounds", "0")...)
+		if code != exitBadInput {
+			t.Fatalf("exit %d (want 2): %s", code, stderr)
+		}
+		oneLine(t, stderr, "--rounds 0: want 1 to 100")
+		code, _, stderr = runTokenCheck(t, nil, append(sel, "--key-id", "zz")...)
+		if code != exitBadInput {
+			t.Fatalf("exit %d (want 2): %s", code, stderr)
+		}
+	})
+}
+
+// forbidSign sets CKA_SIGN false on the private key labelled label.
+func forbidSign(t *testing.T, tk *hsmtest.Token, label string) {
+	t.Helper()
+	ctx, release, err := pkcs11.OpenRaw(tk.Module)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	slots, err := ctx.GetSlotList(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range slots {
+		ti, err := ctx.GetTokenInfo(s)
+		if err != nil || strings.TrimRight(ti.Label, " ") != tk.Label {
+			continue
+		}
+		sh, err := ctx.OpenSession(s, p11.CKF_SERIAL_SESSION|p11.CKF_RW_SESSION)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ctx.CloseSession(sh)
+		if err := ctx.Login(sh, p11.CKU_USER, tk.PIN); err != nil && err != p11.Error(p11.CKR_USER_ALREADY_LOGGED_IN) {
+			t.Fatal(err)
+		}
+		if err := ctx.FindObjectsInit(sh, []*p11.Attribute{p11.NewAttribute(p11.CKA_CLASS, p11.CKO_PRIVATE_KEY), p11.NewAttribute(p11.CKA_LABEL, label)}); err != nil {
+			t.Fatal(err)
+		}
+		hs, _, err := ctx.FindObjects(sh, 2)
+		ctx.FindObjectsFinal(sh)
+		if err != nil || len(hs) != 1 {
+			t.Fatalf("find key %q: %v (%d found)", label, err, len(hs))
+		}
+		if err := ctx.SetAttributeValue(sh, hs[0], []*p11.Attribute{p11.NewAttribute(p11.CKA_SIGN, false)}); err != nil {
+			t.Fatalf("set CKA_SIGN false: %v", err)
+		}
+		return
+	}
+	t.Fatalf("token %q not found", tk.Label)
+}
+
+func TestTokenCheckTPM(t *testing.T) {
+	start := time.Now()
+	tk := hsmtest.NewTPM(t)
+	t.Logf("the TPM token took %v to make", time.Since(start))
+	code, out, stderr := runTokenCheck(t, nil, "--module", tk.Module, "--token-label", tk.Label, "--key-label", "rsa", "--pin-file", tk.PINFile)
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, out)
+	}
+	wantLines(t, out, "trusted authentication: yes (RSA 2048", "result: every function the key allows works")
+	t.Logf("\n%s", out)
+}
