@@ -458,3 +458,57 @@ func TestCardAgentPIN(t *testing.T) {
 		}
 	})
 }
+
+// TestCardAgentLoginFailure: a card whose wrong PIN OpenSC reports as
+// CKR_GENERAL_ERROR (libcacard's own 6985) is sent that PIN once, at
+// start and when it comes back, never again: a general failure of C_Login
+// is not a token gone away (the agent sent it every second before).
+func TestCardAgentLoginFailure(t *testing.T) {
+	card := hsmtest.NewCard(t, hsmtest.CardOptions{LibcacardWords: true, LogAPDUs: true})
+	// A VERIFY with a PIN in it (8 bytes, padded).
+	verifies := func() int { return strings.Count(card.BridgeLog(t), "APDU 00 20 00 00 (13 bytes)") }
+	pin := filepath.Join(t.TempDir(), "pin")
+	if err := os.WriteFile(pin, []byte("654321\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := verifies()
+	if _, err := startCardAgent(t, card, pin); err == nil || !strings.Contains(err.Error(), "CKR_GENERAL_ERROR") {
+		t.Fatalf("start with a PIN the card answers 6985: %v, want the login's failure", err)
+	} else {
+		t.Logf("start: %v", err)
+	}
+	if n := verifies() - before; n != 1 {
+		t.Fatalf("the card was sent %d PINs at start, want 1", n)
+	}
+
+	if err := os.WriteFile(pin, []byte(card.PIN+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := startCardAgent(t, card, pin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	card.Remove(t)
+	a.waitReady(t, false, "the card removed")
+	if err := os.WriteFile(pin, []byte("111111\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before = verifies()
+	card.Insert(t)
+	deadline := time.Now().Add(5 * time.Second)
+	for verifies() == before {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not try the card again within 5 s:\n%s", a.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // several reconnect periods
+	if n := verifies() - before; n != 1 {
+		t.Fatalf("the card was sent %d PINs after its return, want 1:\n%s", n, a.logs.String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if st, err := a.c.Ready(ctx); err == nil || !st.Token.PINRejected {
+		t.Fatalf("/readyz: %v, token %+v; want 503 with the PIN not sent again", err, st.Token)
+	}
+}

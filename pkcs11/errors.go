@@ -41,6 +41,7 @@ var (
 	ErrTokenTimeout     = errdefs.New(errdefs.ErrTokenNotReady, "the token did not answer in time")
 	ErrTokenLost        = errdefs.New(errdefs.ErrTokenNotReady, "the token lost the key")
 	ErrPINFinalTry      = errors.New("the token allows one more PIN try")
+	ErrLoginFailed      = errdefs.New(errdefs.ErrTokenNotReady, "the token failed while checking the PIN")
 	ErrKeyUsage         = errdefs.New(errdefs.ErrNotConfigured, "the key may not be used for this")
 )
 
@@ -109,8 +110,24 @@ func classify(op string, err error) error {
 		return fmt.Errorf("could not %s: %w", op, err)
 	}
 	hint, kind := kindOf(code)
+	if strings.HasPrefix(op, loginOp) && (code == p11.CKR_GENERAL_ERROR || code == p11.CKR_FUNCTION_FAILED) {
+		hint, kind = loginFailedHint, ErrLoginFailed
+	}
 	return &TokenError{Op: op, Code: code, Kind: kind, Hint: hint, Err: err}
 }
+
+// loginOp begins the operation of every C_Login (session.go, list.go).
+const loginOp = "log in"
+
+// A general failure of C_Login is not a token gone away: the card got the
+// PIN and answered with a status the driver has no name for. OpenSC says
+// CKR_GENERAL_ERROR when libcacard's card answers a wrong PIN 6985, and a
+// card behind such a driver may have counted the try. So it is not
+// recoverable: sending the PIN again on every reconnect would lock the
+// card. A reader stack that is down fails before C_Login (the token is not
+// found), and a broken exchange is CKR_DEVICE_ERROR or CKR_DEVICE_REMOVED,
+// which stay recoverable.
+const loginFailedHint = "the card may have counted this as a wrong PIN, so it is not sent again; check the PIN and the reader, then run again (the agent: send SIGHUP)"
 
 // kindOf returns what to do about a return value, and its sentinel.
 func kindOf(code p11.Error) (hint string, kind error) {
@@ -137,9 +154,11 @@ func kindOf(code p11.Error) (hint string, kind error) {
 
 // Recoverable reports whether err means the token went away or its session
 // broke, so that reconnecting may help. A wrong or locked PIN is not
-// recoverable: retrying it would lock the card.
+// recoverable: retrying it would lock the card; nor is a failure of the
+// login itself (ErrLoginFailed), where the card may have counted the PIN.
 func Recoverable(err error) bool {
-	if code, ok := Code(err); ok {
+	var te *TokenError
+	if code, ok := Code(err); ok && !errors.As(err, &te) {
 		// A bare return value, not yet classified, counts by its kind.
 		_, kind := kindOf(code)
 		err = errors.Join(err, kind)

@@ -243,9 +243,13 @@ func canWaitFor(err error) bool {
 	return pkcs11.Recoverable(err) || errors.Is(err, pkcs11.ErrTokenNotFound)
 }
 
+// isPINError reports whether err is about the PIN: it is then not sent
+// again on its own. A login that failed without naming the PIN counts (the
+// card may have counted a wrong try).
 func isPINError(err error) bool {
 	return errors.Is(err, pkcs11.ErrPINIncorrect) || errors.Is(err, pkcs11.ErrPINLocked) ||
-		errors.Is(err, pkcs11.ErrPINMissing) || errors.Is(err, pkcs11.ErrPINFinalTry)
+		errors.Is(err, pkcs11.ErrPINMissing) || errors.Is(err, pkcs11.ErrPINFinalTry) ||
+		errors.Is(err, pkcs11.ErrLoginFailed)
 }
 
 func (m *Manager) setState(s State) {

@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	p11 "github.com/miekg/pkcs11"
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/agent/tokenq"
@@ -178,5 +180,35 @@ func TestNoToken(t *testing.T) {
 	}
 	if _, _, err := m.Decrypter(); !errors.Is(err, tokenq.ErrNoToken) {
 		t.Fatalf("Decrypter: %v", err)
+	}
+}
+
+// A login that fails without naming the PIN (CKR_GENERAL_ERROR from
+// C_Login: OpenSC's answer when a card says 6985 to a wrong PIN) is not
+// retried, at start or later: the card may have counted the try. The same
+// code from a signature is a token gone wrong, and is retried.
+func TestLoginFailureNotRetried(t *testing.T) {
+	var opens atomic.Int32
+	login := pkcs11.Classify(`log in to token "card"`, p11.Error(p11.CKR_GENERAL_ERROR))
+	open := func(context.Context) (tokenq.Token, error) {
+		opens.Add(1)
+		return nil, login
+	}
+	m, err := tokenq.New(tokenq.Options{Open: open, BackoffFirst: time.Millisecond, BackoffMax: time.Millisecond, CheckEvery: -1})
+	if err == nil {
+		m.Close()
+		time.Sleep(50 * time.Millisecond)
+		t.Fatalf("started after a failed login (retried in the background: %d opens)", opens.Load())
+	}
+	if !errors.Is(err, pkcs11.ErrLoginFailed) || !strings.Contains(err.Error(), "not sent again") || opens.Load() != 1 {
+		t.Fatalf("a failed login: %v after %d opens; want ErrLoginFailed, once", err, opens.Load())
+	}
+	if pkcs11.Recoverable(login) {
+		t.Fatal("a failed login counts as recoverable")
+	}
+	for _, op := range []string{"sign", "check the token", "open a session"} {
+		if !pkcs11.Recoverable(pkcs11.Classify(op, p11.Error(p11.CKR_GENERAL_ERROR))) {
+			t.Fatalf("CKR_GENERAL_ERROR from %q is not recoverable", op)
+		}
 	}
 }
