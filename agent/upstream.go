@@ -46,7 +46,11 @@ type upstream struct {
 
 type upConn struct {
 	net.Conn
-	raw  net.Conn // the TCP connection beneath TLS
+	raw  net.Conn        // the TCP connection beneath TLS
+	rc   syscall.RawConn // raw's, for the peek (nil: cannot peek)
+	peek func(fd uintptr) bool
+	open bool    // the last peek's answer
+	one  [1]byte // the peek's buffer
 	lr   *headLimit
 	br   *bufio.Reader // reads through lr
 	bw   *bufio.Writer
@@ -167,7 +171,7 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 // and has nothing to read: bytes in its buffer, in TLS's, or in the
 // kernel's, or the end of the stream, mean it is not to be used.
 func quiet(c *upConn) bool {
-	if c.br.Buffered() > 0 || !alive(c.raw) {
+	if c.br.Buffered() > 0 || !c.alive() {
 		return false
 	}
 	tc, ok := c.Conn.(*tls.Conn)
@@ -185,26 +189,24 @@ func quiet(c *upConn) bool {
 	return n == 0 && errors.As(err, &ne) && ne.Timeout()
 }
 
-// alive asks the kernel, without blocking, whether a connection is still
-// open and quiet: a peek that would block means so; the end of the
-// stream, an error, or bytes nobody asked for mean it is not.
-func alive(raw net.Conn) bool {
-	sc, ok := raw.(syscall.Conn)
-	if !ok {
+// alive asks the kernel, without blocking, whether the connection is
+// still open and quiet: a peek that would block means so; the end of the
+// stream, an error, or bytes nobody asked for mean it is not. It
+// allocates nothing: it runs twice on every proxied call.
+func (c *upConn) alive() bool {
+	if c.rc == nil {
 		return true
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return true
-	}
-	open := true
-	var b [1]byte
-	rc.Read(func(fd uintptr) bool {
-		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		open = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
-		return true // never wait
-	})
-	return open
+	c.open = true
+	c.rc.Read(c.peek)
+	return c.open
+}
+
+// peekOnce is alive's look, as the raw connection's Read wants it.
+func (c *upConn) peekOnce(fd uintptr) bool {
+	_, _, err := syscall.Recvfrom(int(fd), c.one[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	c.open = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
+	return true // never wait
 }
 
 // errStaleConn is a connection that closed before any of the answer came.
@@ -435,7 +437,13 @@ func (u *upstream) get(ctx context.Context) (*upConn, bool, error) {
 		nc = tc
 	}
 	lr := &headLimit{r: nc, n: noLimit}
-	return &upConn{Conn: nc, raw: raw, lr: lr, br: bufio.NewReaderSize(lr, 16<<10), bw: bufio.NewWriterSize(nc, 8<<10)}, false, nil
+	c := &upConn{Conn: nc, raw: raw, lr: lr, br: bufio.NewReaderSize(lr, 16<<10), bw: bufio.NewWriterSize(nc, 8<<10)}
+	if sc, ok := raw.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			c.rc, c.peek = rc, c.peekOnce
+		}
+	}
+	return c, false, nil
 }
 
 func (u *upstream) put(c *upConn) {

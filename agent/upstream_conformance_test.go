@@ -540,7 +540,7 @@ func TestQuietSeesTLSBuffer(t *testing.T) {
 	if _, err := c.Conn.Read(one[:]); err != nil {
 		t.Fatal(err)
 	}
-	if c.br.Buffered() != 0 || !alive(c.raw) {
+	if c.br.Buffered() != 0 || !c.alive() {
 		t.Fatal("the set-up: the bytes left should be in TLS's buffer only")
 	}
 	if quiet(c) {
