@@ -15,7 +15,8 @@ for f in ./usr/bin/signagent \
 	./usr/lib/sysusers.d/signagent.conf ./usr/lib/tmpfiles.d/signagent.conf ./etc/logrotate.d/signagent \
 	./usr/share/bash-completion/completions/signagent ./usr/share/zsh/vendor-completions/_signagent \
 	./usr/share/fish/vendor_completions.d/signagent.fish ./usr/share/man/man1/signagent.1.gz \
-	./usr/share/doc/signagent/copyright ./usr/share/doc/signagent/changelog.gz; do
+	./usr/share/doc/signagent/copyright ./usr/share/doc/signagent/changelog.gz \
+	./usr/share/doc/signagent/examples/card-reader.conf ./usr/share/polkit-1/rules.d/50-signagent-pcscd.rules; do
 	echo "$list" | grep -qx "$f" || fail "$deb lacks $f"
 done
 echo "$list" | grep -q emulator && fail "$deb ships the emulator; it ships signagent alone"
@@ -41,6 +42,51 @@ if command -v systemd-analyze >/dev/null 2>&1; then
 		out=$(systemd-analyze verify --man=no "$root/usr/lib/systemd/$u" 2>&1 | grep -v 'Failed to \(connect\|setup\)\|not found\|Command /usr/bin/signagent' || true)
 		[ -z "$out" ] || fail "systemd-analyze verify $u: $out"
 	done
+fi
+# The polkit rule, run by duktape (the engine Debian's polkitd 122 runs
+# rules with; polkitd has no offline checker) under a stand-in for the
+# polkit object polkitd defines (addRule, the first rule answering wins,
+# Result): it must parse, allow the user signagent both pcsc-lite actions,
+# and answer nothing for another user or another action.
+rule=$root/usr/share/polkit-1/rules.d/50-signagent-pcscd.rules
+dpkg-deb -c "$deb" | grep -q '^-rw-r--r-- root/root .* \./usr/share/polkit-1/rules.d/50-signagent-pcscd.rules$' || \
+	fail "the polkit rule is not a 0644 file owned by root"
+command -v duk >/dev/null 2>&1 || fail "duk is missing: apt-get install duktape (the JavaScript engine of Debian's polkitd) to check the polkit rule"
+cat > "$root/polkit.js" <<'JS'
+var polkit = {_ruleFuncs: [], Result: {NO: "no", YES: "yes", AUTH_SELF: "auth_self", AUTH_SELF_KEEP: "auth_self_keep",
+	AUTH_ADMIN: "auth_admin", AUTH_ADMIN_KEEP: "auth_admin_keep", NOT_HANDLED: null}};
+polkit.addRule = function(f) { this._ruleFuncs.push(f); };
+polkit.addAdminRule = function(f) {};
+polkit.log = function(s) {};
+JS
+cat > "$root/check.js" <<'JS'
+function run(id, user) {
+	var action = {id: id, lookup: function(k) { return k == "reader" ? "Virtual PCD 00 00" : undefined; }};
+	var subject = {user: user, pid: 1, local: false, active: false, isInGroup: function(g) { return false; }};
+	for (var n = 0; n < polkit._ruleFuncs.length; n++) {
+		var r = polkit._ruleFuncs[n](action, subject);
+		if (r) return r;
+	}
+	return null;
+}
+var want = [["org.debian.pcsc-lite.access_pcsc", "signagent", "yes"], ["org.debian.pcsc-lite.access_card", "signagent", "yes"],
+	["org.debian.pcsc-lite.access_pcsc", "nobody", null], ["org.debian.pcsc-lite.access_card", "signagent-clients", null],
+	["org.freedesktop.systemd1.manage-units", "signagent", null]];
+for (var i = 0; i < want.length; i++) {
+	var got = run(want[i][0], want[i][1]);
+	if (got !== want[i][2]) throw new Error(want[i][0] + " for " + want[i][1] + ": " + got + ", want " + want[i][2]);
+}
+JS
+out=$(duk "$root/polkit.js" "$rule" "$root/check.js" 2>&1) || fail "the polkit rule: $out"
+# The card-reader drop-in, on the system unit as installed.
+units=$(mktemp -d)
+trap 'rm -rf "$root" "$units"' EXIT
+cp "$root/usr/lib/systemd/system/signagent.service" "$root/usr/lib/systemd/system/signagent.socket" "$units/"
+mkdir "$units/signagent.service.d"
+cp "$root/usr/share/doc/signagent/examples/card-reader.conf" "$units/signagent.service.d/"
+if command -v systemd-analyze >/dev/null 2>&1; then
+	out=$(systemd-analyze verify --man=no "$units/signagent.service" 2>&1 | grep -v 'Failed to \(connect\|setup\)\|not found\|Command /usr/bin/signagent' || true)
+	[ -z "$out" ] || fail "systemd-analyze verify signagent.service with card-reader.conf: $out"
 fi
 rc=0
 out=$(lintian --fail-on error,warning --tag-display-limit 0 "$deb" 2>&1) || rc=$?
