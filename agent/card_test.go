@@ -2,6 +2,9 @@ package agent_test
 
 import (
 	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -21,6 +24,7 @@ import (
 	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/pkcs11"
 )
 
 // The agent on the card rig: a card behind pcscd and OpenSC (issue 37).
@@ -39,7 +43,7 @@ type cardAgent struct {
 
 // startCardAgent starts the agent on card with the PIN in pinFile (the
 // card's own when empty). An error is Start's.
-func startCardAgent(t *testing.T, card *hsmtest.Card, pinFile string) (*cardAgent, error) {
+func startCardAgent(t testing.TB, card *hsmtest.Card, pinFile string) (*cardAgent, error) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "sc") // short: a socket path has ~100 bytes at most
 	if err != nil {
@@ -510,5 +514,65 @@ func TestCardAgentLoginFailure(t *testing.T) {
 	defer cancel()
 	if st, err := a.c.Ready(ctx); err == nil || !st.Token.PINRejected {
 		t.Fatalf("/readyz: %v, token %+v; want 503 with the PIN not sent again", err, st.Token)
+	}
+}
+
+// BenchmarkCardSignRate: signatures per second on the card, one after
+// another, at its native speed and as a card 300 ms slow: through the
+// agent, by the pkcs11 package in this process (the card's own rate), and
+// by pkcs11-tool (a process each, as the issue's peer); same run.
+//
+//	go test -run '^$' -bench CardSignRate -benchtime 1x ./agent
+func BenchmarkCardSignRate(b *testing.B) {
+	card := hsmtest.NewCard(b, hsmtest.CardOptions{})
+	a, err := startCardAgent(b, card, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	k, err := pkcs11.Open(context.Background(), card.Selection(), zerolog.Nop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer k.Close()
+	data := filepath.Join(b.TempDir(), "data")
+	if err := os.WriteFile(data, []byte("signed by pkcs11-tool\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	rate := func(n int, sign func() error) float64 {
+		start := time.Now()
+		for range n {
+			if err := sign(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return float64(n) / time.Since(start).Seconds()
+	}
+	for b.Loop() {
+		for _, c := range []struct {
+			name  string
+			delay time.Duration
+			n     int
+		}{{"native", 0, 40}, {"300ms", 300 * time.Millisecond, 10}} {
+			card.SetSignDelay(b, c.delay)
+			h := sha256.Sum256([]byte("signed in this process"))
+			own := rate(c.n, func() error { _, err := k.Sign(rand.Reader, h[:], crypto.SHA256); return err })
+			agentRate := rate(c.n, func() error { _, err := a.sign(); return err })
+			tool := rate(c.n, func() error {
+				// The PIN on the command line is the rig's test PIN.
+				cmd := exec.Command("pkcs11-tool", "--module", card.Module, "--token-label", card.Label, "--login", "--pin", card.PIN,
+					"--sign", "--id", "0001", "-m", "SHA256-RSA-PKCS", "-i", data, "-o", os.DevNull)
+				cmd.Env = append(os.Environ(), card.Env...)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					return fmt.Errorf("pkcs11-tool: %v: %s", err, out)
+				}
+				return nil
+			})
+			b.ReportMetric(agentRate, "agent-sig/s-"+c.name)
+			b.ReportMetric(own, "card-sig/s-"+c.name)
+			b.ReportMetric(tool, "pkcs11tool-sig/s-"+c.name)
+			b.ReportMetric(agentRate/own, "agent/card-"+c.name)
+			b.ReportMetric(agentRate/tool, "agent/pkcs11tool-"+c.name)
+		}
+		card.SetSignDelay(b, 0)
 	}
 }
