@@ -2,9 +2,11 @@ package pkcs11
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	p11 "github.com/miekg/pkcs11"
 )
@@ -57,4 +59,53 @@ func TestInspectMechanismName(t *testing.T) {
 	if got := mechanismName(CKM_GOSTR3410_12_DERIVE); got != "CKM_GOSTR3410_12_DERIVE" {
 		t.Errorf("CKM_GOSTR3410_12_DERIVE's name %q", got)
 	}
+}
+
+// TestInspectPresence: --removal's view of the card, on the fake (whose
+// GetSlotInfo alone says the card is out, as OpenSC's does).
+func TestInspectPresence(t *testing.T) {
+	f := newFakeToken(t)
+	_, sel, _ := fakeSetup(t, f, "1234")
+	k := openFake(t, sel)
+	ctx := context.Background()
+	p, err := k.WatchPresence(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Close()
+	if f.count("Finalize") != 0 {
+		t.Fatal("the module was finalized while the watch holds it")
+	}
+	if gone, how, err := p.Gone(ctx); gone || how != "" || err != nil {
+		t.Fatalf("a card in: gone %v %q %v", gone, how, err)
+	}
+	if tok, back, err := p.Back(ctx); !back || err != nil || tok.Slot != fakeSlot || tok.Label != "fake" {
+		t.Fatalf("a card in: back %v %+v %v", back, tok, err)
+	}
+
+	f.set(func(f *fakeToken) { f.absent = true })
+	if gone, how, err := p.Gone(ctx); !gone || how != "slot 7: CKF_TOKEN_PRESENT cleared" || err != nil {
+		t.Fatalf("a card out: gone %v %q %v", gone, how, err)
+	}
+	if _, back, err := p.Back(ctx); back || err != nil {
+		t.Fatalf("a card out (C_GetSlotList still lists the slot): back %v %v", back, err)
+	}
+	f.set(func(f *fakeToken) { f.absent, f.always["GetSlotInfo"] = false, p11.Error(p11.CKR_GENERAL_ERROR) })
+	if gone, how, err := p.Gone(ctx); !gone || how != "slot 7: C_GetSlotInfo answered CKR_GENERAL_ERROR" || err != nil {
+		t.Fatalf("pcscd down: gone %v %q %v", gone, how, err)
+	}
+	if _, back, err := p.Back(ctx); back || err == nil {
+		t.Fatalf("pcscd down: back %v %v, want an error to try again on", back, err)
+	}
+	f.set(func(f *fakeToken) { delete(f.always, "GetSlotInfo") })
+
+	hang := make(chan struct{})
+	defer close(hang)
+	f.set(func(f *fakeToken) { f.hang["GetSlotInfo"] = hang })
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if gone, _, err := p.Gone(short); gone || !errors.Is(err, ErrTokenTimeout) {
+		t.Fatalf("a module that does not answer: gone %v %v, want ErrTokenTimeout", gone, err)
+	}
+	p.Close()
 }
