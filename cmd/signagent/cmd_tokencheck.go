@@ -36,11 +36,17 @@ func tokenCheckCommand(e *env) *cli.Command {
 			"decrypt, the median time of each, and what the token says of the PIN's tries. Nothing secret is\n" +
 			"printed (of the certificate: its thumbprint and common name). Exit 0 when every function the key\n" +
 			"allows works, 1 otherwise, 2 for bad flags. Attach --json to a bug report.\n\n" +
+			"With --removal it then asks for the card to be removed and put back (on stderr; press Enter as you\n" +
+			"do it when stdin is a terminal), asks the reader every 50 ms (C_GetSlotInfo) and reports how fast the\n" +
+			"module saw each, and whether a signature works again after a new login with the same PIN.\n\n" +
 			examples("signagent token check --module /usr/lib/librtpkcs11ecp.so --key-label mykey",
-				"signagent token check --key 'pkcs11:token=partner;object=signing' --pin-file pin --json"),
+				"signagent token check --key 'pkcs11:token=partner;object=signing' --pin-file pin --json",
+				"signagent token check --removal"),
 		Flags: concat(tokenFlags(), []cli.Flag{
 			&cli.IntFlag{Name: "rounds", Value: 5, Category: catOutput, Usage: "time each operation `N` times and report the median (1 to 100)"},
-			jsonFlag(`{"module","token","key","certificate","mechanisms","functions","pin","ok"}`),
+			&cli.BoolFlag{Name: "removal", Category: catRemoval, Usage: "then ask for the card to be removed and put back, and time how fast the module reports each"},
+			&cli.DurationFlag{Name: "removal-timeout", Value: time.Minute, Category: catRemoval, Usage: "with --removal, watch at most `DURATION` for the removal, and as long for the card's return (1s to 1h)"},
+			jsonFlag(`{"module","token","key","certificate","mechanisms","functions","pin","removal","ok"}`),
 		}, settingsFlags(true), logFlags("Logging")),
 		Before: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
@@ -72,6 +78,7 @@ type checkReport struct {
 	Mechanisms  []pkcs11.Mechanism   `json:"mechanisms"`
 	Functions   []checkFunction      `json:"functions"`
 	PIN         *pkcs11.PINState     `json:"pin"`
+	Removal     *checkRemoval        `json:"removal,omitempty"`
 	OK          bool                 `json:"ok"`
 }
 
@@ -102,6 +109,9 @@ func tokenCheck(c *cli.Context, e *env) error {
 	rounds := c.Int("rounds")
 	if rounds < 1 || rounds > 100 {
 		return usageErr(fmt.Errorf("--rounds %d: want 1 to 100", rounds))
+	}
+	if d := c.Duration("removal-timeout"); d < time.Second || d > time.Hour {
+		return usageErr(fmt.Errorf("--removal-timeout %v: want 1s to 1h", d))
 	}
 	f := newFactory(c, e)
 	defer f.close()
@@ -164,10 +174,23 @@ func tokenCheck(c *cli.Context, e *env) error {
 		r.PIN = &pin
 	}
 	r.OK = r.Functions[0].Works && (!r.Functions[1].Allowed || r.Functions[1].Works)
+	if !c.Bool("json") {
+		// The report first, then the removal's questions and answers.
+		if err := writeCheck(e.stdout, mod, r); err != nil {
+			return err
+		}
+	}
+	if c.Bool("removal") {
+		rm := removalCheck{e: e, sel: sel, bound: c.Duration("removal-timeout"), cert: cert, signs: r.Functions[0].Works}
+		if r.Removal, err = rm.run(c.Context, key); err != nil {
+			return err
+		}
+		r.OK = r.OK && r.Removal.OK
+	}
 	if c.Bool("json") {
 		err = writeJSON(e, r)
 	} else {
-		err = writeCheck(e.stdout, mod, r)
+		err = writeResult(e.stdout, r)
 	}
 	if err != nil || r.OK {
 		return err
@@ -179,6 +202,9 @@ func tokenCheck(c *cli.Context, e *env) error {
 				failed = append(failed, fn.Function+": "+whyNot(fn))
 			}
 		}
+	}
+	if rm := r.Removal; rm != nil && !rm.OK {
+		failed = append(failed, "removal: "+rm.failure())
 	}
 	return &exitError{exitFailure, fmt.Errorf("token check: %s", strings.Join(failed, "; "))}
 }
@@ -202,7 +228,6 @@ func timeRounds(ctx context.Context, rounds int, timeout time.Duration, fn func(
 	if len(took)%2 == 0 {
 		median = (took[len(took)/2-1] + took[len(took)/2]) / 2
 	}
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	return &checkTimes{Rounds: rounds, MedianMS: ms(median), MinMS: ms(took[0]), MaxMS: ms(took[len(took)-1])}, nil
 }
 
@@ -325,6 +350,14 @@ func writeCheck(w io.Writer, mod pkcs11.Module, r checkReport) error {
 		fmt.Fprintln(w, "PIN: the token says a wrong PIN was entered (CKF_USER_PIN_COUNT_LOW)")
 	default:
 		fmt.Fprintln(w, "PIN: no wrong tries reported (CKF_USER_PIN_COUNT_LOW, FINAL_TRY and LOCKED are clear; many modules never set them)")
+	}
+	return nil
+}
+
+// writeResult prints what --removal measured, if it ran, and the result.
+func writeResult(w io.Writer, r checkReport) error {
+	if r.Removal != nil {
+		r.Removal.write(w)
 	}
 	_, err := fmt.Fprintf(w, "result: %s\n", map[bool]string{true: "every function the key allows works", false: "FAILED"}[r.OK])
 	return err

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -149,6 +153,11 @@ func TestTokenCheckBadInput(t *testing.T) {
 			t.Fatalf("exit %d (want 2): %s", code, stderr)
 		}
 		oneLine(t, stderr, "--rounds 0: want 1 to 100")
+		code, _, stderr = runTokenCheck(t, nil, append(sel, "--key-label", "rsa", "--removal", "--removal-timeout", "0s")...)
+		if code != exitBadInput {
+			t.Fatalf("exit %d (want 2): %s", code, stderr)
+		}
+		oneLine(t, stderr, "--removal-timeout 0s: want 1s to 1h")
 		code, _, stderr = runTokenCheck(t, nil, append(sel, "--key-id", "zz")...)
 		if code != exitBadInput {
 			t.Fatalf("exit %d (want 2): %s", code, stderr)
@@ -207,4 +216,107 @@ func TestTokenCheckTPM(t *testing.T) {
 	}
 	wantLines(t, out, "trusted authentication: yes (RSA 2048", "result: every function the key allows works")
 	t.Logf("\n%s", out)
+}
+
+// TestTokenCheckCard: the check on the card rig (a card behind pcscd and
+// OpenSC), then --removal as a script runs it, stdin not a terminal: the
+// card taken out when the command says to remove it and put back when it
+// says to reinsert it.
+func TestTokenCheckCard(t *testing.T) {
+	card := hsmtest.NewCard(t, hsmtest.CardOptions{})
+	sel := []string{"--module", card.Module, "--token-label", card.Label, "--key-label", card.KeyLabel, "--pin-file", card.PINFile}
+	code, out, stderr := runTokenCheck(t, card.Env, sel...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, out)
+	}
+	wantLines(t, out, `token: "`+card.Label+`" (serial `+card.Serial, "trusted authentication: yes (RSA 2048, CKM_RSA_PKCS",
+		"certificate login: yes (RSA 2048, CKM_RSA_PKCS decryption", "result: every function the key allows works")
+	t.Logf("\n%s", out)
+
+	out, all := removalRun(t, card, sel...)
+	wantLines(t, out, "removal: the reader asked every 50 ms (C_GetSlotInfo), times from the start of polling",
+		"  signature after reinsertion: yes (a new session, one login, verified against the certificate): ",
+		"result: every function the key allows works")
+	var times []string
+	for _, re := range []string{`removed: reported after ([0-9.]+) ms \(slot \d+: `, `reinserted: seen after ([0-9.]+) ms \(token "` + card.Label + `", serial `} {
+		m := regexp.MustCompile(re).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("the report lacks %s:\n%s", re, out)
+		}
+		times = append(times, m[1]+" ms")
+	}
+	if n := card.TriesLeft(t); n != 3 {
+		t.Errorf("the card has %d PIN tries left, want 3", n)
+	}
+	if strings.Contains(out+all, card.PIN) {
+		t.Errorf("the output holds the PIN")
+	}
+	t.Logf("removal reported after %s, the card seen again after %s; stderr:\n%s\n%s", times[0], times[1], all, out)
+
+	out, _ = removalRun(t, card, append(sel, "--json")...)
+	var r checkReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	rm := r.Removal
+	if !r.OK || rm == nil || rm.Interactive || rm.PollMS != 50 || !rm.Removed.Seen || rm.Removed.AfterMS <= 0 || !rm.Reinserted.Seen ||
+		rm.Reinserted.AfterMS <= 0 || rm.Reinserted.Slot == nil || !rm.Signature.Works || !rm.OK {
+		t.Fatalf("--removal --json: %s", out)
+	}
+	t.Logf("--json: removal reported after %.1f ms, the card seen again after %.1f ms, a signature after %.1f ms",
+		rm.Removed.AfterMS, rm.Reinserted.AfterMS, rm.Signature.TookMS)
+	if n := card.TriesLeft(t); n != 3 {
+		t.Errorf("the card has %d PIN tries left, want 3", n)
+	}
+}
+
+// removalRun runs `token check --removal` on the card with stdin not a
+// terminal, takes the card out when the command says to remove it and
+// puts it back when it says to reinsert it, and returns stdout and stderr.
+// It fails the test unless the command exits 0 having asked for both.
+func removalRun(t *testing.T, card *hsmtest.Card, args ...string) (string, string) {
+	t.Helper()
+	cmd := signagent(t, card.Env, append([]string{"token", "check", "--rounds", "1", "--removal", "--removal-timeout", "30s"}, args...)...)
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil { // the test failed before it ended
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	// Both waits are 30 s; the check before them a few seconds.
+	kill := time.AfterFunc(2*time.Minute, func() { cmd.Process.Kill() })
+	defer kill.Stop()
+	var lines []string
+	removed, inserted := false, false
+	for sc := bufio.NewScanner(errPipe); sc.Scan(); {
+		l := sc.Text()
+		lines = append(lines, l)
+		switch {
+		case strings.Contains(l, "remove the card") && !removed:
+			card.Remove(t)
+			removed = true
+		case strings.Contains(l, "reinsert the card") && removed && !inserted:
+			card.Insert(t)
+			inserted = true
+		}
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	all := strings.Join(lines, "\n")
+	if err != nil || !removed || !inserted {
+		t.Fatalf("--removal: %v (asked to remove: %v, to reinsert: %v); stderr:\n%s\nstdout:\n%s", err, removed, inserted, all, stdout.String())
+	}
+	return stdout.String(), all
 }
