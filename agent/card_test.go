@@ -208,6 +208,38 @@ func TestCardAgent(t *testing.T) {
 		}
 	})
 
+	t.Run("reinserted into another reader: found again in its new slot, no PIN spent", func(t *testing.T) {
+		from := cardSlot(t, card)
+		card.Remove(t)
+		a.waitReady(t, false, "the card removed from reader 0")
+		card.InsertInto(t, 1)
+		a.waitReady(t, true, "the card inserted into reader 1")
+		to := cardSlot(t, card)
+		if to == from {
+			t.Fatalf("the card is in slot %d in reader 1 as in reader 0: the test shows nothing", to)
+		}
+		a.signVerified(t, card)
+		checkNoPINSpent(t, card)
+		t.Logf("the card moved from slot %d to slot %d; served again", from, to)
+		// Straight back into reader 0, without waiting to see it out: the
+		// slot check sees the old slot empty, the token is found again.
+		card.InsertInto(t, 0)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if slot, ok := cardSlotNow(card); ok && slot == from && a.ready(t) {
+				if _, err := a.sign(); err == nil {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the card moved back to reader 0 was not served within 5 s:\n%s", a.logs.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		a.signVerified(t, card)
+		checkNoPINSpent(t, card)
+	})
+
 	t.Run("pcscd stopped and started: not ready while down, served again", func(t *testing.T) {
 		card.StopPCSCD(t)
 		down := a.waitReady(t, false, "pcscd stopped")
@@ -332,6 +364,26 @@ func TestCardAgent(t *testing.T) {
 		}
 		checkNoPINSpent(t, card)
 	})
+}
+
+// cardSlot is the slot in which OpenSC, in this process, shows the card.
+func cardSlot(t *testing.T, card *hsmtest.Card) uint {
+	t.Helper()
+	slot, ok := cardSlotNow(card)
+	if !ok {
+		toks, err := pkcs11.ListTokens(context.Background(), card.Module)
+		t.Fatalf("OpenSC does not show the one card %q: %+v %v", card.Label, toks, err)
+	}
+	return slot
+}
+
+// cardSlotNow is the slot of the one token labelled as card, if there is one.
+func cardSlotNow(card *hsmtest.Card) (uint, bool) {
+	toks, err := pkcs11.ListTokens(context.Background(), card.Module)
+	if err != nil || len(toks) != 1 || toks[0].Label != card.Label {
+		return 0, false
+	}
+	return toks[0].Slot, true
 }
 
 // isTokenNotReady reports whether err is the agent's 503 token_not_ready.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,11 +51,16 @@ var (
 const (
 	// CardKeyLabel labels the first key pair and certificate, ID 0001.
 	CardKeyLabel = "CAC ID Certificate"
-	// CardSerial is the serial number OpenSC gives every libcacard card.
+	// CardSerial is the serial number OpenSC gives every libcacard card:
+	// two rig cards cannot be told apart by it, only by their slots.
 	CardSerial = "000058bd002c19b5"
 	// cardPort is vpcd's first reader's port: each rig has a network
-	// namespace, so every rig uses the default.
+	// namespace, so every rig uses the default. Debian's vpcd makes two
+	// readers, "Virtual PCD 00 00" on cardPort and "Virtual PCD 00 01" on
+	// cardPort+1.
 	cardPort = 35963
+	// CardReaders is the count of readers in a rig (0 and 1).
+	CardReaders = 2
 )
 
 // CardKeyID is the ID of the first key pair and certificate.
@@ -95,10 +101,19 @@ type Card struct {
 	Cert  *x509.Certificate
 	Certs []*x509.Certificate
 
-	mu     sync.Mutex
-	netns  *rigProc // holds the network namespace
-	pcscd  *rigProc // nil while stopped
-	bridge *rigProc
+	rig    *cardRig
+	bridge *rigProc // guarded by rig.mu
+	name   string   // the bridge's name: its log and control socket
+	reader int      // the reader the card starts in
+	opts   CardOptions
+}
+
+// cardRig is what the cards of a rig share: its network namespace and its
+// pcscd.
+type cardRig struct {
+	mu    sync.Mutex
+	netns *rigProc // holds the network namespace
+	pcscd *rigProc // nil while stopped
 }
 
 // NewCard starts a rig and waits (at most 20 s) until OpenSC sees the card.
@@ -118,7 +133,8 @@ func NewCard(t testing.TB, o CardOptions) *Card {
 	if len(o.PIN) < 4 || len(o.PIN) > 8 {
 		t.Fatalf("a rig card's PIN is 4 to 8 characters (OpenSC's CAC driver refuses others)")
 	}
-	c := &Card{Module: openSCModule(t), PIN: o.PIN, Serial: CardSerial, KeyID: CardKeyID, KeyLabel: CardKeyLabel}
+	c := &Card{Module: openSCModule(t), PIN: o.PIN, Serial: CardSerial, KeyID: CardKeyID, KeyLabel: CardKeyLabel,
+		rig: &cardRig{}, name: "bridge", opts: o}
 	needCardTools(t)
 	clearTokenEnv(t)
 
@@ -140,7 +156,7 @@ func NewCard(t testing.TB, o CardOptions) *Card {
 	c.Certs = cardDatabase(t, filepath.Join(dir, "db"), c.PIN)
 	c.Cert = c.Certs[0]
 	c.Label = c.Cert.Subject.CommonName
-	bridge := buildBridge(t, dir)
+	buildBridge(t, dir)
 	conf := fmt.Sprintf("FRIENDLYNAME \"Virtual PCD\"\nDEVICENAME /dev/null:%d\nLIBPATH %s\nCHANNELID %d\n", cardPort, vpcdDriver, cardPort)
 	if err := os.WriteFile(filepath.Join(dir, "conf", "vpcd"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
@@ -162,16 +178,53 @@ func NewCard(t testing.TB, o CardOptions) *Card {
 	t.Cleanup(c.stop)
 	// The network namespace, held by a process of its own so that pcscd
 	// can be stopped and started in it.
-	c.mu.Lock()
-	c.netns = startRig(t, dir, "netns", "unshare", "-n", "sleep", "infinity")
-	c.mu.Unlock()
-	waitOwnNetns(t, c.netns)
-	if out, err := exec.Command("nsenter", "-t", c.pid(c.netns), "-n", "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+	c.rig.mu.Lock()
+	c.rig.netns = startRig(t, dir, "netns", "unshare", "-n", "sleep", "infinity")
+	c.rig.mu.Unlock()
+	waitOwnNetns(t, c.rig.netns)
+	if out, err := exec.Command("nsenter", "-t", c.pid(c.rig.netns), "-n", "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		t.Fatalf("card rig: bring up loopback in its network namespace: %v: %s", err, out)
 	}
 	c.StartPCSCD(t)
-	args := []string{"-t", c.pid(c.netns), "-n", bridge, "-D", filepath.Join(dir, "db"),
-		"-p", strconv.Itoa(cardPort), "-c", c.control(), "-T", strconv.Itoa(o.Tries),
+	c.startBridge(t)
+	c.waitListed(t, 1, 20*time.Second)
+	t.Logf("card rig up in %v (%s)", time.Since(start).Round(time.Millisecond), dir)
+	return c
+}
+
+// AddCard puts a second card into reader 1 of c's rig, made from c's NSS
+// database: the same label, serial, keys and PIN (libcacard gives every
+// card the same serial), so that only the slot tells the two apart, as
+// with two cards of one batch. Its PIN count and delays are its own; it
+// starts with c's options. It waits (at most 20 s) until OpenSC lists both.
+func (c *Card) AddCard(t testing.TB) *Card {
+	t.Helper()
+	if c.reader != 0 || c.name != "bridge" {
+		t.Fatal("card rig: add the second card to the first")
+	}
+	two := *c
+	two.Certs = slices.Clone(c.Certs)
+	two.bridge, two.name, two.reader = nil, "bridge2", 1
+	two.startBridge(t)
+	t.Cleanup(func() {
+		two.rig.mu.Lock()
+		p := two.bridge
+		two.rig.mu.Unlock()
+		p.stop()
+		if t.Failed() {
+			t.Logf("the card rig's bridge2.log:\n%s", tail(filepath.Join(c.Dir, "bridge2.log"), 40))
+		}
+	})
+	two.waitListed(t, 2, 20*time.Second)
+	return &two
+}
+
+// startBridge starts the card's bridge (built in the rig's directory).
+func (c *Card) startBridge(t testing.TB) {
+	t.Helper()
+	o := c.opts
+	args := []string{"-t", c.pid(c.rig.netns), "-n", filepath.Join(c.Dir, "vcard"), "-D", filepath.Join(c.Dir, "db"),
+		"-p", strconv.Itoa(cardPort), "-r", strconv.Itoa(c.reader), "-c", c.control(), "-T", strconv.Itoa(o.Tries),
 		"-d", strconv.Itoa(int(o.Delay / time.Millisecond)), "-s", strconv.Itoa(int(o.SignDelay / time.Millisecond))}
 	if o.LibcacardWords {
 		args = append(args, "-R")
@@ -180,12 +233,10 @@ func NewCard(t testing.TB, o CardOptions) *Card {
 		args = append(args, "-v")
 	}
 	args = append(args, "cert1", "cert2", "cert3")
-	c.mu.Lock()
-	c.bridge = startRig(t, dir, "bridge", "nsenter", args...)
-	c.mu.Unlock()
-	c.waitListed(t, 20*time.Second)
-	t.Logf("card rig up in %v (%s)", time.Since(start).Round(time.Millisecond), dir)
-	return c
+	p := startRig(t, c.Dir, c.name, "nsenter", args...)
+	c.rig.mu.Lock()
+	c.bridge = p
+	c.rig.mu.Unlock()
 }
 
 // Selection selects the card's first key with its PIN file.
@@ -201,11 +252,22 @@ func (c *Card) Remove(t testing.TB) {
 	c.command(t, "remove")
 }
 
-// Insert puts the card back: the bridge connects to vpcd again (or keeps
-// trying while pcscd is stopped).
+// Insert puts the card back into the reader it was in: the bridge
+// connects to vpcd again (or keeps trying while pcscd is stopped).
 func (c *Card) Insert(t testing.TB) {
 	t.Helper()
 	c.command(t, "insert")
+}
+
+// InsertInto puts the card into reader (0 or 1, "Virtual PCD 00 00" or
+// "00 01"), taking it out of the other one first if it is there: OpenSC
+// then shows the token in another slot.
+func (c *Card) InsertInto(t testing.TB, reader int) {
+	t.Helper()
+	if reader < 0 || reader >= CardReaders {
+		t.Fatalf("card rig: reader %d: the rig has readers 0 and 1", reader)
+	}
+	c.command(t, "insert "+strconv.Itoa(reader))
 }
 
 // SetDelay sets the wait before every answer to an APDU.
@@ -235,7 +297,7 @@ func (c *Card) TriesLeft(t testing.TB) int {
 // header and status word; never a PIN).
 func (c *Card) BridgeLog(t testing.TB) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(c.Dir, "bridge.log"))
+	b, err := os.ReadFile(filepath.Join(c.Dir, c.name+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,10 +307,10 @@ func (c *Card) BridgeLog(t testing.TB) string {
 // StopPCSCD stops the rig's pcscd (TERM, then KILL after 5 s).
 func (c *Card) StopPCSCD(t testing.TB) {
 	t.Helper()
-	c.mu.Lock()
-	p := c.pcscd
-	c.pcscd = nil
-	c.mu.Unlock()
+	c.rig.mu.Lock()
+	p := c.rig.pcscd
+	c.rig.pcscd = nil
+	c.rig.mu.Unlock()
 	if p == nil {
 		t.Fatal("card rig: pcscd is not running")
 	}
@@ -259,9 +321,9 @@ func (c *Card) StopPCSCD(t testing.TB) {
 // connections (at most 10 s); the card is seen about half a second later.
 func (c *Card) StartPCSCD(t testing.TB) {
 	t.Helper()
-	c.mu.Lock()
-	running := c.pcscd != nil
-	c.mu.Unlock()
+	c.rig.mu.Lock()
+	running := c.rig.pcscd != nil
+	c.rig.mu.Unlock()
 	if running {
 		t.Fatal("card rig: pcscd is already running")
 	}
@@ -273,11 +335,11 @@ func (c *Card) StartPCSCD(t testing.TB) {
 	// pcscd 1.9.9 has its socket at a fixed /run/pcscd/pcscd.comm: in a
 	// mount namespace of its own, /run is the rig's directory.
 	script := "mount --bind " + run + " /run && exec pcscd -f -i -c " + filepath.Join(c.Dir, "conf")
-	p := startRig(t, c.Dir, "pcscd", "nsenter", "-t", c.pid(c.netns), "-n",
+	p := startRig(t, c.Dir, "pcscd", "nsenter", "-t", c.pid(c.rig.netns), "-n",
 		"unshare", "-m", "--propagation", "private", "sh", "-c", script)
-	c.mu.Lock()
-	c.pcscd = p
-	c.mu.Unlock()
+	c.rig.mu.Lock()
+	c.rig.pcscd = p
+	c.rig.mu.Unlock()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		conn, err := net.Dial("unix", sock)
@@ -297,9 +359,9 @@ func (c *Card) StartPCSCD(t testing.TB) {
 
 // stop stops the rig's processes, the bridge first.
 func (c *Card) stop() {
-	c.mu.Lock()
-	procs := []*rigProc{c.bridge, c.pcscd, c.netns}
-	c.mu.Unlock()
+	c.rig.mu.Lock()
+	procs := []*rigProc{c.bridge, c.rig.pcscd, c.rig.netns}
+	c.rig.mu.Unlock()
 	for _, p := range procs {
 		if p != nil {
 			p.stop()
@@ -309,7 +371,7 @@ func (c *Card) stop() {
 
 func (c *Card) pid(p *rigProc) string { return strconv.Itoa(p.cmd.Process.Pid) }
 
-func (c *Card) control() string { return filepath.Join(c.Dir, "ctl") }
+func (c *Card) control() string { return filepath.Join(c.Dir, "ctl-"+c.name) }
 
 // command sends one line to the bridge's control socket and returns its
 // answer.
@@ -332,9 +394,9 @@ func (c *Card) command(t testing.TB, line string) string {
 	return answer
 }
 
-// waitListed waits until pkcs11-tool, through OpenSC and pcscd, lists the
-// card.
-func (c *Card) waitListed(t testing.TB, within time.Duration) {
+// waitListed waits until pkcs11-tool, through OpenSC and pcscd, lists n
+// cards labelled as this one.
+func (c *Card) waitListed(t testing.TB, n int, within time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
@@ -343,16 +405,16 @@ func (c *Card) waitListed(t testing.TB, within time.Duration) {
 		cmd := exec.CommandContext(ctx, "pkcs11-tool", "--module", c.Module, "-L")
 		cmd.Env = append(os.Environ(), c.Env...)
 		out, _ = cmd.CombinedOutput()
-		if strings.Contains(string(out), "Common Access Card") && strings.Contains(string(out), c.Label) {
+		if strings.Count(string(out), "token label        : "+c.Label+"\n") == n {
 			return
 		}
 		if c.bridge.exited() {
-			t.Fatalf("card rig: the bridge exited:\n%s", tail(filepath.Join(c.Dir, "bridge.log"), 20))
+			t.Fatalf("card rig: the bridge exited:\n%s", tail(filepath.Join(c.Dir, c.name+".log"), 20))
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	t.Fatalf("card rig: OpenSC did not list the card within %v; pkcs11-tool -L said:\n%s", within, out)
+	t.Fatalf("card rig: OpenSC did not list %d cards labelled %q within %v; pkcs11-tool -L said:\n%s", n, c.Label, within, out)
 }

@@ -5,12 +5,15 @@
  * an NSS database. OpenSC's cac driver then talks APDUs to it through
  * pcscd, as it would to a card in a USB reader.
  *
- *   vcard -D DBDIR [-p PORT] [-c CTLSOCK] [-T TRIES] [-R] [-d MS] [-s MS]
- *         [-v] NICKNAME...
+ *   vcard -D DBDIR [-p PORT] [-r N] [-c CTLSOCK] [-T TRIES] [-R] [-d MS]
+ *         [-s MS] [-v] NICKNAME...
  *
  *   -D DBDIR  the NSS database (sql:) holding the certificates and keys;
  *             its password is the card's PIN
- *   -p PORT   vpcd's port on 127.0.0.1 (35963, vpcd's default)
+ *   -p PORT   vpcd's first reader's port on 127.0.0.1 (35963, vpcd's
+ *             default); reader N listens on PORT+N
+ *   -r N      the reader the card starts in (0): Debian's vpcd makes two,
+ *             "Virtual PCD 00 00" on PORT and "Virtual PCD 00 01" on PORT+1
  *   -c PATH   the control socket (below)
  *   -T N      PIN tries before the PIN blocks (3)
  *   -R        pass libcacard's own status words through, unchanged
@@ -37,11 +40,13 @@
  * connection, one line, and answers one line ("ok", a number, or "error:
  * ..."):
  *   remove          take the card out (answered once the socket is closed)
- *   insert          put it back (answered "ok" once connected to vpcd, or
- *                   "ok waiting" when vpcd is not listening yet)
+ *   insert [N]      put it back, into reader N (the one it was in when N is
+ *                   left out); answered "ok" once connected to vpcd, or
+ *                   "ok waiting" when vpcd is not listening yet. A card
+ *                   still in another reader is taken out of it first
  *   delay MS        set -d;   signdelay MS   set -s
  *   tries           the PIN tries left (0: blocked)
- *   status          "inserted|removed connected|waiting tries=N"
+ *   status          "inserted|removed connected|waiting reader=N tries=N"
  * A command that arrives while an answer is being delayed is served at
  * once; a removal then drops that answer, as a card pulled mid-command.
  * SIGTERM ends the program.
@@ -78,7 +83,8 @@
 #define INS_VERIFY 0x20
 #define INS_SIGN_DECRYPT 0x42 /* CAC's SIGN/DECRYPT */
 
-static int port = 0x8C7B;
+static int port = 0x8C7B; /* reader 0's; reader N is at port + N */
+static int reader_index;   /* the reader the card is in, or goes into */
 static int max_tries = 3, tries;
 static int raw_words, verbose;
 static int delay_ms, sign_delay_ms;
@@ -142,7 +148,7 @@ static void try_connect(void)
     }
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
-    a.sin_port = htons(port);
+    a.sin_port = htons(port + reader_index);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
         close(fd);
@@ -153,7 +159,7 @@ static void try_connect(void)
      * this long means a broken connection, not a slow one. */
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     vpcd = fd;
-    logf_("connected to vpcd on 127.0.0.1:%d", port);
+    logf_("connected to vpcd on 127.0.0.1:%d (reader %d)", port + reader_index, reader_index);
 }
 
 /*
@@ -372,7 +378,7 @@ static void handle_control(void)
 {
     char line[128];
     size_t got = 0;
-    int fd = accept4(ctl, NULL, NULL, SOCK_CLOEXEC), ms;
+    int fd = accept4(ctl, NULL, NULL, SOCK_CLOEXEC), ms, r;
     struct timeval tv = {.tv_sec = 2};
 
     if (fd < 0) {
@@ -397,7 +403,16 @@ static void handle_control(void)
         card_power(0);
         disconnect("card removed");
         reply(fd, "ok");
-    } else if (strcmp(line, "insert") == 0) {
+    } else if (strcmp(line, "insert") == 0 ||
+               (sscanf(line, "insert %d", &r) == 1 && r >= 0 && r < 2)) {
+        if (strcmp(line, "insert") != 0 && r != reader_index) {
+            /* Into another reader: out of this one first, as a hand does. */
+            if (vpcd >= 0) {
+                card_power(0);
+                disconnect("card moved to another reader");
+            }
+            reader_index = r;
+        }
         inserted = 1;
         try_connect();
         reply(fd, vpcd >= 0 ? "ok" : "ok waiting");
@@ -410,8 +425,8 @@ static void handle_control(void)
     } else if (strcmp(line, "tries") == 0) {
         reply(fd, "%d", tries);
     } else if (strcmp(line, "status") == 0) {
-        reply(fd, "%s %s tries=%d", inserted ? "inserted" : "removed",
-              vpcd >= 0 ? "connected" : "waiting", tries);
+        reply(fd, "%s %s reader=%d tries=%d", inserted ? "inserted" : "removed",
+              vpcd >= 0 ? "connected" : "waiting", reader_index, tries);
     } else {
         reply(fd, "error: unknown command");
     }
@@ -478,10 +493,11 @@ int main(int argc, char **argv)
     int c;
 
     signal(SIGPIPE, SIG_IGN);
-    while ((c = getopt(argc, argv, "D:p:c:T:Rd:s:v")) != -1) {
+    while ((c = getopt(argc, argv, "D:p:r:c:T:Rd:s:v")) != -1) {
         switch (c) {
         case 'D': db = optarg; break;
         case 'p': port = atoi(optarg); break;
+        case 'r': reader_index = atoi(optarg); break;
         case 'c': ctl_path = optarg; break;
         case 'T': max_tries = atoi(optarg); break;
         case 'R': raw_words = 1; break;
@@ -489,12 +505,12 @@ int main(int argc, char **argv)
         case 's': sign_delay_ms = atoi(optarg); break;
         case 'v': verbose = 1; break;
         default:
-            fprintf(stderr, "usage: vcard -D DBDIR [-p PORT] [-c CTLSOCK] [-T TRIES] [-R] [-d MS] [-s MS] [-v] NICKNAME...\n");
+            fprintf(stderr, "usage: vcard -D DBDIR [-p PORT] [-r N] [-c CTLSOCK] [-T TRIES] [-R] [-d MS] [-s MS] [-v] NICKNAME...\n");
             return 2;
         }
     }
-    if (db == NULL || optind >= argc || port <= 0 || port > 65535 || max_tries < 1) {
-        fprintf(stderr, "vcard: need -D DBDIR, a valid port and tries, and at least one certificate nickname\n");
+    if (db == NULL || optind >= argc || port <= 0 || port > 65534 || reader_index < 0 || reader_index > 1 || max_tries < 1) {
+        fprintf(stderr, "vcard: need -D DBDIR, a valid port, reader (0 or 1) and tries, and at least one certificate nickname\n");
         return 2;
     }
     tries = max_tries;
