@@ -21,6 +21,7 @@ var (
 	ErrNotAModule       = errors.New("not a PKCS#11 module")
 	ErrModuleFailed     = errors.New("the PKCS#11 module failed to start")
 	ErrTokenNotFound    = errdefs.New(errdefs.ErrInvalidInput, "token not found")
+	ErrTokenAmbiguous   = errdefs.New(errdefs.ErrInvalidInput, "more than one token matches")
 	ErrPINIncorrect     = errdefs.New(errdefs.ErrTokenNotReady, "the token rejected the PIN")
 	ErrPINLocked        = errdefs.New(errdefs.ErrTokenNotReady, "the token's PIN is locked")
 	ErrPINMissing       = errdefs.New(errdefs.ErrNotConfigured, "no PIN")

@@ -179,7 +179,37 @@ func chooseToken(tokens []TokenInfo, sel TokenSelector) (TokenInfo, error) {
 	case len(found) == 0:
 		return TokenInfo{}, fmt.Errorf("%w: %s", ErrTokenNotFound, seen)
 	}
-	return TokenInfo{}, fmt.Errorf("%w: %d tokens match; %s; choose one with --token-label or --token-serial", ErrTokenNotFound, len(found), seen)
+	return TokenInfo{}, ambiguous(found, sel)
+}
+
+// ambiguous says that sel matches every token of found, in which slots,
+// and how to choose one. Two cards of one batch may share their label and
+// even their serial (every libcacard card has the same): then only the
+// slot tells them apart.
+func ambiguous(found []TokenInfo, sel TokenSelector) error {
+	names := make([]string, 0, len(found))
+	labels, serials := map[string]bool{}, map[string]bool{}
+	for _, t := range found {
+		names = append(names, fmt.Sprintf("%q (serial %s) in slot %d", t.Label, t.Serial, t.Slot))
+		labels[t.Label], serials[t.Serial] = true, true
+	}
+	var flags []string
+	if len(labels) == len(found) && sel.Label == "" {
+		flags = append(flags, "--token-label")
+	}
+	if len(serials) == len(found) && sel.Serial == "" {
+		flags = append(flags, "--token-serial")
+	}
+	how := fmt.Sprintf("by its slot with a pkcs11: URI, e.g. --key \"pkcs11:slot-id=%d;token=%s\"", found[0].Slot, uriEscape([]byte(found[0].Label)))
+	if len(flags) > 0 {
+		how = "with " + strings.Join(flags, " or ") + ", or " + how
+	}
+	how = "choose one " + how
+	what := sel.String()
+	if sel == (TokenSelector{}) {
+		what = "and none was chosen"
+	}
+	return fmt.Errorf("%w %s: %s; %s (`signagent tokens` lists them)", ErrTokenAmbiguous, what, strings.Join(names, ", "), how)
 }
 
 // Object describes a key or certificate on a token.

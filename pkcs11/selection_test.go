@@ -134,6 +134,46 @@ func TestChooseTokenBySlot(t *testing.T) {
 	}
 }
 
+// TestChooseTokenAmbiguous: a selection that matches several tokens is
+// refused, naming their slots and how to choose; by slot when their
+// serials are the same too (two libcacard cards), else by serial as well.
+func TestChooseTokenAmbiguous(t *testing.T) {
+	same := []TokenInfo{{Label: "a", Serial: "1", Slot: 0, Initialized: true}, {Label: "a", Serial: "1", Slot: 4, Initialized: true}}
+	other := []TokenInfo{{Label: "a", Serial: "1", Slot: 0, Initialized: true}, {Label: "a", Serial: "2", Slot: 4, Initialized: true}}
+	for _, tc := range []struct {
+		name   string
+		tokens []TokenInfo
+		sel    TokenSelector
+		want   []string
+		not    string
+	}{
+		{"same label and serial", same, TokenSelector{Label: "a"}, []string{`matches "a"`, "slot 0", "slot 4", "slot-id=0"}, "--token-serial"},
+		{"same serial chosen", same, TokenSelector{Label: "a", Serial: "1"}, []string{"slot 0", "slot 4", "slot-id="}, "--token-serial"},
+		{"serials differ", other, TokenSelector{Label: "a"}, []string{"slot 0", "slot 4", "--token-serial", "slot-id="}, ""},
+		{"none chosen", []TokenInfo{{Label: "a", Serial: "1", Slot: 0, Initialized: true}, {Label: "b", Serial: "1", Slot: 4, Initialized: true}},
+			TokenSelector{}, []string{"none was chosen", "slot 0", "slot 4", "--token-label", "slot-id="}, "--token-serial"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := chooseToken(tc.tokens, tc.sel)
+			if !errors.Is(err, ErrTokenAmbiguous) || errors.Is(err, ErrTokenNotFound) {
+				t.Fatalf("%v, want ErrTokenAmbiguous", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%v, want %q in it", err, w)
+				}
+			}
+			if tc.not != "" && strings.Contains(err.Error(), tc.not) {
+				t.Errorf("%v: %q does not choose among these", err, tc.not)
+			}
+		})
+	}
+	got, err := chooseToken(same, TokenSelector{Label: "a", Slot: 4, HasSlot: true})
+	if err != nil || got.Slot != 4 {
+		t.Fatalf("by slot: %+v %v", got, err)
+	}
+}
+
 // TestDefaultModulesProxyFirst: with nothing named, p11-kit's proxy (every
 // registered module) is chosen before SoftHSM, the development module;
 // SoftHSM is found when the proxy is not installed.

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +12,7 @@ import (
 
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/pkcs11"
 )
 
 // The command line on the card rig: a card behind pcscd and OpenSC
@@ -189,5 +193,92 @@ func TestCardCLIPIN(t *testing.T) {
 		}
 		oneLine(t, stderr, "PIN is locked")
 		t.Logf("blocked: %s", strings.TrimSpace(stderr))
+	}
+}
+
+// TestCardCLITwoCards: two cards of one label (and one serial: libcacard
+// gives every card the same) in the rig's two readers. `tokens` lists
+// both; a selection by label alone is refused in one line naming both
+// slots and how to choose, before any PIN is sent; a pkcs11: URI's
+// slot-id chooses one, and only that card is sent the PIN.
+func TestCardCLITwoCards(t *testing.T) {
+	card := hsmtest.NewCard(t, hsmtest.CardOptions{LogAPDUs: true})
+	two := card.AddCard(t)
+	verifies := func(c *hsmtest.Card) int { return strings.Count(c.BridgeLog(t), "APDU 00 20 00 00 (13 bytes)") }
+
+	var stdout strings.Builder
+	cmd := signagent(t, cardEnv(card), "tokens", "--module", card.Module)
+	cmd.Stdout = &stdout
+	if code, stderr, _ := runBinary(t, cmd); code != exitOK {
+		t.Fatalf("tokens with two cards: exit %d: %s", code, stderr)
+	}
+	if n := strings.Count(stdout.String(), card.Label); n != 2 {
+		t.Fatalf("tokens lists %q %d times, want 2:\n%s", card.Label, n, stdout.String())
+	}
+	t.Logf("tokens:\n%s", stdout.String())
+	slots := cardSlots(t, card)
+
+	sign := func(args ...string) (int, string) {
+		cmd := signagent(t, cardEnv(card), append([]string{"sign", "--phone", "9161234567", "--format", "base64", "--module", card.Module,
+			"--pin-file", card.PINFile}, args...)...)
+		cmd.Stdout = nil
+		code, stderr, _ := runBinary(t, cmd)
+		return code, stderr
+	}
+	code, stderr := sign("--token-label", card.Label, "--key-label", card.KeyLabel)
+	if code != exitBadInput {
+		t.Fatalf("sign by a label two cards carry: exit %d, want %d: %s", code, exitBadInput, stderr)
+	}
+	oneLine(t, stderr, "slot-id=")
+	for _, s := range slots {
+		if !strings.Contains(stderr, fmt.Sprintf("slot %d", s)) {
+			t.Fatalf("the refusal does not name slot %d: %s", s, stderr)
+		}
+	}
+	t.Logf("by label alone: %s", strings.TrimSpace(stderr))
+	if n, m := verifies(card), verifies(two); n != 0 || m != 0 {
+		t.Fatalf("a refused selection sent the PIN %d and %d times, want none", n, m)
+	}
+
+	// The URI's slot-id chooses the card in reader 1.
+	uri := fmt.Sprintf("pkcs11:slot-id=%d;token=%s;object=%s", slots[1], url.PathEscape(card.Label), url.PathEscape(card.KeyLabel))
+	if code, stderr := sign("--key", uri); code != exitOK {
+		t.Fatalf("sign with %s: exit %d: %s", uri, code, stderr)
+	}
+	if n, m := verifies(card), verifies(two); n != 0 || m != 1 {
+		t.Fatalf("sign by slot %d sent the PIN to the card in reader 0 %d times and to the one in reader 1 %d times; want 0 and 1", slots[1], n, m)
+	}
+	checkNoPINSpentCLI(t, card)
+	if n, m := card.TriesLeft(t), two.TriesLeft(t); n != 3 || m != 3 {
+		t.Fatalf("tries left: %d and %d, want 3 and 3", n, m)
+	}
+}
+
+// cardSlots are the slots in which OpenSC, in this process, shows tokens
+// labelled as card, in order.
+func cardSlots(t *testing.T, card *hsmtest.Card) []uint {
+	t.Helper()
+	toks, err := pkcs11.ListTokens(context.Background(), card.Module)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slots []uint
+	for _, tok := range toks {
+		if tok.Label == card.Label {
+			slots = append(slots, tok.Slot)
+		}
+	}
+	if len(slots) != 2 {
+		t.Fatalf("OpenSC shows %d tokens labelled %q, want 2: %+v", len(slots), card.Label, toks)
+	}
+	return slots
+}
+
+// checkNoPINSpentCLI fails unless the card has all its tries and never saw
+// a wrong PIN.
+func checkNoPINSpentCLI(t *testing.T, card *hsmtest.Card) {
+	t.Helper()
+	if n, w := card.TriesLeft(t), cardWrongPINs(t, card); n != 3 || w != 0 {
+		t.Fatalf("the card has %d PIN tries left (want 3), was sent %d wrong PINs (want 0)", n, w)
 	}
 }
