@@ -569,6 +569,40 @@ func TestCardAgentLoginFailure(t *testing.T) {
 	}
 }
 
+// TestCardAgentNoPCSCD: started while pcscd is not running (no reader at
+// all), the agent starts not ready, /readyz and a signature say why in one
+// line (no reader, pcscd), and it serves once pcscd is back; no PIN is
+// sent meanwhile.
+func TestCardAgentNoPCSCD(t *testing.T) {
+	card := hsmtest.NewCard(t, hsmtest.CardOptions{LogAPDUs: true})
+	card.StopPCSCD(t)
+	start := time.Now()
+	a, err := startCardAgent(t, card, "")
+	if err != nil {
+		t.Fatalf("start without pcscd: %v, want started and waiting for the token", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("start without pcscd took %v", took)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := a.c.Ready(ctx)
+	if err == nil || st.Token.Ready || strings.Contains(st.Token.Reason, "\n") || !strings.Contains(st.Token.Reason, "pcscd") {
+		t.Fatalf("/readyz without pcscd: %v, token %+v; want 503 with one line naming pcscd", err, st.Token)
+	}
+	t.Logf("/readyz without pcscd: %s", st.Token.Reason)
+	if _, err := a.sign(); !isTokenNotReady(err) || !strings.Contains(err.Error(), "no reader") {
+		t.Fatalf("a signature without pcscd: %v, want 503 token_not_ready saying there is no reader", err)
+	}
+	card.StartPCSCD(t)
+	a.waitReady(t, true, "pcscd started")
+	a.signVerified(t, card)
+	if n := strings.Count(card.BridgeLog(t), "APDU 00 20 00 00 (13 bytes)"); n != 1 {
+		t.Fatalf("the card was sent the PIN %d times, want once (when it was found)", n)
+	}
+	checkNoPINSpent(t, card)
+}
+
 // BenchmarkCardSignRate: signatures per second on the card, one after
 // another, at its native speed and as a card 300 ms slow: through the
 // agent, by the pkcs11 package in this process (the card's own rate), and

@@ -13,7 +13,17 @@ func (k *Key) findToken(ctx context.Context) (TokenInfo, error) {
 	if err != nil {
 		return TokenInfo{}, err
 	}
-	return chooseToken(tokens, k.sel.Token)
+	tok, err := chooseToken(tokens, k.sel.Token)
+	if err != nil && len(tokens) == 0 {
+		// No slot at all is no reader: OpenSC without pcscd (or with no
+		// reader plugged in) lists none, where a reader without its card
+		// is an empty slot.
+		slots, serr := call(ctx, k.mod, func(b Backend) ([]uint, error) { return b.GetSlotList(false) }, nil)
+		if serr == nil && len(slots) == 0 {
+			return TokenInfo{}, fmt.Errorf("%w: token %s is not there: the module sees no slot at all, so no reader (for a smart card: is the reader plugged in and pcscd running?)", ErrTokenNotFound, k.sel.Token)
+		}
+	}
+	return tok, err
 }
 
 // login logs the user in, unless the token needs no login. The PIN is

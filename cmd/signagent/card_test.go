@@ -274,6 +274,32 @@ func cardSlots(t *testing.T, card *hsmtest.Card) []uint {
 	return slots
 }
 
+// TestCardCLINoPCSCD: sign with OpenSC while pcscd is not running (no
+// reader at all) is one line saying so, exit 2 (the token is not there),
+// at once rather than at --token-timeout, and sends no PIN.
+func TestCardCLINoPCSCD(t *testing.T) {
+	card := hsmtest.NewCard(t, hsmtest.CardOptions{LogAPDUs: true})
+	card.StopPCSCD(t)
+	pins := func() int { return strings.Count(card.BridgeLog(t), "APDU 00 20 00 00 (13 bytes)") } // a VERIFY with a PIN
+	before := pins()
+	cmd := signagent(t, cardEnv(card), append([]string{"sign", "--phone", "9161234567", "--format", "base64", "--token-timeout", "5s"},
+		cardArgs(card, card.PINFile)...)...)
+	cmd.Stdout = nil
+	code, stderr, took := runBinary(t, cmd)
+	if code != exitBadInput {
+		t.Fatalf("sign without pcscd: exit %d after %v, want %d: %s", code, took, exitBadInput, stderr)
+	}
+	oneLine(t, stderr, "pcscd running")
+	t.Logf("sign without pcscd, after %v: %s", took.Round(time.Millisecond), strings.TrimSpace(stderr))
+	if took > 5*time.Second {
+		t.Errorf("sign without pcscd took %v, past --token-timeout", took)
+	}
+	if n := pins() - before; n != 0 {
+		t.Fatalf("the card was sent the PIN %d times, want none", n)
+	}
+	checkNoPINSpentCLI(t, card)
+}
+
 // checkNoPINSpentCLI fails unless the card has all its tries and never saw
 // a wrong PIN.
 func checkNoPINSpentCLI(t *testing.T, card *hsmtest.Card) {
