@@ -42,8 +42,9 @@ type cardAgent struct {
 }
 
 // startCardAgent starts the agent on card with the PIN in pinFile (the
-// card's own when empty). An error is Start's.
-func startCardAgent(t testing.TB, card *hsmtest.Card, pinFile string) (*cardAgent, error) {
+// card's own when empty), its configuration changed by each of opts. An
+// error is Start's.
+func startCardAgent(t testing.TB, card *hsmtest.Card, pinFile string, opts ...func(*agent.Config)) (*cardAgent, error) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "sc") // short: a socket path has ~100 bytes at most
 	if err != nil {
@@ -61,6 +62,9 @@ func startCardAgent(t testing.TB, card *hsmtest.Card, pinFile string) (*cardAgen
 		APIKey: apiKey, SessionTTL: time.Hour, RequestDeadline: 10 * time.Second, MaxBody: 1 << 16,
 		Policy: agent.Policy{ExposeCanonical: true},
 		Log:    zerolog.New(a.logs), BearerTokenFile: filepath.Join(dir, "bearer"),
+	}
+	for _, o := range opts {
+		o(&a.cfg)
 	}
 	a.d, err = agent.Start(context.Background(), a.cfg)
 	if err != nil {
@@ -601,6 +605,118 @@ func TestCardAgentNoPCSCD(t *testing.T) {
 		t.Fatalf("the card was sent the PIN %d times, want once (when it was found)", n)
 	}
 	checkNoPINSpent(t, card)
+}
+
+// TestCardAgentSlow: a card 300 ms a signature, many callers at once.
+// Those the queue cannot serve within the request deadline get 504
+// token_timeout at their deadline, not later, and /readyz stays 200: the
+// card is slow, not gone. A signature that outlasts --token-timeout
+// answers at that bound and marks the token not ready until it answers
+// again (docs/agent.md, token recovery); no PIN is spent.
+func TestCardAgentSlow(t *testing.T) {
+	const (
+		sign     = 300 * time.Millisecond
+		tokenTO  = 1500 * time.Millisecond
+		deadline = 2500 * time.Millisecond
+		callers  = 12 // 3.6 s of signatures: more than one deadline's worth
+	)
+	card := hsmtest.NewCard(t, hsmtest.CardOptions{LogAPDUs: true})
+	a, err := startCardAgent(t, card, "", func(c *agent.Config) { c.Token.Timeout, c.RequestDeadline = tokenTO, deadline })
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.waitReady(t, true, "started")
+	card.SetSignDelay(t, sign)
+
+	t.Run("the queue: served or 504 at the deadline, /readyz 200 throughout", func(t *testing.T) {
+		stop := make(chan struct{})
+		var polls, notReady int
+		var pollErr error
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := a.c.Ready(ctx)
+				cancel()
+				polls++
+				var e *agentclient.Error
+				if errors.As(err, &e) && e.Status == 503 {
+					notReady++
+				} else if err != nil {
+					pollErr = err
+				}
+			}
+		})
+		type answer struct {
+			err  error
+			took time.Duration
+		}
+		answers := make([]answer, callers)
+		var callersWG sync.WaitGroup
+		start := time.Now()
+		for i := range callers {
+			callersWG.Go(func() {
+				_, err := a.sign()
+				answers[i] = answer{err, time.Since(start)}
+			})
+		}
+		callersWG.Wait()
+		close(stop)
+		wg.Wait()
+		var ok, late int
+		var longest time.Duration
+		for _, an := range answers {
+			var e *agentclient.Error
+			switch {
+			case an.err == nil:
+				ok++
+			case errors.As(an.err, &e) && e.Status == 504 && e.Body.Code == api.CodeTokenTimeout:
+				late++
+			default:
+				t.Errorf("a caller got %v, want a signature or 504 token_timeout", an.err)
+			}
+			longest = max(longest, an.took)
+		}
+		t.Logf("%d callers on a card %v a signature, deadline %v: %d signed, %d 504 token_timeout; the last answered after %v; /readyz asked %d times",
+			callers, sign, deadline, ok, late, longest.Round(time.Millisecond), polls)
+		if ok == 0 || late == 0 {
+			t.Errorf("%d signed and %d timed out; want both (%d signatures of %v cannot all fit in %v)", ok, late, callers, sign, deadline)
+		}
+		if longest > deadline+2*time.Second {
+			t.Errorf("a caller waited %v, past its deadline of %v", longest, deadline)
+		}
+		if pollErr != nil || notReady > 0 {
+			t.Errorf("/readyz while the card was merely slow: %d of %d answers 503, error %v\n%s", notReady, polls, pollErr, a.logs.String())
+		}
+		a.signVerified(t, card) // the queue drained: the next caller is served
+	})
+
+	t.Run("a signature past --token-timeout: answered at the bound, not ready until the card answers", func(t *testing.T) {
+		card.SetSignDelay(t, tokenTO+1500*time.Millisecond)
+		start := time.Now()
+		_, err := a.sign()
+		took := time.Since(start)
+		var e *agentclient.Error
+		if !errors.As(err, &e) || (e.Status != 503 && e.Status != 504) {
+			t.Fatalf("a signature past --token-timeout: %v, want 503 or 504", err)
+		}
+		t.Logf("a signature past --token-timeout (%v): %d %s after %v", tokenTO, e.Status, e.Body.Code, took.Round(time.Millisecond))
+		if took > deadline+time.Second {
+			t.Fatalf("the caller waited %v", took)
+		}
+		if e.Status == 503 && a.ready(t) {
+			t.Errorf("/readyz says ready after the token did not answer within --token-timeout")
+		}
+		card.SetSignDelay(t, sign)
+		a.waitReady(t, true, "the card answering again")
+		a.signVerified(t, card)
+		checkNoPINSpent(t, card)
+	})
 }
 
 // BenchmarkCardSignRate: signatures per second on the card, one after
