@@ -111,14 +111,21 @@ func classify(op string, err error) error {
 		return fmt.Errorf("could not %s: %w", op, err)
 	}
 	hint, kind := kindOf(code)
-	if strings.HasPrefix(op, loginOp) && (code == p11.CKR_GENERAL_ERROR || code == p11.CKR_FUNCTION_FAILED) {
-		hint, kind = loginFailedHint, ErrLoginFailed
-	}
 	return &TokenError{Op: op, Code: code, Kind: kind, Hint: hint, Err: err}
 }
 
-// loginOp begins the operation of every C_Login (session.go, list.go).
-const loginOp = "log in"
+// ClassifyLogin is Classify for what C_Login returned (session.go,
+// list.go, and code that logs in itself): a general failure there is
+// ErrLoginFailed (below).
+func ClassifyLogin(op string, err error) error { return classifyLogin(op, err) }
+
+func classifyLogin(op string, err error) error {
+	err = classify(op, err)
+	if te, ok := err.(*TokenError); ok && (te.Code == p11.CKR_GENERAL_ERROR || te.Code == p11.CKR_FUNCTION_FAILED) {
+		te.Hint, te.Kind = loginFailedHint, ErrLoginFailed
+	}
+	return err
+}
 
 // A general failure of C_Login is not a token gone away: the card got the
 // PIN and answered with a status the driver has no name for. OpenSC says

@@ -260,7 +260,7 @@ func listObjects(m Backend, tok TokenInfo, pin string) ([]Object, error) {
 	defer m.CloseSession(sh)
 	if pin != "" {
 		if err := m.Login(sh, p11.CKU_USER, pin); err != nil && !isCode(err, p11.CKR_USER_ALREADY_LOGGED_IN) {
-			return nil, classify(fmt.Sprintf("log in to token %q", tok.Label), err)
+			return nil, classifyLogin(fmt.Sprintf("log in to token %q", tok.Label), err)
 		}
 		// No logout: closing the session does that when it is the
 		// process's last one, and must not when a key of ours is open.

@@ -49,7 +49,7 @@ func (k *Key) login(ctx context.Context, sh p11.SessionHandle) error {
 			err = nil
 		}
 		if err != nil {
-			return classify("log in to "+name+" on the reader's keypad", err)
+			return classifyLogin("log in to "+name+" on the reader's keypad", err)
 		}
 		return nil
 	}
@@ -78,11 +78,11 @@ func (k *Key) login(ctx context.Context, sh p11.SessionHandle) error {
 	if err != nil {
 		if code, ok := Code(err); ok && (code == p11.CKR_PIN_INCORRECT || code == p11.CKR_PIN_INVALID || code == p11.CKR_PIN_LEN_RANGE) {
 			k.mod.reg.rememberPIN(key, src.pin, true)
-			te := classify("log in to "+name, err).(*TokenError)
+			te := classifyLogin("log in to "+name, err).(*TokenError)
 			te.Hint = fmt.Sprintf("check the PIN from %s; it will not be tried again until it changes (a card locks after a few wrong tries)", src.from)
 			return te
 		}
-		return classify("log in to "+name, err)
+		return classifyLogin("log in to "+name, err)
 	}
 	k.mod.reg.rememberPIN(key, src.pin, false)
 	return nil

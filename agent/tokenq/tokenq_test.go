@@ -189,7 +189,7 @@ func TestNoToken(t *testing.T) {
 // code from a signature is a token gone wrong, and is retried.
 func TestLoginFailureNotRetried(t *testing.T) {
 	var opens atomic.Int32
-	login := pkcs11.Classify(`log in to token "card"`, p11.Error(p11.CKR_GENERAL_ERROR))
+	login := pkcs11.ClassifyLogin(`log in to token "card"`, p11.Error(p11.CKR_GENERAL_ERROR))
 	open := func(context.Context) (tokenq.Token, error) {
 		opens.Add(1)
 		return nil, login
