@@ -10,6 +10,7 @@ import (
 	"encoding/asn1"
 	"fmt"
 
+	"github.com/signagent/signagent/internal/gost"
 	"golang.org/x/crypto/cryptobyte"
 	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
 )
@@ -46,9 +47,12 @@ var (
 )
 
 // Open opens the service's certificate-login challenge addressed to cert
-// with key, and returns its ChallengeSize-byte random. key does the key
-// transport (on the token: RSA PKCS#1 v1.5, or OAEP when the recipient says
-// so); the content cipher (AES-CBC) runs here.
+// with key, and returns its random. For an RSA certificate, key does the
+// key transport (on the token: RSA PKCS#1 v1.5, or OAEP when the recipient
+// says so) and the content cipher (AES-CBC) runs here; the random is
+// ChallengeSize bytes. For a GOST R 34.10-2012 certificate, key must be a
+// GOSTOpener and everything runs on the token (see openGOST); the random
+// is MinGOSTChallenge to MaxGOSTChallenge bytes.
 //
 // Whoever answers at the API address chooses the envelope, so Open is not
 // a general decryption: it would make the token a decryption oracle for
@@ -71,6 +75,9 @@ func Open(der []byte, cert *x509.Certificate, key crypto.Decrypter) ([]byte, err
 	r, err := p.recipientFor(cert)
 	if err != nil {
 		return nil, err
+	}
+	if pub, err := gost.PublicKeyOf(cert); err == nil {
+		return openGOST(p, r, pub, key)
 	}
 	opts, err := keyTransport(r, cert)
 	if err != nil {
@@ -129,12 +136,12 @@ func (p *parsed) recipientFor(cert *x509.Certificate) (*Recipient, error) {
 // cert's key and returns the options for the token's Decrypt.
 func keyTransport(r *Recipient, cert *x509.Certificate) (crypto.DecrypterOpts, error) {
 	alg := r.Algorithm
-	if isGOST(alg) {
-		return nil, fmt.Errorf("GOST key transport (%v) is %w: only RSA certificates can log in here", alg, ErrUnsupported)
-	}
 	pub, ok := cert.PublicKey.(*rsa.PublicKey)
 	if !ok {
-		return nil, fmt.Errorf("certificate login with a %s certificate is %w: only RSA certificates can log in here", cert.PublicKeyAlgorithm, ErrUnsupported)
+		return nil, fmt.Errorf("certificate login with a %s certificate is %w: RSA and GOST R 34.10-2012 certificates can log in", cert.PublicKeyAlgorithm, ErrUnsupported)
+	}
+	if isGOST(alg) {
+		return nil, fmt.Errorf("%w: GOST key transport (%v) to an RSA certificate", ErrNotChallenge, alg)
 	}
 	var opts crypto.DecrypterOpts
 	switch {

@@ -31,7 +31,7 @@ var (
 	ErrNotForUs error = refusal("the envelope is not addressed to this certificate")
 	// ErrChallenge is the one error of every failure once the token has
 	// been asked (see Open): it says nothing of why.
-	ErrChallenge error = refusal("the challenge does not open to a 32-byte random with this certificate's key; nothing was sent back")
+	ErrChallenge error = refusal("the challenge does not open with this certificate's key to a random of a challenge's length; nothing was sent back")
 	// ErrUnsupported: a key-transport algorithm or key we do not have (GOST).
 	ErrUnsupported = errdefs.New(errdefs.ErrNotConfigured, "not supported")
 )

@@ -120,15 +120,15 @@ func signedData(*testing.T) []byte {
 	return []byte{0x30, 0x0f, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x07, 0x02, 0xa0, 0x02, 0x30, 0x00}
 }
 
-// TestGOSTRecipient: the real service encrypts to GOST certificates with
-// GOST key transport; such an envelope is a clear "not supported", before
-// the token is asked anything.
-func TestGOSTRecipient(t *testing.T) {
+// TestGOSTTransportToRSACertificate: GOST key transport addressed to an RSA
+// certificate is not that certificate's challenge: refused before the
+// token is asked anything.
+func TestGOSTTransportToRSACertificate(t *testing.T) {
 	cert := otherCert(t)
 	s := challengeSpec(t, cert, make([]byte, envelope.ChallengeSize), 32)
 	s.keyAlg, s.keyParams = asn1.ObjectIdentifier{1, 2, 643, 7, 1, 1, 1, 1}, nil
 	_, err := envelope.Open(s.der(t), cert, nil) // no key: it must not be reached
-	if !errors.Is(err, envelope.ErrUnsupported) || !strings.Contains(err.Error(), "GOST") {
+	if !errors.Is(err, envelope.ErrNotChallenge) || !strings.Contains(err.Error(), "GOST key transport") {
 		t.Fatalf("err = %v", err)
 	}
 }

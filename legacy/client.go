@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto"
-	"crypto/rsa"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
@@ -22,6 +21,7 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/internal/httpx"
 )
 
@@ -190,15 +190,11 @@ func (c *Client) Certificate(ctx context.Context, cert *x509.Certificate, key cr
 	if cert == nil || key == nil {
 		return Token{}, fmt.Errorf("%w: certificate login needs the key's certificate", errdefs.ErrInvalidInput)
 	}
-	// A key that cannot decrypt is refused before the service is asked
-	// for a challenge it could not answer.
-	if k, ok := key.(interface{ CanDecrypt() error }); ok {
-		if err := k.CanDecrypt(); err != nil {
-			return Token{}, err
-		}
-	}
-	if _, ok := cert.PublicKey.(*rsa.PublicKey); !ok {
-		return Token{}, fmt.Errorf("%w: certificate login works with RSA certificates here (%s)", envelope.ErrUnsupported, cert.PublicKeyAlgorithm)
+	// A key that cannot open the challenge (an RSA key that may not
+	// decrypt, a GOST key on a token without the mechanisms) is refused
+	// before the service is asked for a challenge it could not answer.
+	if err := envelope.CanOpen(cert, withContext(ctx, key)); err != nil {
+		return Token{}, err
 	}
 	env, err := c.call(ctx, callAuthenticate(ByCertificate), cert.Raw, "application/octet-stream", retryAlways, "")
 	if err != nil {
@@ -349,7 +345,42 @@ func (d ctxDecrypter) Decrypt(_ io.Reader, msg []byte, opts crypto.DecrypterOpts
 	return d.key.DecryptContext(d.ctx, msg, opts)
 }
 
+// CanDecrypt passes the key's own answer on (a key that may not decrypt).
+func (d ctxDecrypter) CanDecrypt() error {
+	if k, ok := d.key.(interface{ CanDecrypt() error }); ok {
+		return k.CanDecrypt()
+	}
+	return nil
+}
+
+// ctxGOSTOpener is a key that opens GOST challenges on its token, with the
+// login's context (pkcs11.Key).
+type ctxGOSTOpener struct {
+	ctx context.Context
+	key gostContextOpener
+}
+
+type gostContextOpener interface {
+	crypto.Decrypter
+	CanOpenGOSTContext(context.Context) error
+	OpenGOSTContext(context.Context, *gost.Transport) ([]byte, error)
+}
+
+func (o ctxGOSTOpener) Public() crypto.PublicKey { return o.key.Public() }
+func (o ctxGOSTOpener) Decrypt(r io.Reader, msg []byte, opts crypto.DecrypterOpts) ([]byte, error) {
+	return o.key.Decrypt(r, msg, opts)
+}
+func (o ctxGOSTOpener) CanOpenGOST() error { return o.key.CanOpenGOSTContext(o.ctx) }
+func (o ctxGOSTOpener) OpenGOST(t *gost.Transport) ([]byte, error) {
+	return o.key.OpenGOSTContext(o.ctx, t)
+}
+
+// withContext bounds key's token calls by ctx: a GOST key's (which opens
+// the whole challenge on the token) or an RSA key's decryption.
 func withContext(ctx context.Context, key crypto.Decrypter) crypto.Decrypter {
+	if k, ok := key.(gostContextOpener); ok && isGOSTKey(k) {
+		return ctxGOSTOpener{ctx, k}
+	}
 	if k, ok := key.(interface {
 		crypto.Decrypter
 		DecryptContext(context.Context, []byte, crypto.DecrypterOpts) ([]byte, error)
@@ -357,4 +388,10 @@ func withContext(ctx context.Context, key crypto.Decrypter) crypto.Decrypter {
 		return ctxDecrypter{ctx, k}
 	}
 	return key
+}
+
+// isGOSTKey says whether k is a GOST key (pkcs11.Key says so itself).
+func isGOSTKey(k crypto.Decrypter) bool {
+	g, ok := k.(interface{ IsGOST() bool })
+	return ok && g.IsGOST()
 }

@@ -37,6 +37,11 @@ type Backend interface {
 	// each mechanism.
 	GetInfo() (p11.Info, error)
 	GetMechanismInfo(slot uint, m []*p11.Mechanism) (p11.MechanismInfo, error)
+	// For a GOST certificate login: the key agreement, the content key
+	// unwrapped, and the session keys destroyed.
+	DeriveKey(sh p11.SessionHandle, m []*p11.Mechanism, base p11.ObjectHandle, tmpl []*p11.Attribute) (p11.ObjectHandle, error)
+	UnwrapKey(sh p11.SessionHandle, m []*p11.Mechanism, unwrapping p11.ObjectHandle, wrapped []byte, tmpl []*p11.Attribute) (p11.ObjectHandle, error)
+	DestroyObject(sh p11.SessionHandle, o p11.ObjectHandle) error
 }
 
 // Loader loads the module at path (dlopen and C_GetFunctionList, no

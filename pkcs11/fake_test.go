@@ -320,3 +320,25 @@ func (f *fakeToken) GetMechanismInfo(slot uint, m []*p11.Mechanism) (p11.Mechani
 	}
 	return p11.MechanismInfo{MinKeySize: 1024, MaxKeySize: 4096, Flags: p11.CKF_SIGN | p11.CKF_DECRYPT}, nil
 }
+
+// The fake token has no GOST key: the key-agreement calls are refused.
+func (f *fakeToken) DeriveKey(p11.SessionHandle, []*p11.Mechanism, p11.ObjectHandle, []*p11.Attribute) (p11.ObjectHandle, error) {
+	if err := f.enter("DeriveKey"); err != nil {
+		return 0, err
+	}
+	return 0, p11.Error(p11.CKR_FUNCTION_NOT_SUPPORTED)
+}
+
+func (f *fakeToken) UnwrapKey(p11.SessionHandle, []*p11.Mechanism, p11.ObjectHandle, []byte, []*p11.Attribute) (p11.ObjectHandle, error) {
+	if err := f.enter("UnwrapKey"); err != nil {
+		return 0, err
+	}
+	return 0, p11.Error(p11.CKR_FUNCTION_NOT_SUPPORTED)
+}
+
+func (f *fakeToken) DestroyObject(p11.SessionHandle, p11.ObjectHandle) error {
+	if err := f.enter("DestroyObject"); err != nil {
+		return err
+	}
+	return p11.Error(p11.CKR_FUNCTION_NOT_SUPPORTED)
+}

@@ -42,6 +42,10 @@ type Key struct {
 	handle p11.ObjectHandle
 	lost   error // set once the token failed; every operation then fails at once
 	closed bool
+	// How a GOST key opens a certificate login's challenge, asked once.
+	gostLoginWays   []GOSTLoginWay
+	gostLoginErr    error
+	gostLoginProbed bool
 }
 
 // Open loads the module (once per process), logs in to the token and finds

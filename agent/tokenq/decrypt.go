@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/pkcs11"
 )
 
@@ -56,12 +57,72 @@ func (m *Manager) Decrypter() (crypto.Decrypter, *x509.Certificate, error) {
 	if cur == nil {
 		return nil, nil, m.notReady()
 	}
+	if g, ok := cur.tok.(gostOpener); ok && g.IsGOST() {
+		// A GOST key opens the whole challenge on the token; whether the
+		// token can is asked (once) when a login starts.
+		return queuedGOST{queuedDecrypter{m, cur.cms.Cert}}, cur.cms.Cert, nil
+	}
 	if d, ok := cur.tok.(decrypter); ok {
 		if err := d.CanDecrypt(); err != nil {
 			return nil, nil, err
 		}
 	}
 	return queuedDecrypter{m, cur.cms.Cert}, cur.cms.Cert, nil
+}
+
+// gostOpener is a Token whose GOST key opens a certificate login's
+// challenge on the token (pkcs11.Key).
+type gostOpener interface {
+	IsGOST() bool
+	CanOpenGOSTContext(ctx context.Context) error
+	OpenGOSTContext(ctx context.Context, t *gost.Transport) ([]byte, error)
+}
+
+// gost runs op with the current token's GOST key through the queue, as
+// Decrypt does for RSA.
+func (m *Manager) gost(ctx context.Context, what string, op func(context.Context, gostOpener) ([]byte, error)) ([]byte, error) {
+	if !m.State().Ready {
+		return nil, m.notReady()
+	}
+	return m.q.do(ctx, func(ctx context.Context) ([]byte, error) {
+		c := m.lease()
+		if c == nil {
+			return nil, m.notReady()
+		}
+		defer c.flight.Done()
+		g, ok := c.tok.(gostOpener)
+		if !ok || !g.IsGOST() {
+			return nil, fmt.Errorf("%w: this token's key is not a GOST key", pkcs11.ErrKeyUsage)
+		}
+		out, err := op(context.WithoutCancel(ctx), g)
+		if _, ok := pkcs11.Code(err); ok {
+			err = pkcs11.Classify(what, err)
+		}
+		if err != nil && pkcs11.Recoverable(err) {
+			m.fail(c, err)
+		}
+		return out, err
+	})
+}
+
+// queuedGOST is a GOST key whose challenge is opened through the queue.
+type queuedGOST struct{ queuedDecrypter }
+
+func (d queuedGOST) Public() crypto.PublicKey { return pkcs11.CertificatePublicKey(d.cert) }
+
+func (d queuedGOST) IsGOST() bool { return true }
+
+func (d queuedGOST) CanOpenGOSTContext(ctx context.Context) error {
+	_, err := d.m.gost(ctx, "read what the GOST key may do", func(ctx context.Context, g gostOpener) ([]byte, error) {
+		return nil, g.CanOpenGOSTContext(ctx)
+	})
+	return err
+}
+
+func (d queuedGOST) OpenGOSTContext(ctx context.Context, t *gost.Transport) ([]byte, error) {
+	return d.m.gost(ctx, "open the challenge", func(ctx context.Context, g gostOpener) ([]byte, error) {
+		return g.OpenGOSTContext(ctx, t)
+	})
 }
 
 // queuedDecrypter decrypts through the Manager's queue; callers with
