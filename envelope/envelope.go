@@ -17,6 +17,7 @@ import (
 	"sync"
 
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/gost"
 	"github.com/smallstep/pkcs7"
 )
 
@@ -52,8 +53,13 @@ var sealMu sync.Mutex
 
 // Seal encrypts content to cert with AES-256-CBC, the key transported with
 // RSA PKCS#1 v1.5, or RSA-OAEP (SHA-1, which tokens such as SoftHSM offer)
-// when oaep is set.
+// when oaep is set. To a GOST R 34.10-2012 certificate it seals as the
+// service does, with SealGOST and the content S-box CryptoPro-A (oaep does
+// not apply).
 func Seal(content []byte, cert *x509.Certificate, oaep bool) ([]byte, error) {
+	if _, err := gost.PublicKeyOf(cert); !errors.Is(err, gost.ErrNotGOST) {
+		return SealGOST(content, cert, gost.SBoxCryptoProA)
+	}
 	sealMu.Lock()
 	defer sealMu.Unlock()
 	pkcs7.ContentEncryptionAlgorithm = pkcs7.EncryptionAlgorithmAES256CBC
