@@ -12,14 +12,16 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # groff to load the completion scripts and render the manual page, and
 # lintian for the Debian package, and GnuTLS's headers (with pkg-config) to
 # build the GOST test token and OpenSSL's gost engine to verify its
-# signatures independently, and the smart-card rig of hsmtest/card.go
+# signatures independently, and libgcrypt's headers for the token's key
+# agreement and GOST 28147 side (nettle's and GMP's for the tests' second
+# VKO), and the smart-card rig of hsmtest/card.go
 # (pcscd with vsmartcard's vpcd reader driver, a card emulated by libcacard
 # over an NSS database that certutil makes, in namespaces set up with
 # iproute2; pcsc-tools to look at it by hand), and duktape (the JavaScript
 # engine polkitd links) to check the package's polkit rule.
 DEPS    := softhsm2 opensc gnutls-bin openssl curl procps chromium systemd redis-server \
            swtpm tpm2-abrmd libtss2-tcti-tabrmd0 dbus-daemon tpm2-tools libtpm2-pkcs11-1 libtpm2-pkcs11-tools \
-           zsh fish groff-base lintian libgnutls28-dev pkg-config libengine-gost-openssl \
+           zsh fish groff-base lintian libgnutls28-dev libgcrypt20-dev nettle-dev libgmp-dev pkg-config libengine-gost-openssl \
            pcscd vsmartcard-vpcd libcacard-dev libnss3-tools pcsc-tools iproute2 duktape
 # make bench also compares with openssl's PKCS#11 engine.
 BENCH_DEPS := $(DEPS) libengine-pkcs11-openssl nginx

@@ -17,6 +17,28 @@
  * paramset=OID, and delay=MS (each signature takes MS milliseconds more,
  * as a card's does; the card does one thing at a time, so it holds the
  * module's lock).
+ *
+ * Decryption of a GOST key transport (gostkeyx.c, over libgcrypt), as the
+ * session objects real GOST tokens make: CKM_GOSTR3410_12_DERIVE (VKO on
+ * the private key, whose CKA_DERIVE is true; kdf CKD_KDF_GOSTR3411_2012_256
+ * or CKD_KDF_4357, the latter diversifying per RFC 4357 6.5), CKM_KDF_4357
+ * (that diversification of a GOST 28147 key, the UKM as parameter),
+ * CKM_GOST28147_KEY_WRAP (C_UnwrapKey, the IMIT checked), CKM_GOST28147
+ * (single-part C_Decrypt, CFB with CryptoPro key meshing) and
+ * C_DestroyObject. Built with -DONE_STEP_UNWRAP the derive and both key
+ * wraps give way to CKM_GOSTR3410_KEY_WRAP: C_UnwrapKey with the private
+ * key (CKA_UNWRAP true) of a DER GostR3410-KeyTransport, the whole RFC 4490
+ * recipient step. The number of live session keys is written to the file
+ * "objects" after each key made or destroyed (a test aid). Their faults:
+ * no-derive (CKM_GOSTR3410_12_DERIVE not listed and refused), no-kdf4357
+ * (CKM_KDF_4357 likewise; the derive's CKD_KDF_4357 still works),
+ * kdf=NAME[,NAME] (the derive takes only these kdf, of 2012-256 and 4357;
+ * kdf=none takes none: CKR_MECHANISM_PARAM_INVALID), bad-mac (every IMIT
+ * check fails: CKR_WRAPPED_KEY_INVALID), no-unwrap-mechanism
+ * (CKM_GOST28147_KEY_WRAP and CKM_GOSTR3410_KEY_WRAP not listed and
+ * refused), no-decrypt (CKM_GOST28147 likewise), decrypt-fail (C_Decrypt
+ * answers CKR_DEVICE_ERROR) and no-derive-attr (the private key's
+ * CKA_DERIVE is false, the derive CKR_KEY_FUNCTION_NOT_PERMITTED).
  */
 #include <p11-kit/pkcs11.h>
 #include <p11-kit/pkcs11x.h>
@@ -65,6 +87,16 @@ struct session {
 	int digest_bits;
 };
 static struct session sessions[MAX_SESSIONS];
+
+/* gostkeyx.c, included at the end. */
+static int kx_load(gnutls_privkey_t key);
+static int kx_mechanisms(CK_MECHANISM_TYPE *out);
+static CK_FLAGS kx_flags(CK_MECHANISM_TYPE m);
+static void kx_close_session(int i);
+static void kx_finalize(void);
+struct skey;
+static struct skey *skey(CK_OBJECT_HANDLE h);
+static CK_RV kx_getattr(struct skey *k, CK_ATTRIBUTE_PTR tmpl, CK_ULONG n);
 
 static const char *path(const char *name) {
 	static __thread char buf[4096];
@@ -162,6 +194,7 @@ static CK_RV load(void) {
 	gnutls_free(x.data);
 	gnutls_free(y.data);
 	gnutls_pubkey_deinit(pub);
+	if (kx_load(priv) != 0) return CKR_DEVICE_ERROR;
 	char set[128];
 	if (fault("paramset", set, sizeof set))
 		params_len = oid_der(set, params);
@@ -206,16 +239,17 @@ static CK_RV load(void) {
 static int mechanisms(CK_MECHANISM_TYPE *out) {
 	int n = 0;
 	out[n++] = bits == 512 ? CKM_GOSTR3411_2012_512 : CKM_GOSTR3411_2012_256;
-	if (fault("no-sign-mechanisms", NULL, 0)) return n;
-	out[n++] = bits == 512 ? CKM_GOSTR3410_512 : CKM_GOSTR3410;
+	if (!fault("no-sign-mechanisms", NULL, 0)) {
+		out[n++] = bits == 512 ? CKM_GOSTR3410_512 : CKM_GOSTR3410;
 #ifndef RAW_ONLY
-	out[n++] = bits == 512 ? CKM_GOSTR3410_WITH_GOSTR3411_2012_512 : CKM_GOSTR3410_WITH_GOSTR3411_2012_256;
+		out[n++] = bits == 512 ? CKM_GOSTR3410_WITH_GOSTR3411_2012_512 : CKM_GOSTR3410_WITH_GOSTR3411_2012_256;
 #endif
-	return n;
+	}
+	return n + kx_mechanisms(out + n);
 }
 
 static int offered(CK_MECHANISM_TYPE m) {
-	CK_MECHANISM_TYPE list[4];
+	CK_MECHANISM_TYPE list[16];
 	int n = mechanisms(list);
 	for (int i = 0; i < n; i++)
 		if (list[i] == m) return 1;
@@ -303,9 +337,17 @@ static const void *attribute(int h, CK_ATTRIBUTE_TYPE t, CK_ULONG *len) {
 	case CKA_LOCAL:
 		*len = 1;
 		return &yes;
-	case CKA_DECRYPT:
-	case CKA_UNWRAP:
 	case CKA_DERIVE:
+		*len = 1;
+		return fault("no-derive-attr", NULL, 0) ? &no : &yes;
+	case CKA_UNWRAP:
+		*len = 1;
+#ifdef ONE_STEP_UNWRAP
+		return &yes;
+#else
+		return &no;
+#endif
+	case CKA_DECRYPT:
 	case CKA_EXTRACTABLE:
 	case CKA_ALWAYS_AUTHENTICATE:
 		*len = 1;
@@ -345,6 +387,7 @@ static CK_RV fin_(void) {
 		if (sessions[i].dig) gnutls_hash_deinit(sessions[i].dig, NULL);
 		memset(&sessions[i], 0, sizeof sessions[i]);
 	}
+	kx_finalize();
 	gnutls_privkey_deinit(priv);
 	priv = NULL;
 	initialized = logged_in = 0;
@@ -414,7 +457,7 @@ static CK_RV tC_GetTokenInfo(CK_SLOT_ID slot, CK_TOKEN_INFO_PTR info) {
 static CK_RV tC_GetMechanismList(CK_SLOT_ID slot, CK_MECHANISM_TYPE_PTR list, CK_ULONG_PTR count) {
 	if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
 	if (slot != 0) return CKR_SLOT_ID_INVALID;
-	CK_MECHANISM_TYPE m[4];
+	CK_MECHANISM_TYPE m[16];
 	int n = mechanisms(m);
 	if (!list) { *count = n; return CKR_OK; }
 	if (*count < (CK_ULONG)n) { *count = n; return CKR_BUFFER_TOO_SMALL; }
@@ -429,7 +472,11 @@ static CK_RV tC_GetMechanismInfo(CK_SLOT_ID slot, CK_MECHANISM_TYPE type, CK_MEC
 	if (!offered(type)) return CKR_MECHANISM_INVALID;
 	info->ulMinKeySize = info->ulMaxKeySize = bits;
 	info->flags = CKF_HW;
-	if (type == CKM_GOSTR3411_2012_256 || type == CKM_GOSTR3411_2012_512)
+	if (kx_flags(type)) {
+		info->flags |= kx_flags(type);
+		if (type == CKM_GOST28147 || type == CKM_GOST28147_KEY_WRAP || type == CKM_KDF_4357)
+			info->ulMinKeySize = info->ulMaxKeySize = 32; /* bytes, for secret keys */
+	} else if (type == CKM_GOSTR3411_2012_256 || type == CKM_GOSTR3411_2012_512)
 		info->flags |= CKF_DIGEST;
 	else
 		info->flags |= CKF_SIGN;
@@ -457,6 +504,7 @@ static CK_RV tC_OpenSession(CK_SLOT_ID slot, CK_FLAGS flags, CK_VOID_PTR app, CK
 }
 
 static void close_one(struct session *s) {
+	kx_close_session((int)(s - sessions));
 	if (s->dig) gnutls_hash_deinit(s->dig, NULL);
 	memset(s, 0, sizeof *s);
 }
@@ -567,25 +615,35 @@ static CK_RV findfinal_(CK_SESSION_HANDLE h) {
 }
 static CK_RV tC_FindObjectsFinal(CK_SESSION_HANDLE h) { LOCKED(findfinal_(h)); }
 
+/* put answers one attribute of C_GetAttributeValue with v, len (v NULL: the object has none). */
+static CK_RV put(CK_ATTRIBUTE_PTR a, const void *v, CK_ULONG len) {
+	if (!v) {
+		a->ulValueLen = CK_UNAVAILABLE_INFORMATION;
+		return CKR_ATTRIBUTE_TYPE_INVALID;
+	}
+	if (!a->pValue) {
+		a->ulValueLen = len;
+		return CKR_OK;
+	}
+	if (a->ulValueLen < len) {
+		a->ulValueLen = CK_UNAVAILABLE_INFORMATION;
+		return CKR_BUFFER_TOO_SMALL;
+	}
+	memcpy(a->pValue, v, len);
+	a->ulValueLen = len;
+	return CKR_OK;
+}
+
 static CK_RV getattr_(CK_SESSION_HANDLE h, CK_OBJECT_HANDLE o, CK_ATTRIBUTE_PTR tmpl, CK_ULONG n) {
 	if (!sess(h)) return CKR_SESSION_HANDLE_INVALID;
+	if (skey(o)) return kx_getattr(skey(o), tmpl, n);
 	if (o < H_PRIV || o > H_CERT || !visible(o) || (o == H_CERT && !has_cert())) return CKR_OBJECT_HANDLE_INVALID;
 	CK_RV rv = CKR_OK;
 	for (CK_ULONG i = 0; i < n; i++) {
 		CK_ULONG len;
 		const void *v = attribute(o, tmpl[i].type, &len);
-		if (!v) {
-			tmpl[i].ulValueLen = CK_UNAVAILABLE_INFORMATION;
-			rv = CKR_ATTRIBUTE_TYPE_INVALID;
-		} else if (!tmpl[i].pValue) {
-			tmpl[i].ulValueLen = len;
-		} else if (tmpl[i].ulValueLen < len) {
-			tmpl[i].ulValueLen = CK_UNAVAILABLE_INFORMATION;
-			rv = CKR_BUFFER_TOO_SMALL;
-		} else {
-			memcpy(tmpl[i].pValue, v, len);
-			tmpl[i].ulValueLen = len;
-		}
+		CK_RV r = put(&tmpl[i], v, len);
+		if (r != CKR_OK) rv = r;
 	}
 	return rv;
 }
@@ -709,6 +767,8 @@ static CK_RV digest_(CK_SESSION_HANDLE h, CK_BYTE_PTR data, CK_ULONG len, CK_BYT
 }
 static CK_RV tC_Digest(CK_SESSION_HANDLE h, CK_BYTE_PTR d, CK_ULONG l, CK_BYTE_PTR o, CK_ULONG_PTR ol) { LOCKED(digest_(h, d, l, o, ol)); }
 
+#include "gostkeyx.c"
+
 static CK_RV not_supported() { return CKR_FUNCTION_NOT_SUPPORTED; }
 
 static CK_FUNCTION_LIST functions = {
@@ -737,6 +797,11 @@ static CK_FUNCTION_LIST functions = {
 	.C_DigestFinal = tC_DigestFinal,
 	.C_SignInit = tC_SignInit,
 	.C_Sign = tC_Sign,
+	.C_DeriveKey = tC_DeriveKey,
+	.C_UnwrapKey = tC_UnwrapKey,
+	.C_DecryptInit = tC_DecryptInit,
+	.C_Decrypt = tC_Decrypt,
+	.C_DestroyObject = tC_DestroyObject,
 };
 
 CK_RV C_GetFunctionList(CK_FUNCTION_LIST_PTR_PTR list) {
