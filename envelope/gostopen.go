@@ -69,6 +69,12 @@ func openGOST(p *parsed, r *Recipient, pub *gost.PublicKey, key crypto.Decrypter
 	if err := p.gostContent(t); err != nil {
 		return nil, err
 	}
+	return openGOSTTransport(t, key)
+}
+
+// openGOSTTransport has key open t; every failure once the token is asked
+// is ErrChallenge.
+func openGOSTTransport(t *gost.Transport, key crypto.Decrypter) ([]byte, error) {
 	o, ok := key.(GOSTOpener)
 	if !ok {
 		return nil, fmt.Errorf("certificate login with a GOST certificate is %w by this key (it cannot open a GOST key transport)", ErrUnsupported)
@@ -213,4 +219,31 @@ func paramSetNames() string {
 func readOID(der []byte, oid *asn1.ObjectIdentifier) bool {
 	s := cryptobyte.String(der)
 	return s.ReadASN1ObjectIdentifier(oid) && s.Empty()
+}
+
+// GOSTTransport reads a challenge addressed to a GOST certificate and
+// returns what the token is given, with the same checks as Open, without
+// asking any key: for `signagent token check`, which tries each way a token
+// may open it.
+func GOSTTransport(der []byte, cert *x509.Certificate) (*gost.Transport, error) {
+	pub, err := gost.PublicKeyOf(cert)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the certificate's key is not GOST R 34.10-2012", ErrUnsupported)
+	}
+	p, err := parse(der)
+	if err != nil {
+		return nil, err
+	}
+	r, err := p.recipientFor(cert)
+	if err != nil {
+		return nil, err
+	}
+	t, err := gostTransport(r, pub)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.gostContent(t); err != nil {
+		return nil, err
+	}
+	return t, nil
 }

@@ -20,12 +20,11 @@ import (
 // each signagent function needs of them. Nothing here is private: no PIN,
 // no key material, only what any user of the module may read.
 
-// GOST mechanisms a certificate login with a GOST key would need (the
-// service's GOST key transport: VKO key agreement, then the content key
-// unwrapped and the content decrypted with GOST 28147-89). signagent does
-// not decrypt with GOST keys; the check reports whether the module has
-// them. CKM_GOSTR3410_12_DERIVE is TC26's (vendor base 0xD4321000), the
-// others PKCS#11's.
+// GOST mechanisms a certificate login with a GOST key uses (the service's
+// GOST key transport: VKO key agreement, then the content key unwrapped
+// and the content decrypted with GOST 28147-89; see gostkeyx.go).
+// CKM_GOSTR3410_12_DERIVE is TC26's (vendor base 0xD4321000), the others
+// PKCS#11's.
 const (
 	CKM_GOSTR3410_12_DERIVE = 0xD4321007
 	CKM_GOSTR3410_KEY_WRAP  = p11.CKM_GOSTR3410_KEY_WRAP // 0x1203
@@ -163,6 +162,7 @@ var mechanismNames = map[uint]string{
 	CKM_GOSTR3411_12_512: "CKM_GOSTR3411_12_512", CKM_GOSTR3410_12_DERIVE: "CKM_GOSTR3410_12_DERIVE",
 	p11.CKM_GOSTR3410_DERIVE: "CKM_GOSTR3410_DERIVE", CKM_GOSTR3410_KEY_WRAP: "CKM_GOSTR3410_KEY_WRAP",
 	CKM_GOST28147: "CKM_GOST28147", CKM_GOST28147_KEY_WRAP: "CKM_GOST28147_KEY_WRAP", p11.CKM_GOST28147_ECB: "CKM_GOST28147_ECB",
+	CKM_KDF_4357: "CKM_KDF_4357", p11.CKM_GOST28147_MAC: "CKM_GOST28147_MAC",
 }
 
 // mechanismName is a mechanism's CKM_ name, or its value in hex.
@@ -347,19 +347,29 @@ func (k *Key) Capabilities(mechs []Mechanism) []Capability {
 	case "EC":
 		login.Why = "signagent's certificate login takes RSA keys only"
 	case "GOST":
-		login.Why = "signagent's certificate login takes RSA keys only (GOST key transport is not supported)"
-		for _, x := range []struct {
-			code, use uint
-			what      string
-		}{
-			{CKM_GOSTR3410_12_DERIVE, p11.CKF_DERIVE, "derive"}, {CKM_GOSTR3410_KEY_WRAP, p11.CKF_UNWRAP, "unwrap"},
-			{CKM_GOST28147_KEY_WRAP, p11.CKF_UNWRAP, "unwrap"}, {CKM_GOST28147, p11.CKF_DECRYPT, "decrypt"},
-		} {
-			state := "absent"
-			if _, ok := find(x.code, x.use); ok {
-				state = "present"
+		// The ways the module lists; CKA_DERIVE and CKA_UNWRAP are read
+		// when the key opens a challenge (token check tries each way).
+		flags := map[uint]uint{}
+		for _, m := range mechs {
+			flags[m.Code] |= m.flags
+		}
+		login.Allowed = true
+		ways, err := gostLoginOffered(flags, true, true, k.token.Label, k.label)
+		if err != nil {
+			login.Why = err.Error()
+		} else {
+			login.Offered = true
+			login.Uses = ways[0].String()
+		}
+		for _, w := range GOSTLoginWays {
+			state := "offered"
+			for _, n := range gostLoginNeeds(w) {
+				if flags[n.code]&n.flag == 0 {
+					state = "not offered (no " + mechanismName(n.code) + ")"
+					break
+				}
 			}
-			login.Notes = append(login.Notes, fmt.Sprintf("%s (%s): %s", mechanismName(x.code), x.what, state))
+			login.Notes = append(login.Notes, fmt.Sprintf("%s: %s", w.Short(), state))
 		}
 	}
 	if login.Allowed && login.Offered {

@@ -96,6 +96,8 @@ type checkFunction struct {
 	Works  bool        `json:"works"`
 	Error  string      `json:"error,omitempty"`
 	Timing *checkTimes `json:"timing,omitempty"`
+	// Ways: for a GOST key's certificate login, each way tried.
+	Ways []checkWay `json:"ways,omitempty"`
 }
 
 type checkTimes struct {
@@ -160,6 +162,13 @@ func tokenCheck(c *cli.Context, e *env) error {
 				err = certErr
 			case cp.Function == pkcs11.FunctionTrusted:
 				fn.Timing, err = op(func(ctx context.Context) error { return checkSignature(ctx, key, cert) })
+			case key.IsGOST():
+				wctx, cancel := context.WithTimeout(c.Context, sel.Timeout*time.Duration(len(pkcs11.GOSTLoginWays)))
+				fn.Ways, err = tryGOSTWays(wctx, key, cert)
+				cancel()
+				if err == nil {
+					fn.Timing, err = op(func(ctx context.Context) error { return checkGOSTCertLogin(ctx, key, cert) })
+				}
 			default:
 				fn.Timing, err = op(func(ctx context.Context) error { return checkCertLogin(ctx, key, cert) })
 			}
@@ -329,6 +338,9 @@ func writeCheck(w io.Writer, mod pkcs11.Module, r checkReport) error {
 			tried := "a signature verified against the certificate"
 			if fn.Function == pkcs11.FunctionCertLogin {
 				tried = "32 random bytes encrypted to the certificate, decrypted on the token"
+				if r.Key.Type == "GOST" {
+					tried = "a challenge sealed to the certificate as the service seals it, opened on the token"
+				}
 			}
 			fmt.Fprintf(w, "%s: yes (%s, %s); %s: median %.1f ms of %d (%.1f to %.1f)\n", fn.Function, shape, fn.Uses, tried,
 				fn.Timing.MedianMS, fn.Timing.Rounds, fn.Timing.MinMS, fn.Timing.MaxMS)
@@ -338,6 +350,7 @@ func writeCheck(w io.Writer, mod pkcs11.Module, r checkReport) error {
 		for _, n := range fn.Notes {
 			fmt.Fprintf(w, "  %s\n", n)
 		}
+		writeWays(w, fn.Ways)
 	}
 	switch p := r.PIN; {
 	case p == nil:
