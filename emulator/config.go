@@ -88,6 +88,11 @@ type Config struct {
 	// AuthenticateConfirm then accepts that document back. "" is the real
 	// challenge.
 	ChallengeFault string `yaml:"challengeFault"`
+	// GOSTContentSBox is the GOST 28147-89 S-box of a certificate login's
+	// content for a GOST R 34.10-2012 certificate: "CryptoPro-A" (default)
+	// or "TC26-Z". The service's is not documented; OpenSSL's gost engine
+	// makes either.
+	GOSTContentSBox string `yaml:"gostContentSBox"`
 
 	// OIDC is the identity provider's side (OpenID Connect).
 	OIDC OIDCConfig `yaml:"oidc"`
@@ -108,7 +113,8 @@ func (cfg *Config) trustedConfig() trusted.Config {
 }
 
 func (cfg *Config) legacyConfig() legacy.Config {
-	return legacy.Config{Developers: cfg.Developers, TokenTTL: cfg.TokenTTL, ChallengeTTL: cfg.ChallengeTTL, OAEP: cfg.OAEP, ChallengeFault: cfg.ChallengeFault}
+	return legacy.Config{Developers: cfg.Developers, TokenTTL: cfg.TokenTTL, ChallengeTTL: cfg.ChallengeTTL, OAEP: cfg.OAEP, ChallengeFault: cfg.ChallengeFault,
+		GOSTContentSBox: cfg.GOSTContentSBox}
 }
 
 // LoadConfig reads and checks a configuration file. Relative file names in
@@ -154,7 +160,7 @@ func (cfg *Config) check(dir string) error {
 	if err := lc.Check(dir); err != nil {
 		return err
 	}
-	cfg.TokenTTL, cfg.ChallengeTTL = lc.TokenTTL, lc.ChallengeTTL
+	cfg.TokenTTL, cfg.ChallengeTTL, cfg.GOSTContentSBox = lc.TokenTTL, lc.ChallengeTTL, lc.GOSTContentSBox
 	if len(cfg.Partners) == 0 && len(cfg.Developers) == 0 && len(cfg.OIDC.Clients) == 0 {
 		return errors.New("no partners, developers or OpenID Connect clients: the emulator would refuse everyone")
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/signagent/signagent/emulator/directory"
 	"github.com/signagent/signagent/emulator/kit"
+	"github.com/signagent/signagent/internal/gost"
 )
 
 // Codes of the legacy scheme's answers, sent in the X-Service-ErrorCode
@@ -52,6 +53,10 @@ type Config struct {
 	OAEP bool
 	// ChallengeFault "document" seals FaultDocument instead of a random.
 	ChallengeFault string
+	// GOSTContentSBox is the GOST 28147-89 S-box of a challenge's content
+	// for a GOST certificate: "CryptoPro-A" (the default) or "TC26-Z" (the
+	// key wrap's is TC26-Z, as OpenSSL's gost engine makes it).
+	GOSTContentSBox string
 }
 
 // Check fills the defaults and loads and checks the developers' keys
@@ -61,6 +66,12 @@ func (c *Config) Check(dir string) error {
 	c.ChallengeTTL.Default(10 * time.Minute)
 	if f := c.ChallengeFault; f != "" && f != ChallengeDocument {
 		return fmt.Errorf("challengeFault %q: want %q or nothing", f, ChallengeDocument)
+	}
+	if c.GOSTContentSBox == "" {
+		c.GOSTContentSBox = gost.SBoxCryptoProA.Name
+	}
+	if s := c.GOSTContentSBox; s != gost.SBoxCryptoProA.Name && s != gost.SBoxTC26Z.Name {
+		return fmt.Errorf("gostContentSBox %q: want %q or %q", s, gost.SBoxCryptoProA.Name, gost.SBoxTC26Z.Name)
 	}
 	names, keys := map[string]bool{}, map[string]bool{}
 	for i := range c.Developers {

@@ -17,6 +17,7 @@ import (
 	"github.com/signagent/signagent/emulator/directory"
 	"github.com/signagent/signagent/emulator/kit"
 	"github.com/signagent/signagent/envelope"
+	"github.com/signagent/signagent/internal/gost"
 )
 
 // ChallengeDocument is the ChallengeFault that answers certificate logins
@@ -141,8 +142,14 @@ func (s *Side) byCertificate(body []byte) (string, []byte, *kit.Refusal) {
 	if err != nil {
 		return "", nil, kit.Refuse(http.StatusBadRequest, kit.CodeBadRequest, "Could not deserialize certificate from the request body")
 	}
-	if _, ok := cert.PublicKey.(*rsa.PublicKey); !ok {
-		return "", nil, kit.Refuse(http.StatusBadRequest, kit.CodeBadRequest, "The emulator encrypts to RSA certificates only")
+	// RSA, or GOST R 34.10-2012 as the service's qualified certificates
+	// are: sealed with CryptoPro key transport and the configured content
+	// S-box.
+	_, isRSA := cert.PublicKey.(*rsa.PublicKey)
+	if !isRSA {
+		if _, err := gost.PublicKeyOf(cert); err != nil {
+			return "", nil, kit.Refuse(http.StatusBadRequest, kit.CodeBadRequest, "The emulator encrypts to RSA and GOST R 34.10-2012 certificates only ("+err.Error()+")")
+		}
 	}
 	thumb := directory.Thumbprint(cert.Raw)
 	user := s.dir.UserByThumbprint(thumb)
@@ -154,7 +161,12 @@ func (s *Side) byCertificate(body []byte) (string, []byte, *kit.Refusal) {
 	if s.cfg.ChallengeFault == ChallengeDocument {
 		random = append([]byte{}, FaultDocument...)
 	}
-	env, err := envelope.Seal(random, cert, s.cfg.OAEP)
+	var env []byte
+	if isRSA {
+		env, err = envelope.Seal(random, cert, s.cfg.OAEP)
+	} else {
+		env, err = envelope.SealGOST(random, cert, gost.SBoxByName(s.cfg.GOSTContentSBox))
+	}
 	if err != nil {
 		return "", nil, kit.Refuse(http.StatusInternalServerError, kit.CodeInternal, "could not encrypt: "+err.Error())
 	}
