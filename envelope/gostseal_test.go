@@ -97,7 +97,8 @@ func opensslDecrypt(t *testing.T, conf string, r gostRecipient, der []byte) ([]b
 // GnuTLS's certtool (the test module's), both content S-boxes, a 32-byte
 // random and 3000 bytes (two key-meshing points). A changed ciphertext
 // opens to other bytes (CFB has no integrity), a changed wrapped key not
-// at all (the MAC).
+// at all (the MAC). signagent's reader (GOSTTransport) takes the 32-byte
+// challenges and refuses 3000 bytes (over its bound).
 func TestSealGOSTOpenSSLDecrypts(t *testing.T) {
 	conf := hsmtest.GOSTEngineConf(t)
 	recipients := map[string]gostRecipient{
@@ -116,6 +117,9 @@ func TestSealGOSTOpenSSLDecrypts(t *testing.T) {
 						t.Fatal(err)
 					}
 					checkGOSTShape(t, der, r.cert, s, n)
+					if _, err := envelope.GOSTTransport(der, r.cert); (err == nil) != (n <= envelope.MaxGOSTChallenge) {
+						t.Fatalf("signagent's reader of a %d-byte challenge: %v", n, err)
+					}
 					got, err := opensslDecrypt(t, conf, r, der)
 					if err != nil || !bytes.Equal(got, content) {
 						t.Fatalf("openssl cms -decrypt: %x, %v", got, err)
