@@ -93,9 +93,9 @@ func opensslDecrypt(t *testing.T, conf string, r gostRecipient, der []byte) ([]b
 
 // The reverse check by a party nobody here wrote: what SealGOST seals to a
 // GOST certificate, OpenSSL's gost engine opens with the certificate's key
-// to the same bytes: 256 and 512-bit keys made by OpenSSL, a key made by
-// GnuTLS's certtool (the test module's), both content S-boxes, a 32-byte
-// random and 3000 bytes (two key-meshing points). A changed ciphertext
+// to the same bytes: 256 and 512-bit keys made by OpenSSL and by GnuTLS's
+// certtool (the test module's), both content S-boxes, a 32-byte random
+// and 3000 bytes (two key-meshing points). A changed ciphertext
 // opens to other bytes (CFB has no integrity), a changed wrapped key not
 // at all (the MAC). signagent's reader (GOSTTransport) takes the 32-byte
 // challenges and refuses 3000 bytes (over its bound).
@@ -105,6 +105,7 @@ func TestSealGOSTOpenSSLDecrypts(t *testing.T) {
 		"openssl 256":  newOpenSSLRecipient(t, conf, 256),
 		"openssl 512":  newOpenSSLRecipient(t, conf, 512),
 		"certtool 256": newCerttoolRecipient(t, 256),
+		"certtool 512": newCerttoolRecipient(t, 512),
 	}
 	for name, r := range recipients {
 		for _, s := range []*gost.SBox{gost.SBoxCryptoProA, gost.SBoxTC26Z} {
