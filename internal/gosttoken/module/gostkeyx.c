@@ -76,6 +76,16 @@ static const char *sbox_of(const unsigned char *der, size_t len) {
 	return NULL;
 }
 
+static void count_objects(void) {
+	int n = 0;
+	for (int i = 0; i < MAX_KEYS; i++) n += skeys[i].live;
+	FILE *f = fopen(path("objects"), "w");
+	if (f) {
+		fprintf(f, "%d\n", n);
+		fclose(f);
+	}
+}
+
 static int kx_load(gnutls_privkey_t key) {
 	if (!gcry_control(GCRYCTL_INITIALIZATION_FINISHED_P)) {
 		gcry_check_version(NULL);
@@ -100,6 +110,7 @@ static int kx_load(gnutls_privkey_t key) {
 	gnutls_memset(k.data, 0, k.size);
 	gnutls_free(k.data);
 	snprintf(curve_name, sizeof curve_name, "%s", gnutls_ecc_curve_get_oid(curve));
+	count_objects(); /* none yet */
 	return ok ? 0 : -1;
 }
 
@@ -148,16 +159,6 @@ static int kdf_allowed(CK_ULONG kdf) {
 	for (char *save, *p = strtok_r(v, ",", &save); p; p = strtok_r(NULL, ",", &save))
 		if (strcmp(p, name) == 0) return 1;
 	return 0;
-}
-
-static void count_objects(void) {
-	int n = 0;
-	for (int i = 0; i < MAX_KEYS; i++) n += skeys[i].live;
-	FILE *f = fopen(path("objects"), "w");
-	if (f) {
-		fprintf(f, "%d\n", n);
-		fclose(f);
-	}
 }
 
 static struct skey *skey(CK_OBJECT_HANDLE h) {
@@ -444,10 +445,10 @@ static int der_next(struct der *d, unsigned char tag, struct der *v) {
 	} else if (len == 0x82) {
 		if (d->n < 4 || d->p[2] == 0) return -1;
 		len = (size_t)d->p[2] << 8 | d->p[3], hl = 4;
-	} else if (len > 0x80) {
+	} else if (len >= 0x80) { /* 0x80: indefinite; longer lengths are not met here */
 		return -1;
 	}
-	if (len == 0x80 || d->n - hl < len) return -1; /* 0x80: indefinite */
+	if (d->n - hl < len) return -1;
 	v->p = d->p + hl, v->n = len;
 	d->p += hl + len, d->n -= hl + len;
 	return 0;
