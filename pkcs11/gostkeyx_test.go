@@ -3,11 +3,16 @@ package pkcs11_test
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/rand"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/hsmtest"
@@ -160,4 +165,45 @@ func TestGOSTCertLoginFaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkCertLoginOpen: the time to open one certificate-login challenge
+// on the token, in one run: GOST 256 and 512 on the GOST test module (each
+// way its builds offer) and RSA-2048 on SoftHSM (PKCS#1 v1.5 key transport,
+// AES-CBC here). envelope.Open is what a login calls; the envelope is
+// sealed once, as the service would (the emulator's sealer).
+func BenchmarkCertLoginOpen(b *testing.B) {
+	bench := func(b *testing.B, der []byte, cert *x509.Certificate, key crypto.Decrypter) {
+		for b.Loop() {
+			if _, err := envelope.Open(der, cert, key); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for _, bits := range []int{256, 512} {
+		for _, oneStep := range []bool{false, true} {
+			g := hsmtest.NewGOST(b, bits, gosttoken.Options{OneStepUnwrap: oneStep})
+			k, err := pkcs11.Open(context.Background(), g.Selection(), zerolog.Nop())
+			if err != nil {
+				b.Fatal(err)
+			}
+			ways, err := k.GOSTLoginWays(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			der, err := envelope.Seal(make([]byte, 32), g.Cert, false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Run(fmt.Sprintf("gost%d/%s", bits, ways[0].Short()), func(b *testing.B) { bench(b, der, g.Cert, k) })
+			k.Close()
+		}
+	}
+	tk := hsmtest.New(b)
+	key := tk.Open(b, tk.RSA.Label)
+	der, err := envelope.Seal(make([]byte, 32), key.Certificate(), false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("rsa2048/pkcs1v15", func(b *testing.B) { bench(b, der, key.Certificate(), key) })
 }
