@@ -39,7 +39,7 @@ func devTokenCommand(e *env) *cli.Command {
 		Description: "Prints shell `export` lines on stdout, so that\n\n   eval \"$(signagent dev-token)\"\n\n" +
 			"points the other commands at the token. The PIN is random and kept in DIR/pin (mode 0600).\n" +
 			"--key-type gost2012-256 or gost2012-512 makes a GOST R 34.10-2012 key with certtool and builds the GOST\n" +
-			"test module with gcc (gnutls-bin, gcc and libgnutls28-dev needed): a software stand-in for a Rutoken or\n" +
+			"test module with gcc (gnutls-bin, gcc, libgnutls28-dev and libgcrypt20-dev needed): a software stand-in for a Rutoken or\n" +
 			"JaCarta card, for development only (its key is a file in DIR).\n" +
 			"Run again to reuse the token; --force makes a new one. It only ever removes what it made (it marks\n" +
 			"its directory with " + softhsm.DevMarker + "), and refuses a non-empty directory it did not make unless --force.",
