@@ -18,11 +18,14 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # (pcscd with vsmartcard's vpcd reader driver, a card emulated by libcacard
 # over an NSS database that certutil makes, in namespaces set up with
 # iproute2; pcsc-tools to look at it by hand), and duktape (the JavaScript
-# engine polkitd links) to check the package's polkit rule.
+# engine polkitd links) to check the package's polkit rule, and the
+# interpreters and compilers of the partner examples (examples/: python3,
+# nodejs, a JDK 17, mono's mcs).
 DEPS    := softhsm2 opensc gnutls-bin openssl curl procps chromium systemd redis-server \
            swtpm tpm2-abrmd libtss2-tcti-tabrmd0 dbus-daemon tpm2-tools libtpm2-pkcs11-1 libtpm2-pkcs11-tools \
            zsh fish groff-base lintian libgnutls28-dev libgcrypt20-dev nettle-dev libgmp-dev pkg-config libengine-gost-openssl \
-           pcscd vsmartcard-vpcd libcacard-dev libnss3-tools pcsc-tools iproute2 duktape
+           pcscd vsmartcard-vpcd libcacard-dev libnss3-tools pcsc-tools iproute2 duktape \
+           python3 nodejs openjdk-17-jdk-headless mono-devel
 # make bench also compares with openssl's PKCS#11 engine.
 BENCH_DEPS := $(DEPS) libengine-pkcs11-openssl nginx
 BENCH_ARGS ?=

@@ -58,7 +58,7 @@ func TestOpenAPIMatchesCode(t *testing.T) {
 	for name, typ := range map[string]any{
 		"Credential": api.Credential{}, "SignatureRequest": api.SignatureRequest{}, "SignatureResponse": api.SignatureResponse{},
 		"SessionRequest": api.SessionRequest{}, "SessionResponse": api.SessionResponse{}, "DropResponse": api.DropResponse{},
-		"LinkRequest": api.LinkRequest{}, "LinkResponse": api.LinkResponse{}, "HealthResponse": api.HealthResponse{},
+		"LinkRequest": api.LinkRequest{}, "LinkResult": api.LinkResponse{}, "HealthResponse": api.HealthResponse{},
 		"TokenState": api.TokenState{}, "ReadyResponse": api.ReadyResponse{}, "Check": api.Check{},
 	} {
 		s, ok := doc.Components.Schemas[name]
