@@ -20,6 +20,19 @@ type decrypter interface {
 // Decrypt decrypts msg with the token's key through the same queue as the
 // signatures (a legacy certificate login's challenge).
 func (m *Manager) Decrypt(ctx context.Context, msg []byte, opts crypto.DecrypterOpts) ([]byte, error) {
+	return m.withToken(ctx, "decrypt", func(ctx context.Context, tok Token) ([]byte, error) {
+		d, ok := tok.(decrypter)
+		if !ok {
+			return nil, fmt.Errorf("%w: this token's key cannot decrypt", pkcs11.ErrKeyUsage)
+		}
+		return d.DecryptContext(ctx, msg, opts)
+	})
+}
+
+// withToken runs op with the current token through the queue, detached
+// from the caller's cancellation once it runs; a failure that means the
+// token is gone takes it out of service.
+func (m *Manager) withToken(ctx context.Context, what string, op func(context.Context, Token) ([]byte, error)) ([]byte, error) {
 	if !m.State().Ready {
 		return nil, m.notReady()
 	}
@@ -29,13 +42,9 @@ func (m *Manager) Decrypt(ctx context.Context, msg []byte, opts crypto.Decrypter
 			return nil, m.notReady()
 		}
 		defer c.flight.Done()
-		d, ok := c.tok.(decrypter)
-		if !ok {
-			return nil, fmt.Errorf("%w: this token's key cannot decrypt", pkcs11.ErrKeyUsage)
-		}
-		out, err := d.DecryptContext(context.WithoutCancel(ctx), msg, opts)
+		out, err := op(context.WithoutCancel(ctx), c.tok)
 		if _, ok := pkcs11.Code(err); ok {
-			err = pkcs11.Classify("decrypt", err)
+			err = pkcs11.Classify(what, err)
 		}
 		if err != nil && pkcs11.Recoverable(err) {
 			m.fail(c, err)
@@ -81,27 +90,12 @@ type gostOpener interface {
 // gost runs op with the current token's GOST key through the queue, as
 // Decrypt does for RSA.
 func (m *Manager) gost(ctx context.Context, what string, op func(context.Context, gostOpener) ([]byte, error)) ([]byte, error) {
-	if !m.State().Ready {
-		return nil, m.notReady()
-	}
-	return m.q.do(ctx, func(ctx context.Context) ([]byte, error) {
-		c := m.lease()
-		if c == nil {
-			return nil, m.notReady()
-		}
-		defer c.flight.Done()
-		g, ok := c.tok.(gostOpener)
+	return m.withToken(ctx, what, func(ctx context.Context, tok Token) ([]byte, error) {
+		g, ok := tok.(gostOpener)
 		if !ok || !g.IsGOST() {
 			return nil, fmt.Errorf("%w: this token's key is not a GOST key", pkcs11.ErrKeyUsage)
 		}
-		out, err := op(context.WithoutCancel(ctx), g)
-		if _, ok := pkcs11.Code(err); ok {
-			err = pkcs11.Classify(what, err)
-		}
-		if err != nil && pkcs11.Recoverable(err) {
-			m.fail(c, err)
-		}
-		return out, err
+		return op(ctx, g)
 	})
 }
 
