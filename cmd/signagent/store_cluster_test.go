@@ -22,16 +22,7 @@ import (
 // proxies makes six legacy logins. Nothing in the cluster reads in clear.
 func TestServeSharedStoreCluster(t *testing.T) {
 	const identities = 6
-	tk := hsmtest.New(t)
-	users := make([]emulator.User, identities)
-	for i := range users {
-		users[i] = emulator.User{ID: fmt.Sprintf("u%d", i), Phone: fmt.Sprintf("93%08d", i), Linked: []string{fmt.Sprintf("p:crm-%d", i)}}
-	}
-	emu := startEmulator(t, &emulator.Config{
-		Partners:   []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}}},
-		Developers: []emulator.Developer{{Name: "crm", Key: "testClient-0a1b2c3d4e"}},
-		Users:      users,
-	})
+	tk, emu := trustedUsers(t, identities)
 	cluster := redistest.StartCluster(t, 3)
 	dir := t.TempDir()
 	key := filepath.Join(dir, "store.key")
@@ -105,4 +96,20 @@ func TestServeSharedStoreCluster(t *testing.T) {
 			}
 		}
 	}
+}
+
+// trustedUsers is a token and an emulator whose partner "p" (that token's
+// certificate) has n users linked, u<i> with phone 93<i, 8 digits> as
+// crm-<i>, and a developer key testClient-0a1b2c3d4e for the legacy side.
+func trustedUsers(t *testing.T, n int) (*hsmtest.Token, *emulator.Server) {
+	tk := hsmtest.New(t)
+	users := make([]emulator.User, n)
+	for i := range users {
+		users[i] = emulator.User{ID: fmt.Sprintf("u%d", i), Phone: fmt.Sprintf("93%08d", i), Linked: []string{fmt.Sprintf("p:crm-%d", i)}}
+	}
+	return tk, startEmulator(t, &emulator.Config{
+		Partners:   []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}}},
+		Developers: []emulator.Developer{{Name: "crm", Key: "testClient-0a1b2c3d4e"}},
+		Users:      users,
+	})
 }
