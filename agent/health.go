@@ -1,10 +1,11 @@
 package agent
 
 import (
+	"context"
 	"net/http"
+	"time"
 
 	"github.com/signagent/signagent/api"
-	"github.com/signagent/signagent/oidc"
 )
 
 func (a *Agent) healthz(w http.ResponseWriter, r *http.Request) {
@@ -22,7 +23,7 @@ func (a *Agent) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 // readiness checks each configured part: the token only when the agent
-// signs, OpenID Connect's token store, the legacy scheme.
+// signs, the shared store, OpenID Connect's token store, the legacy scheme.
 func (a *Agent) readiness() api.ReadyResponse {
 	resp := api.ReadyResponse{Status: "ready", Checks: map[string]api.Check{}}
 	if a.tm != nil {
@@ -32,20 +33,27 @@ func (a *Agent) readiness() api.ReadyResponse {
 		resp.Queue = &api.QueueState{Depth: a.tm.QueueDepth(), Dropped: int(a.tm.Dropped())}
 	}
 
-	if t := a.now().oidc; t != nil {
+	st := a.now()
+	if st.shared != nil {
+		// The shared store (every scheme's records), pinged once.
+		c := api.Check{Ready: true}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if err := st.shared.Ping(ctx); err != nil {
+			c = api.Check{Reason: err.Error()}
+		}
+		cancel()
+		resp.Checks["store"] = c
+	}
+	if t := st.oidc; t != nil {
+		// Its token store: the local files say whether they can be used;
+		// a shared one is the store check's.
 		c := api.Check{Ready: true}
 		if err := t.Store.Check(); err != nil {
 			c = api.Check{Reason: err.Error()}
 		}
-		if _, shared := t.Store.(*oidc.Shared); shared {
-			// The shared store, pinged; OpenID Connect itself needs nothing
-			// more to serve.
-			resp.Checks["store"] = c
-			c = api.Check{Ready: true}
-		}
 		resp.Checks["oidc"] = c
 	}
-	if a.now().legacy != nil {
+	if st.legacy != nil {
 		resp.Checks["legacy"] = api.Check{Ready: true}
 	}
 	for _, c := range resp.Checks {

@@ -31,7 +31,7 @@ func TestAgentSharedStore(t *testing.T) {
 	h := start(t, options{oidc: true, apiURL: "emu"})
 	srv := redistest.Start(t)
 	sealer, _ := store.NewSealer(bytes.Repeat([]byte{3}, 32))
-	r, err := store.Open(store.Options{URL: srv.URL(), Sealer: sealer})
+	r, err := store.Open(srv.URL(), store.Options{Sealer: sealer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,6 +46,7 @@ func TestAgentSharedStore(t *testing.T) {
 	}
 	h.store.Remove("default") // only the shared store has it now
 	h.agent.SetOIDC(&oidc.Tokens{Store: shared, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }})
+	h.agent.SetSharedStore(r) // one store for every scheme, as serve hands it over
 
 	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "oidc", nil, ""); resp.StatusCode != 200 {
 		t.Fatalf("through the shared store: %d %s", resp.StatusCode, body)
@@ -82,8 +83,8 @@ func TestAgentsShareSessions(t *testing.T) {
 	h := start(t, options{users: 10})
 	srv := redistest.Start(t)
 	sealer, _ := store.NewSealer(bytes.Repeat([]byte{5}, 32))
-	open := func() *store.Redis {
-		r, err := store.Open(store.Options{URL: srv.URL(), Sealer: sealer, Timeout: 500 * time.Millisecond})
+	open := func() *store.Shared {
+		r, err := store.Open(srv.URL(), store.Options{Sealer: sealer, Timeout: 500 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,8 +185,8 @@ func TestAgentsShareLegacyTokens(t *testing.T) {
 	h := start(t, options{legacy: true, floor: 0})
 	srv := redistest.Start(t)
 	sealer, _ := store.NewSealer(bytes.Repeat([]byte{6}, 32))
-	open := func() *store.Redis {
-		r, err := store.Open(store.Options{URL: srv.URL(), Sealer: sealer})
+	open := func() *store.Shared {
+		r, err := store.Open(srv.URL(), store.Options{Sealer: sealer})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -274,7 +275,7 @@ func BenchmarkCachedOIDCSharedStore(b *testing.B) {
 	shared := local.second(b)
 	srv := redistest.Start(b)
 	sealer, _ := store.NewSealer(bytes.Repeat([]byte{4}, 32))
-	r, err := store.Open(store.Options{URL: srv.URL(), Sealer: sealer})
+	r, err := store.Open(srv.URL(), store.Options{Sealer: sealer})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -323,7 +324,7 @@ func TestAgentSharedStoreTampered(t *testing.T) {
 	h := start(t, options{oidc: true})
 	srv := redistest.Start(t)
 	sealer, _ := store.NewSealer(bytes.Repeat([]byte{8}, 32))
-	r, err := store.Open(store.Options{URL: srv.URL(), Sealer: sealer})
+	r, err := store.Open(srv.URL(), store.Options{Sealer: sealer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +369,7 @@ func sealerOf(t *testing.T, b byte) *store.Sealer {
 func sharedOIDC(t *testing.T, h *harness, sealer *store.Sealer) (*redis.Client, string) {
 	t.Helper()
 	srv := redistest.Start(t)
-	r, err := store.Open(store.Options{URL: srv.URL(), Sealer: sealer})
+	r, err := store.Open(srv.URL(), store.Options{Sealer: sealer})
 	if err != nil {
 		t.Fatal(err)
 	}

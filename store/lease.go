@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // errWaited notes a lease that another agent held for a while, and
@@ -18,26 +16,21 @@ var (
 	errTakenOver = errors.New("took the lease over")
 )
 
-// redisLease is a Lease on Redis: a key holding a random owner, renewed
-// while it is held.
-type redisLease struct {
-	r          *Redis
+// sharedLease is a Lease in a shared store: a key holding a random
+// owner, renewed while it is held.
+type sharedLease struct {
+	s          *Shared
 	key, owner string
 	stop       chan struct{}
 	done       chan struct{}
 }
 
-var (
-	renewScript   = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0`)
-	releaseScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
-)
-
 // Acquire takes kind and id's lease, waiting while another agent holds it
 // (it is released when that agent is done, or expires LeaseTTL after that
 // agent stopped renewing it), until ctx ends. The caller re-reads the
 // record once it holds the lease: the other agent may have just written it.
-func (r *Redis) Acquire(ctx context.Context, kind, id string) (Lease, error) {
-	_, key := r.keys(kind, id)
+func (s *Shared) Acquire(ctx context.Context, kind, id string) (Lease, error) {
+	_, key := s.keys(kind, id)
 	b := make([]byte, 16)
 	rand.Read(b)
 	owner := hex.EncodeToString(b)
@@ -45,26 +38,26 @@ func (r *Redis) Acquire(ctx context.Context, kind, id string) (Lease, error) {
 	waited, start := false, time.Now()
 	for {
 		var got bool
-		err := r.call(ctx, func(ctx context.Context) (err error) {
-			got, err = r.rdb.SetNX(ctx, key, owner, r.leaseTTL).Result()
+		err := s.bounded(ctx, func(ctx context.Context) (err error) {
+			got, err = s.b.take(ctx, key, owner, s.leaseTTL)
 			return err
 		})
 		if err != nil {
-			r.note("acquire", err)
+			s.note("acquire", err)
 			return nil, err
 		}
 		if got {
-			l := &redisLease{r: r, key: key, owner: owner, stop: make(chan struct{}), done: make(chan struct{})}
+			l := &sharedLease{s: s, key: key, owner: owner, stop: make(chan struct{}), done: make(chan struct{})}
 			go l.renew()
 			switch {
-			case waited && time.Since(start) >= r.leaseTTL:
+			case waited && time.Since(start) >= s.leaseTTL:
 				// Its holder stopped renewing it (killed or paused), or
 				// held it that long.
-				r.note("acquire", errTakenOver)
+				s.note("acquire", errTakenOver)
 			case waited:
-				r.note("acquire", errWaited)
+				s.note("acquire", errWaited)
 			default:
-				r.note("acquire", nil)
+				s.note("acquire", nil)
 			}
 			return l, nil
 		}
@@ -74,7 +67,7 @@ func (r *Redis) Acquire(ctx context.Context, kind, id string) (Lease, error) {
 		case <-ctx.Done():
 			t.Stop()
 			err := fmt.Errorf("%w: another agent held the lease until the deadline", ErrUnavailable)
-			r.note("acquire", err)
+			s.note("acquire", err)
 			return nil, err
 		case <-t.C:
 		}
@@ -83,28 +76,28 @@ func (r *Redis) Acquire(ctx context.Context, kind, id string) (Lease, error) {
 }
 
 // renew extends the lease every third of its time to live until Release.
-func (l *redisLease) renew() {
+func (l *sharedLease) renew() {
 	defer close(l.done)
-	t := time.NewTicker(l.r.leaseTTL / 3)
+	t := time.NewTicker(l.s.leaseTTL / 3)
 	defer t.Stop()
 	for {
 		select {
 		case <-l.stop:
 			return
 		case <-t.C:
-			l.r.call(context.Background(), func(ctx context.Context) error {
-				return renewScript.Run(ctx, l.r.rdb, []string{l.key}, l.owner, l.r.leaseTTL.Milliseconds()).Err()
+			l.s.bounded(context.Background(), func(ctx context.Context) error {
+				return l.s.b.renew(ctx, l.key, l.owner, l.s.leaseTTL)
 			})
 		}
 	}
 }
 
 // Release gives the lease up (only if it is still this holder's).
-func (l *redisLease) Release() {
+func (l *sharedLease) Release() {
 	close(l.stop)
 	<-l.done
-	l.r.call(context.Background(), func(ctx context.Context) error {
-		return releaseScript.Run(ctx, l.r.rdb, []string{l.key}, l.owner).Err()
+	l.s.bounded(context.Background(), func(ctx context.Context) error {
+		return l.s.b.release(ctx, l.key, l.owner)
 	})
 }
 

@@ -12,8 +12,8 @@ import (
 // that one agent at a time logs in, refreshes or writes it. The caches
 // take a Records, never a particular store; a cache given none keeps its
 // records in its own process's memory (or, for OpenID Connect, in the
-// local files). *Redis is the one shared implementation; Obtain and
-// DeleteIf are what the caches do with any.
+// local files). *Shared, from Open, is the shared implementation over any
+// backend; Obtain and DeleteIf are what the caches do with any.
 type Records interface {
 	// Get returns kind and id's value, opened: ErrNotFound when there is
 	// none, ErrSealed when it is not to be used (it does not open with the
@@ -42,5 +42,3 @@ type Records interface {
 type Lease interface {
 	Release()
 }
-
-var _ Records = (*Redis)(nil)

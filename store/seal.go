@@ -1,5 +1,6 @@
 // Package store keeps what several agents share (OpenID Connect records,
-// trusted sessions, legacy tokens) in Redis, sealed: every value is
+// trusted sessions, legacy tokens) in Redis, a Sentinel set's master or a
+// Redis Cluster (the backend Open chooses by the URL), sealed: every value is
 // AES-256-GCM under the operator's key with its kind, identity and
 // generation as associated data, and every key name is an HMAC of the kind
 // and identity, so that nothing in Redis reads in clear. Writes happen

@@ -144,23 +144,36 @@ func TestKeyFile(t *testing.T) {
 	}
 }
 
-func TestParseURL(t *testing.T) {
+// TestOpenURL: Open reads the URL once, by the backend its scheme names,
+// before anything else; it connects lazily, so a good URL opens here
+// without a server.
+func TestOpenURL(t *testing.T) {
+	sealer, _ := store.NewSealer(key(1))
 	for raw, want := range map[string]string{
 		"redis://127.0.0.1:6379":                        "",
 		"redis://app@127.0.0.1:6379/2":                  "",
 		"rediss://redis.example:6380":                   "",
 		"redis+sentinel://s1:26379,s2:26379/mymaster/1": "",
+		"redis+cluster://n1:7000,n2:7000,n3:7000":       "",
+		"redis+cluster://app@n1:7000":                   "",
+		"redis+cluster://n1:7000/0":                     "has no path",
+		"redis+cluster://:hunter2@n1:7000":              "holds a password",
+		"redis+cluster://n1":                            "not host:port",
+		"redis+cluster://n1:7000?read_only=true":        "no query",
 		"redis://:hunter2@127.0.0.1:6379":               "holds a password",
 		"redis://app:hunter2@127.0.0.1:6379":            "holds a password",
 		"redis+sentinel://s1:26379":                     "/mastername",
-		"memcached://127.0.0.1:11211":                   "scheme",
+		"memcached://127.0.0.1:11211":                   "want redis://",
 		"redis://127.0.0.1":                             "not host:port",
 		"redis://127.0.0.1:6379/x":                      "not a number",
 		"redis://127.0.0.1:6379?password=x":             "no query",
 		"redis://127.0.0.1:6379,127.0.0.2:6379":         "one host:port",
 		"not a url":                                     "want redis://",
 	} {
-		_, err := store.ParseURL(raw)
+		r, err := store.Open(raw, store.Options{Sealer: sealer})
+		if err == nil {
+			r.Close()
+		}
 		switch {
 		case want == "" && err != nil:
 			t.Errorf("%s: %v", raw, err)
@@ -168,15 +181,21 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("%s: %v, want %q", raw, err, want)
 		}
 	}
+	// The URL is read before the key: a bad URL is the error said.
+	if _, err := store.Open("memcached://127.0.0.1:1", store.Options{}); !errors.Is(err, store.ErrBadURL) {
+		t.Errorf("a bad URL without a key: %v", err)
+	}
+	if _, err := store.Open("redis+cluster://127.0.0.1:1", store.Options{}); !errors.Is(err, store.ErrBadKey) {
+		t.Errorf("no key: %v", err)
+	}
 }
 
-func openStore(t *testing.T, url string, o store.Options) *store.Redis {
+func openStore(t *testing.T, url string, o store.Options) *store.Shared {
 	t.Helper()
 	if o.Sealer == nil {
 		o.Sealer, _ = store.NewSealer(key(1))
 	}
-	o.URL = url
-	r, err := store.Open(o)
+	r, err := store.Open(url, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,9 +208,17 @@ func openStore(t *testing.T, url string, o store.Options) *store.Redis {
 // over cannot write; values are sealed in Redis and named by HMAC.
 func TestLeaseAndFence(t *testing.T) {
 	srv := redistest.Start(t)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer raw.Close()
+	testLeaseAndFence(t, srv.URL(), raw, func() []string { return raw.Keys(context.Background(), "*").Val() })
+}
+
+// testLeaseAndFence runs TestLeaseAndFence on the store at url, which raw
+// reaches too; keys lists every key there.
+func testLeaseAndFence(t *testing.T, url string, raw redis.UniversalClient, keys func() []string) {
 	ctx := context.Background()
-	a := openStore(t, srv.URL(), store.Options{LeaseTTL: 300 * time.Millisecond})
-	b := openStore(t, srv.URL(), store.Options{LeaseTTL: 300 * time.Millisecond})
+	a := openStore(t, url, store.Options{LeaseTTL: 300 * time.Millisecond})
+	b := openStore(t, url, store.Options{LeaseTTL: 300 * time.Millisecond})
 
 	if _, err := a.Get(ctx, "oidc", "crm"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("empty: %v", err)
@@ -231,10 +258,11 @@ func TestLeaseAndFence(t *testing.T) {
 	}
 	lb.Release()
 
-	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer raw.Close()
-	keys, _ := raw.Keys(ctx, "*").Result()
-	for _, k := range keys {
+	all := keys()
+	if len(all) != 1 {
+		t.Errorf("keys in Redis: %q, want the record alone (its lease released)", all)
+	}
+	for _, k := range all {
 		v, _ := raw.HGet(ctx, k, "v").Result()
 		if strings.Contains(k, "crm") || strings.Contains(v, "refresh-token") || !strings.HasPrefix(k, "signagent:{oidc:") {
 			t.Errorf("in clear in Redis: %q = %q", k, v)
@@ -252,12 +280,13 @@ func TestLeaseAndFence(t *testing.T) {
 
 // TestLeaseTakeOver: an agent that dies holding a lease (it stops renewing)
 // delays the next one by at most the lease's time to live.
-func TestLeaseTakeOver(t *testing.T) {
-	srv := redistest.Start(t)
+func TestLeaseTakeOver(t *testing.T) { testLeaseTakeOver(t, redistest.Start(t).URL()) }
+
+func testLeaseTakeOver(t *testing.T, url string) {
 	ctx := context.Background()
 	ttl := 500 * time.Millisecond
-	dead := openStore(t, srv.URL(), store.Options{LeaseTTL: ttl})
-	next := openStore(t, srv.URL(), store.Options{LeaseTTL: ttl})
+	dead := openStore(t, url, store.Options{LeaseTTL: ttl})
+	next := openStore(t, url, store.Options{LeaseTTL: ttl})
 	if _, err := dead.Acquire(ctx, "legacy", "alice"); err != nil {
 		t.Fatal(err)
 	}

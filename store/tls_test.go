@@ -65,7 +65,7 @@ func TestRedisTLS(t *testing.T) {
 	if err := plain.Ping(context.Background()); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("plain to a TLS port: %v", err)
 	}
-	if _, err := store.Open(store.Options{URL: "redis://" + srv.Addr, CAFile: filepath.Join(dir, "ca.crt"), Sealer: mustSealer(t)}); err == nil ||
+	if _, err := store.Open("redis://"+srv.Addr, store.Options{CAFile: filepath.Join(dir, "ca.crt"), Sealer: mustSealer(t)}); err == nil ||
 		!strings.Contains(err.Error(), "for rediss://") {
 		t.Fatalf("a CA file for plain redis://: %v", err)
 	}

@@ -2,26 +2,52 @@ package store
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/signagent/signagent/safefile"
 )
 
-// IsURL says whether s names a shared store (as opposed to "local").
-func IsURL(s string) bool {
-	return strings.HasPrefix(s, "redis://") || strings.HasPrefix(s, "rediss://") || strings.HasPrefix(s, "redis+sentinel://")
+// redisOptions reads a Redis store URL into go-redis options, with the
+// password, CA bundle and timeouts of o. A password in the URL is
+// refused: URLs end up in process listings, logs and shell history.
+func redisOptions(raw string, o Options, timeout time.Duration) (*redis.UniversalOptions, error) {
+	uo, err := parseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	uo.Password = o.Password
+	if o.CAFile != "" {
+		if uo.TLSConfig == nil {
+			return nil, fmt.Errorf("%w: --store-ca-file is for rediss:// (TLS)", ErrBadURL)
+		}
+		pem, err := safefile.Read(o.CAFile, 1<<20)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: %s holds no PEM certificate", ErrBadURL, o.CAFile)
+		}
+		uo.TLSConfig.RootCAs = pool
+	}
+	uo.DialTimeout, uo.ReadTimeout, uo.WriteTimeout = timeout, timeout, timeout
+	uo.MaxRetries = 1
+	uo.ContextTimeoutEnabled = true
+	return uo, nil
 }
 
-// ParseURL reads a store URL into go-redis options. A password in the URL
-// is refused: URLs end up in process listings, logs and shell history.
-func ParseURL(raw string) (*redis.UniversalOptions, error) {
+func parseURL(raw string) (*redis.UniversalOptions, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("%w: %q: want redis://[user@]host:port[/db], rediss://... or redis+sentinel://host:port[,host:port...]/mastername[/db]", ErrBadURL, redactURL(raw))
+		return nil, fmt.Errorf("%w: %q: want %s", ErrBadURL, redactURL(raw), schemesHelp)
 	}
 	if _, has := u.User.Password(); has {
 		return nil, fmt.Errorf("%w: it holds a password; give the password with --store-password-file or SIGNAGENT_STORE_PASSWORD, never in the URL", ErrBadURL)
@@ -53,7 +79,7 @@ func ParseURL(raw string) (*redis.UniversalOptions, error) {
 	switch u.Scheme {
 	case "redis", "rediss":
 		if len(o.Addrs) != 1 {
-			return nil, fmt.Errorf("%w: %s: one host:port (several are for redis+sentinel://)", ErrBadURL, u.Redacted())
+			return nil, fmt.Errorf("%w: %s: one host:port (several are for redis+sentinel:// and redis+cluster://)", ErrBadURL, u.Redacted())
 		}
 		if len(parts) > 1 {
 			return nil, fmt.Errorf("%w: %s: the path is the database number alone", ErrBadURL, u.Redacted())
@@ -76,8 +102,14 @@ func ParseURL(raw string) (*redis.UniversalOptions, error) {
 				return nil, err
 			}
 		}
+	case "redis+cluster":
+		// A cluster has database 0 alone; the addresses are where to
+		// learn the cluster's map from (any of its nodes will do).
+		if len(parts) > 0 {
+			return nil, fmt.Errorf("%w: %s: a cluster URL has no path (a Redis Cluster has database 0 alone)", ErrBadURL, u.Redacted())
+		}
 	default:
-		return nil, fmt.Errorf("%w: scheme %q: want redis, rediss or redis+sentinel", ErrBadURL, u.Scheme)
+		return nil, fmt.Errorf("%w: scheme %q: want %s", ErrBadURL, u.Scheme, schemesHelp)
 	}
 	return o, nil
 }

@@ -22,7 +22,7 @@ type results struct {
 	m  map[string]int
 }
 
-func observe(r *store.Redis) *results {
+func observe(r *store.Shared) *results {
 	c := &results{m: map[string]int{}}
 	r.Observe(func(op, result string) {
 		c.mu.Lock()
@@ -39,7 +39,7 @@ func (c *results) n(opResult string) int {
 }
 
 // put writes v for kind and id under a lease of its own.
-func put(t *testing.T, r *store.Redis, kind, id string, v []byte) error {
+func put(t *testing.T, r *store.Shared, kind, id string, v []byte) error {
 	t.Helper()
 	ctx := context.Background()
 	l, err := r.Acquire(ctx, kind, id)
@@ -55,36 +55,42 @@ func dataKey(s *store.Sealer, kind, id string) string {
 	return "signagent:{" + s.Name(kind, id) + "}"
 }
 
-// bed is a store on a redis-server of its own, what it counts, a raw
-// client to the same server, and where oidc/crm's record is there.
+// bed is a store on a redis-server of its own (or a cluster), what it
+// counts, a raw client to the same Redis, and where oidc/crm's record is
+// there.
 type bed struct {
-	srv     *redistest.Server
+	url     string
 	s       *store.Sealer
-	r       *store.Redis
+	r       *store.Shared
 	counted *results
-	raw     *redis.Client
+	raw     redis.UniversalClient
 	k       string
 }
 
 func newBed(t *testing.T) *bed {
-	b := &bed{srv: redistest.Start(t)}
+	srv := redistest.Start(t)
+	return bedOn(t, srv.URL(), redis.NewClient(&redis.Options{Addr: srv.Addr}))
+}
+
+// bedOn is a bed on the Redis at url, which raw reaches too.
+func bedOn(t *testing.T, url string, raw redis.UniversalClient) *bed {
+	b := &bed{url: url, raw: raw}
 	b.s, _ = store.NewSealer(key(1))
 	b.r = b.agent(t)
 	b.counted = observe(b.r)
-	b.raw = redis.NewClient(&redis.Options{Addr: b.srv.Addr})
 	t.Cleanup(func() { b.raw.Close() })
 	b.k = dataKey(b.s, "oidc", "crm")
 	return b
 }
 
-// agent is another store on the bed's server and key: another agent.
-func (b *bed) agent(t *testing.T) *store.Redis {
-	return openStore(t, b.srv.URL(), store.Options{Sealer: b.s})
+// agent is another store on the bed's Redis and key: another agent.
+func (b *bed) agent(t *testing.T) *store.Shared {
+	return openStore(t, b.url, store.Options{Sealer: b.s})
 }
 
 // remade checks that a cache's Obtain takes oidc/crm's record as absent
 // (not to be used) and writes what it makes instead.
-func remade(t *testing.T, r *store.Redis, made string) {
+func remade(t *testing.T, r *store.Shared, made string) {
 	t.Helper()
 	v, fromStore, err := store.Obtain(context.Background(), r, "oidc", "crm", func([]byte) bool { return true },
 		func(context.Context) ([]byte, time.Duration, error) { return []byte(made), 0, nil })
@@ -110,8 +116,9 @@ func allocated(f func()) (total, heap int64) {
 // allocate a few KiB, not 32 MiB), counted as too_large, and left as it
 // was in Redis; a record that would seal over the bound is not written; a
 // key that is not a record is refused and replaced by the next write.
-func TestValueBound(t *testing.T) {
-	b := newBed(t)
+func TestValueBound(t *testing.T) { testValueBound(t, newBed(t)) }
+
+func testValueBound(t *testing.T, b *bed) {
 	ctx, s, r, counted, raw, k := context.Background(), b.s, b.r, b.counted, b.raw, b.k
 	bound := store.DefaultMaxValue
 
@@ -194,7 +201,7 @@ func TestValueBound(t *testing.T) {
 	}
 
 	// The bound is the store's option.
-	small := openStore(t, b.srv.URL(), store.Options{Sealer: s, MaxValue: 100})
+	small := openStore(t, b.url, store.Options{Sealer: s, MaxValue: 100})
 	if err := put(t, small, "oidc", "small", make([]byte, 100-store.Overhead)); err != nil {
 		t.Fatal(err)
 	}
@@ -216,8 +223,9 @@ func TestValueBound(t *testing.T) {
 // written here is refused (counted, left in Redis as it is); a cache's
 // Obtain then writes a new one above both. What stays possible: an agent
 // that never saw the newer record takes the older one.
-func TestRollback(t *testing.T) {
-	b := newBed(t)
+func TestRollback(t *testing.T) { testRollback(t, newBed(t)) }
+
+func testRollback(t *testing.T, b *bed) {
 	ctx, s, a, counted, raw, k := context.Background(), b.s, b.r, b.counted, b.raw, b.k
 
 	if err := put(t, a, "oidc", "crm", []byte("refresh token 1")); err != nil {

@@ -165,14 +165,14 @@ func obtainLegacy(c *cli.Context, e *env) (legacy.Token, *legacy.Client, error) 
 	}
 	defer done()
 	var tok legacy.Token
-	if u := s.String("store"); u != "" && u != "local" {
+	r, err := openStore(s)
+	if err != nil {
+		return legacy.Token{}, nil, err
+	}
+	if r != nil {
 		// Through the shared store: the token the agents (or an earlier
 		// command) obtained for this identity, or one obtained now under
 		// its lease and kept there.
-		r, serr := openSharedStore(s, u)
-		if serr != nil {
-			return legacy.Token{}, nil, serr
-		}
 		defer r.Close()
 		tokens := legacy.NewTokens(client, 0, 0)
 		tokens.Share(r)

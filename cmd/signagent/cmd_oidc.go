@@ -21,6 +21,7 @@ import (
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/oidc"
+	"github.com/signagent/signagent/store"
 )
 
 const (
@@ -57,14 +58,13 @@ func oidcAgentFlags() []cli.Flag {
 func oidcHeaderFlags() []cli.Flag { return append(oidcAgentFlags(), profileFlag()) }
 
 // oidcAgentConfig is the agent's OpenID Connect scheme: the token store
-// operators sign in to, and the client secret (read once; without one the
-// agent serves fresh tokens and answers 503 to what needs a refresh).
-func oidcAgentConfig(s *settings.Settings, e *env) (*oidc.Tokens, error) {
-	store, err := tokenStore(s)
+// operators sign in to (in shared, the agent's store, when there is one),
+// and the client secret (read once; without one the agent serves fresh
+// tokens and answers 503 to what needs a refresh).
+func oidcAgentConfig(s *settings.Settings, e *env, shared *store.Shared) (*oidc.Tokens, error) {
+	records, err := oidcRecords(s, shared)
 	if err != nil {
-		if u := s.String("store"); u != "" && u != "local" {
-			return nil, err // a shared store asked for is never dropped silently
-		}
+		// The local files only: a shared store is never dropped.
 		e.log.Warn().Err(err).Msg("no token store: oidc authorizations answer 503")
 		return nil, nil
 	}
@@ -72,7 +72,7 @@ func oidcAgentConfig(s *settings.Settings, e *env) (*oidc.Tokens, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &oidc.Tokens{Store: store, Before: s.Duration("refresh-before"), Client: func(rec *oidc.Record) (*oidc.Client, error) {
+	return &oidc.Tokens{Store: records, Before: s.Duration("refresh-before"), Client: func(rec *oidc.Record) (*oidc.Client, error) {
 		if sec == "" {
 			return nil, agent.ErrOIDCSecret
 		}
@@ -302,11 +302,11 @@ func clientSecret(s *settings.Settings) (string, error) {
 // oidcTokens hands out the profiles' tokens, refreshing with a client for
 // the provider and application each profile signed in with.
 func oidcTokens(s *settings.Settings, e *env) (*oidc.Tokens, error) {
-	store, err := tokenStore(s)
+	records, err := tokenStore(s)
 	if err != nil {
 		return nil, err
 	}
-	return &oidc.Tokens{Store: store, Before: s.Duration("refresh-before"), Client: func(rec *oidc.Record) (*oidc.Client, error) {
+	return &oidc.Tokens{Store: records, Before: s.Duration("refresh-before"), Client: func(rec *oidc.Record) (*oidc.Client, error) {
 		sec, err := clientSecret(s)
 		if err != nil {
 			return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -21,7 +22,6 @@ import (
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/internal/settings"
-	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/trusted"
@@ -87,7 +87,7 @@ func readAgentConfig(s *settings.Settings, e *env) (agent.Config, error) {
 		Policy: agent.Policy{ExposeCanonical: s.Bool("expose-canonical"), ExposeLegacyHeader: s.Bool("expose-legacy-header"), NoCertificateLogin: !s.Bool("certificate-login")},
 		APIURL: s.String("api-url"), AllowInsecureAPI: s.Bool("insecure-http"), ServiceMaxBody: int64(s.Int("service-max-body")),
 		ServiceBodyBudget: int64(s.Int("service-body-budget"))}
-	var errs [9]error // all are reported, not only the first
+	var errs [9]error // all are reported, not only the first (and the store's)
 	cfg.Token, errs[0] = selectionFrom(s, false)
 	cfg.Signature, errs[1] = signatureOptions(s)
 	cfg.Routes, errs[2] = agent.ParseRouteRules(s.Strings("routes"))
@@ -116,14 +116,19 @@ func readAgentConfig(s *settings.Settings, e *env) (agent.Config, error) {
 	default:
 		cfg.Legacy, cfg.LegacyPasswords, errs[5] = legacyAgentConfig(s, e)
 	}
-	cfg.OIDC, errs[6] = oidcAgentConfig(s, e)
-	cfg.Schemes = moreSchemes(s, e)
-	if cfg.OIDC != nil {
-		if sh, ok := cfg.OIDC.Store.(*oidc.Shared); ok {
-			cfg.SharedStore = sh.S // trusted sessions are shared there too
-		}
+	// The shared store, opened once: OpenID Connect records, trusted
+	// sessions and legacy tokens are all kept there.
+	shared, serr := openStore(s)
+	if shared != nil {
+		cfg.SharedStore = shared
 	}
-	return cfg, agentErr(settings.Join(append(errs[:], s.Err())...))
+	cfg.OIDC, errs[6] = oidcAgentConfig(s, e, shared)
+	cfg.Schemes = moreSchemes(s, e)
+	err := agentErr(settings.Join(append(append(errs[:], serr), s.Err())...))
+	if err != nil && shared != nil {
+		shared.Close()
+	}
+	return cfg, err
 }
 
 // signingWanted says whether the agent signs: an API key, --base-url or a
@@ -301,6 +306,9 @@ func reload(c *cli.Context, e *env, d *agent.Daemon, inherited []net.Listener) {
 	if err == nil {
 		cfg.Inherited = inherited
 		err = d.Reload(cfg)
+		if c, ok := cfg.SharedStore.(io.Closer); ok && err != nil {
+			c.Close() // opened for this configuration, which is not used
+		}
 	}
 	if err != nil {
 		e.log.Error().Err(err).Msg("reload failed; keeping the running configuration")

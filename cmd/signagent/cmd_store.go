@@ -39,7 +39,7 @@ func storeKeyCommand(e *env) *cli.Command {
 // files, or a store several agents share.
 func storeFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "store", Category: catStore, Value: "local", EnvVars: []string{"SIGNAGENT_STORE"}, Usage: "keep OpenID Connect records in `STORE`: local (the --token-store files) or a store several agents share: redis://[user@]host:port[/db], rediss://..., redis+sentinel://host:port[,...]/master[/db]"},
+		&cli.StringFlag{Name: "store", Category: catStore, Value: "local", EnvVars: []string{"SIGNAGENT_STORE"}, Usage: "keep OpenID Connect records in `STORE`: local (the --token-store files) or a store several agents share: redis://[user@]host:port[/db], rediss://..., redis+sentinel://host:port[,...]/master[/db], redis+cluster://host:port[,...]"},
 		&cli.StringFlag{Name: "store-key-file", Category: catStore, EnvVars: []string{"SIGNAGENT_STORE_KEY_FILE"}, Usage: "the shared store's key `FILE` (64 hex characters, mode 0600; signagent store-key --out FILE makes one)"},
 		storePassword.flagWith(catStore, "; never in the URL"),
 		&cli.StringFlag{Name: "store-prefix", Category: catStore, Value: store.DefaultPrefix, EnvVars: []string{"SIGNAGENT_STORE_PREFIX"}, Usage: "start every Redis key with `PREFIX` (several deployments on one Redis)"},
@@ -48,36 +48,16 @@ func storeFlags() []cli.Flag {
 	}
 }
 
-// tokenStore is where OpenID Connect records are kept: a shared store
-// (--store redis://...), else --token-store, else the default directory.
-func tokenStore(s *settings.Settings) (oidc.Records, error) {
-	if u := s.String("store"); u != "" && u != "local" {
-		return sharedStore(s, u)
-	}
-	if d := s.String("token-store"); d != "" {
-		return oidc.Store{Dir: d}, nil
-	}
-	d, err := oidc.DefaultDir()
-	return oidc.Store{Dir: d}, err
-}
-
-// sharedStore is --store's Redis as the OpenID Connect records' store.
-func sharedStore(s *settings.Settings, u string) (oidc.Records, error) {
-	r, err := openSharedStore(s, u)
-	if err != nil {
-		return nil, err
-	}
-	return &oidc.Shared{S: r, Name: u}, nil
-}
-
-// openSharedStore opens --store's Redis with the key file and the password
-// (a file or the environment: never the URL, never a flag's value).
-func openSharedStore(s *settings.Settings, u string) (*store.Redis, error) {
-	if !store.IsURL(u) {
-		return nil, usageErr(fmt.Errorf("--store %q: want local, redis://, rediss:// or redis+sentinel://", u))
-	}
-	if _, err := store.ParseURL(u); err != nil {
-		return nil, usageErr(err)
+// openStore opens --store, once for a command or a configuration: nil
+// for local (OpenID Connect records in the --token-store files, sessions
+// and legacy tokens in this process's memory), else the store several
+// agents share, with the key file and the password (a file or the
+// environment: never the URL, never a flag's value). The URL is read by
+// store.Open alone, and its mistakes are said before the key's.
+func openStore(s *settings.Settings) (*store.Shared, error) {
+	u := s.String("store")
+	if u == "" || u == "local" {
+		return nil, nil
 	}
 	var errs []error
 	var sealer *store.Sealer
@@ -96,16 +76,48 @@ func openSharedStore(s *settings.Settings, u string) (*store.Redis, error) {
 		}
 		password = got.Value
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, usageErr(err)
-	}
 	wait := s.Int("store-wait-replicas")
 	if wait == 0 {
 		wait = -1 // none
 	}
-	r, err := store.Open(store.Options{URL: u, Password: password, CAFile: s.String("store-ca-file"), Prefix: s.String("store-prefix"), Sealer: sealer, WaitReplicas: wait})
+	r, err := store.Open(u, store.Options{Password: password, CAFile: s.String("store-ca-file"), Prefix: s.String("store-prefix"), Sealer: sealer, WaitReplicas: wait})
+	switch {
+	case errors.Is(err, store.ErrBadURL):
+		return nil, usageErr(fmt.Errorf("--store (local, or a shared store's URL): %w", err))
+	case err != nil && !errors.Is(err, store.ErrBadKey):
+		return nil, usageErr(err)
+	}
+	if jerr := errors.Join(errs...); jerr != nil {
+		if r != nil {
+			r.Close()
+		}
+		return nil, usageErr(jerr)
+	}
 	if err != nil {
 		return nil, usageErr(err)
 	}
 	return r, nil
+}
+
+// tokenStore is where a command keeps OpenID Connect records: the shared
+// store (--store), else the files.
+func tokenStore(s *settings.Settings) (oidc.Records, error) {
+	st, err := openStore(s)
+	if err != nil {
+		return nil, err
+	}
+	return oidcRecords(s, st)
+}
+
+// oidcRecords are the OpenID Connect records in st when there is one,
+// else in --token-store, else in the default directory.
+func oidcRecords(s *settings.Settings, st *store.Shared) (oidc.Records, error) {
+	if st != nil {
+		return &oidc.Shared{S: st, Name: s.String("store")}, nil
+	}
+	if d := s.String("token-store"); d != "" {
+		return oidc.Store{Dir: d}, nil
+	}
+	d, err := oidc.DefaultDir()
+	return oidc.Store{Dir: d}, err
 }

@@ -108,12 +108,12 @@ func sessionCommand(e *env) *cli.Command {
 				}
 				return client.Session(ctx, cred, userID)
 			}
+			r, err := openStore(settings.Of(c))
+			if err != nil {
+				return err
+			}
 			var s *trusted.Session
-			if u := c.String("store"); u != "" && u != "local" {
-				r, err := openSharedStore(settings.Of(c), u)
-				if err != nil {
-					return err
-				}
+			if r != nil {
 				defer r.Close()
 				sid, at, fromStore, err := trusted.SharedSession(c.Context, r, key, cred, userID, c.Duration("session-ttl"), flow)
 				if errors.Is(err, store.ErrUnavailable) {

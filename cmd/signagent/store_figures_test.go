@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/emulator"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/redistest"
 )
 
@@ -24,16 +22,7 @@ import (
 // exactly 1,000 legacy logins, not 3,000.
 func TestFiguresSharedStoreSessions(t *testing.T) {
 	const identities, agents = 1000, 3
-	tk := hsmtest.New(t)
-	users := make([]emulator.User, identities)
-	for i := range users {
-		users[i] = emulator.User{ID: fmt.Sprintf("u%d", i), Phone: fmt.Sprintf("93%08d", i), Linked: []string{fmt.Sprintf("p:crm-%d", i)}}
-	}
-	emu := startEmulator(t, &emulator.Config{
-		Partners:   []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}}},
-		Developers: []emulator.Developer{{Name: "crm", Key: "testClient-0a1b2c3d4e"}},
-		Users:      users,
-	})
+	tk, emu := trustedUsers(t, identities)
 	srv := redistest.Start(t)
 	dir := t.TempDir()
 	key := filepath.Join(dir, "store.key")

@@ -164,7 +164,7 @@ func TestSharedStoreBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"SIGNAGENT_STORE=redis://app:hunter2@127.0.0.1:6379", "SIGNAGENT_STORE_KEY_FILE=" + good}, "holds a password; give the password with --store-password-file"},
-		{[]string{"SIGNAGENT_STORE=memcached://127.0.0.1:1"}, "want local, redis://"},
+		{[]string{"SIGNAGENT_STORE=memcached://127.0.0.1:1"}, "--store (local, or a shared store's URL): bad store URL: scheme \"memcached\": want redis://"},
 		{[]string{"SIGNAGENT_STORE=redis://127.0.0.1:1"}, "needs --store-key-file"},
 		{[]string{"SIGNAGENT_STORE=redis://127.0.0.1:1", "SIGNAGENT_STORE_KEY_FILE=" + open}, "chmod go-rwx"},
 		{[]string{"SIGNAGENT_STORE=redis://127.0.0.1:1", "SIGNAGENT_STORE_KEY_FILE=" + short}, "not 64 hexadecimal characters"},

@@ -278,3 +278,80 @@ func freePort(t testing.TB) string {
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	return port
 }
+
+// Cluster is a Redis Cluster of masters without replicas, every slot
+// assigned and the cluster's state ok.
+type Cluster struct {
+	Masters []*Server
+}
+
+// URL is the redis+cluster:// URL of the cluster (every master's address).
+func (c *Cluster) URL() string {
+	addrs := make([]string, len(c.Masters))
+	for i, m := range c.Masters {
+		addrs[i] = m.Addr
+	}
+	return "redis+cluster://" + strings.Join(addrs, ",")
+}
+
+// StartCluster starts n redis-servers with cluster mode on (each with a
+// cluster bus port of its own, free a moment ago: the default, port+10000,
+// may be past 65535), makes them a cluster with redis-cli --cluster create
+// (the slots shared out evenly, no replicas), and waits until every node
+// says the cluster is ok.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatal("redis-cli is not installed: make test installs it with redis-server (scripts/deps.sh redis-server)")
+	}
+	c := &Cluster{}
+	args := []string{"--cluster", "create"}
+	for range n {
+		m := Start(t, "cluster-enabled yes", "cluster-port "+freePort(t), "cluster-node-timeout 2000")
+		c.Masters = append(c.Masters, m)
+		args = append(args, m.Addr)
+	}
+	out, err := exec.Command(cli, append(args, "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for _, m := range c.Masters {
+		waitFor(t, m.Addr, []string{"CLUSTER", "INFO"}, "cluster_state:ok")
+	}
+	return c
+}
+
+// Owner is the master that holds key's slot now.
+func (c *Cluster) Owner(t testing.TB, key string) *Server {
+	t.Helper()
+	slot := Command(c.Masters[0].Addr, "CLUSTER", "KEYSLOT", key)
+	for _, m := range c.Masters {
+		if ownsSlot(Command(m.Addr, "CLUSTER", "NODES"), slot) {
+			return m
+		}
+	}
+	t.Fatalf("no master holds slot %s of %q", slot, key)
+	return nil
+}
+
+// ownsSlot says whether the "myself" line of CLUSTER NODES lists slot.
+func ownsSlot(nodes, slot string) bool {
+	var n int
+	fmt.Sscan(slot, &n)
+	for line := range strings.SplitSeq(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || !strings.Contains(f[2], "myself") {
+			continue
+		}
+		for _, r := range f[8:] {
+			var lo, hi int
+			if k, _ := fmt.Sscanf(r, "%d-%d", &lo, &hi); k == 2 && lo <= n && n <= hi {
+				return true
+			} else if k == 1 && lo == n {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,249 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of a shared store.
+const (
+	DefaultPrefix   = "signagent:"
+	DefaultTimeout  = 2 * time.Second
+	DefaultLeaseTTL = 8 * time.Second
+	// DefaultMaxValue bounds a stored value, sealed (records are a few
+	// KiB): a longer one is refused where it is kept, before it is sent.
+	DefaultMaxValue = 64 << 10
+)
+
+// Options configure a shared store (its URL is Open's).
+type Options struct {
+	// Password is the store's password (from a file or the environment,
+	// never the URL).
+	Password string
+	// CAFile is the CA bundle for rediss:// (default: the system's).
+	CAFile string
+	// Prefix starts every key name (default "signagent:").
+	Prefix string
+	Sealer *Sealer
+	// Timeout bounds every store call (default 2s): a slow store delays a
+	// request, never hangs it.
+	Timeout time.Duration
+	// LeaseTTL is how long a lease lives without renewal (default 8s): an
+	// agent killed while holding one delays the others at most this long.
+	LeaseTTL time.Duration
+	// WaitReplicas is how many replicas must have a write (WAIT) before
+	// it counts as done, when the primary has that many (default 1; -1:
+	// none): a failover then cannot bring back a refresh token already
+	// spent at the provider.
+	WaitReplicas int
+	// MaxValue bounds a stored value's length, sealed (Overhead more than
+	// the record), in bytes (default 64 KiB): a longer one is refused
+	// (ErrTooLarge) where it is kept, before it is sent, so that someone
+	// with write access to the store cannot make an agent read megabytes;
+	// a record that would seal longer is not written.
+	MaxValue int
+}
+
+// Shared is a store several agents share: the sealed records, their
+// generations, key names, leases and metrics, over a backend (Redis,
+// Sentinel or Redis Cluster) that keeps the bytes.
+type Shared struct {
+	b        backend
+	prefix   string
+	sealer   *Sealer
+	timeout  time.Duration
+	leaseTTL time.Duration
+	maxValue int
+	gens     generations
+	observe  atomic.Pointer[func(op, result string)]
+}
+
+var _ Records = (*Shared)(nil)
+
+func newShared(o Options) *Shared {
+	s := &Shared{prefix: o.Prefix, sealer: o.Sealer, timeout: o.Timeout, leaseTTL: o.LeaseTTL, maxValue: o.MaxValue}
+	if s.maxValue <= 0 {
+		s.maxValue = DefaultMaxValue
+	}
+	if s.prefix == "" {
+		s.prefix = DefaultPrefix
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultTimeout
+	}
+	if s.leaseTTL <= 0 {
+		s.leaseTTL = DefaultLeaseTTL
+	}
+	return s
+}
+
+// Close closes the connections.
+func (s *Shared) Close() error { return s.b.close() }
+
+// Observe has f told of every store operation (get, put, delete, acquire,
+// ping) and its result (ok, not_found, sealed, too_large, rollback, fenced,
+// waited, taken_over, unreplicated, unavailable): the agent's metrics.
+func (s *Shared) Observe(f func(op, result string)) { s.observe.Store(&f) }
+
+func (s *Shared) note(op string, err error) {
+	f := s.observe.Load()
+	if f == nil {
+		return
+	}
+	result := "ok"
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrNotFound):
+		result = "not_found"
+	case errors.Is(err, ErrTooLarge): // before ErrSealed, which it is too
+		result = "too_large"
+	case errors.Is(err, ErrRollback):
+		result = "rollback"
+	case errors.Is(err, ErrSealed):
+		result = "sealed"
+	case errors.Is(err, ErrFenced):
+		result = "fenced"
+	case errors.Is(err, errWaited):
+		result = "waited"
+	case errors.Is(err, errTakenOver):
+		result = "taken_over"
+	case errors.Is(err, errUnreplicated):
+		result = "unreplicated"
+	default:
+		result = "unavailable"
+	}
+	(*f)(op, result)
+}
+
+// keys are a record's data and lease keys; the hash tag keeps both in one
+// slot of a Redis Cluster.
+func (s *Shared) keys(kind, id string) (data, lease string) {
+	base := s.prefix + "{" + s.sealer.Name(kind, id) + "}"
+	return base, base + ":lease"
+}
+
+// bounded runs f with ctx bounded by the store's timeout.
+func (s *Shared) bounded(ctx context.Context, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	return f(ctx)
+}
+
+// Ping checks that the store answers.
+func (s *Shared) Ping(ctx context.Context) error {
+	err := s.bounded(ctx, s.b.ping)
+	s.note("ping", err)
+	return err
+}
+
+// read returns the sealed value kept at data, within the bound.
+func (s *Shared) read(ctx context.Context, data string) (v []byte, err error) {
+	err = s.bounded(ctx, func(ctx context.Context) (err error) {
+		v, err = s.b.get(ctx, data, s.maxValue)
+		return err
+	})
+	if err == nil && len(v) > s.maxValue { // the backend sends none; not left to it alone
+		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrTooLarge, len(v), s.maxValue)
+	}
+	return v, err
+}
+
+// Get returns the value kept for kind and id, opened; ErrNotFound when
+// there is none, ErrSealed when it does not open, ErrTooLarge when it is
+// over the bound (not read), ErrRollback when it is older than one this
+// process has seen (ErrTooLarge and ErrRollback are ErrSealed too; none
+// is used).
+func (s *Shared) Get(ctx context.Context, kind, id string) (v []byte, err error) {
+	defer func() { s.note("get", err) }()
+	data, _ := s.keys(kind, id)
+	floor := s.gens.highest(data)
+	sealed, err := s.read(ctx, data)
+	if err != nil {
+		return nil, err
+	}
+	plain, gen, err := s.sealer.Open(kind, id, sealed)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.gens.check(data, floor, gen); err != nil {
+		return nil, err
+	}
+	return plain, nil
+}
+
+// Put keeps plain for kind and id, sealed with the next generation, for
+// ttl (0: until replaced), under l, the identity's lease; ErrFenced when l
+// is no longer held, ErrTooLarge (nothing written) when the sealed value
+// would be over the bound.
+func (s *Shared) Put(ctx context.Context, kind, id string, plain []byte, ttl time.Duration, l Lease) (err error) {
+	defer func() { s.note("put", err) }()
+	if n := len(plain) + Overhead; n > s.maxValue {
+		return fmt.Errorf("%w: a record of %d bytes sealed is more than %d; it was not written", ErrTooLarge, n, s.maxValue)
+	}
+	data, lease := s.keys(kind, id)
+	owner, err := s.holder(l, lease)
+	if err != nil {
+		return err
+	}
+	// The record's generation: the lease keeps the other agents from
+	// writing until this write is done.
+	var cur uint64
+	switch sealed, err := s.read(ctx, data); {
+	case err == nil:
+		if _, g, err := s.sealer.Open(kind, id, sealed); err == nil {
+			cur = g
+		}
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrSealed):
+		// None that opens: this agent's highest and its clock.
+	default:
+		return err
+	}
+	gen := s.gens.next(data, cur, time.Now())
+	value := s.sealer.Seal(kind, id, gen, plain)
+	if err := s.write(ctx, func(ctx context.Context) error { return s.b.put(ctx, data, lease, owner, value, ttl) }); err != nil {
+		return err
+	}
+	s.gens.raise(data, gen)
+	return nil
+}
+
+// Delete removes what is kept for kind and id, under l. The record is not
+// to come back here: the generation this agent has seen is raised by one,
+// so that the deleted record, put back, is refused as a rollback.
+func (s *Shared) Delete(ctx context.Context, kind, id string, l Lease) (err error) {
+	defer func() { s.note("delete", err) }()
+	data, lease := s.keys(kind, id)
+	owner, err := s.holder(l, lease)
+	if err != nil {
+		return err
+	}
+	if err := s.write(ctx, func(ctx context.Context) error { return s.b.del(ctx, data, lease, owner) }); err != nil {
+		return err
+	}
+	s.gens.raise(data, s.gens.highest(data)+1)
+	return nil
+}
+
+// write runs a fenced write. One done but not confirmed by the replicas
+// is counted ("put", "unreplicated") and kept: it is on the primary, and
+// the caller already holds what it wrote.
+func (s *Shared) write(ctx context.Context, f func(context.Context) error) error {
+	err := s.bounded(ctx, f)
+	if errors.Is(err, errUnreplicated) {
+		s.note("put", err)
+		return nil
+	}
+	return err
+}
+
+// holder is the owner of held when it is this store's lease on lease.
+func (s *Shared) holder(held Lease, lease string) (string, error) {
+	l, ok := held.(*sharedLease)
+	if !ok || l.s != s || l.key != lease {
+		return "", fmt.Errorf("%w: no lease for this identity", ErrFenced)
+	}
+	return l.owner, nil
+}
