@@ -56,7 +56,7 @@ lint:
 # scratch root, run and linted.
 test: deps lint
 	$(GO) test -race -count=1 ./...
-	$(GO) test -run '^$$' -fuzz '^FuzzUpstream$$' -fuzztime 8s -fuzzminimizetime 10x ./agent
+	$(GO) test -run '^$$' -fuzz '^FuzzUpstream$$' -fuzztime 8s -fuzzminimizetime 10x ./agent/proxy
 	@scripts/package-test.sh
 
 # package: the Debian package in dist/ (nfpm; see scripts/package.sh).

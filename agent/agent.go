@@ -22,6 +22,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/store"
@@ -83,9 +84,7 @@ type Agent struct {
 	writer stateWriter
 	// refusals rate-limits the log and audit lines of refused callers.
 	refusals *sampler
-	bodies   *bodyBudget
-	// parsedIdentities are the proxy's parsed Signagent-Identity values.
-	parsedIdentities identityCache
+	proxy    *proxy.Proxy
 	// held indexes the identities headers were obtained for.
 	held held
 }
@@ -108,13 +107,11 @@ func New(o Options) *Agent {
 	if o.RefreshFloor <= 0 {
 		o.RefreshFloor = DefaultRefreshFloor
 	}
-	if o.ServiceBodyBudget <= 0 {
-		o.ServiceBodyBudget = DefaultServiceBodyBudget
-	}
 	if o.ServiceMaxBody <= 0 {
 		o.ServiceMaxBody = 16 << 20
 	}
-	a := &Agent{o: o, tm: o.Token, cache: trusted.NewSessions(o.SessionTTL), metrics: newMetrics(o.Token, o.Version), refusals: newSampler(10, time.Second), bodies: newBodyBudget(o.ServiceBodyBudget)}
+	a := &Agent{o: o, tm: o.Token, cache: trusted.NewSessions(o.SessionTTL), metrics: newMetrics(o.Token, o.Version), refusals: newSampler(10, time.Second)}
+	a.proxy = proxy.New(proxyAgent{a}, proxy.Config{LegacySNILS: o.LegacySNILS, BodyBudget: o.ServiceBodyBudget})
 	st := &state{key: o.APIKey, client: o.Client, rules: o.Routes, policy: o.Policy}
 	st.schemes = a.buildSchemes(st)
 	a.cur.Store(st)
@@ -208,8 +205,8 @@ func (a *Agent) Handler(auth Authenticator) http.Handler {
 		writeError(w, http.StatusNotFound, APIError{Code: CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})
 	return a.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if isProxied(r) {
-			a.proxy(w, r)
+		if proxy.Is(r) {
+			a.proxy.ServeHTTP(w, r)
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -296,7 +293,7 @@ func splitRoute(route string) (method, path string) {
 // for any other method or path. Labels come from this fixed set only, so
 // that callers cannot grow the metrics by inventing methods and paths.
 func routeLabel(r *http.Request) string {
-	if isProxied(r) {
+	if proxy.Is(r) {
 		switch r.Method {
 		case http.MethodGet:
 			return proxyGet

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/hsmtest"
@@ -169,7 +170,7 @@ func BenchmarkProxy(b *testing.B) {
 	}}
 	proxied := func() error {
 		req, _ := http.NewRequest("GET", "http://agent/v1/service/GetMyOrganizations?autoRegister=false", nil)
-		req.Header.Set(agent.IdentityHeader, "oidc profile=default")
+		req.Header.Set(proxy.IdentityHeader, "oidc profile=default")
 		return roundTrip(sock, req)
 	}
 	// /readyz over the same socket: the round trip the proxy adds, with
@@ -273,7 +274,7 @@ func BenchmarkHandlerCPU(b *testing.B) {
 				r := httptest.NewRequest(tc.method, tc.path, body)
 				r.Header.Set("Authorization", "Bearer 0123456789abcdef0123456789abcdef")
 				if tc.identity != "" {
-					r.Header.Set(agent.IdentityHeader, tc.identity)
+					r.Header.Set(proxy.IdentityHeader, tc.identity)
 				}
 				w := httptest.NewRecorder()
 				hd.ServeHTTP(w, r)

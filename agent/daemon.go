@@ -80,7 +80,7 @@ func (d *Daemon) start(ctx context.Context) error {
 	d.agent = New(Options{Version: cfg.Version, Token: d.tm, Client: client, APIKey: cfg.APIKey, Log: cfg.Log, Audit: NewAudit(audit),
 		SessionTTL: cfg.SessionTTL, RequestDeadline: cfg.RequestDeadline, MaxBody: cfg.MaxBody, LegacySNILS: cfg.LegacySNILS,
 		Policy: cfg.Policy, Routes: cfg.Routes, ServiceMaxBody: cfg.ServiceMaxBody, ServiceBodyBudget: cfg.ServiceBodyBudget})
-	target, err := d.agent.targetFor(cfg.APIURL, cfg.AllowInsecureAPI)
+	target, err := d.agent.proxyTarget(cfg.APIURL, cfg.AllowInsecureAPI)
 	if err != nil {
 		return err
 	}
@@ -282,7 +282,7 @@ func (d *Daemon) Reload(cfg Config) error {
 	if err != nil {
 		return err
 	}
-	target, err := d.agent.targetFor(cfg.APIURL, cfg.AllowInsecureAPI)
+	target, err := d.agent.proxyTarget(cfg.APIURL, cfg.AllowInsecureAPI)
 	if err != nil {
 		return err
 	}

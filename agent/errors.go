@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/errdefs"
@@ -69,7 +70,7 @@ var kindAnswers = map[error]struct {
 func classify(err error) (int, APIError) {
 	var mbe *http.MaxBytesError
 	switch {
-	case errors.Is(err, errBodyBudget):
+	case errors.Is(err, proxy.ErrBusy):
 		return http.StatusServiceUnavailable, APIError{Code: CodeBusy, Message: err.Error()}
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, APIError{Code: CodeTooLarge, Message: err.Error()}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/envelope"
@@ -58,7 +59,7 @@ func TestClassify(t *testing.T) {
 		{"PIN refused", &pkcs11.TokenError{Op: "log in", Kind: pkcs11.ErrPINIncorrect, Err: errors.New("CKR_PIN_INCORRECT")}, 503, CodeTokenNotReady, ""},
 		{"no API key", errNoAPIKey, 503, CodeNotConfigured, ""},
 		{"policy", errCertificateLoginOff, 403, CodeForbidden, ""},
-		{"body budget", errBodyBudget, 503, CodeBusy, ""},
+		{"body budget", proxy.ErrBusy, 503, CodeBusy, ""},
 		{"body too large", &http.MaxBytesError{Limit: 1}, 413, CodeTooLarge, ""},
 		{"deadline in the queue", tokenq.ErrExpired, 504, CodeTokenTimeout, ""},
 		{"anything else", errors.New("boom\nsecond line"), 500, CodeInternal, ""},

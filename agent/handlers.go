@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -26,21 +25,7 @@ func (a *Agent) credential(c api.Credential, entry *auditEntry) (canonical.Crede
 
 // parseCredential returns the one credential c gives.
 func parseCredential(c api.Credential, legacy bool) (canonical.Credential, error) {
-	var kinds []canonical.Kind
-	var value string
-	for _, f := range []struct {
-		k canonical.Kind
-		v string
-	}{{canonical.Phone, c.Phone}, {canonical.SNILS, c.SNILS}, {canonical.Thumbprint, c.Thumbprint}} {
-		if f.v != "" {
-			kinds = append(kinds, f.k)
-			value = f.v
-		}
-	}
-	if len(kinds) != 1 {
-		return canonical.Credential{}, fmt.Errorf("%w: give exactly one of phone, snils or thumbprint", canonical.ErrInvalidCredential)
-	}
-	return canonical.Parse(kinds[0], value, canonical.Options{AllowLegacySNILS: legacy})
+	return canonical.ParseOne(c.Phone, c.SNILS, c.Thumbprint, canonical.Options{AllowLegacySNILS: legacy})
 }
 
 func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {

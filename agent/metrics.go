@@ -36,7 +36,6 @@ type metrics struct {
 	oidcRefreshes *prometheus.CounterVec
 	calls         *prometheus.CounterVec
 	retries       *prometheus.CounterVec
-	methods       methodLabels
 	// children are the request counters and duration histograms already
 	// resolved, by route and status: labels come from a fixed set (routes,
 	// "other", "refused"), so the map stays small.
@@ -116,9 +115,6 @@ func (m *metrics) observeCall(method string, status int, retried bool) {
 		m.retries.WithLabelValues(method).Inc()
 	}
 }
-
-// methodLabel is a business method's metrics label (see methodLabels).
-func (m *metrics) methodLabel(method string) string { return m.methods.label(method) }
 
 // observeAuthorization counts an authorization by scheme and result:
 // cached, obtained or failed.

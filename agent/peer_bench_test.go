@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/bench"
 )
 
@@ -68,8 +69,8 @@ func BenchmarkProxyPeer(b *testing.B) {
 		call func() error
 	}{
 		{"direct", get(tcp, up.URL+method, "Authorization", "Bearer upstream")},
-		{"proxy-tcp", get(tcp, "http://"+l.Addr().String()+"/v1/service"+method, "Authorization", "Bearer "+bearer, agent.IdentityHeader, "oidc")},
-		{"proxy-unix", get(sock, "http://agent/v1/service"+method, agent.IdentityHeader, "oidc")},
+		{"proxy-tcp", get(tcp, "http://"+l.Addr().String()+"/v1/service"+method, "Authorization", "Bearer "+bearer, proxy.IdentityHeader, "oidc")},
+		{"proxy-unix", get(sock, "http://agent/v1/service"+method, proxy.IdentityHeader, "oidc")},
 		{"authz-oidc", post(sock, "http://agent/v1/authorizations", `{"scheme":"oidc"}`)},
 		{"authz-legacy", post(sock, "http://agent/v1/authorizations", `{"scheme":"legacy","by":"password","login":"alice@example.com"}`)},
 		{"readyz", get(sock, "http://agent/readyz")},

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/signagent/signagent/agent/proxy"
 )
 
 // body says which limit bounds a route's request body.
@@ -37,8 +39,8 @@ var routeTable = []route{
 	{"POST", "/v1/links", "links", apiBody, func(a *Agent) http.HandlerFunc { return a.link }},
 	{"POST", "/v1/authorizations", "authorizations", apiBody, func(a *Agent) http.HandlerFunc { return a.authorization }},
 	{"GET", "/v1/identities", "authorizations", apiBody, func(a *Agent) http.HandlerFunc { return a.identities }},
-	{"GET", servicePrefix + "{method}", "service", serviceBody, nil},
-	{"POST", servicePrefix + "{method}", "service", serviceBody, nil},
+	{"GET", proxy.Prefix + "{method}", "service", serviceBody, nil},
+	{"POST", proxy.Prefix + "{method}", "service", serviceBody, nil},
 	{"GET", "/healthz", "", apiBody, func(a *Agent) http.HandlerFunc { return a.healthz }},
 	{"GET", "/readyz", "", apiBody, func(a *Agent) http.HandlerFunc { return a.readyz }},
 	{"GET", "/metrics", "", apiBody, func(a *Agent) http.HandlerFunc { return a.metrics.handler().ServeHTTP }},
@@ -59,8 +61,8 @@ var Routes = func() []string {
 
 // The proxy's routes as Routes, the metrics and the route rules name them.
 var (
-	proxyGet  = "GET " + servicePrefix + "{method}"
-	proxyPost = "POST " + servicePrefix + "{method}"
+	proxyGet  = "GET " + proxy.Prefix + "{method}"
+	proxyPost = "POST " + proxy.Prefix + "{method}"
 )
 
 // routeIndex is the route table by name, for the per-request lookups.

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/store"
@@ -23,7 +24,7 @@ type state struct {
 	oidc   *oidc.Tokens
 	more   authz.Schemes // Config.Schemes
 	shared store.Records
-	target *proxyTarget
+	target *proxy.Target
 
 	// schemes are the schemes the rest configures, built once when the
 	// state is published rather than on every authorization and proxied

@@ -162,7 +162,7 @@ func (c *Client) Ready(ctx context.Context) (*api.ReadyResponse, error) {
 }
 
 // ErrorHeader marks the agent's own answer to a proxied call (see
-// agent.ErrorHeader).
+// agent/proxy.ErrorHeader).
 const ErrorHeader = "Signagent-Error"
 
 // Answer is the service's answer to a call through the agent's proxy, as

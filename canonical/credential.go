@@ -105,6 +105,27 @@ func Parse(kind Kind, s string, opts Options) (Credential, error) {
 	return Credential{}, fmt.Errorf("%w: unknown credential kind", ErrInvalidCredential)
 }
 
+// ParseOne normalizes the one credential of the three given (the others
+// empty), as an API request or a Signagent-Identity header names a trusted
+// user.
+func ParseOne(phone, snils, thumbprint string, opts Options) (Credential, error) {
+	var kinds []Kind
+	var value string
+	for _, f := range []struct {
+		k Kind
+		v string
+	}{{Phone, phone}, {SNILS, snils}, {Thumbprint, thumbprint}} {
+		if f.v != "" {
+			kinds = append(kinds, f.k)
+			value = f.v
+		}
+	}
+	if len(kinds) != 1 {
+		return Credential{}, fmt.Errorf("%w: give exactly one of phone, snils or thumbprint", ErrInvalidCredential)
+	}
+	return Parse(kinds[0], value, opts)
+}
+
 // ParseThumbprint accepts 40 hex digits in any case, optionally with spaces
 // or colons between bytes, and normalizes them to upper case with no
 // separators.

@@ -1,4 +1,12 @@
-package agent
+// Package proxy is the agent's authorizing proxy: a partner system sends a
+// business request to /v1/service/{method} with no service credentials and
+// names the identity in IdentityHeader; the proxy adds that identity's
+// Authorization header (from the agent's schemes), forwards the request to
+// the business API over connections of its own, retries once with a fresh
+// header on a 401, and streams the answer back as it came. What it needs of
+// the agent (the business API's address, the identity's Authorizer, the
+// audit line, the metrics, the error answer) it asks through Agent.
+package proxy
 
 import (
 	"context"
@@ -10,17 +18,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/service"
 )
-
-// The authorizing proxy: a partner system sends a business request to
-// /v1/service/{method} with no service credentials and names the identity
-// in IdentityHeader; the agent adds that identity's Authorization header
-// (cached), forwards the request to the business API, retries once with a
-// fresh header on a 401, and streams the answer back as it came.
 
 // IdentityHeader names the identity a proxied call is made for.
 const IdentityHeader = "Signagent-Identity"
@@ -30,70 +33,130 @@ const IdentityHeader = "Signagent-Identity"
 // client tells the agent's refusals from the service's by it.
 const ErrorHeader = "Signagent-Error"
 
-const servicePrefix = "/v1/service/"
+// requestIDHeader carries the request's id to the service (the agent's
+// audit line names it); the service's own is not passed back.
+const requestIDHeader = "X-Request-Id"
+
+// Prefix is the path the proxy serves: Prefix + the business method.
+const Prefix = "/v1/service/"
 
 // errNoAPI answers proxied calls when the agent has no business API address.
 var errNoAPI = errdefs.New(errdefs.ErrNotConfigured, "no business API address is configured (--api-url)")
 
-// proxyTarget is the business API the proxy forwards to.
-type proxyTarget struct {
+// Agent is what the proxy needs of the agent that serves it.
+type Agent interface {
+	// Target is the business API now (nil: none is configured).
+	Target() *Target
+	// Begin opens the record of a call (its audit line, metrics and log),
+	// which the proxy closes with one of Record's Answered or Failed.
+	Begin(r *http.Request) Record
+}
+
+// Record is one proxied call as the agent accounts for it.
+type Record interface {
+	// RequestID is the request's id, sent on to the service.
+	RequestID() string
+	// Authorizer is the Authorizer of sel's identity, observed by the
+	// agent (the identity and each header obtained go into the record).
+	Authorizer(sel authz.Selector) (authz.Authorizer, error)
+	// Answering is told the service answered (c.Status), before the
+	// answer is passed on.
+	Answering(c *Call)
+	// Answered is told the answer was passed on, or cut off (c.Complete
+	// says which; c.CutOff why).
+	Answered(c *Call)
+	// Failed answers the caller with the agent's error for err (with
+	// ErrorHeader) and records the call.
+	Failed(w http.ResponseWriter, c *Call, err error)
+	// Refused answers a request the proxy does not take (a method other
+	// than GET or POST) with the agent's error, and records nothing.
+	Refused(w http.ResponseWriter, status int, code, message string)
+}
+
+// Call is what the proxy learnt of one call, for the agent's record.
+type Call struct {
+	Start  time.Time
+	Method string // the business method, as the metrics label it
+	Call   string // the business call: "GET /GetMyOrganizations"
+	Status int    // the service's, when it answered
+	// Retried says the call was sent again with a fresh Authorization
+	// after a 401.
+	Retried bool
+	// Complete says the service's answer was read to its end; CutOff is
+	// why it was not passed on whole (the caller or the service went away,
+	// the deadline passed).
+	Complete bool
+	CutOff   error
+
+	rec  Record
+	body *heldBody // released when the call is done
+	// values back the request id's and the Authorization header's values
+	// (one allocation with the call instead of one per header).
+	values [2]string
+}
+
+// Target is the business API the proxy forwards to, with its kept
+// connections.
+type Target struct {
 	base      *url.URL
 	transport http.RoundTripper
 }
 
-// SetServiceAPI points the proxy at the business API (start, reload); an
-// empty address turns it off (503).
-func (a *Agent) SetServiceAPI(rawURL string, allowHTTP bool) error {
-	t, err := a.targetFor(rawURL, allowHTTP)
-	if err != nil {
-		return err
-	}
-	old := a.now().target
-	a.update(func(s *state) { s.target = t })
-	if old != nil && old != t {
-		if c, ok := old.transport.(interface{ CloseIdleConnections() }); ok {
-			c.CloseIdleConnections() // the old address's kept connections
-		}
-	}
-	return nil
-}
-
-// targetFor is the proxy's target for the business API at rawURL: the
-// current one when the address is the same (its connections are kept),
-// nil for none.
-func (a *Agent) targetFor(rawURL string, allowHTTP bool) (*proxyTarget, error) {
+// TargetFor is the target for the business API at rawURL: cur when the
+// address is the same (its connections are kept), nil for none.
+func TargetFor(cur *Target, rawURL string, allowHTTP bool) (*Target, error) {
 	if rawURL == "" {
 		return nil, nil
 	}
 	base, err := httpx.ParseBaseURL(rawURL, allowHTTP)
 	if err != nil {
-		return nil, badConfig(fmt.Errorf("--api-url: %w", err))
+		return nil, err
 	}
-	if cur := a.now().target; cur != nil && cur.base.String() == base.String() {
+	if cur != nil && cur.base.String() == base.String() {
 		return cur, nil
 	}
-	return &proxyTarget{base: base, transport: newUpstream(base, httpx.Client(nil).Transport)}, nil
+	return &Target{base: base, transport: newUpstream(base, httpx.Client(nil).Transport)}, nil
 }
 
-// isProxied reports whether r is for the proxy. It is decided before the
+// CloseIdle closes the target's kept connections that are idle (a target
+// replaced by another address).
+func (t *Target) CloseIdle() {
+	if c, ok := t.transport.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// Config is what the proxy is started with.
+type Config struct {
+	// LegacySNILS accepts SNILS numbers whose check number fails the rule.
+	LegacySNILS bool
+	// BodyBudget bounds the proxied bodies held at once, in memory or
+	// spooled (default DefaultBodyBudget).
+	BodyBudget int64
+}
+
+// Proxy serves Prefix + {method} for an agent.
+type Proxy struct {
+	agent       Agent
+	legacySNILS bool
+	bodies      *bodyBudget
+	// identities are the parsed Signagent-Identity values.
+	identities identityCache
+	methods    methodLabels
+}
+
+// New returns the proxy of agent.
+func New(agent Agent, c Config) *Proxy {
+	if c.BodyBudget <= 0 {
+		c.BodyBudget = DefaultBodyBudget
+	}
+	return &Proxy{agent: agent, legacySNILS: c.LegacySNILS, bodies: newBodyBudget(c.BodyBudget)}
+}
+
+// Is reports whether r is for the proxy. It is decided before the agent's
 // mux, which would answer a path with ".." by a redirect.
-func isProxied(r *http.Request) bool {
-	return strings.HasPrefix(r.URL.Path, servicePrefix) || strings.HasPrefix(r.URL.EscapedPath(), servicePrefix)
-}
-
-// proxyCall is one proxied request's state, for the audit log and the
-// metrics.
-type proxyCall struct {
-	entry   auditEntry
-	method  string // business method, as the metrics label it
-	status  int    // the service's, when it answered
-	retried bool
-	// complete says the service's answer was read to its end.
-	complete bool
-	body     *heldBody // released when the call is done
-	// values back the request id's and the Authorization header's values
-	// (one allocation with the call instead of one per header).
-	values [2]string
+func Is(r *http.Request) bool {
+	return strings.HasPrefix(r.URL.Path, Prefix) || strings.HasPrefix(r.URL.EscapedPath(), Prefix)
 }
 
 // proxy serves /v1/service/{method}: it checks the call, sends it with
@@ -107,72 +170,63 @@ type proxyCall struct {
 // headers dropped both ways, unparsable query parameters re-encoded, no
 // default User-Agent, a streamed answer flushed as it comes, trailers
 // passed on, and an answer cut off aborts the caller's connection.
-func (a *Agent) proxy(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	call := &proxyCall{entry: entryFor(r, "service"), method: "other"}
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	call := &Call{Start: time.Now(), Method: "other", rec: p.agent.Begin(r)}
 	if r.Method != http.MethodGet && r.Method != http.MethodPost {
 		w.Header().Set("Allow", "GET, POST")
-		writeError(w, http.StatusMethodNotAllowed, APIError{Code: CodeMethodNotAllowed, Message: r.Method + " is not allowed on " + servicePrefix + "{method}; use GET or POST"})
+		call.rec.Refused(w, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, r.Method+" is not allowed on "+Prefix+"{method}; use GET or POST")
 		return
 	}
-	out, target, au, err := a.prepareProxy(r, call)
+	out, target, au, err := p.prepare(r, call)
 	if call.body != nil {
 		defer call.body.Close()
 	}
 	if err == nil {
 		var resp *http.Response
-		if resp, err = a.send(out, target, au, call); err == nil {
-			call.status = resp.StatusCode
-			a.metrics.observeCall(call.method, resp.StatusCode, call.retried)
-			// The audit line is written once the answer has been passed on
-			// (or cut off: passOn then aborts the handler with a panic,
-			// which this deferred write sees through).
-			defer func() {
-				call.entry.outcome = "ok"
-				if !call.complete {
-					call.entry.outcome = auditCutOff
-				}
-				call.entry.latency, call.entry.status, call.entry.retried = time.Since(start), call.status, call.retried
-				a.o.Audit.write(call.entry)
-			}()
-			a.passOn(w, resp, call)
+		if resp, err = p.send(out, target, au, call); err == nil {
+			call.Status = resp.StatusCode
+			call.rec.Answering(call)
+			// The record is closed once the answer has been passed on (or
+			// cut off: passOn then aborts the handler with a panic, which
+			// this deferred call sees through).
+			defer call.rec.Answered(call)
+			p.passOn(w, resp, call)
 			return
 		}
 	}
-	a.proxyFailed(w, call, start, err)
+	var te *upstreamError
+	if errors.As(err, &te) {
+		err = te.classified()
+	}
+	call.rec.Failed(w, call, err)
 }
-
-// auditCutOff is the audit outcome of a proxied answer that did not reach
-// the caller whole: the deadline passed, or the caller or the service went
-// away while it streamed.
-const auditCutOff = "answer_cut_off"
 
 // prepareProxy checks the request (path, identity, body) and turns it into
 // the request to the business API: the caller's request itself, whose
 // headers are changed in place (the handler is their last reader).
-func (a *Agent) prepareProxy(r *http.Request, call *proxyCall) (*http.Request, *proxyTarget, authz.Authorizer, error) {
-	path, err := service.Path(strings.TrimPrefix(r.URL.EscapedPath(), strings.TrimSuffix(servicePrefix, "/")))
+func (p *Proxy) prepare(r *http.Request, call *Call) (*http.Request, *Target, authz.Authorizer, error) {
+	path, err := service.Path(strings.TrimPrefix(r.URL.EscapedPath(), strings.TrimSuffix(Prefix, "/")))
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	call.method = a.metrics.methodLabel(strings.TrimPrefix(path, "/"))
-	call.entry.call = r.Method + " " + path
-	req, err := a.parsedIdentities.parse(r.Header.Get(IdentityHeader), a.o.LegacySNILS)
+	call.Method = p.methods.label(strings.TrimPrefix(path, "/"))
+	call.Call = r.Method + " " + path
+	sel, err := p.identities.parse(r.Header.Get(IdentityHeader), p.legacySNILS)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	target := a.now().target
+	target := p.agent.Target()
 	if target == nil {
 		return nil, nil, nil, errNoAPI
 	}
-	au, err := a.authorizer(req, &call.entry)
+	au, err := call.rec.Authorizer(sel)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	// The body is read whole (MaxBytesReader bounds it) before anything is
 	// sent, within the agent's budget of held bodies: a retry sends it
 	// again.
-	body, err := a.bodies.hold(r.Body, r.ContentLength)
+	body, err := p.bodies.hold(r.Body, r.ContentLength)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -193,8 +247,8 @@ func (a *Agent) prepareProxy(r *http.Request, call *proxyCall) (*http.Request, *
 		h["User-Agent"] = noUserAgent // no Go default in its place
 	}
 	// The service sees the request's id, the one in the audit line.
-	call.values[0] = call.entry.requestID
-	h[RequestIDHeader] = call.values[0:1:1]
+	call.values[0] = call.rec.RequestID()
+	h[requestIDHeader] = call.values[0:1:1]
 	base := target.base
 	// r is wrap's copy of the server's request, the handler its last
 	// reader: it becomes the request to the service, with no second copy.
@@ -207,7 +261,7 @@ func (a *Agent) prepareProxy(r *http.Request, call *proxyCall) (*http.Request, *
 
 // send sends out with the identity's header, and once more with a fresh
 // one after a 401.
-func (a *Agent) send(out *http.Request, t *proxyTarget, au authz.Authorizer, call *proxyCall) (*http.Response, error) {
+func (p *Proxy) send(out *http.Request, t *Target, au authz.Authorizer, call *Call) (*http.Response, error) {
 	body := call.body
 	resp, retried, err := authz.Retry(out.Context(), au, func(ctx context.Context, authorization string) (*http.Response, error) {
 		out.Body, out.ContentLength, out.GetBody = http.NoBody, 0, nil
@@ -227,7 +281,7 @@ func (a *Agent) send(out *http.Request, t *proxyTarget, au authz.Authorizer, cal
 		}
 		return resp, nil
 	})
-	call.retried = retried
+	call.Retried = retried
 	return resp, err
 }
 
@@ -237,9 +291,9 @@ func (a *Agent) send(out *http.Request, t *proxyTarget, au authz.Authorizer, cal
 // events), and its trailers. An answer cut off midway aborts the
 // caller's connection (http.ErrAbortHandler), so that the caller cannot
 // take it for whole.
-func (a *Agent) passOn(w http.ResponseWriter, resp *http.Response, call *proxyCall) {
+func (p *Proxy) passOn(w http.ResponseWriter, resp *http.Response, call *Call) {
 	dropHopByHop(resp.Header)
-	delete(resp.Header, RequestIDHeader)
+	delete(resp.Header, requestIDHeader)
 	delete(resp.Header, ErrorHeader) // the agent's own, never the service's
 	h := w.Header()
 	for k, vv := range resp.Header {
@@ -263,10 +317,9 @@ func (a *Agent) passOn(w http.ResponseWriter, resp *http.Response, call *proxyCa
 	if resp.ContentLength == -1 || isEventStream(resp.Header.Get("Content-Type")) {
 		flush = http.NewResponseController(w).Flush
 	}
-	if err := a.copyAnswer(w, resp.Body, flush, call); err != nil {
+	if err := copyAnswer(w, resp.Body, flush, call); err != nil {
 		resp.Body.Close()
-		a.o.Log.Warn().Str("client", call.entry.caller).Str("operation", "service").Str("call", call.entry.call).
-			Str("requestId", call.entry.requestID).Msgf("the answer was cut off during the body copy: %v", httpx.CleanErr(err))
+		call.CutOff = httpx.CleanErr(err)
 		panic(http.ErrAbortHandler)
 	}
 	resp.Body.Close() // now, to read the trailers
@@ -286,9 +339,9 @@ func (a *Agent) passOn(w http.ResponseWriter, resp *http.Response, call *proxyCa
 }
 
 // copyAnswer copies the answer's body to w through a pooled buffer,
-// flushing after each write when flush is set; call.complete says the
+// flushing after each write when flush is set; call.Complete says the
 // body was read to its end.
-func (a *Agent) copyAnswer(w io.Writer, body io.Reader, flush func() error, call *proxyCall) error {
+func copyAnswer(w io.Writer, body io.Reader, flush func() error, call *Call) error {
 	bp := copyBuffers.Get().(*[]byte)
 	defer copyBuffers.Put(bp)
 	buf := *bp
@@ -305,34 +358,13 @@ func (a *Agent) copyAnswer(w io.Writer, body io.Reader, flush func() error, call
 			}
 		}
 		if rerr == io.EOF {
-			call.complete = true
+			call.Complete = true
 			return nil
 		}
 		if rerr != nil {
 			return rerr
 		}
 	}
-}
-
-// proxyFailed answers a call the proxy could not complete with the
-// agent's JSON error.
-func (a *Agent) proxyFailed(w http.ResponseWriter, call *proxyCall, start time.Time, err error) {
-	var te *upstreamError
-	if errors.As(err, &te) {
-		err = te.classified()
-	}
-	status, apiErr := classify(err)
-	a.metrics.observeCall(call.method, status, call.retried)
-	call.entry.outcome, call.entry.serviceCode, call.entry.latency = apiErr.Code, apiErr.ServiceCode, time.Since(start)
-	call.entry.retried = call.retried
-	a.o.Audit.write(call.entry)
-	ev := a.o.Log.Info()
-	if status >= 500 {
-		ev = a.o.Log.Warn()
-	}
-	ev.Str("client", call.entry.caller).Str("operation", "service").Str("call", call.entry.call).Int("status", status).Str("code", apiErr.Code).Str("requestId", call.entry.requestID).Msg(apiErr.Message)
-	w.Header().Set(ErrorHeader, apiErr.Code)
-	writeError(w, status, apiErr)
 }
 
 // upstreamError is a proxied request that got no answer.

@@ -1,4 +1,4 @@
-package agent
+package proxy
 
 import (
 	"bytes"
@@ -39,10 +39,10 @@ func TestBodyBudget(t *testing.T) {
 	}
 	// 700 KiB held: a declared 400 KiB does not fit, nor does an unknown
 	// length that grows past the rest.
-	if _, err := b.hold(bytes.NewReader(big[:400<<10]), 400<<10); !errors.Is(err, errBodyBudget) {
+	if _, err := b.hold(bytes.NewReader(big[:400<<10]), 400<<10); !errors.Is(err, ErrBusy) {
 		t.Fatalf("over the budget by Content-Length: %v", err)
 	}
-	if _, err := b.hold(iotest.HalfReader(bytes.NewReader(big[:400<<10])), -1); !errors.Is(err, errBodyBudget) {
+	if _, err := b.hold(iotest.HalfReader(bytes.NewReader(big[:400<<10])), -1); !errors.Is(err, ErrBusy) {
 		t.Fatalf("over the budget while read: %v", err)
 	}
 	small, err := b.hold(iotest.OneByteReader(bytes.NewReader([]byte("{}"))), -1)

@@ -1,12 +1,12 @@
-package agent
+package proxy
 
 import (
 	"fmt"
 	"regexp"
 	"sync"
 
-	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/errdefs"
 )
 
@@ -22,8 +22,8 @@ func ParseIdentity(s string, legacySNILS bool) (authz.Selector, error) {
 	if err != nil {
 		return authz.Selector{}, fmt.Errorf("%w: %s: %w", errdefs.ErrInvalidInput, IdentityHeader, err)
 	}
-	if sel.Credential != nil {
-		if _, err := parseCredential(api.Credential(*sel.Credential), legacySNILS); err != nil {
+	if c := sel.Credential; c != nil {
+		if _, err := canonical.ParseOne(c.Phone, c.SNILS, c.Thumbprint, canonical.Options{AllowLegacySNILS: legacySNILS}); err != nil {
 			return authz.Selector{}, fmt.Errorf("%s: %w", IdentityHeader, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package agent
+package proxy
 
 import (
 	"bytes"
@@ -20,15 +20,16 @@ import (
 // spoolAbove go to an unlinked 0600 temporary file, as nginx does past
 // client_body_buffer_size.
 
-// DefaultServiceBodyBudget is the default total of proxied bodies held at
-// once (Options.ServiceBodyBudget).
-const DefaultServiceBodyBudget = 256 << 20
+// DefaultBodyBudget is the default total of proxied bodies held at once
+// (Config.BodyBudget).
+const DefaultBodyBudget = 256 << 20
 
 // spoolAbove is the largest body kept in memory.
 const spoolAbove = 256 << 10
 
-// errBodyBudget answers a proxied call whose body does not fit the budget.
-var errBodyBudget = errors.New("the agent holds as many request bodies as its budget allows (--service-body-budget); retry after a moment")
+// ErrBusy answers a proxied call whose body does not fit the budget (the
+// agent answers it 503 busy).
+var ErrBusy = errors.New("the agent holds as many request bodies as its budget allows (--service-body-budget); retry after a moment")
 
 // bodyBudget is the shared budget of held bodies.
 type bodyBudget struct {
@@ -83,7 +84,7 @@ func (b *bodyBudget) hold(r io.Reader, contentLength int64) (*heldBody, error) {
 	h := &heldBody{budget: b}
 	if contentLength > 0 {
 		if !b.sem.TryAcquire(contentLength) {
-			return nil, errBodyBudget
+			return nil, ErrBusy
 		}
 		h.held = contentLength
 	}
@@ -94,7 +95,7 @@ func (b *bodyBudget) hold(r io.Reader, contentLength int64) (*heldBody, error) {
 		n, err := io.ReadFull(r, first[:])
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			if n > 0 && !b.sem.TryAcquire(int64(n)) {
-				return nil, errBodyBudget
+				return nil, ErrBusy
 			}
 			h.held, h.size, h.mem = int64(n), int64(n), bytes.Clone(first[:n])
 			return h, nil
@@ -121,7 +122,7 @@ func (b *bodyBudget) hold(r io.Reader, contentLength int64) (*heldBody, error) {
 				grow := max(h.size-h.held, int64(len(buf)))
 				if !b.sem.TryAcquire(grow) {
 					h.Close()
-					return nil, errBodyBudget
+					return nil, ErrBusy
 				}
 				h.held += grow
 			}

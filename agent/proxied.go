@@ -1,0 +1,102 @@
+package agent
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/signagent/signagent/agent/proxy"
+	"github.com/signagent/signagent/authz"
+)
+
+// The agent's side of the proxy (package proxy): the business API it
+// forwards to, and each call's record: the identity's observed Authorizer,
+// the audit line, the metrics, the log and the error answer.
+
+// proxyAgent is the Agent the proxy asks.
+type proxyAgent struct{ a *Agent }
+
+func (p proxyAgent) Target() *proxy.Target { return p.a.now().target }
+
+func (p proxyAgent) Begin(r *http.Request) proxy.Record {
+	return &proxyRecord{a: p.a, entry: entryFor(r, "service")}
+}
+
+// proxyRecord is a proxied call's audit entry.
+type proxyRecord struct {
+	a     *Agent
+	entry auditEntry
+}
+
+func (c *proxyRecord) RequestID() string { return c.entry.requestID }
+
+func (c *proxyRecord) Authorizer(sel authz.Selector) (authz.Authorizer, error) {
+	return c.a.authorizer(sel, &c.entry)
+}
+
+func (c *proxyRecord) Answering(call *proxy.Call) {
+	c.a.metrics.observeCall(call.Method, call.Status, call.Retried)
+}
+
+// auditCutOff is the audit outcome of a proxied answer that did not reach
+// the caller whole: the deadline passed, or the caller or the service went
+// away while it streamed.
+const auditCutOff = "answer_cut_off"
+
+func (c *proxyRecord) Answered(call *proxy.Call) {
+	if call.CutOff != nil {
+		c.a.o.Log.Warn().Str("client", c.entry.caller).Str("operation", "service").Str("call", call.Call).
+			Str("requestId", c.entry.requestID).Msgf("the answer was cut off during the body copy: %v", call.CutOff)
+	}
+	c.entry.outcome = "ok"
+	if !call.Complete {
+		c.entry.outcome = auditCutOff
+	}
+	c.entry.call, c.entry.latency, c.entry.status, c.entry.retried = call.Call, time.Since(call.Start), call.Status, call.Retried
+	c.a.o.Audit.write(c.entry)
+}
+
+func (c *proxyRecord) Failed(w http.ResponseWriter, call *proxy.Call, err error) {
+	status, apiErr := classify(err)
+	c.a.metrics.observeCall(call.Method, status, call.Retried)
+	c.entry.call, c.entry.outcome, c.entry.serviceCode, c.entry.latency = call.Call, apiErr.Code, apiErr.ServiceCode, time.Since(call.Start)
+	c.entry.retried = call.Retried
+	c.a.o.Audit.write(c.entry)
+	ev := c.a.o.Log.Info()
+	if status >= 500 {
+		ev = c.a.o.Log.Warn()
+	}
+	ev.Str("client", c.entry.caller).Str("operation", "service").Str("call", call.Call).Int("status", status).Str("code", apiErr.Code).Str("requestId", c.entry.requestID).Msg(apiErr.Message)
+	w.Header().Set(proxy.ErrorHeader, apiErr.Code)
+	writeError(w, status, apiErr)
+}
+
+func (c *proxyRecord) Refused(w http.ResponseWriter, status int, code, message string) {
+	writeError(w, status, APIError{Code: code, Message: message})
+}
+
+// proxyTarget is the proxy's target for the business API at rawURL (the
+// current one when the address is the same, its connections kept; nil for
+// none).
+func (a *Agent) proxyTarget(rawURL string, allowHTTP bool) (*proxy.Target, error) {
+	t, err := proxy.TargetFor(a.now().target, rawURL, allowHTTP)
+	if err != nil {
+		return nil, badConfig(fmt.Errorf("--api-url: %w", err))
+	}
+	return t, nil
+}
+
+// SetServiceAPI points the proxy at the business API (start, reload); an
+// empty address turns it off (503).
+func (a *Agent) SetServiceAPI(rawURL string, allowHTTP bool) error {
+	t, err := a.proxyTarget(rawURL, allowHTTP)
+	if err != nil {
+		return err
+	}
+	old := a.now().target
+	a.update(func(s *state) { s.target = t })
+	if old != nil && old != t {
+		old.CloseIdle() // the old address's kept connections
+	}
+	return nil
+}
