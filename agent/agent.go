@@ -1,8 +1,12 @@
-// Package agent is the local daemon's HTTP API: partner systems ask it for
-// signatures, sessions and links instead of touching the token or the API
-// key themselves. It authenticates callers (peer credentials on the Unix
-// socket, a bearer token on TCP), queues token work with backpressure,
-// caches sessions, writes an audit log and exports metrics.
+// Package agent is the local daemon: partner systems ask it for
+// signatures, sessions, links and Authorization headers, and call the
+// business API through its proxy (package agent/proxy), instead of
+// touching the token, the API key or the service's credentials
+// themselves. Its one entrance is Start, which builds the daemon from a
+// Config (Reload takes a new one, Shutdown ends it). It authenticates
+// callers (peer credentials on the Unix socket, a bearer token on TCP),
+// signs through the token's queue (package agent/tokenq), caches sessions,
+// writes an audit log and exports metrics.
 package agent
 
 import (
@@ -20,8 +24,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/errdefs"
@@ -29,59 +31,18 @@ import (
 	"github.com/signagent/signagent/trusted"
 )
 
-// Options configures an Agent.
-type Options struct {
-	// Version is the program's version, exported as signagent_build_info.
-	Version string
-	Token   *tokenq.Manager
-	// Client runs the trusted-authentication flow; nil answers session and
-	// link requests with 503 service_not_configured.
-	Client *trusted.Client
-	// APIKey is the partner's API key, written into the signed text.
-	APIKey string
-	Log    zerolog.Logger
-	Audit  *Audit
-	// SessionTTL is how long an auth.sid is served from the cache (default
-	// 12h, well under the service's 30 days).
-	SessionTTL time.Duration
-	// RequestDeadline bounds each request, waiting for the token included
-	// (default 30s).
-	RequestDeadline time.Duration
-	// MaxBody bounds request bodies (default 64 KiB).
-	MaxBody int64
-	// LegacySNILS accepts SNILS numbers whose check number fails the rule.
-	LegacySNILS bool
-	// Policy is what the agent hands out and does (reloadable).
-	Policy
-	// Routes opens routes per caller class (see RouteRule).
-	Routes []RouteRule
-	// RefreshFloor: a caller's "refresh": true replaces a session or an
-	// Authorization header only once it is this old (default 30s); a
-	// younger one is handed out again, so that a caller repeating refresh
-	// cannot make the agent log in or sign on every request. A value the
-	// service refused (the proxy's retry) is replaced at once.
-	RefreshFloor time.Duration
-	// ServiceBodyBudget bounds the proxied bodies held at once, in memory
-	// or spooled (default 256 MiB); a call that does not fit is answered
-	// 503 busy at once.
-	ServiceBodyBudget int64
-	// ServiceMaxBody bounds the bodies of proxied business calls (default
-	// 16 MiB); they are held in memory for the retry after a 401.
-	ServiceMaxBody int64
-}
-
-// DefaultRefreshFloor is Options.RefreshFloor's default.
-const DefaultRefreshFloor = 30 * time.Second
-
-// Agent serves the API.
+// Agent serves the API: the handlers, the proxy, the caller checks, the
+// audit log and the metrics over the reloadable state. A Daemon (Start)
+// builds it from its Config.
 type Agent struct {
-	o       Options
+	cfg     Config // as at start: what a reload changes is in cur
+	audit   *Audit
 	tm      *tokenq.Manager
 	cache   *trusted.Sessions
 	metrics *metrics
 	// cur is the reloadable state (see state); writer orders its writers.
 	cur    atomic.Pointer[state]
-	writer stateWriter
+	writer sync.Mutex
 	// refusals rate-limits the log and audit lines of refused callers.
 	refusals *sampler
 	proxy    *proxy.Proxy
@@ -89,32 +50,13 @@ type Agent struct {
 	held held
 }
 
-// DefaultRequestDeadline bounds a request when Options.RequestDeadline
-// is not set.
-const DefaultRequestDeadline = 30 * time.Second
-
-// New returns an agent.
-func New(o Options) *Agent {
-	if o.SessionTTL <= 0 {
-		o.SessionTTL = 12 * time.Hour
-	}
-	if o.RequestDeadline <= 0 {
-		o.RequestDeadline = DefaultRequestDeadline
-	}
-	if o.MaxBody <= 0 {
-		o.MaxBody = 64 << 10
-	}
-	if o.RefreshFloor <= 0 {
-		o.RefreshFloor = DefaultRefreshFloor
-	}
-	if o.ServiceMaxBody <= 0 {
-		o.ServiceMaxBody = 16 << 20
-	}
-	a := &Agent{o: o, tm: o.Token, cache: trusted.NewSessions(o.SessionTTL), metrics: newMetrics(o.Token, o.Version), refusals: newSampler(10, time.Second)}
-	a.proxy = proxy.New(proxyAgent{a}, proxy.Config{LegacySNILS: o.LegacySNILS, BodyBudget: o.ServiceBodyBudget})
-	st := &state{key: o.APIKey, client: o.Client, rules: o.Routes, policy: o.Policy}
-	st.schemes = a.buildSchemes(st)
-	a.cur.Store(st)
+// newAgent is the agent of cfg (validated) over the token manager tm (nil:
+// no token), writing its audit lines to audit; its state is published by
+// the daemon.
+func newAgent(cfg Config, tm *tokenq.Manager, audit *Audit) *Agent {
+	a := &Agent{cfg: cfg, audit: audit, tm: tm, cache: trusted.NewSessions(cfg.SessionTTL), metrics: newMetrics(tm, cfg.Version), refusals: newSampler(10, time.Second)}
+	a.proxy = proxy.New(proxyAgent{a}, proxy.Config{LegacySNILS: cfg.LegacySNILS, BodyBudget: cfg.ServiceBodyBudget})
+	a.cur.Store(&state{})
 	return a
 }
 
@@ -133,13 +75,6 @@ type Policy struct {
 	// never asked to decrypt a service's challenge.
 	NoCertificateLogin bool
 }
-
-// SetPolicy replaces the policy (configuration reload).
-func (a *Agent) SetPolicy(p Policy) { a.update(func(s *state) { s.policy = p }) }
-
-// SetSharedStore keeps trusted sessions and legacy tokens in s, shared with every agent on
-// it (nil: in this agent's memory only).
-func (a *Agent) SetSharedStore(s store.Records) { a.update(func(st *state) { st.shared = s }) }
 
 // observeStore counts s's operations in the metrics and says once in the
 // log, for each kind, that a value was not used: it did not open with the
@@ -161,18 +96,18 @@ func (a *Agent) observeStore(s store.Records) {
 	s.Observe(func(op, result string) {
 		a.metrics.storeOps.WithLabelValues(op, result).Inc()
 		if o, ok := once[result]; ok {
-			o.Do(func() { a.o.Log.Warn().Msg(warnings[result]) })
+			o.Do(func() { a.cfg.Log.Warn().Msg(warnings[result]) })
 		}
 	})
 }
 
-// ObserveSign records a token signature in the metrics; pass it as
-// tokenq.Options.OnSign.
-func (a *Agent) ObserveSign(d time.Duration, err error) { a.metrics.observeSign(d.Seconds(), err) }
+// observeSign records a token signature in the metrics (the token
+// manager's OnSign).
+func (a *Agent) observeSign(d time.Duration, err error) { a.metrics.observeSign(d.Seconds(), err) }
 
-// Handler returns the API, behind auth (which authenticates the caller and
+// handler returns the API, behind auth (which authenticates the caller and
 // returns its name for the audit log, or an error answer).
-func (a *Agent) Handler(auth Authenticator) http.Handler {
+func (a *Agent) handler(auth Authenticator) http.Handler {
 	// Routes are dispatched by path, then by method, so that a wrong method
 	// gets a JSON 405 with Allow, like every other error.
 	byPath := map[string]map[string]http.HandlerFunc{}
@@ -323,8 +258,8 @@ func (a *Agent) wrap(mux http.Handler, auth Authenticator) http.Handler {
 			// logs, or keep descriptors open.
 			a.metrics.observeRequest("other", "refused", status, -1)
 			if ok, suppressed := a.refusals.allow(start); ok {
-				a.o.Log.Warn().Str("client", caller).Str("route", route).Int("status", status).Str("reason", apiErr.Message).Int("suppressed", suppressed).Str("requestId", id).Msg("caller refused")
-				a.o.Audit.write(auditEntry{caller: caller, operation: route, outcome: apiErr.Code, latency: time.Since(start), requestID: id})
+				a.cfg.Log.Warn().Str("client", caller).Str("route", route).Int("status", status).Str("reason", apiErr.Message).Int("suppressed", suppressed).Str("requestId", id).Msg("caller refused")
+				a.audit.write(auditEntry{caller: caller, operation: route, outcome: apiErr.Code, latency: time.Since(start), requestID: id})
 			}
 			sw.Header().Set("Connection", "close")
 			writeError(sw, status, apiErr)
@@ -339,12 +274,12 @@ func (a *Agent) wrap(mux http.Handler, auth Authenticator) http.Handler {
 			writeError(sw, http.StatusForbidden, APIError{Code: CodeForbidden, Message: fmt.Sprintf("%s is not open to %s (route rules)", route, caller)})
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), a.o.RequestDeadline)
+		ctx, cancel := context.WithTimeout(r.Context(), a.cfg.RequestDeadline)
 		defer cancel()
 		ctx = context.WithValue(ctx, requestInfoKey, &requestInfo{caller: caller, id: id})
-		limit := a.o.MaxBody
+		limit := a.cfg.MaxBody
 		if rt, _ := routeNamed(route); rt.body == serviceBody {
-			limit = a.o.ServiceMaxBody
+			limit = a.cfg.ServiceMaxBody
 		}
 		if r.Body != http.NoBody { // nothing to bound (most GETs): no reader to allocate
 			r.Body = http.MaxBytesReader(sw, r.Body, limit)

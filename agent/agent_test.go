@@ -24,10 +24,16 @@ import (
 var phone = api.Credential{Phone: "+7 916 123-45-67"}
 
 // raw sends a request over the socket and returns status, headers and body.
+// raw sends a request to the agent on sock, a Unix socket's path or
+// tcp:HOST:PORT, and returns its answer.
 func raw(t *testing.T, sock, method, path, body string, hdr ...string) (int, http.Header, string) {
 	t.Helper()
+	network, addr := "unix", sock
+	if a, ok := strings.CutPrefix(sock, "tcp:"); ok {
+		network, addr = "tcp", a
+	}
 	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
 	}}}
 	req, _ := http.NewRequest(method, "http://agent"+path, strings.NewReader(body))
 	for i := 0; i+1 < len(hdr); i += 2 {
@@ -240,7 +246,7 @@ func err2[T any](_ T, err error) error { return err }
 
 func TestCallers(t *testing.T) {
 	t.Run("uid not in the allow-list", func(t *testing.T) {
-		h := start(t, options{auth: agent.NewPeerAuth([]int{os.Getuid() + 12345}, nil)})
+		h := start(t, options{allowUIDs: []int{os.Getuid() + 12345}})
 		code, _, body := raw(t, h.sock, "GET", "/healthz", "")
 		if code != 403 || !strings.Contains(body, `"code":"forbidden"`) || !strings.Contains(body, fmt.Sprintf("uid %d", os.Getuid())) {
 			t.Fatalf("%d %s", code, body)
@@ -249,12 +255,12 @@ func TestCallers(t *testing.T) {
 			t.Fatalf("refusal not audited: %s", h.audit.String())
 		}
 	})
-	for name, auth := range map[string]agent.Authenticator{
-		"uid in the allow-list": agent.NewPeerAuth([]int{os.Getuid()}, nil),
-		"gid in the allow-list": agent.NewPeerAuth(nil, []int{os.Getgid()}),
+	for name, o := range map[string]options{
+		"uid in the allow-list": {allowUIDs: []int{os.Getuid()}},
+		"gid in the allow-list": {allowGIDs: []int{os.Getgid()}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			h := start(t, options{auth: auth})
+			h := start(t, o)
 			if code, _, body := raw(t, h.sock, "GET", "/healthz", ""); code != 200 {
 				t.Fatalf("%d %s", code, body)
 			}
@@ -262,7 +268,7 @@ func TestCallers(t *testing.T) {
 	}
 	t.Run("bearer token", func(t *testing.T) {
 		const token = "3f1c0e9b8a7d6c5b4a39281706f5e4d3"
-		h := start(t, options{auth: agent.NewBearerAuth(token)})
+		h := start(t, options{bearer: token})
 		for _, tc := range []struct {
 			hdr  []string
 			want int
@@ -273,7 +279,7 @@ func TestCallers(t *testing.T) {
 			{[]string{"Authorization", "Bearer " + token}, 200},
 			{[]string{"Authorization", "bearer " + token}, 200},
 		} {
-			code, hdr, body := raw(t, h.sock, "GET", "/healthz", "", tc.hdr...)
+			code, hdr, body := raw(t, h.tcp, "GET", "/healthz", "", tc.hdr...)
 			if code != tc.want {
 				t.Fatalf("%v: %d %s", tc.hdr, code, body)
 			}
@@ -413,7 +419,7 @@ func TestDeadlinePassedInQueue(t *testing.T) {
 	if _, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone}); err == nil {
 		t.Fatal("signed after its deadline")
 	}
-	eventually(t, 2*time.Second, "the expired request to be dropped", func() bool { return h.tm.Dropped() == 1 })
+	eventually(t, 2*time.Second, "the expired request to be dropped", func() bool { return h.queue(t).Dropped == 1 })
 }
 
 // TestTokenRemoval: the real SoftHSM token is taken away (its directory
@@ -479,7 +485,7 @@ func TestShutdownWithRequestsInFlight(t *testing.T) {
 			errs <- err
 		}()
 	}
-	eventually(t, time.Second, "requests to be in flight", func() bool { return h.tm.QueueDepth() == 3 })
+	eventually(t, time.Second, "requests to be in flight", func() bool { return h.queue(t).Depth == 3 })
 	h.shutdown(t)
 	wg.Wait()
 	close(errs)
@@ -567,7 +573,7 @@ func TestRouteRules(t *testing.T) {
 	if code, _, _ := raw(t, h.sock, "GET", "/readyz", ""); code != 200 {
 		t.Fatalf("readyz: %d", code)
 	}
-	h.agent.SetRouteRules([]agent.RouteRule{only("unix=signatures")})
+	h.reload(t, func(c *agent.Config) { c.Routes = []agent.RouteRule{only("unix=signatures")} })
 	if code, _, body := raw(t, h.sock, "POST", "/v1/signatures", `{"phone":"9161234567"}`); code != 200 {
 		t.Fatalf("signatures open to unix callers: %d %s", code, body)
 	}

@@ -16,10 +16,10 @@ import (
 	"github.com/signagent/signagent/trusted"
 )
 
-// Legacy is the legacy scheme in the agent: the token cache (its client
+// legacyTokens is the legacy scheme in the agent: the token cache (its client
 // holds the developer key) and the passwords of the accounts it may log in
 // as, both from the agent's own configuration, never from callers.
-type Legacy struct {
+type legacyTokens struct {
 	Tokens    *legacy.Tokens
 	Passwords map[string]string // login -> password
 }
@@ -35,10 +35,6 @@ var errCertificateLoginOff = errdefs.New(errdefs.ErrForbidden, "certificate logi
 
 // errLegacyNotConfigured answers legacy authorizations without --api-url.
 var errLegacyNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "the legacy scheme is not configured (--api-url and the developer key)")
-
-// SetLegacy replaces the legacy scheme's configuration (start, reload);
-// nil turns it off.
-func (a *Agent) SetLegacy(l *Legacy) { a.update(func(s *state) { s.legacy = l }) }
 
 // authorization is POST /v1/authorizations: the Authorization header
 // value of a business call, cached per identity, one login at a time.
@@ -62,7 +58,7 @@ func (a *Agent) authorization(w http.ResponseWriter, r *http.Request) {
 			return nil, err
 		}
 		if req.Refresh {
-			au.Forget(a.o.RefreshFloor)
+			au.Forget(a.cfg.RefreshFloor)
 		}
 		h, err := au.Header(r.Context())
 		if err != nil {
@@ -165,14 +161,6 @@ func oidcScheme(st *state) authz.Scheme {
 	return oidc.Scheme{Tokens: st.oidc}
 }
 
-// SetSchemes replaces the schemes served besides legacy and OpenID
-// Connect (Config.Schemes; start, reload).
-func (a *Agent) SetSchemes(more authz.Schemes) { a.update(func(s *state) { s.more = more }) }
-
-// SetOIDC replaces the OpenID Connect token source (start, reload); nil
-// turns the scheme off.
-func (a *Agent) SetOIDC(t *oidc.Tokens) { a.update(func(s *state) { s.oidc = t }) }
-
 var errOIDCNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "the OpenID Connect scheme is not configured in this agent")
 
 // trustedIdentity is the identity of a trusted user: its auth.sid comes
@@ -180,7 +168,7 @@ var errOIDCNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "the OpenID Con
 // is none), and one the service no longer takes is dropped from it. The
 // selector is checked: it has a credential and a serviceUserId.
 func (a *Agent) trustedIdentity(st *state, req authz.Selector) (legacy.Identity, error) {
-	cred, err := parseCredential(api.Credential(*req.Credential), a.o.LegacySNILS)
+	cred, err := parseCredential(api.Credential(*req.Credential), a.cfg.LegacySNILS)
 	if err != nil {
 		return legacy.Identity{}, err
 	}
@@ -195,7 +183,7 @@ func (a *Agent) trustedIdentity(st *state, req authz.Selector) (legacy.Identity,
 	k := trusted.SessionKey{Kind: cred.Kind, Value: cred.Value, ServiceUserID: userID}
 	return legacy.Identity{By: legacy.BySid, Subject: "trusted " + cred.Masked() + " serviceUserId=" + userID, CacheKey: k.String(),
 		Sid: func(ctx context.Context) (string, error) {
-			s, _, err := a.cache.Obtain(ctx, k, false, 0, a.o.RequestDeadline,
+			s, _, err := a.cache.Obtain(ctx, k, false, 0, a.cfg.RequestDeadline,
 				func(ctx context.Context) (*trusted.Session, error) { return c.Session(ctx, cred, userID) })
 			if err != nil {
 				return "", err

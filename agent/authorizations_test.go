@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/api"
 )
 
@@ -129,7 +130,7 @@ func TestLegacyAuthorizationRefusals(t *testing.T) {
 		t.Fatal("a secret in the log")
 	}
 	// Without the legacy scheme configured.
-	h.agent.SetLegacy(nil)
+	h.reload(t, func(c *agent.Config) { c.Legacy = nil })
 	_, err := h.client.Authorization(ctx, api.AuthorizationRequest{Scheme: "legacy", By: "certificate"})
 	if e := apiErr(t, err); e.Status != 503 || !strings.Contains(e.Body.Message, "--api-url") {
 		t.Fatalf("%d %q", e.Status, e.Body.Message)

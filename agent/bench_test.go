@@ -257,7 +257,7 @@ func percentile(ds []time.Duration, p int) time.Duration {
 func BenchmarkHandlerCPU(b *testing.B) {
 	up := bareResponder(b, `{"Organizations":[{"OrgId":"org-1","FullName":"Horns and Hooves LLC"}]}`)
 	h := start(b, options{oidc: true, legacy: true, apiURL: up, auditFile: true})
-	hd := h.agent.Handler(agent.NewBearerAuth("0123456789abcdef0123456789abcdef"))
+	hd := agent.HandlerOf(h.d, agent.NewBearerAuth("0123456789abcdef0123456789abcdef"))
 	for _, tc := range []struct{ name, method, path, body, identity string }{
 		{"readyz", "GET", "/readyz", "", ""},
 		{"authz-oidc", "POST", "/v1/authorizations", `{"scheme":"oidc"}`, ""},

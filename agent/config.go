@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/errdefs"
@@ -66,14 +67,28 @@ type Config struct {
 	APIKey string
 	// Service is the trusted-authentication service; nil answers sessions
 	// and links with 503. Its Signer is set by the daemon.
-	Service         *trusted.Config
-	SessionTTL      time.Duration
+	Service *trusted.Config
+	// SessionTTL is how long an auth.sid is served from the cache (well
+	// under the service's 30 days).
+	SessionTTL time.Duration
+	// RequestDeadline bounds each request, waiting for the token included.
 	RequestDeadline time.Duration
 	ShutdownGrace   time.Duration
-	MaxBody         int64
-	LegacySNILS     bool
+	// MaxBody bounds request bodies (the proxy's: ServiceMaxBody).
+	MaxBody int64
+	// LegacySNILS accepts SNILS numbers whose check number fails the rule.
+	LegacySNILS bool
+	// Policy is what the agent hands out and does (reloadable).
 	Policy
+	// Routes opens routes per caller class (see RouteRule).
 	Routes []RouteRule
+	// RefreshFloor: a caller's "refresh": true replaces a session or an
+	// Authorization header only once it is this old (default
+	// DefaultRefreshFloor); a younger one is handed out again, so that a
+	// caller repeating refresh cannot make the agent log in or sign on
+	// every request. A value the service refused (the proxy's retry) is
+	// replaced at once. Taken at start.
+	RefreshFloor time.Duration
 	// Legacy is the legacy scheme's client configuration (the business API
 	// address and the developer key); nil answers legacy authorizations
 	// with 503. LegacyPasswords are the accounts it may log in as.
@@ -86,8 +101,9 @@ type Config struct {
 	APIURL           string
 	AllowInsecureAPI bool
 	ServiceMaxBody   int64
-	// ServiceBodyBudget bounds the proxied bodies held at once (default
-	// 256 MiB); taken at start.
+	// ServiceBodyBudget bounds the proxied bodies held at once, in memory
+	// or spooled (default 256 MiB); a call that does not fit is answered
+	// 503 busy at once. Taken at start.
 	ServiceBodyBudget int64
 	// OIDC hands out the access tokens of the profiles an operator signed
 	// in with signagent login (the same token store); nil answers oidc
@@ -109,6 +125,16 @@ type Config struct {
 	// an error line, not a dead agent).
 	Probe func(context.Context, pkcs11.Selection) error
 }
+
+// DefaultRequestDeadline is the deadline serve gives a request unless
+// told otherwise (Config.RequestDeadline).
+const DefaultRequestDeadline = 30 * time.Second
+
+// DefaultServiceBodyBudget is Config.ServiceBodyBudget's default.
+const DefaultServiceBodyBudget = proxy.DefaultBodyBudget
+
+// DefaultRefreshFloor is Config.RefreshFloor's default.
+const DefaultRefreshFloor = 30 * time.Second
 
 // DefaultSocket is $XDG_RUNTIME_DIR/signagent/agent.sock for a user, and
 // /run/signagent/agent.sock for root or a system service.
@@ -161,6 +187,9 @@ func (c *Config) validate() error {
 			return badConfig(fmt.Errorf("--api-url: %w", err))
 		}
 	}
+	c.RefreshFloor = cmp.Or(c.RefreshFloor, DefaultRefreshFloor)
+	c.ServiceMaxBody = cmp.Or(c.ServiceMaxBody, 16<<20)
+	c.ServiceBodyBudget = cmp.Or(c.ServiceBodyBudget, DefaultServiceBodyBudget)
 	if c.Stderr == nil {
 		c.Stderr = os.Stderr
 	}

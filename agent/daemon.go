@@ -73,23 +73,12 @@ func (d *Daemon) start(ctx context.Context) error {
 	} else {
 		d.log.Info().Msg("no token: this agent signs nothing and serves OpenID Connect and legacy password identities")
 	}
-	client, err := d.serviceClient(cfg)
+	d.agent = newAgent(cfg, d.tm, NewAudit(audit))
+	st, err := d.state(cfg)
 	if err != nil {
 		return err
 	}
-	d.agent = New(Options{Version: cfg.Version, Token: d.tm, Client: client, APIKey: cfg.APIKey, Log: cfg.Log, Audit: NewAudit(audit),
-		SessionTTL: cfg.SessionTTL, RequestDeadline: cfg.RequestDeadline, MaxBody: cfg.MaxBody, LegacySNILS: cfg.LegacySNILS,
-		Policy: cfg.Policy, Routes: cfg.Routes, ServiceMaxBody: cfg.ServiceMaxBody, ServiceBodyBudget: cfg.ServiceBodyBudget})
-	target, err := d.agent.proxyTarget(cfg.APIURL, cfg.AllowInsecureAPI)
-	if err != nil {
-		return err
-	}
-	lg, err := d.legacyScheme(cfg, Config{})
-	if err != nil {
-		return err
-	}
-	d.agent.reload(state{key: cfg.APIKey, client: client, rules: cfg.Routes, legacy: lg, oidc: d.oidcScheme(cfg), more: cfg.Schemes,
-		shared: cfg.SharedStore, target: target, policy: d.agent.now().policy}, cfg.SessionTTL)
+	d.agent.reload(st, cfg.SessionTTL)
 	d.servers = d.agent.startServers(d.ls)
 	return nil
 }
@@ -125,7 +114,7 @@ func (d *Daemon) openToken(ctx context.Context) error {
 		Signature: d.cfg.Signature, Workers: d.cfg.TokenConcurrency, Backlog: d.cfg.QueueSize, Delay: d.cfg.TokenDelay, Log: d.log,
 		OnSign: func(t time.Duration, err error) {
 			if a := d.agent; a != nil {
-				a.ObserveSign(t, err)
+				a.observeSign(t, err)
 			}
 		},
 	})
@@ -138,6 +127,27 @@ func (d *Daemon) openToken(ctx context.Context) error {
 
 func (d *Daemon) opener(cfg Config) tokenq.Opener {
 	return func(ctx context.Context) (tokenq.Token, error) { return cfg.Open(ctx, cfg.Token, cfg.Log) }
+}
+
+// state is the agent's reloadable state as cfg configures it, built and
+// checked whole before anything changes: at start and on every reload.
+// What cfg leaves as it was (the legacy scheme's configuration, the
+// business API's address) keeps its caches and connections.
+func (d *Daemon) state(cfg Config) (*state, error) {
+	client, err := d.serviceClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	lg, err := d.legacyScheme(cfg, d.cfg)
+	if err != nil {
+		return nil, err
+	}
+	target, err := d.agent.proxyTarget(cfg.APIURL, cfg.AllowInsecureAPI)
+	if err != nil {
+		return nil, err
+	}
+	return &state{key: cfg.APIKey, client: client, rules: cfg.Routes, policy: cfg.Policy, legacy: lg, oidc: d.oidcScheme(cfg),
+		more: cfg.Schemes, shared: cfg.SharedStore, target: target}, nil
 }
 
 // serviceClient is the trusted client the agent runs sessions and links
@@ -161,7 +171,7 @@ func (d *Daemon) serviceClient(cfg Config) (*trusted.Client, error) {
 // legacyScheme builds the legacy scheme's token cache for cfg. When the
 // configuration is the same as was (a reload that did not touch it), the
 // current cache is kept, with its tokens.
-func (d *Daemon) legacyScheme(cfg, was Config) (*Legacy, error) {
+func (d *Daemon) legacyScheme(cfg, was Config) (*legacyTokens, error) {
 	if cfg.Legacy == nil {
 		d.log.Info().Msg("the legacy scheme is off (no --api-url or no developer key): its authorizations answer 503")
 		return nil, nil
@@ -177,7 +187,7 @@ func (d *Daemon) legacyScheme(cfg, was Config) (*Legacy, error) {
 	if err != nil {
 		return nil, badConfig(err)
 	}
-	return &Legacy{Tokens: legacy.NewTokens(c, 0, cfg.RequestDeadline), Passwords: cfg.LegacyPasswords}, nil
+	return &legacyTokens{Tokens: legacy.NewTokens(c, 0, cfg.RequestDeadline), Passwords: cfg.LegacyPasswords}, nil
 }
 
 // oidcScheme wires cfg's token source to the metrics and the log.
@@ -274,15 +284,7 @@ func (d *Daemon) Reload(cfg Config) error {
 			return badConfig(err)
 		}
 	}
-	client, err := d.serviceClient(cfg)
-	if err != nil {
-		return err
-	}
-	lg, err := d.legacyScheme(cfg, d.cfg)
-	if err != nil {
-		return err
-	}
-	target, err := d.agent.proxyTarget(cfg.APIURL, cfg.AllowInsecureAPI)
+	st, err := d.state(cfg)
 	if err != nil {
 		return err
 	}
@@ -296,8 +298,7 @@ func (d *Daemon) Reload(cfg Config) error {
 		d.tls.Store(tlsCfg)
 	}
 	// Everything reloadable changes at once: one new state, one swap.
-	d.agent.reload(state{key: cfg.APIKey, client: client, rules: cfg.Routes, legacy: lg, oidc: d.oidcScheme(cfg), more: cfg.Schemes,
-		shared: cfg.SharedStore, target: target, policy: cfg.Policy}, cfg.SessionTTL)
+	d.agent.reload(st, cfg.SessionTTL)
 	if was, ok := d.cfg.SharedStore.(io.Closer); ok && d.cfg.SharedStore != cfg.SharedStore {
 		was.Close() // requests still holding it get an error, as from a store that went away
 	}

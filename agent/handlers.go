@@ -16,7 +16,7 @@ import (
 // credential parses the request's credential and records it, masked, in
 // the audit entry.
 func (a *Agent) credential(c api.Credential, entry *auditEntry) (canonical.Credential, error) {
-	cred, err := parseCredential(c, a.o.LegacySNILS)
+	cred, err := parseCredential(c, a.cfg.LegacySNILS)
 	if err == nil {
 		entry.kind, entry.credential = cred.Kind.String(), cred.Masked()
 	}
@@ -109,7 +109,7 @@ func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
 			return nil, errNotConfigured
 		}
 		k := trusted.SessionKey{Kind: cred.Kind, Value: cred.Value, ServiceUserID: req.ServiceUserID}
-		s, source, err := a.cache.Obtain(r.Context(), k, req.Refresh, a.o.RefreshFloor, a.o.RequestDeadline,
+		s, source, err := a.cache.Obtain(r.Context(), k, req.Refresh, a.cfg.RefreshFloor, a.cfg.RequestDeadline,
 			func(ctx context.Context) (*trusted.Session, error) { return c.Session(ctx, cred, req.ServiceUserID) })
 		if err != nil {
 			return nil, err
@@ -180,10 +180,10 @@ func (a *Agent) finish(w http.ResponseWriter, r *http.Request, entry auditEntry,
 	if err != nil {
 		status, apiErr := classify(err)
 		entry.outcome, entry.serviceCode = apiErr.Code, apiErr.ServiceCode
-		a.o.Audit.write(entry)
-		ev := a.o.Log.Info()
+		a.audit.write(entry)
+		ev := a.cfg.Log.Info()
 		if status >= 500 {
-			ev = a.o.Log.Warn()
+			ev = a.cfg.Log.Warn()
 		}
 		if errors.Is(err, tokenq.ErrQueueFull) {
 			a.metrics.rejected.Inc()
@@ -193,6 +193,6 @@ func (a *Agent) finish(w http.ResponseWriter, r *http.Request, entry auditEntry,
 		return
 	}
 	entry.outcome = "ok"
-	a.o.Audit.write(entry)
+	a.audit.write(entry)
 	writeJSON(w, http.StatusOK, resp)
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/agentclient"
+	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/hsmtest"
@@ -32,19 +32,18 @@ const apiKey = "0F6C2E5B-9D4A-4C1E-8A2B-7E3D1F0A9B8C"
 // harness is a SoftHSM token, the emulator, and an agent serving on a Unix
 // socket, with a client.
 type harness struct {
-	tk      *hsmtest.Token
-	emu     *emulator.Server
-	agent   *agent.Agent
-	tm      *tokenq.Manager
-	sock    string
-	client  *agentclient.Client
-	logs    *hsmtest.LogBuffer
-	audit   *hsmtest.LogBuffer
-	opens   *atomic.Int64
-	stop    context.CancelFunc
-	stopped chan error
-	store   oidc.Store
-	offset  atomic.Int64 // the emulator's clock runs this far ahead
+	tk     *hsmtest.Token
+	emu    *emulator.Server
+	d      *agent.Daemon
+	cfg    agent.Config // as last started or reloaded
+	sock   string
+	tcp    string // tcp:HOST:PORT, with options.bearer
+	client *agentclient.Client
+	logs   *hsmtest.LogBuffer
+	audit  *hsmtest.LogBuffer
+	opens  *atomic.Int64
+	store  oidc.Store
+	offset atomic.Int64 // the emulator's clock runs this far ahead
 }
 
 // advance moves the emulator's clock (tokens it issued expire).
@@ -57,7 +56,10 @@ type options struct {
 	deadline  time.Duration
 	users     int // extra users user0..userN-1, linked as suid0..
 	noService bool
-	auth      agent.Authenticator
+	allowUIDs []int // Unix callers allowed (empty: anyone)
+	allowGIDs []int
+	bearer    string           // a TCP listener on loopback too, its callers' bearer token
+	tls       agent.TLSFiles   // the TCP listener's
 	timeout   time.Duration    // trusted client's request time-out
 	now       func() time.Time // trusted client's clock (default time.Now)
 	expose    bool             // ExposeCanonical
@@ -127,98 +129,90 @@ func start(t testing.TB, o options) *harness {
 
 	h := &harness{tk: tk, emu: emu, logs: logs, audit: audit, opens: &atomic.Int64{}}
 	emu.SetClock(func() time.Time { return time.Now().Add(time.Duration(h.offset.Load())) })
-	sel := tk.Selection(tk.RSA.Label)
-	open := func(ctx context.Context) (tokenq.Token, error) {
-		h.opens.Add(1)
-		return pkcs11.Open(ctx, sel, log)
-	}
-	if !o.noToken {
-		h.tm, err = tokenq.New(tokenq.Options{Open: open, Workers: o.workers, Backlog: o.backlog,
-			Delay: o.delay, BackoffFirst: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Log: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	var client *trusted.Client
-	if !o.noService && !o.noToken {
-		client, err = trusted.New(trusted.Config{BaseURL: emu.URL(), APIKey: apiKey, Timeout: o.timeout,
-			Backoff: 5 * time.Millisecond, Signer: h.tm, Now: o.now, Log: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	var auditTo io.Writer = audit
-	if o.auditFile {
-		f, err := agent.OpenAuditFile(filepath.Join(t.TempDir(), "audit.log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { f.Close() })
-		auditTo = f
-	}
-	h.agent = agent.New(agent.Options{Token: h.tm, Client: client, APIKey: apiKey, Log: log, Audit: agent.NewAudit(auditTo),
-		RequestDeadline: o.deadline, Routes: o.routes, ServiceMaxBody: o.maxBody, ServiceBodyBudget: o.budget,
-		Policy:       agent.Policy{ExposeCanonical: o.expose, ExposeLegacyHeader: o.legacy && !o.hideLegacy, NoCertificateLogin: o.noCertLogin},
-		RefreshFloor: cmp.Or(o.floor, time.Nanosecond)})
 	if o.apiURL == "emu" {
 		o.apiURL = emu.URL()
 	}
-	if err := h.agent.SetServiceAPI(o.apiURL, false); err != nil {
-		t.Fatal(err)
+	cfg := agent.Config{
+		Token: tk.Selection(tk.RSA.Label), NoToken: o.noToken, TokenConcurrency: cmp.Or(o.workers, 1), QueueSize: cmp.Or(o.backlog, 64), TokenDelay: o.delay,
+		Open: func(ctx context.Context, sel pkcs11.Selection, log zerolog.Logger) (tokenq.Token, error) {
+			h.opens.Add(1)
+			return pkcs11.Open(ctx, sel, log)
+		},
+		APIKey: apiKey, SessionTTL: 12 * time.Hour, RequestDeadline: cmp.Or(o.deadline, agent.DefaultRequestDeadline), MaxBody: 64 << 10,
+		Routes: o.routes, ServiceMaxBody: o.maxBody, ServiceBodyBudget: o.budget, APIURL: o.apiURL,
+		Policy:       agent.Policy{ExposeCanonical: o.expose, ExposeLegacyHeader: o.legacy && !o.hideLegacy, NoCertificateLogin: o.noCertLogin},
+		RefreshFloor: cmp.Or(o.floor, time.Nanosecond),
+		AllowUIDs:    o.allowUIDs, AllowGIDs: o.allowGIDs, TLS: o.tls,
+		Stderr: audit, Log: log, ShutdownGrace: 5 * time.Second,
+	}
+	if !o.noService && !o.noToken {
+		cfg.Service = &trusted.Config{BaseURL: emu.URL(), APIKey: apiKey, Timeout: o.timeout, Backoff: 5 * time.Millisecond, Now: o.now, Log: log}
+	}
+	if o.auditFile {
+		cfg.AuditLog = filepath.Join(t.TempDir(), "audit.log")
 	}
 	if o.legacy {
-		lc, err := legacy.New(legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey, Backoff: time.Millisecond, Log: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.agent.SetLegacy(&agent.Legacy{Tokens: legacy.NewTokens(lc, 0, 0), Passwords: map[string]string{
-			"alice@example.com": alicePassword, "bob@example.com": "not bob's password"}})
+		cfg.Legacy = &legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey, Backoff: time.Millisecond}
+		cfg.LegacyPasswords = map[string]string{"alice@example.com": alicePassword, "bob@example.com": "not bob's password"}
 	}
 	if o.oidc {
 		h.store = h.signInOIDC(t)
-		h.agent.SetOIDC(&oidc.Tokens{Store: h.store, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }})
+		cfg.OIDC = &oidc.Tokens{Store: h.store, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
 	}
+	h.serve(t, cfg, o.bearer)
+	return h
+}
 
+// serve starts the agent of cfg on a Unix socket of its own (and a TCP
+// one on loopback for bearer's callers), as serve does: agent.Start.
+func (h *harness) serve(t testing.TB, cfg agent.Config, bearer string) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "sa") // short: a socket path has ~100 bytes at most
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	h.sock = filepath.Join(dir, "agent.sock")
-	l, err := agent.ListenUnix(agent.UnixSocket{Path: h.sock})
+	cfg.Listen = []string{"unix:" + h.sock}
+	if bearer != "" {
+		cfg.Listen = append(cfg.Listen, "tcp:127.0.0.1:0")
+		cfg.BearerTokenFile = filepath.Join(dir, "bearer-token")
+		if err := os.WriteFile(cfg.BearerTokenFile, []byte(bearer+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.d, err = agent.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth := o.auth
-	if auth == nil {
-		auth = agent.NewPeerAuth(nil, nil)
+	h.cfg = cfg
+	for _, a := range h.d.Addrs() {
+		if strings.HasPrefix(a, "tcp:") {
+			h.tcp = a
+		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	h.stop = cancel
-	h.stopped = make(chan error, 1)
-	go func() {
-		h.stopped <- h.agent.Serve(ctx, []agent.Listener{{Listener: l, Auth: auth, Path: h.sock}}, 5*time.Second)
-	}()
-	t.Cleanup(func() {
-		h.shutdown(t)
-		h.tm.Close()
-	})
+	t.Cleanup(func() { h.shutdown(t) })
 	h.client = agentclient.NewUnix(h.sock)
-	return h
 }
 
-// shutdown stops serving and waits for it.
-func (h *harness) shutdown(t testing.TB) {
-	h.stop()
-	select {
-	case err := <-h.stopped:
-		if err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		h.stopped <- nil // later calls return at once
-	case <-time.After(10 * time.Second):
-		t.Error("the agent did not stop")
+// reload changes the agent's configuration as serve does on SIGHUP:
+// Daemon.Reload with the configuration change made.
+func (h *harness) reload(t testing.TB, change func(c *agent.Config)) {
+	t.Helper()
+	cfg := h.cfg
+	change(&cfg)
+	if err := h.d.Reload(cfg); err != nil {
+		t.Fatal(err)
 	}
+	h.cfg = cfg
+}
+
+// shutdown stops serving, lets requests in flight finish (5 s at most)
+// and closes the token; later calls return at once.
+func (h *harness) shutdown(t testing.TB) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.ShutdownGrace)
+	defer cancel()
+	h.d.Shutdown(ctx)
 }
 
 // apiErr returns the agent's error, failing the test if err is not one.
@@ -260,33 +254,28 @@ func (h *harness) metric(t *testing.T, name string) string {
 }
 
 // second is another agent on the harness's emulator and token, with its
-// own trusted client, caches and socket: a second instance of the partner
-// system's agent.
+// own token manager, trusted client, caches and socket: a second instance
+// of the partner system's agent (no legacy scheme, no OpenID Connect,
+// nothing shared until a reload says so).
 func (h *harness) second(t testing.TB) *harness {
 	t.Helper()
-	log := zerolog.New(h.logs)
-	client, err := trusted.New(trusted.Config{BaseURL: h.emu.URL(), APIKey: apiKey, Backoff: 5 * time.Millisecond, Signer: h.tm, Log: log})
-	if err != nil {
-		t.Fatal(err)
+	b := &harness{tk: h.tk, emu: h.emu, logs: h.logs, audit: h.audit, opens: h.opens}
+	cfg := h.cfg
+	cfg.Legacy, cfg.LegacyPasswords, cfg.OIDC, cfg.SharedStore, cfg.APIURL, cfg.Schemes, cfg.AuditLog = nil, nil, nil, nil, "", nil, ""
+	cfg.Policy, cfg.Routes = agent.Policy{}, nil
+	if cfg.Service == nil {
+		cfg.Service = &trusted.Config{BaseURL: h.emu.URL(), APIKey: apiKey, Backoff: 5 * time.Millisecond, Log: cfg.Log}
 	}
-	b := &harness{tk: h.tk, emu: h.emu, tm: h.tm, logs: h.logs, audit: h.audit, opens: h.opens}
-	b.agent = agent.New(agent.Options{Token: h.tm, Client: client, APIKey: apiKey, Log: log, Audit: agent.NewAudit(h.audit), RefreshFloor: time.Nanosecond})
-	dir, err := os.MkdirTemp("", "sa")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	b.sock = filepath.Join(dir, "agent.sock")
-	l, err := agent.ListenUnix(agent.UnixSocket{Path: b.sock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	b.stop, b.stopped = cancel, make(chan error, 1)
-	go func() {
-		b.stopped <- b.agent.Serve(ctx, []agent.Listener{{Listener: l, Auth: agent.NewPeerAuth(nil, nil), Path: b.sock}}, 5*time.Second)
-	}()
-	t.Cleanup(func() { b.shutdown(t) })
-	b.client = agentclient.NewUnix(b.sock)
+	b.serve(t, cfg, "")
 	return b
+}
+
+// queue is the token's queue as /readyz reports it.
+func (h *harness) queue(t testing.TB) api.QueueState {
+	t.Helper()
+	r, err := h.client.Ready(context.Background())
+	if err != nil || r.Queue == nil {
+		t.Fatalf("/readyz: %+v %v", r, err)
+	}
+	return *r.Queue
 }

@@ -243,35 +243,12 @@ type cappedListener struct{ net.Listener }
 func (cappedListener) capped() {}
 func (*unixListener) capped()  {}
 
-// Serve serves the API on every listener until ctx is done, then stops
-// accepting, lets requests in flight finish within grace, and removes the
-// Unix sockets it created.
-func (a *Agent) Serve(ctx context.Context, ls []Listener, grace time.Duration) error {
-	set := a.startServers(ls)
-	var serveErr error
-	select {
-	case <-ctx.Done():
-	case serveErr = <-set.errs:
-	}
-	shut, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	set.shutdown(shut, a.o.Log)
-	for _, l := range ls {
-		if u, ok := l.Listener.(*unixListener); ok && l.Path != "" {
-			u.removeSocket()
-		}
-	}
-	return serveErr
-}
-
 // serverSet is one HTTP server per listener.
 type serverSet struct {
 	servers []*http.Server
 	errs    chan error
 }
 
-// startServers serves the API on every listener, each capped in its
-// connections.
 // NewHTTPServer is the HTTP server every listener of the agent gets for
 // h, before its connection context and error log: its timeouts and header
 // limit (bench proxy's Go floor runs on the same). Short header and idle
@@ -288,6 +265,8 @@ func NewHTTPServer(h http.Handler, requestDeadline time.Duration) *http.Server {
 	}
 }
 
+// startServers serves the API on every listener, each capped in its
+// connections.
 func (a *Agent) startServers(ls []Listener) *serverSet {
 	set := &serverSet{errs: make(chan error, len(ls))}
 	for _, l := range ls {
@@ -298,11 +277,11 @@ func (a *Agent) startServers(ls []Listener) *serverSet {
 			}
 			l.Listener = limit(l.Listener, max)
 		}
-		srv := NewHTTPServer(a.Handler(l.Auth), a.o.RequestDeadline)
+		srv := NewHTTPServer(a.handler(l.Auth), a.cfg.RequestDeadline)
 		srv.ConnContext = ConnContext
 		// net/http's own complaints (a failed TLS handshake, a broken
 		// connection) go to the diagnostic log, not bare to stderr.
-		srv.ErrorLog = warnLog(a.o.Log.With().Str("component", "http").Logger())
+		srv.ErrorLog = warnLog(a.cfg.Log.With().Str("component", "http").Logger())
 		set.servers = append(set.servers, srv)
 		go func(l Listener) {
 			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/authz"
@@ -136,13 +137,15 @@ type renamed struct {
 
 func (r renamed) Name() string { return r.name }
 
-// TestMoreSchemes: a scheme given to the agent (Config.Schemes, here
-// SetSchemes) is named by the Signagent-Identity header and the body of
+// TestMoreSchemes: a scheme given to the agent (Config.Schemes, here on a
+// reload) is named by the Signagent-Identity header and the body of
 // /v1/authorizations, proxied with its header, counted and audited.
 func TestMoreSchemes(t *testing.T) {
 	h := start(t, options{oidc: true, apiURL: "emu"})
-	h.agent.SetSchemes(authz.Schemes{renamed{oidc.Scheme{Tokens: &oidc.Tokens{Store: h.store,
-		Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}}, "robot"}})
+	h.reload(t, func(c *agent.Config) {
+		c.Schemes = authz.Schemes{renamed{oidc.Scheme{Tokens: &oidc.Tokens{Store: h.store,
+			Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}}, "robot"}}
+	})
 	a, err := h.client.Authorization(context.Background(), api.AuthorizationRequest{Scheme: "robot", Profile: "default"})
 	if err != nil || !strings.HasPrefix(a.Authorization, "Bearer ") {
 		t.Fatalf("%+v %v", a, err)

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/bench"
 )
@@ -30,19 +29,8 @@ import (
 func BenchmarkProxyPeer(b *testing.B) {
 	up := httptest.NewServer(bench.UpstreamHandler)
 	defer up.Close()
-	h := start(b, options{oidc: true, legacy: true, apiURL: up.URL, auditFile: true})
-
 	const bearer = "0123456789abcdef0123456789abcdef"
-	l, err := agent.ListenTCP("127.0.0.1:0", nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- h.agent.Serve(ctx, []agent.Listener{{Listener: l, Auth: agent.NewBearerAuth(bearer)}}, time.Second)
-	}()
-	defer func() { cancel(); <-done }()
+	h := start(b, options{oidc: true, legacy: true, apiURL: up.URL, auditFile: true, bearer: bearer})
 
 	tcp := &http.Transport{MaxIdleConnsPerHost: 16}
 	sock := &http.Transport{MaxIdleConnsPerHost: 16, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -69,7 +57,7 @@ func BenchmarkProxyPeer(b *testing.B) {
 		call func() error
 	}{
 		{"direct", get(tcp, up.URL+method, "Authorization", "Bearer upstream")},
-		{"proxy-tcp", get(tcp, "http://"+l.Addr().String()+"/v1/service"+method, "Authorization", "Bearer "+bearer, proxy.IdentityHeader, "oidc")},
+		{"proxy-tcp", get(tcp, "http://"+strings.TrimPrefix(h.tcp, "tcp:")+"/v1/service"+method, "Authorization", "Bearer "+bearer, proxy.IdentityHeader, "oidc")},
 		{"proxy-unix", get(sock, "http://agent/v1/service"+method, proxy.IdentityHeader, "oidc")},
 		{"authz-oidc", post(sock, "http://agent/v1/authorizations", `{"scheme":"oidc"}`)},
 		{"authz-legacy", post(sock, "http://agent/v1/authorizations", `{"scheme":"legacy","by":"password","login":"alice@example.com"}`)},

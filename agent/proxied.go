@@ -45,7 +45,7 @@ const auditCutOff = "answer_cut_off"
 
 func (c *proxyRecord) Answered(call *proxy.Call) {
 	if call.CutOff != nil {
-		c.a.o.Log.Warn().Str("client", c.entry.caller).Str("operation", "service").Str("call", call.Call).
+		c.a.cfg.Log.Warn().Str("client", c.entry.caller).Str("operation", "service").Str("call", call.Call).
 			Str("requestId", c.entry.requestID).Msgf("the answer was cut off during the body copy: %v", call.CutOff)
 	}
 	c.entry.outcome = "ok"
@@ -53,7 +53,7 @@ func (c *proxyRecord) Answered(call *proxy.Call) {
 		c.entry.outcome = auditCutOff
 	}
 	c.entry.call, c.entry.latency, c.entry.status, c.entry.retried = call.Call, time.Since(call.Start), call.Status, call.Retried
-	c.a.o.Audit.write(c.entry)
+	c.a.audit.write(c.entry)
 }
 
 func (c *proxyRecord) Failed(w http.ResponseWriter, call *proxy.Call, err error) {
@@ -61,10 +61,10 @@ func (c *proxyRecord) Failed(w http.ResponseWriter, call *proxy.Call, err error)
 	c.a.metrics.observeCall(call.Method, status, call.Retried)
 	c.entry.call, c.entry.outcome, c.entry.serviceCode, c.entry.latency = call.Call, apiErr.Code, apiErr.ServiceCode, time.Since(call.Start)
 	c.entry.retried = call.Retried
-	c.a.o.Audit.write(c.entry)
-	ev := c.a.o.Log.Info()
+	c.a.audit.write(c.entry)
+	ev := c.a.cfg.Log.Info()
 	if status >= 500 {
-		ev = c.a.o.Log.Warn()
+		ev = c.a.cfg.Log.Warn()
 	}
 	ev.Str("client", c.entry.caller).Str("operation", "service").Str("call", call.Call).Int("status", status).Str("code", apiErr.Code).Str("requestId", c.entry.requestID).Msg(apiErr.Message)
 	w.Header().Set(proxy.ErrorHeader, apiErr.Code)
@@ -84,19 +84,4 @@ func (a *Agent) proxyTarget(rawURL string, allowHTTP bool) (*proxy.Target, error
 		return nil, badConfig(fmt.Errorf("--api-url: %w", err))
 	}
 	return t, nil
-}
-
-// SetServiceAPI points the proxy at the business API (start, reload); an
-// empty address turns it off (503).
-func (a *Agent) SetServiceAPI(rawURL string, allowHTTP bool) error {
-	t, err := a.proxyTarget(rawURL, allowHTTP)
-	if err != nil {
-		return err
-	}
-	old := a.now().target
-	a.update(func(s *state) { s.target = t })
-	if old != nil && old != t {
-		old.CloseIdle() // the old address's kept connections
-	}
-	return nil
 }

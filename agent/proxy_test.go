@@ -173,11 +173,10 @@ func TestProxyRefusals(t *testing.T) {
 // before the call: 422 without the key.
 func TestProxyUnknownDeveloperKey(t *testing.T) {
 	h2 := start(t, options{apiURL: "emu"})
-	lc, err := legacy.New(legacy.Config{APIURL: h2.emu.URL(), DeveloperKey: "unknownClient-0a1b2c3d4e"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h2.agent.SetLegacy(&agent.Legacy{Tokens: legacy.NewTokens(lc, 0, 0), Passwords: map[string]string{"alice@example.com": alicePassword}})
+	h2.reload(t, func(c *agent.Config) {
+		c.Legacy = &legacy.Config{APIURL: h2.emu.URL(), DeveloperKey: "unknownClient-0a1b2c3d4e"}
+		c.LegacyPasswords = map[string]string{"alice@example.com": alicePassword}
+	})
 	resp, body := h2.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceLegacy, nil, "")
 	if resp.StatusCode != 422 || !strings.Contains(body, "service_refused") || strings.Contains(body, devKey) {
 		t.Fatalf("unknown developer key: %d %s", resp.StatusCode, body)
@@ -261,9 +260,7 @@ func TestProxyHeaders(t *testing.T) {
 		h.emu.Handler().ServeHTTP(w, r)
 	}))
 	defer rec.Close()
-	if err := h.agent.SetServiceAPI(rec.URL, false); err != nil {
-		t.Fatal(err)
-	}
+	h.reload(t, func(c *agent.Config) { c.APIURL = rec.URL })
 	hdr := http.Header{"Authorization": {"DiadocAuth ddauth_token=the-callers-own"}, "Cookie": {"session=callers"},
 		"Connection": {"X-Hop"}, "X-Hop": {"1"}, "Proxy-Authorization": {"Basic eDp5"}, "X-Request-Id": {"r-1"}}
 	resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, hdr, "")
@@ -320,9 +317,7 @@ func TestProxyPassesOn(t *testing.T) {
 		w.Header().Set("X-Checksum", "c-1")
 	}))
 	defer svc.Close()
-	if err := h.agent.SetServiceAPI(svc.URL, false); err != nil {
-		t.Fatal(err)
-	}
+	h.reload(t, func(c *agent.Config) { c.APIURL = svc.URL })
 	hdr := http.Header{"X-Forwarded-For": {"10.9.9.9"}, "Forwarded": {"for=10.9.9.9"}, "X-Forwarded-Host": {"evil"},
 		"User-Agent": {""}, "Te": {"trailers"}}
 	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -391,15 +386,13 @@ func TestProxyServiceTrouble(t *testing.T) {
 	h := start(t, options{oidc: true, deadline: 2 * time.Second})
 	down := httptest.NewServer(http.NotFoundHandler())
 	down.Close()
-	if err := h.agent.SetServiceAPI(down.URL, false); err != nil {
-		t.Fatal(err)
-	}
+	h.reload(t, func(c *agent.Config) { c.APIURL = down.URL })
 	resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, "")
 	if resp.StatusCode != 502 || !strings.Contains(body, "service_unreachable") || strings.Contains(body, down.URL) {
 		t.Fatalf("down: %d %s", resp.StatusCode, body)
 	}
 
-	h.agent.SetServiceAPI(h.emu.URL(), false)
+	h.reload(t, func(c *agent.Config) { c.APIURL = h.emu.URL() })
 	h.emu.InjectFaults("GetMyOrganizations", emuDelay(time.Minute))
 	t0 := time.Now()
 	resp, body = h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, "")
@@ -413,7 +406,7 @@ func TestProxyServiceTrouble(t *testing.T) {
 		w.Write([]byte("<!doctype html><p>maintenance</p>"))
 	}))
 	defer html.Close()
-	h.agent.SetServiceAPI(html.URL, false)
+	h.reload(t, func(c *agent.Config) { c.APIURL = html.URL })
 	resp, body = h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, "")
 	if resp.StatusCode != 503 || resp.Header.Get("Content-Type") != "text/html" || !strings.Contains(body, "maintenance") {
 		t.Fatalf("HTML: %d %s", resp.StatusCode, body)
@@ -423,7 +416,7 @@ func TestProxyServiceTrouble(t *testing.T) {
 	}
 
 	// No business API configured: 503.
-	h.agent.SetServiceAPI("", false)
+	h.reload(t, func(c *agent.Config) { c.APIURL = "" })
 	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, ""); resp.StatusCode != 503 || !strings.Contains(body, "--api-url") {
 		t.Fatalf("not configured: %d %s", resp.StatusCode, body)
 	}
@@ -453,7 +446,7 @@ func TestProxyRouteRule(t *testing.T) {
 	if resp.StatusCode != 403 || !strings.Contains(body, `"code":"forbidden"`) {
 		t.Fatalf("closed: %d %s", resp.StatusCode, body)
 	}
-	h.agent.SetRouteRules([]agent.RouteRule{{Class: "unix", Routes: []string{"service"}}})
+	h.reload(t, func(c *agent.Config) { c.Routes = []agent.RouteRule{{Class: "unix", Routes: []string{"service"}}} })
 	if resp, body := h.call(t, "POST", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, ""); resp.StatusCode != 200 {
 		t.Fatalf("open: %d %s", resp.StatusCode, body)
 	}
@@ -476,9 +469,7 @@ func TestProxyStreams(t *testing.T) {
 	}))
 	defer svc.Close()
 	defer close(release)
-	if err := h.agent.SetServiceAPI(svc.URL, false); err != nil {
-		t.Fatal(err)
-	}
+	h.reload(t, func(c *agent.Config) { c.APIURL = svc.URL })
 	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", h.sock)
 	}}}
@@ -518,9 +509,7 @@ func TestProxyCutOffAudited(t *testing.T) {
 		<-r.Context().Done()
 	}))
 	defer svc.Close()
-	if err := h.agent.SetServiceAPI(svc.URL, false); err != nil {
-		t.Fatal(err)
-	}
+	h.reload(t, func(c *agent.Config) { c.APIURL = svc.URL })
 	// The caller sees the connection broken (at the headers or within the
 	// body, whatever was flushed when the deadline came).
 	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -561,7 +550,7 @@ func waitUntil(t *testing.T, cond func() bool) {
 // retry after a 401 too. A stand-in service in front of the emulator
 // records the bodies it was sent (the emulator cannot report them).
 func TestProxyBodyBudget(t *testing.T) {
-	h := start(t, options{oidc: true, budget: 1 << 20})
+	h := start(t, options{oidc: true, budget: 1 << 20, maxBody: 1 << 20})
 	big := bytes.Repeat([]byte("0123456789abcdef"), 700<<10/16)
 	var mu sync.Mutex
 	var bodies [][]byte
@@ -579,9 +568,7 @@ func TestProxyBodyBudget(t *testing.T) {
 		h.emu.Handler().ServeHTTP(w, r)
 	}))
 	defer rec.Close()
-	if err := h.agent.SetServiceAPI(rec.URL, false); err != nil {
-		t.Fatal(err)
-	}
+	h.reload(t, func(c *agent.Config) { c.APIURL = rec.URL })
 	// Spooled, and sent twice: the first value is refused once.
 	h.emu.InjectFaults("GetMyOrganizations", emuStatus(401))
 	resp, body := h.call(t, "POST", "/v1/service/Spooled", aliceOIDC, http.Header{"Content-Type": {"application/json"}}, string(big))
@@ -635,9 +622,7 @@ func TestProxyDoesNotFollowRedirects(t *testing.T) {
 		http.Redirect(w, r, other.URL+"/steal", http.StatusTemporaryRedirect)
 	}))
 	defer svc.Close()
-	if err := h.agent.SetServiceAPI(svc.URL, false); err != nil {
-		t.Fatal(err)
-	}
+	h.reload(t, func(c *agent.Config) { c.APIURL = svc.URL })
 	resp, _ := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, "")
 	if resp.StatusCode != http.StatusTemporaryRedirect || resp.Header.Get("Location") != other.URL+"/steal" || reached.Load() != 0 {
 		t.Fatalf("%d %q, the other host reached %d times", resp.StatusCode, resp.Header.Get("Location"), reached.Load())
@@ -659,9 +644,7 @@ func TestProxyNoProtocolSwitch(t *testing.T) {
 		w.WriteHeader(http.StatusSwitchingProtocols)
 	}))
 	defer svc.Close()
-	if err := h.agent.SetServiceAPI(svc.URL, false); err != nil {
-		t.Fatal(err)
-	}
+	h.reload(t, func(c *agent.Config) { c.APIURL = svc.URL })
 	hdr := http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}}
 	resp, body := h.call(t, "GET", "/v1/service/Stream", aliceOIDC, hdr, "")
 	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(proxy.ErrorHeader) != "service_unreachable" {
@@ -708,9 +691,7 @@ func TestProxyNoCrossTalk(t *testing.T) {
 			}()
 		}
 	}()
-	if err := h.agent.SetServiceAPI("http://"+ln.Addr().String(), true); err != nil {
-		t.Fatal(err)
-	}
+	h.reload(t, func(c *agent.Config) { c.APIURL, c.AllowInsecureAPI = "http://"+ln.Addr().String(), true })
 	for _, who := range []string{"first", "second", "third"} {
 		resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations", aliceOIDC, http.Header{"X-Who": {who}}, "")
 		if resp.StatusCode != 200 || body != "for "+who || resp.Header.Get("X-For") != who {

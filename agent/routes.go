@@ -139,11 +139,6 @@ func ParseRouteRule(s string) (RouteRule, error) {
 	return r, nil
 }
 
-// SetRouteRules replaces the route rules (configuration reload).
-func (a *Agent) SetRouteRules(rules []RouteRule) {
-	a.update(func(s *state) { s.rules = rules })
-}
-
 // routeAllowed reports whether the caller of r may use route (METHOD PATH).
 func (a *Agent) routeAllowed(r *http.Request, route string) bool {
 	rt, known := routeNamed(route)

@@ -35,7 +35,7 @@ func TestRouteMatrix(t *testing.T) {
 	h := start(t, options{oidc: true, apiURL: "emu"})
 	var matrix []string
 	for _, name := range agent.RouteNames {
-		h.agent.SetRouteRules([]agent.RouteRule{{Class: "default", Routes: []string{name}}})
+		h.reload(t, func(c *agent.Config) { c.Routes = []agent.RouteRule{{Class: "default", Routes: []string{name}}} })
 		row := fmt.Sprintf("%-15s", name+":")
 		for _, r := range guardedRequests {
 			code, _, body := raw(t, h.sock, r.method, r.path, r.body)
@@ -53,7 +53,7 @@ func TestRouteMatrix(t *testing.T) {
 	}
 	t.Logf("route matrix (allowed only ... : answers):\n%s", strings.Join(matrix, "\n"))
 	// An empty list closes every guarded route and nothing else.
-	h.agent.SetRouteRules([]agent.RouteRule{{Class: "default"}})
+	h.reload(t, func(c *agent.Config) { c.Routes = []agent.RouteRule{{Class: "default"}} })
 	for _, r := range guardedRequests {
 		if code, _, _ := raw(t, h.sock, r.method, r.path, r.body); code != 403 {
 			t.Errorf("no route open: %s %s answered %d", r.method, r.path, code)

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"sync"
 	"time"
 
 	"github.com/signagent/signagent/agent/proxy"
@@ -20,7 +19,7 @@ type state struct {
 	client *trusted.Client
 	rules  []RouteRule
 	policy Policy
-	legacy *Legacy
+	legacy *legacyTokens
 	oidc   *oidc.Tokens
 	more   authz.Schemes // Config.Schemes
 	shared store.Records
@@ -35,25 +34,17 @@ type state struct {
 // now is the current state.
 func (a *Agent) now() *state { return a.cur.Load() }
 
-// stateWriter serializes the writers of the state (start, reload, tests);
-// readers never wait.
-type stateWriter struct{ mu sync.Mutex }
-
-// update publishes a copy of the current state changed by change.
-func (a *Agent) update(change func(s *state)) {
-	a.writer.mu.Lock()
-	defer a.writer.mu.Unlock()
-	next := *a.cur.Load()
-	change(&next)
-	a.publish(&next)
-}
-
-// reload publishes a whole new state at once (Daemon.Reload builds it).
-func (a *Agent) reload(next state, sessionTTL time.Duration) {
-	a.writer.mu.Lock()
-	defer a.writer.mu.Unlock()
-	a.publish(&next)
+// reload publishes a whole new state at once (the daemon builds it, at
+// start and on reload, in Daemon.state).
+func (a *Agent) reload(next *state, sessionTTL time.Duration) {
+	a.writer.Lock()
+	defer a.writer.Unlock()
+	was := a.cur.Load().target
+	a.publish(next)
 	a.cache.SetTTL(sessionTTL)
+	if was != nil && was != next.target {
+		was.CloseIdle() // the old address's kept connections
+	}
 }
 
 // publish plugs next's shared store into the caches that keep records

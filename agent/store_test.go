@@ -45,8 +45,10 @@ func TestAgentSharedStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.store.Remove("default") // only the shared store has it now
-	h.agent.SetOIDC(&oidc.Tokens{Store: shared, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }})
-	h.agent.SetSharedStore(r) // one store for every scheme, as serve hands it over
+	h.reload(t, func(c *agent.Config) {
+		c.OIDC = &oidc.Tokens{Store: shared, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
+		c.SharedStore = r // one store for every scheme, as serve hands it over
+	})
 
 	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "oidc", nil, ""); resp.StatusCode != 200 {
 		t.Fatalf("through the shared store: %d %s", resp.StatusCode, body)
@@ -91,9 +93,9 @@ func TestAgentsShareSessions(t *testing.T) {
 		t.Cleanup(func() { r.Close() })
 		return r
 	}
-	h.agent.SetSharedStore(open())
+	h.reload(t, func(c *agent.Config) { c.SharedStore = open() })
 	b := h.second(t)
-	b.agent.SetSharedStore(open())
+	b.reload(t, func(c *agent.Config) { c.SharedStore = open() })
 
 	before := h.emu.Stats().Sessions
 	var wg sync.WaitGroup
@@ -194,14 +196,14 @@ func TestAgentsShareLegacyTokens(t *testing.T) {
 		return r
 	}
 	b := h.second(t)
-	lc, err := legacy.New(legacy.Config{APIURL: h.emu.URL(), DeveloperKey: devKey, Backoff: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
+	withLegacy := func(c *agent.Config) {
+		c.Legacy = &legacy.Config{APIURL: h.emu.URL(), DeveloperKey: devKey, Backoff: time.Millisecond}
+		c.LegacyPasswords = map[string]string{"alice@example.com": alicePassword}
+		c.Policy = agent.Policy{ExposeLegacyHeader: true}
+		c.SharedStore = open()
 	}
-	b.agent.SetLegacy(&agent.Legacy{Tokens: legacy.NewTokens(lc, 0, 0), Passwords: map[string]string{"alice@example.com": alicePassword}})
-	b.agent.SetPolicy(agent.Policy{ExposeLegacyHeader: true})
-	h.agent.SetSharedStore(open())
-	b.agent.SetSharedStore(open())
+	b.reload(t, withLegacy)
+	h.reload(t, func(c *agent.Config) { c.SharedStore = open() })
 
 	before := h.emu.Stats().LegacyTokens
 	headers := make([]string, 10)
@@ -256,9 +258,7 @@ func TestAgentsShareLegacyTokens(t *testing.T) {
 	fresh := body[:strings.Index(body, `","expiresAt"`)]
 	// A third agent started now finds the new token in the store: no login.
 	c := h.second(t)
-	c.agent.SetLegacy(&agent.Legacy{Tokens: legacy.NewTokens(lc, 0, 0), Passwords: map[string]string{"alice@example.com": alicePassword}})
-	c.agent.SetPolicy(agent.Policy{ExposeLegacyHeader: true})
-	c.agent.SetSharedStore(open())
+	c.reload(t, withLegacy)
 	_, _, body = raw(t, c.sock, "POST", "/v1/authorizations", `{"scheme":"legacy","by":"password","login":"alice@example.com"}`)
 	if !strings.HasPrefix(body, fresh) || h.emu.Stats().LegacyTokens-before != 2 {
 		t.Fatalf("a third agent after the refresh: %s, %d logins (want 2)", body, h.emu.Stats().LegacyTokens-before)
@@ -288,8 +288,10 @@ func BenchmarkCachedOIDCSharedStore(b *testing.B) {
 	if err := sh.Save(rec); err != nil {
 		b.Fatal(err)
 	}
-	shared.agent.SetOIDC(&oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return local.oidcClient(b), nil }})
-	shared.agent.SetSharedStore(r)
+	shared.reload(b, func(c *agent.Config) {
+		c.OIDC = &oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return local.oidcClient(b), nil }}
+		c.SharedStore = r
+	})
 	ctx := context.Background()
 	req := api.AuthorizationRequest{Scheme: "oidc"}
 	for _, h := range []*harness{local, shared} {
@@ -334,8 +336,10 @@ func TestAgentSharedStoreTampered(t *testing.T) {
 	if err := sh.Save(rec); err != nil {
 		t.Fatal(err)
 	}
-	h.agent.SetOIDC(&oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }})
-	h.agent.SetSharedStore(r)
+	h.reload(t, func(c *agent.Config) {
+		c.OIDC = &oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
+		c.SharedStore = r
+	})
 	if got := redistest.Command(srv.Addr, "HSET", "signagent:{"+sealer.Name("oidc", "default")+"}", "v", "forged-by-someone"); got != "0" {
 		t.Fatalf("HSET: %q", got)
 	}
@@ -382,8 +386,10 @@ func sharedOIDC(t *testing.T, h *harness, sealer *store.Sealer) (*redis.Client, 
 	if err := sh.Save(rec); err != nil {
 		t.Fatal(err)
 	}
-	h.agent.SetOIDC(&oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }})
-	h.agent.SetSharedStore(r)
+	h.reload(t, func(c *agent.Config) {
+		c.OIDC = &oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
+		c.SharedStore = r
+	})
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { rdb.Close() })
 	return rdb, "signagent:{" + sealer.Name("oidc", "default") + "}"

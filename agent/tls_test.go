@@ -58,7 +58,6 @@ func issue(t *testing.T, p *pki, cn string, server bool) (tls.Certificate, strin
 // caller with a certificate from the CA and the bearer token gets in; one
 // without a certificate does not complete the handshake.
 func TestTLSListener(t *testing.T) {
-	h := start(t, options{})
 	p := &pki{dir: t.TempDir()}
 	p.caKey, _ = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true,
@@ -77,21 +76,12 @@ func TestTLSListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := agent.ListenTCP("127.0.0.1:0", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const token = "0123456789abcdef0123456789abcdef"
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- h.agent.Serve(ctx, []agent.Listener{{Listener: l, Auth: agent.NewBearerAuth(token)}}, time.Second)
-	}()
-	defer func() { cancel(); <-done }()
+	h := start(t, options{bearer: token, tls: agent.TLSFiles{Cert: scf, Key: skf, ClientCA: caFile}})
 
 	roots := x509.NewCertPool()
 	roots.AddCert(p.caCert)
-	url := "https://" + l.Addr().String()
+	url := "https://" + strings.TrimPrefix(h.tcp, "tcp:")
 	ok := agentclient.NewTCP(url, token, &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{client}})
 	r, err := ok.Ready(context.Background())
 	if err != nil || r.Status != "ready" {

@@ -1,0 +1,7 @@
+package agent
+
+import "net/http"
+
+// HandlerOf is d's API behind auth, for the benchmark that calls the
+// handler chain without a socket (BenchmarkHandlerCPU).
+func HandlerOf(d *Daemon, auth Authenticator) http.Handler { return d.agent.handler(auth) }
