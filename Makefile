@@ -47,16 +47,20 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 	@$(GO) mod tidy -diff >/dev/null || { echo "go mod tidy would change go.mod or go.sum: run go mod tidy"; exit 1; }
 	$(GO) vet ./...
+	cd tools/helm && $(GO) mod tidy -diff >/dev/null || { echo "go mod tidy would change tools/helm/go.mod or go.sum"; exit 1; }
+	cd tools/helm && $(GO) vet .
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) test -count=1 -run 'TestOpenAPI' ./agent
 
 # test: the static checks, every test under the race detector, the
 # proxy's upstream client fuzzed for a few seconds (its corpus is in
-# agent/testdata/fuzz), then the Debian package built, unpacked into a
-# scratch root, run and linted.
+# agent/testdata/fuzz), the Helm chart (tools/helm: a module of its own,
+# helm and client-go pinned there; docs/deploy.md), then the Debian
+# package built, unpacked into a scratch root, run and linted.
 test: deps lint
 	$(GO) test -race -count=1 ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzUpstream$$' -fuzztime 8s -fuzzminimizetime 10x ./agent/proxy
+	cd tools/helm && $(GO) test -count=1 .
 	@scripts/package-test.sh
 
 # package: the Debian package in dist/ (nfpm; see scripts/package.sh).

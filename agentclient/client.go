@@ -161,6 +161,14 @@ func (c *Client) Ready(ctx context.Context) (*api.ReadyResponse, error) {
 	return &out, err
 }
 
+// Alive asks whether the agent's process serves at all (/healthz); a
+// container's liveness probe, unlike readiness, does not depend on the
+// token or the store.
+func (c *Client) Alive(ctx context.Context) error {
+	var out map[string]any
+	return c.do(ctx, http.MethodGet, "/healthz", nil, &out)
+}
+
 // ErrorHeader marks the agent's own answer to a proxied call (see
 // agent/proxy.ErrorHeader).
 const ErrorHeader = "Signagent-Error"

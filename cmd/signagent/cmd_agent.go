@@ -48,8 +48,11 @@ func agentCommand(e *env) *cli.Command {
 			"else the per-user agent's socket. Exit 4 when it cannot be reached.\n\n" +
 			examples("signagent agent status", "signagent agent identities", "signagent agent identities --json"),
 		Subcommands: []*cli.Command{
-			sub("status", "the readiness of each part, the token and its queue, the identities held by scheme",
+			withFlags(sub("status", "the readiness of each part, the token and its queue, the identities held by scheme",
 				`{"socket","status","checks","token","queue","identities"}`, func(c *cli.Context, cl *agentclient.Client) error { return agentStatus(c, e, cl) }),
+				&cli.StringFlag{Name: "probe", Category: catAgentUse,
+					Usage:  "answer by the exit status alone, as a container's probe: `KIND` live (GET /healthz: 0 when the agent serves) or ready (GET /readyz: 0 when every part can serve, 1 when not)",
+					Action: func(_ *cli.Context, v string) error { return probeKind(v) }}),
 			sub("identities", "the identities the agent holds a header for: scheme, identity, the header masked, expiry",
 				`{"identities":[{"scheme","identity","subject","header","expiresAt","lastUsed","uses"}]}`, func(c *cli.Context, cl *agentclient.Client) error { return agentIdentities(c, e, cl) }),
 		},
@@ -71,10 +74,18 @@ func runningAgent(c *cli.Context) (*agentclient.Client, error) {
 	return cl, nil
 }
 
+func withFlags(cmd *cli.Command, flags ...cli.Flag) *cli.Command {
+	cmd.Flags = append(flags, cmd.Flags...)
+	return cmd
+}
+
 func agentStatus(c *cli.Context, e *env, cl *agentclient.Client) error {
 	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
 	defer cancel()
 	path, _ := c.App.Metadata["signagent/agent-sock"].(string)
+	if probe := c.String("probe"); probe != "" {
+		return agentProbe(ctx, cl, path, probe)
+	}
 	ready, err := cl.Ready(ctx)
 	var ae *agentclient.Error
 	if err != nil && !(errors.As(err, &ae) && ae.Status == 503) {
@@ -158,4 +169,43 @@ func agentIdentities(c *cli.Context, e *env, cl *agentclient.Client) error {
 			id.LastUsed.Local().Format(time.DateTime), id.Uses)
 	}
 	return w.Flush()
+}
+
+// agentProbe answers a container's probe through the Unix socket: over
+// TCP every route, /readyz included, needs the bearer token, which a
+// probe in the pod's spec must not carry. Silent when the answer is yes.
+func agentProbe(ctx context.Context, cl *agentclient.Client, path, probe string) error {
+	switch probe {
+	case "live":
+		if err := cl.Alive(ctx); err != nil {
+			return agentError(fmt.Errorf("the agent at %s: %w", path, err))
+		}
+		return nil
+	case "ready":
+		ready, err := cl.Ready(ctx)
+		var ae *agentclient.Error
+		if err != nil && !(errors.As(err, &ae) && ae.Status == 503) {
+			return agentError(fmt.Errorf("the agent at %s: %w", path, err))
+		}
+		if err == nil {
+			return nil
+		}
+		var why []string
+		for _, name := range slices.Sorted(maps.Keys(ready.Checks)) {
+			if ch := ready.Checks[name]; !ch.Ready {
+				why = append(why, name+": "+ch.Reason)
+			}
+		}
+		return &exitError{exitFailure, fmt.Errorf("the agent at %s is not ready: %s", path, strings.Join(why, "; "))}
+	}
+	return probeKind(probe)
+}
+
+// probeKind refuses a --probe other than live or ready (before the agent
+// is asked).
+func probeKind(v string) error {
+	if v != "live" && v != "ready" {
+		return usageErr(fmt.Errorf("--probe %q: want live or ready", v))
+	}
+	return nil
 }

@@ -1,0 +1,222 @@
+package helm
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// The pod's user and group (podSecurityContext): the agent and its probes
+// run as them, Secret files are root's with this group.
+const podID = 65532
+
+// TestRenderedAgentServes runs what the chart renders, as a pod would, on
+// this machine: signagent (built from this tree) as 65532:65532 with the
+// rendered agent.yaml, its paths moved under a scratch directory, the
+// Secret files laid out as a Secret volume with fsGroup lays them out
+// (root's, group 65532, each volume's defaultMode), a real
+// redis-server as the store, and the probes' own commands: live and ready;
+// Redis killed: not ready (exit 1) but live; Redis back: ready again.
+// Root only (files of other owners, another user); CI runs as root.
+func TestRenderedAgentServes(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("running as the pod's user needs root; CI runs as root")
+	}
+	redis, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal("redis-server is not installed: make test installs it")
+	}
+	root := t.TempDir()
+	must(t, os.Chmod(root, 0o755))
+	must(t, os.Chmod(filepath.Dir(root), 0o755))
+	bin := filepath.Join(root, "signagent")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/signagent")
+	build.Dir = "../.."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	rport, aport := freePort(t), freePort(t)
+	manifest, err := render(vals(t, filepath.Join(chartDir, "values-oidc-redis.yaml"),
+		"store.url=redis://127.0.0.1:"+rport+"/0", "store.password.secretName=", "agent.port="+aport,
+		"oidc.apiURL=http://127.0.0.1:1", "oidc.authURL=http://127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg *corev1.ConfigMap
+	// The file modes the kubelet gives each mounted directory's files: a
+	// volume's defaultMode, else 0644.
+	modes := map[string]os.FileMode{}
+	for _, doc := range documents(manifest) {
+		obj, err := check(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch o := obj.(type) {
+		case *corev1.ConfigMap:
+			cfg = o
+		case *appsv1.Deployment:
+			byName := map[string]*int32{}
+			for _, v := range o.Spec.Template.Spec.Volumes {
+				switch {
+				case v.Secret != nil:
+					byName[v.Name] = v.Secret.DefaultMode
+				case v.ConfigMap != nil:
+					byName[v.Name] = v.ConfigMap.DefaultMode
+				}
+			}
+			for _, m := range o.Spec.Template.Spec.Containers[0].VolumeMounts {
+				if mode, ok := byName[m.Name]; ok {
+					modes[m.MountPath] = 0o644
+					if mode != nil {
+						modes[m.MountPath] = os.FileMode(*mode)
+					}
+				}
+			}
+		}
+	}
+	if cfg == nil || len(modes) == 0 {
+		t.Fatal("no ConfigMap or Deployment rendered")
+	}
+	settings := strings.NewReplacer("/etc/signagent/", root+"/etc/", "/run/signagent", root+"/run",
+		"/var/lib/signagent", root+"/state", "tcp:0.0.0.0:", "tcp:127.0.0.1:").Replace(cfg.Data["agent.yaml"])
+	etc := filepath.Join(root, "etc")
+	secret := func(rel, body string) {
+		p := filepath.Join(etc, rel)
+		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		must(t, os.WriteFile(p, []byte(body), 0o440))
+	}
+	secret("agent.yaml", settings)
+	secret("secrets/bearer-token/token", randomHex(t)+"\n")
+	secret("secrets/client-secret/client-secret", randomHex(t)+"\n")
+	secret("secrets/store-key/store.key", randomHex(t)+randomHex(t)+"\n")
+	cert := exec.Command("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+		"-subj", "/CN=crm-signagent", "-days", "1", "-keyout", filepath.Join(etc, "tls/tls.key"), "-out", filepath.Join(etc, "tls/tls.crt"))
+	must(t, os.MkdirAll(filepath.Join(etc, "tls"), 0o755))
+	if out, err := cert.CombinedOutput(); err != nil {
+		t.Fatalf("openssl: %v\n%s", err, out)
+	}
+	must(t, filepath.Walk(etc, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			// the mount's path in the pod: agent.yaml is a subPath mount
+			mount := "/etc/signagent/" + strings.TrimPrefix(filepath.Dir(p), etc)
+			if filepath.Base(p) == "agent.yaml" {
+				mount = "/etc/signagent/agent.yaml"
+			}
+			mode, ok := modes[filepath.Clean(mount)]
+			if !ok {
+				return fmt.Errorf("%s: no volume is mounted at %s", p, mount)
+			}
+			if err := os.Chmod(p, mode); err != nil {
+				return err
+			}
+		}
+		return os.Chown(p, 0, podID)
+	}))
+	for _, d := range []string{"run", "state"} {
+		must(t, os.Mkdir(filepath.Join(root, d), 0o755))
+		must(t, os.Chown(filepath.Join(root, d), podID, podID))
+	}
+
+	startRedis := func() *exec.Cmd {
+		cmd := exec.Command(redis, "--bind", "127.0.0.1", "--port", rport, "--save", "", "--appendonly", "no", "--dir", root)
+		must(t, cmd.Start())
+		return cmd
+	}
+	store := startRedis()
+	t.Cleanup(func() { store.Process.Kill(); store.Wait() })
+
+	asPod := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = []string{"HOME=" + root + "/state", "PATH=/usr/bin:/bin"}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: podID, Gid: podID, Groups: []uint32{}}}
+		return cmd
+	}
+	agent := asPod("serve", "--config", filepath.Join(etc, "agent.yaml"), "--log-format", "json")
+	log, err := os.Create(filepath.Join(root, "agent.log"))
+	must(t, err)
+	agent.Stdout, agent.Stderr = log, log
+	must(t, agent.Start())
+	t.Cleanup(func() { agent.Process.Signal(syscall.SIGTERM); agent.Wait() })
+
+	sock := filepath.Join(root, "run", "agent.sock")
+	probe := func(kind string) (int, string) {
+		out, err := asPod("agent", "status", "--probe", kind, "--agent-sock", sock).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), string(out)
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return 0, string(out)
+	}
+	// until probe says want (the startup probe's 60 tries, 100 ms apart)
+	until := func(kind string, want int) (int, string) {
+		var code int
+		var out string
+		for range 60 {
+			if code, out = probe(kind); code == want {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return code, out
+	}
+	if code, out := until("live", 0); code != 0 {
+		b, _ := os.ReadFile(filepath.Join(root, "agent.log"))
+		t.Fatalf("live: exit %d: %s\nagent: %s", code, out, b)
+	}
+	if code, out := until("ready", 0); code != 0 {
+		t.Fatalf("ready: exit %d: %s", code, out)
+	}
+	store.Process.Kill()
+	store.Wait()
+	if code, out := until("ready", 1); code != 1 || !strings.Contains(out, "is not ready: store: ") {
+		t.Errorf("ready with Redis down: exit %d: %s", code, out)
+	}
+	if code, out := probe("live"); code != 0 {
+		t.Errorf("live with Redis down: exit %d: %s", code, out)
+	}
+	store = startRedis()
+	if code, out := until("ready", 0); code != 0 {
+		t.Errorf("ready with Redis back: exit %d: %s", code, out)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func randomHex(t *testing.T) string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
