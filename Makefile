@@ -54,7 +54,7 @@ lint:
 
 # test: the static checks, every test under the race detector, the
 # proxy's upstream client fuzzed for a few seconds (its corpus is in
-# agent/testdata/fuzz), the Helm chart (tools/helm: a module of its own,
+# agent/proxy/testdata/fuzz), the Helm chart (tools/helm: a module of its own,
 # helm and client-go pinned there; docs/deploy.md), then the Debian
 # package built, unpacked into a scratch root, run and linted.
 test: deps lint
