@@ -3,13 +3,12 @@ package main
 import (
 	"bufio"
 	"cmp"
-	"context"
-	"crypto"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -23,18 +22,35 @@ import (
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
-	"github.com/signagent/signagent/signer"
 )
 
 // setupKeys are the settings setup asks for, in its order; each is a
 // flag of setup (for --non-interactive) and a key of the context it
 // writes.
 var setupKeys = []string{"space", "base-url", "api-url", "auth-url", "client-id", "client-secret-file",
-	"api-key-file", "developer-key-file", "module", "key", "pin-file"}
+	"api-key-file", "developer-key-file", "module", "softhsm2-conf", "key", "pin-file"}
+
+// setupVars are the variables the other commands read for setup's keys:
+// setup offers their values (and --non-interactive takes them), so that
+// what works in this shell is what the context keeps.
+var setupVars = map[string]string{
+	"space": "SIGNAGENT_SPACE", "base-url": "SIGNAGENT_BASE_URL", "api-url": "SIGNAGENT_API_URL",
+	"auth-url": "SIGNAGENT_AUTH_URL", "client-id": "SIGNAGENT_CLIENT_ID",
+	"client-secret-file": clientSecretSecret.env + "_FILE", "api-key-file": apiKeySecret.env + "_FILE",
+	"developer-key-file": developerKeySecret.env + "_FILE", "module": pkcs11.ModuleEnv,
+	"softhsm2-conf": settings.EnvKeys["softhsm2-conf"], "key": "SIGNAGENT_KEY_URI", "pin-file": pinSecret.env + "_FILE",
+}
+
+// setupPaths are the keys that name a file: kept as absolute paths, as
+// kubectl config set-cluster keeps a certificate's, so that the context
+// works from any directory (a relative path would name another file in
+// each one); a leading ~/ is this user's home, which a prompt's answer and
+// a --flag=~/x do not get from the shell.
+var setupPaths = []string{"client-secret-file", "api-key-file", "developer-key-file", "module", "softhsm2-conf", "pin-file"}
 
 func setupCommand(e *env) *cli.Command {
 	str := func(name, usage string) cli.Flag {
-		return &cli.StringFlag{Name: name, Category: "Answers", Usage: usage}
+		return &cli.StringFlag{Name: name, Category: "Answers", EnvVars: []string{setupVars[name]}, Usage: usage}
 	}
 	return &cli.Command{
 		Name:  "setup",
@@ -42,8 +58,11 @@ func setupCommand(e *env) *cli.Command {
 		Description: "Asks for the space and the addresses, the API key, developer key and client secret files (their\n" +
 			"permissions too), the identity provider (its discovery document is fetched), the PKCS#11 token and key\n" +
 			"(the module's tokens and certificates are listed to pick from), and tries a signature. Each answer is\n" +
-			"checked as it is given; nothing is written until all are valid. The values offered are the context's\n" +
-			"current ones. --non-interactive takes the answers from the flags and reports every bad one at once.\n\n" +
+			"checked as it is given; nothing is written until all are valid. The values offered are the flags' and\n" +
+			"variables' (SIGNAGENT_PIN_FILE, ... as after eval \"$(signagent dev-token)\"), else the context's.\n" +
+			"Files are kept as absolute paths, and SoftHSM's configuration file with a SoftHSM module, so that the\n" +
+			"context works from any directory with no variable set, for every command and the per-user agent.\n" +
+			"--non-interactive takes the answers from the flags and variables and reports every bad one at once.\n\n" +
 			examples("signagent setup --context staging",
 				"signagent setup --context ci --non-interactive --space staging --api-url https://api.example --api-key-file key"),
 		Flags: []cli.Flag{
@@ -59,6 +78,7 @@ func setupCommand(e *env) *cli.Command {
 			str("api-key-file", "`FILE` holding the partner API key"),
 			str("developer-key-file", "`FILE` holding the developer key"),
 			str("module", "the PKCS#11 module `PATH`"),
+			str("softhsm2-conf", "SoftHSM's configuration `FILE`, which says where its tokens are (with a SoftHSM module)"),
 			str("key", "the signing key's pkcs11: `URI` (interactive: picked from a list)"),
 			str("pin-file", "`FILE` holding the token's PIN"),
 			&cli.BoolFlag{Name: "insecure-http", Category: "Answers", Usage: "accept plain http addresses beyond loopback (tests)"},
@@ -76,6 +96,7 @@ type setupRun struct {
 	ask      bool
 	file     *settings.File
 	current  map[string]string // the context's values before, offered
+	found    map[string]string // values found otherwise (the module in the usual places), offered last
 	answers  map[string]string
 	problems []string // --non-interactive: every bad answer
 }
@@ -84,7 +105,7 @@ func setup(c *cli.Context, e *env) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
-	r := &setupRun{c: c, e: e, in: bufio.NewReader(e.stdin), ask: !c.Bool("non-interactive"), answers: map[string]string{}, current: map[string]string{}}
+	r := &setupRun{c: c, e: e, in: bufio.NewReader(e.stdin), ask: !c.Bool("non-interactive"), answers: map[string]string{}, current: map[string]string{}, found: map[string]string{}}
 	path, named := settingsPath(c)
 	if path == "" {
 		return usageErr(errors.New("no settings file: give --config FILE (there is no home directory)"))
@@ -143,9 +164,27 @@ func (r *setupRun) line(prompt string) (string, error) {
 	return strings.TrimSpace(s), nil
 }
 
-// answer asks for key (or takes its flag), checks it with check until it
-// passes (three tries), and keeps it; "" skips an optional one.
+// answer asks for key (or takes its flag or variable), checks it with
+// check until it passes (three tries), and keeps it; "" skips an optional
+// one. A file's path is made absolute first, and said when it changed.
 func (r *setupRun) answer(key, question string, optional bool, check func(string) error) (string, error) {
+	keep := func(v string) error {
+		if slices.Contains(setupPaths, key) {
+			abs, err := absPath(v)
+			if err != nil {
+				return err
+			}
+			if abs != v {
+				fmt.Fprintf(r.e.stderr, "  %s: %s\n", key, abs)
+			}
+			v = abs
+		}
+		if err := check(v); err != nil {
+			return err
+		}
+		r.answers[key] = v
+		return nil
+	}
 	if !r.ask {
 		v := r.c.String(key)
 		if v == "" && !optional {
@@ -153,15 +192,14 @@ func (r *setupRun) answer(key, question string, optional bool, check func(string
 			return "", nil
 		}
 		if v != "" {
-			if err := check(v); err != nil {
+			if err := keep(v); err != nil {
 				r.problems = append(r.problems, fmt.Sprintf("--%s: %v", key, err))
 				return "", nil
 			}
-			r.answers[key] = v
 		}
-		return v, nil
+		return r.answers[key], nil
 	}
-	def := cmp.Or(r.c.String(key), r.current[key])
+	def := cmp.Or(r.c.String(key), r.current[key], r.found[key])
 	for try := 0; try < 3; try++ {
 		prompt := question
 		if def != "" {
@@ -187,14 +225,30 @@ func (r *setupRun) answer(key, question string, optional bool, check func(string
 			fmt.Fprintln(r.e.stderr, "  needed")
 			continue
 		}
-		if err := check(v); err != nil {
+		if err := keep(v); err != nil {
 			fmt.Fprintf(r.e.stderr, "  %v\n", err)
 			continue
 		}
-		r.answers[key] = v
-		return v, nil
+		return r.answers[key], nil
 	}
 	return "", usageErr(fmt.Errorf("setup: no valid answer for %s after three tries", key))
+}
+
+// absPath is path made absolute against the working directory, a leading
+// ~/ being the home directory.
+func absPath(path string) (string, error) {
+	if rest, ok := strings.CutPrefix(path, "~/"); ok {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("%s: no home directory for ~/: %w", path, err)
+		}
+		path = filepath.Join(home, rest)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return abs, nil
 }
 
 // secretFile checks a secret's file as every command reads it: this
@@ -282,146 +336,6 @@ func (r *setupRun) oidcAnswers(insecure bool) error {
 		return nil
 	}
 	return fmt.Errorf("setup: the identity provider at %s: %w", r.answers["auth-url"], err)
-}
-
-// tokenAnswers picks the signing key: the module's tokens and their
-// certificates are listed, one is chosen, and a signature is tried.
-func (r *setupRun) tokenAnswers() error {
-	mod, err := pkcs11.ResolveModuleFrom(r.c.String("module"), "flag", pkcs11.DefaultModules)
-	if err == nil {
-		err = pkcs11.Probe(r.c.Context, mod.Path)
-	}
-	if err != nil {
-		if r.c.String("key") != "" || r.c.String("module") != "" {
-			r.problems = append(r.problems, fmt.Sprintf("--module: %v", err))
-			if r.ask {
-				return err
-			}
-		}
-		fmt.Fprintf(r.e.stderr, "  no PKCS#11 module: no signing key is set (%v)\n", err)
-		return nil
-	}
-	if r.c.String("module") != "" {
-		r.answers["module"] = mod.Path
-	}
-	if r.ask {
-		if err := r.pickKey(mod.Path); err != nil {
-			return err
-		}
-	} else if k := r.c.String("key"); k != "" {
-		if _, err := pkcs11.ParseURI(k); err != nil {
-			r.problems = append(r.problems, fmt.Sprintf("--key: %v", err))
-		} else {
-			r.answers["key"] = k
-		}
-	}
-	if r.answers["key"] == "" {
-		return nil
-	}
-	if _, err := r.answer("pin-file", "File holding the token's PIN (pin-file)", true,
-		secretFile("the PIN", pkcs11.PINSecret("").Parse)); err != nil {
-		return err
-	}
-	if len(r.problems) > 0 || r.c.Bool("no-signature") {
-		return nil
-	}
-	return r.trySignature()
-}
-
-// pickKey lists the certificates on the module's tokens and asks which
-// one's key signs.
-func (r *setupRun) pickKey(module string) error {
-	tokens, err := pkcs11.ListTokens(r.c.Context, module)
-	if err != nil {
-		return err
-	}
-	var uris []string
-	for _, t := range tokens {
-		if !t.Initialized {
-			continue // an empty slot holds no key
-		}
-		objs, err := pkcs11.ListObjects(r.c.Context, module, pkcs11.TokenSelector{Label: t.Label, Serial: t.Serial}, "")
-		if err != nil {
-			continue
-		}
-		for _, o := range objs {
-			if o.Class != "certificate" {
-				continue
-			}
-			uris = append(uris, strings.TrimSuffix(pkcs11.ObjectURI(t, o), ";type=cert"))
-			fmt.Fprintf(r.e.stderr, "  %d. token %q: %s (%s %d, expires %s, %s)\n", len(uris), t.Label, o.Label, o.KeyType, o.Bits,
-				o.NotAfter.Format(time.DateOnly), o.Subject)
-		}
-	}
-	if len(uris) == 0 {
-		fmt.Fprintf(r.e.stderr, "  no certificate on the tokens %s sees: no signing key is set\n", module)
-		return nil
-	}
-	_, err = r.answer("key", fmt.Sprintf("Signing key (1-%d, or a pkcs11: URI)", len(uris)), true, func(v string) error {
-		if n, err := strconv.Atoi(v); err == nil {
-			if n < 1 || n > len(uris) {
-				return fmt.Errorf("want 1 to %d", len(uris))
-			}
-			return nil
-		}
-		_, err := pkcs11.ParseURI(v)
-		return err
-	})
-	if n, err := strconv.Atoi(r.answers["key"]); err == nil {
-		r.answers["key"] = uris[n-1]
-	}
-	return err
-}
-
-// trySignature signs a text for a test credential with the chosen key,
-// as sign would, and verifies it; it needs the API key and the PIN.
-func (r *setupRun) trySignature() error {
-	if r.answers["api-key-file"] == "" {
-		fmt.Fprintln(r.e.stderr, "  no API key file: the signature is not tried")
-		return nil
-	}
-	for _, k := range []string{"module", "key", "pin-file", "api-key-file"} {
-		if v := r.answers[k]; v != "" {
-			if err := r.c.Set(k, v); err != nil {
-				return err
-			}
-		}
-	}
-	f := newFactory(r.c, r.e)
-	defer f.close()
-	ctx, cancel := context.WithTimeout(r.c.Context, time.Minute)
-	defer cancel()
-	err := func() error {
-		key, err := apiKey(r.c)
-		if err != nil {
-			return err
-		}
-		key2, err := f.openKey(ctx)
-		if err != nil {
-			return err
-		}
-		cms := &signer.CMS{Key: key2, Cert: key2.Certificate(), Options: signer.Options{Hash: crypto.SHA256}}
-		cred, _ := canonical.Parse(canonical.Phone, "9161234567", canonical.Options{})
-		now := canonical.Now()
-		text := canonical.Text(key, cred, now)
-		der, err := cms.SignText(ctx, text, now)
-		if err != nil {
-			return err
-		}
-		if _, err := signer.Verify(der, text, nil); err != nil {
-			return fmt.Errorf("the signature does not verify: %w", err)
-		}
-		fmt.Fprintf(r.e.stderr, "  signature: made on the token and verified (certificate %s)\n", canonical.ThumbprintOf(cms.Cert))
-		return nil
-	}()
-	if err != nil {
-		if !r.ask {
-			r.problems = append(r.problems, fmt.Sprintf("the signature: %v", err))
-			return nil
-		}
-		return fmt.Errorf("setup: the signature: %w (nothing was written)", err)
-	}
-	return nil
 }
 
 // write puts the answers in the context (the keys setup asks for and not

@@ -88,6 +88,11 @@ func loadSettings(c *cli.Context) error {
 		return usageErr(err)
 	}
 	settings.Attach(c.App, f)
+	if c.Command.Name != "setup" { // setup exports what it is given
+		if err := f.Export(); err != nil {
+			return usageErr(err)
+		}
+	}
 	if c.Command.Name == "serve" || c.Command.Name == "setup" {
 		return nil // serve reads it itself (again on SIGHUP); setup offers its values
 	}

@@ -287,3 +287,33 @@ func (f *File) Value(key string) (any, bool) {
 	v, ok := f.values[key]
 	return v, ok
 }
+
+// EnvKeys are settings read by a library signagent loads rather than by
+// signagent, from the environment, each with its variable: SoftHSM finds
+// its tokens through the configuration file SOFTHSM2_CONF names, so a
+// context that uses a SoftHSM token keeps that file under softhsm2-conf.
+var EnvKeys = map[string]string{"softhsm2-conf": "SOFTHSM2_CONF"}
+
+// Export puts the chosen context's EnvKeys in the environment, before any
+// module is loaded, each only when the variable is not set: a variable
+// beats the file, as for every setting. A relative path would name
+// another file in another directory: it is refused.
+func (f *File) Export() error {
+	for key, env := range EnvKeys {
+		v, ok := f.values[key]
+		if !ok {
+			continue
+		}
+		if _, set := os.LookupEnv(env); set {
+			continue
+		}
+		p := fmt.Sprint(v)
+		if !filepath.IsAbs(p) {
+			return bad(fmt.Errorf("%s: %s: want an absolute path, not %q", f.Where(key), key, p))
+		}
+		if err := os.Setenv(env, p); err != nil {
+			return bad(fmt.Errorf("%s: %s: %w", f.Where(key), key, err))
+		}
+	}
+	return nil
+}
