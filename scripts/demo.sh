@@ -53,6 +53,7 @@ users:
     snils: "112-233-445 95"
     login: ivanov@example.com
     passwordHash: "$hash"
+    certificates: [hsm/cert.pem]
     boxes: [3f2a0c1e-5b7d-4e8f-9a01-23456789abcd]
 organizations:
   - id: org-horns
@@ -62,12 +63,21 @@ organizations:
     fullName: Someone Else JSC
     boxes: [{guid: 7d1e2f30-4a5b-4c6d-8e9f-0a1b2c3d4e5f, title: Theirs}]
 YAML
-rm -f "$demo/emulator.url"
-$emu --log-level warn --listen 127.0.0.1:0 --config "$demo/emulator.yaml" --url-file "$demo/emulator.url" &
-emu=$!
+# A port of its own, free now, so that the lines at the end start it again
+# on the same address (the one the demo's settings keep).
+eport=18080
+while (exec 3<>/dev/tcp/127.0.0.1/$eport) 2>/dev/null; do eport=$((eport + 1)); done
+emubin=$emu
+# start_emulator: the emulator from the demo's files, on $eport.
+start_emulator() {
+  rm -f "$demo/emulator.url"
+  $emubin --log-level warn --listen "127.0.0.1:$eport" --config "$demo/emulator.yaml" --url-file "$demo/emulator.url" &
+  emu=$!
+  for _ in $(seq 100); do [ -s "$demo/emulator.url" ] && break; sleep 0.05; done
+  [ -s "$demo/emulator.url" ] || { echo "the emulator did not start" >&2; exit 1; }
+}
+start_emulator
 trap 'kill $emu 2>/dev/null; wait $emu 2>/dev/null || true' EXIT
-for _ in $(seq 100); do [ -s "$demo/emulator.url" ] && break; sleep 0.05; done
-[ -s "$demo/emulator.url" ] || { echo "the emulator did not start" >&2; exit 1; }
 export SIGNAGENT_BASE_URL="$(cat "$demo/emulator.url")"
 export SIGNAGENT_API_URL="$SIGNAGENT_BASE_URL"
 echo "emulator at $SIGNAGENT_BASE_URL"
@@ -175,4 +185,44 @@ kill -TERM $pid_a1 $pid_a2 $redis
 wait $pid_a1 $pid_a2 $redis 2>/dev/null || true
 unset SIGNAGENT_STORE SIGNAGENT_STORE_KEY_FILE
 
-printf '\nDone. To use the token yourself:\n  eval "$(%s dev-token --dir %s)"\n' "$bin" "$demo/hsm"
+step "13. A context of the settings file for the demo (signagent setup): every answer from the variables set above"
+rm -f "$demo/config.yaml"
+(umask 077; : > "$demo/config.yaml")
+$bin setup --config "$demo/config.yaml" --context demo --non-interactive
+kill -TERM $emu
+wait $emu 2>/dev/null || true
+
+step "14. The emulator started again from the demo's files; the context alone, no other variable (env -i): link, session, header, api"
+start_emulator
+trap 'kill $emu 2>/dev/null; wait $emu 2>/dev/null || true' EXIT
+# fresh CMD ARGS: CMD run from / with nothing in its environment but HOME,
+# PATH and the demo's settings file.
+root=$PWD
+fresh() {
+  local cmd=$1
+  shift
+  (cd / && env -i HOME="$HOME" PATH="$PATH" SIGNAGENT_CONFIG="$root/$demo/config.yaml" "$root/$cmd" "$@")
+}
+fresh $bin link --phone '+7 916 123-45-67' --service-user-id crm-user-42
+fresh $bin session --phone '+7 916 123-45-67' --service-user-id crm-user-42
+fresh $bin header --scheme legacy --by certificate | sed -E 's/(ddauth_api_client_id=.{4})[^,]*/\1…(masked)/; s/(ddauth_token=.{4}).*/\1…(masked)/'
+fresh $bin api --scheme legacy --by certificate '/GetMyOrganizations?autoRegister=false'
+echo
+kill -TERM $emu
+wait $emu 2>/dev/null || true
+trap - EXIT
+
+cat <<EOF
+
+Done. The emulator has stopped; it remembers nothing, so the user is linked again.
+To go on by hand with the demo's token, files and settings, from any directory:
+
+  $PWD/$emubin --listen 127.0.0.1:$eport --config $PWD/$demo/emulator.yaml &
+  export SIGNAGENT_CONFIG=$PWD/$demo/config.yaml   # the context "demo" that setup wrote
+  $PWD/$bin link --phone '+7 916 123-45-67' --service-user-id crm-user-42
+  $PWD/$bin session --phone '+7 916 123-45-67' --service-user-id crm-user-42
+  $PWD/$bin api --scheme legacy --by certificate '/GetMyOrganizations?autoRegister=false'
+
+The emulator's one URL, http://127.0.0.1:$eport, is its base, API and identity provider address
+alike (docs/emulator.md). signagent setup writes such a context into your own settings file.
+EOF
