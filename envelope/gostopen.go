@@ -53,6 +53,11 @@ func CanOpen(cert *x509.Certificate, key crypto.Decrypter) error {
 		}
 		return o.CanOpenGOST()
 	}
+	if k, ok := key.(interface{ CanDecrypt() error }); ok {
+		if err := k.CanDecrypt(); err != nil {
+			return err // the key's own words: not an RSA key
+		}
+	}
 	return fmt.Errorf("certificate login with a %s certificate is %w: RSA and GOST R 34.10-2012 certificates can log in", cert.PublicKeyAlgorithm, ErrUnsupported)
 }
 
