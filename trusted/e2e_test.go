@@ -67,8 +67,9 @@ func newBenchEnv(t testing.TB, edit func(*trusted.Config)) *env {
 			{ID: "u2", Phone: "9160000002", Linked: []string{"partner:taken"}},
 		},
 	}
-	emu := emulatortest.New(t, cfg)
-	e := &env{tk: tk, key: key, emu: emu.Server, logs: emu.Log, thumb: thumb}
+	logs := &hsmtest.LogBuffer{}
+	emu := emulatortest.NewWith(t, cfg, emulatortest.Options{Log: logs}).Server
+	e := &env{tk: tk, key: key, emu: emu, logs: logs, thumb: thumb}
 	e.client = e.newClient(t, edit)
 	return e
 }

@@ -1,26 +1,24 @@
 // Package emulatortest starts the emulator for one test, as net/http/httptest
-// starts a server: configured, serving on a loopback port, its log kept in a
-// buffer the test can read, and closed when the test ends. The suites that
+// starts a server: configured, serving on a loopback port, logging into the
+// test's buffer if it gives one, and closed when the test ends. The suites that
 // talk to the service (trusted, legacy, oidc, service, agent, the command)
 // start theirs with it instead of each writing the same set-up.
 package emulatortest
 
 import (
 	"context"
+	"io"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/emulator"
-	"github.com/signagent/signagent/hsmtest"
 )
 
 // Server is an emulator serving for one test.
 type Server struct {
 	*emulator.Server
-	// Log is what the emulator logged.
-	Log *hsmtest.LogBuffer
 }
 
 // Options shapes the emulator beyond its configuration.
@@ -28,9 +26,9 @@ type Options struct {
 	// Now is the emulator's clock, set before it serves (time.Now when
 	// nil): a test that moves time shares its clock with the client.
 	Now func() time.Time
-	// Log is the buffer the emulator logs into, shared with what else the
-	// test logs (the agent's log); a buffer of its own when nil.
-	Log *hsmtest.LogBuffer
+	// Log is where the emulator logs (a test's log buffer, perhaps shared
+	// with the agent's log); nowhere when nil.
+	Log io.Writer
 }
 
 // New starts the emulator configured by cfg on a loopback port and closes
@@ -40,12 +38,13 @@ func New(t testing.TB, cfg *emulator.Config) *Server { return NewWith(t, cfg, Op
 // NewWith is New shaped by o.
 func NewWith(t testing.TB, cfg *emulator.Config, o Options) *Server {
 	t.Helper()
-	s := &Server{Log: o.Log}
-	if s.Log == nil {
-		s.Log = &hsmtest.LogBuffer{}
+	log := zerolog.Nop()
+	if o.Log != nil {
+		log = zerolog.New(o.Log)
 	}
+	s := &Server{}
 	var err error
-	if s.Server, err = emulator.New(cfg, zerolog.New(s.Log)); err != nil {
+	if s.Server, err = emulator.New(cfg, log); err != nil {
 		t.Fatalf("emulator configuration: %v", err)
 	}
 	if o.Now != nil {
