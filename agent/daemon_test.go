@@ -18,6 +18,7 @@ import (
 	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
@@ -224,15 +225,8 @@ func TestDaemonStartFailsCleanly(t *testing.T) {
 func TestDaemonLegacyReload(t *testing.T) {
 	cfg, _ := daemonConfig(t)
 	hash, _ := emulator.HashPassword([]byte(alicePassword))
-	emu, err := emulator.New(&emulator.Config{Developers: []emulator.Developer{{Key: devKey}},
-		Users: []emulator.User{{ID: "a", Login: "alice@example.com", PasswordHash: hash}}}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := emu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer emu.Close(context.Background())
+	emu := emulatortest.New(t, &emulator.Config{Developers: []emulator.Developer{{Key: devKey}},
+		Users: []emulator.User{{ID: "a", Login: "alice@example.com", PasswordHash: hash}}})
 	cfg.Legacy = &legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey}
 	cfg.LegacyPasswords = map[string]string{"alice@example.com": alicePassword}
 	cfg.ExposeLegacyHeader = true

@@ -20,6 +20,7 @@ import (
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
@@ -100,6 +101,7 @@ func start(t testing.TB, o options) *harness {
 	tk := hsmtest.New(t)
 	logs, audit := &hsmtest.LogBuffer{}, &hsmtest.LogBuffer{}
 	log := zerolog.New(logs)
+	h := &harness{tk: tk, logs: logs, audit: audit, opens: &atomic.Int64{}}
 
 	hash, err := emulator.HashPassword([]byte(alicePassword))
 	if err != nil {
@@ -110,7 +112,7 @@ func start(t testing.TB, o options) *harness {
 	for i := range o.users {
 		users = append(users, emulator.User{ID: fmt.Sprintf("user%d", i), Phone: fmt.Sprintf("92000000%02d", i), Linked: []string{fmt.Sprintf("p:suid%d", i)}})
 	}
-	emu, err := emulator.New(&emulator.Config{
+	emu := emulatortest.NewWith(t, &emulator.Config{
 		Partners:   []emulator.Partner{{Name: "p", APIKey: apiKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}, CanLinkByPhone: true}},
 		Developers: []emulator.Developer{{Name: "crm", Key: devKey}},
 		Users:      users,
@@ -118,17 +120,8 @@ func start(t testing.TB, o options) *harness {
 			DeviceInterval: emulator.Duration(time.Second)},
 		Organizations: []emulator.Organization{{ID: "org-1", FullName: "Horns and Hooves LLC", Boxes: []emulator.Box{{GUID: myBox}}},
 			{ID: "org-2", FullName: "Someone Else JSC", Boxes: []emulator.Box{{GUID: otherBox}}}},
-	}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := emu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { emu.Close(context.Background()) })
-
-	h := &harness{tk: tk, emu: emu, logs: logs, audit: audit, opens: &atomic.Int64{}}
-	emu.SetClock(func() time.Time { return time.Now().Add(time.Duration(h.offset.Load())) })
+	}, emulatortest.Options{Log: logs, Now: func() time.Time { return time.Now().Add(time.Duration(h.offset.Load())) }}).Server
+	h.emu = emu
 	if o.apiURL == "emu" {
 		o.apiURL = emu.URL()
 	}

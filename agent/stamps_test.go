@@ -14,6 +14,7 @@ import (
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/trusted"
@@ -106,17 +107,10 @@ func TestDaemonReloadKeepsStamps(t *testing.T) {
 	}
 	cert := key.Certificate()
 	key.Close()
-	emu, err := emulator.New(&emulator.Config{
+	emu := emulatortest.New(t, &emulator.Config{
 		Partners: []emulator.Partner{{Name: "p", APIKey: apiKey, Certificates: []string{string(hsmtest.PEM(cert))}}},
 		Users:    []emulator.User{{ID: "u1", Phone: "9161234567", Linked: []string{"p:crm-42"}}},
-	}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := emu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { emu.Close(context.Background()) })
+	}).Server
 	fixed := time.Now().UTC().Truncate(time.Second)
 	cfg.Service = &trusted.Config{BaseURL: emu.URL(), APIKey: apiKey, Backoff: 5 * time.Millisecond, Now: func() time.Time { return fixed }}
 	d, err := agent.Start(context.Background(), cfg)

@@ -66,6 +66,7 @@ func stepOne(t *testing.T, cfg Config) (*Server, func(time.Time) []byte, func([]
 }
 
 func TestSignedRequestIsGoodOnce(t *testing.T) {
+	t.Parallel()
 	s, sign, send := stepOne(t, Config{})
 	ts := canonical.Now()
 	der := sign(ts)
@@ -118,6 +119,7 @@ func TestSignedRequestIsGoodOnce(t *testing.T) {
 // serviceUserId, so one signature sent for another serviceUserId is the
 // same text used twice: refused, even while its Key is pending.
 func TestSignatureForAnotherServiceUserID(t *testing.T) {
+	t.Parallel()
 	s, sign, send := stepOne(t, Config{})
 	ts := canonical.Now()
 	der := sign(ts)
@@ -139,6 +141,7 @@ func TestSignatureForAnotherServiceUserID(t *testing.T) {
 }
 
 func TestUnusedKeysAndSpentSignaturesAreForgotten(t *testing.T) {
+	t.Parallel()
 	s, sign, send := stepOne(t, Config{KeyTTL: Duration(time.Minute), TimestampSkew: Duration(time.Minute)})
 	start := canonical.Now()
 	now := start
@@ -165,6 +168,7 @@ func TestUnusedKeysAndSpentSignaturesAreForgotten(t *testing.T) {
 }
 
 func TestSlowRequestBodyIsCutOff(t *testing.T) {
+	t.Parallel()
 	s, _, _ := stepOne(t, Config{ReadTimeout: Duration(300 * time.Millisecond)})
 	addr := strings.TrimPrefix(s.URL(), "http://")
 	c, err := net.Dial("tcp", addr)

@@ -28,6 +28,7 @@ func employee(t *testing.T, base, auth, boxID string, withParam bool) answer {
 // before anything else, 400 without a box id, 404 for a box that does not
 // exist, 403 for another's box, 200 for the user's own in either form.
 func TestGetMyEmployee(t *testing.T) {
+	t.Parallel()
 	lb := newLegacyBed(t, false)
 	tok := lb.post(t, "/V3/Authenticate?type=password", devHeader, "application/json",
 		[]byte(`{"login":"alice@example.com","password":"correct horse"}`)).token(t)

@@ -18,10 +18,15 @@ import (
 	"github.com/signagent/signagent/hsmtest"
 )
 
+// The emulator's tests run in parallel: each starts its own server on a
+// port of its own, with its own clock, configuration and files, and none
+// sets the environment.
+
 // TestOpenSSLSignatures sends step 1 with signatures made by
 // `openssl cms -sign -binary`, with and without signed attributes, as the
 // maker's RSA clients do.
 func TestOpenSSLSignatures(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ossl := hsmtest.NeedTool(t, "openssl")
 	key, crt := filepath.Join(dir, "k.pem"), filepath.Join(dir, "c.pem")
@@ -97,6 +102,7 @@ users:
 }
 
 func TestLoadConfigErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	k, _ := selfSignedPEM(t)
 	os.WriteFile(filepath.Join(dir, "c.pem"), k, 0o600)

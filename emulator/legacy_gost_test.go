@@ -53,6 +53,7 @@ func gostCert(t *testing.T, conf string, bits int) (keyFile, certFile string, ce
 // `openssl cms -decrypt` with the gost engine and the certificate's key,
 // nobody here's code, opens it to the random AuthenticateConfirm takes.
 func TestV3CertificateChallengeGOST(t *testing.T) {
+	t.Parallel()
 	conf := hsmtest.GOSTEngineConf(t)
 	for _, bits := range []int{256, 512} {
 		keyFile, certFile, cert := gostCert(t, conf, bits)
@@ -106,6 +107,7 @@ func TestV3CertificateChallengeGOST(t *testing.T) {
 // reason, and a content S-box other than CryptoPro-A or TC26-Z is a
 // configuration error.
 func TestV3CertificateNeitherRSANorGOST(t *testing.T) {
+	t.Parallel()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "ec"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}

@@ -174,6 +174,7 @@ func keyHeader(key string) string { return "ServiceAuth ddauth_api_client_id=" +
 var devHeader = keyHeader(testDevKey)
 
 func TestV3AuthenticateRefusals(t *testing.T) {
+	t.Parallel()
 	b := newLegacyBed(t, false)
 	pw := []byte(`{"login":"alice@example.com","password":"correct horse"}`)
 	b.post(t, "/V3/Authenticate?type=password", "", "application/json", pw).want(t, 401, CodeHTTPAuth, "Invalid API client id")
@@ -199,6 +200,7 @@ func TestV3AuthenticateRefusals(t *testing.T) {
 }
 
 func TestV3PasswordAndSid(t *testing.T) {
+	t.Parallel()
 	b := newLegacyBed(t, false)
 	pw := []byte(`{"login":"ALICE@example.com","password":"correct horse"}`)
 	// Paths are matched case-insensitively, as the service does.
@@ -230,6 +232,7 @@ func (b *legacyBed) organizations(t *testing.T, auth string) answer {
 }
 
 func TestBusinessAccessCheckLegacy(t *testing.T) {
+	t.Parallel()
 	b := newLegacyBed(t, false)
 	tok := b.post(t, "/V3/Authenticate?type=password", devHeader, "application/json",
 		[]byte(`{"login":"alice@example.com","password":"correct horse"}`)).token(t)
@@ -285,6 +288,7 @@ func (b *legacyBed) confirm(t *testing.T, thumb string, random []byte) answer {
 }
 
 func TestV3CertificateChallenge(t *testing.T) {
+	t.Parallel()
 	for _, oaep := range []bool{false, true} {
 		b := newLegacyBed(t, oaep)
 		random, r := b.challenge(t, b.alice)
@@ -334,6 +338,7 @@ func TestV3CertificateChallenge(t *testing.T) {
 // client's envelope.Open refuses, and which AuthenticateConfirm would take
 // back as the answer (the hostile service the fault stands for).
 func TestV3ChallengeFault(t *testing.T) {
+	t.Parallel()
 	b := newLegacyBed(t, false, func(c *Config) { c.ChallengeFault = ChallengeDocument })
 	a := b.post(t, "/V3/Authenticate?type=certificate", devHeader, "application/octet-stream", b.alice.cert.Raw)
 	if _, err := envelope.Open(a.body, b.alice.cert, b.alice.key); !errors.Is(err, envelope.ErrNotChallenge) || !strings.Contains(err.Error(), "96 bytes") {
@@ -346,6 +351,7 @@ func TestV3ChallengeFault(t *testing.T) {
 }
 
 func TestEmulatorLegacyConfigRefusals(t *testing.T) {
+	t.Parallel()
 	for name, cfg := range map[string]Config{
 		"nobody":         {},
 		"bad hash":       {Developers: []Developer{{Key: "k-1"}}, Users: []User{{ID: "u", Login: "u", PasswordHash: "plain"}}},

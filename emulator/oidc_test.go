@@ -130,6 +130,7 @@ func authQuery(verifier string) url.Values {
 }
 
 func TestCodeFlow(t *testing.T) {
+	t.Parallel()
 	b := newIDPBed(t, nil)
 	verifier := strings.Repeat("v", 43)
 	_, back := b.signIn(t, authQuery(verifier), "alice@example.com", "correct horse", "allow")
@@ -183,6 +184,7 @@ func (b idpBed) verifyIDToken(t *testing.T, raw string) map[string]any {
 }
 
 func TestCodeFlowRefusals(t *testing.T) {
+	t.Parallel()
 	b := newIDPBed(t, nil)
 	verifier := strings.Repeat("w", 43)
 	q := authQuery(verifier)
@@ -244,6 +246,7 @@ func TestCodeFlowRefusals(t *testing.T) {
 }
 
 func TestDeviceFlow(t *testing.T) {
+	t.Parallel()
 	b := newIDPBed(t, nil)
 	st, da, _ := b.form(t, "/connect/deviceauthorization", creds(url.Values{"scope": {"openid offline_access Service.PublicAPI"}}), false)
 	uc, _ := da["user_code"].(string)
@@ -287,6 +290,7 @@ func TestDeviceFlow(t *testing.T) {
 }
 
 func TestRefreshRotation(t *testing.T) {
+	t.Parallel()
 	for _, rotation := range []string{"reuse", "one-time"} {
 		b := newIDPBed(t, func(o *OIDCConfig) { o.RefreshRotation = rotation })
 		_, back := b.signIn(t, authQuery(strings.Repeat("r", 43)), "alice@example.com", "correct horse", "allow")

@@ -2,6 +2,10 @@
 // token directory under t.TempDir(), selected through SOFTHSM2_CONF for the
 // duration of the test, with an RSA-2048 and a P-256 key generated on the
 // token (sensitive, not extractable) and certificates stored next to them.
+// The keys are generated once per test binary and shape of token and the
+// token's files copied into each test's directory (see copies.go): each
+// test still has a token of its own, with its own PIN tries and its own
+// faults, and two tokens in one test hold different keys.
 //
 // Tests that use it cannot run in parallel with each other: SoftHSM reads
 // SOFTHSM2_CONF when the module is initialized, once per process.
@@ -78,15 +82,23 @@ func NewWith(t testing.TB, o Options) *Token {
 	tk.Conf = conf
 	t.Setenv(softhsm.ConfEnv, conf)
 	clearTokenEnv(t)
-	if tk.Serial, err = softhsm.InitToken(tk.Module, tk.Label, tk.SOPIN, tk.PIN); err != nil {
-		t.Fatalf("initialize SoftHSM token: %v", err)
-	}
 	tk.PINFile = filepath.Join(tk.Dir, "pin")
 	if err := os.WriteFile(tk.PINFile, []byte(tk.PIN+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tk.RSA = KeyRef{Label: "rsa", ID: []byte{0x01}}
 	tk.EC = KeyRef{Label: "ec", ID: []byte{0x02}}
+	shape := copyShape(t, o)
+	if made := madeToken(shape); made != nil {
+		if err := made.copyTo(tk.Dir); err != nil {
+			t.Fatalf("copy the test token: %v", err)
+		}
+		tk.Serial, tk.RSA.Cert, tk.EC.Cert = made.serial, made.rsa, made.ec
+		return tk
+	}
+	if tk.Serial, err = softhsm.InitToken(tk.Module, tk.Label, tk.SOPIN, tk.PIN); err != nil {
+		t.Fatalf("initialize SoftHSM token: %v", err)
+	}
 	specs := append([]softhsm.KeySpec{
 		{Type: softhsm.RSA2048, Label: tk.RSA.Label, ID: tk.RSA.ID, CommonName: "signagent test RSA"},
 		{Type: softhsm.P256, Label: tk.EC.Label, ID: tk.EC.ID, CommonName: "signagent test P-256"},
@@ -96,6 +108,9 @@ func NewWith(t testing.TB, o Options) *Token {
 		t.Fatalf("generate keys on the SoftHSM token: %v", err)
 	}
 	tk.RSA.Cert, tk.EC.Cert = certs[0], certs[1]
+	if err := keepToken(shape, tk); err != nil {
+		t.Fatalf("keep the test token for copies: %v", err)
+	}
 	return tk
 }
 

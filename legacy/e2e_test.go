@@ -21,6 +21,7 @@ import (
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/httpx"
@@ -71,15 +72,7 @@ func newBed(t testing.TB, edit func(*emulator.Config)) *bed {
 	b := &bed{tk: tk, key: key, logs: &hsmtest.LogBuffer{}}
 	now := time.Now()
 	b.now.Store(&now)
-	b.emu, err = emulator.New(cfg, zerolog.New(b.logs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.emu.SetClock(func() time.Time { return *b.now.Load() })
-	if err := b.emu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.emu.Close(context.Background()) })
+	b.emu = emulatortest.NewWith(t, cfg, emulatortest.Options{Log: b.logs, Now: func() time.Time { return *b.now.Load() }}).Server
 	b.client = b.newClient(t, devKey, b.emu.URL())
 	return b
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/gosttoken"
@@ -236,17 +237,10 @@ func TestGOSTChallengeContentChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer key.Close()
-	emu, err := emulator.New(&emulator.Config{
+	emu := emulatortest.New(t, &emulator.Config{
 		Developers: []emulator.Developer{{Name: "crm", Key: devKey}},
 		Users:      []emulator.User{{ID: "u1", Thumbprints: []string{canonical.ThumbprintOf(g.Cert)}}},
-	}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := emu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer emu.Close(context.Background())
+	})
 	target, _ := url.Parse(emu.URL())
 	var flip atomic.Bool
 	flip.Store(true)

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/errdefs"
 )
 
@@ -54,16 +54,8 @@ func newBed(t *testing.T, edit func(*emulator.OIDCConfig)) *bed {
 	if edit != nil {
 		edit(&cfg.OIDC)
 	}
-	s, err := emulator.New(cfg, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &bed{s: s}
-	s.SetClock(b.now)
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()) })
+	b := &bed{}
+	b.s = emulatortest.NewWith(t, cfg, emulatortest.Options{Now: b.now}).Server
 	return b
 }
 

@@ -11,10 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
@@ -44,7 +43,7 @@ func (b *bed) advance(d time.Duration) {
 func newBed(t *testing.T) *bed {
 	t.Helper()
 	hash, _ := emulator.HashPassword([]byte(password))
-	emu, err := emulator.New(&emulator.Config{
+	cfg := &emulator.Config{
 		Developers: []emulator.Developer{{Name: "crm", Key: devKey}},
 		TokenTTL:   emulator.Duration(time.Hour),
 		OIDC: emulator.OIDCConfig{Clients: []emulator.OIDCClient{{ID: "crm-app", Secret: "s3cret", RedirectURIs: []string{redirect}}},
@@ -52,16 +51,9 @@ func newBed(t *testing.T) *bed {
 		Organizations: []emulator.Organization{{ID: "org-1", FullName: "Horns and Hooves LLC", Boxes: []emulator.Box{{GUID: myBox}}},
 			{ID: "org-2", FullName: "Someone Else JSC", Boxes: []emulator.Box{{GUID: otherBox}}}},
 		Users: []emulator.User{{ID: "alice", Login: "alice@example.com", PasswordHash: hash, Boxes: []string{myBox}}},
-	}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
 	}
-	b := &bed{emu: emu}
-	emu.SetClock(b.now)
-	if err := emu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { emu.Close(context.Background()) })
+	b := &bed{}
+	b.emu = emulatortest.NewWith(t, cfg, emulatortest.Options{Now: b.now}).Server
 	return b
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/signer"
@@ -67,14 +68,7 @@ func newBenchEnv(t testing.TB, edit func(*trusted.Config)) *env {
 		},
 	}
 	logs := &hsmtest.LogBuffer{}
-	emu, err := emulator.New(cfg, zerolog.New(logs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := emu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { emu.Close(context.Background()) })
+	emu := emulatortest.NewWith(t, cfg, emulatortest.Options{Log: logs}).Server
 	e := &env{tk: tk, key: key, emu: emu, logs: logs, thumb: thumb}
 	e.client = e.newClient(t, edit)
 	return e

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -26,12 +28,16 @@ import (
 //	emulator [-restart|-stop] [FILE [VAR...]]
 //	serve [-live] NAME ARGS... | serve -stop NAME
 //	approve-device [-deny] FILE LOGIN PASSWORD
+//	exitcode N PROGRAM [ARGS...]
+//	envfile VAR FILE
 var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []string){
 	"waitfile":       waitFile,
 	"waitlines":      waitLines,
 	"emulator":       emulatorCmd,
 	"serve":          serveCmd,
 	"approve-device": approveDevice,
+	"exitcode":       expectExit,
+	"envfile":        envFile,
 }
 
 // scriptState is what a script's commands keep between lines.
@@ -47,6 +53,45 @@ type scriptStateKey struct{}
 
 func stateOf(ts *testscript.TestScript) *scriptState {
 	return ts.Value(scriptStateKey{}).(*scriptState)
+}
+
+// expectExit is exitcode N PROGRAM [ARGS...]: it runs PROGRAM as exec does
+// (its stdout and stderr kept for the stdout and stderr commands after it)
+// and wants its exit status to be exactly N, where exec wants 0 and ! exec
+// anything else. A program that cannot be started fails the script, as does
+// one killed by a signal. A variable for the one program is given as
+// exitcode N env VAR=value PROGRAM ..., env -u VAR for one unset.
+func expectExit(ts *testscript.TestScript, neg bool, args []string) {
+	if neg {
+		ts.Fatalf("unsupported: ! exitcode (say the status wanted)")
+	}
+	if len(args) < 2 {
+		ts.Fatalf("usage: exitcode N PROGRAM [ARGS...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil || want < 0 || want > 255 {
+		ts.Fatalf("exitcode: %q is not an exit status", args[0])
+	}
+	got := 0
+	if err := ts.Exec(args[1], args[2:]...); err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() < 0 {
+			ts.Fatalf("%s: %v", args[1], err)
+		}
+		got = ee.ExitCode()
+	}
+	if got != want {
+		ts.Fatalf("%s exited %d, want %d", args[1], got, want)
+	}
+}
+
+// envFile is envfile VAR FILE: it sets VAR to FILE's content less its
+// trailing newline (an address a server wrote), for the commands after it.
+func envFile(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: envfile VAR FILE")
+	}
+	ts.Setenv(args[0], strings.TrimRight(ts.ReadFile(args[1]), "\n"))
 }
 
 // waitFile is waitfile [-socket|-exists] FILE: it waits up to 10 s for

@@ -2,13 +2,11 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"strings"
 	"testing"
 
-	"github.com/rs/zerolog"
-
 	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/hsmtest"
 )
 
@@ -110,15 +108,7 @@ func TestSessionTooManyRequests(t *testing.T) {
 // test ends.
 func startEmulator(t testing.TB, cfg *emulator.Config) *emulator.Server {
 	t.Helper()
-	emu, err := emulator.New(cfg, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := emu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { emu.Close(context.Background()) })
-	return emu
+	return emulatortest.New(t, cfg).Server
 }
 
 // makeStoreKey makes a shared store's key file at path with the binary's
