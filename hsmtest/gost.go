@@ -30,6 +30,7 @@ func NewGOST(t testing.TB, bits int, o gosttoken.Options) *GOSTToken {
 	NeedTool(t, "gcc")
 	clearTokenEnv(t)
 	g := &GOSTToken{Token: gosttoken.Token{Dir: t.TempDir(), Bits: bits, Label: "gost" + strconv.Itoa(bits)}}
+	o.Cached = true // one build per test binary, copied into each token
 	pin, err := g.Make("4321", o)
 	if err != nil {
 		t.Fatalf("make the GOST test token: %v", err)

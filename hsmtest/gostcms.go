@@ -102,6 +102,7 @@ func NewGOSTFixture(t testing.TB, bits string, o gosttoken.Options) *GOSTToken {
 	n, _ := strconv.Atoi(bits)
 	g := &GOSTToken{Token: gosttoken.Token{Dir: t.TempDir(), Bits: n, Label: "gost" + bits}}
 	dir := GOSTFixtureDir(t)
+	o.Cached = true
 	pin, err := g.MakeWithKey("4321", filepath.Join(dir, "key"+bits+".pem"), filepath.Join(dir, "cert"+bits+".pem"), o)
 	if err != nil {
 		t.Fatalf("make the GOST fixture token: %v", err)

@@ -11,6 +11,7 @@ package gosttoken
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
 	"errors"
@@ -20,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/signagent/signagent/safefile"
 )
@@ -46,6 +48,11 @@ type Options struct {
 	// CKM_GOSTR3410_12_DERIVE, CKM_KDF_4357 and CKM_GOST28147_KEY_WRAP: a
 	// token that has only the one-step way of opening a key transport.
 	OneStepUnwrap bool
+	// Cached builds the module once per set of options (and source) into
+	// the user's cache directory, without a directory compiled in (it then
+	// reads the token of the directory its own file is in), and copies it
+	// into each token: tests make many tokens. dev-token builds its own.
+	Cached bool
 }
 
 // Token is a GOST test token: a directory with the key, its certificate,
@@ -191,7 +198,11 @@ func (t Token) finish(pin string, o Options) (string, error) {
 	if err := safefile.Write(filepath.Join(t.Dir, "label"), []byte(label+"\n"), 0o644); err != nil {
 		return "", err
 	}
-	if err := Build(t.Dir, t.Module(), o); err != nil {
+	build := func() error { return Build(t.Dir, t.Module(), o) }
+	if o.Cached {
+		build = func() error { return copyCached(t.Module(), o) }
+	}
+	if err := build(); err != nil {
 		return "", err
 	}
 	// The PIN last: a token with its PIN file is complete.
@@ -315,4 +326,51 @@ func lastLine(b []byte) string {
 		s = s[i+1:]
 	}
 	return s
+}
+
+var cacheMu sync.Mutex
+
+// copyCached copies the cached build for o to out, building it first when
+// the cache has none: keyed by the source and the options, in the user's
+// cache directory (as Go's build cache is), written whole or not at all.
+func copyCached(out string, o Options) error {
+	o.Cached = false
+	h := sha256.New()
+	h.Write(source)
+	h.Write(keyxSource)
+	fmt.Fprintf(h, "%+v", o)
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	dir = filepath.Join(dir, "signagent", "gosttoken")
+	built := filepath.Join(dir, hex.EncodeToString(h.Sum(nil))[:24]+".so")
+	cacheMu.Lock()
+	if _, err := os.Stat(built); err != nil {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			cacheMu.Unlock()
+			return err
+		}
+		tmp, err := os.CreateTemp(dir, "build-*.so")
+		if err != nil {
+			cacheMu.Unlock()
+			return err
+		}
+		tmp.Close()
+		err = Build("", tmp.Name(), o)
+		if err == nil {
+			err = os.Rename(tmp.Name(), built)
+		}
+		if err != nil {
+			os.Remove(tmp.Name())
+			cacheMu.Unlock()
+			return err
+		}
+	}
+	cacheMu.Unlock()
+	b, err := os.ReadFile(built)
+	if err != nil {
+		return err
+	}
+	return safefile.Write(out, b, 0o755)
 }

@@ -5,7 +5,8 @@
  * tests and `signagent dev-token --key-type gost2012-256|gost2012-512` use
  * this one: a single slot with one token holding one GOST key pair and its
  * certificate, made by certtool, signing with GnuTLS. The private key sits
- * in a file of the token's directory (TOKEN_DIR, fixed at build time):
+ * in a file of the token's directory (TOKEN_DIR, fixed at build time, or,
+ * built without it, the directory the module's own file is in):
  * this is not a security device and must never hold a real key.
  *
  * Mechanisms: CKM_GOSTR3411_12_256/512 (C_Digest), CKM_GOSTR3410 and
@@ -40,6 +41,8 @@
  * answers CKR_DEVICE_ERROR) and no-derive-attr (the private key's
  * CKA_DERIVE is false, the derive CKR_KEY_FUNCTION_NOT_PERMITTED).
  */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <p11-kit/pkcs11.h>
 #include <p11-kit/pkcs11x.h>
 #include <gnutls/gnutls.h>
@@ -54,7 +57,9 @@
 #include <time.h>
 
 #ifndef TOKEN_DIR
-#error TOKEN_DIR must name the directory of the token
+/* Empty: the token's directory is the one this module's file is in
+ * (dladdr), so that one build serves every token it is copied into. */
+#define TOKEN_DIR ""
 #endif
 #ifndef MAX_TRIES
 #define MAX_TRIES 3
@@ -98,9 +103,30 @@ struct skey;
 static struct skey *skey(CK_OBJECT_HANDLE h);
 static CK_RV kx_getattr(struct skey *k, CK_ATTRIBUTE_PTR tmpl, CK_ULONG n);
 
+/* token_dir is TOKEN_DIR, or the directory of the module's own file. */
+static char tokdir[4096];
+static pthread_once_t tokdir_once = PTHREAD_ONCE_INIT;
+
+static void find_token_dir(void) {
+	Dl_info info;
+	if (TOKEN_DIR[0]) {
+		snprintf(tokdir, sizeof tokdir, "%s", TOKEN_DIR);
+	} else if (dladdr((void *)find_token_dir, &info) && info.dli_fname) {
+		snprintf(tokdir, sizeof tokdir, "%s", info.dli_fname);
+		char *slash = strrchr(tokdir, '/');
+		if (slash) *slash = 0;
+		else snprintf(tokdir, sizeof tokdir, ".");
+	}
+}
+
+static const char *token_dir(void) {
+	pthread_once(&tokdir_once, find_token_dir);
+	return tokdir;
+}
+
 static const char *path(const char *name) {
 	static __thread char buf[4096];
-	snprintf(buf, sizeof buf, "%s/%s", TOKEN_DIR, name);
+	snprintf(buf, sizeof buf, "%s/%s", token_dir(), name);
 	return buf;
 }
 
