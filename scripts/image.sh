@@ -153,7 +153,7 @@ buildah --log-level error bud --quiet --layers=false --format docker --timestamp
 	-t "$image" -f "$work/ctx/Containerfile" "$work/ctx" >/dev/null
 mkdir -p dist
 out=dist/signagent_${version#v}_$arch.oci.tar
-rm -f "$out"
+rm -f dist/signagent_*.oci.tar
 buildah --log-level error push --quiet "$image" "oci-archive:$out:signagent:$version"
 echo "$image"
 echo "$out"
