@@ -64,7 +64,7 @@ lint:
 # helm and client-go pinned there; docs/deploy.md), then the Debian
 # package built, unpacked into a scratch root, run and linted,
 # then the container image built and run as deploy/compose.yaml sets it
-# up (about a minute; docs/container.md).
+# up (about a minute; docs/deploy.md).
 test: deps lint
 	$(GO) test -race -count=1 ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzUpstream$$' -fuzztime 8s -fuzzminimizetime 10x ./agent/proxy
@@ -74,7 +74,7 @@ test: deps lint
 
 # image: the container image, localhost/signagent:VERSION in podman's
 # storage and an OCI archive in dist/ (see scripts/image.sh and
-# docs/container.md).
+# docs/deploy.md).
 image:
 	@scripts/deps.sh $(IMAGE_DEPS)
 	@scripts/image.sh

@@ -61,14 +61,14 @@ for want in '"User": "65532:65532"' '"/usr/bin/signagent",' '"serve"' '"org.open
 done
 # Debian's format keeps the health check (the OCI format has no field for it).
 hc=$(podman image inspect --format '{{json .HealthCheck}}' "$image")
-if build/image/ctx/signagent agent status --help | grep -q -- --probe; then
+if grep -q -- --probe <<<"$(build/image/ctx/signagent agent status --help)"; then
 	grep -q '"agent","status","--probe","ready"' <<<"$hc" || fail "$image: health check $hc, want agent status --probe ready"
 fi
-[ "$(podman run --rm --network none --entrypoint /usr/bin/signagent "$image" --version | cut -d' ' -f1)" = signagent ] || fail "the image does not run signagent"
+[ "$(podman run --rm --network none --no-healthcheck --entrypoint /usr/bin/signagent "$image" --version | cut -d' ' -f1)" = signagent ] || fail "the image does not run signagent"
 
 # A shared store without its key: one line, exit 2, before anything starts.
 set +e
-err=$(podman run --rm --network none -e SIGNAGENT_STORE=redis://127.0.0.1:1 -e SIGNAGENT_API_URL=http://127.0.0.1:1 \
+err=$(podman run --rm --network none --no-healthcheck -e SIGNAGENT_STORE=redis://127.0.0.1:1 -e SIGNAGENT_API_URL=http://127.0.0.1:1 \
 	-e SIGNAGENT_AUTH_URL=http://127.0.0.1:1 -e SIGNAGENT_CLIENT_ID=x -e SIGNAGENT_CLIENT_SECRET=y "$image" 2>&1 >/dev/null)
 rc=$?
 set -e
@@ -82,6 +82,7 @@ grep -q 'store-key-file' <<<"$err" || fail "an agent with a shared store and no 
 go build -o "$tmp/signagent-emulator" ./cmd/signagent-emulator
 c=$(buildah from --quiet "$image")
 buildah copy --quiet "$c" "$tmp/signagent-emulator" /usr/bin/signagent-emulator >/dev/null
+buildah config --healthcheck '' "$c" # the agent's, not the emulator's
 buildah commit --quiet --rm "$c" localhost/signagent-emulator:$project >/dev/null
 rr=$tmp/redis-root
 mkdir -p "$rr/usr/bin" "$rr/data" "$rr/tmp"
@@ -120,7 +121,7 @@ organizations:
 YAML
 chown -R 65532:65532 "$sec" "$tmp/run"
 chmod 0700 "$sec" "$sec/emulator" "$tmp/run"/*
-err=$(podman run --rm --network none -v "$sec:/s" --entrypoint /usr/bin/signagent "$image" store-key --out /s/store-key 2>&1) ||
+err=$(podman run --rm --network none --no-healthcheck -v "$sec:/s" --entrypoint /usr/bin/signagent "$image" store-key --out /s/store-key 2>&1) ||
 	fail "signagent store-key in the image: $err"
 chmod 0600 "$sec"/* "$sec/emulator"/* 2>/dev/null || true
 chmod 0700 "$sec/emulator"
@@ -139,7 +140,7 @@ export SIGNAGENT_IMAGE=$image SIGNAGENT_EMULATOR_IMAGE=localhost/signagent-emula
 emu=http://127.0.0.1:$EMULATOR_PORT
 
 # podman's Docker API on a socket of the test's own, for docker-compose.
-podman system service --time=0 "unix://$tmp/podman.sock" &
+podman system service --time=0 "unix://$tmp/podman.sock" 2>"$tmp/podman-service.log" &
 service=$!
 export DOCKER_HOST=unix://$tmp/podman.sock
 for _ in $(seq 100); do curl -sf --unix-socket "$tmp/podman.sock" -o /dev/null http://d/_ping && break; sleep 0.1; done

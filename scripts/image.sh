@@ -142,7 +142,7 @@ command -v buildah >/dev/null || fail "buildah is missing: apt-get install build
 # The health check asks agent status --probe ready; a build without it
 # (older than the flag) is given no health check rather than a wrong one.
 cp deploy/container/Containerfile "$work/ctx/Containerfile"
-if ! "$work/ctx/signagent" agent status --help 2>/dev/null | grep -q -- '--probe'; then
+if ! grep -q -- '--probe' <<<"$("$work/ctx/signagent" agent status --help 2>/dev/null)"; then
 	echo "image: this build's agent status has no --probe: the image has no health check" >&2
 	sed -i '/^HEALTHCHECK /d' "$work/ctx/Containerfile"
 fi
