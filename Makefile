@@ -25,7 +25,13 @@ DEPS    := softhsm2 opensc gnutls-bin openssl curl procps chromium systemd redis
            swtpm tpm2-abrmd libtss2-tcti-tabrmd0 dbus-daemon tpm2-tools libtpm2-pkcs11-1 libtpm2-pkcs11-tools \
            zsh fish groff-base lintian libgnutls28-dev libgcrypt20-dev nettle-dev libgmp-dev pkg-config libengine-gost-openssl \
            pcscd vsmartcard-vpcd libcacard-dev libnss3-tools pcsc-tools iproute2 duktape \
-           python3 nodejs openjdk-17-jdk-headless mono-devel
+           python3 nodejs openjdk-17-jdk-headless mono-devel \
+           $(IMAGE_DEPS)
+# The container image (make image) and its test: buildah builds it, skopeo
+# reads the OCI archive back, podman (with runc: crun refuses this kind of
+# machine's cgroups) runs it, and docker-compose runs deploy/compose.yaml
+# through podman's API socket. About 30 s to install on a fresh machine.
+IMAGE_DEPS := buildah podman runc skopeo docker-compose
 # make bench also compares with openssl's PKCS#11 engine.
 BENCH_DEPS := $(DEPS) libengine-pkcs11-openssl nginx
 BENCH_ARGS ?=
@@ -35,7 +41,7 @@ BENCH_ARGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 GORELEASER  := github.com/goreleaser/goreleaser/v2@v2.12.7
 
-.PHONY: demo test check lint deps build bench gobench clean package release-check
+.PHONY: demo test check lint deps build bench gobench clean package image release-check
 
 demo: deps build
 	@scripts/demo.sh
@@ -56,12 +62,22 @@ lint:
 # proxy's upstream client fuzzed for a few seconds (its corpus is in
 # agent/proxy/testdata/fuzz), the Helm chart (tools/helm: a module of its own,
 # helm and client-go pinned there; docs/deploy.md), then the Debian
-# package built, unpacked into a scratch root, run and linted.
+# package built, unpacked into a scratch root, run and linted,
+# then the container image built and run as deploy/compose.yaml sets it
+# up (about a minute; docs/deploy.md).
 test: deps lint
 	$(GO) test -race -count=1 ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzUpstream$$' -fuzztime 8s -fuzzminimizetime 10x ./agent/proxy
 	cd tools/helm && $(GO) test -count=1 .
 	@scripts/package-test.sh
+	@scripts/image-test.sh
+
+# image: the container image, localhost/signagent:VERSION in podman's
+# storage and an OCI archive in dist/ (see scripts/image.sh and
+# docs/deploy.md).
+image:
+	@scripts/deps.sh $(IMAGE_DEPS)
+	@scripts/image.sh
 
 # package: the Debian package in dist/ (nfpm; see scripts/package.sh).
 package: deps
