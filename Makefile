@@ -54,23 +54,19 @@ lint:
 	@$(GO) mod tidy -diff >/dev/null || { echo "go mod tidy would change go.mod or go.sum: run go mod tidy"; exit 1; }
 	$(GO) vet ./...
 	cd tools/helm && $(GO) mod tidy -diff >/dev/null || { echo "go mod tidy would change tools/helm/go.mod or go.sum"; exit 1; }
-	cd tools/helm && $(GO) vet .
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) test -count=1 -run 'TestOpenAPI' ./agent
 
 # test: the static checks, every test under the race detector, the
 # proxy's upstream client fuzzed for a few seconds (its corpus is in
 # agent/proxy/testdata/fuzz), the Helm chart (tools/helm: a module of its own,
-# helm and client-go pinned there; docs/deploy.md), then the Debian
+# helm and client-go pinned there; docs/deploy.md) beside them
+# (scripts/test.sh), then the Debian
 # package built, unpacked into a scratch root, run and linted,
 # then the container image built and run as deploy/compose.yaml sets it
 # up (about a minute; docs/deploy.md).
 test: deps lint
-	$(GO) test -race -count=1 ./...
-	$(GO) test -run '^$$' -fuzz '^FuzzUpstream$$' -fuzztime 8s -fuzzminimizetime 10x ./agent/proxy
-	cd tools/helm && $(GO) test -count=1 .
-	@scripts/package-test.sh
-	@scripts/image-test.sh
+	@GO=$(GO) scripts/test.sh
 
 # image: the container image, localhost/signagent:VERSION in podman's
 # storage and an OCI archive in dist/ (see scripts/image.sh and
@@ -93,6 +89,7 @@ release-check:
 # runs those, and is what CI runs).
 check: deps lint
 	$(GO) test -count=1 ./...
+	cd tools/helm && $(GO) vet . && $(GO) test -count=1 .
 
 deps:
 	@scripts/deps.sh $(DEPS)
