@@ -92,10 +92,11 @@ $bin link --phone '+7 916 123-45-67' --service-user-id crm-user-42
 
 step "5. authenticate-by-truster with a fresh signature, then approve-truster: the auth.sid"
 sid=$($bin session --phone '+7 916 123-45-67' --service-user-id crm-user-42)
-echo "auth.sid: $sid"
+# The auth.sid is a secret (whoever holds it acts as the user): shown masked.
+echo "auth.sid: ${sid:0:4}…(masked, ${#sid} characters)"
 
 step "6. The same with the SNILS, as JSON"
-$bin session --snils '112-233-445 95' --service-user-id crm-user-42 --json
+$bin session --snils '112-233-445 95' --service-user-id crm-user-42 --json | sed -E 's/("sid": "....)[^"]*/\1…(masked)/'
 
 step "7. The auth.sid exchanged for a legacy token (Authenticate V3 type=sid); the business header, masked"
 (umask 077; printf '%s\n' "$sid" > "$demo/sid")
@@ -204,7 +205,7 @@ fresh() {
   (cd / && env -i HOME="$HOME" PATH="$PATH" SIGNAGENT_CONFIG="$root/$demo/config.yaml" "$root/$cmd" "$@")
 }
 fresh $bin link --phone '+7 916 123-45-67' --service-user-id crm-user-42
-fresh $bin session --phone '+7 916 123-45-67' --service-user-id crm-user-42
+fresh $bin session --phone '+7 916 123-45-67' --service-user-id crm-user-42 | sed -E 's/^(....).*/auth.sid: \1…(masked)/'
 fresh $bin header --scheme legacy --by certificate | sed -E 's/(ddauth_api_client_id=.{4})[^,]*/\1…(masked)/; s/(ddauth_token=.{4}).*/\1…(masked)/'
 fresh $bin api --scheme legacy --by certificate '/GetMyOrganizations?autoRegister=false'
 echo
@@ -219,10 +220,19 @@ To go on by hand with the demo's token, files and settings, from any directory:
 
   $PWD/$emubin --listen 127.0.0.1:$eport --config $PWD/$demo/emulator.yaml &
   export SIGNAGENT_CONFIG=$PWD/$demo/config.yaml   # the context "demo" that setup wrote
+  export SIGNAGENT_TOKEN_STORE=$PWD/$demo/state     # OpenID Connect sign-ins stay in the demo's directory
   $PWD/$bin link --phone '+7 916 123-45-67' --service-user-id crm-user-42
-  $PWD/$bin session --phone '+7 916 123-45-67' --service-user-id crm-user-42
-  $PWD/$bin api --scheme legacy --by certificate '/GetMyOrganizations?autoRegister=false'
+  $PWD/$bin session --phone '+7 916 123-45-67' --service-user-id crm-user-42    # prints the auth.sid (a secret)
+  $PWD/$bin header --scheme legacy --by certificate                           # the ServiceAuth header
+  $PWD/$bin header --scheme legacy --by sid --phone '+7 916 123-45-67' --service-user-id crm-user-42
+  $PWD/$bin api --scheme legacy --by certificate '/GetMyOrganizations?autoRegister=false'   # GET by default
+  $PWD/$bin login --no-qr &     # OpenID Connect: then approve the code it prints as the demo user:
+  curl --data-urlencode user_code=CODE --data-urlencode login=ivanov@example.com \\
+       --data-urlencode password@$PWD/$demo/user-password --data-urlencode decision=allow http://127.0.0.1:$eport/device
+  $PWD/$bin api '/GetMyOrganizations?autoRegister=false'                       # --scheme oidc
 
 The emulator's one URL, http://127.0.0.1:$eport, is its base, API and identity provider address
-alike (docs/emulator.md). signagent setup writes such a context into your own settings file.
+alike (docs/emulator.md); on a shared machine, where that port may be taken, give the emulator
+--listen 127.0.0.1:0 --url-file FILE and the URL it writes. signagent setup writes such a context
+into your own settings file.
 EOF
