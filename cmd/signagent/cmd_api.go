@@ -107,7 +107,7 @@ func callAPI(c *cli.Context, e *env) error {
 	}
 	defer done()
 	svc, err := service.New(service.Config{APIURL: s.String("api-url"), AllowInsecureHTTP: s.Bool("insecure-http"),
-		Timeout: s.Duration("request-timeout"), UserAgent: "signagent/" + version}, a)
+		Timeout: s.Duration("request-timeout"), UserAgent: "signagent/" + Version}, a)
 	if err != nil {
 		return err
 	}

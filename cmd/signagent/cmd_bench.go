@@ -197,7 +197,7 @@ func runBench(c *cli.Context, e *env) error {
 		Each: c.Duration("each"), Concurrency: conc, Workers: c.Int("workers"), TokenDelay: c.Duration("token-delay"),
 		QueueSize: c.Int("queue-size"), NoTools: c.Bool("no-tools"), Socket: c.String("socket"), AgentPID: c.Int("agent-pid"),
 		Executable: exe, Duration: c.Duration("duration"), SoakCallers: c.Int("soak-concurrency"),
-		Version: version, Stdout: e.stdout, Stderr: e.stderr, JSON: c.Bool("json")}
+		Version: Version, Stdout: e.stdout, Stderr: e.stderr, JSON: c.Bool("json")}
 	for _, f := range []string{"module", "token-label", "token-serial", "key", "key-label", "key-id", "cert"} {
 		if v := c.String(f); v != "" && c.IsSet(f) {
 			o.ServeArgs = append(o.ServeArgs, "--"+f, v)

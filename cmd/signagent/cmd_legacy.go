@@ -210,7 +210,7 @@ func legacyConfig(s *settings.Settings, e *env) (*legacy.Config, error) {
 	}
 	cfg := &legacy.Config{APIURL: s.String("api-url"), AllowInsecureHTTP: s.Bool("insecure-http"), DeveloperKey: key,
 		TokenTTL: s.Duration("legacy-token-ttl"), Timeout: s.Duration("request-timeout"), Attempts: s.Int("attempts"),
-		UserAgent: "signagent/" + version, Log: e.log}
+		UserAgent: "signagent/" + Version, Log: e.log}
 	return cfg, s.Err()
 }
 

@@ -188,7 +188,7 @@ func serviceConfig(s *settings.Settings, e *env, apiKey string) (*trusted.Config
 		return nil, usageErr(errors.New("--attempts must be at least 1"))
 	}
 	return &trusted.Config{BaseURL: s.String("base-url"), AllowInsecureHTTP: s.Bool("insecure-http"), APIKey: apiKey,
-		Timeout: s.Duration("request-timeout"), Attempts: s.Int("attempts"), UserAgent: "signagent/" + version, Log: e.log}, s.Err()
+		Timeout: s.Duration("request-timeout"), Attempts: s.Int("attempts"), UserAgent: "signagent/" + Version, Log: e.log}, s.Err()
 }
 
 // agentSettings loads the settings and the logger they name, and reads the

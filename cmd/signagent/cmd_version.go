@@ -8,6 +8,10 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
+// Version is the program's version: main sets it from its own, which
+// -ldflags "-X main.version=..." sets at build time.
+var Version = "dev"
+
 // buildInfo is what `signagent version` reports.
 type buildInfo struct {
 	Version   string `json:"version"`
@@ -42,7 +46,7 @@ func readBuildInfo(ldflagsVersion string, info *debug.BuildInfo, ok bool) buildI
 
 func currentBuild() buildInfo {
 	info, ok := debug.ReadBuildInfo()
-	return readBuildInfo(version, info, ok)
+	return readBuildInfo(Version, info, ok)
 }
 
 func (b buildInfo) String() string {

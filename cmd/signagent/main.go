@@ -35,6 +35,7 @@ const (
 )
 
 func main() {
+	Version = version
 	pkcs11.RunProbe() // when started by pkcs11.Probe: try the module and exit
 	os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr))
 }
