@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
-	"strings"
 
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
@@ -20,7 +18,6 @@ import (
 	"github.com/signagent/signagent/cmd/signagent/internal/setupcmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/tokencmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/trustedcmd"
-	"github.com/signagent/signagent/internal/benchcmd"
 	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/pkcs11"
 )
@@ -37,22 +34,7 @@ func main() {
 // run is main with its streams given, so tests can drive it in-process.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cmdutil.JSONLogs.Store(false)
-	app := newApp(stdin, stdout, stderr)
-	err := app.Run(args)
-	if err == nil {
-		return cmdutil.ExitOK
-	}
-	code := cmdutil.ExitCode(err)
-	msg := strings.ReplaceAll(err.Error(), "\n", " ")
-	if cmdutil.JSONLogs.Load() {
-		// Under --log-format json (serve in a journal, a log collector)
-		// the failure is a JSON line like the others.
-		log := zerolog.New(stderr).With().Timestamp().Logger()
-		log.Error().Int("exit", code).Msg(msg)
-		return code
-	}
-	fmt.Fprintf(stderr, "signagent: %s\n", msg)
-	return code
+	return cmdutil.Finish("signagent", newApp(stdin, stdout, stderr).Run(args), stderr)
 }
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
@@ -60,9 +42,10 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	// --version only: -v is too easily meant as "verbose".
 	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version"}
 	cli.VersionPrinter = func(c *cli.Context) { fmt.Fprintln(c.App.Writer, cmdutil.CurrentBuild()) }
+	commands, uses := familyCommands(e)
 	app := &cli.App{
 		Name:    "signagent",
-		Usage:   "sign the service's trusted-authentication text on a PKCS#11 token and obtain an auth.sid",
+		Usage:   "the service's authentication agent: auth.sid, legacy and OpenID Connect headers from a PKCS#11 token, on the command line and for partner systems",
 		Version: cmdutil.CurrentBuild().Version,
 		Flags:   append(cmdutil.LogFlags(""), cmdutil.SettingsFlags(true)...),
 		Before: func(c *cli.Context) error {
@@ -87,7 +70,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			}
 			return cmdutil.UsageErr(fmt.Errorf("%w%s", err, cmdutil.FlagSuggestion(err, flags)))
 		},
-		Commands: commands(e),
+		Commands: commands,
 		// The completion scripts ask the program what comes next.
 		EnableBashCompletion: true,
 		// Without a command: the help. With a word that is no command:
@@ -98,8 +81,12 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 				return cli.ShowAppHelp(c)
 			}
 			name := c.Args().First()
-			if name == "emulator" {
+			// Commands of their own, not in the shipped binary.
+			switch name {
+			case "emulator":
 				return cmdutil.UsageErr(errors.New("the emulator is a command of its own: signagent-emulator (make build puts it in bin/)"))
+			case "bench":
+				return cmdutil.UsageErr(errors.New("the benchmark is a command of its own: signagent-bench (make build puts it in bin/)"))
 			}
 			msg := fmt.Sprintf("%q is not a signagent command", name)
 			if s := cmdutil.Suggest(name, cmdutil.CommandNames(c.App.Commands)); s != "" {
@@ -109,66 +96,67 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		},
 	}
 	for _, cmd := range app.Commands {
-		cmd.OnUsageError = app.OnUsageError
-		// The logging flags are accepted after the command too, where
-		// operators tend to put them (signagent sign --log-level debug).
-		cmd.Flags = append(cmd.Flags, cmdutil.LogFlags("Logging")...)
-		// Every command reads the settings file (serve's --config is its own:
-		// reloaded on SIGHUP); config edits it, and the rest need none.
-		reads := !slices.Contains([]string{"config", "version", "completion", "man"}, cmd.Name)
-		if reads {
-			cmd.Flags = append(cmd.Flags, cmdutil.SettingsFlags(cmd.Name != "serve")...)
-		}
-		cmd.Before = func(c *cli.Context) error {
-			// No command but api and completion takes positional arguments.
-			if !slices.Contains([]string{"api", "completion", "config", "agent", "bench", "token"}, c.Command.Name) {
-				if err := cmdutil.NoArgs(c); err != nil {
-					return err
-				}
-			}
-			if reads {
-				if err := cmdutil.LoadSettings(c); err != nil {
-					return err
-				}
-			}
-			if !c.IsSet("log-level") && !c.IsSet("log-format") && !c.IsSet("quiet") && !c.IsSet("verbose") {
-				return nil
-			}
-			format := c.String("log-format")
-			if !c.IsSet("log-format") {
-				format = c.Lineage()[1].String("log-format")
-			}
-			log, err := cmdutil.NewLogger(stderr, cmdutil.LogLevel(c, c.Command.Name), format)
-			if err == nil {
-				e.Log = log
-			}
-			return err
-		}
+		wire(e, cmd, uses[cmd], app.OnUsageError)
 	}
 	return app
 }
 
-// commands are signagent's commands, in the order help lists them.
-func commands(e *cmdutil.Env) []*cli.Command {
-	// The root help lists the commands by the job they belong to (urfave
-	// sorts the groups by name: the names are chosen to read in this order).
-	groups := []struct {
-		category string
-		cmds     []*cli.Command
-	}{
-		{"Auth.sid by trusted authentication", []*cli.Command{trustedcmd.CanonicalCommand(e), trustedcmd.SignCommand(e), trustedcmd.VerifyCommand(e), trustedcmd.LinkCommand(e), trustedcmd.SessionCommand(e)}},
-		{"Business calls and the legacy scheme", []*cli.Command{legacycmd.LegacyTokenCommand(e), legacycmd.HeaderCommand(e), legacycmd.APICommand(e)}},
-		{"OpenID Connect sign-in", []*cli.Command{oidccmd.LoginCommand(e), oidccmd.TokenCommand(e), oidccmd.StatusCommand(e), oidccmd.LogoutCommand(e)}},
-		{"Running the agent", []*cli.Command{agentcmd.ServeCommand(e), agentcmd.AgentCommand(e), agentcmd.StoreKeyCommand(e), benchcmd.BenchCommand(e)}},
-		{"Smart cards and tokens", []*cli.Command{tokencmd.TokensCommand(e), tokencmd.KeysCommand(e), tokencmd.DevTokenCommand(e)}},
-		{"This program", []*cli.Command{setupcmd.SetupCommand(e), configcmd.ConfigCommand(e), configcmd.VersionCommand(e), configcmd.CompletionCommand(e), configcmd.ManCommand(e)}},
-	}
+// families are signagent's commands by the job they belong to, in the
+// order help lists them (urfave sorts the help's groups by name: the
+// names are chosen to read in this order; setup and config share theirs).
+var families = []func(*cmdutil.Env) cmdutil.Family{trustedcmd.Family, legacycmd.Family, oidccmd.Family,
+	agentcmd.Family, tokencmd.Family, setupcmd.Family, configcmd.Family}
+
+// familyCommands are the families' commands, each in its family's help
+// category, and how each reads the settings file.
+func familyCommands(e *cmdutil.Env) ([]*cli.Command, map[*cli.Command]cmdutil.SettingsUse) {
 	var all []*cli.Command
-	for _, g := range groups {
-		for _, c := range g.cmds {
-			c.Category = g.category
-			all = append(all, c)
+	uses := map[*cli.Command]cmdutil.SettingsUse{}
+	for _, family := range families {
+		f := family(e)
+		for _, c := range f.Commands {
+			c.Category = f.Category
+			all = append(all, c.Command)
+			uses[c.Command] = c.Settings
 		}
 	}
-	return all
+	return all, uses
+}
+
+// wire gives a command what every command has: the logging flags after
+// it too, the settings flags and file as its use says, and stray
+// positional arguments refused unless it takes some (cmd.Args).
+func wire(e *cmdutil.Env, cmd *cli.Command, use cmdutil.SettingsUse, onUsageError cli.OnUsageErrorFunc) {
+	cmd.OnUsageError = onUsageError
+	// The logging flags are accepted after the command too, where
+	// operators tend to put them (signagent sign --log-level debug).
+	cmd.Flags = append(cmd.Flags, cmdutil.LogFlags("Logging")...)
+	// serve's --config is its own: reloaded on SIGHUP.
+	if use != cmdutil.NoSettings {
+		cmd.Flags = append(cmd.Flags, cmdutil.SettingsFlags(use != cmdutil.OwnSettings)...)
+	}
+	cmd.Before = func(c *cli.Context) error {
+		if !c.Command.Args {
+			if err := cmdutil.NoArgs(c); err != nil {
+				return err
+			}
+		}
+		if use != cmdutil.NoSettings {
+			if err := cmdutil.ReadSettings(c, use); err != nil {
+				return err
+			}
+		}
+		if !c.IsSet("log-level") && !c.IsSet("log-format") && !c.IsSet("quiet") && !c.IsSet("verbose") {
+			return nil
+		}
+		format := c.String("log-format")
+		if !c.IsSet("log-format") {
+			format = c.Lineage()[1].String("log-format")
+		}
+		log, err := cmdutil.NewLogger(e.Stderr, cmdutil.LogLevel(c, c.Command.Name), format)
+		if err == nil {
+			e.Log = log
+		}
+		return err
+	}
 }

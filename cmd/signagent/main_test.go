@@ -11,12 +11,13 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/internal/benchcmd"
 	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/internal/emulatorcmd"
 )
 
 func TestMain(m *testing.M) {
-	testscript.Main(isolated{m}, map[string]func(){"signagent": main, "signagent-emulator": emulatorcmd.Main})
+	testscript.Main(isolated{m}, map[string]func(){"signagent": main, "signagent-emulator": emulatorcmd.Main, "signagent-bench": benchcmd.Main})
 }
 
 // isolated runs the tests with a settings directory of their own, so that

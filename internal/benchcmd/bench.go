@@ -24,11 +24,16 @@ import (
 	"github.com/signagent/signagent/safefile"
 )
 
-func BenchCommand(e *cmdutil.Env) *cli.Command {
-	return &cli.Command{
-		Name:  "bench",
+// newApp is signagent-bench: its flags and action measure the token, CMS
+// signing and the agent (bench.Suite, bench.Soak); bench proxy measures
+// the agent's proxy; upstream and floor are the processes bench proxy
+// starts.
+func newApp(e *cmdutil.Env) *cli.App {
+	return &cli.App{
+		Name:  "signagent-bench",
 		Usage: "measure the token, CMS signing and the agent over its socket, in one run, with ratios against the raw token rate",
-		Description: "Without --socket it starts its own emulator and `signagent serve` on a temporary socket, and also\n" +
+		Description: "Without --socket it starts its own emulator and `signagent serve` (the signagent beside this program,\n" +
+			"else the one in $PATH) on a temporary socket, and also\n" +
 			"reports the agent's start-up time and resident memory. With --socket it drives an agent already running.\n" +
 			"It also times what people use instead: one `openssl cms -sign` (PKCS#11 engine) and one `pkcs11-tool --sign`\n" +
 			"process per signature. --soak drives /v1/signatures for --duration and reports the agent's memory and\n" +
@@ -52,7 +57,7 @@ func BenchCommand(e *cmdutil.Env) *cli.Command {
 		Action: func(c *cli.Context) error {
 			return runBench(c, e)
 		},
-		Subcommands: []*cli.Command{benchProxyCommand(e), benchUpstreamCommand(), benchFloorCommand()},
+		Commands: []*cli.Command{benchProxyCommand(e), benchUpstreamCommand(), benchFloorCommand()},
 	}
 }
 
@@ -97,7 +102,7 @@ func benchFloorCommand() *cli.Command {
 	}
 }
 
-// benchProxyCommand is `signagent bench proxy`: the agent's proxy against
+// benchProxyCommand is `signagent-bench proxy`: the agent's proxy against
 // nginx in one run (bench.Proxy).
 func benchProxyCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
@@ -109,7 +114,7 @@ func benchProxyCommand(e *cmdutil.Env) *cli.Command {
 			"keepalive pool, buffered access log; skipped with a message when absent) and the Go floor (the least a proxy on Go's\n" +
 			"HTTP server does for the call: no agent work), then prints p50 and p99 of each at each concurrency, the CPU per\n" +
 			"call of the agent, the floor and nginx, and the ratios.\n\n" +
-			cmdutil.Examples("signagent bench proxy", "signagent bench proxy --each 10s --concurrency 1,8 --json"),
+			cmdutil.Examples("signagent-bench proxy", "signagent-bench proxy --each 10s --concurrency 1,8 --json"),
 		Flags: cmdutil.Concat([]cli.Flag{
 			&cli.DurationFlag{Name: "each", Value: 5 * time.Second, Usage: "`DURATION` each row runs, spread over --rounds"},
 			&cli.IntFlag{Name: "rounds", Value: 5, Usage: "`N` interleaved rounds per row"},
@@ -131,13 +136,17 @@ func benchProxyCommand(e *cmdutil.Env) *cli.Command {
 			if err != nil {
 				return err
 			}
+			agent, err := agentBinary(exe)
+			if err != nil {
+				return err
+			}
 			baseline, err := baselineAgent(c.String("baseline-agent"))
 			if err != nil {
 				return cmdutil.UsageErr(fmt.Errorf("--baseline-agent: %w", err))
 			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			err = bench.Proxy(ctx, bench.ProxyOptions{Executable: exe, Baseline: baseline, Each: c.Duration("each"), Rounds: c.Int("rounds"),
+			err = bench.Proxy(ctx, bench.ProxyOptions{Executable: agent, Helper: exe, Baseline: baseline, Each: c.Duration("each"), Rounds: c.Int("rounds"),
 				Concurrency: conc, JSON: c.Bool("json"), Version: cmdutil.CurrentBuild().Version, Stdout: e.Stdout, Stderr: e.Stderr})
 			if ctx.Err() != nil && c.Context.Err() == nil {
 				return cmdutil.Exit(cmdutil.ExitInterrupted, errors.New("benchmark interrupted"))
@@ -145,6 +154,20 @@ func benchProxyCommand(e *cmdutil.Env) *cli.Command {
 			return err
 		},
 	}
+}
+
+// agentBinary is the signagent the benchmark starts as the agent: the one
+// beside self (make build puts both in bin/), else the one in $PATH.
+func agentBinary(self string) (string, error) {
+	beside := filepath.Join(filepath.Dir(self), "signagent")
+	if st, err := os.Stat(beside); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+		return beside, nil
+	}
+	path, err := exec.LookPath("signagent")
+	if err != nil {
+		return "", errors.New("no signagent to start as the agent: signagent-bench runs the signagent beside it, else the one in $PATH")
+	}
+	return filepath.Abs(path)
 }
 
 // baselineAgent is bench proxy's --baseline-agent as an absolute path to
@@ -162,7 +185,12 @@ func baselineAgent(name string) (string, error) {
 }
 
 func runBench(c *cli.Context, e *cmdutil.Env) error {
-	if err := cmdutil.NoArgs(c); err != nil { // checked here: the parent of bench proxy
+	if err := cmdutil.NoArgs(c); err != nil { // checked here: the parent of proxy, upstream and floor
+		return err
+	}
+	// The settings file gives the token flags not given (read here: proxy,
+	// upstream and floor need none).
+	if err := cmdutil.LoadSettings(c); err != nil {
 		return err
 	}
 	conc, err := bench.ParseConcurrency(c.String("concurrency"))
@@ -178,6 +206,10 @@ func runBench(c *cli.Context, e *cmdutil.Env) error {
 		return err
 	}
 	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	agent, err := agentBinary(exe)
 	if err != nil {
 		return err
 	}
@@ -197,7 +229,7 @@ func runBench(c *cli.Context, e *cmdutil.Env) error {
 	o := bench.Options{Token: sel, ECKeyLabel: c.String("ec-key-label"), GOSTKey: gost, PINFile: c.String("pin-file"), APIKey: key,
 		Each: c.Duration("each"), Concurrency: conc, Workers: c.Int("workers"), TokenDelay: c.Duration("token-delay"),
 		QueueSize: c.Int("queue-size"), NoTools: c.Bool("no-tools"), Socket: c.String("socket"), AgentPID: c.Int("agent-pid"),
-		Executable: exe, Duration: c.Duration("duration"), SoakCallers: c.Int("soak-concurrency"),
+		Executable: agent, Duration: c.Duration("duration"), SoakCallers: c.Int("soak-concurrency"),
 		Version: cmdutil.Version, Stdout: e.Stdout, Stderr: e.Stderr, JSON: c.Bool("json")}
 	for _, f := range []string{"module", "token-label", "token-serial", "key", "key-label", "key-id", "cert"} {
 		if v := c.String(f); v != "" && c.IsSet(f) {

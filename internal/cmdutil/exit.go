@@ -1,7 +1,13 @@
 package cmdutil
 
 import (
+	"fmt"
+	"io"
+	"strings"
+
 	"errors"
+
+	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/errdefs"
 )
@@ -59,4 +65,22 @@ func ExitCode(err error) int {
 		return code
 	}
 	return ExitFailure
+}
+
+// Finish is the exit status of a run of the program name that ended with
+// err, which it prints on stderr as one line: a JSON line when the logs
+// are JSON (serve in a journal, a log collector), else "name: error".
+func Finish(name string, err error, stderr io.Writer) int {
+	if err == nil {
+		return ExitOK
+	}
+	code := ExitCode(err)
+	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	if JSONLogs.Load() {
+		log := zerolog.New(stderr).With().Timestamp().Logger()
+		log.Error().Int("exit", code).Msg(msg)
+		return code
+	}
+	fmt.Fprintf(stderr, "%s: %s\n", name, msg)
+	return code
 }

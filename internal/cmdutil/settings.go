@@ -74,13 +74,16 @@ func KnownKeys(app *cli.App) func(string) bool {
 }
 
 // LoadSettings reads the run's settings file and attaches it for every
-// settings.Of; for a command other than serve (whose file is reloaded on
-// SIGHUP), the file's values become the values of the flags not given, so
-// that every flag, however the command reads it, has its key.
-func LoadSettings(c *cli.Context) error {
+// settings.Of; the file's values become the values of the flags not
+// given, so that every flag, however the command reads it, has its key.
+func LoadSettings(c *cli.Context) error { return ReadSettings(c, ApplySettings) }
+
+// ReadSettings reads the run's settings file for a command that uses it
+// as use says, and attaches it for every settings.Of.
+func ReadSettings(c *cli.Context, use SettingsUse) error {
 	path, named := SettingsPath(c)
 	context := ContextName(c)
-	if c.Command.Name == "setup" {
+	if use == OfferSettings {
 		context = "" // the context it names is the one it makes
 	}
 	f, err := settings.ReadFile(path, context, named, KnownKeys(c.App))
@@ -88,12 +91,12 @@ func LoadSettings(c *cli.Context) error {
 		return UsageErr(err)
 	}
 	settings.Attach(c.App, f)
-	if c.Command.Name != "setup" { // setup exports what it is given
+	if use != OfferSettings { // setup exports what it is given
 		if err := f.Export(); err != nil {
 			return UsageErr(err)
 		}
 	}
-	if c.Command.Name == "serve" || c.Command.Name == "setup" {
+	if use != ApplySettings {
 		return nil // serve reads it itself (again on SIGHUP); setup offers its values
 	}
 	if err := applyFile(c, f); err != nil {

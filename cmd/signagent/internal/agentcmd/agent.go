@@ -19,9 +19,9 @@ import (
 	"github.com/signagent/signagent/internal/cmdutil"
 )
 
-// AgentCommand asks a running agent how it is and what it holds, as
+// agentCommand asks a running agent how it is and what it holds, as
 // ssh-add -l asks ssh-agent.
-func AgentCommand(e *cmdutil.Env) *cli.Command {
+func agentCommand(e *cmdutil.Env) *cli.Command {
 	sub := func(name, usage, shape string, action func(*cli.Context, *agentclient.Client) error) *cli.Command {
 		return &cli.Command{
 			Name: name, Usage: usage,
@@ -45,6 +45,7 @@ func AgentCommand(e *cmdutil.Env) *cli.Command {
 	}
 	return &cli.Command{
 		Name:  "agent",
+		Args:  true, // checked by the command itself (its subcommands, or its own arguments)
 		Usage: "ask the running agent how it is and which identities it holds headers for (like ssh-add -l)",
 		Description: "The agent is the one SIGNAGENT_AGENT_SOCK, --agent-sock or agent-sock in the settings file names,\n" +
 			"else the per-user agent's socket. Exit 4 when it cannot be reached.\n\n" +

@@ -23,7 +23,7 @@ import (
 	"github.com/signagent/signagent/internal/settings"
 )
 
-func ServeCommand(e *cmdutil.Env) *cli.Command {
+func serveCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the local agent: signatures, sessions and links for partner systems over a Unix socket or loopback HTTP",

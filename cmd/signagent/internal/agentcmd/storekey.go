@@ -10,8 +10,8 @@ import (
 	"github.com/signagent/signagent/store"
 )
 
-// StoreKeyCommand makes a shared store's key file.
-func StoreKeyCommand(e *cmdutil.Env) *cli.Command {
+// storeKeyCommand makes a shared store's key file.
+func storeKeyCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Name:      "store-key",
 		Usage:     "make a key file for a shared store (--store redis://...): 256 random bits in hex, mode 0600",

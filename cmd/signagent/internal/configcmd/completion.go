@@ -55,9 +55,10 @@ fi
 // completionShells are the shells completion writes a script for.
 var completionShells = []string{"bash", "zsh", "fish"}
 
-func CompletionCommand(e *cmdutil.Env) *cli.Command {
+func completionCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Name:      "completion",
+		Args:      true, // checked by the command itself (its subcommands, or its own arguments)
 		Usage:     "write the shell completion script for bash, zsh or fish",
 		UsageText: "signagent completion bash|zsh|fish",
 		Description: "Writes a completion script on stdout. To load it now:\n\n" +
@@ -93,7 +94,7 @@ func CompletionCommand(e *cmdutil.Env) *cli.Command {
 	}
 }
 
-func ManCommand(e *cmdutil.Env) *cli.Command {
+func manCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Name:      "man",
 		Usage:     "write the signagent(1) manual page (roff) on stdout",

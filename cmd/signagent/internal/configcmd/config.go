@@ -18,9 +18,10 @@ import (
 	"github.com/signagent/signagent/safefile"
 )
 
-func ConfigCommand(e *cmdutil.Env) *cli.Command {
+func configCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Name:  "config",
+		Args:  true, // checked by the command itself (its subcommands, or its own arguments)
 		Usage: "view and change the settings file and its contexts (like kubectl config)",
 		Description: "The settings file (--config, SIGNAGENT_CONFIG, else $XDG_CONFIG_HOME/signagent/config.yaml) holds\n" +
 			"every command's settings, keyed by the flags' names, at the top (every context) or in a\n" +

@@ -8,7 +8,7 @@ import (
 	"github.com/signagent/signagent/internal/cmdutil"
 )
 
-func VersionCommand(e *cmdutil.Env) *cli.Command {
+func versionCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Name:      "version",
 		Usage:     "print signagent's version, commit, Go version and platform",

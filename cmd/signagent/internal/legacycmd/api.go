@@ -24,9 +24,10 @@ import (
 	"github.com/signagent/signagent/service"
 )
 
-func APICommand(e *cmdutil.Env) *cli.Command {
+func apiCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Name:  "api",
+		Args:  true, // checked by the command itself (its subcommands, or its own arguments)
 		Usage: "call a business method with the Authorization header of a scheme and print the answer (like gh api)",
 		UsageText: "signagent api [--scheme oidc] [--profile P] [GET] /GetMyOrganizations\n" +
 			"signagent api --scheme legacy --by password --login L GET '/GetMyEmployee?boxId=...'\n" +

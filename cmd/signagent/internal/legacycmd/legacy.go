@@ -34,7 +34,7 @@ func legacyCommandFlags(extra ...cli.Flag) []cli.Flag {
 	return cmdutil.Concat(legacyLoginFlags(), factory.LegacyServiceFlags(), cmdutil.Pick(cmdutil.CredentialFlags(), "phone", "snils", "thumbprint", "legacy-snils"), factory.ServiceFlags(), cmdutil.TokenFlags(), factory.SignFlags(), extra)
 }
 
-func LegacyTokenCommand(e *cmdutil.Env) *cli.Command {
+func legacyTokenCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent legacy-token --by password --login alice --password-file pw", "signagent legacy-token --by certificate", "signagent legacy-token --by sid --sid-file sid"),
 		Name:        "legacy-token",
@@ -82,7 +82,7 @@ func legacyTokenFromAgent(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client
 	return err
 }
 
-func HeaderCommand(e *cmdutil.Env) *cli.Command {
+func headerCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent header --scheme oidc", "signagent header --scheme legacy --by certificate --json"),
 		Name:        "header",

@@ -23,7 +23,7 @@ import (
 	"github.com/signagent/signagent/oidc"
 )
 
-func LoginCommand(e *cmdutil.Env) *cli.Command {
+func loginCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent login", "signagent login --flow code", "signagent login --profile robot --refresh-token-file rt"),
 		Name:        "login",

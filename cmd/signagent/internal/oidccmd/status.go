@@ -18,10 +18,11 @@ import (
 	"github.com/signagent/signagent/oidc"
 )
 
-func TokenCommand(e *cmdutil.Env) *cli.Command {
+func tokenCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("curl -H \"Authorization: Bearer $(signagent token)\" URL", "signagent token --json"),
 		Name:        "token",
+		Args:        true, // checked by the command itself (its subcommands, or its own arguments)
 		Usage:       "print the profile's access token, refreshed when it has less than --refresh-before left",
 		UsageText:   "curl -H \"Authorization: Bearer $(signagent token)\" ...",
 		Flags:       cmdutil.Concat(factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag(), cmdutil.JSONFlag(`{"accessToken","expiresAt","profile"}`)}, factory.AgentUseFlags()),
@@ -65,7 +66,7 @@ func oidcTokenHereOrAgent(c *cli.Context, e *cmdutil.Env) (*oidc.Record, error) 
 	return &oidc.Record{Profile: settings.Of(c).String("profile"), AccessToken: tok, Expiry: resp.ExpiresAt}, nil
 }
 
-func StatusCommand(e *cmdutil.Env) *cli.Command {
+func statusCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent status", "signagent status --json"),
 		Name:        "status",
@@ -124,7 +125,7 @@ func printStatus(e *cmdutil.Env, r *oidc.Record, asJSON bool) error {
 	return nil
 }
 
-func LogoutCommand(e *cmdutil.Env) *cli.Command {
+func logoutCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Description: "The provider is asked to revoke the refresh token first (RFC 7009, when its discovery document\n" +
 			"publishes a revocation endpoint), as oidc-agent does, so that a copy of it is worth nothing; when it cannot\n" +

@@ -50,7 +50,7 @@ var setupVars = map[string]string{
 // a --flag=~/x do not get from the shell.
 var setupPaths = []string{"client-secret-file", "api-key-file", "developer-key-file", "module", "softhsm2-conf", "pin-file"}
 
-func SetupCommand(e *cmdutil.Env) *cli.Command {
+func setupCommand(e *cmdutil.Env) *cli.Command {
 	str := func(name, usage string) cli.Flag {
 		return &cli.StringFlag{Name: name, Category: "Answers", EnvVars: []string{setupVars[name]}, Usage: usage}
 	}

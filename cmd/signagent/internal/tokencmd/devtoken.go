@@ -33,7 +33,7 @@ func defaultDevDir(kind string) string {
 	return "signagent-" + name
 }
 
-func DevTokenCommand(e *cmdutil.Env) *cli.Command {
+func devTokenCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Name:  "dev-token",
 		Usage: "make a development token (SoftHSM with an RSA-2048 or P-256 key, or the GOST test module) with a self-signed certificate, and print the environment to use it",

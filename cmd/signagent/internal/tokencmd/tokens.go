@@ -14,7 +14,7 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 )
 
-func TokensCommand(e *cmdutil.Env) *cli.Command {
+func tokensCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent tokens", "signagent tokens --module /usr/lib/librtpkcs11ecp.so"),
 		Name:        "tokens",
@@ -41,7 +41,7 @@ func TokensCommand(e *cmdutil.Env) *cli.Command {
 	}
 }
 
-func KeysCommand(e *cmdutil.Env) *cli.Command {
+func keysCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent keys --token-label partner --pin-file pin --json"),
 		Name:        "keys",

@@ -20,7 +20,7 @@ import (
 	"github.com/signagent/signagent/signer"
 )
 
-func CanonicalCommand(e *cmdutil.Env) *cli.Command {
+func canonicalCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent canonical --phone 9161234567 | od -c | head"),
 		Name:        "canonical",
@@ -54,7 +54,7 @@ func buildText(c *cli.Context) ([]byte, canonical.Credential, string, error) {
 	return canonical.Text(key, cred, ts), cred, canonical.FormatTimestamp(ts), nil
 }
 
-func SignCommand(e *cmdutil.Env) *cli.Command {
+func signCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent sign --phone 9161234567 --out sig.der", "signagent sign --snils 11223344595 --format base64", "signagent sign --phone 9161234567 --json"),
 		Name:        "sign",

@@ -19,7 +19,7 @@ import (
 	"github.com/signagent/signagent/trusted"
 )
 
-func LinkCommand(e *cmdutil.Env) *cli.Command {
+func linkCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent link --phone 9161234567 --service-user-id crm-42"),
 		Name:        "link",
@@ -52,7 +52,7 @@ func LinkCommand(e *cmdutil.Env) *cli.Command {
 	}
 }
 
-func SessionCommand(e *cmdutil.Env) *cli.Command {
+func sessionCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent session --phone 9161234567 --service-user-id crm-42", "signagent session --snils 11223344595 --service-user-id crm-42 --json"),
 		Name:        "session",

@@ -12,7 +12,7 @@ import (
 	"github.com/signagent/signagent/signer"
 )
 
-func VerifyCommand(e *cmdutil.Env) *cli.Command {
+func verifyCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent verify --signature sig.der --content text", "signagent verify --signature sig.der --content text --ca ca.pem --json"),
 		Name:        "verify",
