@@ -97,6 +97,7 @@ deps:
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/signagent
 	$(GO) build -o bin/signagent-emulator ./cmd/signagent-emulator
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/signagent-bench ./cmd/signagent-bench
 
 bench: build
 	@scripts/deps.sh $(BENCH_DEPS)

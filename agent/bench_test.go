@@ -26,7 +26,7 @@ import (
 
 // BenchmarkAgent serves the agent on a real Unix socket in this process and
 // calls it through agentclient: one signature at a time, a cached session,
-// and /readyz (the floor of any request over the socket). `signagent bench`
+// and /readyz (the floor of any request over the socket). `signagent-bench`
 // measures the daemon as a separate process.
 func BenchmarkAgent(b *testing.B) {
 	h := start(b, options{})

@@ -20,9 +20,10 @@ import (
 	"github.com/signagent/signagent/errdefs"
 )
 
-// ProxyOptions configures `signagent bench proxy`.
+// ProxyOptions configures `signagent-bench proxy`.
 type ProxyOptions struct {
 	Executable  string        // the signagent binary started as the agent
+	Helper      string        // the signagent-bench binary started as the business API and the Go floor
 	Baseline    string        // another signagent binary measured beside it as "baseline tcp" ("": none)
 	Each        time.Duration // each row's time, spread over Rounds
 	Rounds      int           // interleaved rounds per row
@@ -206,7 +207,7 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 		}
 		return JSON(o.Stdout, header, rows, nil)
 	}
-	fmt.Fprintf(o.Stdout, "signagent bench proxy: %s, %s, %v a row in %d rounds\n", time.Now().Format(time.DateOnly), o.Version, o.Each, rounds)
+	fmt.Fprintf(o.Stdout, "signagent-bench proxy: %s, %s, %v a row in %d rounds\n", time.Now().Format(time.DateOnly), o.Version, o.Each, rounds)
 	if o.Baseline != "" {
 		fmt.Fprintf(o.Stdout, "baseline tcp: the agent of %s, started the same way\n", o.Baseline)
 	}

@@ -94,7 +94,7 @@ func (a *proxyAgent) stop() {
 	<-a.exited
 }
 
-// startHelper starts `signagent bench NAME ARGS... --listen ADDR` (the
+// startHelper starts `signagent-bench NAME ARGS... --listen ADDR` (the
 // business API or the Go floor) on a free loopback address, with
 // cleanEnv, and waits until it listens.
 func startHelper(ctx context.Context, o ProxyOptions, what, name string, args ...string) (string, *exec.Cmd, error) {
@@ -102,7 +102,7 @@ func startHelper(ctx context.Context, o ProxyOptions, what, name string, args ..
 	if err != nil {
 		return "", nil, err
 	}
-	cmd := exec.CommandContext(ctx, o.Executable, append(append([]string{"bench", name}, args...), "--listen", addr)...)
+	cmd := exec.CommandContext(ctx, o.Helper, append(append([]string{name}, args...), "--listen", addr)...)
 	cmd.Env = cleanEnv()
 	cmd.Stderr = o.Stderr
 	if err := cmd.Start(); err != nil {

@@ -54,7 +54,7 @@ func Soak(ctx context.Context, o Options) error {
 			"duration": o.Duration.String(), "tokenWorkers": o.Workers, "rssStartBytes": rss0, "rssEndBytes": rss1,
 			"goroutinesStart": g0, "goroutinesEnd": g1}, []*Result{r}, nil)
 	}
-	fmt.Fprintf(o.Stdout, "signagent bench --soak: %s, %d callers for %v, token workers %d\n",
+	fmt.Fprintf(o.Stdout, "signagent-bench --soak: %s, %d callers for %v, token workers %d\n",
 		time.Now().UTC().Format("2006-01-02"), conc, o.Duration, o.Workers)
 	Table(o.Stdout, []*Result{r}, nil)
 	fmt.Fprintf(o.Stdout, "agent resident memory: %s at the start, %s at the end (%+.1f MB)\n", MB(rss0), MB(rss1), float64(rss1-rss0)/(1<<20))

@@ -26,7 +26,7 @@ import (
 	"github.com/signagent/signagent/signer"
 )
 
-// Options configures a benchmark run (`signagent bench`).
+// Options configures a benchmark run (`signagent-bench`).
 type Options struct {
 	// Token is the key to measure; ECKeyLabel names a second (P-256) key
 	// whose raw rate is measured too.
@@ -134,7 +134,7 @@ func Suite(ctx context.Context, o Options) error {
 			"goVersion": runtime.Version(), "version": o.Version, "tokenWorkers": o.Workers, "eachRow": o.Each.String(),
 			"tokenDelay": o.TokenDelay.String()}, rows, raw1)
 	}
-	fmt.Fprintf(o.Stdout, "signagent bench: %s, %d CPU, Go %s, %s, token workers %d, %v a row",
+	fmt.Fprintf(o.Stdout, "signagent-bench: %s, %d CPU, Go %s, %s, token workers %d, %v a row",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), o.Version, o.Workers, o.Each)
 	if o.TokenDelay > 0 {
 		fmt.Fprintf(o.Stdout, ", slow card +%v a signature", o.TokenDelay)

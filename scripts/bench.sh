@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # `make bench`: a fresh SoftHSM token with an RSA-2048 and a P-256 key, and
 # a GOST test token with a GOST R 34.10-2012 256-bit key, then
-# `signagent bench` on it (raw token, CMS, the agent over its socket, the
+# `signagent-bench` on it (raw token, CMS, the agent over its socket, the
 # emulator's sessions, openssl and pkcs11-tool for comparison). Extra
-# arguments go to signagent bench, e.g. `make bench BENCH_ARGS="--token-delay 200ms"`.
+# arguments go to signagent-bench, e.g. `make bench BENCH_ARGS="--token-delay 200ms"`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=bin/signagent
+bench=bin/signagent-bench
 dir=.bench
 mkdir -p "$dir"
 chmod 700 "$dir"
@@ -15,7 +16,7 @@ chmod 700 "$dir"
 gost="$(cd "$dir" && pwd)/gost"
 $bin --log-level warn dev-token --key-type gost2012-256 --dir "$gost" --force >/dev/null
 eval "$($bin --log-level warn dev-token --dir "$dir/hsm" --ec --force)"
-$bin --log-level warn bench --ec-key-label signagent-dev-ec \
+$bench --log-level warn --ec-key-label signagent-dev-ec \
   --gost-key "pkcs11:token=signagent-dev;object=signagent-dev?module-path=$gost/libgosttoken.so&pin-source=file:$gost/pin" \
   "$@" | tee "$dir/result.txt"
 echo "(also in $dir/result.txt)"

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/internal/cmdutil"
 )
 
 // freePort returns a loopback port free at the moment.
@@ -181,7 +182,7 @@ func TestWorldReadableSecrets(t *testing.T) {
 	os.Chmod(bearer, 0o644)
 	code, stderr, _ := runBinary(t, signagent(t, serveEnv(tk), "serve", "--listen", "unix:"+filepath.Join(dir, "a.sock"),
 		"--listen", "tcp:127.0.0.1:"+strconv.Itoa(freePort(t)), "--bearer-token-file", bearer))
-	if code != exitBadInput || !strings.Contains(stderr, "has mode 0644") {
+	if code != cmdutil.ExitBadInput || !strings.Contains(stderr, "has mode 0644") {
 		t.Fatalf("world-readable bearer file: exit %d: %s", code, stderr)
 	}
 }
@@ -260,7 +261,7 @@ func TestSignOutputs(t *testing.T) {
 	t.Run("a bad --out leaves no --text-out", func(t *testing.T) {
 		textOut := filepath.Join(dir, "text")
 		code, _, stderr := sign("--text-out", textOut, "--out", dir)
-		if code != exitBadInput || !strings.Contains(stderr, "is a directory") {
+		if code != cmdutil.ExitBadInput || !strings.Contains(stderr, "is a directory") {
 			t.Fatalf("exit %d: %s", code, stderr)
 		}
 		if _, err := os.Stat(textOut); err == nil {
@@ -309,7 +310,7 @@ func TestAuditLogChecks(t *testing.T) {
 	os.Chmod(open, 0o644)
 	for file, want := range map[string]string{link: "is a symlink", open: "has mode 0644"} {
 		code, stderr, _ := runBinary(t, signagent(t, serveEnv(tk), "serve", "--listen", "unix:"+filepath.Join(dir, "a.sock"), "--audit-log", file))
-		if code != exitBadInput || !strings.Contains(stderr, want) {
+		if code != cmdutil.ExitBadInput || !strings.Contains(stderr, want) {
 			t.Fatalf("--audit-log %s: exit %d: %s", file, code, stderr)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/internal/cmdutil"
 )
 
 // TestAgentOfAnotherUserRefused: an agent socket served by another user's
@@ -51,8 +52,8 @@ func TestAgentOfAnotherUserRefused(t *testing.T) {
 			code, stderr, _ := runBinary(t, cmd)
 			lines := strings.Split(strings.TrimSpace(stderr), "\n")
 			want := "refusing the agent socket " + sock + ": the process listening on it runs as uid 65534"
-			if code != exitBadInput || len(lines) != 1 || !strings.HasPrefix(lines[0], "signagent: ") || !strings.Contains(lines[0], want) {
-				t.Fatalf("exit %d, want %d and one line with %q: %s", code, exitBadInput, want, stderr)
+			if code != cmdutil.ExitBadInput || len(lines) != 1 || !strings.HasPrefix(lines[0], "signagent: ") || !strings.Contains(lines[0], want) {
+				t.Fatalf("exit %d, want %d and one line with %q: %s", code, cmdutil.ExitBadInput, want, stderr)
 			}
 			t.Log(lines[0])
 		})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/pkcs11"
 )
 
@@ -44,7 +45,7 @@ func TestCardCLI(t *testing.T) {
 		sig, text := filepath.Join(dir, "sig.der"), filepath.Join(dir, "text")
 		cmd := signagent(t, cardEnv(card), append([]string{"sign", "--phone", "9161234567", "--out", sig, "--text-out", text},
 			cardArgs(card, card.PINFile)...)...)
-		if code, stderr, took := runBinary(t, cmd); code != exitOK {
+		if code, stderr, took := runBinary(t, cmd); code != cmdutil.ExitOK {
 			t.Fatalf("sign on the card: exit %d after %v: %s", code, took, stderr)
 		}
 		der, err := os.ReadFile(sig)
@@ -69,7 +70,7 @@ func TestCardCLI(t *testing.T) {
 		cmd := signagent(t, cardEnv(card), append([]string{"session", "--phone", "9161234567", "--service-user-id", "crm-42",
 			"--base-url", emu.URL()}, cardArgs(card, card.PINFile)...)...)
 		cmd.Stdout = &stdout
-		if code, stderr, _ := runBinary(t, cmd); code != exitOK || len(strings.TrimSpace(stdout.String())) != 43 {
+		if code, stderr, _ := runBinary(t, cmd); code != cmdutil.ExitOK || len(strings.TrimSpace(stdout.String())) != 43 {
 			t.Fatalf("session on the card: exit %d, stdout %q: %s", code, stdout.String(), stderr)
 		}
 	})
@@ -147,7 +148,7 @@ func TestCardCLIPIN(t *testing.T) {
 
 	// serve with a wrong PIN: one try, then it exits and says so.
 	code, stderr := serve(wrong)
-	if code != exitFailure {
+	if code != cmdutil.ExitFailure {
 		t.Fatalf("serve with a wrong PIN: exit %d, want 1: %s", code, stderr)
 	}
 	oneLine(t, stderr, "the token rejected the PIN")
@@ -157,11 +158,11 @@ func TestCardCLIPIN(t *testing.T) {
 	// Another run sends it again (a new process does not know it was
 	// refused); the card then says one try is left, and the next run
 	// does not spend it.
-	if code, stderr := sign(wrong); code != exitFailure || !strings.Contains(stderr, "the token rejected the PIN") {
+	if code, stderr := sign(wrong); code != cmdutil.ExitFailure || !strings.Contains(stderr, "the token rejected the PIN") {
 		t.Fatalf("sign with a wrong PIN: exit %d: %s", code, stderr)
 	}
 	code, stderr = sign(wrong)
-	if code != exitFailure {
+	if code != cmdutil.ExitFailure {
 		t.Fatalf("sign with a wrong PIN and one try left: exit %d, want 1: %s", code, stderr)
 	}
 	oneLine(t, stderr, "--allow-final-pin-try")
@@ -171,7 +172,7 @@ func TestCardCLIPIN(t *testing.T) {
 	t.Logf("the final try kept: %s", strings.TrimSpace(stderr))
 
 	// The final try spent on purpose blocks the card (6983 from then on).
-	if code, stderr := sign(wrong, "--allow-final-pin-try"); code != exitFailure {
+	if code, stderr := sign(wrong, "--allow-final-pin-try"); code != cmdutil.ExitFailure {
 		t.Fatalf("sign with the final try: exit %d: %s", code, stderr)
 	}
 	if n := card.TriesLeft(t); n != 0 {
@@ -188,7 +189,7 @@ func TestCardCLIPIN(t *testing.T) {
 		if n := verifies() - before; n > 1 {
 			t.Fatalf("%d PINs sent to a blocked card by one run", n)
 		}
-		if code != exitFailure {
+		if code != cmdutil.ExitFailure {
 			t.Fatalf("on a blocked card: exit %d, want 1: %s", code, stderr)
 		}
 		oneLine(t, stderr, "PIN is locked")
@@ -209,7 +210,7 @@ func TestCardCLITwoCards(t *testing.T) {
 	var stdout strings.Builder
 	cmd := signagent(t, cardEnv(card), "tokens", "--module", card.Module)
 	cmd.Stdout = &stdout
-	if code, stderr, _ := runBinary(t, cmd); code != exitOK {
+	if code, stderr, _ := runBinary(t, cmd); code != cmdutil.ExitOK {
 		t.Fatalf("tokens with two cards: exit %d: %s", code, stderr)
 	}
 	if n := strings.Count(stdout.String(), card.Label); n != 2 {
@@ -226,8 +227,8 @@ func TestCardCLITwoCards(t *testing.T) {
 		return code, stderr
 	}
 	code, stderr := sign("--token-label", card.Label, "--key-label", card.KeyLabel)
-	if code != exitBadInput {
-		t.Fatalf("sign by a label two cards carry: exit %d, want %d: %s", code, exitBadInput, stderr)
+	if code != cmdutil.ExitBadInput {
+		t.Fatalf("sign by a label two cards carry: exit %d, want %d: %s", code, cmdutil.ExitBadInput, stderr)
 	}
 	oneLine(t, stderr, "slot-id=")
 	for _, s := range slots {
@@ -242,7 +243,7 @@ func TestCardCLITwoCards(t *testing.T) {
 
 	// The URI's slot-id chooses the card in reader 1.
 	uri := fmt.Sprintf("pkcs11:slot-id=%d;token=%s;object=%s", slots[1], url.PathEscape(card.Label), url.PathEscape(card.KeyLabel))
-	if code, stderr := sign("--key", uri); code != exitOK {
+	if code, stderr := sign("--key", uri); code != cmdutil.ExitOK {
 		t.Fatalf("sign with %s: exit %d: %s", uri, code, stderr)
 	}
 	if n, m := verifies(card), verifies(two); n != 0 || m != 1 {
@@ -286,8 +287,8 @@ func TestCardCLINoPCSCD(t *testing.T) {
 		cardArgs(card, card.PINFile)...)...)
 	cmd.Stdout = nil
 	code, stderr, took := runBinary(t, cmd)
-	if code != exitBadInput {
-		t.Fatalf("sign without pcscd: exit %d after %v, want %d: %s", code, took, exitBadInput, stderr)
+	if code != cmdutil.ExitBadInput {
+		t.Fatalf("sign without pcscd: exit %d after %v, want %d: %s", code, took, cmdutil.ExitBadInput, stderr)
 	}
 	oneLine(t, stderr, "pcscd running")
 	t.Logf("sign without pcscd, after %v: %s", took.Round(time.Millisecond), strings.TrimSpace(stderr))

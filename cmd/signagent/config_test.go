@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/internal/settings"
 	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/cmd/signagent/internal/factory"
+	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/internal/settings"
 )
 
 // TestSettingsPrecedence pins flag > environment > file > default.
@@ -31,9 +34,9 @@ func TestSettingsPrecedence(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			var got *settings.Settings
-			app := &cli.App{Commands: []*cli.Command{{Name: "serve", Flags: append(serveFlags(), logFlags("")...), Action: func(c *cli.Context) error {
+			app := &cli.App{Commands: []*cli.Command{{Name: "serve", Flags: append(factory.ServeFlags(), cmdutil.LogFlags("")...), Action: func(c *cli.Context) error {
 				var err error
-				got, err = settings.Load(c, c.String("config"), "", true, knownKeys(c.App))
+				got, err = settings.Load(c, c.String("config"), "", true, cmdutil.KnownKeys(c.App))
 				return err
 			}}}}
 			if err := app.Run(append([]string{"signagent", "serve"}, tc.args...)); err != nil {
@@ -74,8 +77,8 @@ func TestSettingsRefuseUnknownAndMistyped(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			file := filepath.Join(dir, "c.yaml")
 			os.WriteFile(file, []byte(body), 0o600)
-			app := &cli.App{Commands: []*cli.Command{{Name: "serve", Flags: serveFlags(), Action: func(c *cli.Context) error {
-				s, err := settings.Load(c, c.String("config"), "", true, knownKeys(c.App))
+			app := &cli.App{Commands: []*cli.Command{{Name: "serve", Flags: factory.ServeFlags(), Action: func(c *cli.Context) error {
+				s, err := settings.Load(c, c.String("config"), "", true, cmdutil.KnownKeys(c.App))
 				if err != nil {
 					return err
 				}
@@ -84,8 +87,8 @@ func TestSettingsRefuseUnknownAndMistyped(t *testing.T) {
 				s.Bool("legacy-snils")
 				return s.Err()
 			}}}}
-			if err := app.Run([]string{"signagent", "serve", "--config", file}); err == nil || exitCode(err) != exitBadInput {
-				t.Fatalf("err = %v (exit %d)", err, exitCode(err))
+			if err := app.Run([]string{"signagent", "serve", "--config", file}); err == nil || cmdutil.ExitCode(err) != cmdutil.ExitBadInput {
+				t.Fatalf("err = %v (exit %d)", err, cmdutil.ExitCode(err))
 			}
 		})
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/internal/benchcmd"
 )
 
 // TestDocCommands: every signagent command line shown in the README and
@@ -16,7 +18,6 @@ import (
 // program. (The generated docs/cli.md is the help itself.) It checks the
 // lines, it does not run them: the demo and the scripts run the flows.
 func TestDocCommands(t *testing.T) {
-	app := newApp(strings.NewReader(""), io.Discard, io.Discard)
 	files, _ := filepath.Glob("../../docs/*.md")
 	files = append(files, "../../README.md")
 	checked := 0
@@ -26,7 +27,7 @@ func TestDocCommands(t *testing.T) {
 		}
 		for _, l := range commandLines(t, file, true) {
 			checked++
-			if msg := checkDocCommand(app, l.cmd); msg != "" {
+			if msg := checkDocCommand(appFor(l.cmd[0]), l.cmd); msg != "" {
 				t.Errorf("%s:%d: %s: %s", strings.TrimPrefix(file, "../../"), l.n, strings.Join(l.cmd, " "), msg)
 			}
 		}
@@ -37,14 +38,24 @@ func TestDocCommands(t *testing.T) {
 	t.Logf("%d signagent command lines checked", checked)
 }
 
-// signagentLines finds the signagent invocations in a shell line: the
-// words from "signagent" to the end of its simple command.
+// appFor is the program a documented command line runs: signagent or
+// signagent-bench.
+func appFor(program string) *cli.App {
+	if program == "signagent-bench" {
+		return benchcmd.NewApp(strings.NewReader(""), io.Discard, io.Discard)
+	}
+	return newApp(strings.NewReader(""), io.Discard, io.Discard)
+}
+
+// signagentLines finds the signagent (and signagent-bench) invocations in
+// a shell line: the words from the program's name to the end of its
+// simple command.
 func signagentLines(line string) [][]string {
 	words := shellWords(line)
 	var out [][]string
 	for i := 0; i < len(words); i++ {
 		w := strings.TrimPrefix(strings.TrimPrefix(words[i], "$("), "\"$(")
-		if w != "signagent" || (i > 0 && words[i-1] == "-u") { // sudo -u signagent signagent ...
+		if w != "signagent" && w != "signagent-bench" || (i > 0 && words[i-1] == "-u") { // sudo -u signagent signagent ...
 			continue
 		}
 		j := i + 1
@@ -52,7 +63,7 @@ func signagentLines(line string) [][]string {
 			!strings.HasPrefix(words[j], "#") && !strings.HasPrefix(words[j], ">") && !strings.HasPrefix(words[j], "2>") {
 			j++
 		}
-		cmd := []string{"signagent"}
+		cmd := []string{w}
 		for _, w := range words[i+1 : j] {
 			cmd = append(cmd, strings.TrimRight(w, ")\"&"))
 		}
@@ -114,7 +125,7 @@ func checkDocCommand(app *cli.App, args []string) string {
 		if name, ok := strings.CutPrefix(a, "--"); ok {
 			name, _, hasValue := strings.Cut(name, "=")
 			if !plainName(name) {
-				return "" // not a command: a program's output shown (signagent bench --soak: ...)
+				return "" // not a command: a program's output shown (signagent-bench --soak: ...)
 			}
 			fl := findFlag(flags, name)
 			if fl == nil && len(path) > 0 {
@@ -122,7 +133,7 @@ func checkDocCommand(app *cli.App, args []string) string {
 				fl = findFlag(app.Flags, name)
 			}
 			if fl == nil {
-				return "unknown flag --" + name + " for " + strings.Join(append([]string{"signagent"}, path...), " ")
+				return "unknown flag --" + name + " for " + strings.Join(append([]string{args[0]}, path...), " ")
 			}
 			if takesValue(fl) && !hasValue {
 				i++

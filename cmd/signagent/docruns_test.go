@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -59,11 +58,11 @@ func parseInvocation(app *cli.App, args []string) (invocation, bool) {
 			flags, cmds = c.Flags, c.Subcommands
 			continue
 		}
-		if len(path) == 0 {
-			return inv, false
+		if len(path) == 0 && args[0] == "signagent" {
+			return inv, false // prose, not a command (signagent-bench takes flags only)
 		}
 	}
-	inv.path = strings.Join(path, " ")
+	inv.path = strings.Join(append([]string{args[0]}, path...), " ")
 	return inv, true
 }
 
@@ -103,7 +102,8 @@ func commandLines(t *testing.T, file string, fenced bool) []commandLine {
 			cont = strings.TrimSuffix(line, "\\")
 			continue
 		}
-		line = strings.ReplaceAll(line, "$bin ", "signagent ") // demo.sh
+		line = strings.ReplaceAll(line, "$bin ", "signagent ")         // demo.sh, bench.sh
+		line = strings.ReplaceAll(line, "$bench ", "signagent-bench ") // bench.sh
 		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "serve "); ok && !fenced {
 			// the scripts' serve command: serve [-live] NAME ARGS...
 			words := strings.Fields(rest)
@@ -121,7 +121,7 @@ func commandLines(t *testing.T, file string, fenced bool) []commandLine {
 			words = []string{line}
 		}
 		for _, w := range words {
-			if w != line && !strings.Contains(w, "signagent ") {
+			if w != line && !strings.Contains(w, "signagent ") && !strings.Contains(w, "signagent-bench ") {
 				continue
 			}
 			for _, cmd := range signagentLines(w) {
@@ -136,12 +136,11 @@ func commandLines(t *testing.T, file string, fenced bool) []commandLine {
 // docs/ is run by a test: a script (testdata/script) or the demo runs the
 // same command with at least the flags the documentation shows.
 func TestDocCommandsRun(t *testing.T) {
-	app := newApp(strings.NewReader(""), io.Discard, io.Discard)
 	var runs []invocation
 	scripts, _ := filepath.Glob("testdata/script/*.txtar")
 	for _, file := range append(scripts, "../../scripts/demo.sh", "../../scripts/bench.sh") {
 		for _, l := range commandLines(t, file, false) {
-			if inv, ok := parseInvocation(app, l.cmd); ok {
+			if inv, ok := parseInvocation(appFor(l.cmd[0]), l.cmd); ok {
 				runs = append(runs, inv)
 			}
 		}
@@ -157,7 +156,7 @@ func TestDocCommandsRun(t *testing.T) {
 			continue
 		}
 		for _, l := range commandLines(t, file, true) {
-			inv, ok := parseInvocation(app, l.cmd)
+			inv, ok := parseInvocation(appFor(l.cmd[0]), l.cmd)
 			if !ok {
 				continue
 			}

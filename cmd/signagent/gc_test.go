@@ -4,6 +4,8 @@ import (
 	"math"
 	"runtime/debug"
 	"testing"
+
+	"github.com/signagent/signagent/cmd/signagent/internal/agentcmd"
 )
 
 // TestTuneGC: serve sets the collector's target to serveGCPercent, with a
@@ -18,7 +20,7 @@ func TestTuneGC(t *testing.T) {
 		percent     int
 		memLimit    int64
 	}{
-		{"", "", serveGCPercent, 2*(16<<20) + 64<<20},
+		{"", "", agentcmd.ServeGCPercent, 2*(16<<20) + 64<<20},
 		{"150", "", 100, math.MaxInt64},
 		{"", "512MiB", 100, math.MaxInt64},
 	} {
@@ -26,7 +28,7 @@ func TestTuneGC(t *testing.T) {
 		t.Setenv("GOMEMLIMIT", tc.limit)
 		debug.SetGCPercent(100)
 		debug.SetMemoryLimit(math.MaxInt64)
-		tuneGC(16 << 20)
+		agentcmd.TuneGC(16 << 20)
 		if got := debug.SetGCPercent(100); got != tc.percent {
 			t.Errorf("GOGC=%q GOMEMLIMIT=%q: percent %d, want %d", tc.gogc, tc.limit, got, tc.percent)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/softhsm"
 )
 
@@ -43,12 +44,12 @@ func TestLegacyTokenKeyInputs(t *testing.T) {
 		code           int
 		want           string
 	}{
-		{"may not decrypt", "sign-only", emu.URL(), exitBadInput, "may not decrypt (CKA_DECRYPT is false)"},
-		{"EC key", "ec", emu.URL(), exitBadInput, "not an RSA key"},
-		{"unknown certificate", "rsa", emu.URL(), exitRefused, "HTTP 401 Auth.CertificateNotFound"},
-		{"not for us", "rsa", fake(notForUs), exitTransport, "not addressed to this certificate"},
-		{"truncated", "rsa", fake(notForUs[:40]), exitTransport, "not a CMS EnvelopedData"},
-		{"HTML", "rsa", fake([]byte("<html>hello</html>")), exitTransport, "not a CMS EnvelopedData"},
+		{"may not decrypt", "sign-only", emu.URL(), cmdutil.ExitBadInput, "may not decrypt (CKA_DECRYPT is false)"},
+		{"EC key", "ec", emu.URL(), cmdutil.ExitBadInput, "not an RSA key"},
+		{"unknown certificate", "rsa", emu.URL(), cmdutil.ExitRefused, "HTTP 401 Auth.CertificateNotFound"},
+		{"not for us", "rsa", fake(notForUs), cmdutil.ExitTransport, "not addressed to this certificate"},
+		{"truncated", "rsa", fake(notForUs[:40]), cmdutil.ExitTransport, "not a CMS EnvelopedData"},
+		{"HTML", "rsa", fake([]byte("<html>hello</html>")), cmdutil.ExitTransport, "not a CMS EnvelopedData"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

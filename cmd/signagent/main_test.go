@@ -11,11 +11,13 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/internal/benchcmd"
+	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/internal/emulatorcmd"
 )
 
 func TestMain(m *testing.M) {
-	testscript.Main(isolated{m}, map[string]func(){"signagent": main, "signagent-emulator": emulatorcmd.Main})
+	testscript.Main(isolated{m}, map[string]func(){"signagent": main, "signagent-emulator": emulatorcmd.Main, "signagent-bench": benchcmd.Main})
 }
 
 // isolated runs the tests with a settings directory of their own, so that
@@ -90,31 +92,31 @@ func TestBadInput(t *testing.T) {
 		code   int
 		stderr string
 	}{
-		{"empty API key", []string{"--phone", "9161234567"}, " ", exitBadInput, "invalid API key: the API key is empty"},
-		{"empty API key file", []string{"--phone", "9161234567", "--api-key-file", emptyKey}, testAPIKey, exitBadInput, "the API key: the file " + emptyKey + " (--api-key-file) is empty"},
-		{"missing API key file", []string{"--phone", "9161234567", "--api-key-file", "/nonexistent"}, testAPIKey, exitBadInput, "the API key: could not read /nonexistent"},
-		{"API key file readable by all", []string{"--phone", "9161234567", "--api-key-file", openKey}, testAPIKey, exitBadInput, "has mode 0644; run chmod o-rwx"},
-		{"PIN file readable by all", []string{"--phone", "9161234567", "--pin-file", openPIN}, testAPIKey, exitBadInput, "has mode 0604; run chmod o-rwx"},
-		{"phone too short", []string{"--phone", "916123456"}, testAPIKey, exitBadInput, "phone has 9 digits"},
-		{"phone with letters", []string{"--phone", "916123456x"}, testAPIKey, exitBadInput, "not a digit"},
-		{"two kinds", []string{"--phone", "9161234567", "--snils", "11223344595"}, testAPIKey, exitBadInput, "only one of"},
-		{"no credential", nil, testAPIKey, exitBadInput, "give one of --phone"},
-		{"SNILS check number", []string{"--snils", "112-233-445 94"}, testAPIKey, exitBadInput, "check number is wrong"},
-		{"thumbprint 39", []string{"--thumbprint", strings.Repeat("a", 39)}, testAPIKey, exitBadInput, "39 hex digits"},
-		{"thumbprint 41", []string{"--thumbprint", strings.Repeat("a", 41)}, testAPIKey, exitBadInput, "41 hex digits"},
-		{"malformed timestamp", []string{"--phone", "9161234567", "--timestamp", "1.2.2024 3:04:05"}, testAPIKey, exitBadInput, "invalid timestamp"},
-		{"impossible date", []string{"--phone", "9161234567", "--timestamp", "31.02.2024 10:00:00"}, testAPIKey, exitBadInput, "not a real date"},
-		{"module missing", []string{"--phone", "9161234567", "--module", "/nonexistent/libp11.so"}, testAPIKey, exitBadInput, "does not exist"},
-		{"not a module", []string{"--phone", "9161234567", "--module", notModule}, testAPIKey, exitFailure, "not a PKCS#11 module"},
-		{"unknown token", []string{"--phone", "9161234567", "--token-label", "nope"}, testAPIKey, exitBadInput, `token "nope" is not there`},
-		{"wrong PIN", []string{"--phone", "9161234567", "--pin-file", wrongPIN}, testAPIKey, exitFailure, "the token rejected the PIN"},
-		{"key matches nothing", []string{"--phone", "9161234567", "--key-label", "nope"}, testAPIKey, exitBadInput, `no private key labelled "nope"`},
-		{"certificate of another key", []string{"--phone", "9161234567", "--cert", otherCert}, testAPIKey, exitBadInput, "is for another key"},
-		{"output directory missing", []string{"--phone", "9161234567", "--out", filepath.Join(dir, "missing", "sig.der")}, testAPIKey, exitBadInput, "does not exist"},
-		{"bad format", []string{"--phone", "9161234567", "--format", "xml"}, testAPIKey, exitBadInput, "--format"},
-		{"bad hash", []string{"--phone", "9161234567", "--hash", "md5"}, testAPIKey, exitBadInput, "hash"},
-		{"unknown flag", []string{"--phone", "9161234567", "--pin", "1234"}, testAPIKey, exitBadInput, "flag provided but not defined: -pin"},
-		{"stray argument", []string{"--phone", "9161234567", "secret-value"}, testAPIKey, exitBadInput, "no positional arguments"},
+		{"empty API key", []string{"--phone", "9161234567"}, " ", cmdutil.ExitBadInput, "invalid API key: the API key is empty"},
+		{"empty API key file", []string{"--phone", "9161234567", "--api-key-file", emptyKey}, testAPIKey, cmdutil.ExitBadInput, "the API key: the file " + emptyKey + " (--api-key-file) is empty"},
+		{"missing API key file", []string{"--phone", "9161234567", "--api-key-file", "/nonexistent"}, testAPIKey, cmdutil.ExitBadInput, "the API key: could not read /nonexistent"},
+		{"API key file readable by all", []string{"--phone", "9161234567", "--api-key-file", openKey}, testAPIKey, cmdutil.ExitBadInput, "has mode 0644; run chmod o-rwx"},
+		{"PIN file readable by all", []string{"--phone", "9161234567", "--pin-file", openPIN}, testAPIKey, cmdutil.ExitBadInput, "has mode 0604; run chmod o-rwx"},
+		{"phone too short", []string{"--phone", "916123456"}, testAPIKey, cmdutil.ExitBadInput, "phone has 9 digits"},
+		{"phone with letters", []string{"--phone", "916123456x"}, testAPIKey, cmdutil.ExitBadInput, "not a digit"},
+		{"two kinds", []string{"--phone", "9161234567", "--snils", "11223344595"}, testAPIKey, cmdutil.ExitBadInput, "only one of"},
+		{"no credential", nil, testAPIKey, cmdutil.ExitBadInput, "give one of --phone"},
+		{"SNILS check number", []string{"--snils", "112-233-445 94"}, testAPIKey, cmdutil.ExitBadInput, "check number is wrong"},
+		{"thumbprint 39", []string{"--thumbprint", strings.Repeat("a", 39)}, testAPIKey, cmdutil.ExitBadInput, "39 hex digits"},
+		{"thumbprint 41", []string{"--thumbprint", strings.Repeat("a", 41)}, testAPIKey, cmdutil.ExitBadInput, "41 hex digits"},
+		{"malformed timestamp", []string{"--phone", "9161234567", "--timestamp", "1.2.2024 3:04:05"}, testAPIKey, cmdutil.ExitBadInput, "invalid timestamp"},
+		{"impossible date", []string{"--phone", "9161234567", "--timestamp", "31.02.2024 10:00:00"}, testAPIKey, cmdutil.ExitBadInput, "not a real date"},
+		{"module missing", []string{"--phone", "9161234567", "--module", "/nonexistent/libp11.so"}, testAPIKey, cmdutil.ExitBadInput, "does not exist"},
+		{"not a module", []string{"--phone", "9161234567", "--module", notModule}, testAPIKey, cmdutil.ExitFailure, "not a PKCS#11 module"},
+		{"unknown token", []string{"--phone", "9161234567", "--token-label", "nope"}, testAPIKey, cmdutil.ExitBadInput, `token "nope" is not there`},
+		{"wrong PIN", []string{"--phone", "9161234567", "--pin-file", wrongPIN}, testAPIKey, cmdutil.ExitFailure, "the token rejected the PIN"},
+		{"key matches nothing", []string{"--phone", "9161234567", "--key-label", "nope"}, testAPIKey, cmdutil.ExitBadInput, `no private key labelled "nope"`},
+		{"certificate of another key", []string{"--phone", "9161234567", "--cert", otherCert}, testAPIKey, cmdutil.ExitBadInput, "is for another key"},
+		{"output directory missing", []string{"--phone", "9161234567", "--out", filepath.Join(dir, "missing", "sig.der")}, testAPIKey, cmdutil.ExitBadInput, "does not exist"},
+		{"bad format", []string{"--phone", "9161234567", "--format", "xml"}, testAPIKey, cmdutil.ExitBadInput, "--format"},
+		{"bad hash", []string{"--phone", "9161234567", "--hash", "md5"}, testAPIKey, cmdutil.ExitBadInput, "hash"},
+		{"unknown flag", []string{"--phone", "9161234567", "--pin", "1234"}, testAPIKey, cmdutil.ExitBadInput, "flag provided but not defined: -pin"},
+		{"stray argument", []string{"--phone", "9161234567", "secret-value"}, testAPIKey, cmdutil.ExitBadInput, "no positional arguments"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("SIGNAGENT_API_KEY", tc.apiKey)

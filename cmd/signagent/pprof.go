@@ -5,10 +5,11 @@ package main
 // Built with -tags pprof (never in a release), signagent serves Go's
 // profiles on the loopback address $PPROF_ADDR (127.0.0.1:6060, say), for
 // profiling the agent under load: `go build -tags pprof ./cmd/signagent`,
-// then `PPROF_ADDR=127.0.0.1:6060 signagent bench proxy` and
+// then `PPROF_ADDR=127.0.0.1:6060 signagent-bench proxy` and
 // `go tool pprof http://127.0.0.1:6060/debug/pprof/profile?seconds=15`.
-// bench proxy's Go floor serves its own on $PPROF_FLOOR_ADDR, so that the
-// two can be profiled under the same load.
+// signagent-bench's Go floor serves its own on $PPROF_FLOOR_ADDR (built
+// with -tags pprof too), so that the two can be profiled under the same
+// load.
 
 import (
 	"net"
@@ -20,19 +21,13 @@ import (
 )
 
 func init() {
-	// The agent and the Go floor only: bench proxy runs this binary too,
-	// and starts both from it.
-	var addr string
-	switch {
-	case slices.Contains(os.Args, "serve"):
-		addr = os.Getenv("PPROF_ADDR")
-	case slices.Contains(os.Args, "floor"):
-		addr = os.Getenv("PPROF_FLOOR_ADDR")
-	}
-	if !strings.HasPrefix(addr, "127.0.0.1:") {
+	// The agent only: signagent-bench starts it with serve.
+	if !slices.Contains(os.Args, "serve") {
 		return
 	}
-	if l, err := net.Listen("tcp", addr); err == nil {
-		go http.Serve(l, http.DefaultServeMux)
+	if addr := os.Getenv("PPROF_ADDR"); strings.HasPrefix(addr, "127.0.0.1:") {
+		if l, err := net.Listen("tcp", addr); err == nil {
+			go http.Serve(l, http.DefaultServeMux)
+		}
 	}
 }

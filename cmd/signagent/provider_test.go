@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-jose/go-jose/v4"
 
+	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/oidc"
 )
 
@@ -114,7 +115,7 @@ func TestTokenRefreshEndlessKeySet(t *testing.T) {
 	cmd := signagent(t, env, "token")
 	cmd.Stdout = &stdout
 	code, stderr, _ := runBinary(t, cmd)
-	if code != exitTransport || stdout.Len() != 0 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 ||
+	if code != cmdutil.ExitTransport || stdout.Len() != 0 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 ||
 		!strings.Contains(stderr, "larger than signagent reads") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr)
 	}
@@ -143,7 +144,7 @@ func TestLoginDeviceHostileText(t *testing.T) {
 			cmd := signagent(t, p.env(t), "login", "--no-qr")
 			cmd.Stdout = &stdout
 			code, stderr, _ := runBinary(t, cmd)
-			if code != exitTransport || strings.ContainsAny(stdout.String()+stderr, "\x1b\x07") ||
+			if code != cmdutil.ExitTransport || strings.ContainsAny(stdout.String()+stderr, "\x1b\x07") ||
 				!strings.Contains(stderr, "verification address signagent will not show") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
 				t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr)
 			}
@@ -153,7 +154,7 @@ func TestLoginDeviceHostileText(t *testing.T) {
 		"expires_in": 3, "interval": int64(1e10)})
 	cmd := signagent(t, p.env(t), "login", "--no-qr")
 	code, stderr, _ := runBinary(t, cmd)
-	if code != exitSignIn || p.devicePolls.Load() != 0 {
-		t.Fatalf("exit %d (want %d), %d polls: %s", code, exitSignIn, p.devicePolls.Load(), stderr)
+	if code != cmdutil.ExitSignIn || p.devicePolls.Load() != 0 {
+		t.Fatalf("exit %d (want %d), %d polls: %s", code, cmdutil.ExitSignIn, p.devicePolls.Load(), stderr)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/internal/cmdutil"
 )
 
 // linkedEmulator starts an emulator that trusts the test token's RSA
@@ -52,12 +53,12 @@ func TestSessionSignatureReused(t *testing.T) {
 	code, stdout, stderr := session("--attempts", "1")
 	want := "signagent: authenticate-by-truster: the service answered HTTP 400 SignatureReused: the service refused a signature it had already seen: " +
 		"another process signed the same text (this API key and credential, the same second) a moment ago; try again after a second\n"
-	if code != exitRetry || stderr != want || stdout != "" {
-		t.Fatalf("exit %d (want %d), stderr %q, stdout %q", code, exitRetry, stderr, stdout)
+	if code != cmdutil.ExitRetry || stderr != want || stdout != "" {
+		t.Fatalf("exit %d (want %d), stderr %q, stdout %q", code, cmdutil.ExitRetry, stderr, stdout)
 	}
 
 	emu.InjectFaults("authenticate-by-truster", reused)
-	if code, stdout, stderr := session(); code != exitOK || len(strings.TrimSpace(stdout)) != 43 {
+	if code, stdout, stderr := session(); code != cmdutil.ExitOK || len(strings.TrimSpace(stdout)) != 43 {
 		t.Fatalf("with retries: exit %d, %q %s", code, stdout, stderr)
 	}
 	if n := emu.Stats().Requests["authenticate-by-truster"]; n != 3 {
@@ -80,7 +81,7 @@ func TestSessionTooManyRequests(t *testing.T) {
 	// 429 asking for a second, then served.
 	emu.InjectFaults("authenticate-by-truster", limited)
 	code, stdout, stderr := session()
-	if code != exitOK || len(strings.TrimSpace(stdout)) != 43 {
+	if code != cmdutil.ExitOK || len(strings.TrimSpace(stdout)) != 43 {
 		t.Fatalf("after one 429: exit %d, %q %s", code, stdout, stderr)
 	}
 	if n := strings.Count(stderr, "request failed; retrying"); n != 1 || !strings.Contains(stderr, "wait=1000") {
@@ -98,9 +99,9 @@ func TestSessionTooManyRequests(t *testing.T) {
 			errLines++
 		}
 	}
-	if code != exitTransport || stdout != "" || errLines != 1 || !strings.Contains(stderr, "HTTP 429") ||
+	if code != cmdutil.ExitTransport || stdout != "" || errLines != 1 || !strings.Contains(stderr, "HTTP 429") ||
 		strings.Count(stderr, "request failed; retrying") != 1 {
-		t.Fatalf("429 twice with 2 attempts: exit %d (want %d), stdout %q, stderr:\n%s", code, exitTransport, stdout, stderr)
+		t.Fatalf("429 twice with 2 attempts: exit %d (want %d), stdout %q, stderr:\n%s", code, cmdutil.ExitTransport, stdout, stderr)
 	}
 }
 

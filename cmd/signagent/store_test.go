@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/oidc"
 )
@@ -133,7 +134,7 @@ func TestSharedStoreAcrossProcesses(t *testing.T) {
 	}
 	// The given token was spent by that refresh (one-time): starting from
 	// it again asks to sign in, exit 5.
-	if code, stderr, _ := runBinary(t, signagent(t, robot, "login", "--refresh-token-file", rtFile)); code != exitSignIn || strings.Contains(stderr, issued.RefreshToken) {
+	if code, stderr, _ := runBinary(t, signagent(t, robot, "login", "--refresh-token-file", rtFile)); code != cmdutil.ExitSignIn || strings.Contains(stderr, issued.RefreshToken) {
 		t.Fatalf("a spent refresh token: %d %s", code, stderr)
 	}
 
@@ -171,13 +172,13 @@ func TestSharedStoreBadInput(t *testing.T) {
 		{[]string{"SIGNAGENT_STORE=redis://127.0.0.1:1", "SIGNAGENT_STORE_KEY_FILE=" + filepath.Join(dir, "none")}, "none"},
 	} {
 		code, stderr, _ := runBinary(t, signagent(t, append(base, tc.env...), "token"))
-		if code != exitBadInput || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "hunter2") {
+		if code != cmdutil.ExitBadInput || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "hunter2") {
 			t.Errorf("%v: exit %d, %q", tc.env, code, stderr)
 		}
 	}
 	// A store that does not answer: exit 4 (unreachable), in time.
 	code, stderr, _ := runBinary(t, signagent(t, append(base, "SIGNAGENT_STORE=redis://"+redistest.NotRedis(t), "SIGNAGENT_STORE_KEY_FILE="+good), "token"))
-	if code != exitTransport || !strings.Contains(stderr, "shared token store is unavailable") {
+	if code != cmdutil.ExitTransport || !strings.Contains(stderr, "shared token store is unavailable") {
 		t.Errorf("not Redis: exit %d, %q", code, stderr)
 	}
 }
@@ -256,7 +257,7 @@ func TestLegacyTokenThroughSharedStore(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"signagent", "--log-level", "error", "legacy-token", "--by", "password", "--login", "nobody@example.com", "--api-url", emu.URL()},
 		strings.NewReader(""), &stdout, &stderr)
-	if code != exitRefused || stdout.Len() != 0 {
+	if code != cmdutil.ExitRefused || stdout.Len() != 0 {
 		t.Fatalf("unknown login through the store: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
 	}
 }

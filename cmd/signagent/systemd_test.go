@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/internal/cmdutil"
 )
 
 // socketActivated starts `systemd-socket-activate -l addr signagent serve
@@ -151,8 +152,8 @@ func TestSocketActivatedTCP(t *testing.T) {
 			}
 		}
 		ee, ok := exit.(*exec.ExitError)
-		if !ok || ee.ExitCode() != exitBadInput {
-			t.Fatalf("exit %v, want %d\n%s", exit, exitBadInput, stderr.String())
+		if !ok || ee.ExitCode() != cmdutil.ExitBadInput {
+			t.Fatalf("exit %v, want %d\n%s", exit, cmdutil.ExitBadInput, stderr.String())
 		}
 		oneLine(t, stderr.String(), "beyond loopback without TLS")
 		if !strings.Contains(stderr.String(), "systemd") {

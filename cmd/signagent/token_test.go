@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/internal/cmdutil"
 )
 
 // signagent returns a command that runs this test binary as the signagent
@@ -75,7 +76,7 @@ func TestHungTokenBoundsTheCLI(t *testing.T) {
 		"sign", "--module", shim, "--token-label", tk.Label, "--key-label", "rsa", "--pin-file", tk.PINFile,
 		"--phone", "9161234567", "--token-timeout", "2s")
 	code, stderr, took := runBinary(t, cmd)
-	if code != exitFailure || took > 3*time.Second {
+	if code != cmdutil.ExitFailure || took > 3*time.Second {
 		t.Fatalf("exit %d after %v (want 1 within the 2s timeout plus a second): %s", code, took, stderr)
 	}
 	oneLine(t, stderr, "did not answer in time")
@@ -109,7 +110,7 @@ func TestBrokenModules(t *testing.T) {
 				env = append(env, "SIGNAGENT_PIN_FILE="+tk.PINFile)
 				cmd := signagent(t, env, append(args, "--module", tc.module)...)
 				code, stderr, _ := runBinary(t, cmd)
-				if code != exitFailure {
+				if code != cmdutil.ExitFailure {
 					t.Fatalf("exit %d, want 1: %s", code, stderr)
 				}
 				oneLine(t, stderr, tc.want)
@@ -156,7 +157,7 @@ func TestPINInputs(t *testing.T) {
 			go func() { done <- run(append(base, "--pin-file", tc.file), strings.NewReader(""), &stdout, &stderr) }()
 			select {
 			case code := <-done:
-				if code != exitBadInput {
+				if code != cmdutil.ExitBadInput {
 					t.Fatalf("exit %d, want 2: %s", code, stderr.String())
 				}
 			case <-time.After(10 * time.Second):
@@ -170,7 +171,7 @@ func TestPINInputs(t *testing.T) {
 		for _, flag := range []string{"--cert", "--chain"} {
 			var stdout, stderr bytes.Buffer
 			code := run(append(base, "--pin-file", tk.PINFile, flag, "/dev/zero"), strings.NewReader(""), &stdout, &stderr)
-			if code != exitBadInput {
+			if code != cmdutil.ExitBadInput {
 				t.Fatalf("%s /dev/zero: exit %d: %s", flag, code, stderr.String())
 			}
 			oneLine(t, stderr.String(), "is a character device, not a regular file")
@@ -187,7 +188,7 @@ func TestPINInputs(t *testing.T) {
 	t.Run("the error names the PIN's source", func(t *testing.T) {
 		t.Setenv("SIGNAGENT_API_KEY", testAPIKey)
 		var stdout, stderr bytes.Buffer
-		if code := run(append(base, "--pin-file", wrong), strings.NewReader(""), &stdout, &stderr); code != exitFailure {
+		if code := run(append(base, "--pin-file", wrong), strings.NewReader(""), &stdout, &stderr); code != cmdutil.ExitFailure {
 			t.Fatalf("exit %d: %s", code, stderr.String())
 		}
 		oneLine(t, stderr.String(), "check the PIN from the file "+wrong+" (--pin-file)")

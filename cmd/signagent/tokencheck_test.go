@@ -15,7 +15,9 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 
+	"github.com/signagent/signagent/cmd/signagent/internal/tokencmd"
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/internal/gosttoken"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/softhsm"
@@ -63,7 +65,7 @@ func TestTokenCheckSoftHSM(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("exit %d: %s\n%s", code, stderr, out)
 		}
-		var r checkReport
+		var r tokencmd.CheckReport
 		if err := json.Unmarshal([]byte(out), &r); err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +111,7 @@ func TestTokenCheckGOST(t *testing.T) {
 		bad := filepath.Join(t.TempDir(), "pin")
 		os.WriteFile(bad, []byte("9999\n"), 0o600)
 		code, out, stderr := runTokenCheck(t, nil, "--module", g.Module(), "--token-label", g.Label, "--key-label", g.Label, "--pin-file", bad)
-		if code != exitFailure || out != "" {
+		if code != cmdutil.ExitFailure || out != "" {
 			t.Fatalf("exit %d (want 1), stdout %q", code, out)
 		}
 		oneLine(t, stderr, "rejected the PIN")
@@ -130,14 +132,14 @@ func TestTokenCheckBadInput(t *testing.T) {
 		notMod := filepath.Join(t.TempDir(), "lib.so")
 		os.WriteFile(notMod, []byte("not a library"), 0o644)
 		code, out, stderr := runTokenCheck(t, nil, "--module", notMod, "--pin-file", tk.PINFile)
-		if code != exitFailure || out != "" {
+		if code != cmdutil.ExitFailure || out != "" {
 			t.Fatalf("exit %d (want 1), stdout %q", code, out)
 		}
 		oneLine(t, stderr, "not a PKCS#11 module")
 	})
 	t.Run("key that cannot sign", func(t *testing.T) {
 		code, out, stderr := runTokenCheck(t, nil, append(sel, "--key-label", "nosign")...)
-		if code != exitFailure {
+		if code != cmdutil.ExitFailure {
 			t.Fatalf("exit %d (want 1): %s", code, stderr)
 		}
 		wantLines(t, out, `trusted authentication: no: key "nosign" may not sign (CKA_SIGN is false)`, "certificate login: yes", "result: FAILED")
@@ -145,7 +147,7 @@ func TestTokenCheckBadInput(t *testing.T) {
 	})
 	t.Run("key without a certificate", func(t *testing.T) {
 		code, out, stderr := runTokenCheck(t, nil, append(sel, "--key-label", "nocert")...)
-		if code != exitFailure {
+		if code != cmdutil.ExitFailure {
 			t.Fatalf("exit %d (want 1): %s", code, stderr)
 		}
 		wantLines(t, out, "certificate: none: certificate not found", "trusted authentication: no: certificate not found")
@@ -153,17 +155,17 @@ func TestTokenCheckBadInput(t *testing.T) {
 	})
 	t.Run("bad flags", func(t *testing.T) {
 		code, _, stderr := runTokenCheck(t, nil, append(sel, "--key-label", "rsa", "--rounds", "0")...)
-		if code != exitBadInput {
+		if code != cmdutil.ExitBadInput {
 			t.Fatalf("exit %d (want 2): %s", code, stderr)
 		}
 		oneLine(t, stderr, "--rounds 0: want 1 to 100")
 		code, _, stderr = runTokenCheck(t, nil, append(sel, "--key-label", "rsa", "--removal", "--removal-timeout", "0s")...)
-		if code != exitBadInput {
+		if code != cmdutil.ExitBadInput {
 			t.Fatalf("exit %d (want 2): %s", code, stderr)
 		}
 		oneLine(t, stderr, "--removal-timeout 0s: want 1s to 1h")
 		code, _, stderr = runTokenCheck(t, nil, append(sel, "--key-id", "zz")...)
-		if code != exitBadInput {
+		if code != cmdutil.ExitBadInput {
 			t.Fatalf("exit %d (want 2): %s", code, stderr)
 		}
 	})
@@ -258,7 +260,7 @@ func TestTokenCheckCard(t *testing.T) {
 	t.Logf("removal reported after %s, the card seen again after %s; stderr:\n%s\n%s", times[0], times[1], all, out)
 
 	out, _ = removalRun(t, card, append(sel, "--json")...)
-	var r checkReport
+	var r tokencmd.CheckReport
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("%v:\n%s", err, out)
 	}

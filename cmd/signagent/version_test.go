@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/signagent/signagent/internal/cmdutil"
 )
 
 func TestReadBuildInfo(t *testing.T) {
@@ -22,7 +24,7 @@ func TestReadBuildInfo(t *testing.T) {
 		"go build in the tree":    {"dev", &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}, true, "signagent dev go1.26.8 "},
 		"no build info (a fault)": {"dev", nil, false, "signagent dev go"},
 	} {
-		if got := readBuildInfo(tc.ldflags, tc.info, tc.ok).String(); !strings.HasPrefix(got, tc.want) {
+		if got := cmdutil.ReadBuildInfo(tc.ldflags, tc.info, tc.ok).String(); !strings.HasPrefix(got, tc.want) {
 			t.Errorf("%s: %q, want prefix %q", name, got, tc.want)
 		}
 	}
@@ -38,7 +40,7 @@ func TestVersionAndUnknownCommands(t *testing.T) {
 		return code, stdout.String(), stderr.String()
 	}
 	code, out, _ := do("version", "--json")
-	var b buildInfo
+	var b cmdutil.BuildInfo
 	if err := json.Unmarshal([]byte(out), &b); code != 0 || err != nil || b.Version == "" || !strings.HasPrefix(b.GoVersion, "go") || !strings.Contains(b.Platform, "/") {
 		t.Fatalf("version --json: %d %q %v", code, out, err)
 	}
@@ -57,7 +59,7 @@ func TestVersionAndUnknownCommands(t *testing.T) {
 		{[]string{"-v"}, "signagent: flag provided but not defined: -v\n"},
 		{[]string{"version", "--jsn"}, `signagent: flag provided but not defined: -jsn; did you mean "--json"?` + "\n"},
 	} {
-		if code, out, errOut := do(tc.args...); code != exitBadInput || out != "" || errOut != tc.want {
+		if code, out, errOut := do(tc.args...); code != cmdutil.ExitBadInput || out != "" || errOut != tc.want {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q, want %q", tc.args, code, out, errOut, tc.want)
 		}
 	}

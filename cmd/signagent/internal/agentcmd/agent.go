@@ -1,0 +1,214 @@
+package agentcmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agentclient"
+	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/cmd/signagent/internal/factory"
+	"github.com/signagent/signagent/internal/cmdutil"
+)
+
+// agentCommand asks a running agent how it is and what it holds, as
+// ssh-add -l asks ssh-agent.
+func agentCommand(e *cmdutil.Env) *cli.Command {
+	sub := func(name, usage, shape string, action func(*cli.Context, *agentclient.Client) error) *cli.Command {
+		return &cli.Command{
+			Name: name, Usage: usage,
+			Flags: cmdutil.Concat([]cli.Flag{
+				&cli.StringFlag{Name: "agent-sock", Category: factory.CatAgentUse, EnvVars: []string{agentclient.SocketEnv},
+					Usage: "the agent's Unix socket `PATH` (default: the per-user agent's, " + agent.DefaultSocket() + ")"},
+				cmdutil.JSONFlag(shape),
+			}, cmdutil.SettingsFlags(true), cmdutil.LogFlags("Logging")),
+			Before: cmdutil.LoadSettings,
+			Action: func(c *cli.Context) error {
+				if err := cmdutil.NoArgs(c); err != nil {
+					return err
+				}
+				cl, err := runningAgent(c)
+				if err != nil {
+					return err
+				}
+				return action(c, cl)
+			},
+		}
+	}
+	return &cli.Command{
+		Name:  "agent",
+		Args:  true, // checked by the command itself (its subcommands, or its own arguments)
+		Usage: "ask the running agent how it is and which identities it holds headers for (like ssh-add -l)",
+		Description: "The agent is the one SIGNAGENT_AGENT_SOCK, --agent-sock or agent-sock in the settings file names,\n" +
+			"else the per-user agent's socket. Exit 4 when it cannot be reached.\n\n" +
+			cmdutil.Examples("signagent agent status", "signagent agent identities", "signagent agent identities --json"),
+		Subcommands: []*cli.Command{
+			withFlags(sub("status", "the readiness of each part, the token and its queue, the identities held by scheme",
+				`{"socket","status","checks","token","queue","identities"}`, func(c *cli.Context, cl *agentclient.Client) error { return agentStatus(c, e, cl) }),
+				&cli.StringFlag{Name: "probe", Category: factory.CatAgentUse,
+					Usage:  "answer by the exit status alone, as a container's probe: `KIND` live (GET /healthz: 0 when the agent serves) or ready (GET /readyz: 0 when every part can serve, 1 when not)",
+					Action: func(_ *cli.Context, v string) error { return probeKind(v) }}),
+			sub("identities", "the identities the agent holds a header for: scheme, identity, the header masked, expiry",
+				`{"identities":[{"scheme","identity","subject","header","expiresAt","lastUsed","uses"}]}`, func(c *cli.Context, cl *agentclient.Client) error { return agentIdentities(c, e, cl) }),
+		},
+	}
+}
+
+// runningAgent is the client of the agent the settings name (the
+// per-user one by default), checked to be there.
+func runningAgent(c *cli.Context) (*agentclient.Client, error) {
+	path := c.String("agent-sock")
+	if path == "" {
+		path = agent.DefaultSocket()
+	}
+	c.App.Metadata["signagent/agent-sock"] = path
+	cl, err := agentclient.FromSocket(path)
+	if err != nil {
+		return nil, factory.AgentError(fmt.Errorf("the agent at %s cannot be reached: %w", path, err))
+	}
+	return cl, nil
+}
+
+func withFlags(cmd *cli.Command, flags ...cli.Flag) *cli.Command {
+	cmd.Flags = append(flags, cmd.Flags...)
+	return cmd
+}
+
+func agentStatus(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client) error {
+	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
+	defer cancel()
+	path, _ := c.App.Metadata["signagent/agent-sock"].(string)
+	if probe := c.String("probe"); probe != "" {
+		return agentProbe(ctx, cl, path, probe)
+	}
+	ready, err := cl.Ready(ctx)
+	var ae *agentclient.Error
+	if err != nil && !(errors.As(err, &ae) && ae.Status == 503) {
+		return factory.AgentError(fmt.Errorf("the agent at %s: %w", path, err))
+	}
+	// The identities, when this caller may see them (the authorizations
+	// route rule).
+	counts := map[string]int{}
+	ids, idErr := cl.Identities(ctx)
+	for _, id := range ids {
+		counts[id.Scheme]++
+	}
+	if c.Bool("json") {
+		doc := map[string]any{"socket": path, "status": ready.Status, "checks": ready.Checks, "identities": counts}
+		if ready.Token != (api.TokenState{}) {
+			doc["token"] = ready.Token
+		}
+		if ready.Queue != nil {
+			doc["queue"] = ready.Queue
+		}
+		if idErr != nil {
+			doc["identities"] = nil
+		}
+		return cmdutil.WriteJSON(e, doc)
+	}
+	w := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "agent\t%s\t%s\n", path, ready.Status)
+	parts := make([]string, 0, len(ready.Checks))
+	for name := range ready.Checks {
+		parts = append(parts, name)
+	}
+	slices.Sort(parts)
+	for _, name := range parts {
+		ch := ready.Checks[name]
+		state := "ready"
+		if !ch.Ready {
+			state = "not ready: " + ch.Reason
+		}
+		detail := ""
+		if name == "token" && ready.Token.Key != "" {
+			detail = fmt.Sprintf("key %s, certificate %s, since %s", ready.Token.Key, ready.Token.Thumbprint, ready.Token.Since.Local().Format(time.DateTime))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\n", name, state, detail)
+	}
+	if q := ready.Queue; q != nil {
+		fmt.Fprintf(w, "queue\t%d waiting or running\t%d dropped since the start\n", q.Depth, q.Dropped)
+	}
+	switch {
+	case idErr != nil:
+		fmt.Fprintf(w, "identities\tnot shown to this caller\t%v\n", idErr)
+	default:
+		var by []string
+		for _, s := range slices.Sorted(maps.Keys(counts)) {
+			by = append(by, fmt.Sprintf("%s %d", s, counts[s]))
+		}
+		fmt.Fprintf(w, "identities\t%d held\t%s\n", len(ids), strings.Join(by, ", "))
+	}
+	return w.Flush()
+}
+
+func agentIdentities(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client) error {
+	ids, err := cl.Identities(c.Context)
+	if err != nil {
+		return factory.AgentError(err)
+	}
+	if c.Bool("json") {
+		return cmdutil.WriteJSON(e, map[string]any{"identities": cmdutil.NonNil(ids)})
+	}
+	if len(ids) == 0 {
+		fmt.Fprintln(e.Stderr, "The agent holds no header.")
+		return nil
+	}
+	w := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "SCHEME\tIDENTITY\tHEADER\tEXPIRES\tLAST USED\tUSES")
+	for _, id := range ids {
+		who := id.Identity
+		if id.Subject != "" {
+			who += " (" + id.Subject + ")"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\n", id.Scheme, who, id.Header, id.ExpiresAt.Local().Format(time.DateTime),
+			id.LastUsed.Local().Format(time.DateTime), id.Uses)
+	}
+	return w.Flush()
+}
+
+// agentProbe answers a container's probe through the Unix socket: over
+// TCP every route, /readyz included, needs the bearer token, which a
+// probe in the pod's spec must not carry. Silent when the answer is yes.
+func agentProbe(ctx context.Context, cl *agentclient.Client, path, probe string) error {
+	switch probe {
+	case "live":
+		if err := cl.Alive(ctx); err != nil {
+			return factory.AgentError(fmt.Errorf("the agent at %s: %w", path, err))
+		}
+		return nil
+	case "ready":
+		ready, err := cl.Ready(ctx)
+		var ae *agentclient.Error
+		if err != nil && !(errors.As(err, &ae) && ae.Status == 503) {
+			return factory.AgentError(fmt.Errorf("the agent at %s: %w", path, err))
+		}
+		if err == nil {
+			return nil
+		}
+		var why []string
+		for _, name := range slices.Sorted(maps.Keys(ready.Checks)) {
+			if ch := ready.Checks[name]; !ch.Ready {
+				why = append(why, name+": "+ch.Reason)
+			}
+		}
+		return cmdutil.Exit(cmdutil.ExitFailure, fmt.Errorf("the agent at %s is not ready: %s", path, strings.Join(why, "; ")))
+	}
+	return probeKind(probe)
+}
+
+// probeKind refuses a --probe other than live or ready (before the agent
+// is asked).
+func probeKind(v string) error {
+	if v != "live" && v != "ready" {
+		return cmdutil.UsageErr(fmt.Errorf("--probe %q: want live or ready", v))
+	}
+	return nil
+}

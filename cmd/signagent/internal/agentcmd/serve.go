@@ -1,0 +1,178 @@
+package agentcmd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	"github.com/coreos/go-systemd/v22/activation"
+	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agentclient"
+	"github.com/signagent/signagent/cmd/signagent/internal/factory"
+	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/internal/settings"
+)
+
+func serveCommand(e *cmdutil.Env) *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run the local agent: signatures, sessions and links for partner systems over a Unix socket or loopback HTTP",
+		Description: "Settings come from flags, then SIGNAGENT_* variables, then the --config file, then defaults.\n" +
+			"SIGTERM or SIGINT stops it gracefully; SIGHUP reloads the configuration and reopens the token; SIGUSR1 reopens the audit log only.",
+		Flags: cmdutil.Concat(factory.ServeFlags(), factory.MoreSchemeFlags()),
+		Action: func(c *cli.Context) error {
+			return serve(c, e)
+		},
+	}
+}
+
+// agentSettings loads the settings and the logger they name, and reads the
+// agent's configuration from them.
+func agentSettings(c *cli.Context, e *cmdutil.Env) (agent.Config, error) {
+	path, named := cmdutil.SettingsPath(c)
+	s, err := settings.Load(c, path, cmdutil.ContextName(c), named, cmdutil.KnownKeys(c.App))
+	if err != nil {
+		return agent.Config{}, cmdutil.UsageErr(err)
+	}
+	// The log settings may come from the file: apply them before anything
+	// logs. The agent logs at info unless told otherwise.
+	level := s.String("log-level")
+	if level == "" {
+		level = cmdutil.LogLevel(c, "serve")
+	}
+	if e.Log, err = cmdutil.NewLogger(e.Stderr, level, s.String("log-format")); err != nil {
+		return agent.Config{}, err
+	}
+	return factory.ReadAgentConfig(s, e)
+}
+
+func serve(c *cli.Context, e *cmdutil.Env) error {
+	// SIGHUP is caught from the start: its default action would kill an
+	// agent that is still starting. One that comes early is applied once
+	// serving begins.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	// SIGUSR1 reopens the audit log only (logrotate's postrotate).
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
+	cfg, err := agentSettings(c, e)
+	if err != nil {
+		return err
+	}
+	TuneGC(cfg.ServiceBodyBudget)
+	if cfg.Inherited, err = activation.Listeners(); err != nil {
+		return fmt.Errorf("could not take the sockets systemd passed: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	d, err := agent.Start(ctx, cfg)
+	if err != nil && ctx.Err() != nil && c.Context.Err() == nil {
+		// SIGTERM or SIGINT while starting: a stop, not a failure.
+		e.Log.Info().Msg("stopped while starting")
+		return nil
+	}
+	if err != nil {
+		return factory.AgentErr(err)
+	}
+	e.Log.Info().Strs("listen", d.Addrs()).Bool("ready", d.Ready()).Msg("agent serving")
+	if c.Bool("print-env") {
+		printEnv(e, d.Addrs())
+	}
+	daemon.SdNotify(false, daemon.SdNotifyReady)
+	for {
+		select {
+		case <-hup:
+			daemon.SdNotify(false, daemon.SdNotifyReloading)
+			reload(c, e, d, cfg.Inherited)
+			daemon.SdNotify(false, daemon.SdNotifyReady)
+			continue
+		case <-usr1:
+			if err := d.ReopenAudit(); err != nil {
+				e.Log.Error().Err(err).Msg("could not reopen the audit log; still writing to the old one")
+			} else {
+				e.Log.Info().Msg("audit log reopened")
+			}
+			continue
+		case <-ctx.Done():
+		case err = <-d.Failed():
+		}
+		daemon.SdNotify(false, daemon.SdNotifyStopping)
+		shut, cancel := context.WithTimeout(context.Background(), d.Grace())
+		d.Shutdown(shut)
+		cancel()
+		e.Log.Info().Msg("agent stopped")
+		return err
+	}
+}
+
+// printEnv prints the lines that point the CLI at this agent, in the
+// Bourne shell's syntax as ssh-agent -s prints them, and closes stdout so
+// that eval "$(signagent serve --print-env &)" returns.
+func printEnv(e *cmdutil.Env, addrs []string) {
+	for _, a := range addrs {
+		if path, ok := strings.CutPrefix(a, "unix:"); ok {
+			q := "'" + strings.ReplaceAll(path, "'", `'\''`) + "'"
+			fmt.Fprintf(e.Stdout, "%s=%s; export %s;\nSIGNAGENT_AGENT_PID=%d; export SIGNAGENT_AGENT_PID;\n", agentclient.SocketEnv, q, agentclient.SocketEnv, os.Getpid())
+			break
+		}
+	}
+	if f, ok := e.Stdout.(*os.File); ok {
+		if null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0); err == nil {
+			unix.Dup2(int(null.Fd()), int(f.Fd()))
+			null.Close()
+		}
+	}
+}
+
+// reload reads the settings again and hands them to the daemon; a failure
+// keeps the running configuration.
+func reload(c *cli.Context, e *cmdutil.Env, d *agent.Daemon, inherited []net.Listener) {
+	cfg, err := agentSettings(c, e)
+	if err == nil {
+		cfg.Inherited = inherited
+		err = d.Reload(cfg)
+		if c, ok := cfg.SharedStore.(io.Closer); ok && err != nil {
+			c.Close() // opened for this configuration, which is not used
+		}
+	}
+	if err != nil {
+		e.Log.Error().Err(err).Msg("reload failed; keeping the running configuration")
+		return
+	}
+	e.Log.Info().Msg("configuration reloaded")
+}
+
+// ServeGCPercent is the agent's garbage collector target (GOGC) unless
+// GOGC or GOMEMLIMIT is set: its live heap is a few megabytes, which at
+// Go's default of 100 had the collector run some hundred times a second
+// under proxy load (issue 26's profile); 400 lets the heap grow to five
+// times what is live between collections, tens of megabytes.
+const ServeGCPercent = 400
+
+// TuneGC sets serveGCPercent, with a soft memory limit of twice the
+// proxied bodies the agent may hold (budget) plus 64 MiB: a heap that
+// grows toward it is collected as often as Go's default would, so the
+// higher target never lets the worst case (every held body in memory)
+// take more than the default would have.
+func TuneGC(budget int64) {
+	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	debug.SetGCPercent(ServeGCPercent)
+	if budget <= 0 {
+		budget = agent.DefaultServiceBodyBudget
+	}
+	debug.SetMemoryLimit(2*budget + 64<<20)
+}

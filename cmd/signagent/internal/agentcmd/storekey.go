@@ -1,0 +1,35 @@
+package agentcmd
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/store"
+)
+
+// storeKeyCommand makes a shared store's key file.
+func storeKeyCommand(e *cmdutil.Env) *cli.Command {
+	return &cli.Command{
+		Name:      "store-key",
+		Usage:     "make a key file for a shared store (--store redis://...): 256 random bits in hex, mode 0600",
+		UsageText: "signagent store-key --out FILE",
+		Description: "Every agent on one shared store needs the same key file (--store-key-file). To rotate the key, put a new\n" +
+			"key on the file's first line and keep the old ones below it: values are read with any of them and written\n" +
+			"with the first; the last line names the records, so keep it.",
+		Flags: []cli.Flag{&cli.StringFlag{Name: "out", Usage: "write the key to `FILE` (never over an existing file)"}},
+		Action: func(c *cli.Context) error {
+			out := c.String("out")
+			if out == "" {
+				return cmdutil.UsageErr(errors.New("give the key file with --out FILE (the key is never printed)"))
+			}
+			if err := store.NewKeyFile(out); err != nil {
+				return cmdutil.UsageErr(err)
+			}
+			fmt.Fprintf(e.Stderr, "wrote a new store key to %s (mode 0600); give every agent on the store the same file with --store-key-file\n", out)
+			return nil
+		},
+	}
+}

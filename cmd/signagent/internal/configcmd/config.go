@@ -1,0 +1,354 @@
+package configcmd
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+	"gopkg.in/yaml.v3"
+
+	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/safefile"
+)
+
+func configCommand(e *cmdutil.Env) *cli.Command {
+	return &cli.Command{
+		Name:  "config",
+		Args:  true, // checked by the command itself (its subcommands, or its own arguments)
+		Usage: "view and change the settings file and its contexts (like kubectl config)",
+		Description: "The settings file (--config, SIGNAGENT_CONFIG, else $XDG_CONFIG_HOME/signagent/config.yaml) holds\n" +
+			"every command's settings, keyed by the flags' names, at the top (every context) or in a\n" +
+			"context (contexts: {NAME: {...}}, chosen by --context, SIGNAGENT_CONTEXT or current-context).\n" +
+			"A flag or variable beats the file. It never holds a secret: name the secret's file\n" +
+			"(pin-file, api-key-file, client-secret-file, ...). It is written atomically, mode 0600.\n\n" +
+			cmdutil.Examples("signagent config set --context staging api-url https://api.staging.example",
+				"signagent config use-context staging", "signagent config get api-url", "signagent config contexts"),
+		Subcommands: []*cli.Command{
+			{Name: "view", Usage: "print the settings file", Flags: cmdutil.SettingsFlags(true), Action: func(c *cli.Context) error { return configView(c, e) }},
+			{Name: "get", Usage: "print a setting's value in the file, for the chosen context", ArgsUsage: "KEY", Flags: cmdutil.SettingsFlags(true),
+				Action: func(c *cli.Context) error { return configGet(c, e) }},
+			{Name: "set", Usage: "set a setting for every context (the top of the file), or with --context NAME in that context, made if new", ArgsUsage: "KEY VALUE", Flags: cmdutil.SettingsFlags(true),
+				Action: func(c *cli.Context) error { return configSet(c, e, false) }},
+			{Name: "unset", Usage: "remove a setting from the top of the file, or with --context NAME from that context", ArgsUsage: "KEY", Flags: cmdutil.SettingsFlags(true),
+				Action: func(c *cli.Context) error { return configSet(c, e, true) }},
+			{Name: "use-context", Usage: "make a context the current one", ArgsUsage: "NAME", Flags: cmdutil.SettingsFlags(true),
+				Action: func(c *cli.Context) error { return configUseContext(c, e) }},
+			{Name: "contexts", Usage: "list the contexts, * marking the current one", Flags: cmdutil.SettingsFlags(true),
+				Action: func(c *cli.Context) error { return configContexts(c, e) }},
+		},
+	}
+}
+
+// args checks a subcommand's positional arguments.
+func args(c *cli.Context, n int, usage string) ([]string, error) {
+	if c.NArg() != n {
+		return nil, cmdutil.UsageErr(fmt.Errorf("usage: signagent config %s %s", c.Command.Name, usage))
+	}
+	return c.Args().Slice(), nil
+}
+
+// readSettingsFile reads the file for a config subcommand (all of it
+// checked) and its path.
+func readSettingsFile(c *cli.Context) (*settings.File, error) {
+	return readSettingsFor(c, cmdutil.ContextName(c))
+}
+
+// readSettingsFor reads the file for a config subcommand with context
+// chosen ("" for the file's current one).
+func readSettingsFor(c *cli.Context, context string) (*settings.File, error) {
+	path, named := cmdutil.SettingsPath(c)
+	if path == "" {
+		return nil, cmdutil.UsageErr(errors.New("no settings file: give --config FILE (there is no home directory)"))
+	}
+	f, err := settings.ReadFile(path, context, named, cmdutil.KnownKeys(c.App))
+	if err != nil {
+		return nil, cmdutil.UsageErr(err)
+	}
+	return f, nil
+}
+
+func configView(c *cli.Context, e *cmdutil.Env) error {
+	if _, err := args(c, 0, ""); err != nil {
+		return err
+	}
+	f, err := readSettingsFile(c)
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(f.Path)
+	if errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintf(e.Stderr, "%s: no settings yet (signagent config set KEY VALUE writes it)\n", f.Path)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = e.Stdout.Write(b)
+	return err
+}
+
+func configGet(c *cli.Context, e *cmdutil.Env) error {
+	a, err := args(c, 1, "KEY")
+	if err != nil {
+		return err
+	}
+	if !cmdutil.KnownKeys(c.App)(a[0]) {
+		return cmdutil.UsageErr(fmt.Errorf("unknown setting %q: the keys are the flags' names without the dashes", a[0]))
+	}
+	f, err := readSettingsFile(c)
+	if err != nil {
+		return err
+	}
+	v, ok := f.Value(a[0])
+	if !ok {
+		where := f.Path
+		if f.Context != "" {
+			where += ", context " + f.Context
+		}
+		return fmt.Errorf("%s is not set in %s", a[0], where)
+	}
+	switch x := v.(type) {
+	case []any:
+		for _, i := range x {
+			fmt.Fprintln(e.Stdout, i)
+		}
+	default:
+		fmt.Fprintln(e.Stdout, x)
+	}
+	return nil
+}
+
+// flagOf finds the flag a key names, in any command.
+func flagOf(app *cli.App, key string) cli.Flag {
+	var found cli.Flag
+	var walk func(cmds []*cli.Command)
+	walk = func(cmds []*cli.Command) {
+		for _, c := range cmds {
+			for _, f := range c.Flags {
+				if found == nil && slices.Contains(f.Names(), key) {
+					found = f
+				}
+			}
+			walk(c.Subcommands)
+		}
+	}
+	walk(app.Commands)
+	return found
+}
+
+// checkValue parses value as the flag key would: a duration for a
+// duration, a number for a number.
+func checkValue(fl cli.Flag, key, value string) (*yaml.Node, error) {
+	set := flag.NewFlagSet(key, flag.ContinueOnError)
+	set.SetOutput(io.Discard)
+	if err := fl.Apply(set); err != nil {
+		return nil, err
+	}
+	if err := set.Set(key, value); err != nil {
+		return nil, cmdutil.UsageErr(fmt.Errorf("%s: want %s, not %q", key, cmdutil.WantOf(fl), value))
+	}
+	n := &yaml.Node{Kind: yaml.ScalarNode, Value: value, Tag: "!!str"}
+	switch fl.(type) {
+	case *cli.BoolFlag:
+		n.Tag = "!!bool"
+	case *cli.IntFlag, *cli.Int64Flag, *cli.UintFlag:
+		n.Tag = "!!int"
+	}
+	if cmdutil.IsListFlag(fl) {
+		seq := &yaml.Node{Kind: yaml.SequenceNode}
+		for _, p := range strings.Split(value, ",") {
+			seq.Content = append(seq.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: strings.TrimSpace(p), Tag: "!!str"})
+		}
+		return seq, nil
+	}
+	return n, nil
+}
+
+func configSet(c *cli.Context, e *cmdutil.Env, unset bool) error {
+	usage, n := "KEY VALUE", 2
+	if unset {
+		usage, n = "KEY", 1
+	}
+	a, err := args(c, n, usage)
+	if err != nil {
+		return err
+	}
+	key := a[0]
+	if file, secret := settings.SecretKeys[key]; secret {
+		return cmdutil.UsageErr(fmt.Errorf("%q is a secret, which the settings file never holds: keep it in a file only you can read and set %s to that file's path", key, file))
+	}
+	fl := flagOf(c.App, key)
+	if fl == nil || !cmdutil.KnownKeys(c.App)(key) {
+		return cmdutil.UsageErr(fmt.Errorf("unknown setting %q: the keys are the flags' names without the dashes (signagent COMMAND --help lists them)", key))
+	}
+	var value *yaml.Node
+	if !unset {
+		if value, err = checkValue(fl, key, a[1]); err != nil {
+			return err
+		}
+	}
+	// set makes the context it names; unset needs it there.
+	f, err := readSettingsFor(c, "")
+	if err != nil {
+		return err
+	}
+	f.Context = "" // the top of the file, for every context, unless one is named
+	if name := cmdutil.ContextName(c); name != "" {
+		if unset && !slices.Contains(f.Contexts, name) {
+			return cmdutil.UsageErr(fmt.Errorf("no context %q in %s (contexts: %s)", name, f.Path, strings.Join(f.Contexts, ", ")))
+		}
+		f.Context = name
+	}
+	doc, err := SettingsDoc(f.Path)
+	if err != nil {
+		return err
+	}
+	m := doc.Content[0]
+	if f.Context != "" {
+		m = Mapping(Mapping(m, "contexts"), f.Context)
+	}
+	if unset {
+		if !Remove(m, key) {
+			return fmt.Errorf("%s is not set there", key)
+		}
+	} else {
+		Put(m, key, value)
+	}
+	if err := WriteSettings(f.Path, doc); err != nil {
+		return err
+	}
+	where := "every context"
+	if f.Context != "" {
+		where = "context " + f.Context
+	}
+	e.Log.Info().Str("file", f.Path).Str("key", key).Str("where", where).Msg("settings written")
+	return nil
+}
+
+func configUseContext(c *cli.Context, e *cmdutil.Env) error {
+	a, err := args(c, 1, "NAME")
+	if err != nil {
+		return err
+	}
+	f, err := readSettingsFile(c)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(f.Contexts, a[0]) {
+		return cmdutil.UsageErr(fmt.Errorf("no context %q in %s (contexts: %s); make one with signagent config set --context %s KEY VALUE", a[0], f.Path, strings.Join(f.Contexts, ", "), a[0]))
+	}
+	doc, err := SettingsDoc(f.Path)
+	if err != nil {
+		return err
+	}
+	Put(doc.Content[0], "current-context", &yaml.Node{Kind: yaml.ScalarNode, Value: a[0], Tag: "!!str"})
+	if err := WriteSettings(f.Path, doc); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.Stdout, "current context: %s\n", a[0])
+	return nil
+}
+
+func configContexts(c *cli.Context, e *cmdutil.Env) error {
+	if _, err := args(c, 0, ""); err != nil {
+		return err
+	}
+	f, err := readSettingsFile(c)
+	if err != nil {
+		return err
+	}
+	for _, n := range f.Contexts {
+		mark := " "
+		if n == f.Current {
+			mark = "*"
+		}
+		fmt.Fprintf(e.Stdout, "%s %s\n", mark, n)
+	}
+	return nil
+}
+
+// SettingsDoc is the file as a YAML document to edit (comments kept), or
+// an empty one.
+func SettingsDoc(path string) (*yaml.Node, error) {
+	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{{Kind: yaml.MappingNode}}}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return doc, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := yaml.Unmarshal(b, doc); err != nil {
+		return nil, cmdutil.UsageErr(fmt.Errorf("%s is not YAML: %w", path, err))
+	}
+	if len(doc.Content) == 0 {
+		doc.Content = []*yaml.Node{{Kind: yaml.MappingNode}}
+	}
+	return doc, nil
+}
+
+// Mapping is the mapping under key in m, made when missing.
+func Mapping(m *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			v := m.Content[i+1]
+			if v.Kind != yaml.MappingNode {
+				*v = yaml.Node{Kind: yaml.MappingNode}
+			}
+			return v
+		}
+	}
+	v := &yaml.Node{Kind: yaml.MappingNode}
+	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: key, Tag: "!!str"}, v)
+	return v
+}
+
+// Put sets key in m to v.
+func Put(m *yaml.Node, key string, v *yaml.Node) {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			m.Content[i+1] = v
+			return
+		}
+	}
+	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: key, Tag: "!!str"}, v)
+}
+
+// Remove deletes key from m; it reports whether it was there.
+func Remove(m *yaml.Node, key string) bool {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			// A comment above the key stays, above the next one.
+			if c := m.Content[i].HeadComment; c != "" && i+2 < len(m.Content) {
+				next := m.Content[i+2]
+				next.HeadComment = strings.TrimSpace(c + "\n" + next.HeadComment)
+			}
+			m.Content = append(m.Content[:i], m.Content[i+2:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// WriteSettings writes the file atomically, mode 0600, in a directory
+// made 0700 when missing.
+func WriteSettings(path string, doc *yaml.Node) error {
+	var buf strings.Builder
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(doc); err != nil {
+		return err
+	}
+	b := []byte(buf.String())
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return safefile.Write(path, b, 0o600)
+}

@@ -1,0 +1,14 @@
+package configcmd
+
+import "github.com/signagent/signagent/internal/cmdutil"
+
+// Family is the commands about signagent itself: its settings file,
+// version, completion and manual page.
+func Family(e *cmdutil.Env) cmdutil.Family {
+	return cmdutil.Family{Category: "This program", Commands: []cmdutil.Command{
+		{Command: configCommand(e), Settings: cmdutil.NoSettings},
+		{Command: versionCommand(e), Settings: cmdutil.NoSettings},
+		{Command: completionCommand(e), Settings: cmdutil.NoSettings},
+		{Command: manCommand(e), Settings: cmdutil.NoSettings},
+	}}
+}

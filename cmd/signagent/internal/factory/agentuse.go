@@ -1,0 +1,215 @@
+package factory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/agentclient"
+	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/legacy"
+)
+
+// The CLI through a running agent, the ssh-agent idiom: when
+// SIGNAGENT_AGENT_SOCK (--agent-sock, or agent-sock in the settings file)
+// names the agent's socket, sign, session, header, token, legacy-token
+// and api ask the agent instead of opening the token or logging in here,
+// so that the agent's caches serve them and one process holds the card.
+
+const CatAgentUse = "Running agent"
+
+// AgentUseFlags choose whether a command asks the running agent.
+func AgentUseFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "agent-sock", Category: CatAgentUse, EnvVars: []string{agentclient.SocketEnv},
+			Usage: "ask the agent listening on the Unix socket `PATH` instead of opening the token or logging in here (signagent serve --print-env prints it)"},
+		&cli.StringFlag{Name: "agent", Category: CatAgentUse, EnvVars: []string{"SIGNAGENT_AGENT"},
+			Usage: "`MODE`: on (ask the agent; an agent that cannot be reached is an error), auto (do it here when it cannot be reached) or off (default: on when --agent-sock or $SIGNAGENT_AGENT_SOCK names the socket, auto when only the settings file does)"},
+		&cli.BoolFlag{Name: "no-agent", Category: CatAgentUse, Usage: "do it here even when an agent is named (--agent off)"},
+	}
+}
+
+// AgentFor is the client of the running agent the command asks, or nil
+// when it does the work itself: no socket named, --no-agent, or --agent
+// auto with an agent that cannot be reached.
+func AgentFor(c *cli.Context, e *cmdutil.Env) (*agentclient.Client, error) {
+	mode := strings.ToLower(c.String("agent"))
+	if !slices.Contains([]string{"", "on", "auto", "off"}, mode) {
+		return nil, cmdutil.UsageErr(fmt.Errorf("--agent %q: want on, auto or off", c.String("agent")))
+	}
+	path := c.String("agent-sock")
+	if c.Bool("no-agent") || mode == "off" || path == "" {
+		return nil, nil
+	}
+	if mode == "" {
+		mode = "on"
+		if SetFromFile(c, "agent-sock") {
+			mode = "auto"
+		}
+	}
+	cl, err := agentclient.FromSocket(path)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(c.Context, 5*time.Second)
+		defer cancel()
+		_, err = cl.Ready(ctx)
+		var ae *agentclient.Error
+		if errors.As(err, &ae) && ae.Status != http.StatusForbidden {
+			err = nil // it answers; a part not ready is the call's to report
+		}
+	}
+	var ae *agentclient.Error
+	switch {
+	case err == nil:
+		e.Log.Debug().Str("socket", path).Msg("asking the running agent")
+		return cl, nil
+	case errors.As(err, &ae):
+		return nil, AgentError(fmt.Errorf("the agent at %s refuses this user: %w (--no-agent does it here)", path, err))
+	case errors.Is(err, agentclient.ErrUntrustedPeer):
+		// Another user's process serves the socket: not an agent that
+		// cannot be reached, which auto would quietly do without.
+		return nil, AgentError(fmt.Errorf("%w (--no-agent does it here)", err))
+	case mode == "auto":
+		e.Log.Info().Str("socket", path).Err(err).Msg("the agent cannot be reached: doing it here")
+		return nil, nil
+	}
+	return nil, errdefs.Mark(fmt.Errorf("the agent at %s cannot be reached: %w (--no-agent does it here)", path, err), errdefs.ErrUnreachable)
+}
+
+// AgentError gives an agent's error answer its kind, for the exit status.
+func AgentError(err error) error {
+	var ae *agentclient.Error
+	if !errors.As(err, &ae) {
+		if errors.Is(err, agentclient.ErrUntrustedPeer) {
+			return errdefs.Mark(err, errdefs.ErrNotConfigured) // the socket named is another user's
+		}
+		return errdefs.Mark(err, errdefs.ErrUnreachable)
+	}
+	var kind error
+	switch {
+	case ae.Body.ServiceCode != "":
+		kind = errdefs.ErrRefused
+	case ae.Body.Code == api.CodeSignInRequired:
+		kind = errdefs.ErrSignIn
+	case ae.Status == http.StatusBadRequest || ae.Status == http.StatusUnprocessableEntity:
+		kind = errdefs.ErrInvalidInput
+	case ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden:
+		kind = errdefs.ErrForbidden
+	case ae.Status == http.StatusGatewayTimeout:
+		kind = errdefs.ErrTimeout
+	case ae.Status == http.StatusNotFound || ae.Status == http.StatusNotImplemented:
+		kind = errdefs.ErrNotConfigured
+	default:
+		kind = errdefs.ErrFailing
+	}
+	return errdefs.Mark(err, kind)
+}
+
+// AgentAuthorization asks the agent for the Authorization header of the
+// identity the flags name (scheme as --scheme gives it).
+func AgentAuthorization(ctx context.Context, cl *agentclient.Client, c *cli.Context, scheme string) (*api.AuthorizationResponse, error) {
+	req, err := AgentAuthRequest(c, settings.Of(c), scheme)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := cl.Authorization(ctx, req)
+	if err != nil {
+		return nil, AgentError(err)
+	}
+	return resp, nil
+}
+
+// AgentAuthRequest is the identity the flags name as the body of the
+// agent's POST /v1/authorizations: the profile of OpenID Connect; the
+// login, the certificate, an auth.sid from its sources or a trusted
+// Credential for the legacy scheme. No password leaves this process: the
+// agent holds the passwords it may use.
+func AgentAuthRequest(c *cli.Context, s *settings.Settings, scheme string) (api.AuthorizationRequest, error) {
+	sel := authz.Selector{Scheme: scheme, By: c.String("by")}.Normalize()
+	req := api.AuthorizationRequest{Scheme: sel.Scheme}
+	if sel.Scheme != authz.SchemeLegacy {
+		req.Profile = s.String("profile")
+		return req, nil
+	}
+	if sel.By == "" {
+		return req, cmdutil.UsageErr(errors.New("--scheme legacy needs --by password, --by certificate or --by sid"))
+	}
+	by, err := legacy.ParseMethod(sel.By)
+	if err != nil {
+		return req, err
+	}
+	req.By = string(by)
+	switch by {
+	case legacy.ByPassword:
+		if req.Login = strings.TrimSpace(c.String("login")); req.Login == "" {
+			return req, cmdutil.UsageErr(errors.New("--by password needs --login (or SIGNAGENT_LOGIN)"))
+		}
+	case legacy.BySid:
+		if src := cmdutil.SIDSecret.Source(s); src.Given() {
+			got, err := src.Resolve()
+			if err != nil {
+				return req, errdefs.Mark(err, errdefs.ErrInvalidInput)
+			}
+			req.Sid = got.Value
+			return req, nil
+		}
+		cred, err := cmdutil.Credential(c)
+		if err != nil {
+			return req, cmdutil.UsageErr(fmt.Errorf("--by sid needs --sid-file, SIGNAGENT_SID, or a trusted credential (--phone, --snils or --thumbprint) with --service-user-id: %w", err))
+		}
+		req.Credential, req.ServiceUserID = APICredential(cred), c.String("service-user-id")
+	}
+	return req, nil
+}
+
+// APICredential is a checked credential as the agent's API takes it.
+func APICredential(cred canonical.Credential) *api.Credential {
+	out := &api.Credential{}
+	switch cred.Kind {
+	case canonical.Phone:
+		out.Phone = cred.Value
+	case canonical.SNILS:
+		out.SNILS = cred.Value
+	case canonical.Thumbprint:
+		out.Thumbprint = cred.Value
+	}
+	return out
+}
+
+// AgentAuthorizer is the Authorizer of signagent api through the agent:
+// the agent's cached header, a fresh one asked for after the service
+// refused it.
+type AgentAuthorizer struct {
+	Client  *agentclient.Client
+	Request api.AuthorizationRequest
+	refresh bool
+}
+
+func (a *AgentAuthorizer) Header(ctx context.Context) (authz.Header, error) {
+	req := a.Request
+	req.Refresh, a.refresh = a.refresh, false
+	resp, err := a.Client.Authorization(ctx, req)
+	if err != nil {
+		return authz.Header{}, AgentError(err)
+	}
+	return authz.Header{Value: resp.Authorization, ExpiresAt: resp.ExpiresAt, Cached: resp.Cached, Source: "agent"}, nil
+}
+
+func (a *AgentAuthorizer) Reject(string)        { a.refresh = true }
+func (a *AgentAuthorizer) Forget(time.Duration) { a.refresh = true }
+func (a *AgentAuthorizer) Identity() string     { return a.Request.Scheme + " identity through the agent" }
+func (a *AgentAuthorizer) String() string       { return a.Identity() }
+
+// SetFromFile says whether the flag name got its value from the settings
+// file (rather than the command line or a variable).
+func SetFromFile(c *cli.Context, name string) bool { return cmdutil.FromFile(c.App)[name] }

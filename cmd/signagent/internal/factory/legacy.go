@@ -1,0 +1,84 @@
+package factory
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/internal/secret"
+	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/legacy"
+)
+
+const CatLegacy = "Legacy scheme"
+
+// LegacyServiceFlags say where the business API is and which developer
+// key calls it; the agent takes them too.
+func LegacyServiceFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "api-url", Category: CatLegacy, EnvVars: []string{"SIGNAGENT_API_URL"}, Usage: "the service's business API `URL` (Authenticate is at URL/V3/Authenticate)"},
+		cmdutil.DeveloperKeySecret.FlagWith(CatLegacy, ""),
+		&cli.DurationFlag{Name: "legacy-token-ttl", Category: CatLegacy, Value: legacy.DefaultTokenTTL, EnvVars: []string{"SIGNAGENT_LEGACY_TOKEN_TTL"}, Usage: "`DURATION` a legacy token lives (the service's 24h); caches reuse it until a margin before"},
+	}
+}
+
+// LegacyClient builds the client from --api-url and the developer key.
+func LegacyClient(s *settings.Settings, e *cmdutil.Env) (*legacy.Client, error) {
+	cfg, err := legacyConfig(s, e)
+	if err != nil {
+		return nil, err
+	}
+	return legacy.New(*cfg)
+}
+
+func legacyConfig(s *settings.Settings, e *cmdutil.Env) (*legacy.Config, error) {
+	key, err := developerKey(s)
+	if err != nil {
+		return nil, err
+	}
+	if s.String("api-url") == "" {
+		return nil, cmdutil.UsageErr(errors.New("give the service's business API address with --api-url or SIGNAGENT_API_URL"))
+	}
+	if _, err := legacy.ParseAPIURL(s.String("api-url"), s.Bool("insecure-http")); err != nil {
+		return nil, err
+	}
+	cfg := &legacy.Config{APIURL: s.String("api-url"), AllowInsecureHTTP: s.Bool("insecure-http"), DeveloperKey: key,
+		TokenTTL: s.Duration("legacy-token-ttl"), Timeout: s.Duration("request-timeout"), Attempts: s.Int("attempts"),
+		UserAgent: "signagent/" + cmdutil.Version, Log: e.Log}
+	return cfg, s.Err()
+}
+
+// legacyAgentConfig is the agent's legacy scheme: the client's
+// configuration and the passwords of --legacy-password-file LOGIN=FILE.
+func legacyAgentConfig(s *settings.Settings, e *cmdutil.Env) (*legacy.Config, map[string]string, error) {
+	cfg, err := legacyConfig(s, e)
+	if err != nil {
+		return nil, nil, err
+	}
+	pws := map[string]string{}
+	for _, spec := range s.Strings("legacy-password-file") {
+		login, file, ok := strings.Cut(spec, "=")
+		if !ok || strings.TrimSpace(login) == "" || file == "" {
+			return nil, nil, fmt.Errorf("%w: --legacy-password-file %q: want LOGIN=FILE", errdefs.ErrInvalidInput, spec)
+		}
+		got, err := secret.Source{What: "the password of " + strings.TrimSpace(login), File: file, Flag: "--legacy-password-file"}.Resolve()
+		if err != nil {
+			return nil, nil, errdefs.Mark(err, errdefs.ErrInvalidInput)
+		}
+		pws[strings.TrimSpace(login)] = got.Value
+	}
+	return cfg, pws, nil
+}
+
+// developerKey reads the developer key (see secretSpec for the order of
+// its sources); never argv.
+func developerKey(s *settings.Settings) (string, error) {
+	return cmdutil.DeveloperKeySecret.Read(s, legacy.CheckDeveloperKey, legacy.ErrDeveloperKey)
+}
+
+// hasDeveloperKey reports whether a developer key is given at all.
+func hasDeveloperKey(s *settings.Settings) bool { return cmdutil.DeveloperKeySecret.Source(s).Given() }

@@ -1,0 +1,100 @@
+package factory
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/oidc"
+	"github.com/signagent/signagent/store"
+)
+
+// StoreFlags choose where OpenID Connect records are kept: the local
+// files, or a store several agents share.
+func StoreFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "store", Category: CatStore, Value: "local", EnvVars: []string{"SIGNAGENT_STORE"}, Usage: "keep OpenID Connect records in `STORE`: local (the --token-store files) or a store several agents share: redis://[user@]host:port[/db], rediss://..., redis+sentinel://host:port[,...]/master[/db], redis+cluster://host:port[,...]"},
+		&cli.StringFlag{Name: "store-key-file", Category: CatStore, EnvVars: []string{"SIGNAGENT_STORE_KEY_FILE"}, Usage: "the shared store's key `FILE` (64 hex characters, mode 0600; signagent store-key --out FILE makes one)"},
+		cmdutil.StorePassword.FlagWith(CatStore, "; never in the URL"),
+		&cli.StringFlag{Name: "store-prefix", Category: CatStore, Value: store.DefaultPrefix, EnvVars: []string{"SIGNAGENT_STORE_PREFIX"}, Usage: "start every Redis key with `PREFIX` (several deployments on one Redis)"},
+		&cli.StringFlag{Name: "store-ca-file", Category: CatStore, EnvVars: []string{"SIGNAGENT_STORE_CA_FILE"}, Usage: "CA bundle `FILE` for rediss:// (default: the system's)"},
+		&cli.IntFlag{Name: "store-wait-replicas", Category: CatStore, Value: 1, EnvVars: []string{"SIGNAGENT_STORE_WAIT_REPLICAS"}, Usage: "a write counts as done once `N` replicas have it (WAIT; as many as the master has, when fewer; 0: none)"},
+	}
+}
+
+// OpenStore opens --store, once for a command or a configuration: nil
+// for local (OpenID Connect records in the --token-store files, sessions
+// and legacy tokens in this process's memory), else the store several
+// agents share, with the key file and the password (a file or the
+// environment: never the URL, never a flag's value). The URL is read by
+// store.Open alone, and its mistakes are said before the key's.
+func OpenStore(s *settings.Settings) (*store.Shared, error) {
+	u := s.String("store")
+	if u == "" || u == "local" {
+		return nil, nil
+	}
+	var errs []error
+	var sealer *store.Sealer
+	if f := s.String("store-key-file"); f == "" {
+		errs = append(errs, errors.New("a shared store needs --store-key-file (SIGNAGENT_STORE_KEY_FILE); make one with signagent store-key --out FILE"))
+	} else if k, err := store.LoadKeyFile(f); err != nil {
+		errs = append(errs, err)
+	} else {
+		sealer = k
+	}
+	var password string
+	if src := cmdutil.StorePassword.Source(s); src.Given() {
+		got, err := src.Resolve()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		password = got.Value
+	}
+	wait := s.Int("store-wait-replicas")
+	if wait == 0 {
+		wait = -1 // none
+	}
+	r, err := store.Open(u, store.Options{Password: password, CAFile: s.String("store-ca-file"), Prefix: s.String("store-prefix"), Sealer: sealer, WaitReplicas: wait})
+	switch {
+	case errors.Is(err, store.ErrBadURL):
+		return nil, cmdutil.UsageErr(fmt.Errorf("--store (local, or a shared store's URL): %w", err))
+	case err != nil && !errors.Is(err, store.ErrBadKey):
+		return nil, cmdutil.UsageErr(err)
+	}
+	if jerr := errors.Join(errs...); jerr != nil {
+		if r != nil {
+			r.Close()
+		}
+		return nil, cmdutil.UsageErr(jerr)
+	}
+	if err != nil {
+		return nil, cmdutil.UsageErr(err)
+	}
+	return r, nil
+}
+
+// TokenStore is where a command keeps OpenID Connect records: the shared
+// store (--store), else the files.
+func TokenStore(s *settings.Settings) (oidc.Records, error) {
+	st, err := OpenStore(s)
+	if err != nil {
+		return nil, err
+	}
+	return oidcRecords(s, st)
+}
+
+// oidcRecords are the OpenID Connect records in st when there is one,
+// else in --token-store, else in the default directory.
+func oidcRecords(s *settings.Settings, st *store.Shared) (oidc.Records, error) {
+	if st != nil {
+		return &oidc.Shared{S: st, Name: s.String("store")}, nil
+	}
+	if d := s.String("token-store"); d != "" {
+		return oidc.Store{Dir: d}, nil
+	}
+	d, err := oidc.DefaultDir()
+	return oidc.Store{Dir: d}, err
+}

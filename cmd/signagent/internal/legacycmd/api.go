@@ -1,0 +1,238 @@
+package legacycmd
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/cmd/signagent/internal/factory"
+	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/internal/secret"
+	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/legacy"
+	"github.com/signagent/signagent/oidc"
+	"github.com/signagent/signagent/service"
+)
+
+func apiCommand(e *cmdutil.Env) *cli.Command {
+	return &cli.Command{
+		Name:  "api",
+		Args:  true, // checked by the command itself (its subcommands, or its own arguments)
+		Usage: "call a business method with the Authorization header of a scheme and print the answer (like gh api)",
+		UsageText: "signagent api [--scheme oidc] [--profile P] [GET] /GetMyOrganizations\n" +
+			"signagent api --scheme legacy --by password --login L GET '/GetMyEmployee?boxId=...'\n" +
+			"signagent api --scheme trusted --snils S --service-user-id ID /GetMyOrganizations",
+		Flags: cmdutil.Concat(legacyCommandFlags(
+			&cli.StringFlag{Name: "scheme", Category: cmdutil.CatOutput, Value: "oidc", Usage: "`SCHEME`: oidc (a signed-in --profile), legacy (--by password|certificate|sid) or trusted (the credential and --service-user-id: trusted authentication, then Authenticate type=sid)"},
+			&cli.BoolFlag{Name: "include", Aliases: []string{"i"}, Category: cmdutil.CatOutput, Usage: "print the status line and the headers before the body"},
+			&cli.StringFlag{Name: "input", Category: cmdutil.CatOutput, Usage: "send the body read from `FILE` (- for stdin)"},
+		), factory.OIDCHeaderFlags(), factory.MoreSchemeFlags(), factory.AgentUseFlags()),
+		Action: func(c *cli.Context) error { return callAPI(c, e) },
+	}
+}
+
+// apiArgs reads [METHOD] PATH[?QUERY].
+func apiArgs(c *cli.Context) (string, string, url.Values, error) {
+	args := c.Args().Slice()
+	method := http.MethodGet
+	switch {
+	case len(args) == 2:
+		method = strings.ToUpper(args[0])
+		args = args[1:]
+	case len(args) != 1:
+		return "", "", nil, cmdutil.UsageErr(errors.New("give the method's path, e.g. signagent api /GetMyOrganizations (optionally preceded by GET or POST)"))
+	}
+	if !slices.Contains([]string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete}, method) {
+		return "", "", nil, cmdutil.UsageErr(fmt.Errorf("HTTP method %q: want GET, POST, PUT or DELETE", method))
+	}
+	path, rawQuery, _ := strings.Cut(args[0], "?")
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return "", "", nil, cmdutil.UsageErr(fmt.Errorf("the query of %q: %w", args[0], err))
+	}
+	if _, err := service.Path(path); err != nil {
+		return "", "", nil, err
+	}
+	return method, path, q, nil
+}
+
+func callAPI(c *cli.Context, e *cmdutil.Env) error {
+	method, path, q, err := apiArgs(c)
+	if err != nil {
+		return err
+	}
+	s := settings.Of(c)
+	cl, err := factory.AgentFor(c, e)
+	if err != nil {
+		return err
+	}
+	var body []byte
+	if f := c.String("input"); f != "" {
+		if body, err = readInput(e, f); err != nil {
+			return err
+		}
+	}
+	var a authz.Authorizer
+	done := func() {}
+	if cl != nil {
+		req, err := factory.AgentAuthRequest(c, s, c.String("scheme"))
+		if err != nil {
+			return err
+		}
+		// Through the agent's proxy when the identity can be named there
+		// (no header leaves the agent), else with the agent's header:
+		// its caches serve every call either way.
+		if text, ok := authz.OfRequest(req).Text(); ok && (method == http.MethodGet || method == http.MethodPost) {
+			ans, err := cl.Call(c.Context, method, path, q, text, body, "application/json")
+			if err != nil {
+				return factory.AgentError(err)
+			}
+			return answer(c, e, path, q, &service.Response{Status: ans.Status, Header: ans.Header, Body: ans.Body})
+		}
+		a = &factory.AgentAuthorizer{Client: cl, Request: req}
+	} else {
+		if err := cmdutil.Missing(apiNeeds(c, s)...); err != nil {
+			return err
+		}
+		if a, done, err = apiAuthorizer(c, e, s); err != nil {
+			return err
+		}
+	}
+	defer done()
+	svc, err := service.New(service.Config{APIURL: s.String("api-url"), AllowInsecureHTTP: s.Bool("insecure-http"),
+		Timeout: s.Duration("request-timeout"), UserAgent: "signagent/" + cmdutil.Version}, a)
+	if err != nil {
+		return err
+	}
+	r, err := svc.Do(c.Context, method, path, q, body, "application/json")
+	if err != nil {
+		return err
+	}
+	return answer(c, e, path, q, r)
+}
+
+// answer prints the service's answer; a status other than 2xx is the
+// command's error.
+func answer(c *cli.Context, e *cmdutil.Env, path string, q url.Values, r *service.Response) error {
+	printAnswer(e, r, c.Bool("include"))
+	if r.Status >= 300 {
+		return service.AsError(strings.TrimPrefix(path, "/"), r, q.Get("boxId"))
+	}
+	return nil
+}
+
+func readInput(e *cmdutil.Env, f string) ([]byte, error) {
+	if f == "-" {
+		var b bytes.Buffer
+		_, err := b.ReadFrom(e.Stdin)
+		return b.Bytes(), err
+	}
+	b, err := os.ReadFile(f)
+	if err != nil {
+		return nil, cmdutil.UsageErr(fmt.Errorf("--input: %w", err))
+	}
+	return b, nil
+}
+
+// printAnswer writes the body (indented JSON on a terminal), after the
+// status line and headers with --include.
+func printAnswer(e *cmdutil.Env, r *service.Response, include bool) {
+	if include {
+		fmt.Fprintf(e.Stdout, "HTTP %d %s\n", r.Status, http.StatusText(r.Status))
+		r.Header.Write(e.Stdout)
+		fmt.Fprintln(e.Stdout)
+	}
+	out := r.Body
+	if f, ok := e.Stdout.(*os.File); ok && secret.IsTerminal(f) {
+		var b bytes.Buffer
+		if json.Indent(&b, r.Body, "", "  ") == nil {
+			out = b.Bytes()
+		}
+	}
+	e.Stdout.Write(out)
+	if len(out) > 0 && out[len(out)-1] != '\n' {
+		fmt.Fprintln(e.Stdout)
+	}
+}
+
+// apiNeeds are the settings signagent api needs here for its scheme: the
+// API address; the developer key for the legacy scheme; the API key and
+// the auth address too for trusted authentication.
+func apiNeeds(c *cli.Context, s *settings.Settings) []cmdutil.Need {
+	needs := []cmdutil.Need{cmdutil.FlagNeed(c, "api-url")}
+	switch strings.ToLower(c.String("scheme")) {
+	case authz.SchemeTrusted:
+		needs = append(needs, cmdutil.DeveloperKeySecret.Need(s), cmdutil.APIKeySecret.Need(s), cmdutil.FlagNeed(c, "base-url"))
+	case authz.SchemeLegacy:
+		needs = append(needs, cmdutil.DeveloperKeySecret.Need(s))
+	}
+	return needs
+}
+
+// apiAuthorizer is the Authorizer of the identity the flags name, from
+// the schemes configured by them; done releases the token when one was
+// opened.
+func apiAuthorizer(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.Authorizer, func(), error) {
+	sel := authz.Selector{Scheme: c.String("scheme"), By: c.String("by"), Profile: s.String("profile")}.Normalize()
+	none := func() {}
+	if sel.Scheme == authz.SchemeLegacy {
+		if sel.By == "" {
+			return nil, none, cmdutil.UsageErr(errors.New("--scheme legacy needs --by password, --by certificate or --by sid"))
+		}
+		by, err := legacy.ParseMethod(sel.By)
+		if err != nil {
+			return nil, none, err
+		}
+		if sel, err = legacySelector(c, by); err != nil {
+			return nil, none, err
+		}
+	}
+	schemes, done := apiSchemes(c, e, s)
+	a, err := schemes.Authorizer(sel)
+	if err != nil {
+		done()
+		if errors.Is(err, errdefs.ErrInvalidInput) && !slices.Contains(schemes.Names(), sel.Scheme) {
+			err = cmdutil.UsageErr(fmt.Errorf("--scheme %q: want %s or trusted", c.String("scheme"), strings.Join(schemes.Names(), ", ")))
+		}
+		return nil, none, err
+	}
+	return a, done, nil
+}
+
+// apiSchemes are the schemes signagent api calls with, as the flags
+// configure them (--scheme trusted is legacy by sid:
+// authz.Selector.Normalize); a scheme the flags do not configure says
+// what it lacks when used. done closes what they opened.
+func apiSchemes(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.Schemes, func()) {
+	ls, done := apiLegacyScheme(c, e, s)
+	return append(authz.Schemes{
+		apiOIDCScheme(e, s),
+		ls,
+	}, factory.MoreSchemes(s, e)...), done
+}
+
+func apiOIDCScheme(e *cmdutil.Env, s *settings.Settings) authz.Scheme {
+	tk, err := factory.OIDCTokens(s, e)
+	if err != nil {
+		return authz.Off(authz.SchemeOIDC, err)
+	}
+	return oidc.Scheme{Tokens: tk}
+}
+
+func apiLegacyScheme(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.Scheme, func()) {
+	client, err := factory.LegacyClient(s, e)
+	if err != nil {
+		return authz.Off(authz.SchemeLegacy, err), func() {}
+	}
+	return legacyScheme(c, e, legacy.NewTokens(client, 0, s.Duration("request-timeout")))
+}

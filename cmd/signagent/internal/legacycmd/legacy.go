@@ -1,0 +1,269 @@
+package legacycmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/agentclient"
+	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/cmd/signagent/internal/factory"
+	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/internal/secret"
+	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/legacy"
+)
+
+// legacyLoginFlags choose how to authenticate.
+func legacyLoginFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "by", Category: factory.CatLegacy, Usage: "authenticate by `WAY`: password, certificate (the token's key decrypts a challenge) or sid"},
+		&cli.StringFlag{Name: "login", Category: factory.CatLegacy, EnvVars: []string{"SIGNAGENT_LOGIN"}, Usage: "the user's `LOGIN` (--by password)"},
+		cmdutil.PasswordSecret.FlagWith(factory.CatLegacy, ", else a prompt on a terminal"),
+		cmdutil.SIDSecret.FlagWith(factory.CatLegacy, ", else run trusted authentication with the credential flags"),
+	}
+}
+
+func legacyCommandFlags(extra ...cli.Flag) []cli.Flag {
+	return cmdutil.Concat(legacyLoginFlags(), factory.LegacyServiceFlags(), cmdutil.Pick(cmdutil.CredentialFlags(), "phone", "snils", "thumbprint", "legacy-snils"), factory.ServiceFlags(), cmdutil.TokenFlags(), factory.SignFlags(), extra)
+}
+
+func legacyTokenCommand(e *cmdutil.Env) *cli.Command {
+	return &cli.Command{
+		Description: cmdutil.Examples("signagent legacy-token --by password --login alice --password-file pw", "signagent legacy-token --by certificate", "signagent legacy-token --by sid --sid-file sid"),
+		Name:        "legacy-token",
+		Usage:       "obtain a legacy authorization token (Authenticate V3) by password, certificate or auth.sid; print it",
+		UsageText: "signagent legacy-token --by password --login L\n" +
+			"signagent legacy-token --by certificate [token flags]\n" +
+			"signagent legacy-token --by sid [--sid-file F | --snils S --service-user-id ID]",
+		Flags: cmdutil.Concat(legacyCommandFlags(&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print {\"token\",\"by\",\"obtainedAt\",\"expiresAt\"} (through the agent, no obtainedAt)"}), factory.StoreFlags(), factory.AgentUseFlags()),
+		Action: func(c *cli.Context) error {
+			if cl, err := factory.AgentFor(c, e); err != nil || cl != nil {
+				if err != nil {
+					return err
+				}
+				return legacyTokenFromAgent(c, e, cl)
+			}
+			tok, _, err := obtainLegacy(c, e)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return cmdutil.WriteJSON(e, map[string]string{"token": tok.Value, "by": string(tok.By),
+					"obtainedAt": tok.ObtainedAt.Format(time.RFC3339), "expiresAt": tok.ExpiresAt.Format(time.RFC3339)})
+			}
+			_, err = fmt.Fprintln(e.Stdout, tok.Value)
+			return err
+		},
+	}
+}
+
+// legacyTokenFromAgent is the token of the agent's header for the
+// identity the flags name.
+func legacyTokenFromAgent(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client) error {
+	resp, err := factory.AgentAuthorization(c.Context, cl, c, authz.SchemeLegacy)
+	if err != nil {
+		return err
+	}
+	_, tok, ok := strings.Cut(resp.Authorization, ",ddauth_token=")
+	if !ok || !strings.HasPrefix(resp.Authorization, legacy.HeaderScheme+" ") {
+		return errdefs.Mark(errors.New("the agent's legacy header has no ddauth_token"), errdefs.ErrUnreachable)
+	}
+	if c.Bool("json") {
+		return cmdutil.WriteJSON(e, map[string]string{"token": tok, "by": c.String("by"), "expiresAt": resp.ExpiresAt.Format(time.RFC3339)})
+	}
+	_, err = fmt.Fprintln(e.Stdout, tok)
+	return err
+}
+
+func headerCommand(e *cmdutil.Env) *cli.Command {
+	return &cli.Command{
+		Description: cmdutil.Examples("signagent header --scheme oidc", "signagent header --scheme legacy --by certificate --json"),
+		Name:        "header",
+		Usage:       "print the Authorization header value of a business call",
+		UsageText: "signagent header --scheme legacy --by password|certificate|sid [...]\n" +
+			"signagent header --scheme oidc [--profile NAME]",
+		Flags: cmdutil.Concat(legacyCommandFlags(&cli.StringFlag{Name: "scheme", Category: cmdutil.CatOutput, Value: "legacy",
+			Usage: "the authorization `SCHEME`: legacy (ServiceAuth ddauth_api_client_id=...,ddauth_token=...) or oidc (Bearer <access token>)"}),
+			factory.OIDCHeaderFlags(), []cli.Flag{cmdutil.JSONFlag(`{"authorization","expiresAt"}`)}, factory.AgentUseFlags()),
+		Action: func(c *cli.Context) error {
+			emit := func(header string, expires time.Time) error {
+				if c.Bool("json") {
+					return cmdutil.WriteJSON(e, map[string]any{"authorization": header, "expiresAt": cmdutil.JSONTime(expires)})
+				}
+				_, err := fmt.Fprintln(e.Stdout, header)
+				return err
+			}
+			if s := c.String("scheme"); s != "oidc" && s != "legacy" {
+				return cmdutil.UsageErr(fmt.Errorf("--scheme %q: want legacy or oidc", s))
+			}
+			cl, err := factory.AgentFor(c, e)
+			if err != nil {
+				return err
+			}
+			if cl != nil {
+				resp, err := factory.AgentAuthorization(c.Context, cl, c, c.String("scheme"))
+				if err != nil {
+					return err
+				}
+				return emit(resp.Authorization, resp.ExpiresAt)
+			}
+			switch c.String("scheme") {
+			case "oidc":
+				rec, err := factory.OIDCToken(c, e)
+				if err != nil {
+					return err
+				}
+				return emit(rec.Header(), rec.Expiry)
+			}
+			tok, client, err := obtainLegacy(c, e)
+			if err != nil {
+				return err
+			}
+			return emit(client.Header(tok.Value), tok.ExpiresAt)
+		},
+	}
+}
+
+// obtainLegacy checks the flags, builds the identity (opening the token
+// when the way in needs it) and authenticates.
+func obtainLegacy(c *cli.Context, e *cmdutil.Env) (legacy.Token, *legacy.Client, error) {
+	s := settings.Of(c)
+	if !c.IsSet("by") {
+		return legacy.Token{}, nil, cmdutil.UsageErr(errors.New("give --by password, --by certificate or --by sid"))
+	}
+	by, err := legacy.ParseMethod(c.String("by"))
+	if err != nil {
+		return legacy.Token{}, nil, err
+	}
+	if err := cmdutil.Missing(cmdutil.FlagNeed(c, "api-url"), cmdutil.DeveloperKeySecret.Need(s)); err != nil {
+		return legacy.Token{}, nil, err
+	}
+	client, err := factory.LegacyClient(s, e)
+	if err != nil {
+		return legacy.Token{}, nil, err
+	}
+	id, done, err := legacyIdentity(c, e, by)
+	if err != nil {
+		return legacy.Token{}, nil, err
+	}
+	defer done()
+	var tok legacy.Token
+	r, err := factory.OpenStore(s)
+	if err != nil {
+		return legacy.Token{}, nil, err
+	}
+	if r != nil {
+		// Through the shared store: the token the agents (or an earlier
+		// command) obtained for this identity, or one obtained now under
+		// its lease and kept there.
+		defer r.Close()
+		tokens := legacy.NewTokens(client, 0, 0)
+		tokens.Share(r)
+		tok, _, err = tokens.Token(c.Context, id)
+	} else {
+		tok, err = client.Authenticate(c.Context, id)
+	}
+	if err != nil {
+		return legacy.Token{}, nil, err
+	}
+	e.Log.Info().Str("by", string(by)).Str("subject", id.Subject).Str("token", secret.Mask(tok.Value)).
+		Time("expiresAt", tok.ExpiresAt).Msg("legacy token obtained")
+	return tok, client, nil
+}
+
+// legacyIdentity builds who logs in; done releases the token, if opened.
+func legacyIdentity(c *cli.Context, e *cmdutil.Env, by legacy.Method) (legacy.Identity, func(), error) {
+	sel, err := legacySelector(c, by)
+	if err != nil {
+		return legacy.Identity{}, func() {}, err
+	}
+	scheme, done := legacyScheme(c, e, nil)
+	id, err := scheme.Identity(sel)
+	return id, done, err
+}
+
+// legacySelector is the legacy identity the flags name.
+func legacySelector(c *cli.Context, by legacy.Method) (authz.Selector, error) {
+	sel := authz.Selector{Scheme: authz.SchemeLegacy, By: string(by)}
+	if by == legacy.ByPassword {
+		if sel.Login = strings.TrimSpace(c.String("login")); sel.Login == "" {
+			return sel, cmdutil.UsageErr(errors.New("--by password needs --login (or SIGNAGENT_LOGIN)"))
+		}
+	}
+	return sel, nil
+}
+
+// legacyScheme is the legacy scheme as the flags configure it: a password
+// from its sources (a prompt last), the token's certificate (opened when
+// asked), an auth.sid from its sources or trusted authentication with the
+// Credential flags. done closes the token, if opened.
+func legacyScheme(c *cli.Context, e *cmdutil.Env, tokens *legacy.Tokens) (*legacy.Scheme, func()) {
+	s := settings.Of(c)
+	f := factory.New(c, e)
+	scheme := &legacy.Scheme{
+		Tokens:      tokens,
+		Password:    func(login string) (string, error) { return readPassword(s, e, login) },
+		Certificate: f.Certificate,
+		SidIdentity: func(authz.Selector) (legacy.Identity, error) { return sidIdentity(f) },
+	}
+	return scheme, f.Close
+}
+
+// sidIdentity reads the auth.sid from --sid-file or $SIGNAGENT_SID, or runs
+// Trusted authentication on the token for the credential flags.
+func sidIdentity(f *factory.Factory) (legacy.Identity, error) {
+	c := f.Context
+	src := cmdutil.SIDSecret.Source(f.Settings)
+	if src.Given() {
+		got, err := src.Resolve()
+		if err != nil {
+			return legacy.Identity{}, errdefs.Mark(err, errdefs.ErrInvalidInput)
+		}
+		return staticSid(got.From, got.Value), nil
+	}
+	cred, err := cmdutil.Credential(c)
+	if err != nil {
+		return legacy.Identity{}, cmdutil.UsageErr(fmt.Errorf("--by sid needs --sid-file, SIGNAGENT_SID, or a trusted credential (--phone, --snils or --thumbprint) with --service-user-id: %w", err))
+	}
+	if _, err := cmdutil.Selection(c); err != nil {
+		return legacy.Identity{}, err
+	}
+	client, err := f.Trusted(true)
+	if err != nil {
+		return legacy.Identity{}, err
+	}
+	userID := c.String("service-user-id")
+	return legacy.Identity{By: legacy.BySid, Subject: "trusted " + cred.Masked() + " serviceUserId=" + userID,
+		Sid: func(ctx context.Context) (string, error) {
+			sess, err := client.Session(ctx, cred, userID)
+			if err != nil {
+				return "", err
+			}
+			return sess.Sid, nil
+		}}, nil
+}
+
+func staticSid(from, sid string) legacy.Identity {
+	return legacy.GivenSid("the auth.sid from "+from, strings.TrimSpace(sid))
+}
+
+// readPassword reads the password (see secretSpec for the order of its
+// sources, a prompt on the terminal last); never argv.
+func readPassword(s *settings.Settings, e *cmdutil.Env, login string) (string, error) {
+	src := cmdutil.PasswordSecret.Source(s)
+	if tty, ok := e.Stdin.(*os.File); ok {
+		src.TTY, src.Out, src.Prompt = tty, e.Stderr, "Password for "+login+": "
+	}
+	got, err := src.Resolve()
+	if err != nil {
+		return "", errdefs.Mark(err, errdefs.ErrInvalidInput)
+	}
+	return got.Value, nil
+}

@@ -1,0 +1,207 @@
+package oidccmd
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mdp/qrterminal/v3"
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/cmd/signagent/internal/factory"
+	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/internal/secret"
+	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/oidc"
+)
+
+func loginCommand(e *cmdutil.Env) *cli.Command {
+	return &cli.Command{
+		Description: cmdutil.Examples("signagent login", "signagent login --flow code", "signagent login --profile robot --refresh-token-file rt"),
+		Name:        "login",
+		Usage:       "sign a user in with OpenID Connect (device or authorization-code flow) and keep the tokens",
+		UsageText: "signagent login --space staging|production [--flow device] [--no-qr]\n" +
+			"signagent login --flow code --redirect-uri http://127.0.0.1:PORT/callback [--no-browser]",
+		Flags: cmdutil.Concat(factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag(),
+			&cli.StringFlag{Name: "space", Category: factory.CatOIDC, EnvVars: []string{"SIGNAGENT_SPACE"}, Usage: "`SPACE` of the service: staging (Service.PublicAPI.Staging) or production (Service.PublicAPI)"},
+			&cli.StringSliceFlag{Name: "scope", Category: factory.CatOIDC, Usage: "ask for `SCOPE` too (besides openid profile email offline_access and the space's)"},
+			&cli.StringFlag{Name: "flow", Category: factory.CatOIDC, Value: "device", Usage: "`FLOW`: device (a code to enter on any device) or code (a browser on this machine)"},
+			&cli.StringFlag{Name: "refresh-token-file", Category: factory.CatOIDC, Usage: "sign in without a browser from a refresh token issued beforehand, read from `FILE` (a robot's start; checked by one refresh before it is kept)"},
+			&cli.BoolFlag{Name: "no-qr", Category: factory.CatOIDC, Usage: "device flow: do not draw the QR code"},
+			&cli.StringFlag{Name: "redirect-uri", Category: factory.CatOIDC, EnvVars: []string{"SIGNAGENT_REDIRECT_URI"}, Usage: "code flow: the redirect `URI` registered in the integrator's cabinet (loopback: signagent receives it)"},
+			&cli.BoolFlag{Name: "no-browser", Category: factory.CatOIDC, Usage: "code flow: do not open a browser; print the URL and read the redirected address pasted back (over SSH)"},
+			&cli.DurationFlag{Name: "login-timeout", Category: factory.CatOIDC, Value: 10 * time.Minute, Usage: "code flow: give up when the sign-in is not done after `DURATION`"},
+		}),
+		Action: func(c *cli.Context) error { return login(c, e) },
+	}
+}
+
+func login(c *cli.Context, e *cmdutil.Env) error {
+	s := settings.Of(c)
+	profile := s.String("profile")
+	if err := oidc.CheckProfile(profile); err != nil {
+		return err
+	}
+	flow := c.String("flow")
+	if flow != "device" && flow != "code" {
+		return cmdutil.UsageErr(fmt.Errorf("--flow %q: want device or code", flow))
+	}
+	if err := cmdutil.Missing(cmdutil.FlagNeed(c, "space"), cmdutil.FlagNeed(c, "auth-url"), cmdutil.FlagNeed(c, "client-id"), cmdutil.ClientSecretSecret.Need(s)); err != nil {
+		return err
+	}
+	store, err := factory.TokenStore(s)
+	if err != nil {
+		return err
+	}
+	client, err := factory.OIDCClient(s, e, s.String("auth-url"), s.String("client-id"))
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var rec *oidc.Record
+	switch f := c.String("refresh-token-file"); {
+	case f != "":
+		got, rerr := secret.Source{What: "the refresh token", Flag: "--refresh-token-file", File: f, Max: 16 << 10}.Resolve()
+		if rerr != nil {
+			return cmdutil.UsageErr(rerr)
+		}
+		rec, err = client.SignInWithRefreshToken(ctx, strings.TrimSpace(got.Value))
+	case flow == "device":
+		rec, err = deviceLogin(ctx, c, e, client)
+	default:
+		rec, err = codeLogin(ctx, c, e, client)
+	}
+	if err != nil {
+		if ctx.Err() != nil && c.Context.Err() == nil {
+			return cmdutil.Exit(cmdutil.ExitInterrupted, errors.New("login interrupted; nothing was saved"))
+		}
+		return err
+	}
+	rec.Profile = profile
+	if err := saveLogin(ctx, store, rec); err != nil {
+		return err
+	}
+	e.Log.Info().Object("tokens", rec).Msg("signed in")
+	fmt.Fprintf(e.Stdout, "Signed in as %s to %s (profile %s); the access token expires at %s.\n",
+		factory.Who(rec), rec.Space(), profile, rec.Expiry.Local().Format(time.DateTime))
+	return nil
+}
+
+// saveLogin replaces the profile's tokens under its lock, so that a
+// refresh running meanwhile does not write over the new sign-in.
+func saveLogin(ctx context.Context, store oidc.Records, rec *oidc.Record) error {
+	lctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	unlock, err := store.Lock(lctx, rec.Profile)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return store.Save(rec)
+}
+
+func deviceLogin(ctx context.Context, c *cli.Context, e *cmdutil.Env, client *oidc.Client) (*oidc.Record, error) {
+	d, err := client.StartDevice(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The instructions, the QR code and the wait go to stderr: stdout is
+	// for the result.
+	out := e.Stderr
+	if d.VerificationURIComplete != "" {
+		fmt.Fprintf(out, "To sign in, open %s\n", d.VerificationURIComplete)
+		fmt.Fprintf(out, "or go to %s and enter the code %s\n", d.VerificationURI, d.UserCode)
+	} else {
+		fmt.Fprintf(out, "To sign in, go to %s and enter the code %s\n", d.VerificationURI, d.UserCode)
+	}
+	if f, ok := out.(*os.File); ok && secret.IsTerminal(f) && !c.Bool("no-qr") {
+		qr := d.VerificationURIComplete
+		if qr == "" {
+			qr = d.VerificationURI
+		}
+		qrterminal.GenerateHalfBlock(qr, qrterminal.L, out)
+	}
+	fmt.Fprintf(out, "Waiting for the approval (the code expires at %s; Ctrl-C to stop)...\n", d.Expiry.Local().Format(time.TimeOnly))
+	return client.PollDevice(ctx, d)
+}
+
+func codeLogin(ctx context.Context, c *cli.Context, e *cmdutil.Env, client *oidc.Client) (*oidc.Record, error) {
+	req, err := client.StartCode(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := client.CheckCode(ctx, req); err != nil {
+		return nil, err
+	}
+	var redirects <-chan url.Values
+	if !c.Bool("no-browser") {
+		recv, err := oidc.Listen(c.String("redirect-uri"), req)
+		if err != nil {
+			return nil, err
+		}
+		defer recv.Close()
+		redirects = recv.Redirects()
+	}
+	fmt.Fprintf(e.Stderr, "Open this address in a browser to sign in:\n  %s\n", req.URL)
+	pasted := make(chan string, 1)
+	if c.Bool("no-browser") {
+		fmt.Fprintf(e.Stderr, "After you allow access, the browser goes to %s?code=...\nPaste that whole address here: ", c.String("redirect-uri"))
+		go readLine(e, pasted)
+	} else if err := openBrowser(req.URL); err != nil {
+		e.Log.Debug().Err(err).Msg("no browser opened; open the address yourself")
+	}
+	timeout := time.NewTimer(c.Duration("login-timeout"))
+	defer timeout.Stop()
+	var q url.Values
+	select {
+	case q = <-redirects:
+	case line, ok := <-pasted:
+		if !ok {
+			return nil, cmdutil.UsageErr(errors.New("no redirected address was pasted (end of input)"))
+		}
+		if q, err = oidc.ParsePasted(line); err != nil {
+			return nil, err
+		}
+	case <-timeout.C:
+		return nil, fmt.Errorf("%w: the sign-in was not finished within --login-timeout %s", oidc.ErrSignIn, c.Duration("login-timeout"))
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return client.FinishCode(ctx, req, q)
+}
+
+func readLine(e *cmdutil.Env, out chan<- string) {
+	sc := bufio.NewScanner(e.Stdin)
+	sc.Buffer(make([]byte, 0, 4096), 64<<10)
+	if sc.Scan() {
+		out <- sc.Text()
+	}
+	close(out)
+}
+
+// openBrowser opens url with $BROWSER, else xdg-open when there is a
+// display; it does not wait for the browser.
+func openBrowser(u string) error {
+	name := os.Getenv("BROWSER")
+	if name == "" {
+		if os.Getenv("DISPLAY") == "" && os.Getenv("WAYLAND_DISPLAY") == "" {
+			return errors.New("no display")
+		}
+		name = "xdg-open"
+	}
+	cmd := exec.Command(name, u)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	go cmd.Wait()
+	return nil
+}

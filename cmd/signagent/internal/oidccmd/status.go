@@ -1,0 +1,242 @@
+package oidccmd
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/cmd/signagent/internal/factory"
+	"github.com/signagent/signagent/cmd/signagent/internal/tokencmd"
+	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/oidc"
+)
+
+func tokenCommand(e *cmdutil.Env) *cli.Command {
+	return &cli.Command{
+		Description: cmdutil.Examples("curl -H \"Authorization: Bearer $(signagent token)\" URL", "signagent token --json"),
+		Name:        "token",
+		Args:        true, // checked by the command itself (its subcommands, or its own arguments)
+		Usage:       "print the profile's access token, refreshed when it has less than --refresh-before left",
+		UsageText:   "curl -H \"Authorization: Bearer $(signagent token)\" ...",
+		Flags:       cmdutil.Concat(factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag(), cmdutil.JSONFlag(`{"accessToken","expiresAt","profile"}`)}, factory.AgentUseFlags()),
+		Subcommands: []*cli.Command{tokencmd.TokenCheckCommand(e)}, // the PKCS#11 token's self-test
+		Action: func(c *cli.Context) error {
+			if err := cmdutil.NoArgs(c); err != nil { // not in main's Before: "check" is an argument there
+				return err
+			}
+			rec, err := oidcTokenHereOrAgent(c, e)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return cmdutil.WriteJSON(e, map[string]any{"accessToken": rec.AccessToken, "expiresAt": cmdutil.JSONTime(rec.Expiry), "profile": rec.Profile})
+			}
+			_, err = fmt.Fprintln(e.Stdout, rec.AccessToken)
+			return err
+		},
+	}
+}
+
+// oidcTokenHereOrAgent is the profile's token from the running agent, when
+// one is asked (its record holds the access token and expiry only), else
+// from the token store here.
+func oidcTokenHereOrAgent(c *cli.Context, e *cmdutil.Env) (*oidc.Record, error) {
+	cl, err := factory.AgentFor(c, e)
+	if err != nil || cl == nil {
+		if err != nil {
+			return nil, err
+		}
+		return factory.OIDCToken(c, e)
+	}
+	resp, err := factory.AgentAuthorization(c.Context, cl, c, authz.SchemeOIDC)
+	if err != nil {
+		return nil, err
+	}
+	tok, ok := strings.CutPrefix(resp.Authorization, "Bearer ")
+	if !ok {
+		return nil, errdefs.Mark(errors.New("the agent's OpenID Connect header is not a bearer token"), errdefs.ErrUnreachable)
+	}
+	return &oidc.Record{Profile: settings.Of(c).String("profile"), AccessToken: tok, Expiry: resp.ExpiresAt}, nil
+}
+
+func statusCommand(e *cmdutil.Env) *cli.Command {
+	return &cli.Command{
+		Description: cmdutil.Examples("signagent status", "signagent status --json"),
+		Name:        "status",
+		Usage:       "show who the profile is signed in as, the scopes and space, and when the tokens expire (no token is shown)",
+		Flags: cmdutil.Concat([]cli.Flag{factory.ProfileFlag(), factory.TokenStoreFlag(),
+			&cli.BoolFlag{Name: "all", Category: factory.CatOIDC, Usage: "every profile of the local token store, one line each (--json: a list)"},
+			&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print it as JSON"}}, factory.StoreFlags()),
+		Action: func(c *cli.Context) error {
+			s := settings.Of(c)
+			store, err := factory.TokenStore(s)
+			if err != nil {
+				return err
+			}
+			if c.Bool("all") {
+				return statusAll(c, e, store)
+			}
+			rec, err := store.Load(s.String("profile"))
+			if errors.Is(err, oidc.ErrSignIn) && c.Bool("json") {
+				// Signed out is an answer, not a failure, for a script
+				// that asks: exit 0 with signedIn false and why.
+				return cmdutil.WriteJSON(e, map[string]any{"profile": s.String("profile"), "signedIn": false,
+					"reason": err.Error()})
+			}
+			if err != nil {
+				return err
+			}
+			return printStatus(e, rec, c.Bool("json"))
+		},
+	}
+}
+
+func printStatus(e *cmdutil.Env, r *oidc.Record, asJSON bool) error {
+	now := time.Now()
+	if asJSON {
+		v := map[string]any{"profile": r.Profile, "signedIn": true, "subject": r.Subject, "email": r.Email, "name": r.Name,
+			"space": r.Space(), "scopes": r.Scopes, "authUrl": r.AuthURL, "clientId": r.ClientID,
+			"accessTokenExpiresAt": cmdutil.JSONTime(r.Expiry), "accessTokenValid": now.Before(r.Expiry),
+			"refreshToken": r.RefreshToken != "", "signedInAt": cmdutil.JSONTime(r.SignedInAt)}
+		if !r.RefreshedAt.IsZero() {
+			v["refreshedAt"] = cmdutil.JSONTime(r.RefreshedAt)
+		}
+		return cmdutil.WriteJSON(e, v)
+	}
+	left := "expired"
+	if now.Before(r.Expiry) {
+		left = "valid for " + r.Expiry.Sub(now).Round(time.Second).String()
+	}
+	refresh := "none (offline_access not granted): sign in again when the access token expires"
+	if r.RefreshToken != "" {
+		refresh = "held; it is refreshed when under --refresh-before is left"
+	}
+	fmt.Fprintf(e.Stdout, "profile:       %s\nsigned in as:  %s\nname:          %s\nspace:         %s\nscopes:        %s\n"+
+		"provider:      %s (client %s)\naccess token:  %s (expires %s)\nrefresh token: %s\nsigned in at:  %s\n",
+		r.Profile, factory.Who(r), r.Name, r.Space(), strings.Join(r.Scopes, " "), r.AuthURL, r.ClientID, left,
+		r.Expiry.Local().Format(time.DateTime), refresh, r.SignedInAt.Local().Format(time.DateTime))
+	return nil
+}
+
+func logoutCommand(e *cmdutil.Env) *cli.Command {
+	return &cli.Command{
+		Description: "The provider is asked to revoke the refresh token first (RFC 7009, when its discovery document\n" +
+			"publishes a revocation endpoint), as oidc-agent does, so that a copy of it is worth nothing; when it cannot\n" +
+			"be asked, nothing is removed and the command fails: --local-only removes the tokens here without asking.\n\n" +
+			cmdutil.Examples("signagent logout --profile robot", "signagent logout --local-only"),
+		Name:  "logout",
+		Usage: "revoke the profile's refresh token at the provider and remove its tokens from the token store",
+		Flags: cmdutil.Concat(factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag(),
+			&cli.BoolFlag{Name: "local-only", Category: factory.CatOIDC, Usage: "remove the tokens here without asking the provider to revoke the refresh token"}}),
+		Action: func(c *cli.Context) error { return logout(c, e) },
+	}
+}
+
+func logout(c *cli.Context, e *cmdutil.Env) error {
+	s := settings.Of(c)
+	store, err := factory.TokenStore(s)
+	if err != nil {
+		return err
+	}
+	profile := s.String("profile")
+	if err := oidc.CheckProfile(profile); err != nil {
+		return err
+	}
+	revoked := ""
+	if !c.Bool("local-only") {
+		rec, err := store.Load(profile)
+		switch {
+		case errors.Is(err, oidc.ErrSignIn):
+			// Nothing to revoke; removed below if a record is there at all.
+		case err != nil:
+			return fmt.Errorf("%w (signagent logout --local-only removes it without asking the provider)", err)
+		default:
+			sec, err := factory.ClientSecret(s)
+			if err != nil {
+				return err
+			}
+			client, err := factory.RefreshClient(s, e, rec, sec)
+			if err != nil {
+				return err
+			}
+			ok, err := client.Revoke(c.Context, rec)
+			if err != nil {
+				return fmt.Errorf("the refresh token of profile %s was not revoked and nothing was removed: %w (signagent logout --local-only removes the tokens here without asking)", profile, err)
+			}
+			revoked = "; the provider publishes no revocation endpoint: the refresh token stays valid there until it expires"
+			if ok {
+				revoked = "; the provider revoked the refresh token"
+			}
+		}
+	}
+	removed, err := store.Remove(profile)
+	if err != nil {
+		return err
+	}
+	if removed {
+		fmt.Fprintf(e.Stdout, "Signed out: the tokens of profile %s are removed%s.\n", profile, revoked)
+	} else {
+		fmt.Fprintf(e.Stdout, "Profile %s was not signed in.\n", profile)
+	}
+	return nil
+}
+
+// statusAll lists every profile of the local token store with its state,
+// as gh auth status lists its hosts.
+func statusAll(c *cli.Context, e *cmdutil.Env, store oidc.Records) error {
+	local, ok := store.(oidc.Store)
+	if !ok {
+		return cmdutil.UsageErr(errors.New("--all lists the local token store's profiles; a shared store is asked one profile at a time (--profile)"))
+	}
+	names, err := local.Profiles()
+	if err != nil {
+		return err
+	}
+	type row struct {
+		Profile   string `json:"profile"`
+		SignedIn  bool   `json:"signedIn"`
+		Subject   string `json:"subject,omitempty"`
+		Space     string `json:"space,omitempty"`
+		ExpiresAt string `json:"expiresAt,omitempty"`
+		Refresh   bool   `json:"refreshToken"`
+		Reason    string `json:"reason,omitempty"`
+	}
+	rows := []row{}
+	for _, n := range names {
+		r := row{Profile: n}
+		if rec, err := local.Load(n); err != nil {
+			r.Reason = err.Error()
+		} else {
+			r.SignedIn, r.Subject, r.Space, r.ExpiresAt, r.Refresh = true, factory.Who(rec), rec.Space(), cmdutil.JSONTime(rec.Expiry), rec.RefreshToken != ""
+		}
+		rows = append(rows, r)
+	}
+	if c.Bool("json") {
+		return cmdutil.WriteJSON(e, rows)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(e.Stderr, "No profile is signed in (signagent login).")
+		return nil
+	}
+	w := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "PROFILE\tSIGNED IN AS\tSPACE\tACCESS TOKEN EXPIRES\tREFRESH TOKEN")
+	for _, r := range rows {
+		if !r.SignedIn {
+			fmt.Fprintf(w, "%s\t-\t-\t-\t%s\n", r.Profile, r.Reason)
+			continue
+		}
+		refresh := "yes"
+		if !r.Refresh {
+			refresh = "no"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.Profile, r.Subject, r.Space, r.ExpiresAt, refresh)
+	}
+	return w.Flush()
+}

@@ -1,0 +1,103 @@
+package tokencmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/internal/secret"
+	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/pkcs11"
+)
+
+func tokensCommand(e *cmdutil.Env) *cli.Command {
+	return &cli.Command{
+		Description: cmdutil.Examples("signagent tokens", "signagent tokens --module /usr/lib/librtpkcs11ecp.so"),
+		Name:        "tokens",
+		Usage:       "list the tokens the PKCS#11 module sees",
+		Flags: []cli.Flag{
+			cmdutil.Pick(cmdutil.TokenFlags(), "module")[0],
+			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+		},
+		Action: func(c *cli.Context) error {
+			mod, err := probedModule(c, e)
+			if err != nil {
+				return err
+			}
+			tokens, err := pkcs11.ListTokens(context.Background(), mod.Path)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return cmdutil.WriteJSON(e, map[string]any{"module": mod.Path, "tokens": cmdutil.NonNil(tokens)})
+			}
+			fmt.Fprintf(e.Stdout, "module: %s (%s)\n", mod.Path, mod.Source)
+			return pkcs11.WriteTokenTable(e.Stdout, tokens)
+		},
+	}
+}
+
+func keysCommand(e *cmdutil.Env) *cli.Command {
+	return &cli.Command{
+		Description: cmdutil.Examples("signagent keys --token-label partner --pin-file pin --json"),
+		Name:        "keys",
+		Usage:       "list the keys and certificates on a token (private keys only with a PIN)",
+		Flags:       append(cmdutil.Pick(cmdutil.TokenFlags(), "module", "token-label", "token-serial", "pin-file"), &cli.BoolFlag{Name: "json", Usage: "print JSON"}),
+		Action: func(c *cli.Context) error {
+			mod, err := probedModule(c, e)
+			if err != nil {
+				return err
+			}
+			src := cmdutil.PINSource(settings.Of(c), true, c.String("token-label"))
+			got, err := src.Resolve()
+			if errors.Is(err, secret.ErrMissing) && !src.Given() {
+				e.Log.Warn().Msg("no PIN given: listing public objects only (set SIGNAGENT_PIN or give --pin-file to see private keys)")
+				err = nil
+			}
+			if err != nil {
+				return errdefs.Mark(err, pkcs11.ErrPINMissing)
+			}
+			pin := got.Value
+			objs, err := pkcs11.ListObjects(context.Background(), mod.Path, pkcs11.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")}, pin)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return cmdutil.WriteJSON(e, map[string]any{"objects": cmdutil.NonNil(objs)})
+			}
+			return pkcs11.WriteObjectTable(e.Stdout, objs)
+		},
+	}
+}
+
+// resolveModule finds the module --module names (or the default one) and
+// says which it is when the operator named none.
+func resolveModule(c *cli.Context, e *cmdutil.Env) (pkcs11.Module, error) {
+	return resolveModuleFrom(c, e, pkcs11.DefaultModules)
+}
+
+// resolveModuleFrom is resolveModule looking in candidates when no module
+// is named.
+func resolveModuleFrom(c *cli.Context, e *cmdutil.Env, candidates []string) (pkcs11.Module, error) {
+	mod, err := pkcs11.ResolveModuleFrom(c.String("module"), "flag", candidates)
+	if err != nil {
+		return mod, err
+	}
+	if mod.Source == "default location" {
+		e.Log.Info().Str("module", mod.Path).Msg("using PKCS#11 module")
+	}
+	return mod, nil
+}
+
+// probedModule is resolveModule, then the module tried in a child process.
+func probedModule(c *cli.Context, e *cmdutil.Env) (pkcs11.Module, error) {
+	mod, err := resolveModule(c, e)
+	if err == nil {
+		err = pkcs11.Probe(c.Context, mod.Path)
+	}
+	return mod, err
+}

@@ -1,0 +1,63 @@
+package cmdutil
+
+import (
+	"fmt"
+	"runtime"
+	"runtime/debug"
+)
+
+// Version is the program's version: main sets it from its own, which
+// -ldflags "-X main.version=..." sets at build time.
+var Version = "dev"
+
+// BuildInfo is what `signagent version` reports.
+type BuildInfo struct {
+	Version   string `json:"version"`
+	Commit    string `json:"commit,omitempty"`
+	Modified  bool   `json:"modified,omitempty"`
+	GoVersion string `json:"goVersion"`
+	Platform  string `json:"platform"`
+}
+
+// ReadBuildInfo is the version set with -ldflags "-X main.version=...",
+// else the module version Go recorded (`go install ...@v1.2.3` prints
+// v1.2.3), with the commit from the VCS stamp; "dev" when neither says.
+func ReadBuildInfo(ldflagsVersion string, info *debug.BuildInfo, ok bool) BuildInfo {
+	b := BuildInfo{Version: ldflagsVersion, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	if !ok || info == nil {
+		return b
+	}
+	b.GoVersion = info.GoVersion
+	if b.Version == "dev" && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		b.Version = info.Main.Version
+	}
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			b.Commit = s.Value
+		case "vcs.modified":
+			b.Modified = s.Value == "true"
+		}
+	}
+	return b
+}
+
+func CurrentBuild() BuildInfo {
+	info, ok := debug.ReadBuildInfo()
+	return ReadBuildInfo(Version, info, ok)
+}
+
+func (b BuildInfo) String() string {
+	s := "signagent " + b.Version
+	if b.Commit != "" {
+		c := b.Commit
+		if len(c) > 12 {
+			c = c[:12]
+		}
+		if b.Modified {
+			c += "-dirty"
+		}
+		s += " (" + c + ")"
+	}
+	return s + fmt.Sprintf(" %s %s", b.GoVersion, b.Platform)
+}

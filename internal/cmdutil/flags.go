@@ -1,0 +1,173 @@
+package cmdutil
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/internal/secret"
+	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/pkcs11"
+)
+
+const (
+	catToken      = "Token"
+	CatCredential = "Credential"
+	CatService    = "Service"
+	CatOutput     = "Output"
+)
+
+// TokenFlags select the module, token, key and certificate. There is no flag
+// for the PIN itself: argv is visible to every user of the machine.
+func TokenFlags() []cli.Flag {
+	return []cli.Flag{
+		// The module flag has no EnvVars so that the log can say whether the
+		// module came from the flag, SIGNAGENT_PKCS11_MODULE or a default place.
+		&cli.StringFlag{Name: "module", Category: catToken, Usage: "PKCS#11 module `PATH` (default: $SIGNAGENT_PKCS11_MODULE, then p11-kit-proxy, then SoftHSM, in the usual places)"},
+		&cli.StringFlag{Name: "token-label", Category: catToken, EnvVars: []string{"SIGNAGENT_TOKEN_LABEL"}, Usage: "choose the token by `LABEL`"},
+		&cli.StringFlag{Name: "token-serial", Category: catToken, EnvVars: []string{"SIGNAGENT_TOKEN_SERIAL"}, Usage: "choose the token by `SERIAL`"},
+		&cli.StringFlag{Name: "key", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_URI"}, Usage: "RFC 7512 pkcs11: `URI` of the key (token=, serial=, slot-id=, object=, id=, module-path=, module-name=, pin-source=)"},
+		&cli.StringFlag{Name: "key-label", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_LABEL"}, Usage: "choose the key by `LABEL`"},
+		&cli.StringFlag{Name: "key-id", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_ID"}, Usage: "choose the key by CKA_ID in `HEX`"},
+		&cli.StringFlag{Name: "cert", Category: catToken, EnvVars: []string{"SIGNAGENT_CERT"}, Usage: "certificate `FILE` (PEM or DER) instead of the one on the token"},
+		PINSecret.FlagWith(catToken, ", else a prompt on a terminal"),
+		&cli.BoolFlag{Name: "allow-final-pin-try", Category: catToken, Usage: "log in even when the token says one more wrong PIN locks it"},
+		&cli.DurationFlag{Name: "token-timeout", Category: catToken, Value: 30 * time.Second, EnvVars: []string{"SIGNAGENT_TOKEN_TIMEOUT"}, Usage: "give up on opening the token, and on each token operation, after `DURATION`"},
+	}
+}
+
+// Pick returns the flags of all with the given names, in the order named,
+// so that a command takes some of a group by name rather than by position
+// (a flag added to the group must not shift another command's flags). An
+// unknown name is a programming error: every command is built by the tests.
+func Pick(all []cli.Flag, names ...string) []cli.Flag {
+	out := make([]cli.Flag, 0, len(names))
+	for _, n := range names {
+		i := slices.IndexFunc(all, func(f cli.Flag) bool { return f.Names()[0] == n })
+		if i < 0 {
+			panic("no flag --" + n)
+		}
+		out = append(out, all[i])
+	}
+	return out
+}
+
+func Selection(c *cli.Context) (pkcs11.Selection, error) {
+	return SelectionFrom(settings.Of(c), true)
+}
+
+// SelectionFrom reads the token flags; prompt allows asking for the PIN on
+// a terminal (never in the daemon).
+func SelectionFrom(c *settings.Settings, prompt bool) (pkcs11.Selection, error) {
+	sel := pkcs11.Selection{
+		Module:        c.String("module"),
+		Token:         pkcs11.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")},
+		URI:           c.String("key"),
+		KeyLabel:      c.String("key-label"),
+		CertFile:      c.String("cert"),
+		Timeout:       c.Duration("token-timeout"),
+		AllowFinalTry: c.Bool("allow-final-pin-try"),
+	}
+	sel.PIN.File, _ = c.Place(PINSecret.flag) // the flag's file; the URI's pin-source is merged below
+	if id := c.String("key-id"); id != "" {
+		b, err := pkcs11.ParseKeyID(id)
+		if err != nil {
+			return sel, err
+		}
+		sel.KeyID = b
+	}
+	if err := c.Err(); err != nil {
+		return sel, err
+	}
+	// The URI's attributes (module-name, slot-id, pin-source, ...) are
+	// merged now, before the PIN is read: its pin-source is the PIN's file
+	// as --pin-file is (naming both differently is an error).
+	sel, err := sel.Complete()
+	if err != nil {
+		return sel, err
+	}
+	pin := PINSource(c, prompt, sel.Token.Label)
+	// A command that would prompt lets a reader's keypad stand in.
+	sel.PIN.PadWhenMissing = prompt && !pin.Given()
+	sel.PIN.Lookup = func(file string) (secret.Secret, error) {
+		src := pin
+		if file != src.File {
+			src.File, src.Flag = file, "the key URI's pin-source"
+		}
+		return src.Resolve()
+	}
+	return sel, nil
+}
+
+func CredentialFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "phone", Category: CatCredential, Usage: "the user's 10-digit `PHONE` (+7, 7 or 8 prefix, spaces, dashes and parentheses allowed)"},
+		&cli.StringFlag{Name: "snils", Category: CatCredential, Usage: "the user's 11-digit `SNILS` (XXX-XXX-XXX YY or plain)"},
+		&cli.StringFlag{Name: "thumbprint", Category: CatCredential, Usage: "SHA-1 certificate `THUMBPRINT` (40 hex digits, any case, spaces or colons allowed)"},
+		&cli.BoolFlag{Name: "legacy-snils", Category: CatCredential, Usage: "accept a SNILS whose check number does not follow the published rule"},
+		&cli.StringFlag{Name: "timestamp", Category: CatCredential, Usage: "the text's timestamp, `\"dd.MM.yyyy HH:mm:ss\"` in UTC (default: now)"},
+	}
+}
+
+func Credential(c *cli.Context) (canonical.Credential, error) {
+	var given []canonical.Kind
+	var value string
+	for _, k := range []canonical.Kind{canonical.Phone, canonical.SNILS, canonical.Thumbprint} {
+		if c.IsSet(k.String()) {
+			given = append(given, k)
+			value = c.String(k.String())
+		}
+	}
+	switch len(given) {
+	case 0:
+		return canonical.Credential{}, fmt.Errorf("%w: give one of --phone, --snils or --thumbprint", canonical.ErrInvalidCredential)
+	case 1:
+	default:
+		return canonical.Credential{}, fmt.Errorf("%w: give only one of --phone, --snils or --thumbprint", canonical.ErrInvalidCredential)
+	}
+	return canonical.Parse(given[0], value, canonical.Options{AllowLegacySNILS: c.Bool("legacy-snils")})
+}
+
+func Timestamp(c *cli.Context) (time.Time, error) {
+	if s := c.String("timestamp"); c.IsSet("timestamp") {
+		return canonical.ParseTimestamp(s)
+	}
+	return canonical.Now(), nil
+}
+
+func APIKeyFlags() []cli.Flag {
+	return []cli.Flag{APIKeySecret.FlagWith(CatService, "")}
+}
+
+// APIKey returns the partner's API key (see secretSpec for the order of
+// its sources). It never comes from argv.
+func APIKey(c *cli.Context) (string, error) { return APIKeyFrom(settings.Of(c)) }
+
+func APIKeyFrom(c *settings.Settings) (string, error) {
+	return APIKeySecret.Read(c, canonical.NormalizeAPIKey, canonical.ErrInvalidAPIKey)
+}
+
+// Examples is a command's help section of examples, one command a line.
+func Examples(lines ...string) string {
+	return "Examples:\n\n   " + strings.Join(lines, "\n   ")
+}
+
+// JSONFlag is --json, printing the shape named.
+func JSONFlag(shape string) cli.Flag {
+	return &cli.BoolFlag{Name: "json", Category: CatOutput, Usage: "print " + shape + " as JSON (times in RFC 3339, UTC)"}
+}
+
+// NoArgs refuses stray positional arguments, which are most often a value
+// given to the wrong flag. The argument is not echoed: it may be a secret
+// typed in the wrong place.
+func NoArgs(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return UsageErr(errors.New("this command takes no positional arguments (a value given without its --flag?); see --help"))
+	}
+	return nil
+}

@@ -1,0 +1,60 @@
+package cmdutil
+
+import (
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/signagent/signagent/safefile"
+	"github.com/signagent/signagent/signer"
+)
+
+// JSONTime is the one time format of the JSON signagent prints: RFC 3339
+// with milliseconds, in UTC.
+func JSONTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+
+// IsTerminal says whether w is a terminal.
+func IsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+func Concat(sets ...[]cli.Flag) []cli.Flag {
+	var out []cli.Flag
+	for _, s := range sets {
+		out = append(out, s...)
+	}
+	return out
+}
+
+func WriteJSON(e *Env, v any) error {
+	enc := json.NewEncoder(e.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func NonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// ReadCerts reads every certificate in a PEM file (or one DER certificate).
+func ReadCerts(path string) ([]*x509.Certificate, error) {
+	b, err := safefile.Read(path, 4<<20) // a chain is a few KiB; /dev/zero is not one
+	if err != nil {
+		return nil, UsageErr(err)
+	}
+	certs, err := signer.ParseCertificates(b)
+	if err != nil {
+		return nil, UsageErr(fmt.Errorf("%s: %w", path, err))
+	}
+	return certs, nil
+}

@@ -1,0 +1,55 @@
+package cmdutil
+
+import (
+	"strings"
+
+	"github.com/urfave/cli/v2"
+	"github.com/xrash/smetrics"
+)
+
+// closeEnough is the Jaro-Winkler similarity from which a name is offered
+// as the one meant ("sesion" → "session"); below it nothing is offered
+// rather than a guess ("xyzzy" is not "keys").
+const closeEnough = 0.85
+
+// Suggest returns the candidate most like name, or "" when none is close
+// enough.
+func Suggest(name string, candidates []string) string {
+	best, score := "", 0.0
+	for _, c := range candidates {
+		if s := smetrics.JaroWinkler(name, c, 0.7, 4); s > score {
+			best, score = c, s
+		}
+	}
+	if score < closeEnough {
+		return ""
+	}
+	return best
+}
+
+// CommandNames are the names and aliases of cmds.
+func CommandNames(cmds []*cli.Command) []string {
+	var out []string
+	for _, c := range cmds {
+		out = append(out, c.Names()...)
+	}
+	return out
+}
+
+// FlagSuggestion is `; did you mean "--phone"?` for the flag err names as
+// undefined ("flag provided but not defined: -phon"), or "".
+func FlagSuggestion(err error, flags []cli.Flag) string {
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: ")
+	if !ok {
+		return ""
+	}
+	name = strings.TrimLeft(name, "-")
+	var names []string
+	for _, f := range flags {
+		names = append(names, f.Names()...)
+	}
+	if s := Suggest(name, names); s != "" {
+		return `; did you mean "--` + s + `"?`
+	}
+	return ""
+}
