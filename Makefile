@@ -88,7 +88,7 @@ release-check:
 # test once, without the race detector, the fuzzing and the package (test
 # runs those, and is what CI runs).
 check: deps lint
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout 20m ./...
 	cd tools/helm && $(GO) vet . && $(GO) test -count=1 .
 
 deps:

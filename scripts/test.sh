@@ -12,7 +12,7 @@ trap 'rm -f "$log"' EXIT
 (cd tools/helm && $GO vet . && $GO test -count=1 .) >"$log" 2>&1 &
 helm=$!
 status=0
-$GO test -race -count=1 ./... || status=1
+$GO test -race -count=1 -timeout 30m ./... || status=1
 $GO test -run '^$' -fuzz '^FuzzUpstream$' -fuzztime 8s -fuzzminimizetime 10x ./agent/proxy || status=1
 if wait "$helm"; then
 	tail -n 1 "$log"
