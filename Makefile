@@ -18,13 +18,15 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # (pcscd with vsmartcard's vpcd reader driver, a card emulated by libcacard
 # over an NSS database that certutil makes, in namespaces set up with
 # iproute2; pcsc-tools to look at it by hand), and duktape (the JavaScript
-# engine polkitd links) to check the package's polkit rule, and the
+# engine polkitd links) to check the package's polkit rule, and mmdebstrap
+# for the Debian 12 root podman boots systemd in to install, upgrade and
+# remove the package (scripts/package-install-test.sh), and the
 # interpreters and compilers of the partner examples (examples/: python3,
 # nodejs, a JDK 17, mono's mcs).
 DEPS    := softhsm2 opensc gnutls-bin openssl curl procps chromium systemd redis-server \
            swtpm tpm2-abrmd libtss2-tcti-tabrmd0 dbus-daemon tpm2-tools libtpm2-pkcs11-1 libtpm2-pkcs11-tools \
            zsh fish groff-base lintian libgnutls28-dev libgcrypt20-dev nettle-dev libgmp-dev pkg-config libengine-gost-openssl \
-           pcscd vsmartcard-vpcd libcacard-dev libnss3-tools pcsc-tools iproute2 duktape \
+           pcscd vsmartcard-vpcd libcacard-dev libnss3-tools pcsc-tools iproute2 duktape mmdebstrap \
            python3 nodejs openjdk-17-jdk-headless mono-devel \
            $(IMAGE_DEPS)
 # The container image (make image) and its test: buildah builds it, skopeo
@@ -62,7 +64,8 @@ lint:
 # agent/proxy/testdata/fuzz), the Helm chart (tools/helm: a module of its own,
 # helm and client-go pinned there; docs/deploy.md) beside them
 # (scripts/test.sh), then the Debian
-# package built, unpacked into a scratch root, run and linted,
+# package built, unpacked into a scratch root, run and linted, then
+# installed, upgraded and removed under systemd in a container,
 # then the container image built and run as deploy/compose.yaml sets it
 # up (about a minute; docs/deploy.md).
 test: deps lint

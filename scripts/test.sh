@@ -23,4 +23,5 @@ else
 fi
 [ "$status" = 0 ] || exit 1
 scripts/package-test.sh
+scripts/package-install-test.sh
 scripts/image-test.sh
