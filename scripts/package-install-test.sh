@@ -155,6 +155,7 @@ ex test ! -e /run/signagent/agent.sock || fail "the socket /run/signagent/agent.
 ex test ! -e /usr/bin/signagent || fail "/usr/bin/signagent is left after remove"
 [ "$(ex sha256sum /etc/signagent/agent.yaml 2>&1)" = "$conf_sum" ] || fail "remove did not keep /etc/signagent/agent.yaml"
 [ "$(ex sha256sum /etc/logrotate.d/signagent 2>&1)" = "$rotate_sum" ] || fail "remove did not keep /etc/logrotate.d/signagent"
+ex test -L /etc/systemd/system/sockets.target.wants/signagent.socket || fail "remove did not keep signagent.socket's enablement (purge removes it)"
 
 # Purge: the configuration and the enablement gone, the audit log kept.
 out=$(ex dpkg -P signagent 2>&1) || fail "dpkg -P failed: $out"
