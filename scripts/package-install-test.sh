@@ -11,7 +11,8 @@
 #   - a first install enables and starts nothing, and makes the user and
 #     /etc/signagent;
 #   - the unit starts without PIN and API-key files and hands the agent only
-#     the credentials that exist (the agent's environment is read back);
+#     the credentials that hold something (the agent's environment is read
+#     back: the client secret, then a PIN file added, never an empty file);
 #   - the upgrade restarts the running agent (a new PID, the new version
 #     answering /metrics) and keeps agent.yaml, an edited conffile and the
 #     socket's enabled state;
@@ -144,13 +145,26 @@ ex test ! -e /proc/"$pid1" || fail "the old agent, PID $pid1, still runs after t
 [ "$(ex sha256sum /etc/logrotate.d/signagent)" = "$rotate_sum" ] || fail "the upgrade did not keep the edited /etc/logrotate.d/signagent"
 ex test -f /var/lib/signagent/audit.log || fail "the agent made no audit log in /var/lib/signagent: $(ex ls -la /var/lib/signagent)"
 
+# A PIN file added (a PIN alone names no token: the agent still serves
+# OpenID Connect alone) and an empty API key file: the restarted agent is
+# handed the PIN and not the empty file.
+ex sh -c 'umask 077 && printf "123456\n" > /etc/signagent/pin && : > /etc/signagent/api-key' || fail "writing the PIN file failed"
+out=$(ex systemctl restart signagent.service 2>&1) || fail "systemctl restart signagent.service with a PIN file: $out"
+pid3=$(main_pid)
+[ "$pid3" -gt 0 ] || fail "signagent.service is not running with a PIN file"
+env3=$(ex cat /proc/"$pid3"/environ | tr '\0' '\n')
+grep -q '^SIGNAGENT_PIN_FILE=/run/credentials/signagent.service/pin$' <<<"$env3" ||
+	fail "the unit did not hand the agent its PIN file: $(grep ^SIGNAGENT_ <<<"$env3" | tr '\n' ' ')"
+grep -q '^SIGNAGENT_API_KEY_FILE=' <<<"$env3" && fail "the unit handed the agent an empty API key file"
+ex rm /etc/signagent/pin /etc/signagent/api-key
+
 # Remove: the agent and its socket stopped, the configuration kept.
 out=$(ex dpkg -r signagent 2>&1) || fail "dpkg -r failed: $out"
 for u in signagent.service signagent.socket; do
 	s=$(ex systemctl is-active $u 2>&1 || true)
 	[ "$s" = inactive ] || fail "$u is $s after remove, want inactive"
 done
-ex test ! -e /proc/"$pid2" || fail "the agent, PID $pid2, still runs after remove"
+ex test ! -e /proc/"$pid3" || fail "the agent, PID $pid3, still runs after remove"
 ex test ! -e /run/signagent/agent.sock || fail "the socket /run/signagent/agent.sock is left after remove"
 ex test ! -e /usr/bin/signagent || fail "/usr/bin/signagent is left after remove"
 [ "$(ex sha256sum /etc/signagent/agent.yaml 2>&1)" = "$conf_sum" ] || fail "remove did not keep /etc/signagent/agent.yaml"
