@@ -12,6 +12,7 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
@@ -46,10 +47,10 @@ func TestClassify(t *testing.T) {
 		{"trusted refusal", &trusted.ServiceError{Step: trusted.StepAuthenticate, Status: 403, Code: trusted.CodeUserNotFound}, 422, CodeServiceRefused, "authenticate-by-truster"},
 		{"trusted failing", &trusted.ServiceError{Step: trusted.StepApprove, Status: 503}, 502, CodeServiceError, "approve-truster"},
 		{"trusted reused signature", &trusted.ServiceError{Step: trusted.StepAuthenticate, Status: 409, Code: trusted.CodeSignatureReused}, 429, CodeQueueFull, "authenticate-by-truster"},
-		{"trusted timeout", &trusted.TransportError{Step: trusted.StepLink, Timeout: true, Err: context.DeadlineExceeded}, 504, CodeServiceTimeout, "register-external-service-id"},
-		{"trusted unreachable", &trusted.TransportError{Step: trusted.StepLink, Err: errors.New("refused")}, 502, CodeServiceUnreachable, "register-external-service-id"},
+		{"trusted timeout", &httpx.TransportError{Step: string(trusted.StepLink), Timeout: true, Err: context.DeadlineExceeded}, 504, CodeServiceTimeout, "register-external-service-id"},
+		{"trusted unreachable", &httpx.TransportError{Step: string(trusted.StepLink), Err: errors.New("refused")}, 502, CodeServiceUnreachable, "register-external-service-id"},
 		{"legacy refusal", &legacy.ServiceError{Call: "Authenticate (V3) type=password", Status: 401, Code: "Http.Auth"}, 422, CodeServiceRefused, "Authenticate (V3) type=password"},
-		{"legacy timeout", &legacy.TransportError{Call: "AuthenticateConfirm", Timeout: true, Err: context.DeadlineExceeded}, 504, CodeServiceTimeout, "AuthenticateConfirm"},
+		{"legacy timeout", &httpx.TransportError{Step: "AuthenticateConfirm", Timeout: true, Err: context.DeadlineExceeded}, 504, CodeServiceTimeout, "AuthenticateConfirm"},
 		{"not a challenge", fmt.Errorf("challenge: %w", envelope.ErrMalformed), 502, CodeServiceUnreachable, ""},
 		{"sign in", fmt.Errorf("profile crm: %w", oidc.ErrSignIn), 409, CodeSignInRequired, ""},
 		{"provider refusal", &oidc.ProviderError{Step: "token (refresh_token)", Status: 400, Code: "invalid_client"}, 422, CodeServiceRefused, "token (refresh_token)"},

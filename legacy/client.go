@@ -268,7 +268,7 @@ func (c *Client) call(ctx context.Context, ac apiCall, body []byte, ctype string
 			var err error
 			ans, sent, err = c.once(ctx, ac, body, ctype, secret)
 			var se *ServiceError
-			var te *TransportError
+			var te *httpx.TransportError
 			switch {
 			case err == nil:
 				return false, 0, nil
@@ -307,12 +307,12 @@ func (c *Client) once(ctx context.Context, ac apiCall, body []byte, ctype, secre
 	start := time.Now()
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return nil, sent, &TransportError{Call: ac.name, URL: shown, Timeout: httpx.IsTimeout(ctx, err), Err: httpx.CleanErr(err)}
+		return nil, sent, &httpx.TransportError{Step: ac.name, URL: shown, Timeout: httpx.IsTimeout(ctx, err), Err: httpx.CleanErr(err)}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	if err != nil {
-		return nil, true, &TransportError{Call: ac.name, URL: shown, Timeout: httpx.IsTimeout(ctx, err), Err: httpx.CleanErr(err)}
+		return nil, true, &httpx.TransportError{Step: ac.name, URL: shown, Timeout: httpx.IsTimeout(ctx, err), Err: httpx.CleanErr(err)}
 	}
 	ev := c.cfg.Log.Debug()
 	if resp.StatusCode >= 300 {

@@ -351,7 +351,7 @@ func TestServiceFailing(t *testing.T) {
 	}
 	srv.Close()
 	_, err = b.newClient(t, devKey, srv.URL).Password(context.Background(), "alice@example.com", password)
-	var te *legacy.TransportError
+	var te *httpx.TransportError
 	if !errors.As(err, &te) {
 		t.Fatalf("closed server: %v", err)
 	}

@@ -69,23 +69,6 @@ func (e *ServiceError) Temporary() bool {
 	return e.Status >= 500 || e.Status == http.StatusTooManyRequests
 }
 
-// TransportError is a request that got no HTTP answer.
-type TransportError struct {
-	Call    string
-	URL     string // without the query
-	Timeout bool
-	Err     error
-}
-
-func (e *TransportError) Error() string {
-	if e.Timeout {
-		return fmt.Sprintf("%s: no answer from %s in time: %v", e.Call, e.URL, e.Err)
-	}
-	return fmt.Sprintf("%s: could not reach %s: %v", e.Call, e.URL, e.Err)
-}
-
-func (e *TransportError) Unwrap() error { return e.Err }
-
 // Is gives the error its kind: the service failing or limiting requests
 // (errdefs.ErrFailing), else a refusal (errdefs.ErrRefused).
 func (e *ServiceError) Is(target error) bool {
@@ -97,14 +80,3 @@ func (e *ServiceError) Is(target error) bool {
 
 // Detail returns the service's error code and the call, for an API answer.
 func (e *ServiceError) Detail() (code, step string) { return e.Code, e.Call }
-
-// Is gives the error its kind: errdefs.ErrTimeout or errdefs.ErrUnreachable.
-func (e *TransportError) Is(target error) bool {
-	if e.Timeout {
-		return target == errdefs.ErrTimeout
-	}
-	return target == errdefs.ErrUnreachable
-}
-
-// Detail returns the call, for an API answer.
-func (e *TransportError) Detail() (code, step string) { return "", e.Call }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/httpx"
 )
 
 // hangGuard is how long a test waits for a call that must end within
@@ -118,7 +119,7 @@ func TestTricklingDeviceAuthorizationEnds(t *testing.T) {
 				_, err := c.StartDevice(ctx)
 				return err
 			})
-			var te *TransportError
+			var te *httpx.TransportError
 			if !errors.As(err, &te) || !errors.Is(err, errdefs.ErrTimeout) || !strings.Contains(err.Error(), "did not answer in time") ||
 				strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), testSecret) {
 				t.Fatalf("err = %v", err)
@@ -180,7 +181,7 @@ func TestOversizedAnswersRefused(t *testing.T) {
 					}
 					continue
 				}
-				var te *TransportError
+				var te *httpx.TransportError
 				if !errors.As(err, &te) || !errors.Is(err, errdefs.ErrUnreachable) ||
 					!strings.HasSuffix(err.Error(), "answered: the answer is larger than signagent reads (1 MiB)") {
 					t.Fatalf("an answer of %d bytes: %v", n, err)

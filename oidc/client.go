@@ -258,7 +258,7 @@ func (c *Client) Revoke(ctx context.Context, rec *Record) (bool, error) {
 	if resp.StatusCode != http.StatusOK {
 		// Read for the hint only (an HTML page?): the status says it.
 		body, _ := httpx.ReadAnswer(resp.Body, MaxAnswer)
-		return false, &TransportError{Step: "revocation", URL: p.revocation, Msg: fmt.Sprintf("answered HTTP %d%s", resp.StatusCode, bodyHint(resp, body))}
+		return false, &httpx.TransportError{Peer: idp, Step: "revocation", URL: p.revocation, Msg: fmt.Sprintf("answered HTTP %d%s", resp.StatusCode, bodyHint(resp, body))}
 	}
 	// 200 is the answer; its body means nothing (RFC 7009 2.2).
 	return true, nil

@@ -85,7 +85,7 @@ func (c *Client) CheckCode(ctx context.Context, r *CodeRequest) error {
 	resp.Body.Close()
 	switch {
 	case resp.StatusCode >= 500:
-		return &TransportError{Step: "authorization", URL: c.base.String(), Msg: fmt.Sprintf("answered HTTP %d", resp.StatusCode)}
+		return &httpx.TransportError{Peer: idp, Step: "authorization", URL: c.base.String(), Msg: fmt.Sprintf("answered HTTP %d", resp.StatusCode)}
 	case resp.StatusCode >= 400:
 		return &ProviderError{Step: "authorization", Status: resp.StatusCode,
 			Description: fmt.Sprintf("it refuses the sign-in request; is client %q known there and --redirect-uri %s registered for it?", c.cfg.ClientID, c.cfg.RedirectURI)}

@@ -38,7 +38,7 @@ func (c *Client) StartDevice(ctx context.Context) (*Device, error) {
 		return nil, err
 	}
 	if da.DeviceCode == "" || da.UserCode == "" || da.VerificationURI == "" {
-		return nil, &TransportError{Step: "device authorization", URL: c.base.String(), Msg: "answered without a device_code, user_code or verification_uri"}
+		return nil, &httpx.TransportError{Peer: idp, Step: "device authorization", URL: c.base.String(), Msg: "answered without a device_code, user_code or verification_uri"}
 	}
 	if da.Expiry.IsZero() {
 		da.Expiry = time.Now().Add(30 * time.Minute)
@@ -48,7 +48,7 @@ func (c *Client) StartDevice(ctx context.Context) (*Device, error) {
 		da.VerificationURIComplete, err = c.shownURI(da.VerificationURIComplete)
 	}
 	if err != nil {
-		return nil, &TransportError{Step: "device authorization", URL: c.base.String(), Msg: "answered a verification address signagent will not show: " + err.Error()}
+		return nil, &httpx.TransportError{Peer: idp, Step: "device authorization", URL: c.base.String(), Msg: "answered a verification address signagent will not show: " + err.Error()}
 	}
 	return &Device{UserCode: httpx.Printable(da.UserCode, 40), VerificationURI: vu,
 		VerificationURIComplete: da.VerificationURIComplete, Interval: deviceInterval(da.Interval),
@@ -74,7 +74,7 @@ func (c *Client) deviceAuthorization(ctx context.Context, p *provider) (*oauth2.
 	}
 	var da oauth2.DeviceAuthResponse // its UnmarshalJSON turns expires_in into Expiry
 	if json.Unmarshal(body, &da) != nil {
-		return nil, &TransportError{Step: step, URL: c.base.String(), Msg: "answered something that is not a device authorization (not JSON)" + bodyHint(resp, body)}
+		return nil, &httpx.TransportError{Peer: idp, Step: step, URL: c.base.String(), Msg: "answered something that is not a device authorization (not JSON)" + bodyHint(resp, body)}
 	}
 	return &da, nil
 }

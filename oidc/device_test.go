@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/signagent/signagent/internal/httpx"
 )
 
 func deviceAnswer(f *fakeIDP, edit func(map[string]any)) map[string]any {
@@ -47,7 +49,7 @@ func TestDeviceAddressesChecked(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f.setDevice(deviceAnswer(f, edit))
 			_, err := c.StartDevice(t.Context())
-			var te *TransportError
+			var te *httpx.TransportError
 			if !errors.As(err, &te) || !strings.Contains(err.Error(), "verification address") ||
 				strings.ContainsAny(err.Error(), "\x1b\x07\u009b\u202e\n") {
 				t.Fatalf("err = %q", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/httpx"
 )
 
 const (
@@ -443,7 +444,7 @@ func TestProviderDownOrHTML(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = c.StartDevice(t.Context())
-			var te *TransportError
+			var te *httpx.TransportError
 			if !errors.As(err, &te) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 				t.Fatalf("err = %v", err)
 			}

@@ -1,8 +1,6 @@
 package oidc
 
 import (
-	"context"
-	"errors"
 	"fmt"
 
 	"github.com/signagent/signagent/errdefs"
@@ -69,22 +67,6 @@ func (e *ProviderError) hint() string {
 
 func (e *ProviderError) Unwrap() error { return e.kind }
 
-// TransportError is a provider that could not be reached, did not answer
-// in time, failed (5xx) or answered something that is not OAuth (an HTML
-// page).
-type TransportError struct {
-	Step string
-	URL  string
-	Msg  string
-	Err  error
-}
-
-func (e *TransportError) Error() string {
-	return fmt.Sprintf("%s: the identity provider at %s %s", e.Step, e.URL, e.Msg)
-}
-
-func (e *TransportError) Unwrap() error { return e.Err }
-
 // Is gives a provider's refusal its kind, errdefs.ErrRefused (a refusal
 // that means signing in again also matches ErrSignIn, through Unwrap).
 func (e *ProviderError) Is(target error) bool { return target == errdefs.ErrRefused }
@@ -92,14 +74,5 @@ func (e *ProviderError) Is(target error) bool { return target == errdefs.ErrRefu
 // Detail returns the provider's error code and the step, for an API answer.
 func (e *ProviderError) Detail() (code, step string) { return e.Code, e.Step }
 
-// Is gives the error its kind: errdefs.ErrTimeout when the deadline
-// passed, else errdefs.ErrUnreachable.
-func (e *TransportError) Is(target error) bool {
-	if errors.Is(e.Err, context.DeadlineExceeded) {
-		return target == errdefs.ErrTimeout
-	}
-	return target == errdefs.ErrUnreachable
-}
-
-// Detail returns the step, for an API answer.
-func (e *TransportError) Detail() (code, step string) { return "", e.Step }
+// idp is who an OpenID Connect transport error names (httpx.TransportError's Peer).
+const idp = "the identity provider"

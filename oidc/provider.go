@@ -61,7 +61,7 @@ func (c *Client) discover(ctx context.Context) (*provider, error) {
 			continue // no revocation endpoint
 		}
 		if _, err := httpx.ParseBaseURL(u, c.cfg.AllowInsecureHTTP); err != nil {
-			return nil, &TransportError{Step: "discovery", URL: base, Msg: "published an endpoint signagent will not use: " + err.Error()}
+			return nil, &httpx.TransportError{Peer: idp, Step: "discovery", URL: base, Msg: "published an endpoint signagent will not use: " + err.Error()}
 		}
 	}
 	if pc.DeviceAuthURL == "" {
@@ -100,7 +100,7 @@ func (c *Client) fetchDiscovery(ctx context.Context, pc *gooidc.ProviderConfig, 
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusGone:
 		return false, nil
 	case resp.StatusCode != http.StatusOK:
-		return false, &TransportError{Step: "discovery", URL: c.base.String(), Msg: fmt.Sprintf("answered HTTP %d%s", resp.StatusCode, bodyHint(resp, body))}
+		return false, &httpx.TransportError{Peer: idp, Step: "discovery", URL: c.base.String(), Msg: fmt.Sprintf("answered HTTP %d%s", resp.StatusCode, bodyHint(resp, body))}
 	case tooLarge:
 		return false, tooLargeErr("discovery", c.base.String(), err)
 	}
@@ -108,7 +108,7 @@ func (c *Client) fetchDiscovery(ctx context.Context, pc *gooidc.ProviderConfig, 
 		Revocation string `json:"revocation_endpoint"`
 	}
 	if json.Unmarshal(body, pc) != nil || json.Unmarshal(body, &extra) != nil {
-		return false, &TransportError{Step: "discovery", URL: c.base.String(), Msg: "answered something that is not a discovery document" + bodyHint(resp, body)}
+		return false, &httpx.TransportError{Peer: idp, Step: "discovery", URL: c.base.String(), Msg: "answered something that is not a discovery document" + bodyHint(resp, body)}
 	}
 	*revocation = extra.Revocation
 	return true, nil
@@ -117,17 +117,17 @@ func (c *Client) fetchDiscovery(ctx context.Context, pc *gooidc.ProviderConfig, 
 // transportErr describes a request that got no answer.
 func transportErr(ctx context.Context, step, u string, err error) error {
 	if httpx.IsTimeout(ctx, err) {
-		return &TransportError{Step: step, URL: u, Msg: "did not answer in time", Err: err}
+		return &httpx.TransportError{Peer: idp, Step: step, URL: u, Msg: "did not answer in time", Err: err}
 	}
 	if ctx.Err() == context.Canceled {
 		return ctx.Err()
 	}
-	return &TransportError{Step: step, URL: u, Msg: "could not be reached: " + httpx.CleanErr(err).Error(), Err: err}
+	return &httpx.TransportError{Peer: idp, Step: step, URL: u, Msg: "could not be reached: " + httpx.CleanErr(err).Error(), Err: err}
 }
 
 // tooLargeErr is an answer longer than MaxAnswer, refused.
 func tooLargeErr(step, u string, err error) error {
-	return &TransportError{Step: step, URL: u, Msg: "answered: " + err.Error(), Err: err}
+	return &httpx.TransportError{Peer: idp, Step: step, URL: u, Msg: "answered: " + err.Error(), Err: err}
 }
 
 // bodyHint says what a non-OAuth answer was, without quoting it.
@@ -159,7 +159,7 @@ func (c *Client) classify(ctx context.Context, step string, err error) error {
 			if re.Response != nil {
 				msg += bodyHint(re.Response, re.Body)
 			}
-			return &TransportError{Step: step, URL: c.base.String(), Msg: msg}
+			return &httpx.TransportError{Peer: idp, Step: step, URL: c.base.String(), Msg: msg}
 		}
 		pe := &ProviderError{Step: step, Status: status, Code: httpx.Printable(re.ErrorCode, 40), Description: httpx.Printable(re.ErrorDescription, 200)}
 		switch re.ErrorCode {
@@ -185,5 +185,5 @@ func (c *Client) classify(ctx context.Context, step string, err error) error {
 		return transportErr(ctx, step, c.base.String(), err)
 	}
 	// x/oauth2's "cannot parse json", "server response missing access_token".
-	return &TransportError{Step: step, URL: c.base.String(), Msg: "answered something that is not a token response", Err: err}
+	return &httpx.TransportError{Peer: idp, Step: step, URL: c.base.String(), Msg: "answered something that is not a token response", Err: err}
 }

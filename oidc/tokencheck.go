@@ -3,6 +3,8 @@ package oidc
 import (
 	"fmt"
 	"strings"
+
+	"github.com/signagent/signagent/internal/httpx"
 )
 
 // The access token goes into the Authorization header of every business
@@ -88,7 +90,7 @@ func byteClass(c byte) string {
 // the first bad byte's class and offset.
 func (c *Client) checkAnswer(step, access, tokenType string) error {
 	problem := func(field, rule, p string) error {
-		return &TransportError{Step: step, URL: c.base.String(),
+		return &httpx.TransportError{Peer: idp, Step: step, URL: c.base.String(),
 			Msg: fmt.Sprintf("answered %s that is not %s (%s); it was not used", field, rule, p)}
 	}
 	if p := tokenProblem(access); p != "" {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/internal/redistest"
 )
 
@@ -127,7 +128,7 @@ var hostileAnswers = []struct {
 // naming the step and what is wrong, never the token.
 func checkRefused(t *testing.T, err error, step, want string) {
 	t.Helper()
-	var te *TransportError
+	var te *httpx.TransportError
 	if !errors.As(err, &te) || !errors.Is(err, errdefs.ErrUnreachable) || te.Step != step {
 		t.Fatalf("err = %v, want a TransportError of step %s", err, step)
 	}

@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -96,26 +95,6 @@ func (e *Error) Error() string {
 	return msg
 }
 
-// TransportError is a call that got no answer, or an answer that is not
-// what the method returns.
-type TransportError struct {
-	Method string
-	Msg    string
-	Err    error
-}
-
-func (e *TransportError) Error() string { return fmt.Sprintf("%s: %s", e.Method, e.Msg) }
-func (e *TransportError) Unwrap() error { return e.Err }
-
-// Is gives the error its kind: errdefs.ErrTimeout when the deadline
-// passed, else errdefs.ErrUnreachable.
-func (e *TransportError) Is(target error) bool {
-	if errors.Is(e.Err, context.DeadlineExceeded) {
-		return target == errdefs.ErrTimeout
-	}
-	return target == errdefs.ErrUnreachable
-}
-
 // Is gives the service's answer its kind: failing or limiting requests
 // (errdefs.ErrFailing), else a refusal (errdefs.ErrRefused).
 func (e *Error) Is(target error) bool {
@@ -173,9 +152,9 @@ func (c *Client) Do(ctx context.Context, httpMethod, path string, query url.Valu
 		if err != nil {
 			cancel()
 			if httpx.IsTimeout(rctx, err) {
-				return nil, &TransportError{Method: name, Msg: "no answer in time", Err: err}
+				return nil, &httpx.TransportError{Step: name, Msg: "no answer in time", Timeout: true, Err: err}
 			}
-			return nil, &TransportError{Method: name, Msg: "could not reach the service: " + httpx.CleanErr(err).Error(), Err: err}
+			return nil, &httpx.TransportError{Step: name, Msg: "could not reach the service: " + httpx.CleanErr(err).Error(), Err: err}
 		}
 		resp.Body = cancelOnClose{resp.Body, cancel}
 		return resp, nil
@@ -186,10 +165,10 @@ func (c *Client) Do(ctx context.Context, httpMethod, path string, query url.Valu
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxBody+1))
 	if err != nil {
-		return nil, &TransportError{Method: name, Msg: "the answer was cut off", Err: err}
+		return nil, &httpx.TransportError{Step: name, Msg: "the answer was cut off", Err: err}
 	}
 	if int64(len(b)) > c.cfg.MaxBody {
-		return nil, &TransportError{Method: name, Msg: fmt.Sprintf("the answer is larger than %d bytes", c.cfg.MaxBody)}
+		return nil, &httpx.TransportError{Step: name, Msg: fmt.Sprintf("the answer is larger than %d bytes", c.cfg.MaxBody)}
 	}
 	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
 }
@@ -217,7 +196,7 @@ func (c *Client) call(ctx context.Context, method string, query url.Values, boxI
 		if ct == "text/html" {
 			what = "an HTML page"
 		}
-		return &TransportError{Method: method, Msg: "the service answered " + what + " with HTTP 200"}
+		return &httpx.TransportError{Step: method, Msg: "the service answered " + what + " with HTTP 200"}
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
 )
@@ -195,7 +196,7 @@ func TestServiceDownOrHTML(t *testing.T) {
 	defer html.Close()
 	c, _ := New(Config{APIURL: html.URL}, deadAuth{})
 	_, err := c.GetMyOrganizations(t.Context())
-	var te *TransportError
+	var te *httpx.TransportError
 	if !errors.As(err, &te) || !strings.Contains(err.Error(), "an HTML page") {
 		t.Fatalf("HTML: %v", err)
 	}

@@ -280,7 +280,7 @@ func (c *Client) doPrepared(ctx context.Context, step Step, method string, prepa
 
 func (c *Client) retryable(err error, sent bool, policy retryPolicy) bool {
 	var se *ServiceError
-	var te *TransportError
+	var te *httpx.TransportError
 	switch {
 	case policy == retryUnsent:
 		return errors.As(err, &te) && !sent
@@ -322,13 +322,13 @@ func (c *Client) once(ctx context.Context, step Step, method, q string, body []b
 	start := time.Now()
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return "", nil, sent, &TransportError{Step: step, URL: masked, Timeout: httpx.IsTimeout(ctx, err), Err: httpx.CleanErr(err)}
+		return "", nil, sent, &httpx.TransportError{Step: string(step), URL: masked, Timeout: httpx.IsTimeout(ctx, err), Err: httpx.CleanErr(err)}
 	}
 	defer resp.Body.Close()
 	data, err := httpx.ReadAnswer(resp.Body, maxBody)
 	tooLarge := errors.Is(err, httpx.ErrAnswerTooLarge)
 	if err != nil && !tooLarge {
-		return "", nil, true, &TransportError{Step: step, URL: masked, Timeout: httpx.IsTimeout(ctx, err), Err: httpx.CleanErr(err)}
+		return "", nil, true, &httpx.TransportError{Step: string(step), URL: masked, Timeout: httpx.IsTimeout(ctx, err), Err: httpx.CleanErr(err)}
 	}
 	ev := c.cfg.Log.Debug()
 	if resp.StatusCode >= 300 {

@@ -21,6 +21,7 @@ import (
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/trusted"
@@ -383,7 +384,7 @@ func TestApproveRetriedWhenUnsent(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.Approve(context.Background(), "AABB", canonical.Credential{Kind: canonical.Phone, Value: userPhone})
-	var te *trusted.TransportError
+	var te *httpx.TransportError
 	if !errors.As(err, &te) || rt.n != 3 {
 		t.Fatalf("err = %v after %d tries, want a TransportError after 3", err, rt.n)
 	}
@@ -401,7 +402,7 @@ func TestSlowServiceTimesOut(t *testing.T) {
 	e.emu.InjectFaults("register-external-service-id", emulator.Fault{Delay: 2 * time.Second}, emulator.Fault{Delay: 2 * time.Second})
 	start := time.Now()
 	err := e.client.Link(ctx, serviceUser, cred)
-	var te *trusted.TransportError
+	var te *httpx.TransportError
 	if !errors.As(err, &te) || !te.Timeout {
 		t.Fatalf("err = %v, want a time-out", err)
 	}
@@ -470,7 +471,7 @@ func TestApproveNotRetriedAfterSending(t *testing.T) {
 	e.emu.InjectFaults("approve-truster", emulator.Fault{Delay: 2 * time.Second}, emulator.Fault{Delay: 2 * time.Second})
 	before := e.emu.Stats().Requests["approve-truster"]
 	_, err = e.client.Approve(ctx, ch.Key, cred)
-	var te *trusted.TransportError
+	var te *httpx.TransportError
 	if !errors.As(err, &te) || !te.Timeout {
 		t.Fatalf("err = %v, want a time-out", err)
 	}

@@ -90,24 +90,6 @@ func (e *ServiceError) Temporary() bool {
 // seen: nothing is wrong, and the same call a second later succeeds.
 func (e *ServiceError) Reused() bool { return e.Code == CodeSignatureReused }
 
-// TransportError is a request that got no HTTP answer: the connection
-// failed, or the answer did not come in time.
-type TransportError struct {
-	Step    Step
-	URL     string // masked
-	Timeout bool
-	Err     error
-}
-
-func (e *TransportError) Error() string {
-	if e.Timeout {
-		return fmt.Sprintf("%s: no answer from %s in time: %v", e.Step, e.URL, e.Err)
-	}
-	return fmt.Sprintf("%s: could not reach %s: %v", e.Step, e.URL, e.Err)
-}
-
-func (e *TransportError) Unwrap() error { return e.Err }
-
 // Is gives the error its kind: the service failing or limiting requests
 // (errdefs.ErrFailing), a signed text it saw a moment ago
 // (errdefs.ErrTryAgain), else a refusal (errdefs.ErrRefused).
@@ -123,14 +105,3 @@ func (e *ServiceError) Is(target error) bool {
 
 // Detail returns the service's error code and the step, for an API answer.
 func (e *ServiceError) Detail() (code, step string) { return e.Code, string(e.Step) }
-
-// Is gives the error its kind: errdefs.ErrTimeout or errdefs.ErrUnreachable.
-func (e *TransportError) Is(target error) bool {
-	if e.Timeout {
-		return target == errdefs.ErrTimeout
-	}
-	return target == errdefs.ErrUnreachable
-}
-
-// Detail returns the step, for an API answer.
-func (e *TransportError) Detail() (code, step string) { return "", string(e.Step) }

@@ -380,7 +380,7 @@ func (e *upstreamError) Unwrap() error { return e.err }
 // knows: a time-out (the request deadline) or no answer.
 func (e *upstreamError) classified() error {
 	if httpx.IsTimeout(e.ctx, e.err) {
-		return &service.TransportError{Method: "the business call", Msg: "the service did not answer within the request deadline", Err: context.DeadlineExceeded}
+		return &httpx.TransportError{Step: "the business call", Msg: "the service did not answer within the request deadline", Err: context.DeadlineExceeded}
 	}
-	return &service.TransportError{Method: "the business call", Msg: "could not reach the service: " + e.Error()}
+	return &httpx.TransportError{Step: "the business call", Msg: "could not reach the service: " + e.Error()}
 }

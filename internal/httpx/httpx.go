@@ -1,6 +1,7 @@
-// Package httpx holds what the service clients (trusted, legacy) share:
-// the base-address check, an HTTP client that never follows a redirect,
-// jittered backoff, and error clean-up.
+// Package httpx holds what the HTTP clients (trusted, legacy, oidc,
+// service) share: the base-address check, an HTTP client that never
+// follows a redirect, jittered backoff, error clean-up, and the one error
+// for a request that got no usable answer (TransportError).
 package httpx
 
 import (

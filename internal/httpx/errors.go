@@ -1,0 +1,57 @@
+package httpx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/signagent/signagent/errdefs"
+)
+
+// TransportError is a request of a scheme's or the service's client that
+// got no usable HTTP answer: the connection failed, the answer did not
+// come in time, or what came is not what the protocol answers. Its kind
+// is errdefs.ErrTimeout when no answer came in time, else
+// errdefs.ErrUnreachable. It is the one such type of every client
+// (trusted, legacy, oidc, service).
+type TransportError struct {
+	// Step is what was asked: a step of a flow, a call or a method.
+	Step string
+	// URL is where it was asked, without a secret or a query.
+	URL string
+	// Peer, when set, names who was asked, as Msg's subject (the
+	// identity provider): the error reads "STEP: PEER at URL MSG".
+	Peer string
+	// Msg, when set, says what came instead of an answer; without it the
+	// error says that URL could not be reached, or not in time.
+	Msg string
+	// Timeout: the deadline passed before an answer (as does an Err that
+	// is context.DeadlineExceeded).
+	Timeout bool
+	Err     error
+}
+
+func (e *TransportError) Error() string {
+	switch {
+	case e.Msg != "" && e.Peer != "":
+		return fmt.Sprintf("%s: %s at %s %s", e.Step, e.Peer, e.URL, e.Msg)
+	case e.Msg != "":
+		return e.Step + ": " + e.Msg
+	case e.Timeout:
+		return fmt.Sprintf("%s: no answer from %s in time: %v", e.Step, e.URL, e.Err)
+	}
+	return fmt.Sprintf("%s: could not reach %s: %v", e.Step, e.URL, e.Err)
+}
+
+func (e *TransportError) Unwrap() error { return e.Err }
+
+// Is gives the error its kind: errdefs.ErrTimeout or errdefs.ErrUnreachable.
+func (e *TransportError) Is(target error) bool {
+	if e.Timeout || errors.Is(e.Err, context.DeadlineExceeded) {
+		return target == errdefs.ErrTimeout
+	}
+	return target == errdefs.ErrUnreachable
+}
+
+// Detail returns the step, for an API answer.
+func (e *TransportError) Detail() (code, step string) { return "", e.Step }
