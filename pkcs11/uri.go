@@ -34,74 +34,87 @@ func ParseURI(s string) (*URI, error) {
 	}
 	path, query, _ := strings.Cut(rest, "?")
 	u := &URI{}
-	if path != "" {
-		for _, attr := range strings.Split(path, ";") {
-			name, raw, ok := strings.Cut(attr, "=")
-			if !ok {
-				return nil, fmt.Errorf("%w: path attribute %q has no '='", ErrBadURI, attr)
-			}
-			val, err := url.PathUnescape(raw)
+	err := u.attrs(path, ";", "path", func(name, val string) (bool, error) {
+		switch name {
+		case "token":
+			u.Token = val
+		case "serial":
+			u.Serial = val
+		case "object":
+			u.Object = val
+		case "id":
+			u.ID = []byte(val)
+		case "type":
+			u.Type = val
+		case "slot-id":
+			n, err := strconv.ParseUint(val, 10, 32)
 			if err != nil {
-				return nil, fmt.Errorf("%w: attribute %s is not percent-encoded correctly", ErrBadURI, name)
+				return true, fmt.Errorf("%w: slot-id %q is not a decimal slot number", ErrBadURI, val)
 			}
-			switch name {
-			case "token":
-				u.Token = val
-			case "serial":
-				u.Serial = val
-			case "object":
-				u.Object = val
-			case "id":
-				u.ID = []byte(val)
-			case "type":
-				u.Type = val
-			case "pin-value":
-				return nil, fmt.Errorf("%w: it carries pin-value; give the PIN with SIGNAGENT_PIN, --pin-file or pin-source= instead", ErrBadURI)
-			case "slot-id":
-				n, err := strconv.ParseUint(val, 10, 32)
-				if err != nil {
-					return nil, fmt.Errorf("%w: slot-id %q is not a decimal slot number", ErrBadURI, val)
-				}
-				u.SlotID, u.HasSlot = uint(n), true
-			case "manufacturer", "model", "library-manufacturer", "library-description", "library-version", "slot-description", "slot-manufacturer":
-				// Accepted and not used for selection.
-			default:
-				if !strings.HasPrefix(name, "x-") {
-					return nil, fmt.Errorf("%w: unknown path attribute %q", ErrBadURI, name)
-				}
-				u.Ignored = append(u.Ignored, name)
-			}
+			u.SlotID, u.HasSlot = uint(n), true
+		case "manufacturer", "model", "library-manufacturer", "library-description", "library-version", "slot-description", "slot-manufacturer":
+			// Accepted and not used for selection.
+		default:
+			return false, nil
 		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	if query != "" {
-		for _, attr := range strings.Split(query, "&") {
-			name, raw, ok := strings.Cut(attr, "=")
-			if !ok {
-				return nil, fmt.Errorf("%w: query attribute %q has no '='", ErrBadURI, attr)
+	err = u.attrs(query, "&", "query", func(name, val string) (bool, error) {
+		switch name {
+		case "module-path":
+			u.ModulePath = val
+		case "pin-source":
+			u.PINSource = strings.TrimPrefix(val, "file:")
+		case "module-name":
+			if val == "" || strings.ContainsAny(val, "/\x00") {
+				return true, fmt.Errorf("%w: module-name %q is not a module's name (a name like softhsm2, not a path: use module-path)", ErrBadURI, val)
 			}
-			val, err := url.PathUnescape(raw)
-			if err != nil {
-				return nil, fmt.Errorf("%w: query attribute %s is not percent-encoded correctly", ErrBadURI, name)
-			}
-			switch name {
-			case "module-path":
-				u.ModulePath = val
-			case "pin-source":
-				u.PINSource = strings.TrimPrefix(val, "file:")
-			case "pin-value":
-				return nil, fmt.Errorf("%w: it carries pin-value; give the PIN with SIGNAGENT_PIN, --pin-file or pin-source= instead", ErrBadURI)
-			case "module-name":
-				if val == "" || strings.ContainsAny(val, "/\x00") {
-					return nil, fmt.Errorf("%w: module-name %q is not a module's name (a name like softhsm2, not a path: use module-path)", ErrBadURI, val)
-				}
-				u.ModuleName = val
-			default:
-				if !strings.HasPrefix(name, "x-") {
-					return nil, fmt.Errorf("%w: unknown query attribute %q", ErrBadURI, name)
-				}
-				u.Ignored = append(u.Ignored, name)
-			}
+			u.ModuleName = val
+		default:
+			return false, nil
 		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return u, nil
+}
+
+// attrs reads list, the URI's path (sep ";") or query (sep "&"), one
+// name=value at a time, the value percent-decoded, and hands each to set,
+// which says whether it knows the name. What is the same in both parts is
+// here: pin-value is refused wherever it stands, and an unknown name is
+// an error unless it is a vendor's (x-...), which is listed in u.Ignored.
+func (u *URI) attrs(list, sep, part string, set func(name, val string) (bool, error)) error {
+	if list == "" {
+		return nil
+	}
+	for _, attr := range strings.Split(list, sep) {
+		name, raw, ok := strings.Cut(attr, "=")
+		if !ok {
+			return fmt.Errorf("%w: %s attribute %q has no '='", ErrBadURI, part, attr)
+		}
+		val, err := url.PathUnescape(raw)
+		if err != nil {
+			return fmt.Errorf("%w: %s attribute %s is not percent-encoded correctly", ErrBadURI, part, name)
+		}
+		if name == "pin-value" {
+			return fmt.Errorf("%w: it carries pin-value; give the PIN with SIGNAGENT_PIN, --pin-file or pin-source= instead", ErrBadURI)
+		}
+		known, err := set(name, val)
+		switch {
+		case err != nil:
+			return err
+		case known:
+		case strings.HasPrefix(name, "x-"):
+			u.Ignored = append(u.Ignored, name)
+		default:
+			return fmt.Errorf("%w: unknown %s attribute %q", ErrBadURI, part, name)
+		}
+	}
+	return nil
 }
