@@ -1,7 +1,11 @@
 // Package agentclient is the Go client of the signagent agent, for partner
-// systems: it asks the agent for signatures, sessions and links over the
-// agent's Unix socket or loopback TCP, so that the program never touches the
-// token or the API key.
+// systems: over the agent's Unix socket (NewUnix; FromEnv finds it through
+// SIGNAGENT_AGENT_SOCK, as ssh clients find ssh-agent) or TCP with its
+// bearer token (NewTCP), it asks for signatures, trusted sessions (and
+// drops them), links, Authorization headers and the identities held, says
+// whether the agent is ready, and calls a business method through the
+// agent's proxy (Call), so that the program never touches the token, the
+// API key or a scheme's secrets. The agent's refusals are an *Error.
 //
 //	c := agentclient.NewUnix("/run/user/1000/signagent/agent.sock")
 //	s, err := c.Session(ctx, api.SessionRequest{Credential: api.Credential{Phone: "9161234567"}, ServiceUserID: "crm-42"})

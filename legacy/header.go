@@ -1,6 +1,10 @@
-// Package legacy is the service's legacy header scheme: the
-// `Authorization: ServiceAuth ...` header and (to come) Authenticate (V3)
-// by password, certificate and auth.sid.
+// Package legacy is the service's legacy scheme: the
+// `Authorization: ServiceAuth ...` header and its parser (header.go), the
+// client of Authenticate (V3) by password, by certificate (the service's
+// challenge opened on the token) and by auth.sid (client.go), the token
+// cache per identity, in memory and in a shared store, one login at a time
+// (tokens.go), and the scheme as an authz.Scheme (scheme.go), built for
+// the agent and the CLI by package schemes.
 package legacy
 
 import (

@@ -1,5 +1,7 @@
-// Package store keeps what several agents share (OpenID Connect records,
-// trusted sessions, legacy tokens) in Redis, a Sentinel set's master or a
+// Package store is the record store the schemes' caches take (Records and
+// Lease, with Obtain and DeleteIf over any: records.go, lease.go), and the
+// shared one: what several agents share (OpenID Connect records, trusted
+// sessions, legacy tokens) kept in Redis, a Sentinel set's master or a
 // Redis Cluster (the backend Open chooses by the URL), sealed: every value is
 // AES-256-GCM under the operator's key with its kind, identity and
 // generation as associated data, and every key name is an HMAC of the kind
