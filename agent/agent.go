@@ -3,10 +3,14 @@
 // business API through its proxy (package agent/proxy), instead of
 // touching the token, the API key or the service's credentials
 // themselves. Its one entrance is Start, which builds the daemon from a
-// Config (Reload takes a new one, Shutdown ends it). It authenticates
-// callers (peer credentials on the Unix socket, a bearer token on TCP),
-// signs through the token's queue (package agent/tokenq), caches sessions,
-// writes an audit log and exports metrics.
+// Config (Reload takes a new one, Shutdown ends it). It listens on the
+// sockets of package agent/listen, authenticates callers (peer
+// credentials on the Unix socket, a bearer token on TCP), routes by one
+// table, signs through the token's queue (package agent/tokenq), caches
+// trusted sessions, serves the schemes package schemes builds from the
+// configuration with what the agent lends them (it names none of them),
+// writes an audit line per operation (to a file of agent/auditlog) and
+// exports metrics (agent/metrics).
 package agent
 
 import (
@@ -24,6 +28,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/signagent/signagent/agent/metrics"
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/errdefs"
@@ -39,7 +44,7 @@ type Agent struct {
 	audit   *Audit
 	tm      *tokenq.Manager
 	cache   *trusted.Sessions
-	metrics *metrics
+	metrics *metrics.Metrics
 	// cur is the reloadable state (see state); writer orders its writers.
 	cur    atomic.Pointer[state]
 	writer sync.Mutex
@@ -54,7 +59,7 @@ type Agent struct {
 // no token), writing its audit lines to audit; its state is published by
 // the daemon.
 func newAgent(cfg Config, tm *tokenq.Manager, audit *Audit) *Agent {
-	a := &Agent{cfg: cfg, audit: audit, tm: tm, cache: trusted.NewSessions(cfg.SessionTTL), metrics: newMetrics(tm, cfg.Version), refusals: newSampler(10, time.Second)}
+	a := &Agent{cfg: cfg, audit: audit, tm: tm, cache: trusted.NewSessions(cfg.SessionTTL), metrics: metrics.New(tm, cfg.Version, cfg.SchemeList), refusals: newSampler(10, time.Second)}
 	a.proxy = proxy.New(proxyAgent{a}, proxy.Config{LegacySNILS: cfg.LegacySNILS, BodyBudget: cfg.ServiceBodyBudget})
 	a.cur.Store(&state{})
 	return a
@@ -94,16 +99,12 @@ func (a *Agent) observeStore(s store.Records) {
 		once[k] = new(sync.Once)
 	}
 	s.Observe(func(op, result string) {
-		a.metrics.storeOps.WithLabelValues(op, result).Inc()
+		a.metrics.StoreOp(op, result)
 		if o, ok := once[result]; ok {
 			o.Do(func() { a.cfg.Log.Warn().Msg(warnings[result]) })
 		}
 	})
 }
-
-// observeSign records a token signature in the metrics (the token
-// manager's OnSign).
-func (a *Agent) observeSign(d time.Duration, err error) { a.metrics.observeSign(d.Seconds(), err) }
 
 // handler returns the API, behind auth (which authenticates the caller and
 // returns its name for the audit log, or an error answer).
@@ -256,7 +257,7 @@ func (a *Agent) wrap(mux http.Handler, auth Authenticator) http.Handler {
 			// Refused callers share one label, one log budget and a
 			// closed connection: they cannot grow the metrics, fill the
 			// logs, or keep descriptors open.
-			a.metrics.observeRequest("other", "refused", status, -1)
+			a.metrics.Request("other", "refused", status, -1)
 			if ok, suppressed := a.refusals.allow(start); ok {
 				a.cfg.Log.Warn().Str("client", caller).Str("route", route).Int("status", status).Str("reason", apiErr.Message).Int("suppressed", suppressed).Str("requestId", id).Msg("caller refused")
 				a.audit.write(auditEntry{caller: caller, operation: route, outcome: apiErr.Code, latency: time.Since(start), requestID: id})
@@ -267,7 +268,7 @@ func (a *Agent) wrap(mux http.Handler, auth Authenticator) http.Handler {
 		}
 		defer func() {
 			method, path := splitRoute(route)
-			a.metrics.observeRequest(method, path, sw.status, time.Since(start))
+			a.metrics.Request(method, path, sw.status, time.Since(start))
 		}()
 		if !a.routeAllowed(r, route) {
 			sw.Header().Set("Connection", "close")

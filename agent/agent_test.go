@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agent/listen"
 	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
@@ -290,11 +291,11 @@ func TestCallers(t *testing.T) {
 	})
 	t.Run("non-loopback without TLS refused", func(t *testing.T) {
 		for _, addr := range []string{"0.0.0.0:0", "[::]:0", "192.0.2.1:8700"} {
-			if _, err := agent.ListenTCP(addr, nil); err == nil || !strings.Contains(err.Error(), "without TLS") {
+			if _, err := listen.ListenTCP(addr, nil); err == nil || !strings.Contains(err.Error(), "without TLS") {
 				t.Fatalf("%s: %v", addr, err)
 			}
 		}
-		l, err := agent.ListenTCP("127.0.0.1:0", nil)
+		l, err := listen.ListenTCP("127.0.0.1:0", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,7 +308,7 @@ func TestCallers(t *testing.T) {
 			t.Fatalf("mode %v %v", st.Mode(), err)
 		}
 		// A second agent on the same path is refused; the live socket stays.
-		if _, err := agent.ListenUnix(agent.UnixSocket{Path: h.sock}); err == nil || !strings.Contains(err.Error(), "already serving") {
+		if _, err := listen.ListenUnix(listen.UnixSocket{Path: h.sock}); err == nil || !strings.Contains(err.Error(), "already serving") {
 			t.Fatalf("second listener: %v", err)
 		}
 	})

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/signagent/signagent/agent/listen"
 )
 
 // Authenticator decides whether a request's caller may use the API. It
@@ -32,10 +34,7 @@ const peerKey ctxKey = 2
 // ConnContext records the peer credentials of a Unix-socket connection in
 // its context; use it as http.Server.ConnContext.
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
-	if lc, ok := c.(*limitConn); ok {
-		c = lc.unwrapConn()
-	}
-	uc, ok := c.(*net.UnixConn)
+	uc, ok := listen.Underlying(c).(*net.UnixConn)
 	if !ok {
 		return ctx
 	}

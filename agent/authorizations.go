@@ -11,18 +11,9 @@ import (
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/errdefs"
-	"github.com/signagent/signagent/legacy"
-	"github.com/signagent/signagent/oidc"
+	"github.com/signagent/signagent/schemes"
 	"github.com/signagent/signagent/trusted"
 )
-
-// legacyTokens is the legacy scheme in the agent: the token cache (its client
-// holds the developer key) and the passwords of the accounts it may log in
-// as, both from the agent's own configuration, never from callers.
-type legacyTokens struct {
-	Tokens    *legacy.Tokens
-	Passwords map[string]string // login -> password
-}
 
 // errLegacyHeaderHidden answers legacy /v1/authorizations unless the
 // operator allowed it: the header value holds the integrator's developer
@@ -32,9 +23,6 @@ var errLegacyHeaderHidden = errdefs.New(errdefs.ErrForbidden, "this agent does n
 // errCertificateLoginOff answers legacy certificate identities when the
 // operator turned certificate login off.
 var errCertificateLoginOff = errdefs.New(errdefs.ErrForbidden, "certificate login is turned off in this agent (--certificate-login=false): the token decrypts no challenge; use another identity")
-
-// errLegacyNotConfigured answers legacy authorizations without --api-url.
-var errLegacyNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "the legacy scheme is not configured (--api-url and the developer key)")
 
 // authorization is POST /v1/authorizations: the Authorization header
 // value of a business call, cached per identity, one login at a time.
@@ -69,16 +57,6 @@ func (a *Agent) authorization(w http.ResponseWriter, r *http.Request) {
 	a.finish(w, r, entry, start, resp, err)
 }
 
-// buildSchemes are the schemes /v1/authorizations and the proxy serve, as
-// st configures them; authz.Selector.Check knows their selectors. The
-// state keeps them (state.schemes).
-func (a *Agent) buildSchemes(st *state) authz.Schemes {
-	return append(authz.Schemes{
-		a.legacyScheme(st),
-		oidcScheme(st),
-	}, st.more...)
-}
-
 // authorizer resolves a checked selector to its scheme's Authorizer,
 // observed: entry gets the scheme and identity for the audit log, and
 // each header obtained is counted.
@@ -104,11 +82,11 @@ type observed struct {
 
 func (o *observed) Header(ctx context.Context) (authz.Header, error) {
 	h, err := o.Authorizer.Header(ctx)
-	o.a.metrics.observeAuthorization(o.scheme, h.Cached, err)
+	o.a.metrics.Authorization(o.scheme, h.Cached, err)
 	if err != nil {
 		return h, err
 	}
-	o.a.metrics.inc(o.a.metrics.sources, o.scheme, h.Source)
+	o.a.metrics.Source(o.scheme, h.Source)
 	if h.Subject != "" {
 		o.entry.identity = o.identity + " (" + h.Subject + ")"
 	}
@@ -123,66 +101,49 @@ func (o *observed) Reject(value string) {
 	o.a.held.forget(o.scheme, o.identity)
 }
 
-// legacyScheme is the legacy scheme with the agent's configuration: the
-// passwords of --legacy-password-file, the token's certificate unless
-// certificate login is off, and trusted authentication for a credential.
-func (a *Agent) legacyScheme(st *state) authz.Scheme {
-	l := st.legacy
-	if l == nil {
-		return authz.Off(authz.SchemeLegacy, errLegacyNotConfigured)
-	}
-	s := &legacy.Scheme{
-		Tokens: l.Tokens,
-		Password: func(login string) (string, error) {
-			pw, ok := l.Passwords[login]
-			if !ok {
-				return "", fmt.Errorf("%w: no password for login %q in the agent's configuration (--legacy-password-file LOGIN=FILE)", errdefs.ErrInvalidInput, login)
-			}
-			return pw, nil
-		},
-		CertificateOff: errCertificateLoginOff,
-		SidIdentity:    func(sel authz.Selector) (legacy.Identity, error) { return a.trustedIdentity(st, sel) },
-	}
-	if !st.policy.NoCertificateLogin {
-		s.Certificate = func() (*x509.Certificate, crypto.Decrypter, error) {
+// lend is what the agent lends the schemes st is built with: the token's
+// decrypter unless certificate login is off, the shared store, trusted
+// sessions for a legacy identity by credential, the log, the refresh
+// metrics and the schemes st replaces (a scheme whose settings did not
+// change keeps its cache).
+func (a *Agent) lend(st *state, timeout time.Duration) schemes.Deps {
+	d := schemes.Deps{Store: st.shared, Log: a.cfg.Log, Timeout: timeout, Was: a.now().schemes,
+		Sid: func(sel authz.Selector) (schemes.Sid, error) { return a.trustedSid(st, sel) },
+		Refreshed: func(scheme, identity, result string) {
+			a.metrics.Refresh(scheme, result)
+			a.cfg.Log.Info().Str("scheme", scheme).Str("identity", identity).Str("result", result).Msg("refresh")
+		}}
+	if st.policy.NoCertificateLogin {
+		d.NoDecrypter = errCertificateLoginOff
+	} else {
+		d.Decrypter = func() (*x509.Certificate, crypto.Decrypter, error) {
 			key, cert, err := a.tm.Decrypter()
 			return cert, key, err
 		}
 	}
-	return s
+	return d
 }
 
-// oidcScheme is a profile's Bearer header from the token store an
-// operator signed in to with signagent login, refreshed ahead of expiry.
-func oidcScheme(st *state) authz.Scheme {
-	if st.oidc == nil {
-		return authz.Off(authz.SchemeOIDC, errOIDCNotConfigured)
-	}
-	return oidc.Scheme{Tokens: st.oidc}
-}
-
-var errOIDCNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "the OpenID Connect scheme is not configured in this agent")
-
-// trustedIdentity is the identity of a trusted user: its auth.sid comes
-// from the session cache (trusted authentication on the token when there
-// is none), and one the service no longer takes is dropped from it. The
-// selector is checked: it has a credential and a serviceUserId.
-func (a *Agent) trustedIdentity(st *state, req authz.Selector) (legacy.Identity, error) {
+// trustedSid is the auth.sid of a trusted user: from the session cache
+// (trusted authentication on the token when there is none), and one the
+// service no longer takes is dropped from it. The selector is checked: it
+// has a credential and a serviceUserId.
+func (a *Agent) trustedSid(st *state, req authz.Selector) (schemes.Sid, error) {
 	cred, err := parseCredential(api.Credential(*req.Credential), a.cfg.LegacySNILS)
 	if err != nil {
-		return legacy.Identity{}, err
+		return schemes.Sid{}, err
 	}
 	userID := req.ServiceUserID
 	if err := trusted.CheckServiceUserID(userID); err != nil {
-		return legacy.Identity{}, err
+		return schemes.Sid{}, err
 	}
 	c := st.client
 	if c == nil {
-		return legacy.Identity{}, errNotConfigured
+		return schemes.Sid{}, errNotConfigured
 	}
 	k := trusted.SessionKey{Kind: cred.Kind, Value: cred.Value, ServiceUserID: userID}
-	return legacy.Identity{By: legacy.BySid, Subject: "trusted " + cred.Masked() + " serviceUserId=" + userID, CacheKey: k.String(),
-		Sid: func(ctx context.Context) (string, error) {
+	return schemes.Sid{Subject: "trusted " + cred.Masked() + " serviceUserId=" + userID, CacheKey: k.String(),
+		Get: func(ctx context.Context) (string, error) {
 			s, _, err := a.cache.Obtain(ctx, k, false, 0, a.cfg.RequestDeadline,
 				func(ctx context.Context) (*trusted.Session, error) { return c.Session(ctx, cred, userID) })
 			if err != nil {

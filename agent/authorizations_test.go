@@ -130,7 +130,7 @@ func TestLegacyAuthorizationRefusals(t *testing.T) {
 		t.Fatal("a secret in the log")
 	}
 	// Without the legacy scheme configured.
-	h.reload(t, func(c *agent.Config) { c.Legacy = nil })
+	h.reload(t, func(c *agent.Config) { c.Schemes.Legacy = nil })
 	_, err := h.client.Authorization(ctx, api.AuthorizationRequest{Scheme: "legacy", By: "certificate"})
 	if e := apiErr(t, err); e.Status != 503 || !strings.Contains(e.Body.Message, "--api-url") {
 		t.Fatalf("%d %q", e.Status, e.Body.Message)

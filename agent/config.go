@@ -14,14 +14,13 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/agent/listen"
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agent/tokenq"
-	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
-	"github.com/signagent/signagent/legacy"
-	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/schemes"
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/store"
 	"github.com/signagent/signagent/trusted"
@@ -89,11 +88,6 @@ type Config struct {
 	// every request. A value the service refused (the proxy's retry) is
 	// replaced at once. Taken at start.
 	RefreshFloor time.Duration
-	// Legacy is the legacy scheme's client configuration (the business API
-	// address and the developer key); nil answers legacy authorizations
-	// with 503. LegacyPasswords are the accounts it may log in as.
-	Legacy          *legacy.Config
-	LegacyPasswords map[string]string
 	// APIURL is the business API the proxy (/v1/service/{method}) forwards
 	// to; empty answers proxied calls with 503. AllowInsecureAPI allows
 	// plain http to a host that is not loopback. ServiceMaxBody bounds a
@@ -105,16 +99,17 @@ type Config struct {
 	// or spooled (default 256 MiB); a call that does not fit is answered
 	// 503 busy at once. Taken at start.
 	ServiceBodyBudget int64
-	// OIDC hands out the access tokens of the profiles an operator signed
-	// in with signagent login (the same token store); nil answers oidc
-	// authorizations with 503.
-	OIDC *oidc.Tokens
-	// Schemes are the schemes the agent serves besides legacy and OpenID
-	// Connect, each an authz.Scheme built by the caller from its
-	// configuration (and built again for Reload).
-	Schemes authz.Schemes
-	// SharedStore, when set, holds the trusted sessions the agents on it
-	// share (the OpenID Connect records are in OIDC.Store).
+	// Schemes are the settings of the schemes the agent serves (legacy,
+	// OpenID Connect, ...), read by the caller, and SchemeList the schemes
+	// themselves (nil: schemes.List()). The agent builds them at start and
+	// on every reload with what it lends them (schemes.Deps: the token's
+	// decrypter, the shared store, the trusted sessions, its log, a
+	// refresh hook); SchemeList is taken at start.
+	Schemes    schemes.Settings
+	SchemeList []schemes.Entry
+	// SharedStore, when set, holds the records the agents on it share:
+	// the trusted sessions, and the schemes' (lent as schemes.Deps.Store;
+	// the OpenID Connect records are in Schemes.OIDC.Store).
 	SharedStore store.Records
 
 	Log zerolog.Logger
@@ -190,6 +185,9 @@ func (c *Config) validate() error {
 	c.RefreshFloor = cmp.Or(c.RefreshFloor, DefaultRefreshFloor)
 	c.ServiceMaxBody = cmp.Or(c.ServiceMaxBody, 16<<20)
 	c.ServiceBodyBudget = cmp.Or(c.ServiceBodyBudget, DefaultServiceBodyBudget)
+	if c.SchemeList == nil {
+		c.SchemeList = schemes.List()
+	}
 	if c.Stderr == nil {
 		c.Stderr = os.Stderr
 	}
@@ -206,3 +204,7 @@ func (c *Config) validate() error {
 	}
 	return nil
 }
+
+// TLSFiles names the certificate, key and (optional) client CA of a TLS
+// listener (listen.TLSFiles).
+type TLSFiles = listen.TLSFiles

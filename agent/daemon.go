@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -17,10 +16,11 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/agent/auditlog"
+	"github.com/signagent/signagent/agent/listen"
 	"github.com/signagent/signagent/agent/tokenq"
-	"github.com/signagent/signagent/legacy"
-	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/schemes"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -34,7 +34,7 @@ type Daemon struct {
 	peer    *PeerAuth
 	bearer  *BearerAuth // nil without TCP listeners
 	tls     atomic.Pointer[tls.Config]
-	audit   *AuditFile // nil for stderr or none
+	audit   *auditlog.File // nil for stderr or none
 	ls      []Listener
 	servers *serverSet
 	stamps  *trusted.Stamps // one for the daemon's life: every trusted client shares it
@@ -90,7 +90,7 @@ func (d *Daemon) openAudit() (io.Writer, error) {
 	case os.DevNull:
 		return io.Discard, nil
 	default:
-		a, err := OpenAuditFile(f)
+		a, err := auditlog.Open(f)
 		if err != nil {
 			return nil, badConfig(err)
 		}
@@ -114,7 +114,7 @@ func (d *Daemon) openToken(ctx context.Context) error {
 		Signature: d.cfg.Signature, Workers: d.cfg.TokenConcurrency, Backlog: d.cfg.QueueSize, Delay: d.cfg.TokenDelay, Log: d.log,
 		OnSign: func(t time.Duration, err error) {
 			if a := d.agent; a != nil {
-				a.observeSign(t, err)
+				a.metrics.Sign(t, err)
 			}
 		},
 	})
@@ -131,14 +131,10 @@ func (d *Daemon) opener(cfg Config) tokenq.Opener {
 
 // state is the agent's reloadable state as cfg configures it, built and
 // checked whole before anything changes: at start and on every reload.
-// What cfg leaves as it was (the legacy scheme's configuration, the
-// business API's address) keeps its caches and connections.
+// What cfg leaves as it was (a scheme's settings, the business API's
+// address) keeps its caches and connections.
 func (d *Daemon) state(cfg Config) (*state, error) {
 	client, err := d.serviceClient(cfg)
-	if err != nil {
-		return nil, err
-	}
-	lg, err := d.legacyScheme(cfg, d.cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -146,8 +142,11 @@ func (d *Daemon) state(cfg Config) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &state{key: cfg.APIKey, client: client, rules: cfg.Routes, policy: cfg.Policy, legacy: lg, oidc: d.oidcScheme(cfg),
-		more: cfg.Schemes, shared: cfg.SharedStore, target: target}, nil
+	st := &state{key: cfg.APIKey, client: client, rules: cfg.Routes, policy: cfg.Policy, shared: cfg.SharedStore, target: target}
+	if st.schemes, err = schemes.Build(d.cfg.SchemeList, cfg.Schemes, d.agent.lend(st, cfg.RequestDeadline)); err != nil {
+		return nil, badConfig(err)
+	}
+	return st, nil
 }
 
 // serviceClient is the trusted client the agent runs sessions and links
@@ -166,50 +165,6 @@ func (d *Daemon) serviceClient(cfg Config) (*trusted.Client, error) {
 		return nil, badConfig(err)
 	}
 	return c, nil
-}
-
-// legacyScheme builds the legacy scheme's token cache for cfg. When the
-// configuration is the same as was (a reload that did not touch it), the
-// current cache is kept, with its tokens.
-func (d *Daemon) legacyScheme(cfg, was Config) (*legacyTokens, error) {
-	if cfg.Legacy == nil {
-		d.log.Info().Msg("the legacy scheme is off (no --api-url or no developer key): its authorizations answer 503")
-		return nil, nil
-	}
-	if sameLegacy(was.Legacy, cfg.Legacy) && maps.Equal(was.LegacyPasswords, cfg.LegacyPasswords) && d.agent != nil {
-		if cur := d.agent.now().legacy; cur != nil {
-			return cur, nil
-		}
-	}
-	lc := *cfg.Legacy
-	lc.Log = d.log
-	c, err := legacy.New(lc)
-	if err != nil {
-		return nil, badConfig(err)
-	}
-	return &legacyTokens{Tokens: legacy.NewTokens(c, 0, cfg.RequestDeadline), Passwords: cfg.LegacyPasswords}, nil
-}
-
-// oidcScheme wires cfg's token source to the metrics and the log.
-func (d *Daemon) oidcScheme(cfg Config) *oidc.Tokens {
-	t := cfg.OIDC
-	if t == nil {
-		return nil
-	}
-	if t.Timeout <= 0 {
-		t.Timeout = cfg.RequestDeadline
-	}
-	m, log := d.agent.metrics, d.log
-	t.OnRefresh = func(profile, result string) {
-		m.oidcRefreshes.WithLabelValues(result).Inc()
-		log.Info().Str("profile", profile).Str("result", result).Msg("OpenID Connect refresh")
-	}
-	return t
-}
-
-func sameLegacy(a, b *legacy.Config) bool {
-	return a != nil && b != nil && a.APIURL == b.APIURL && a.AllowInsecureHTTP == b.AllowInsecureHTTP &&
-		a.DeveloperKey == b.DeveloperKey && a.TokenTTL == b.TokenTTL && a.Timeout == b.Timeout && a.Attempts == b.Attempts
 }
 
 // selectionID names a token selection, so that a reload that does not
@@ -339,8 +294,8 @@ func (d *Daemon) Grace() time.Duration { return d.cfg.ShutdownGrace }
 func (d *Daemon) release() {
 	for _, l := range d.ls {
 		l.Close()
-		if u, ok := l.Listener.(*unixListener); ok && l.Path != "" {
-			u.removeSocket()
+		if l.Path != "" {
+			listen.RemoveSocket(l.Listener)
 		}
 	}
 	if d.tm != nil {

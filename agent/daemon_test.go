@@ -22,6 +22,7 @@ import (
 	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/schemes"
 )
 
 // daemonConfig is a daemon on a fresh SoftHSM token, a temporary socket
@@ -227,8 +228,8 @@ func TestDaemonLegacyReload(t *testing.T) {
 	hash, _ := emulator.HashPassword([]byte(alicePassword))
 	emu := emulatortest.New(t, &emulator.Config{Developers: []emulator.Developer{{Key: devKey}},
 		Users: []emulator.User{{ID: "a", Login: "alice@example.com", PasswordHash: hash}}})
-	cfg.Legacy = &legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey}
-	cfg.LegacyPasswords = map[string]string{"alice@example.com": alicePassword}
+	pws := map[string]string{"alice@example.com": alicePassword}
+	cfg.Schemes.Legacy = &schemes.LegacySettings{Client: &legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey}, Passwords: pws}
 	cfg.ExposeLegacyHeader = true
 	d, err := agent.Start(context.Background(), cfg)
 	if err != nil {
@@ -243,7 +244,7 @@ func TestDaemonLegacyReload(t *testing.T) {
 		t.Fatalf("first: %+v %v", a, err)
 	}
 	same := cfg
-	same.Legacy = &legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey}
+	same.Schemes.Legacy = &schemes.LegacySettings{Client: &legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey}, Passwords: pws}
 	if err := d.Reload(same); err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +252,7 @@ func TestDaemonLegacyReload(t *testing.T) {
 		t.Fatalf("after an unchanged reload: %+v %v", a, err)
 	}
 	changed := same
-	changed.Legacy = &legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey, TokenTTL: time.Hour}
+	changed.Schemes.Legacy = &schemes.LegacySettings{Client: &legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey, TokenTTL: time.Hour}, Passwords: pws}
 	if err := d.Reload(changed); err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +260,7 @@ func TestDaemonLegacyReload(t *testing.T) {
 		t.Fatalf("after a changed reload: %+v %v", a, err)
 	}
 	off := changed
-	off.Legacy = nil
+	off.Schemes.Legacy = nil
 	if err := d.Reload(off); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/agent/listen"
 	"github.com/signagent/signagent/safefile"
 )
 
@@ -47,29 +48,29 @@ func (d *Daemon) listen() error {
 // inheritedTCP serves a TCP socket systemd passed under the rules of
 // --listen tcp: (TLS, loopback, bearer token).
 func (d *Daemon) inheritedTCP(l net.Listener) (Listener, error) {
-	return d.tcpListener(func(tlsCfg *tls.Config) (net.Listener, error) { return InheritedTCP(l, tlsCfg) })
+	return d.tcpListener(func(tlsCfg *tls.Config) (net.Listener, error) { return listen.InheritedTCP(l, tlsCfg) })
 }
 
 func (d *Daemon) listenOn(spec string) (Listener, error) {
-	network, addr, err := ParseListen(spec)
+	network, addr, err := listen.ParseListen(spec)
 	if err != nil {
 		return Listener{}, badConfig(err)
 	}
 	if network == "unix" {
-		us := UnixSocket{Path: addr}
+		us := listen.UnixSocket{Path: addr}
 		if g := d.cfg.SocketGroup; g != "" {
 			if us.Group, err = lookupGroup(g); err != nil {
 				return Listener{}, err
 			}
 			us.HasGroup = true
 		}
-		l, err := ListenUnix(us)
+		l, err := listen.ListenUnix(us)
 		if err != nil {
 			return Listener{}, err
 		}
 		return Listener{Listener: l, Auth: d.peer, Path: addr}, nil
 	}
-	return d.tcpListener(func(tlsCfg *tls.Config) (net.Listener, error) { return ListenTCP(addr, tlsCfg) })
+	return d.tcpListener(func(tlsCfg *tls.Config) (net.Listener, error) { return listen.ListenTCP(addr, tlsCfg) })
 }
 
 // tcpListener is the one place a TCP listener gets its rules, whether
@@ -85,7 +86,7 @@ func (d *Daemon) tcpListener(open func(*tls.Config) (net.Listener, error)) (List
 		return Listener{}, err
 	}
 	l, err := open(tlsCfg)
-	if errors.Is(err, ErrInsecureListen) {
+	if errors.Is(err, listen.ErrInsecureListen) {
 		return Listener{}, badConfig(err)
 	}
 	if err != nil {

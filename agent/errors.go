@@ -89,10 +89,6 @@ func classify(err error) (int, APIError) {
 	return http.StatusInternalServerError, APIError{Code: CodeInternal, Message: firstLine(err.Error())}
 }
 
-// ErrOIDCSecret is what the agent answers when a profile needs a refresh
-// and the agent was given no client secret.
-var ErrOIDCSecret = errdefs.New(errdefs.ErrNotConfigured, "the agent has no OpenID Connect client secret (SIGNAGENT_CLIENT_SECRET or --client-secret-file), so it cannot refresh tokens")
-
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		return s[:i]

@@ -115,12 +115,7 @@ func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
 			return nil, err
 		}
 		cached := source != trusted.FromLogin
-		if cached {
-			a.metrics.cacheHits.Inc()
-		} else {
-			a.metrics.cacheMisses.Inc()
-		}
-		a.metrics.sessions.WithLabelValues(source).Inc()
+		a.metrics.Session(source)
 		entry.cached, entry.source = &cached, source
 		if cert := a.tm.Certificate(); cert != nil {
 			entry.thumbprint = canonical.ThumbprintOf(cert)
@@ -186,7 +181,7 @@ func (a *Agent) finish(w http.ResponseWriter, r *http.Request, entry auditEntry,
 			ev = a.cfg.Log.Warn()
 		}
 		if errors.Is(err, tokenq.ErrQueueFull) {
-			a.metrics.rejected.Inc()
+			a.metrics.Rejected()
 		}
 		ev.Str("client", entry.caller).Str("operation", entry.operation).Int("status", status).Str("code", apiErr.Code).Str("requestId", entry.requestID).Msg(apiErr.Message)
 		writeError(w, status, apiErr)

@@ -25,6 +25,7 @@ import (
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/schemes"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -80,9 +81,11 @@ type options struct {
 	// trusted service): OpenID Connect and legacy passwords alone.
 	noToken bool
 	// auditFile writes the audit log to a file as serve does
-	// (agent.OpenAuditFile), not to h.audit: for benchmarks, whose
+	// (auditlog.Open), not to h.audit: for benchmarks, whose
 	// in-memory log would only grow.
 	auditFile bool
+	// schemes is the agent's scheme list (default schemes.List()).
+	schemes []schemes.Entry
 }
 
 // Alice's box, and another organization's.
@@ -136,7 +139,7 @@ func start(t testing.TB, o options) *harness {
 		Policy:       agent.Policy{ExposeCanonical: o.expose, ExposeLegacyHeader: o.legacy && !o.hideLegacy, NoCertificateLogin: o.noCertLogin},
 		RefreshFloor: cmp.Or(o.floor, time.Nanosecond),
 		AllowUIDs:    o.allowUIDs, AllowGIDs: o.allowGIDs, TLS: o.tls,
-		Stderr: audit, Log: log, ShutdownGrace: 5 * time.Second,
+		Stderr: audit, Log: log, ShutdownGrace: 5 * time.Second, SchemeList: o.schemes,
 	}
 	if !o.noService && !o.noToken {
 		cfg.Service = &trusted.Config{BaseURL: emu.URL(), APIKey: apiKey, Timeout: o.timeout, Backoff: 5 * time.Millisecond, Now: o.now, Log: log}
@@ -145,12 +148,12 @@ func start(t testing.TB, o options) *harness {
 		cfg.AuditLog = filepath.Join(t.TempDir(), "audit.log")
 	}
 	if o.legacy {
-		cfg.Legacy = &legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey, Backoff: time.Millisecond}
-		cfg.LegacyPasswords = map[string]string{"alice@example.com": alicePassword, "bob@example.com": "not bob's password"}
+		cfg.Schemes.Legacy = &schemes.LegacySettings{Client: &legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey, Backoff: time.Millisecond},
+			Passwords: map[string]string{"alice@example.com": alicePassword, "bob@example.com": "not bob's password"}}
 	}
 	if o.oidc {
 		h.store = h.signInOIDC(t)
-		cfg.OIDC = &oidc.Tokens{Store: h.store, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
+		cfg.Schemes.OIDC = &oidc.Tokens{Store: h.store, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
 	}
 	h.serve(t, cfg, o.bearer)
 	return h
@@ -254,7 +257,7 @@ func (h *harness) second(t testing.TB) *harness {
 	t.Helper()
 	b := &harness{tk: h.tk, emu: h.emu, logs: h.logs, audit: h.audit, opens: h.opens}
 	cfg := h.cfg
-	cfg.Legacy, cfg.LegacyPasswords, cfg.OIDC, cfg.SharedStore, cfg.APIURL, cfg.Schemes, cfg.AuditLog = nil, nil, nil, nil, "", nil, ""
+	cfg.Schemes, cfg.SchemeList, cfg.SharedStore, cfg.APIURL, cfg.AuditLog = schemes.Settings{}, nil, nil, "", ""
 	cfg.Policy, cfg.Routes = agent.Policy{}, nil
 	if cfg.Service == nil {
 		cfg.Service = &trusted.Config{BaseURL: h.emu.URL(), APIKey: apiKey, Backoff: 5 * time.Millisecond, Log: cfg.Log}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/schemes"
 )
 
 func (a *Agent) healthz(w http.ResponseWriter, r *http.Request) {
@@ -23,7 +24,7 @@ func (a *Agent) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 // readiness checks each configured part: the token only when the agent
-// signs, the shared store, OpenID Connect's token store, the legacy scheme.
+// signs, the shared store, and each scheme that can say (schemes.Checker).
 func (a *Agent) readiness() api.ReadyResponse {
 	resp := api.ReadyResponse{Status: "ready", Checks: map[string]api.Check{}}
 	if a.tm != nil {
@@ -44,17 +45,16 @@ func (a *Agent) readiness() api.ReadyResponse {
 		cancel()
 		resp.Checks["store"] = c
 	}
-	if t := st.oidc; t != nil {
-		// Its token store: the local files say whether they can be used;
-		// a shared one is the store check's.
-		c := api.Check{Ready: true}
-		if err := t.Store.Check(); err != nil {
-			c = api.Check{Reason: err.Error()}
+	for _, sc := range st.schemes {
+		// Each scheme that can say, under its name (one not configured
+		// cannot, and is left out).
+		if ch, ok := sc.(schemes.Checker); ok {
+			c := api.Check{Ready: true}
+			if err := ch.Check(); err != nil {
+				c = api.Check{Reason: err.Error()}
+			}
+			resp.Checks[sc.Name()] = c
 		}
-		resp.Checks["oidc"] = c
-	}
-	if st.legacy != nil {
-		resp.Checks["legacy"] = api.Check{Ready: true}
 	}
 	for _, c := range resp.Checks {
 		if !c.Ready {

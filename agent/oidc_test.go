@@ -9,10 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/api"
-	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/oidc"
 )
 
@@ -124,45 +122,5 @@ func TestOIDCSignInRequired(t *testing.T) {
 	var ae *agentclient.Error
 	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
 		t.Fatalf("bad profile name: %v", err)
-	}
-}
-
-// renamed is a scheme under another name: a fourth scheme made for this
-// test (the project has three), to show that a scheme given to the agent
-// is served like its own, by name, with no code of the agent's for it.
-type renamed struct {
-	authz.Scheme
-	name string
-}
-
-func (r renamed) Name() string { return r.name }
-
-// TestMoreSchemes: a scheme given to the agent (Config.Schemes, here on a
-// reload) is named by the Signagent-Identity header and the body of
-// /v1/authorizations, proxied with its header, counted and audited.
-func TestMoreSchemes(t *testing.T) {
-	h := start(t, options{oidc: true, apiURL: "emu"})
-	h.reload(t, func(c *agent.Config) {
-		c.Schemes = authz.Schemes{renamed{oidc.Scheme{Tokens: &oidc.Tokens{Store: h.store,
-			Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}}, "robot"}}
-	})
-	a, err := h.client.Authorization(context.Background(), api.AuthorizationRequest{Scheme: "robot", Profile: "default"})
-	if err != nil || !strings.HasPrefix(a.Authorization, "Bearer ") {
-		t.Fatalf("%+v %v", a, err)
-	}
-	resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "robot profile=default", nil, "")
-	if resp.StatusCode != 200 || !strings.Contains(body, "Horns and Hooves") {
-		t.Fatalf("the proxy with the fourth scheme: %d %s", resp.StatusCode, body)
-	}
-	if m := h.metric(t, `signagent_authorizations_total{result="cached",scheme="robot"}`); m != "2" {
-		t.Fatalf("authorizations counted for robot: %q", m)
-	}
-	if !strings.Contains(h.audit.String(), `"scheme":"robot","identity":"profile default (u1)"`) {
-		t.Fatalf("audit: %s", h.audit.String())
-	}
-	// A scheme the agent does not serve is named with those it does.
-	_, err = h.client.Authorization(context.Background(), api.AuthorizationRequest{Scheme: "kerberos"})
-	if e := apiErr(t, err); e.Status != 400 || !strings.Contains(e.Body.Message, `want legacy, oidc or robot`) {
-		t.Fatalf("%+v", e)
 	}
 }

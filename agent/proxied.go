@@ -35,7 +35,7 @@ func (c *proxyRecord) Authorizer(sel authz.Selector) (authz.Authorizer, error) {
 }
 
 func (c *proxyRecord) Answering(call *proxy.Call) {
-	c.a.metrics.observeCall(call.Method, call.Status, call.Retried)
+	c.a.metrics.Call(call.Method, call.Status, call.Retried)
 }
 
 // auditCutOff is the audit outcome of a proxied answer that did not reach
@@ -58,7 +58,7 @@ func (c *proxyRecord) Answered(call *proxy.Call) {
 
 func (c *proxyRecord) Failed(w http.ResponseWriter, call *proxy.Call, err error) {
 	status, apiErr := classify(err)
-	c.a.metrics.observeCall(call.Method, status, call.Retried)
+	c.a.metrics.Call(call.Method, status, call.Retried)
 	c.entry.call, c.entry.outcome, c.entry.serviceCode, c.entry.latency = call.Call, apiErr.Code, apiErr.ServiceCode, time.Since(call.Start)
 	c.entry.retried = call.Retried
 	c.a.audit.write(c.entry)

@@ -21,6 +21,7 @@ import (
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/legacy"
+	"github.com/signagent/signagent/schemes"
 )
 
 // call sends a request to the agent's socket as a partner system would;
@@ -174,8 +175,8 @@ func TestProxyRefusals(t *testing.T) {
 func TestProxyUnknownDeveloperKey(t *testing.T) {
 	h2 := start(t, options{apiURL: "emu"})
 	h2.reload(t, func(c *agent.Config) {
-		c.Legacy = &legacy.Config{APIURL: h2.emu.URL(), DeveloperKey: "unknownClient-0a1b2c3d4e"}
-		c.LegacyPasswords = map[string]string{"alice@example.com": alicePassword}
+		c.Schemes.Legacy = &schemes.LegacySettings{Client: &legacy.Config{APIURL: h2.emu.URL(), DeveloperKey: "unknownClient-0a1b2c3d4e"},
+			Passwords: map[string]string{"alice@example.com": alicePassword}}
 	})
 	resp, body := h2.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceLegacy, nil, "")
 	if resp.StatusCode != 422 || !strings.Contains(body, "service_refused") || strings.Contains(body, devKey) {

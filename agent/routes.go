@@ -43,7 +43,7 @@ var routeTable = []route{
 	{"POST", proxy.Prefix + "{method}", "service", serviceBody, nil},
 	{"GET", "/healthz", "", apiBody, func(a *Agent) http.HandlerFunc { return a.healthz }},
 	{"GET", "/readyz", "", apiBody, func(a *Agent) http.HandlerFunc { return a.readyz }},
-	{"GET", "/metrics", "", apiBody, func(a *Agent) http.HandlerFunc { return a.metrics.handler().ServeHTTP }},
+	{"GET", "/metrics", "", apiBody, func(a *Agent) http.HandlerFunc { return a.metrics.Handler().ServeHTTP }},
 }
 
 // name is the route as Routes, the metrics and the audit log name it.

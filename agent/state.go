@@ -5,7 +5,6 @@ import (
 
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/authz"
-	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/store"
 	"github.com/signagent/signagent/trusted"
 )
@@ -19,15 +18,11 @@ type state struct {
 	client *trusted.Client
 	rules  []RouteRule
 	policy Policy
-	legacy *legacyTokens
-	oidc   *oidc.Tokens
-	more   authz.Schemes // Config.Schemes
 	shared store.Records
 	target *proxy.Target
-
-	// schemes are the schemes the rest configures, built once when the
-	// state is published rather than on every authorization and proxied
-	// call.
+	// schemes are the schemes /v1/authorizations and the proxy serve,
+	// built once for the state (Daemon.state) rather than on every
+	// authorization and proxied call.
 	schemes authz.Schemes
 }
 
@@ -47,18 +42,13 @@ func (a *Agent) reload(next *state, sessionTTL time.Duration) {
 	}
 }
 
-// publish plugs next's shared store into the caches that keep records
-// there (the legacy tokens, and the trusted sessions for next's API key):
-// the one place the agent plugs a store in. Then it swaps next in. The
-// caller holds a.writer.
+// publish plugs next's shared store into the trusted sessions for next's
+// API key (the schemes were lent it when they were built), then swaps
+// next in. The caller holds a.writer.
 func (a *Agent) publish(next *state) {
 	if next.shared != a.cur.Load().shared {
 		a.observeStore(next.shared)
 	}
-	if next.legacy != nil && next.legacy.Tokens != nil {
-		next.legacy.Tokens.Share(next.shared)
-	}
 	a.cache.Share(next.shared, next.key)
-	next.schemes = a.buildSchemes(next)
 	a.cur.Store(next)
 }

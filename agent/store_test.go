@@ -19,6 +19,7 @@ import (
 	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
+	"github.com/signagent/signagent/schemes"
 	"github.com/signagent/signagent/store"
 )
 
@@ -46,7 +47,7 @@ func TestAgentSharedStore(t *testing.T) {
 	}
 	h.store.Remove("default") // only the shared store has it now
 	h.reload(t, func(c *agent.Config) {
-		c.OIDC = &oidc.Tokens{Store: shared, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
+		c.Schemes.OIDC = &oidc.Tokens{Store: shared, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
 		c.SharedStore = r // one store for every scheme, as serve hands it over
 	})
 
@@ -197,8 +198,8 @@ func TestAgentsShareLegacyTokens(t *testing.T) {
 	}
 	b := h.second(t)
 	withLegacy := func(c *agent.Config) {
-		c.Legacy = &legacy.Config{APIURL: h.emu.URL(), DeveloperKey: devKey, Backoff: time.Millisecond}
-		c.LegacyPasswords = map[string]string{"alice@example.com": alicePassword}
+		c.Schemes.Legacy = &schemes.LegacySettings{Client: &legacy.Config{APIURL: h.emu.URL(), DeveloperKey: devKey, Backoff: time.Millisecond},
+			Passwords: map[string]string{"alice@example.com": alicePassword}}
 		c.Policy = agent.Policy{ExposeLegacyHeader: true}
 		c.SharedStore = open()
 	}
@@ -289,7 +290,7 @@ func BenchmarkCachedOIDCSharedStore(b *testing.B) {
 		b.Fatal(err)
 	}
 	shared.reload(b, func(c *agent.Config) {
-		c.OIDC = &oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return local.oidcClient(b), nil }}
+		c.Schemes.OIDC = &oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return local.oidcClient(b), nil }}
 		c.SharedStore = r
 	})
 	ctx := context.Background()
@@ -337,7 +338,7 @@ func TestAgentSharedStoreTampered(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.reload(t, func(c *agent.Config) {
-		c.OIDC = &oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
+		c.Schemes.OIDC = &oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
 		c.SharedStore = r
 	})
 	if got := redistest.Command(srv.Addr, "HSET", "signagent:{"+sealer.Name("oidc", "default")+"}", "v", "forged-by-someone"); got != "0" {
@@ -387,7 +388,7 @@ func sharedOIDC(t *testing.T, h *harness, sealer *store.Sealer) (*redis.Client, 
 		t.Fatal(err)
 	}
 	h.reload(t, func(c *agent.Config) {
-		c.OIDC = &oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
+		c.Schemes.OIDC = &oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
 		c.SharedStore = r
 	})
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agent/listen"
 	"github.com/signagent/signagent/agentclient"
 )
 
@@ -107,7 +108,7 @@ func TestTLSListener(t *testing.T) {
 	}
 	// With TLS, an address beyond loopback is allowed (only bound and closed:
 	// no traffic goes to it).
-	if l2, err := agent.ListenTCP("0.0.0.0:0", cfg); err != nil {
+	if l2, err := listen.ListenTCP("0.0.0.0:0", cfg); err != nil {
 		t.Fatal(err)
 	} else {
 		l2.Close()
@@ -122,7 +123,7 @@ func TestSocketGroup(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	p := filepath.Join(dir, "g.sock")
-	l, err := agent.ListenUnix(agent.UnixSocket{Path: p, Group: os.Getgid(), HasGroup: true})
+	l, err := listen.ListenUnix(listen.UnixSocket{Path: p, Group: os.Getgid(), HasGroup: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +175,7 @@ func TestSocketAppearsListening(t *testing.T) {
 				return
 			}
 		}()
-		l, err := agent.ListenUnix(agent.UnixSocket{Path: p})
+		l, err := listen.ListenUnix(listen.UnixSocket{Path: p})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -91,7 +91,7 @@ func ReadAgentConfig(s *settings.Settings, e *cmdutil.Env) (agent.Config, error)
 		// The proxy serves OpenID Connect profiles without it.
 		e.Log.Warn().Msg("no developer key (SIGNAGENT_DEVELOPER_KEY or --developer-key-file): the legacy and trusted schemes answer 503")
 	default:
-		cfg.Legacy, cfg.LegacyPasswords, errs[5] = legacyAgentConfig(s, e)
+		cfg.Schemes.Legacy, errs[5] = legacyAgentConfig(s, e)
 	}
 	// The shared store, opened once: OpenID Connect records, trusted
 	// sessions and legacy tokens are all kept there.
@@ -99,8 +99,8 @@ func ReadAgentConfig(s *settings.Settings, e *cmdutil.Env) (agent.Config, error)
 	if shared != nil {
 		cfg.SharedStore = shared
 	}
-	cfg.OIDC, errs[6] = oidcAgentConfig(s, e, shared)
-	cfg.Schemes = MoreSchemes(s, e)
+	cfg.Schemes.OIDC, errs[6] = oidcAgentConfig(s, e, shared)
+	MoreSchemes(s, e, &cfg.Schemes)
 	err := AgentErr(settings.Join(append(append(errs[:], serr), s.Err())...))
 	if err != nil && shared != nil {
 		shared.Close()

@@ -12,6 +12,7 @@ import (
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/legacy"
+	"github.com/signagent/signagent/schemes"
 )
 
 const CatLegacy = "Legacy scheme"
@@ -28,14 +29,16 @@ func LegacyServiceFlags() []cli.Flag {
 
 // LegacyClient builds the client from --api-url and the developer key.
 func LegacyClient(s *settings.Settings, e *cmdutil.Env) (*legacy.Client, error) {
-	cfg, err := legacyConfig(s, e)
+	cfg, err := LegacyConfig(s, e)
 	if err != nil {
 		return nil, err
 	}
 	return legacy.New(*cfg)
 }
 
-func legacyConfig(s *settings.Settings, e *cmdutil.Env) (*legacy.Config, error) {
+// LegacyConfig is the legacy client's configuration as the settings give
+// it: the business API's address and the developer key.
+func LegacyConfig(s *settings.Settings, e *cmdutil.Env) (*legacy.Config, error) {
 	key, err := developerKey(s)
 	if err != nil {
 		return nil, err
@@ -54,24 +57,24 @@ func legacyConfig(s *settings.Settings, e *cmdutil.Env) (*legacy.Config, error) 
 
 // legacyAgentConfig is the agent's legacy scheme: the client's
 // configuration and the passwords of --legacy-password-file LOGIN=FILE.
-func legacyAgentConfig(s *settings.Settings, e *cmdutil.Env) (*legacy.Config, map[string]string, error) {
-	cfg, err := legacyConfig(s, e)
+func legacyAgentConfig(s *settings.Settings, e *cmdutil.Env) (*schemes.LegacySettings, error) {
+	cfg, err := LegacyConfig(s, e)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	pws := map[string]string{}
 	for _, spec := range s.Strings("legacy-password-file") {
 		login, file, ok := strings.Cut(spec, "=")
 		if !ok || strings.TrimSpace(login) == "" || file == "" {
-			return nil, nil, fmt.Errorf("%w: --legacy-password-file %q: want LOGIN=FILE", errdefs.ErrInvalidInput, spec)
+			return nil, fmt.Errorf("%w: --legacy-password-file %q: want LOGIN=FILE", errdefs.ErrInvalidInput, spec)
 		}
 		got, err := secret.Source{What: "the password of " + strings.TrimSpace(login), File: file, Flag: "--legacy-password-file"}.Resolve()
 		if err != nil {
-			return nil, nil, errdefs.Mark(err, errdefs.ErrInvalidInput)
+			return nil, errdefs.Mark(err, errdefs.ErrInvalidInput)
 		}
 		pws[strings.TrimSpace(login)] = got.Value
 	}
-	return cfg, pws, nil
+	return &schemes.LegacySettings{Client: cfg, Passwords: pws}, nil
 }
 
 // developerKey reads the developer key (see secretSpec for the order of

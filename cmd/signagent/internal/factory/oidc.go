@@ -7,11 +7,11 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/oidc"
+	"github.com/signagent/signagent/schemes"
 	"github.com/signagent/signagent/store"
 )
 
@@ -65,7 +65,7 @@ func oidcAgentConfig(s *settings.Settings, e *cmdutil.Env, shared *store.Shared)
 	}
 	return &oidc.Tokens{Store: records, Before: s.Duration("refresh-before"), Client: func(rec *oidc.Record) (*oidc.Client, error) {
 		if sec == "" {
-			return nil, agent.ErrOIDCSecret
+			return nil, schemes.ErrOIDCSecret
 		}
 		return RefreshClient(s, e, rec, sec)
 	}}, nil

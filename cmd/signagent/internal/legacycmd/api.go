@@ -20,7 +20,7 @@ import (
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/legacy"
-	"github.com/signagent/signagent/oidc"
+	"github.com/signagent/signagent/schemes"
 	"github.com/signagent/signagent/service"
 )
 
@@ -197,42 +197,50 @@ func apiAuthorizer(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.
 			return nil, none, err
 		}
 	}
-	schemes, done := apiSchemes(c, e, s)
-	a, err := schemes.Authorizer(sel)
+	list, done, err := apiSchemes(c, e, s)
+	if err != nil {
+		return nil, none, err
+	}
+	a, err := list.Authorizer(sel)
 	if err != nil {
 		done()
-		if errors.Is(err, errdefs.ErrInvalidInput) && !slices.Contains(schemes.Names(), sel.Scheme) {
-			err = cmdutil.UsageErr(fmt.Errorf("--scheme %q: want %s or trusted", c.String("scheme"), strings.Join(schemes.Names(), ", ")))
+		if errors.Is(err, errdefs.ErrInvalidInput) && !slices.Contains(list.Names(), sel.Scheme) {
+			err = cmdutil.UsageErr(fmt.Errorf("--scheme %q: want %s or trusted", c.String("scheme"), strings.Join(list.Names(), ", ")))
 		}
 		return nil, none, err
 	}
 	return a, done, nil
 }
 
-// apiSchemes are the schemes signagent api calls with, as the flags
-// configure them (--scheme trusted is legacy by sid:
-// authz.Selector.Normalize); a scheme the flags do not configure says
-// what it lacks when used. done closes what they opened.
-func apiSchemes(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.Schemes, func()) {
-	ls, done := apiLegacyScheme(c, e, s)
-	return append(authz.Schemes{
-		apiOIDCScheme(e, s),
-		ls,
-	}, factory.MoreSchemes(s, e)...), done
-}
-
-func apiOIDCScheme(e *cmdutil.Env, s *settings.Settings) authz.Scheme {
-	tk, err := factory.OIDCTokens(s, e)
-	if err != nil {
-		return authz.Off(authz.SchemeOIDC, err)
+// apiSchemes are the schemes signagent api calls with, built from the
+// one list (schemes.List) as the flags configure them (--scheme trusted
+// is legacy by sid: authz.Selector.Normalize); a scheme the flags do not
+// configure says what it lacks when used. The command lends them a
+// password from its sources, the token (opened when asked) and an
+// auth.sid from the flags; done closes what they opened.
+func apiSchemes(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.Schemes, func(), error) {
+	set := schemes.Settings{Off: map[string]error{}}
+	if lc, err := factory.LegacyConfig(s, e); err != nil {
+		set.Off[authz.SchemeLegacy] = err
+	} else {
+		set.Legacy = &schemes.LegacySettings{Client: lc}
 	}
-	return oidc.Scheme{Tokens: tk}
-}
-
-func apiLegacyScheme(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.Scheme, func()) {
-	client, err := factory.LegacyClient(s, e)
-	if err != nil {
-		return authz.Off(authz.SchemeLegacy, err), func() {}
+	if tk, err := factory.OIDCTokens(s, e); err != nil {
+		set.Off[authz.SchemeOIDC] = err
+	} else {
+		set.OIDC = tk
 	}
-	return legacyScheme(c, e, legacy.NewTokens(client, 0, s.Duration("request-timeout")))
+	factory.MoreSchemes(s, e, &set)
+	f := factory.New(c, e)
+	list, err := schemes.Build(nil, set, schemes.Deps{Log: e.Log, Timeout: s.Duration("request-timeout"), Decrypter: f.Certificate,
+		Password: func(login string) (string, error) { return readPassword(s, e, login) },
+		Sid: func(authz.Selector) (schemes.Sid, error) {
+			id, err := sidIdentity(f)
+			return schemes.Sid{Subject: id.Subject, CacheKey: id.CacheKey, Get: id.Sid, Drop: id.Drop}, err
+		}})
+	if err != nil {
+		f.Close()
+		return nil, func() {}, err
+	}
+	return list, f.Close, nil
 }

@@ -1,4 +1,10 @@
-package agent
+// Package metrics is the agent's Prometheus metrics, in a registry of its
+// own: requests by route and status, the token's signatures and queue,
+// sessions, each scheme's authorizations and where their values came
+// from (series named from the scheme list, each counted from zero), the
+// shared store's operations and the proxied calls. Its labels come from
+// fixed sets only, so that callers cannot grow it.
+package metrics
 
 import (
 	"context"
@@ -7,6 +13,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,26 +23,29 @@ import (
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/schemes"
 	"github.com/signagent/signagent/trusted"
 )
 
-// metrics are the agent's Prometheus metrics, in a registry of its own.
-type metrics struct {
-	reg           *prometheus.Registry
-	requests      *prometheus.CounterVec
-	duration      *prometheus.HistogramVec
-	signing       prometheus.Histogram
-	signErrors    *prometheus.CounterVec
-	cacheHits     prometheus.Counter
-	cacheMisses   prometheus.Counter
-	rejected      prometheus.Counter
-	authz         *prometheus.CounterVec
-	storeOps      *prometheus.CounterVec
-	sessions      *prometheus.CounterVec
-	sources       *prometheus.CounterVec
-	oidcRefreshes *prometheus.CounterVec
-	calls         *prometheus.CounterVec
-	retries       *prometheus.CounterVec
+// Metrics are the agent's Prometheus metrics, in a registry of its own.
+type Metrics struct {
+	reg         *prometheus.Registry
+	requests    *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	signing     prometheus.Histogram
+	signErrors  *prometheus.CounterVec
+	cacheHits   prometheus.Counter
+	cacheMisses prometheus.Counter
+	rejected    prometheus.Counter
+	authz       *prometheus.CounterVec
+	storeOps    *prometheus.CounterVec
+	sessions    *prometheus.CounterVec
+	sources     *prometheus.CounterVec
+	// refreshes are signagent_SCHEME_refreshes_total, for each scheme
+	// that refreshes (schemes.Entry.Refreshes).
+	refreshes map[string]*prometheus.CounterVec
+	calls     *prometheus.CounterVec
+	retries   *prometheus.CounterVec
 	// children are the request counters and duration histograms already
 	// resolved, by route and status: labels come from a fixed set (routes,
 	// "other", "refused"), so the map stays small.
@@ -55,16 +65,16 @@ type counterKey struct {
 }
 
 // inc counts one under vec's labels a and b, resolving the child once.
-func (m *metrics) inc(vec *prometheus.CounterVec, a, b string) {
+func (m *Metrics) inc(vec *prometheus.CounterVec, a, b string) {
 	m.incKey(counterKey{vec: vec, a: a, b: b, n: -1})
 }
 
 // incStatus counts one under vec's labels a and the status n.
-func (m *metrics) incStatus(vec *prometheus.CounterVec, a string, n int) {
+func (m *Metrics) incStatus(vec *prometheus.CounterVec, a string, n int) {
 	m.incKey(counterKey{vec: vec, a: a, n: n})
 }
 
-func (m *metrics) incKey(k counterKey) {
+func (m *Metrics) incKey(k counterKey) {
 	if c, ok := m.resolved.Load(k); ok {
 		c.(prometheus.Counter).Inc()
 		return
@@ -88,9 +98,9 @@ type requestChildren struct {
 	duration prometheus.Observer
 }
 
-// observeRequest counts a request and its duration under its route's
+// Request counts a request and its duration under its route's
 // labels, resolving them once per route and status.
-func (m *metrics) observeRequest(method, path string, status int, d time.Duration) {
+func (m *Metrics) Request(method, path string, status int, d time.Duration) {
 	k := requestKey{method, path, status}
 	c, ok := m.children.Load(k)
 	if !ok {
@@ -107,18 +117,18 @@ func (m *metrics) observeRequest(method, path string, status int, d time.Duratio
 	}
 }
 
-// observeCall counts a proxied business call by method and the status the
+// Call counts a proxied business call by method and the status the
 // caller got, and its retry after a 401.
-func (m *metrics) observeCall(method string, status int, retried bool) {
+func (m *Metrics) Call(method string, status int, retried bool) {
 	m.incStatus(m.calls, method, status)
 	if retried {
 		m.retries.WithLabelValues(method).Inc()
 	}
 }
 
-// observeAuthorization counts an authorization by scheme and result:
+// Authorization counts an authorization by scheme and result:
 // cached, obtained or failed.
-func (m *metrics) observeAuthorization(scheme string, cached bool, err error) {
+func (m *Metrics) Authorization(scheme string, cached bool, err error) {
 	result := "obtained"
 	switch {
 	case err != nil:
@@ -129,8 +139,17 @@ func (m *metrics) observeAuthorization(scheme string, cached bool, err error) {
 	m.inc(m.authz, scheme, result)
 }
 
-func newMetrics(tm *tokenq.Manager, version string) *metrics {
-	m := &metrics{
+// Refresh counts a scheme's refresh by result (ok, refused, error).
+func (m *Metrics) Refresh(scheme, result string) {
+	if v := m.refreshes[scheme]; v != nil {
+		v.WithLabelValues(result).Inc()
+	}
+}
+
+// New are the agent's metrics over the token manager tm (nil: no token,
+// and no token metrics), those of the schemes from list.
+func New(tm *tokenq.Manager, version string, list []schemes.Entry) *Metrics {
+	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "signagent_requests_total", Help: "HTTP requests by method, route (the path of a known route, other or refused) and status.",
@@ -148,8 +167,6 @@ func newMetrics(tm *tokenq.Manager, version string) *metrics {
 		cacheHits:   prometheus.NewCounter(prometheus.CounterOpts{Name: "signagent_session_cache_hits_total", Help: "Sessions answered from the cache."}),
 		cacheMisses: prometheus.NewCounter(prometheus.CounterOpts{Name: "signagent_session_cache_misses_total", Help: "Sessions that ran the flow."}),
 		rejected:    prometheus.NewCounter(prometheus.CounterOpts{Name: "signagent_queue_rejected_total", Help: "Requests refused with 429 because the token's queue was full."}),
-		oidcRefreshes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_oidc_refreshes_total",
-			Help: "OpenID Connect access-token refreshes by result (ok, refused: sign in again, error)."}, []string{"result"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_service_calls_total",
 			Help: "Business calls through the proxy by method and the status the caller got (the service's, or the agent's own error)."}, []string{"method", "status"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_service_retries_total",
@@ -171,16 +188,24 @@ func newMetrics(tm *tokenq.Manager, version string) *metrics {
 	for _, s := range []string{trusted.FromMemory, trusted.FromStore, trusted.FromLogin} {
 		m.sessions.WithLabelValues(s)
 	}
-	for _, s := range [][2]string{{"legacy", "memory"}, {"legacy", "store"}, {"legacy", "login"}, {"oidc", "memory"}, {"oidc", "store"}, {"oidc", "refresh"}} {
-		m.sources.WithLabelValues(s[0], s[1])
-	}
-	for _, scheme := range []string{"legacy", "oidc"} {
-		for _, result := range []string{"cached", "obtained", "failed"} {
-			m.authz.WithLabelValues(scheme, result)
+	m.refreshes = map[string]*prometheus.CounterVec{}
+	for _, e := range list {
+		for _, source := range e.Sources {
+			m.sources.WithLabelValues(e.Name, source)
 		}
-	}
-	for _, result := range []string{"ok", "refused", "error"} {
-		m.oidcRefreshes.WithLabelValues(result)
+		for _, result := range []string{"cached", "obtained", "failed"} {
+			m.authz.WithLabelValues(e.Name, result)
+		}
+		if e.Refreshes == "" {
+			continue
+		}
+		v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_" + strings.ReplaceAll(e.Name, "-", "_") + "_refreshes_total",
+			Help: e.Refreshes + " by result (ok, refused: sign in again, error)."}, []string{"result"})
+		for _, result := range []string{"ok", "refused", "error"} {
+			v.WithLabelValues(result)
+		}
+		m.refreshes[e.Name] = v
+		m.reg.MustRegister(v)
 	}
 	if version == "" {
 		version = "dev"
@@ -197,7 +222,7 @@ func newMetrics(tm *tokenq.Manager, version string) *metrics {
 		Help:        "Always 1; the labels say which build is running.",
 		ConstLabels: prometheus.Labels{"version": version, "goversion": goVersion, "revision": revision}})
 	build.Set(1)
-	m.reg.MustRegister(build, m.calls, m.retries, m.authz, m.oidcRefreshes, m.requests, m.duration, m.storeOps, m.sessions, m.sources,
+	m.reg.MustRegister(build, m.calls, m.retries, m.authz, m.requests, m.duration, m.storeOps, m.sessions, m.sources,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -223,16 +248,39 @@ func newMetrics(tm *tokenq.Manager, version string) *metrics {
 	return m
 }
 
-func (m *metrics) observeSign(d float64, err error) {
-	m.signing.Observe(d)
+// Sign records a token signature (the token manager's OnSign).
+func (m *Metrics) Sign(d time.Duration, err error) {
+	m.signing.Observe(d.Seconds())
 	if err != nil {
 		m.signErrors.WithLabelValues(signReason(err)).Inc()
 	}
 }
 
-func (m *metrics) handler() http.Handler {
+// Handler serves the metrics in Prometheus's text.
+func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
+
+// Source counts a header value handed out by scheme and where it came
+// from.
+func (m *Metrics) Source(scheme, source string) { m.inc(m.sources, scheme, source) }
+
+// Session counts a trusted session handed out by where it came from
+// (trusted.FromMemory, FromStore or FromLogin: a miss).
+func (m *Metrics) Session(source string) {
+	if source != trusted.FromLogin {
+		m.cacheHits.Inc()
+	} else {
+		m.cacheMisses.Inc()
+	}
+	m.sessions.WithLabelValues(source).Inc()
+}
+
+// StoreOp counts a shared store's operation by result.
+func (m *Metrics) StoreOp(op, result string) { m.storeOps.WithLabelValues(op, result).Inc() }
+
+// Rejected counts a request refused because the token's queue was full.
+func (m *Metrics) Rejected() { m.rejected.Inc() }
 
 // signReasons are the reason labels of signagent_sign_errors_total.
 var signReasons = []string{"pin", "pin_locked", "timeout", "device", "other"}

@@ -1,4 +1,4 @@
-package agent
+package auditlog
 
 import (
 	"bytes"
@@ -8,13 +8,13 @@ import (
 	"time"
 )
 
-// TestAuditFileBatches: lines reach the file without Close or Flush,
-// auditFlushEvery after the first of a batch, all of a quick burst with
+// TestFileBatches: lines reach the file without Close or Flush,
+// flushEvery after the first of a batch, all of a quick burst with
 // one write; a burst after that is written too (the writer is woken
 // again), and Close writes what is pending at once.
-func TestAuditFileBatches(t *testing.T) {
+func TestFileBatches(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.log")
-	a, err := OpenAuditFile(path)
+	a, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestAuditFileBatches(t *testing.T) {
 	}
 	// (Only when the burst took well under the batch's time: a loaded
 	// machine may stall this goroutine longer.)
-	if n := lines(); n != 0 && time.Since(start) < auditFlushEvery/2 {
+	if n := lines(); n != 0 && time.Since(start) < flushEvery/2 {
 		t.Fatalf("%d lines written before the batch's time", n)
 	}
 	waitLines(100)
