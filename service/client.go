@@ -152,9 +152,9 @@ func (c *Client) Do(ctx context.Context, httpMethod, path string, query url.Valu
 		if err != nil {
 			cancel()
 			if httpx.IsTimeout(rctx, err) {
-				return nil, &httpx.TransportError{Step: name, Msg: "no answer in time", Timeout: true, Err: err}
+				return nil, &httpx.TransportError{Method: name, Msg: "no answer in time", Timeout: true, Err: err}
 			}
-			return nil, &httpx.TransportError{Step: name, Msg: "could not reach the service: " + httpx.CleanErr(err).Error(), Err: err}
+			return nil, &httpx.TransportError{Method: name, Msg: "could not reach the service: " + httpx.CleanErr(err).Error(), Err: err}
 		}
 		resp.Body = cancelOnClose{resp.Body, cancel}
 		return resp, nil
@@ -165,10 +165,10 @@ func (c *Client) Do(ctx context.Context, httpMethod, path string, query url.Valu
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxBody+1))
 	if err != nil {
-		return nil, &httpx.TransportError{Step: name, Msg: "the answer was cut off", Err: err}
+		return nil, &httpx.TransportError{Method: name, Msg: "the answer was cut off", Err: err}
 	}
 	if int64(len(b)) > c.cfg.MaxBody {
-		return nil, &httpx.TransportError{Step: name, Msg: fmt.Sprintf("the answer is larger than %d bytes", c.cfg.MaxBody)}
+		return nil, &httpx.TransportError{Method: name, Msg: fmt.Sprintf("the answer is larger than %d bytes", c.cfg.MaxBody)}
 	}
 	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
 }
@@ -196,7 +196,7 @@ func (c *Client) call(ctx context.Context, method string, query url.Values, boxI
 		if ct == "text/html" {
 			what = "an HTML page"
 		}
-		return &httpx.TransportError{Step: method, Msg: "the service answered " + what + " with HTTP 200"}
+		return &httpx.TransportError{Method: method, Msg: "the service answered " + what + " with HTTP 200"}
 	}
 	return nil
 }

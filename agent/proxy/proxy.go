@@ -376,11 +376,11 @@ type upstreamError struct {
 func (e *upstreamError) Error() string { return httpx.CleanErr(e.err).Error() }
 func (e *upstreamError) Unwrap() error { return e.err }
 
-// classified is the error as a service.TransportError, which classify
+// classified is the error as an httpx.TransportError, which classify
 // knows: a time-out (the request deadline) or no answer.
 func (e *upstreamError) classified() error {
 	if httpx.IsTimeout(e.ctx, e.err) {
-		return &httpx.TransportError{Step: "the business call", Msg: "the service did not answer within the request deadline", Err: context.DeadlineExceeded}
+		return &httpx.TransportError{Method: "the business call", Msg: "the service did not answer within the request deadline", Err: context.DeadlineExceeded}
 	}
-	return &httpx.TransportError{Step: "the business call", Msg: "could not reach the service: " + e.Error()}
+	return &httpx.TransportError{Method: "the business call", Msg: "could not reach the service: " + e.Error()}
 }

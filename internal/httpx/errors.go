@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,8 +16,11 @@ import (
 // errdefs.ErrUnreachable. It is the one such type of every client
 // (trusted, legacy, oidc, service).
 type TransportError struct {
-	// Step is what was asked: a step of a flow, a call or a method.
-	Step string
+	// Step is what was asked: a step of a flow or a call of the service's
+	// (trusted, legacy, OpenID Connect), which the agent's answers name
+	// (Detail). Method is a business method instead (service, the
+	// proxy), which the caller named itself: the answers leave it out.
+	Step, Method string
 	// URL is where it was asked, without a secret or a query.
 	URL string
 	// Peer, when set, names who was asked, as Msg's subject (the
@@ -32,15 +36,16 @@ type TransportError struct {
 }
 
 func (e *TransportError) Error() string {
+	what := cmp.Or(e.Step, e.Method)
 	switch {
 	case e.Msg != "" && e.Peer != "":
-		return fmt.Sprintf("%s: %s at %s %s", e.Step, e.Peer, e.URL, e.Msg)
+		return fmt.Sprintf("%s: %s at %s %s", what, e.Peer, e.URL, e.Msg)
 	case e.Msg != "":
-		return e.Step + ": " + e.Msg
+		return what + ": " + e.Msg
 	case e.Timeout:
-		return fmt.Sprintf("%s: no answer from %s in time: %v", e.Step, e.URL, e.Err)
+		return fmt.Sprintf("%s: no answer from %s in time: %v", what, e.URL, e.Err)
 	}
-	return fmt.Sprintf("%s: could not reach %s: %v", e.Step, e.URL, e.Err)
+	return fmt.Sprintf("%s: could not reach %s: %v", what, e.URL, e.Err)
 }
 
 func (e *TransportError) Unwrap() error { return e.Err }
@@ -53,5 +58,5 @@ func (e *TransportError) Is(target error) bool {
 	return target == errdefs.ErrUnreachable
 }
 
-// Detail returns the step, for an API answer.
+// Detail returns the step (not a business method), for an API answer.
 func (e *TransportError) Detail() (code, step string) { return "", e.Step }
