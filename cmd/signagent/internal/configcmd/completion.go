@@ -102,7 +102,7 @@ func manCommand(e *cmdutil.Env) *cli.Command {
 		UsageText:   "signagent man > signagent.1 && man ./signagent.1",
 		Description: cmdutil.Examples("signagent man > signagent.1 && man ./signagent.1", "signagent man | man -l -"),
 		Action: func(c *cli.Context) error {
-			page, err := c.App.ToManWithSection(1)
+			page, err := cmdutil.ManPage(c.App, cmdutil.ManDate())
 			if err != nil {
 				return err
 			}
