@@ -37,8 +37,7 @@ func ManPage(app *cli.App, date time.Time) (string, error) {
 // environment is each variable with what it gives, sorted by name.
 func environment(app *cli.App) [][2]string {
 	seen := map[string]string{}
-	var add func(flags []cli.Flag)
-	add = func(flags []cli.Flag) {
+	add := func(flags []cli.Flag) {
 		for _, fl := range flags {
 			ev, ok := fl.(interface{ GetEnvVars() []string })
 			if !ok {
