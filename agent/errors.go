@@ -76,7 +76,7 @@ func classify(err error) (int, APIError) {
 		return http.StatusRequestEntityTooLarge, APIError{Code: CodeTooLarge, Message: err.Error()}
 	}
 	if a, ok := kindAnswers[errdefs.Kind(err)]; ok {
-		e := APIError{Code: a.code, Message: err.Error()}
+		e := APIError{Code: a.code, Message: forHTTP.Replace(err.Error())}
 		var d interface{ Detail() (code, step string) }
 		if errors.As(err, &d) {
 			e.ServiceCode, e.Step = d.Detail()
@@ -88,6 +88,14 @@ func classify(err error) (int, APIError) {
 	}
 	return http.StatusInternalServerError, APIError{Code: CodeInternal, Message: firstLine(err.Error())}
 }
+
+// forHTTP puts, in the messages the agent answers, the HTTP route a caller
+// uses where the scheme packages name the command an operator types (the
+// same advice, in the caller's terms; the API document's names).
+var forHTTP = strings.NewReplacer(
+	"(signagent link)", "(POST /v1/links)",
+	"pass --service-user-id", "give serviceUserId",
+)
 
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/signagent/signagent/agent/proxy"
@@ -75,5 +76,22 @@ func TestClassify(t *testing.T) {
 				t.Fatalf("message %q", e.Message)
 			}
 		})
+	}
+}
+
+// The agent's answers name what an HTTP caller does (the API's routes and
+// fields), not the CLI's commands and flags: a user not linked is told of
+// POST /v1/links, not of signagent link.
+func TestMessagesNameRoutes(t *testing.T) {
+	for _, c := range []struct {
+		code, want string
+	}{
+		{trusted.CodeUserNotFound, "link the user first (POST /v1/links)"},
+		{trusted.CodeNotID, "give serviceUserId"},
+	} {
+		_, e := classify(&trusted.ServiceError{Step: trusted.StepAuthenticate, Status: 403, Code: c.code})
+		if !strings.Contains(e.Message, c.want) || strings.Contains(e.Message, "signagent ") || strings.Contains(e.Message, "--") {
+			t.Errorf("%s: message %q, want one naming %q and no command or flag", c.code, e.Message, c.want)
+		}
 	}
 }

@@ -261,7 +261,7 @@ func (c *Client) call(ctx context.Context, ac apiCall, body []byte, ctype string
 	var ans []byte
 	err := httpx.Retry(ctx, c.cfg.Attempts, c.cfg.Backoff,
 		func(attempt int, d time.Duration, err error) {
-			c.cfg.Log.Warn().Str("call", ac.name).Int("attempt", attempt).Dur("wait", d).Err(err).Msg("request failed; retrying")
+			c.cfg.Log.Warn().Str("call", ac.name).Int("attempt", attempt).Stringer("wait", d).Err(err).Msg("request failed; retrying")
 		},
 		func(int) (bool, time.Duration, error) {
 			var sent bool

@@ -249,7 +249,7 @@ func (c *Client) doPrepared(ctx context.Context, step Step, method string, prepa
 	var resp []byte
 	err := httpx.Retry(ctx, c.cfg.Attempts, c.cfg.Backoff,
 		func(attempt int, d time.Duration, err error) {
-			c.cfg.Log.Warn().Str("step", string(step)).Int("attempt", attempt).Dur("wait", d).Err(err).Msg("request failed; retrying")
+			c.cfg.Log.Warn().Str("step", string(step)).Int("attempt", attempt).Stringer("wait", d).Err(err).Msg("request failed; retrying")
 		},
 		func(int) (bool, time.Duration, error) {
 			if prepare != nil {

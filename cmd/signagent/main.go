@@ -34,7 +34,15 @@ func main() {
 // run is main with its streams given, so tests can drive it in-process.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cmdutil.JSONLogs.Store(false)
-	return cmdutil.Finish("signagent", newApp(stdin, stdout, stderr).Run(args), stderr)
+	app := newApp(stdin, stdout, stderr)
+	// The completion scripts ask what may come next (the line so far, the
+	// word being completed last): answered here, from the command tree,
+	// before anything runs.
+	if n := len(args); n > 1 && args[n-1] == cmdutil.CompletionFlag {
+		cmdutil.Complete(app, args[1:n-1], stdout)
+		return cmdutil.ExitOK
+	}
+	return cmdutil.Finish("signagent", app.Run(cmdutil.FlagsFirst(app, args)), stderr)
 }
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
@@ -71,8 +79,6 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			return cmdutil.UsageErr(fmt.Errorf("%w%s", err, cmdutil.FlagSuggestion(err, flags)))
 		},
 		Commands: commands,
-		// The completion scripts ask the program what comes next.
-		EnableBashCompletion: true,
 		// Without a command: the help. With a word that is no command:
 		// one line naming the one meant, and exit 2 (the README's bad
 		// input), not urfave's "No help topic" with exit 1.
@@ -135,6 +141,10 @@ func wire(e *cmdutil.Env, cmd *cli.Command, use cmdutil.SettingsUse, onUsageErro
 	if use != cmdutil.NoSettings {
 		cmd.Flags = append(cmd.Flags, cmdutil.SettingsFlags(use != cmdutil.OwnSettings)...)
 	}
+	// A word that names no subcommand: one line naming the one meant.
+	if len(cmd.Subcommands) > 0 && cmd.Action == nil {
+		cmd.Action = cmdutil.UnknownSubcommand
+	}
 	cmd.Before = func(c *cli.Context) error {
 		if !c.Command.Args {
 			if err := cmdutil.NoArgs(c); err != nil {
@@ -145,6 +155,9 @@ func wire(e *cmdutil.Env, cmd *cli.Command, use cmdutil.SettingsUse, onUsageErro
 			if err := cmdutil.ReadSettings(c, use); err != nil {
 				return err
 			}
+		}
+		if err := cmdutil.CheckChoices(c); err != nil {
+			return err
 		}
 		if !c.IsSet("log-level") && !c.IsSet("log-format") && !c.IsSet("quiet") && !c.IsSet("verbose") {
 			return nil

@@ -84,7 +84,7 @@ func TestSessionTooManyRequests(t *testing.T) {
 	if code != cmdutil.ExitOK || len(strings.TrimSpace(stdout)) != 43 {
 		t.Fatalf("after one 429: exit %d, %q %s", code, stdout, stderr)
 	}
-	if n := strings.Count(stderr, "request failed; retrying"); n != 1 || !strings.Contains(stderr, "wait=1000") {
+	if n := strings.Count(stderr, "request failed; retrying"); n != 1 || !strings.Contains(stderr, "wait=1s") {
 		t.Fatalf("want one retry line waiting the 1s asked for:\n%s", stderr)
 	}
 

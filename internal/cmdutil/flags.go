@@ -157,6 +157,12 @@ func Examples(lines ...string) string {
 	return "Examples:\n\n   " + strings.Join(lines, "\n   ")
 }
 
+// SecretOutput is the help's warning of a command that prints a secret.
+func SecretOutput(what string) string {
+	return "It prints " + what + ": a secret, to treat as a password (not in logs, shared files, shell history\n" +
+		"or another command's arguments; pass it through a pipe, a variable or a file of mode 0600).\n\n"
+}
+
 // JSONFlag is --json, printing the shape named.
 func JSONFlag(shape string) cli.Flag {
 	return &cli.BoolFlag{Name: "json", Category: CatOutput, Usage: "print " + shape + " as JSON (times in RFC 3339, UTC)"}
@@ -165,7 +171,13 @@ func JSONFlag(shape string) cli.Flag {
 // NoArgs refuses stray positional arguments, which are most often a value
 // given to the wrong flag. The argument is not echoed: it may be a secret
 // typed in the wrong place.
+//
+// In a command with subcommands (token check), a word close to one of
+// their names is taken as that name mistyped, and named.
 func NoArgs(c *cli.Context) error {
+	if c.NArg() > 0 && c.Command != nil && Suggest(c.Args().First(), CommandNames(c.Command.Subcommands)) != "" {
+		return notASubcommand(c, c.Args().First())
+	}
 	if c.NArg() > 0 {
 		return UsageErr(errors.New("this command takes no positional arguments (a value given without its --flag?); see --help"))
 	}

@@ -1,7 +1,6 @@
 package cmdutil
 
 import (
-	"fmt"
 	"io"
 	"sync/atomic"
 	"time"
@@ -13,12 +12,17 @@ import (
 // LogFlags are --log-level and --log-format, in the given help category.
 func LogFlags(category string) []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "log-level", Category: category, EnvVars: []string{"SIGNAGENT_LOG_LEVEL"}, DefaultText: "warn; info for serve", Usage: "`LEVEL`: debug, info, warn or error"},
-		&cli.StringFlag{Name: "log-format", Category: category, Value: "console", EnvVars: []string{"SIGNAGENT_LOG_FORMAT"}, Usage: "`FORMAT`: console or json"},
+		OneOf(&cli.StringFlag{Name: "log-level", Category: category, EnvVars: []string{"SIGNAGENT_LOG_LEVEL"}, DefaultText: "warn; info for serve", Usage: "`LEVEL`: debug, info, warn or error"}, logLevels...),
+		OneOf(&cli.StringFlag{Name: "log-format", Category: category, Value: "console", EnvVars: []string{"SIGNAGENT_LOG_FORMAT"}, Usage: "`FORMAT`: console or json"}, logFormats...),
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Category: category, Usage: "log errors only (--log-level error)"},
 		&cli.BoolFlag{Name: "verbose", Category: category, Usage: "say what is done, not only what goes wrong (--log-level info)"},
 	}
 }
+
+var (
+	logLevels  = []string{"debug", "info", "warn", "error"}
+	logFormats = []string{"console", "json"}
+)
 
 // LogLevel is the log level for command: --log-level (or
 // SIGNAGENT_LOG_LEVEL) when given, else error with --quiet, info with
@@ -44,6 +48,10 @@ func LogLevel(c *cli.Context, command string) string {
 	return "warn"
 }
 
+// Quiet says whether the command was asked to say nothing but errors
+// (-q, --quiet or --log-level error): its notes on stderr are left out.
+func Quiet(c *cli.Context) bool { return LogLevel(c, c.Command.Name) == "error" }
+
 // Log and audit lines carry their time in RFC 3339 with milliseconds, in
 // UTC (zerolog's default is whole seconds in local time: two lines of one
 // second could not be ordered, and machines in two zones not compared).
@@ -59,7 +67,7 @@ var JSONLogs atomic.Bool
 func NewLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil || level == "" {
-		return zerolog.Nop(), UsageErr(fmt.Errorf("--log-level %q: want debug, info, warn or error", level))
+		return zerolog.Nop(), BadChoice("log-level", level, logLevels)
 	}
 	switch format {
 	case "json":
@@ -67,7 +75,7 @@ func NewLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
 	case "console":
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: true}
 	default:
-		return zerolog.Nop(), UsageErr(fmt.Errorf("--log-format %q: want console or json", format))
+		return zerolog.Nop(), BadChoice("log-format", format, logFormats)
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
 }

@@ -1,10 +1,14 @@
 package cmdutil
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 	"github.com/xrash/smetrics"
+
+	"github.com/signagent/signagent/internal/httpx"
 )
 
 // closeEnough is the Jaro-Winkler similarity from which a name is offered
@@ -52,4 +56,22 @@ func FlagSuggestion(err error, flags []cli.Flag) string {
 		return `; did you mean "--` + s + `"?`
 	}
 	return ""
+}
+
+// UnknownSubcommand is the action of a command made of subcommands (config,
+// agent): without one, its help; with a word that names none, one line
+// naming the one meant, and exit 2, not urfave's "No help topic" and exit 1.
+func UnknownSubcommand(c *cli.Context) error {
+	if !c.Args().Present() {
+		return cli.ShowSubcommandHelp(c)
+	}
+	return notASubcommand(c, c.Args().First())
+}
+
+func notASubcommand(c *cli.Context, name string) error {
+	msg := fmt.Sprintf("%q is not a subcommand of signagent %s", httpx.Printable(name, 32), c.Command.Name)
+	if s := Suggest(name, CommandNames(c.Command.Subcommands)); s != "" {
+		msg += fmt.Sprintf("; did you mean %q?", s)
+	}
+	return UsageErr(errors.New(msg + fmt.Sprintf(" (signagent %s --help lists them)", c.Command.Name)))
 }

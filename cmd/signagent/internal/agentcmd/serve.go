@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -28,7 +29,12 @@ func serveCommand(e *cmdutil.Env) *cli.Command {
 		Name:  "serve",
 		Usage: "run the local agent: signatures, sessions and links for partner systems over a Unix socket or loopback HTTP",
 		Description: "Settings come from flags, then SIGNAGENT_* variables, then the --config file, then defaults.\n" +
-			"SIGTERM or SIGINT stops it gracefully; SIGHUP reloads the configuration and reopens the token; SIGUSR1 reopens the audit log only.",
+			"SIGTERM or SIGINT stops it gracefully; SIGHUP reloads the configuration and reopens the token; SIGUSR1 reopens the audit log only.\n\n" +
+			cmdutil.Examples("signagent serve",
+				"signagent serve --print-env",
+				"signagent serve --listen unix:/run/user/1000/signagent/agent.sock --listen tcp:127.0.0.1:8700 --bearer-token-file token",
+				"signagent serve --config /etc/signagent/agent.yaml --store redis://redis.example:6379 --store-key-file store.key",
+				"systemctl --user enable --now signagent.socket"),
 		Flags: cmdutil.Concat(factory.ServeFlags(), factory.MoreSchemeFlags()),
 		Action: func(c *cli.Context) error {
 			return serve(c, e)
@@ -69,6 +75,9 @@ func serve(c *cli.Context, e *cmdutil.Env) error {
 	defer signal.Stop(usr1)
 	cfg, err := agentSettings(c, e)
 	if err != nil {
+		return err
+	}
+	if err := checkListen(cfg.Listen); err != nil {
 		return err
 	}
 	TuneGC(cfg.ServiceBodyBudget)
@@ -115,6 +124,26 @@ func serve(c *cli.Context, e *cmdutil.Env) error {
 		e.Log.Info().Msg("agent stopped")
 		return err
 	}
+}
+
+// checkListen refuses a Unix socket directly in / or with no directory
+// at all: what unix:$XDG_RUNTIME_DIR/signagent.sock becomes when the
+// variable is unset (a login without a systemd user session, su, a
+// container). Refused rather than warned about: a socket at / is never
+// what was meant, a warning scrolls past in a daemon's log while the
+// partner systems look for the socket elsewhere, and one line at start
+// names the cause.
+func checkListen(listen []string) error {
+	for _, l := range listen {
+		path, ok := strings.CutPrefix(l, "unix:")
+		if !ok {
+			continue
+		}
+		if dir := filepath.Dir(path); dir == "/" || dir == "." {
+			return cmdutil.UsageErr(fmt.Errorf("--listen %s: a socket directly in / or with no directory (is $XDG_RUNTIME_DIR unset?); give a directory of its own, e.g. unix:/run/user/%d/signagent/agent.sock", l, os.Getuid()))
+		}
+	}
+	return nil
 }
 
 // printEnv prints the lines that point the CLI at this agent, in the

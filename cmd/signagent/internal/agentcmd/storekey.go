@@ -18,7 +18,8 @@ func storeKeyCommand(e *cmdutil.Env) *cli.Command {
 		UsageText: "signagent store-key --out FILE",
 		Description: "Every agent on one shared store needs the same key file (--store-key-file). To rotate the key, put a new\n" +
 			"key on the file's first line and keep the old ones below it: values are read with any of them and written\n" +
-			"with the first; the last line names the records, so keep it.",
+			"with the first; the last line names the records, so keep it. Quiet with -q.\n\n" +
+			cmdutil.Examples("signagent store-key --out /etc/signagent/store.key", "signagent store-key -q --out store.key"),
 		Flags: []cli.Flag{&cli.StringFlag{Name: "out", Usage: "write the key to `FILE` (never over an existing file)"}},
 		Action: func(c *cli.Context) error {
 			out := c.String("out")
@@ -27,6 +28,9 @@ func storeKeyCommand(e *cmdutil.Env) *cli.Command {
 			}
 			if err := store.NewKeyFile(out); err != nil {
 				return cmdutil.UsageErr(err)
+			}
+			if cmdutil.Quiet(c) {
+				return nil
 			}
 			fmt.Fprintf(e.Stderr, "wrote a new store key to %s (mode 0600); give every agent on the store the same file with --store-key-file\n", out)
 			return nil

@@ -3,6 +3,7 @@ package configcmd
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -11,19 +12,15 @@ import (
 	"github.com/signagent/signagent/internal/httpx"
 )
 
-// The completion scripts ask signagent itself what may come next
-// (urfave/cli's hidden --generate-bash-completion flag, which lists the
-// commands, or a command's flags after a dash), so they never go stale.
+// The completion scripts ask signagent itself what may come next: they
+// run the line so far, the word being completed last (empty for a new
+// one), with --generate-bash-completion after it, and offer what it
+// prints (cmdutil.Complete: subcommands, flags, a flag's values, context
+// names), else file names. So they never go stale.
 const bashCompletion = `# bash completion for signagent: source <(signagent completion bash)
 _signagent() {
-  local cur=${COMP_WORDS[COMP_CWORD]} IFS=$'\n' out
-  local -a words=("${COMP_WORDS[@]:0:COMP_CWORD}")
-  if [[ $cur == -* ]]; then
-    out=$("${words[@]}" "$cur" --generate-bash-completion 2>/dev/null)
-  else
-    out=$("${words[@]}" --generate-bash-completion 2>/dev/null)
-  fi
-  COMPREPLY=($(compgen -W "$out" -- "$cur"))
+  local IFS=$'\n'
+  COMPREPLY=($(compgen -W "$("${COMP_WORDS[@]:0:COMP_CWORD+1}" --generate-bash-completion 2>/dev/null)" -- "${COMP_WORDS[COMP_CWORD]}"))
 }
 complete -o bashdefault -o default -F _signagent signagent
 `
@@ -32,15 +29,10 @@ const zshCompletion = `#compdef signagent
 # zsh completion for signagent: put it in a directory of $fpath as _signagent,
 # or source <(signagent completion zsh) after compinit.
 _signagent() {
-  local cur=${words[CURRENT]}
   local -a opts
-  if [[ $cur == -* ]]; then
-    opts=("${(@f)$(${words[1,CURRENT-1]} $cur --generate-bash-completion 2>/dev/null)}")
-  else
-    opts=("${(@f)$(${words[1,CURRENT-1]} --generate-bash-completion 2>/dev/null)}")
-  fi
+  opts=("${(@f)$("${(@)words[1,CURRENT]}" --generate-bash-completion 2>/dev/null)}")
   if [[ -n ${opts[1]} ]]; then
-    _describe 'signagent' opts
+    compadd -a opts
   else
     _files
   fi
@@ -52,11 +44,23 @@ else
 fi
 `
 
+const fishCompletion = `# fish completion for signagent: signagent completion fish | source,
+# or put it in ~/.config/fish/completions/signagent.fish.
+function __signagent_complete
+    set -l words (commandline -opc)
+    set -l cur (commandline -ct)
+    set -l out ($words[1] $words[2..-1] "$cur" --generate-bash-completion 2>/dev/null)
+    test -n "$out"; and printf '%s\n' $out
+end
+# Without an answer from signagent the rule does not apply: file names.
+complete -c signagent -f -n '__signagent_complete >/dev/null' -a '(__signagent_complete)'
+`
+
 // completionShells are the shells completion writes a script for.
 var completionShells = []string{"bash", "zsh", "fish"}
 
 func completionCommand(e *cmdutil.Env) *cli.Command {
-	return &cli.Command{
+	return cmdutil.ArgValues(&cli.Command{
 		Name:      "completion",
 		Args:      true, // checked by the command itself (its subcommands, or its own arguments)
 		Usage:     "write the shell completion script for bash, zsh or fish",
@@ -67,7 +71,8 @@ func completionCommand(e *cmdutil.Env) *cli.Command {
 			"   signagent completion fish | source\n\n" +
 			"The Debian package installs all three; by hand, put the output in\n" +
 			"/usr/share/bash-completion/completions/signagent, a directory of $fpath as _signagent,\n" +
-			"or ~/.config/fish/completions/signagent.fish.",
+			"or ~/.config/fish/completions/signagent.fish.\n\n" +
+			cmdutil.Examples("signagent completion bash > ~/.local/share/bash-completion/completions/signagent", "signagent completion fish | source"),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return cmdutil.UsageErr(errors.New("name one shell: signagent completion bash|zsh|fish"))
@@ -80,27 +85,24 @@ func completionCommand(e *cmdutil.Env) *cli.Command {
 				_, err := fmt.Fprint(e.Stdout, zshCompletion)
 				return err
 			case "fish":
-				script, err := c.App.ToFishCompletion()
-				if err != nil {
-					return err
-				}
-				_, err = fmt.Fprint(e.Stdout, script)
+				_, err := io.WriteString(e.Stdout, fishCompletion)
 				return err
 			default:
 				msg := fmt.Sprintf("%q is not a shell signagent completes: want %s", httpx.Printable(shell, 32), strings.Join(completionShells, ", "))
 				return cmdutil.UsageErr(errors.New(msg))
 			}
 		},
-	}
+	}, func([]string) []string { return completionShells })
 }
 
 func manCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
-		Name:      "man",
-		Usage:     "write the signagent(1) manual page (roff) on stdout",
-		UsageText: "signagent man > signagent.1 && man ./signagent.1",
+		Name:        "man",
+		Usage:       "write the signagent(1) manual page (roff) on stdout",
+		UsageText:   "signagent man > signagent.1 && man ./signagent.1",
+		Description: cmdutil.Examples("signagent man > signagent.1 && man ./signagent.1", "signagent man | man -l -"),
 		Action: func(c *cli.Context) error {
-			page, err := c.App.ToManWithSection(1)
+			page, err := cmdutil.ManPage(c.App, cmdutil.ManDate())
 			if err != nil {
 				return err
 			}

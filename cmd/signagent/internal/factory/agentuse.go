@@ -34,8 +34,9 @@ func AgentUseFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "agent-sock", Category: CatAgentUse, EnvVars: []string{agentclient.SocketEnv},
 			Usage: "ask the agent listening on the Unix socket `PATH` instead of opening the token or logging in here (signagent serve --print-env prints it)"},
-		&cli.StringFlag{Name: "agent", Category: CatAgentUse, EnvVars: []string{"SIGNAGENT_AGENT"},
-			Usage: "`MODE`: on (ask the agent; an agent that cannot be reached is an error), auto (do it here when it cannot be reached) or off (default: on when --agent-sock or $SIGNAGENT_AGENT_SOCK names the socket, auto when only the settings file does)"},
+		cmdutil.OneOf(&cli.StringFlag{Name: "agent", Category: CatAgentUse, EnvVars: []string{"SIGNAGENT_AGENT"},
+			Usage: "`MODE`: on (ask the agent; an agent that cannot be reached is an error), auto (do it here, with a warning, when it cannot be reached) or off (default: on when --agent-sock or $SIGNAGENT_AGENT_SOCK names the socket, auto when only the settings file does)"},
+			"on", "auto", "off"),
 		&cli.BoolFlag{Name: "no-agent", Category: CatAgentUse, Usage: "do it here even when an agent is named (--agent off)"},
 	}
 }
@@ -80,7 +81,9 @@ func AgentFor(c *cli.Context, e *cmdutil.Env) (*agentclient.Client, error) {
 		// cannot be reached, which auto would quietly do without.
 		return nil, AgentError(fmt.Errorf("%w (--no-agent does it here)", err))
 	case mode == "auto":
-		e.Log.Info().Str("socket", path).Err(err).Msg("the agent cannot be reached: doing it here")
+		// As ssh does with an SSH_AUTH_SOCK that names nothing: a
+		// warning, and the work done here.
+		e.Log.Warn().Str("socket", path).Err(err).Msg("the agent cannot be reached: doing it here")
 		return nil, nil
 	}
 	return nil, errdefs.Mark(fmt.Errorf("the agent at %s cannot be reached: %w (--no-agent does it here)", path, err), errdefs.ErrUnreachable)

@@ -26,14 +26,16 @@ import (
 
 func apiCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
-		Name:  "api",
+		Name: "api",
+		Description: cmdutil.Examples("signagent api /GetMyOrganizations", "signagent api '/GetMyEmployee?boxId=BOX' --scheme legacy --by certificate",
+			"signagent api POST /Method --input body.json --include"),
 		Args:  true, // checked by the command itself (its subcommands, or its own arguments)
 		Usage: "call a business method with the Authorization header of a scheme and print the answer (like gh api)",
 		UsageText: "signagent api [--scheme oidc] [--profile P] [GET] /GetMyOrganizations\n" +
 			"signagent api --scheme legacy --by password --login L GET '/GetMyEmployee?boxId=...'\n" +
 			"signagent api --scheme trusted --snils S --service-user-id ID /GetMyOrganizations",
 		Flags: cmdutil.Concat(legacyCommandFlags(
-			&cli.StringFlag{Name: "scheme", Category: cmdutil.CatOutput, Value: "oidc", Usage: "`SCHEME`: oidc (a signed-in --profile), legacy (--by password|certificate|sid) or trusted (the credential and --service-user-id: trusted authentication, then Authenticate type=sid)"},
+			schemeFlag("`SCHEME`: oidc (a signed-in --profile), legacy (--by password|certificate|sid) or trusted (the credential and --service-user-id: trusted authentication, then Authenticate type=sid)", authz.SchemeOIDC, authz.SchemeLegacy, authz.SchemeTrusted),
 			&cli.BoolFlag{Name: "include", Aliases: []string{"i"}, Category: cmdutil.CatOutput, Usage: "print the status line and the headers before the body"},
 			&cli.StringFlag{Name: "input", Category: cmdutil.CatOutput, Usage: "send the body read from `FILE` (- for stdin)"},
 		), factory.OIDCHeaderFlags(), factory.MoreSchemeFlags(), factory.AgentUseFlags()),
@@ -69,6 +71,9 @@ func apiArgs(c *cli.Context) (string, string, url.Values, error) {
 func callAPI(c *cli.Context, e *cmdutil.Env) error {
 	method, path, q, err := apiArgs(c)
 	if err != nil {
+		return err
+	}
+	if err := checkScheme(c); err != nil {
 		return err
 	}
 	s := settings.Of(c)
@@ -116,7 +121,7 @@ func callAPI(c *cli.Context, e *cmdutil.Env) error {
 	}
 	r, err := svc.Do(c.Context, method, path, q, body, "application/json")
 	if err != nil {
-		return err
+		return orOtherScheme(c, err)
 	}
 	return answer(c, e, path, q, r)
 }
@@ -126,7 +131,11 @@ func callAPI(c *cli.Context, e *cmdutil.Env) error {
 func answer(c *cli.Context, e *cmdutil.Env, path string, q url.Values, r *service.Response) error {
 	printAnswer(e, r, c.Bool("include"))
 	if r.Status >= 300 {
-		return service.AsError(strings.TrimPrefix(path, "/"), r, q.Get("boxId"))
+		// The answer's text is on stdout already: the error line says
+		// the status and code once, not the text again.
+		se := service.AsError(strings.TrimPrefix(path, "/"), r, q.Get("boxId"))
+		se.Message = ""
+		return se
 	}
 	return nil
 }

@@ -23,7 +23,8 @@ import (
 // legacyLoginFlags choose how to authenticate.
 func legacyLoginFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "by", Category: factory.CatLegacy, Usage: "authenticate by `WAY`: password, certificate (the token's key decrypts a challenge) or sid"},
+		cmdutil.OneOf(&cli.StringFlag{Name: "by", Category: factory.CatLegacy, Usage: "authenticate by `WAY`: password, certificate (the token's key decrypts a challenge) or sid"},
+			"password", "certificate", "sid"),
 		&cli.StringFlag{Name: "login", Category: factory.CatLegacy, EnvVars: []string{"SIGNAGENT_LOGIN"}, Usage: "the user's `LOGIN` (--by password)"},
 		cmdutil.PasswordSecret.FlagWith(factory.CatLegacy, ", else a prompt on a terminal"),
 		cmdutil.SIDSecret.FlagWith(factory.CatLegacy, ", else run trusted authentication with the credential flags"),
@@ -36,7 +37,7 @@ func legacyCommandFlags(extra ...cli.Flag) []cli.Flag {
 
 func legacyTokenCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
-		Description: cmdutil.Examples("signagent legacy-token --by password --login alice --password-file pw", "signagent legacy-token --by certificate", "signagent legacy-token --by sid --sid-file sid"),
+		Description: cmdutil.SecretOutput("the legacy token") + cmdutil.Examples("signagent legacy-token --by password --login alice --password-file pw", "signagent legacy-token --by certificate", "signagent legacy-token --by sid --sid-file sid"),
 		Name:        "legacy-token",
 		Usage:       "obtain a legacy authorization token (Authenticate V3) by password, certificate or auth.sid; print it",
 		UsageText: "signagent legacy-token --by password --login L\n" +
@@ -84,13 +85,14 @@ func legacyTokenFromAgent(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client
 
 func headerCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
-		Description: cmdutil.Examples("signagent header --scheme oidc", "signagent header --scheme legacy --by certificate --json"),
-		Name:        "header",
-		Usage:       "print the Authorization header value of a business call",
+		Description: cmdutil.SecretOutput("the Authorization header, a bearer token or a legacy token") +
+			cmdutil.Examples("signagent header", "signagent header --scheme legacy --by certificate --json", "curl -H \"Authorization: $(signagent header)\" URL"),
+		Name:  "header",
+		Usage: "print the Authorization header value of a business call",
 		UsageText: "signagent header --scheme legacy --by password|certificate|sid [...]\n" +
 			"signagent header --scheme oidc [--profile NAME]",
-		Flags: cmdutil.Concat(legacyCommandFlags(&cli.StringFlag{Name: "scheme", Category: cmdutil.CatOutput, Value: "legacy",
-			Usage: "the authorization `SCHEME`: legacy (ServiceAuth ddauth_api_client_id=...,ddauth_token=...) or oidc (Bearer <access token>)"}),
+		Flags: cmdutil.Concat(legacyCommandFlags(schemeFlag("the authorization `SCHEME`: oidc (Bearer <access token> of a signed-in --profile) or legacy (ServiceAuth ddauth_api_client_id=...,ddauth_token=...; --by password|certificate|sid)",
+			authz.SchemeOIDC, authz.SchemeLegacy)),
 			factory.OIDCHeaderFlags(), []cli.Flag{cmdutil.JSONFlag(`{"authorization","expiresAt"}`)}, factory.AgentUseFlags()),
 		Action: func(c *cli.Context) error {
 			emit := func(header string, expires time.Time) error {
@@ -100,8 +102,8 @@ func headerCommand(e *cmdutil.Env) *cli.Command {
 				_, err := fmt.Fprintln(e.Stdout, header)
 				return err
 			}
-			if s := c.String("scheme"); s != "oidc" && s != "legacy" {
-				return cmdutil.UsageErr(fmt.Errorf("--scheme %q: want legacy or oidc", s))
+			if err := checkScheme(c); err != nil {
+				return err
 			}
 			cl, err := factory.AgentFor(c, e)
 			if err != nil {
@@ -118,7 +120,7 @@ func headerCommand(e *cmdutil.Env) *cli.Command {
 			case "oidc":
 				rec, err := factory.OIDCToken(c, e)
 				if err != nil {
-					return err
+					return orOtherScheme(c, err)
 				}
 				return emit(rec.Header(), rec.Expiry)
 			}
@@ -129,6 +131,31 @@ func headerCommand(e *cmdutil.Env) *cli.Command {
 			return emit(client.Header(tok.Value), tok.ExpiresAt)
 		},
 	}
+}
+
+// schemeFlag is --scheme of header and api: one default for both,
+// OpenID Connect, the service's recommendation; the values checked before
+// the command runs, a mistyped one named (cmdutil.OneOf).
+func schemeFlag(usage string, values ...string) cli.Flag {
+	return cmdutil.OneOf(&cli.StringFlag{Name: "scheme", Category: cmdutil.CatOutput, Value: authz.SchemeOIDC, Usage: usage}, values...)
+}
+
+// checkScheme refuses the legacy scheme's flags without --scheme legacy:
+// with the default scheme they would be ignored without a word.
+func checkScheme(c *cli.Context) error {
+	if c.IsSet("by") && !c.IsSet("scheme") {
+		return cmdutil.UsageErr(fmt.Errorf("--by %s is a way into the legacy scheme: add --scheme legacy (the default --scheme is oidc)", c.String("by")))
+	}
+	return nil
+}
+
+// orOtherScheme adds to a sign-in error of the default scheme that
+// --scheme chooses another.
+func orOtherScheme(c *cli.Context, err error) error {
+	if c.IsSet("scheme") || !errors.Is(err, errdefs.ErrSignIn) {
+		return err
+	}
+	return fmt.Errorf("%w (--scheme oidc is the default; --scheme legacy --by password|certificate|sid for the legacy scheme)", err)
 }
 
 // obtainLegacy checks the flags, builds the identity (opening the token

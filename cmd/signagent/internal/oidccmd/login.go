@@ -33,7 +33,7 @@ func loginCommand(e *cmdutil.Env) *cli.Command {
 		Flags: cmdutil.Concat(factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag(),
 			&cli.StringFlag{Name: "space", Category: factory.CatOIDC, EnvVars: []string{"SIGNAGENT_SPACE"}, Usage: "`SPACE` of the service: staging (Service.PublicAPI.Staging) or production (Service.PublicAPI)"},
 			&cli.StringSliceFlag{Name: "scope", Category: factory.CatOIDC, Usage: "ask for `SCOPE` too (besides openid profile email offline_access and the space's)"},
-			&cli.StringFlag{Name: "flow", Category: factory.CatOIDC, Value: "device", Usage: "`FLOW`: device (a code to enter on any device) or code (a browser on this machine)"},
+			cmdutil.OneOf(&cli.StringFlag{Name: "flow", Category: factory.CatOIDC, Value: "device", Usage: "`FLOW`: device (a code to enter on any device) or code (a browser on this machine)"}, "device", "code"),
 			&cli.StringFlag{Name: "refresh-token-file", Category: factory.CatOIDC, Usage: "sign in without a browser from a refresh token issued beforehand, read from `FILE` (a robot's start; checked by one refresh before it is kept)"},
 			&cli.BoolFlag{Name: "no-qr", Category: factory.CatOIDC, Usage: "device flow: do not draw the QR code"},
 			&cli.StringFlag{Name: "redirect-uri", Category: factory.CatOIDC, EnvVars: []string{"SIGNAGENT_REDIRECT_URI"}, Usage: "code flow: the redirect `URI` registered in the integrator's cabinet (loopback: signagent receives it)"},

@@ -20,7 +20,7 @@ import (
 
 func tokenCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
-		Description: cmdutil.Examples("curl -H \"Authorization: Bearer $(signagent token)\" URL", "signagent token --json"),
+		Description: cmdutil.SecretOutput("the access token") + cmdutil.Examples("curl -H \"Authorization: Bearer $(signagent token)\" URL", "signagent token --json"),
 		Name:        "token",
 		Args:        true, // checked by the command itself (its subcommands, or its own arguments)
 		Usage:       "print the profile's access token, refreshed when it has less than --refresh-before left",

@@ -43,7 +43,8 @@ func devTokenCommand(e *cmdutil.Env) *cli.Command {
 			"test module with gcc (gnutls-bin, gcc, libgnutls28-dev and libgcrypt20-dev needed): a software stand-in for a Rutoken or\n" +
 			"JaCarta card, for development only (its key is a file in DIR).\n" +
 			"Run again to reuse the token; --force makes a new one. It only ever removes what it made (it marks\n" +
-			"its directory with " + softhsm.DevMarker + "), and refuses a non-empty directory it did not make unless --force.",
+			"its directory with " + softhsm.DevMarker + "), and refuses a non-empty directory it did not make unless --force.\n\n" +
+			cmdutil.Examples("signagent dev-token", "signagent dev-token --key-type gost2012-256", "signagent dev-token --force"),
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dir", DefaultText: "$XDG_DATA_HOME/signagent/dev-token[-KIND], else ~/.local/share/signagent/dev-token[-KIND]", Usage: "`DIR` for the token, its configuration and PIN"},
 			&cli.StringFlag{Name: "key-type", Value: softhsm.KindRSA, Usage: "the key: `KIND` " + strings.Join(softhsm.Kinds, ", ")},

@@ -54,7 +54,7 @@ func linkCommand(e *cmdutil.Env) *cli.Command {
 
 func sessionCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
-		Description: cmdutil.Examples("signagent session --phone 9161234567 --service-user-id crm-42", "signagent session --snils 11223344595 --service-user-id crm-42 --json"),
+		Description: cmdutil.SecretOutput("the auth.sid") + cmdutil.Examples("signagent session --phone 9161234567 --service-user-id crm-42", "signagent session --snils 11223344595 --service-user-id crm-42 --json"),
 		Name:        "session",
 		Usage:       "sign on the token and run authenticate-by-truster and approve-truster; print the auth.sid",
 		UsageText:   "signagent session --phone P | --snils S | --thumbprint T --service-user-id ID [--json]",
