@@ -35,7 +35,7 @@ func apiCommand(e *cmdutil.Env) *cli.Command {
 			"signagent api --scheme legacy --by password --login L GET '/GetMyEmployee?boxId=...'\n" +
 			"signagent api --scheme trusted --snils S --service-user-id ID /GetMyOrganizations",
 		Flags: cmdutil.Concat(legacyCommandFlags(
-			schemeFlag("`SCHEME`: oidc (a signed-in --profile), legacy (--by password|certificate|sid) or trusted (the credential and --service-user-id: trusted authentication, then Authenticate type=sid)", authz.SchemeOIDC, authz.SchemeLegacy, authz.SchemeTrusted),
+			schemeFlag("`SCHEME`: oidc (a signed-in --profile), legacy (--by password|certificate|sid) or trusted (the credential and --service-user-id: trusted authentication, then Authenticate type=sid)", apiSchemeNames()...),
 			&cli.BoolFlag{Name: "include", Aliases: []string{"i"}, Category: cmdutil.CatOutput, Usage: "print the status line and the headers before the body"},
 			&cli.StringFlag{Name: "input", Category: cmdutil.CatOutput, Usage: "send the body read from `FILE` (- for stdin)"},
 		), factory.OIDCHeaderFlags(), factory.MoreSchemeFlags(), factory.AgentUseFlags()),
@@ -252,4 +252,17 @@ func apiSchemes(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.Sch
 		return nil, func() {}, err
 	}
 	return list, f.Close, nil
+}
+
+// apiSchemeNames are the values of api's --scheme: every scheme of the
+// list (schemes.List), the default first, and trusted (a legacy identity
+// by trusted authentication).
+func apiSchemeNames() []string {
+	names := []string{authz.SchemeOIDC}
+	for _, e := range schemes.List() {
+		if e.Name != authz.SchemeOIDC {
+			names = append(names, e.Name)
+		}
+	}
+	return append(names, authz.SchemeTrusted)
 }
