@@ -68,11 +68,7 @@ var (
 // ErrChallenge: a failed key transport continues with a random content key
 // (RFC 3218 section 2.3.2), so that every failure ends at the same check.
 func Open(der []byte, cert *x509.Certificate, key crypto.Decrypter) ([]byte, error) {
-	p, err := parse(der)
-	if err != nil {
-		return nil, err
-	}
-	r, err := p.recipientFor(cert)
+	p, r, err := readFor(der, cert)
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +97,19 @@ func Open(der []byte, cert *x509.Certificate, key crypto.Decrypter) ([]byte, err
 	return openContent(p.ciphertext, iv, keyLen, func() ([]byte, error) {
 		return key.Decrypt(rand.Reader, r.encryptedKey, opts)
 	})
+}
+
+// readFor reads an envelope and its one recipient, which must be cert.
+func readFor(der []byte, cert *x509.Certificate) (*parsed, *Recipient, error) {
+	p, err := parse(der)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := p.recipientFor(cert)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, r, nil
 }
 
 // recipientFor checks that the envelope has exactly one recipient, a

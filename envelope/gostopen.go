@@ -235,11 +235,7 @@ func GOSTTransport(der []byte, cert *x509.Certificate) (*gost.Transport, error) 
 	if err != nil {
 		return nil, fmt.Errorf("%w: the certificate's key is not GOST R 34.10-2012", ErrUnsupported)
 	}
-	p, err := parse(der)
-	if err != nil {
-		return nil, err
-	}
-	r, err := p.recipientFor(cert)
+	p, r, err := readFor(der, cert)
 	if err != nil {
 		return nil, err
 	}
