@@ -345,3 +345,48 @@ func TestCheckAsksTheReader(t *testing.T) {
 		t.Fatalf("%d logins for one reinsertion", f.count("Login")-logins)
 	}
 }
+
+// TestInitializeWaitsForFinalize: a key opened while the key it replaces
+// is still finalizing the module (a card's reconnect) initializes it only
+// once C_Finalize has returned: OpenSC's heap broke ("malloc(): unaligned
+// fastbin chunk detected" in C_Initialize, TestCardAgent under the race
+// detector) when the two ran at once in one library. The fake holds
+// C_Finalize, which a real module cannot be made to do on demand.
+func TestInitializeWaitsForFinalize(t *testing.T) {
+	f := newFakeToken(t)
+	_, sel, _ := fakeSetup(t, f, "1234")
+	a := openFake(t, sel)
+	hold := make(chan struct{})
+	f.set(func(f *fakeToken) { f.hang["Finalize"] = hold })
+	closed := make(chan struct{})
+	go func() { a.Close(); close(closed) }()
+	for f.count("Finalize") == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	opened := make(chan *Key)
+	go func() {
+		k, err := Open(context.Background(), sel, zerolog.Nop())
+		if err != nil {
+			t.Error(err)
+		}
+		opened <- k
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if n := f.count("Initialize"); n != 1 {
+		t.Fatalf("C_Initialize ran %d times while C_Finalize was still running; want only the first", n)
+	}
+	f.set(func(f *fakeToken) { delete(f.hang, "Finalize") })
+	close(hold)
+	<-closed
+	k := <-opened
+	if k == nil {
+		t.FailNow()
+	}
+	defer k.Close()
+	if f.count("Initialize") != 2 {
+		t.Fatalf("C_Initialize ran %d times; want 2 (the second after C_Finalize)", f.count("Initialize"))
+	}
+	if _, err := k.Sign(nil, digest, crypto.SHA256); err != nil {
+		t.Fatal(err)
+	}
+}

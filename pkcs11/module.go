@@ -103,13 +103,14 @@ type Registry struct {
 
 	mu      sync.Mutex
 	mods    map[string]*module
-	refused map[string][32]byte // token -> hash of the PIN it refused
+	closing map[string]chan struct{} // path -> closed once its last module is finalized
+	refused map[string][32]byte      // token -> hash of the PIN it refused
 	salt    [16]byte
 }
 
 // NewRegistry returns a registry that loads modules with load.
 func NewRegistry(load Loader) *Registry {
-	r := &Registry{load: load, mods: map[string]*module{}, refused: map[string][32]byte{}}
+	r := &Registry{load: load, mods: map[string]*module{}, closing: map[string]chan struct{}{}, refused: map[string][32]byte{}}
 	_, _ = rand.Read(r.salt[:])
 	return r
 }
@@ -144,7 +145,7 @@ func (r *Registry) acquire(ctx context.Context, path string) (*module, error) {
 	if m == nil {
 		m = &module{reg: r, path: path, ready: make(chan struct{})}
 		r.mods[path] = m
-		go m.start()
+		go m.start(r.closing[path])
 	}
 	m.refs++
 	r.mu.Unlock()
@@ -161,8 +162,15 @@ func (r *Registry) acquire(ctx context.Context, path string) (*module, error) {
 	return m, nil
 }
 
-// start loads and initializes the module; whoever waits is told through ready.
-func (m *module) start() {
+// start loads and initializes the module; whoever waits is told through
+// ready. It first waits for the module last loaded from the same path to
+// be finalized (prev), so that C_Initialize never runs beside C_Finalize
+// in one library: OpenSC's heap broke when a card's reconnect initialized
+// it while the key it replaced was finalizing it.
+func (m *module) start(prev chan struct{}) {
+	if prev != nil {
+		<-prev
+	}
 	b, err := m.reg.load(m.path)
 	if err != nil {
 		err = notAModule(m.path)
@@ -177,11 +185,34 @@ func (m *module) start() {
 	if (err != nil || orphan) && m.reg.mods[m.path] == m {
 		delete(m.reg.mods, m.path)
 	}
+	var done chan struct{}
+	if orphan && err == nil {
+		done = m.reg.closingLocked(m.path)
+	}
 	close(m.ready)
 	m.reg.mu.Unlock()
-	if orphan && err == nil {
+	if done != nil {
 		m.shutdown()
+		m.reg.closed(m.path, done)
 	}
+}
+
+// closingLocked records that the module at path is being finalized; the
+// next load of it waits (r.mu held).
+func (r *Registry) closingLocked(path string) chan struct{} {
+	done := make(chan struct{})
+	r.closing[path] = done
+	return done
+}
+
+// closed says the module at path is finalized.
+func (r *Registry) closed(path string, done chan struct{}) {
+	r.mu.Lock()
+	if r.closing[path] == done {
+		delete(r.closing, path)
+	}
+	r.mu.Unlock()
+	close(done)
 }
 
 // release drops one use; the last one finalizes the module.
@@ -189,11 +220,13 @@ func (r *Registry) release(m *module) {
 	r.mu.Lock()
 	m.refs--
 	last := m.refs == 0
-	loaded := false
+	var done chan struct{}
 	if last {
 		select {
 		case <-m.ready:
-			loaded = m.err == nil
+			if m.err == nil {
+				done = r.closingLocked(m.path)
+			}
 		default: // start() shuts it down when it finishes
 		}
 		if r.mods[m.path] == m {
@@ -201,8 +234,9 @@ func (r *Registry) release(m *module) {
 		}
 	}
 	r.mu.Unlock()
-	if last && loaded {
+	if done != nil {
 		m.shutdown()
+		r.closed(m.path, done)
 	}
 }
 
