@@ -59,7 +59,7 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) test -count=1 -run 'TestOpenAPI' ./agent
 
-# test: the static checks, every test under the race detector, the
+# test: the static checks (beside the tests), every test under the race detector, the
 # proxy's upstream client fuzzed for a few seconds (its corpus is in
 # agent/proxy/testdata/fuzz), the Helm chart (tools/helm: a module of its own,
 # helm and client-go pinned there; docs/deploy.md) beside them
@@ -68,8 +68,8 @@ lint:
 # installed, upgraded and removed under systemd in a container,
 # then the container image built and run as deploy/compose.yaml sets it
 # up (about a minute; docs/deploy.md).
-test: deps lint
-	@GO=$(GO) scripts/test.sh
+test: deps
+	@GO=$(GO) MAKE=$(MAKE) scripts/test.sh
 
 # image: the container image, localhost/signagent:VERSION in podman's
 # storage and an OCI archive in dist/ (see scripts/image.sh and
