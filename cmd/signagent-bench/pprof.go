@@ -7,22 +7,6 @@ package main
 // the agent (signagent built with -tags pprof, $PPROF_ADDR) can be
 // profiled under the same load.
 
-import (
-	"net"
-	"net/http"
-	_ "net/http/pprof"
-	"os"
-	"slices"
-	"strings"
-)
+import "github.com/signagent/signagent/internal/pprofserve"
 
-func init() {
-	if !slices.Contains(os.Args, "floor") {
-		return
-	}
-	if addr := os.Getenv("PPROF_FLOOR_ADDR"); strings.HasPrefix(addr, "127.0.0.1:") {
-		if l, err := net.Listen("tcp", addr); err == nil {
-			go http.Serve(l, http.DefaultServeMux)
-		}
-	}
-}
+func init() { pprofserve.When("floor", "PPROF_FLOOR_ADDR") }

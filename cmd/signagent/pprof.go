@@ -11,23 +11,7 @@ package main
 // with -tags pprof too), so that the two can be profiled under the same
 // load.
 
-import (
-	"net"
-	"net/http"
-	_ "net/http/pprof"
-	"os"
-	"slices"
-	"strings"
-)
+import "github.com/signagent/signagent/internal/pprofserve"
 
-func init() {
-	// The agent only: signagent-bench starts it with serve.
-	if !slices.Contains(os.Args, "serve") {
-		return
-	}
-	if addr := os.Getenv("PPROF_ADDR"); strings.HasPrefix(addr, "127.0.0.1:") {
-		if l, err := net.Listen("tcp", addr); err == nil {
-			go http.Serve(l, http.DefaultServeMux)
-		}
-	}
-}
+// The agent only: signagent-bench starts it with serve.
+func init() { pprofserve.When("serve", "PPROF_ADDR") }
