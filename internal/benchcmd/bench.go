@@ -132,11 +132,7 @@ func benchProxyCommand(e *cmdutil.Env) *cli.Command {
 			if c.Int("rounds") < 1 || c.Duration("each") <= 0 {
 				return cmdutil.UsageErr(errors.New("--rounds and --each must be positive"))
 			}
-			exe, err := os.Executable()
-			if err != nil {
-				return err
-			}
-			agent, err := agentBinary(exe)
+			exe, agent, err := binaries()
 			if err != nil {
 				return err
 			}
@@ -154,6 +150,16 @@ func benchProxyCommand(e *cmdutil.Env) *cli.Command {
 			return err
 		},
 	}
+}
+
+// binaries are this program (exe: the helper processes are it again) and
+// the signagent it starts as the agent (agentBinary).
+func binaries() (exe, agent string, err error) {
+	if exe, err = os.Executable(); err != nil {
+		return "", "", err
+	}
+	agent, err = agentBinary(exe)
+	return exe, agent, err
 }
 
 // agentBinary is the signagent the benchmark starts as the agent: the one
@@ -205,11 +211,7 @@ func runBench(c *cli.Context, e *cmdutil.Env) error {
 	if err != nil {
 		return err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	agent, err := agentBinary(exe)
+	_, agent, err := binaries()
 	if err != nil {
 		return err
 	}
