@@ -1,12 +1,12 @@
 package legacy
 
 import (
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/httpx"
 )
 
 // ErrorCodeHeader is the response header that carries the service's error
@@ -36,17 +36,7 @@ type ServiceError struct {
 }
 
 func (e *ServiceError) Error() string {
-	msg := fmt.Sprintf("%s: the service answered HTTP %d", e.Call, e.Status)
-	if e.Code != "" {
-		msg += " " + e.Code
-	}
-	if e.Message != "" {
-		msg += ": " + e.Message
-	}
-	if h := e.hint(); h != "" {
-		msg += "; " + h
-	}
-	return msg
+	return httpx.AnswerLine(e.Call, "the service", e.Status, e.Code, e.Message, e.hint())
 }
 
 func (e *ServiceError) hint() string {
@@ -66,7 +56,7 @@ func (e *ServiceError) hint() string {
 // Temporary reports whether trying again later may help (5xx, and 429:
 // too many requests).
 func (e *ServiceError) Temporary() bool {
-	return e.Status >= 500 || e.Status == http.StatusTooManyRequests
+	return httpx.Failing(e.Status)
 }
 
 // Is gives the error its kind: the service failing or limiting requests

@@ -1,9 +1,8 @@
 package oidc
 
 import (
-	"fmt"
-
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/httpx"
 )
 
 var (
@@ -35,20 +34,7 @@ type ProviderError struct {
 }
 
 func (e *ProviderError) Error() string {
-	msg := fmt.Sprintf("%s: the identity provider answered", e.Step)
-	if e.Status != 0 {
-		msg += fmt.Sprintf(" HTTP %d", e.Status)
-	}
-	if e.Code != "" {
-		msg += " " + e.Code
-	}
-	if e.Description != "" {
-		msg += ": " + e.Description
-	}
-	if h := e.hint(); h != "" {
-		msg += "; " + h
-	}
-	return msg
+	return httpx.AnswerLine(e.Step, idp, e.Status, e.Code, e.Description, e.hint())
 }
 
 func (e *ProviderError) hint() string {

@@ -79,26 +79,20 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	msg := fmt.Sprintf("%s: the service answered HTTP %d", e.Method, e.Status)
-	if e.Code != "" {
-		msg += " " + e.Code
-	}
-	if e.Message != "" {
-		msg += ": " + e.Message
-	}
+	var hint string
 	switch {
 	case e.Status == http.StatusForbidden && e.BoxID != "":
-		msg += fmt.Sprintf("; box %s is not among this user's boxes", e.BoxID)
+		hint = fmt.Sprintf("box %s is not among this user's boxes", e.BoxID)
 	case e.Status == http.StatusNotFound && e.BoxID != "":
-		msg += fmt.Sprintf("; there is no box %s", e.BoxID)
+		hint = fmt.Sprintf("there is no box %s", e.BoxID)
 	}
-	return msg
+	return httpx.AnswerLine(e.Method, "the service", e.Status, e.Code, e.Message, hint)
 }
 
 // Is gives the service's answer its kind: failing or limiting requests
 // (errdefs.ErrFailing), else a refusal (errdefs.ErrRefused).
 func (e *Error) Is(target error) bool {
-	if e.Status >= 500 || e.Status == http.StatusTooManyRequests {
+	if httpx.Failing(e.Status) {
 		return target == errdefs.ErrFailing
 	}
 	return target == errdefs.ErrRefused

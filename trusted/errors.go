@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/httpx"
 )
 
 // Step names a call of the trusted-authentication flow.
@@ -83,7 +84,7 @@ func (e *ServiceError) Error() string {
 // Temporary reports whether trying again later may help: the service's
 // own failure (5xx) or its limit on requests (429).
 func (e *ServiceError) Temporary() bool {
-	return e.Status >= 500 || e.Status == http.StatusTooManyRequests
+	return httpx.Failing(e.Status)
 }
 
 // Reused reports whether the service refused a signature it had already

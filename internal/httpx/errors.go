@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/signagent/signagent/errdefs"
 )
@@ -60,3 +61,31 @@ func (e *TransportError) Is(target error) bool {
 
 // Detail returns the step (not a business method), for an API answer.
 func (e *TransportError) Detail() (code, step string) { return "", e.Step }
+
+// AnswerLine is the one line of an answer that refused a call (the
+// scheme clients' and the service client's error types): "CALL: PEER
+// answered HTTP STATUS CODE: TEXT; HINT", each part left out when empty
+// (the status when 0).
+func AnswerLine(call, peer string, status int, code, text, hint string) string {
+	msg := call + ": " + peer + " answered"
+	if status != 0 {
+		msg += fmt.Sprintf(" HTTP %d", status)
+	}
+	if code != "" {
+		msg += " " + code
+	}
+	if text != "" {
+		msg += ": " + text
+	}
+	if hint != "" {
+		msg += "; " + hint
+	}
+	return msg
+}
+
+// Failing reports whether an answer's status says the peer failed or is
+// limiting requests (5xx, 429 Too Many Requests): trying again later may
+// help, and its kind is errdefs.ErrFailing.
+func Failing(status int) bool {
+	return status >= 500 || status == http.StatusTooManyRequests
+}

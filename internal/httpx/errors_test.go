@@ -35,3 +35,26 @@ func TestTransportError(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswerLine: the refusal's one line with every part, and each part
+// left out when empty (the status when 0); Failing for 5xx and 429 only.
+func TestAnswerLine(t *testing.T) {
+	for _, c := range []struct {
+		status           int
+		code, text, hint string
+		want             string
+	}{
+		{401, "Http.Auth", "no key", "check the key", "Authenticate: the service answered HTTP 401 Http.Auth: no key; check the key"},
+		{403, "", "", "", "Authenticate: the service answered HTTP 403"},
+		{0, "invalid_grant", "", "sign in again", "Authenticate: the service answered invalid_grant; sign in again"},
+	} {
+		if got := AnswerLine("Authenticate", "the service", c.status, c.code, c.text, c.hint); got != c.want {
+			t.Errorf("AnswerLine(%d, %q, %q, %q) = %q, want %q", c.status, c.code, c.text, c.hint, got, c.want)
+		}
+	}
+	for status, want := range map[int]bool{200: false, 400: false, 401: false, 429: true, 500: true, 503: true} {
+		if Failing(status) != want {
+			t.Errorf("Failing(%d) = %v, want %v", status, !want, want)
+		}
+	}
+}
