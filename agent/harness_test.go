@@ -22,6 +22,7 @@ import (
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
@@ -142,13 +143,13 @@ func start(t testing.TB, o options) *harness {
 		Stderr: audit, Log: log, ShutdownGrace: 5 * time.Second, SchemeList: o.schemes,
 	}
 	if !o.noService && !o.noToken {
-		cfg.Service = &trusted.Config{BaseURL: emu.URL(), APIKey: apiKey, Timeout: o.timeout, Backoff: 5 * time.Millisecond, Now: o.now, Log: log}
+		cfg.Service = &trusted.Config{BaseURL: emu.URL(), APIKey: apiKey, Settings: httpx.Settings{Timeout: o.timeout, Backoff: 5 * time.Millisecond, Now: o.now}, Log: log}
 	}
 	if o.auditFile {
 		cfg.AuditLog = filepath.Join(t.TempDir(), "audit.log")
 	}
 	if o.legacy {
-		cfg.Schemes.Legacy = &schemes.LegacySettings{Client: &legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey, Backoff: time.Millisecond},
+		cfg.Schemes.Legacy = &schemes.LegacySettings{Client: &legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey, Settings: httpx.Settings{Backoff: time.Millisecond}},
 			Passwords: map[string]string{"alice@example.com": alicePassword, "bob@example.com": "not bob's password"}}
 	}
 	if o.oidc {
@@ -260,7 +261,7 @@ func (h *harness) second(t testing.TB) *harness {
 	cfg.Schemes, cfg.SchemeList, cfg.SharedStore, cfg.APIURL, cfg.AuditLog = schemes.Settings{}, nil, nil, "", ""
 	cfg.Policy, cfg.Routes = agent.Policy{}, nil
 	if cfg.Service == nil {
-		cfg.Service = &trusted.Config{BaseURL: h.emu.URL(), APIKey: apiKey, Backoff: 5 * time.Millisecond, Log: cfg.Log}
+		cfg.Service = &trusted.Config{BaseURL: h.emu.URL(), APIKey: apiKey, Settings: httpx.Settings{Backoff: 5 * time.Millisecond}, Log: cfg.Log}
 	}
 	b.serve(t, cfg, "")
 	return b

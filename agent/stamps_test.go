@@ -16,6 +16,7 @@ import (
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/trusted"
 )
@@ -71,8 +72,8 @@ func TestAgentSignatureThenSession(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		partner, err := trusted.New(trusted.Config{BaseURL: h.emu.URL(), APIKey: apiKey, Signer: givenSignature(der), Attempts: 1,
-			Now: func() time.Time { return ts }})
+		partner, err := trusted.New(trusted.Config{BaseURL: h.emu.URL(), APIKey: apiKey, Signer: givenSignature(der),
+			Settings: httpx.Settings{Attempts: 1, Now: func() time.Time { return ts }}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +113,7 @@ func TestDaemonReloadKeepsStamps(t *testing.T) {
 		Users:    []emulator.User{{ID: "u1", Phone: "9161234567", Linked: []string{"p:crm-42"}}},
 	}).Server
 	fixed := time.Now().UTC().Truncate(time.Second)
-	cfg.Service = &trusted.Config{BaseURL: emu.URL(), APIKey: apiKey, Backoff: 5 * time.Millisecond, Now: func() time.Time { return fixed }}
+	cfg.Service = &trusted.Config{BaseURL: emu.URL(), APIKey: apiKey, Settings: httpx.Settings{Backoff: 5 * time.Millisecond, Now: func() time.Time { return fixed }}}
 	d, err := agent.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
@@ -198,7 +199,7 @@ func TestAgentsShareLegacyTokens(t *testing.T) {
 	}
 	b := h.second(t)
 	withLegacy := func(c *agent.Config) {
-		c.Schemes.Legacy = &schemes.LegacySettings{Client: &legacy.Config{APIURL: h.emu.URL(), DeveloperKey: devKey, Backoff: time.Millisecond},
+		c.Schemes.Legacy = &schemes.LegacySettings{Client: &legacy.Config{APIURL: h.emu.URL(), DeveloperKey: devKey, Settings: httpx.Settings{Backoff: time.Millisecond}},
 			Passwords: map[string]string{"alice@example.com": alicePassword}}
 		c.Policy = agent.Policy{ExposeLegacyHeader: true}
 		c.SharedStore = open()

@@ -63,20 +63,13 @@ type Config struct {
 	// TokenTTL is how long a token is taken to live after it was issued
 	// (default 24h, the service's figure).
 	TokenTTL time.Duration
-	// HTTPClient defaults to one with sensible transport time-outs.
-	HTTPClient *http.Client
-	// Timeout bounds each request (default 15s).
-	Timeout time.Duration
-	// Attempts is how many times a request is tried that failed in
-	// transport or with 5xx (default 3); AuthenticateConfirm is tried again
-	// only when it never reached the service.
-	Attempts int
-	// Backoff is the first retry's base delay (default 200ms), doubled
-	// each time, with full jitter.
-	Backoff   time.Duration
-	UserAgent string
-	Now       func() time.Time
-	Log       zerolog.Logger
+	// Settings: the HTTP client, each request's time-out, the attempts of
+	// a request that failed in transport or with 5xx and the backoff
+	// between them, the User-Agent and the clock, each with its default
+	// (httpx.Settings). AuthenticateConfirm is tried again only when it
+	// never reached the service.
+	httpx.Settings
+	Log zerolog.Logger
 }
 
 // Client calls Authenticate (V3) and AuthenticateConfirm (V3).
@@ -109,9 +102,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.TokenTTL = DefaultTokenTTL
 	}
 	// A redirect would carry the developer key somewhere else: never follow.
-	t := httpx.Settings{HTTPClient: cfg.HTTPClient, Timeout: cfg.Timeout, Attempts: cfg.Attempts, Backoff: cfg.Backoff, UserAgent: cfg.UserAgent, Now: cfg.Now}
-	t.Fill()
-	cfg.HTTPClient, cfg.Timeout, cfg.Attempts, cfg.Backoff, cfg.UserAgent, cfg.Now = t.HTTPClient, t.Timeout, t.Attempts, t.Backoff, t.UserAgent, t.Now
+	cfg.Settings.Fill()
 	return &Client{cfg: cfg, base: u, key: key}, nil
 }
 

@@ -84,8 +84,7 @@ func (b *bed) advance(d time.Duration) {
 
 func (b *bed) newClient(t testing.TB, key, url string) *legacy.Client {
 	t.Helper()
-	c, err := legacy.New(legacy.Config{APIURL: url, DeveloperKey: key, Timeout: 5 * time.Second,
-		Backoff: time.Millisecond, Log: zerolog.New(b.logs), Now: func() time.Time { return *b.now.Load() }})
+	c, err := legacy.New(legacy.Config{APIURL: url, DeveloperKey: key, Settings: httpx.Settings{Timeout: 5 * time.Second, Backoff: time.Millisecond, Now: func() time.Time { return *b.now.Load() }}, Log: zerolog.New(b.logs)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/gosttoken"
+	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
 )
@@ -203,7 +204,7 @@ func TestGOSTChallengeBadInput(t *testing.T) {
 				w.Write(body)
 			}))
 			defer srv.Close()
-			c, err := legacy.New(legacy.Config{APIURL: srv.URL, DeveloperKey: devKey, Timeout: 5e9, Backoff: 1e6, Log: zerolog.Nop()})
+			c, err := legacy.New(legacy.Config{APIURL: srv.URL, DeveloperKey: devKey, Settings: httpx.Settings{Timeout: 5e9, Backoff: 1e6}, Log: zerolog.Nop()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -261,7 +262,7 @@ func TestGOSTChallengeContentChanged(t *testing.T) {
 	}
 	srv := httptest.NewServer(proxy)
 	defer srv.Close()
-	c, err := legacy.New(legacy.Config{APIURL: srv.URL, DeveloperKey: devKey, Timeout: 5e9, Backoff: 1e6, Log: zerolog.Nop()})
+	c, err := legacy.New(legacy.Config{APIURL: srv.URL, DeveloperKey: devKey, Settings: httpx.Settings{Timeout: 5e9, Backoff: 1e6}, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

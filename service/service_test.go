@@ -60,7 +60,7 @@ func newBed(t *testing.T) *bed {
 
 func (b *bed) legacyAuth(t *testing.T) authz.Authorizer {
 	t.Helper()
-	lc, err := legacy.New(legacy.Config{APIURL: b.emu.URL(), DeveloperKey: devKey, Now: b.now})
+	lc, err := legacy.New(legacy.Config{APIURL: b.emu.URL(), DeveloperKey: devKey, Settings: httpx.Settings{Now: b.now}})
 	if err != nil {
 		t.Fatal(err)
 	}

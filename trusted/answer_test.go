@@ -11,6 +11,7 @@ import (
 
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -42,7 +43,7 @@ func TestOversizedAnswerRefused(t *testing.T) {
 				w.Write([]byte(strings.Repeat(" ", tc.size)))
 			}))
 			defer srv.Close()
-			c, err := trusted.New(trusted.Config{BaseURL: srv.URL, APIKey: apiKey, Timeout: 5 * time.Second, Attempts: 1})
+			c, err := trusted.New(trusted.Config{BaseURL: srv.URL, APIKey: apiKey, Settings: httpx.Settings{Timeout: 5 * time.Second, Attempts: 1}})
 			if err != nil {
 				t.Fatal(err)
 			}

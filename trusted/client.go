@@ -50,19 +50,11 @@ type Config struct {
 	APIKey string
 	// Signer signs step 1's text; needed by Authenticate and Session.
 	Signer Signer
-	// HTTPClient defaults to a client with sensible transport time-outs.
-	HTTPClient *http.Client
-	// Timeout bounds each request (default 15s).
-	Timeout time.Duration
-	// Attempts is how many times a retryable request is tried (default 3).
-	Attempts int
-	// Backoff is the first retry's base delay, doubled each time, with full
-	// jitter (default 200ms).
-	Backoff time.Duration
-	// UserAgent names the client (default "signagent").
-	UserAgent string
-	// Now returns the current time (default time.Now); the text's timestamp.
-	Now func() time.Time
+	// Settings: the HTTP client, each request's time-out, the attempts of
+	// a retryable request and the backoff between them, the User-Agent and
+	// the clock (Now: the text's timestamp), each with its default
+	// (httpx.Settings).
+	httpx.Settings
 	// Stamps hands out the texts' timestamps; clients that share one (the
 	// agent's, across reloads) never sign the same text twice between
 	// them. Default: the client's own.
@@ -87,9 +79,7 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := httpx.Settings{HTTPClient: cfg.HTTPClient, Timeout: cfg.Timeout, Attempts: cfg.Attempts, Backoff: cfg.Backoff, UserAgent: cfg.UserAgent, Now: cfg.Now}
-	t.Fill()
-	cfg.HTTPClient, cfg.Timeout, cfg.Attempts, cfg.Backoff, cfg.UserAgent, cfg.Now = t.HTTPClient, t.Timeout, t.Attempts, t.Backoff, t.UserAgent, t.Now
+	cfg.Settings.Fill()
 	if cfg.Stamps == nil {
 		cfg.Stamps = NewStamps()
 	}

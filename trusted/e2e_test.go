@@ -79,9 +79,9 @@ func (e *env) newClient(t testing.TB, edit func(*trusted.Config)) *trusted.Clien
 	t.Helper()
 	tc := trusted.Config{
 		BaseURL: e.emu.URL(), APIKey: apiKey,
-		Signer:  &signer.CMS{Key: e.key, Cert: e.key.Certificate()},
-		Timeout: 5 * time.Second, Backoff: 5 * time.Millisecond, UserAgent: "signagent/test",
-		Log: zerolog.New(e.logs),
+		Signer:   &signer.CMS{Key: e.key, Cert: e.key.Certificate()},
+		Settings: httpx.Settings{Timeout: 5 * time.Second, Backoff: 5 * time.Millisecond, UserAgent: "signagent/test"},
+		Log:      zerolog.New(e.logs),
 	}
 	if edit != nil {
 		edit(&tc)
@@ -378,8 +378,7 @@ func (c *countingTransport) RoundTrip(*http.Request) (*http.Response, error) {
 
 func TestApproveRetriedWhenUnsent(t *testing.T) {
 	rt := &countingTransport{}
-	c, err := trusted.New(trusted.Config{BaseURL: "http://127.0.0.1:1", APIKey: apiKey, Backoff: time.Millisecond,
-		HTTPClient: &http.Client{Transport: rt}})
+	c, err := trusted.New(trusted.Config{BaseURL: "http://127.0.0.1:1", APIKey: apiKey, Settings: httpx.Settings{Backoff: time.Millisecond, HTTPClient: &http.Client{Transport: rt}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/trusted"
 )
@@ -42,8 +43,8 @@ func TestWireFormat(t *testing.T) {
 	defer srv.Close()
 
 	e := newEnv(t, nil) // for the SoftHSM key
-	c, err := trusted.New(trusted.Config{BaseURL: srv.URL + "/prefix/", APIKey: apiKey, UserAgent: "signagent/1.2.3",
-		Signer: &signer.CMS{Key: e.key, Cert: e.key.Certificate()}, Timeout: 5 * time.Second})
+	c, err := trusted.New(trusted.Config{BaseURL: srv.URL + "/prefix/", APIKey: apiKey, Settings: httpx.Settings{UserAgent: "signagent/1.2.3", Timeout: 5 * time.Second},
+		Signer: &signer.CMS{Key: e.key, Cert: e.key.Certificate()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,15 +7,21 @@ import (
 	"time"
 )
 
-// Settings are a service client's transport settings, as its Config
-// holds them; Fill gives each its default.
+// Settings are a service client's transport settings, embedded in its
+// Config (trusted, legacy); New calls Fill, which gives each its default.
 type Settings struct {
+	// HTTPClient defaults to one with sensible transport time-outs that
+	// never follows a redirect.
 	HTTPClient *http.Client
 	Timeout    time.Duration // one attempt (default 15s)
-	Attempts   int           // default 3
-	Backoff    time.Duration // the first wait between attempts (default 200ms)
-	UserAgent  string        // default "signagent"
-	Now        func() time.Time
+	// Attempts is how many times a request is tried that may be tried
+	// again (default 3).
+	Attempts int
+	// Backoff is the first retry's base delay (default 200ms), doubled
+	// each time, with full jitter.
+	Backoff   time.Duration
+	UserAgent string           // default "signagent"
+	Now       func() time.Time // default time.Now
 }
 
 // Fill sets the defaults of what is not given; the HTTP client never

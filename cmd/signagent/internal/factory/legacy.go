@@ -9,6 +9,7 @@ import (
 
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/legacy"
@@ -50,8 +51,8 @@ func LegacyConfig(s *settings.Settings, e *cmdutil.Env) (*legacy.Config, error) 
 		return nil, err
 	}
 	cfg := &legacy.Config{APIURL: s.String("api-url"), AllowInsecureHTTP: s.Bool("insecure-http"), DeveloperKey: key,
-		TokenTTL: s.Duration("legacy-token-ttl"), Timeout: s.Duration("request-timeout"), Attempts: s.Int("attempts"),
-		UserAgent: "signagent/" + cmdutil.Version, Log: e.Log}
+		TokenTTL: s.Duration("legacy-token-ttl"), Log: e.Log,
+		Settings: httpx.Settings{Timeout: s.Duration("request-timeout"), Attempts: s.Int("attempts"), UserAgent: "signagent/" + cmdutil.Version}}
 	return cfg, s.Err()
 }
 

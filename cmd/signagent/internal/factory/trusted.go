@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/trusted"
 )
@@ -20,7 +21,7 @@ func serviceConfig(s *settings.Settings, e *cmdutil.Env, apiKey string) (*truste
 		return nil, cmdutil.UsageErr(errors.New("--attempts must be at least 1"))
 	}
 	return &trusted.Config{BaseURL: s.String("base-url"), AllowInsecureHTTP: s.Bool("insecure-http"), APIKey: apiKey,
-		Timeout: s.Duration("request-timeout"), Attempts: s.Int("attempts"), UserAgent: "signagent/" + cmdutil.Version, Log: e.Log}, s.Err()
+		Settings: httpx.Settings{Timeout: s.Duration("request-timeout"), Attempts: s.Int("attempts"), UserAgent: "signagent/" + cmdutil.Version}, Log: e.Log}, s.Err()
 }
 
 func SignFlags() []cli.Flag {
