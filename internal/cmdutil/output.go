@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -37,6 +38,20 @@ func WriteJSON(e *Env, v any) error {
 	enc := json.NewEncoder(e.Stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// Table starts the listing of n rows, the commands' one form: the
+// header line, the columns aligned on stdout (Flush when done). With no
+// rows it prints none to stderr instead (the listing stays empty) and
+// returns nil.
+func Table(e *Env, n int, none, header string) *tabwriter.Writer {
+	if n == 0 {
+		fmt.Fprintln(e.Stderr, none)
+		return nil
+	}
+	w := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, header)
+	return w
 }
 
 func NonNil[T any](s []T) []T {

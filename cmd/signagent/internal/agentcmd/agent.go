@@ -157,12 +157,10 @@ func agentIdentities(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client) err
 	if c.Bool("json") {
 		return cmdutil.WriteJSON(e, map[string]any{"identities": cmdutil.NonNil(ids)})
 	}
-	if len(ids) == 0 {
-		fmt.Fprintln(e.Stderr, "The agent holds no header.")
+	w := cmdutil.Table(e, len(ids), "The agent holds no header.", "SCHEME\tIDENTITY\tHEADER\tEXPIRES\tLAST USED\tUSES")
+	if w == nil {
 		return nil
 	}
-	w := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "SCHEME\tIDENTITY\tHEADER\tEXPIRES\tLAST USED\tUSES")
 	for _, id := range ids {
 		who := id.Identity
 		if id.Subject != "" {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -221,12 +220,10 @@ func statusAll(c *cli.Context, e *cmdutil.Env, store oidc.Records) error {
 	if c.Bool("json") {
 		return cmdutil.WriteJSON(e, rows)
 	}
-	if len(rows) == 0 {
-		fmt.Fprintln(e.Stderr, "No profile is signed in (signagent login).")
+	w := cmdutil.Table(e, len(rows), "No profile is signed in (signagent login).", "PROFILE\tSIGNED IN AS\tSPACE\tACCESS TOKEN EXPIRES\tREFRESH TOKEN")
+	if w == nil {
 		return nil
 	}
-	w := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "PROFILE\tSIGNED IN AS\tSPACE\tACCESS TOKEN EXPIRES\tREFRESH TOKEN")
 	for _, r := range rows {
 		if !r.SignedIn {
 			fmt.Fprintf(w, "%s\t-\t-\t-\t%s\n", r.Profile, r.Reason)
