@@ -282,76 +282,64 @@ static int offered(CK_MECHANISM_TYPE m) {
 	return 0;
 }
 
+/* value answers an attribute: its n bytes at p. */
+static const void *value(const void *p, CK_ULONG n, CK_ULONG *len) {
+	*len = n;
+	return p;
+}
+
 /* attribute returns the value of attribute t of object h, or NULL. */
 static const void *attribute(int h, CK_ATTRIBUTE_TYPE t, CK_ULONG *len) {
 	static __thread CK_ULONG ul;
-	static __thread CK_BBOOL b;
 	static const CK_BBOOL yes = CK_TRUE, no = CK_FALSE;
-	(void)b;
 	switch (t) {
 	case CKA_CLASS:
 		ul = h == H_PRIV ? CKO_PRIVATE_KEY : h == H_PUB ? CKO_PUBLIC_KEY : CKO_CERTIFICATE;
-		*len = sizeof ul;
-		return &ul;
+		return value(&ul, sizeof ul, len);
 	case CKA_TOKEN:
-		*len = 1;
-		return &yes;
+		return value(&yes, 1, len);
 	case CKA_PRIVATE:
-		*len = 1;
-		return h == H_PRIV ? &yes : &no;
+		return value(h == H_PRIV ? &yes : &no, 1, len);
 	case CKA_LABEL:
-		*len = strlen(label);
-		return label;
+		return value(label, strlen(label), len);
 	case CKA_ID:
-		*len = sizeof keyid;
-		return keyid;
+		return value(keyid, sizeof keyid, len);
 	}
 	if (h == H_CERT) {
 		switch (t) {
 		case CKA_CERTIFICATE_TYPE:
 			ul = CKC_X_509;
-			*len = sizeof ul;
-			return &ul;
+			return value(&ul, sizeof ul, len);
 		case CKA_VALUE:
-			*len = certder_len;
-			return certder;
+			return value(certder, certder_len, len);
 		case CKA_SUBJECT:
-			*len = subject_len;
-			return subject;
+			return value(subject, subject_len, len);
 		case CKA_ISSUER:
-			*len = issuer_len;
-			return issuer;
+			return value(issuer, issuer_len, len);
 		case CKA_SERIAL_NUMBER:
-			*len = serial_len;
-			return serial;
+			return value(serial, serial_len, len);
 		}
 		return NULL;
 	}
 	switch (t) {
 	case CKA_KEY_TYPE:
 		ul = bits == 512 ? CKK_GOSTR3410_512 : CKK_GOSTR3410;
-		*len = sizeof ul;
-		return &ul;
+		return value(&ul, sizeof ul, len);
 	case CKA_GOSTR3410_PARAMS:
-		*len = params_len;
-		return params;
+		return value(params, params_len, len);
 	case CKA_GOSTR3411_PARAMS:
-		*len = dparams_len;
-		return dparams;
+		return value(dparams, dparams_len, len);
 	}
 	if (h == H_PUB) {
 		switch (t) {
 		case CKA_VALUE:
-			*len = pubval_len;
-			return pubval;
+			return value(pubval, pubval_len, len);
 		case CKA_VERIFY:
-			*len = 1;
-			return &yes;
+			return value(&yes, 1, len);
 		case CKA_ENCRYPT:
 		case CKA_WRAP:
 		case CKA_DERIVE:
-			*len = 1;
-			return &no;
+			return value(&no, 1, len);
 		}
 		return NULL;
 	}
@@ -361,23 +349,19 @@ static const void *attribute(int h, CK_ATTRIBUTE_TYPE t, CK_ULONG *len) {
 	case CKA_ALWAYS_SENSITIVE:
 	case CKA_NEVER_EXTRACTABLE:
 	case CKA_LOCAL:
-		*len = 1;
-		return &yes;
+		return value(&yes, 1, len);
 	case CKA_DERIVE:
-		*len = 1;
-		return fault("no-derive-attr", NULL, 0) ? &no : &yes;
+		return value(fault("no-derive-attr", NULL, 0) ? &no : &yes, 1, len);
 	case CKA_UNWRAP:
-		*len = 1;
 #ifdef ONE_STEP_UNWRAP
-		return &yes;
+		return value(&yes, 1, len);
 #else
-		return &no;
+		return value(&no, 1, len);
 #endif
 	case CKA_DECRYPT:
 	case CKA_EXTRACTABLE:
 	case CKA_ALWAYS_AUTHENTICATE:
-		*len = 1;
-		return &no;
+		return value(&no, 1, len);
 	}
 	return NULL;
 }
