@@ -129,13 +129,22 @@ func signinData(c *Client, q url.Values, errMsg string) pageData {
 	return d
 }
 
-func (s *Side) authorizeSubmit(w http.ResponseWriter, r *http.Request) {
+// readForm reads a page's posted form (at most 64 KiB); a form that cannot
+// be read is answered with the page that says so.
+func readForm(w http.ResponseWriter, r *http.Request) (url.Values, bool) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if err := r.ParseForm(); err != nil {
 		render(w, http.StatusBadRequest, "done", pageData{Title: "Bad request", Message: "The form could not be read."})
+		return nil, false
+	}
+	return r.PostForm, true
+}
+
+func (s *Side) authorizeSubmit(w http.ResponseWriter, r *http.Request) {
+	q, ok := readForm(w, r)
+	if !ok {
 		return
 	}
-	q := r.PostForm
 	c, ok := s.checkAuthorize(w, r, q)
 	if !ok {
 		return
@@ -232,12 +241,10 @@ func (s *Side) devicePage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Side) deviceSubmit(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := r.ParseForm(); err != nil {
-		render(w, http.StatusBadRequest, "done", pageData{Title: "Bad request", Message: "The form could not be read."})
+	f, ok := readForm(w, r)
+	if !ok {
 		return
 	}
-	f := r.PostForm
 	uc := strings.ToUpper(strings.NewReplacer("-", "", " ", "").Replace(f.Get("user_code")))
 	data := pageData{Title: "Connect a device", UserCode: f.Get("user_code"), Login: f.Get("login")}
 	now := s.env.Now()
