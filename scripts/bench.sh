@@ -4,13 +4,11 @@
 # `signagent-bench` on it (raw token, CMS, the agent over its socket, the
 # emulator's sessions, openssl and pkcs11-tool for comparison). Extra
 # arguments go to signagent-bench, e.g. `make bench BENCH_ARGS="--token-delay 200ms"`.
-set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 bin=bin/signagent
 bench=bin/signagent-bench
 dir=.bench
-mkdir -p "$dir"
-chmod 700 "$dir"
+private_dir "$dir"
 # The GOST key's rows run on the GOST test module (software, built by
 # dev-token with gcc against GnuTLS), beside the SoftHSM token.
 gost="$(cd "$dir" && pwd)/gost"

@@ -2,13 +2,11 @@
 # The demo behind `make demo`: a SoftHSM development token and the local
 # emulator of the service; link a sample user, sign on the token, and run the
 # trusted-authentication flow to an auth.sid.
-set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/lib.sh"
 bin=bin/signagent
 emu=bin/signagent-emulator
 demo=.demo
-mkdir -p "$demo"
-chmod 700 "$demo"
+private_dir "$demo"
 
 step() { printf '\n==> %s\n' "$*"; }
 

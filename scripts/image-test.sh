@@ -15,12 +15,8 @@
 # and the emulator serves on loopback only. podman here needs runc and
 # rlimits below the machine's hard limits: a containers.conf of the test's
 # own, through CONTAINERS_CONF (nothing in /etc is changed).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-fail() { echo "image-test: $*" >&2; exit 1; }
-for c in podman buildah docker-compose curl redis-server; do
-	command -v $c >/dev/null || fail "$c is missing: make deps installs it (Makefile DEPS)"
-done
+. "$(dirname "$0")/lib.sh"
+need podman buildah docker-compose curl redis-server
 start=$(date +%s)
 
 tmp=$(mktemp -d /tmp/signagent-image-test.XXXXXX)
@@ -38,14 +34,7 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-
-cat > "$tmp/containers.conf" <<EOF
-[containers]
-default_ulimits = ["nofile=$(ulimit -Hn):$(ulimit -Hn)", "nproc=32768:32768"]
-[engine]
-runtime = "runc"
-EOF
-export CONTAINERS_CONF=$tmp/containers.conf
+podman_conf "$tmp"
 
 # The image, as make image builds it.
 out=$(scripts/image.sh) || fail "make image failed"

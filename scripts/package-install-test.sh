@@ -27,12 +27,8 @@
 # and rlimits below the machine's hard limits: a containers.conf of the
 # test's own, through CONTAINERS_CONF (docs/deploy.md). Each failure says
 # what is wrong and exits 1.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-fail() { echo "package-install-test: $*" >&2; exit 1; }
-for c in podman mmdebstrap dpkg-deb; do
-	command -v $c >/dev/null || fail "$c is missing: make deps installs it (Makefile DEPS)"
-done
+. "$(dirname "$0")/lib.sh"
+need podman mmdebstrap dpkg-deb
 start=$(date +%s)
 
 tmp=$(mktemp -d /tmp/signagent-package-test.XXXXXX)
@@ -45,13 +41,7 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-cat > "$tmp/containers.conf" <<EOF
-[containers]
-default_ulimits = ["nofile=$(ulimit -Hn):$(ulimit -Hn)", "nproc=32768:32768"]
-[engine]
-runtime = "runc"
-EOF
-export CONTAINERS_CONF=$tmp/containers.conf
+podman_conf "$tmp"
 
 # Two builds: the newer one (its version the other's with .pkgtest added,
 # which dpkg orders after it) first, so that dist/ ends with the package

@@ -1,0 +1,39 @@
+# Sourced by the scripts (demo.sh, bench.sh, image-test.sh,
+# package-install-test.sh) for what they all begin with: strict mode, the
+# repository's root as the working directory, and the few helpers below.
+# Source it as the script's first command:
+#   . "$(dirname "$0")/lib.sh"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+me=$(basename "$0" .sh)
+
+# fail says what is wrong, named after the script, and exits 1.
+fail() { echo "$me: $*" >&2; exit 1; }
+
+# need fails unless every command named is installed.
+need() {
+	local c
+	for c in "$@"; do
+		command -v "$c" >/dev/null || fail "$c is missing: make deps installs it (Makefile DEPS)"
+	done
+}
+
+# private_dir makes the directory DIR, for the owner alone (mode 0700): it
+# holds tokens, PINs and keys.
+private_dir() {
+	mkdir -p "$1"
+	chmod 700 "$1"
+}
+
+# podman_conf points podman at a containers.conf of the script's own in
+# DIR (nothing in /etc is changed): runc, and rlimits below the machine's
+# hard limits, which podman here needs.
+podman_conf() {
+	cat > "$1/containers.conf" <<CONF
+[containers]
+default_ulimits = ["nofile=$(ulimit -Hn):$(ulimit -Hn)", "nproc=32768:32768"]
+[engine]
+runtime = "runc"
+CONF
+	export CONTAINERS_CONF=$1/containers.conf
+}
