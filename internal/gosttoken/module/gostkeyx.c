@@ -559,14 +559,7 @@ static CK_RV decrypt_(CK_SESSION_HANDLE h, CK_BYTE_PTR in, CK_ULONG len, CK_BYTE
 	int i = (int)(s - sessions);
 	if (!decs[i].active) return CKR_OPERATION_NOT_INITIALIZED;
 	if (!outlen || (!in && len)) return CKR_ARGUMENTS_BAD;
-	if (!out) {
-		*outlen = len;
-		return CKR_OK;
-	}
-	if (*outlen < len) {
-		*outlen = len;
-		return CKR_BUFFER_TOO_SMALL;
-	}
+	ANSWER_LENGTH(out, outlen, len);
 	decs[i].active = 0;
 	struct skey *k = skey(decs[i].key);
 	if (!k) return CKR_KEY_HANDLE_INVALID; /* destroyed since C_DecryptInit */

@@ -377,6 +377,19 @@ static int has_cert(void) { return certder_len > 0; }
 		return rv_;                            \
 	} while (0)
 
+/* ANSWER_LENGTH returns from a call that puts n bytes in out when out is
+ * NULL (the caller asks the length: CKR_OK) or *outlen is short
+ * (CKR_BUFFER_TOO_SMALL), with *outlen = n: PKCS#11's convention for
+ * output buffers (v2.40 section 5.2). */
+#define ANSWER_LENGTH(out, outlen, n)                                      \
+	do {                                                               \
+		if (!(out) || *(outlen) < (n)) {                           \
+			CK_RV rv_ = (out) ? CKR_BUFFER_TOO_SMALL : CKR_OK; \
+			*(outlen) = (n);                                   \
+			return rv_;                                        \
+		}                                                          \
+	} while (0)
+
 static struct session *sess(CK_SESSION_HANDLE h) {
 	if (h < 1 || h > MAX_SESSIONS || !sessions[h - 1].open) return NULL;
 	return &sessions[h - 1];
@@ -681,8 +694,7 @@ static CK_RV sign_(CK_SESSION_HANDLE h, CK_BYTE_PTR data, CK_ULONG len, CK_BYTE_
 	CK_ULONG want = 2 * n;
 	int shortsig = fault("short-signature", NULL, 0);
 	if (shortsig) want--;
-	if (!out) { *outlen = want; return CKR_OK; }
-	if (*outlen < want) { *outlen = want; return CKR_BUFFER_TOO_SMALL; }
+	ANSWER_LENGTH(out, outlen, want);
 	s->signing = 0;
 	char delay[32];
 	if (fault("delay", delay, sizeof delay)) {
@@ -749,8 +761,7 @@ static CK_RV digfinal_(CK_SESSION_HANDLE h, CK_BYTE_PTR out, CK_ULONG_PTR outlen
 	if (!s) return CKR_SESSION_HANDLE_INVALID;
 	if (!s->dig) return CKR_OPERATION_NOT_INITIALIZED;
 	CK_ULONG n = s->digest_bits / 8;
-	if (!out) { *outlen = n; return CKR_OK; }
-	if (*outlen < n) { *outlen = n; return CKR_BUFFER_TOO_SMALL; }
+	ANSWER_LENGTH(out, outlen, n);
 	gnutls_hash_output(s->dig, out);
 	*outlen = n;
 	digest_end(s);
@@ -763,8 +774,7 @@ static CK_RV digest_(CK_SESSION_HANDLE h, CK_BYTE_PTR data, CK_ULONG len, CK_BYT
 	if (!s) return CKR_SESSION_HANDLE_INVALID;
 	if (!s->dig) return CKR_OPERATION_NOT_INITIALIZED;
 	CK_ULONG n = s->digest_bits / 8;
-	if (!out) { *outlen = n; return CKR_OK; }
-	if (*outlen < n) { *outlen = n; return CKR_BUFFER_TOO_SMALL; }
+	ANSWER_LENGTH(out, outlen, n);
 	if (fault("digest-fail", NULL, 0)) {
 		digest_end(s);
 		return CKR_FUNCTION_FAILED;
