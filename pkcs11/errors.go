@@ -40,10 +40,14 @@ var (
 	ErrTokenUnavailable = errdefs.New(errdefs.ErrTokenNotReady, "the token is not available")
 	ErrTokenRefused     = errors.New("the token refused the operation")
 	ErrTokenTimeout     = errdefs.New(errdefs.ErrTokenNotReady, "the token did not answer in time")
-	ErrTokenLost        = errdefs.New(errdefs.ErrTokenNotReady, "the token lost the key")
-	ErrPINFinalTry      = errors.New("the token allows one more PIN try")
-	ErrLoginFailed      = errdefs.New(errdefs.ErrTokenNotReady, "the token failed while checking the PIN")
-	ErrKeyUsage         = errdefs.New(errdefs.ErrNotConfigured, "the key may not be used for this")
+	// ErrTokenBusy: a check did not get its answer in time, but the token
+	// answered other operations meanwhile (a slow card kept busy): it is
+	// there; not a reason to reconnect.
+	ErrTokenBusy   = errdefs.New(errdefs.ErrTryAgain, "the token is busy: a check waited behind operations it went on answering")
+	ErrTokenLost   = errdefs.New(errdefs.ErrTokenNotReady, "the token lost the key")
+	ErrPINFinalTry = errors.New("the token allows one more PIN try")
+	ErrLoginFailed = errdefs.New(errdefs.ErrTokenNotReady, "the token failed while checking the PIN")
+	ErrKeyUsage    = errdefs.New(errdefs.ErrNotConfigured, "the key may not be used for this")
 )
 
 // TokenError is a PKCS#11 failure with the operation that was being attempted.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	p11 "github.com/miekg/pkcs11"
@@ -42,6 +43,10 @@ type Key struct {
 	handle p11.ObjectHandle
 	lost   error // set once the token failed; every operation then fails at once
 	closed bool
+	// answered is when the token last answered an operation (Unix ns): a
+	// check that times out while the token goes on answering others is
+	// ErrTokenBusy, not a lost token.
+	answered atomic.Int64
 	// How a GOST key opens a certificate login's challenge, asked once.
 	gostLoginWays   []GOSTLoginWay
 	gostLoginErr    error
@@ -213,7 +218,7 @@ func (k *Key) Close() error {
 // as the card is out or pcscd is stopped, and only C_GetSlotInfo asks
 // the reader (at most about once a second), clearing CKF_TOKEN_PRESENT.
 func (k *Key) Check(ctx context.Context) error {
-	_, err := k.do(ctx, "check the token", func(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) ([]byte, error) {
+	_, err := k.do(context.WithValue(ctx, checking{}, true), "check the token", func(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) ([]byte, error) {
 		si, err := b.GetSlotInfo(k.token.Slot)
 		if err != nil {
 			return nil, err

@@ -390,3 +390,36 @@ func TestInitializeWaitsForFinalize(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCheckBehindABusyToken: a check that does not get its answer in time
+// while the token goes on answering signatures is ErrTokenBusy and leaves
+// the key in use (a slow card kept busy by a queue is there: TestCardAgentSlow
+// saw the agent call it not ready); a check that times out with no other
+// answer meanwhile still marks the key lost. The fake holds C_GetSlotInfo.
+func TestCheckBehindABusyToken(t *testing.T) {
+	f := newFakeToken(t)
+	_, sel, _ := fakeSetup(t, f, "1234")
+	k := openFake(t, sel)
+	hold := make(chan struct{})
+	f.set(func(f *fakeToken) { f.hang["GetSlotInfo"] = hold })
+	done := make(chan error)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		done <- k.Check(ctx)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if _, err := k.Sign(nil, digest, crypto.SHA256); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrTokenBusy) || Recoverable(err) || k.Lost() != nil {
+		t.Fatalf("check behind a busy token: %v (lost: %v)", err, k.Lost())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := k.Check(ctx); !errors.Is(err, ErrTokenTimeout) || k.Lost() == nil {
+		t.Fatalf("check with no answer at all: %v (lost: %v)", err, k.Lost())
+	}
+	f.set(func(f *fakeToken) { delete(f.hang, "GetSlotInfo") })
+	close(hold)
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"time"
 
 	p11 "github.com/miekg/pkcs11"
 	"golang.org/x/crypto/cryptobyte"
@@ -107,6 +108,7 @@ func (k *Key) DecryptContext(ctx context.Context, msg []byte, opts crypto.Decryp
 // broke, or a call that did not return marks the key lost, so that its
 // owner reconnects; anything else (a refused mechanism) leaves it usable.
 func (k *Key) do(ctx context.Context, what string, op func(Backend, p11.SessionHandle, p11.ObjectHandle) ([]byte, error)) ([]byte, error) {
+	started := time.Now().UnixNano()
 	k.mu.Lock()
 	lost, h := k.lost, k.handle
 	k.mu.Unlock()
@@ -137,8 +139,14 @@ func (k *Key) do(ctx context.Context, what string, op func(Backend, p11.SessionH
 	}
 	switch {
 	case err == nil:
+		k.answered.Store(time.Now().UnixNano())
 		k.free <- sh
 		return out, nil
+	case errors.Is(err, ErrTokenTimeout) && ctx.Value(checking{}) != nil && k.answered.Load() > started:
+		// A check that waited behind operations the token went on
+		// answering (a slow card kept busy): busy, not gone. The session
+		// stays with the call that did not return.
+		return nil, fmt.Errorf("could not %s: %w", what, ErrTokenBusy)
 	case errors.Is(err, ErrTokenTimeout):
 		// The session stays with the call that did not return (abandoned).
 		return nil, k.markLost(fmt.Errorf("could not %s: %w", what, err))
@@ -274,3 +282,6 @@ func isBadCiphertext(code p11.Error) bool {
 	}
 	return false
 }
+
+// checking marks the context of a Check (see do).
+type checking struct{}
