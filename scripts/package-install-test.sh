@@ -160,10 +160,14 @@ ex test ! -e /usr/bin/signagent || fail "/usr/bin/signagent is left after remove
 [ "$(ex sha256sum /etc/signagent/agent.yaml 2>&1)" = "$conf_sum" ] || fail "remove did not keep /etc/signagent/agent.yaml"
 [ "$(ex sha256sum /etc/logrotate.d/signagent 2>&1)" = "$rotate_sum" ] || fail "remove did not keep /etc/logrotate.d/signagent"
 ex test -L /etc/systemd/system/sockets.target.wants/signagent.socket || fail "remove did not keep signagent.socket's enablement (purge removes it)"
+for u in signagent.service signagent.socket; do
+	[ "$(ex readlink /etc/systemd/system/$u 2>&1)" = /dev/null ] || fail "remove did not mask $u (disabled while the package is gone)"
+done
 
 # Purge: the configuration and the enablement gone, the audit log kept.
 out=$(ex dpkg -P signagent 2>&1) || fail "dpkg -P failed: $out"
 for f in /etc/signagent /etc/logrotate.d/signagent /etc/systemd/system/sockets.target.wants/signagent.socket \
+	/etc/systemd/system/signagent.socket /etc/systemd/system/signagent.service \
 	/var/lib/systemd/deb-systemd-helper-enabled/signagent.socket.dsh-also; do
 	ex test ! -e $f -a ! -L $f || fail "$f is left after purge"
 done
