@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	p11 "github.com/miekg/pkcs11"
@@ -127,7 +128,7 @@ func gostLoginOffered(flags map[uint]uint, derive, unwrap bool, token, key strin
 func uniq(s []string) []string {
 	var out []string
 	for _, x := range s {
-		if !strings.Contains(strings.Join(out, "\x00")+"\x00", x+"\x00") {
+		if !slices.Contains(out, x) {
 			out = append(out, x)
 		}
 	}
