@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/cmd/signagent/internal/app"
 	"github.com/signagent/signagent/internal/benchcmd"
 )
 
@@ -18,6 +19,7 @@ import (
 // program. (The generated docs/cli.md is the help itself.) It checks the
 // lines, it does not run them: the demo and the scripts run the flows.
 func TestDocCommands(t *testing.T) {
+	t.Parallel()
 	files, _ := filepath.Glob("../../docs/*.md")
 	files = append(files, "../../README.md")
 	checked := 0
@@ -44,7 +46,7 @@ func appFor(program string) *cli.App {
 	if program == "signagent-bench" {
 		return benchcmd.NewApp(strings.NewReader(""), io.Discard, io.Discard)
 	}
-	return newApp(strings.NewReader(""), io.Discard, io.Discard)
+	return app.NewApp(strings.NewReader(""), io.Discard, io.Discard)
 }
 
 // signagentLines finds the signagent (and signagent-bench) invocations in

@@ -136,8 +136,9 @@ func commandLines(t *testing.T, file string, fenced bool) []commandLine {
 // docs/ is run by a test: a script (testdata/script) or the demo runs the
 // same command with at least the flags the documentation shows.
 func TestDocCommandsRun(t *testing.T) {
+	t.Parallel()
 	var runs []invocation
-	scripts, _ := filepath.Glob("testdata/script/*.txtar")
+	scripts, _ := filepath.Glob("scripts/testdata/script/*.txtar")
 	for _, file := range append(scripts, "../../scripts/demo.sh", "../../scripts/bench.sh") {
 		for _, l := range commandLines(t, file, false) {
 			if inv, ok := parseInvocation(appFor(l.cmd[0]), l.cmd); ok {

@@ -2,7 +2,7 @@ package main
 
 import (
 	"bytes"
-	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,54 +10,19 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/signagent/signagent/cmd/signagent/internal/app"
+	"github.com/signagent/signagent/cmd/signagent/internal/clitest"
 	"github.com/signagent/signagent/hsmtest"
-	"github.com/signagent/signagent/internal/benchcmd"
 	"github.com/signagent/signagent/internal/cmdutil"
-	"github.com/signagent/signagent/internal/emulatorcmd"
 )
 
 func TestMain(m *testing.M) {
-	testscript.Main(isolated{m}, map[string]func(){"signagent": main, "signagent-emulator": emulatorcmd.Main, "signagent-bench": benchcmd.Main})
+	testscript.Main(clitest.Isolated{M: m}, clitest.Commands)
 }
 
-// isolated runs the tests with a settings directory of their own, so that
-// neither they nor the binaries they start with their environment read or
-// write the settings file of the user running them (a test that runs
-// `signagent config set` wrote to ~/.config/signagent before). The
-// scripts set their own HOME.
-type isolated struct{ m *testing.M }
-
-func (i isolated) Run() int {
-	dir, err := os.MkdirTemp("", "signagent-test-config")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o755) // empty; an agent a test runs as nobody looks in it too
-	os.Setenv("XDG_CONFIG_HOME", dir)
-	return i.m.Run()
-}
-
-// TestScripts runs the command-line scripts in testdata/script: each runs
-// the real binary in its own directory with its own SoftHSM token.
-func TestScripts(t *testing.T) {
-	softhsm := hsmtest.Module(t) // fail early and clearly without SoftHSM
-	testscript.Run(t, testscript.Params{
-		Dir:  "testdata/script",
-		Cmds: scriptCmds,
-		Setup: func(env *testscript.Env) error {
-			env.Values[scriptStateKey{}] = &scriptState{}
-			env.Setenv("HOME", env.WorkDir)
-			// SoftHSM by name, as dev-token's export lines say: without
-			// it the default is p11-kit's proxy where p11-kit-modules is
-			// installed, which also loads OpenSC's and the TPM's modules
-			// (and the TPM's prints its own errors on stderr).
-			env.Setenv("SIGNAGENT_PKCS11_MODULE", softhsm)
-			env.Setenv("SIGNAGENT_API_KEY", "0F6C2E5B-9D4A-4C1E-8A2B-7E3D1F0A9B8C")
-			return nil
-		},
-	})
+// run is signagent's main in this process, its streams given.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return app.Run(args, stdin, stdout, stderr)
 }
 
 const testAPIKey = "0F6C2E5B-9D4A-4C1E-8A2B-7E3D1F0A9B8C"

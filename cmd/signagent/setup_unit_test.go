@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/cmd/signagent/internal/clitest"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/hsmtest"
 )
@@ -99,7 +100,7 @@ func TestUserUnitServesSetupContext(t *testing.T) {
 	}
 	argv := []string{"-l", listen, "-E", "PATH", "-E", "HOME=" + home, "-E", "XDG_RUNTIME_DIR=" + runtime, "signagent"}
 	agent := startLogged(t, "systemd-socket-activate", append(argv, exec[1:]...)...)
-	if !poll(10*time.Second, func() bool { st, err := os.Stat(listen); return err == nil && st.Mode()&os.ModeSocket != 0 }) {
+	if !clitest.Poll(10*time.Second, func() bool { st, err := os.Stat(listen); return err == nil && st.Mode()&os.ModeSocket != 0 }) {
 		t.Fatalf("systemd-socket-activate made no socket at %s: %s", listen, agent)
 	}
 

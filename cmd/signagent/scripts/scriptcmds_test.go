@@ -1,4 +1,4 @@
-package main
+package scripts_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/cmd/signagent/internal/clitest"
 	"github.com/signagent/signagent/emulator"
 )
 
@@ -121,7 +122,7 @@ func waitFile(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		return st.Size() > 0
 	}
-	if !poll(10*time.Second, ready) {
+	if !clitest.Poll(10*time.Second, ready) {
 		ts.Fatalf("gave up waiting for %s to be %s", args[0], what)
 	}
 }
@@ -151,22 +152,12 @@ func waitLines(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		return c
 	}
-	if !poll(10*time.Second, func() bool { return count() >= n }) {
+	if !clitest.Poll(10*time.Second, func() bool { return count() >= n }) {
 		ts.Fatalf("%s has %d lines matching %q, want %d", args[2], count(), args[1], n)
 	}
 	if c := count(); c != n {
 		ts.Fatalf("%s has %d lines matching %q, want %d", args[2], c, args[1], n)
 	}
-}
-
-// poll calls cond until it holds or d has passed.
-func poll(d time.Duration, cond func() bool) bool {
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-	}
-	return cond()
 }
 
 // emulatorCmd is emulator FILE [VAR...]: it serves the emulator configured
@@ -286,7 +277,7 @@ func serveCmd(ts *testscript.TestScript, neg bool, args []string) {
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 		}}}
-	ready := poll(15*time.Second, func() bool {
+	ready := clitest.Poll(15*time.Second, func() bool {
 		if exists(ts.MkAbs(name + ".exit")) {
 			return true
 		}
@@ -329,7 +320,7 @@ func stopAgent(ts *testscript.TestScript, name string) int {
 	if !exists(exit) {
 		syscall.Kill(pid, syscall.SIGINT)
 	}
-	if !poll(15*time.Second, func() bool {
+	if !clitest.Poll(15*time.Second, func() bool {
 		b, err := os.ReadFile(exit)
 		return err == nil && len(b) > 0
 	}) {
@@ -360,7 +351,7 @@ func approveDevice(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: approve-device [-deny] FILE LOGIN PASSWORD")
 	}
 	var code string
-	if !poll(10*time.Second, func() bool {
+	if !clitest.Poll(10*time.Second, func() bool {
 		b, _ := os.ReadFile(ts.MkAbs(args[0]))
 		m := userCode.FindSubmatch(b)
 		if m != nil {

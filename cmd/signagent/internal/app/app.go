@@ -1,0 +1,181 @@
+// Package app is the signagent command: its command tree, wired from the
+// families, and its entrance. Package main only stamps the version; the
+// tests of cmd/signagent and cmd/signagent/scripts run it as their
+// signagent binary.
+package app
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/rs/zerolog"
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/cmd/signagent/internal/agentcmd"
+	"github.com/signagent/signagent/cmd/signagent/internal/configcmd"
+	"github.com/signagent/signagent/cmd/signagent/internal/legacycmd"
+	"github.com/signagent/signagent/cmd/signagent/internal/oidccmd"
+	"github.com/signagent/signagent/cmd/signagent/internal/setupcmd"
+	"github.com/signagent/signagent/cmd/signagent/internal/tokencmd"
+	"github.com/signagent/signagent/cmd/signagent/internal/trustedcmd"
+	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/pkcs11"
+)
+
+// Main is signagent's main: the probe of a module when pkcs11.Probe
+// started it, else the command line, exiting with its status.
+func Main() {
+	pkcs11.RunProbe() // when started by pkcs11.Probe: try the module and exit
+	os.Exit(Run(os.Args, os.Stdin, os.Stdout, os.Stderr))
+}
+
+// Run is main with its streams given, so tests can drive it in-process.
+func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cmdutil.JSONLogs.Store(false)
+	app := NewApp(stdin, stdout, stderr)
+	// The completion scripts ask what may come next (the line so far, the
+	// word being completed last): answered here, from the command tree,
+	// before anything runs.
+	if n := len(args); n > 1 && args[n-1] == cmdutil.CompletionFlag {
+		cmdutil.Complete(app, args[1:n-1], stdout)
+		return cmdutil.ExitOK
+	}
+	return cmdutil.Finish("signagent", app.Run(cmdutil.FlagsFirst(app, args)), stderr)
+}
+
+// urfave/cli's version flag and printer are package variables: set once,
+// not by each app built (tests build apps in parallel).
+func init() {
+	// --version only: -v is too easily meant as "verbose".
+	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version"}
+	cli.VersionPrinter = func(c *cli.Context) { fmt.Fprintln(c.App.Writer, cmdutil.CurrentBuild()) }
+}
+
+// NewApp is the command tree writing to the streams given.
+func NewApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
+	e := &cmdutil.Env{Stdin: stdin, Stdout: stdout, Stderr: stderr, Log: zerolog.Nop()}
+	commands, uses := familyCommands(e)
+	app := &cli.App{
+		Name:    "signagent",
+		Usage:   "the service's authentication agent: auth.sid, legacy and OpenID Connect headers from a PKCS#11 token, on the command line and for partner systems",
+		Version: cmdutil.CurrentBuild().Version,
+		Flags:   append(cmdutil.LogFlags(""), cmdutil.SettingsFlags(true)...),
+		Before: func(c *cli.Context) error {
+			log, err := cmdutil.NewLogger(stderr, cmdutil.LogLevel(c, c.Args().First()), c.String("log-format"))
+			if err != nil {
+				return err
+			}
+			e.Log = log
+			return nil
+		},
+		Reader:          stdin,
+		Writer:          stdout,
+		ErrWriter:       stderr,
+		HideHelpCommand: true,
+		// Errors are printed once, by run, as one line.
+		ExitErrHandler: func(*cli.Context, error) {},
+		// A mistyped flag is answered with the one meant, when one is close.
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			flags := c.App.Flags
+			if c.Command != nil && c.Command.Name != "" {
+				flags = c.Command.Flags
+			}
+			return cmdutil.UsageErr(fmt.Errorf("%w%s", err, cmdutil.FlagSuggestion(err, flags)))
+		},
+		Commands: commands,
+		// Without a command: the help. With a word that is no command:
+		// one line naming the one meant, and exit 2 (the README's bad
+		// input), not urfave's "No help topic" with exit 1.
+		Action: func(c *cli.Context) error {
+			if !c.Args().Present() {
+				return cli.ShowAppHelp(c)
+			}
+			name := c.Args().First()
+			// Commands of their own, not in the shipped binary.
+			switch name {
+			case "emulator":
+				return cmdutil.UsageErr(errors.New("the emulator is a command of its own: signagent-emulator (make build puts it in bin/)"))
+			case "bench":
+				return cmdutil.UsageErr(errors.New("the benchmark is a command of its own: signagent-bench (make build puts it in bin/)"))
+			}
+			msg := fmt.Sprintf("%q is not a signagent command", name)
+			if s := cmdutil.Suggest(name, cmdutil.CommandNames(c.App.Commands)); s != "" {
+				msg += fmt.Sprintf("; did you mean %q?", s)
+			}
+			return cmdutil.UsageErr(errors.New(msg + " (signagent --help lists them)"))
+		},
+	}
+	for _, cmd := range app.Commands {
+		wire(e, cmd, uses[cmd], app.OnUsageError)
+	}
+	return app
+}
+
+// families are signagent's commands by the job they belong to, in the
+// order help lists them (urfave sorts the help's groups by name: the
+// names are chosen to read in this order; setup and config share theirs).
+var families = []func(*cmdutil.Env) cmdutil.Family{trustedcmd.Family, legacycmd.Family, oidccmd.Family,
+	agentcmd.Family, tokencmd.Family, setupcmd.Family, configcmd.Family}
+
+// familyCommands are the families' commands, each in its family's help
+// category, and how each reads the settings file.
+func familyCommands(e *cmdutil.Env) ([]*cli.Command, map[*cli.Command]cmdutil.SettingsUse) {
+	var all []*cli.Command
+	uses := map[*cli.Command]cmdutil.SettingsUse{}
+	for _, family := range families {
+		f := family(e)
+		for _, c := range f.Commands {
+			c.Category = f.Category
+			all = append(all, c.Command)
+			uses[c.Command] = c.Settings
+		}
+	}
+	return all, uses
+}
+
+// wire gives a command what every command has: the logging flags after
+// it too, the settings flags and file as its use says, and stray
+// positional arguments refused unless it takes some (cmd.Args).
+func wire(e *cmdutil.Env, cmd *cli.Command, use cmdutil.SettingsUse, onUsageError cli.OnUsageErrorFunc) {
+	cmd.OnUsageError = onUsageError
+	// The logging flags are accepted after the command too, where
+	// operators tend to put them (signagent sign --log-level debug).
+	cmd.Flags = append(cmd.Flags, cmdutil.LogFlags("Logging")...)
+	// serve's --config is its own: reloaded on SIGHUP.
+	if use != cmdutil.NoSettings {
+		cmd.Flags = append(cmd.Flags, cmdutil.SettingsFlags(use != cmdutil.OwnSettings)...)
+	}
+	// A word that names no subcommand: one line naming the one meant.
+	if len(cmd.Subcommands) > 0 && cmd.Action == nil {
+		cmd.Action = cmdutil.UnknownSubcommand
+	}
+	cmd.Before = func(c *cli.Context) error {
+		if !c.Command.Args {
+			if err := cmdutil.NoArgs(c); err != nil {
+				return err
+			}
+		}
+		if use != cmdutil.NoSettings {
+			if err := cmdutil.ReadSettings(c, use); err != nil {
+				return err
+			}
+		}
+		if err := cmdutil.CheckChoices(c); err != nil {
+			return err
+		}
+		if !c.IsSet("log-level") && !c.IsSet("log-format") && !c.IsSet("quiet") && !c.IsSet("verbose") {
+			return nil
+		}
+		format := c.String("log-format")
+		if !c.IsSet("log-format") {
+			format = c.Lineage()[1].String("log-format")
+		}
+		log, err := cmdutil.NewLogger(e.Stderr, cmdutil.LogLevel(c, c.Command.Name), format)
+		if err == nil {
+			e.Log = log
+		}
+		return err
+	}
+}

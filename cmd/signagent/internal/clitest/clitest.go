@@ -1,0 +1,49 @@
+// Package clitest holds what the signagent command's two test packages
+// (cmd/signagent, the Go tests, and cmd/signagent/scripts, the testscript
+// scripts) share: the binaries a test binary stands in for, and a
+// settings directory of the run's own.
+package clitest
+
+import (
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/signagent/signagent/cmd/signagent/internal/app"
+	"github.com/signagent/signagent/internal/benchcmd"
+	"github.com/signagent/signagent/internal/emulatorcmd"
+)
+
+// Commands are the programs a test binary runs as when testscript.Main
+// starts it by their names: signagent itself, the emulator and the bench.
+var Commands = map[string]func(){"signagent": app.Main, "signagent-emulator": emulatorcmd.Main, "signagent-bench": benchcmd.Main}
+
+// Isolated runs the tests with a settings directory of their own, so that
+// neither they nor the binaries they start with their environment read or
+// write the settings file of the user running them (a test that runs
+// `signagent config set` wrote to ~/.config/signagent before). The
+// scripts set their own HOME.
+type Isolated struct{ M *testing.M }
+
+func (i Isolated) Run() int {
+	dir, err := os.MkdirTemp("", "signagent-test-config")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755) // empty; an agent a test runs as nobody looks in it too
+	os.Setenv("XDG_CONFIG_HOME", dir)
+	return i.M.Run()
+}
+
+// Poll calls cond until it holds or d has passed.
+func Poll(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
