@@ -90,9 +90,8 @@ release-check:
 # check: the loop while working, a few minutes: the static checks and every
 # test once, without the race detector, the fuzzing and the package (test
 # runs those, and is what CI runs).
-check: deps lint
-	$(GO) test -count=1 -timeout 20m ./...
-	cd tools/helm && $(GO) vet . && $(GO) test -count=1 .
+check: deps
+	@GO=$(GO) MAKE=$(MAKE) scripts/test.sh check
 
 deps:
 	@scripts/deps.sh $(DEPS)

@@ -120,7 +120,7 @@ func start(t testing.TB, o options) *harness {
 		Partners:   []emulator.Partner{{Name: "p", APIKey: apiKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}, CanLinkByPhone: true}},
 		Developers: []emulator.Developer{{Name: "crm", Key: devKey}},
 		Users:      users,
-		OIDC: emulator.OIDCConfig{Clients: []emulator.OIDCClient{{ID: oidcClientID, Secret: oidcSecret}},
+		OIDC: emulator.OIDCConfig{Clients: []emulator.OIDCClient{{ID: oidcClientID, Secret: oidcSecret, RedirectURIs: []string{oidcRedirect}}},
 			DeviceInterval: emulator.Duration(time.Second)},
 		Organizations: []emulator.Organization{{ID: "org-1", FullName: "Horns and Hooves LLC", Boxes: []emulator.Box{{GUID: myBox}}},
 			{ID: "org-2", FullName: "Someone Else JSC", Boxes: []emulator.Box{{GUID: otherBox}}}},

@@ -16,6 +16,7 @@ import (
 	"crypto/x509"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -50,6 +51,12 @@ type Options struct {
 	Label string
 	// Extra keys generated after the RSA and P-256 ones.
 	Extra []softhsm.KeySpec
+	// ForProcesses leaves the test's environment alone: the token is for
+	// the processes the test starts, each given tk.Env(), so the test may
+	// run in parallel with others (t.Setenv forbids t.Parallel). Without it
+	// SOFTHSM2_CONF names the token for the test's own process, as the
+	// in-process tests need.
+	ForProcesses bool
 }
 
 // Module returns the SoftHSM module path, failing the test when SoftHSM is
@@ -80,8 +87,10 @@ func NewWith(t testing.TB, o Options) *Token {
 		t.Fatal(err)
 	}
 	tk.Conf = conf
-	t.Setenv(softhsm.ConfEnv, conf)
-	clearTokenEnv(t)
+	if !o.ForProcesses {
+		t.Setenv(softhsm.ConfEnv, conf)
+		clearTokenEnv(t)
+	}
 	tk.PINFile = filepath.Join(tk.Dir, "pin")
 	if err := os.WriteFile(tk.PINFile, []byte(tk.PIN+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -95,6 +104,23 @@ func NewWith(t testing.TB, o Options) *Token {
 		}
 		tk.Serial, tk.RSA.Cert, tk.EC.Cert = made.serial, made.rsa, made.ec
 		return tk
+	}
+	if o.ForProcesses {
+		// SoftHSM in this process reads SOFTHSM2_CONF when it is
+		// initialized: one token is made at a time with it set. Other
+		// tests' processes may inherit it meanwhile; each names its own
+		// token after (tk.Env: the last value wins).
+		makingInProcess.Lock()
+		defer makingInProcess.Unlock()
+		prev, had := os.LookupEnv(softhsm.ConfEnv)
+		os.Setenv(softhsm.ConfEnv, conf)
+		defer func() {
+			if had {
+				os.Setenv(softhsm.ConfEnv, prev)
+			} else {
+				os.Unsetenv(softhsm.ConfEnv)
+			}
+		}()
 	}
 	if tk.Serial, err = softhsm.InitToken(tk.Module, tk.Label, tk.SOPIN, tk.PIN); err != nil {
 		t.Fatalf("initialize SoftHSM token: %v", err)
@@ -114,10 +140,27 @@ func NewWith(t testing.TB, o Options) *Token {
 	return tk
 }
 
+// makingInProcess serializes the tokens made for processes (ForProcesses).
+var makingInProcess sync.Mutex
+
+// Env is what a process started by the test needs to find this token and
+// only it: the SoftHSM configuration, and the module, PIN and token
+// variables of the caller's environment emptied.
+func (tk *Token) Env() []string {
+	env := []string{softhsm.ConfEnv + "=" + tk.Conf}
+	for _, v := range tokenEnv {
+		env = append(env, v+"=")
+	}
+	return env
+}
+
+// tokenEnv are the variables that would choose another module, token or PIN.
+var tokenEnv = []string{pkcs11.ModuleEnv, pkcs11.PINEnv, pkcs11.PINFileEnv, "SIGNAGENT_TOKEN_LABEL"}
+
 // clearTokenEnv keeps the caller's environment from choosing another
 // module, token or PIN.
 func clearTokenEnv(t testing.TB) {
-	for _, v := range []string{pkcs11.ModuleEnv, pkcs11.PINEnv, pkcs11.PINFileEnv, "SIGNAGENT_TOKEN_LABEL"} {
+	for _, v := range tokenEnv {
 		t.Setenv(v, "")
 	}
 }

@@ -41,6 +41,7 @@ func within(t *testing.T, what string, call func() error) error {
 // sign-in's, every refresh's) waited on that one fetch. Once it is cut,
 // the next check fetches the key set again and succeeds.
 func TestTricklingKeySetEnds(t *testing.T) {
+	t.Parallel()
 	f := newFakeIDP(t)
 	ended := make(chan struct{})
 	f.answerOnce("/jwks", f.trickle(ended))
@@ -91,6 +92,7 @@ func TestTricklingKeySetEnds(t *testing.T) {
 // provider did not answer in time (before: x/oauth2 sends it without the
 // context, and read it for as long as it trickled).
 func TestTricklingDeviceAuthorizationEnds(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name            string
 		timeout, caller time.Duration
@@ -135,6 +137,7 @@ func TestTricklingDeviceAuthorizationEnds(t *testing.T) {
 // was cut (here the JSON document and some of the spaces after it) was
 // taken as the answer.
 func TestOversizedAnswersRefused(t *testing.T) {
+	t.Parallel()
 	f := newFakeIDP(t)
 	discovery := map[string]any{"issuer": f.url, "authorization_endpoint": f.url + "/connect/authorize",
 		"token_endpoint": f.url + "/connect/token", "jwks_uri": f.url + "/jwks", "device_authorization_endpoint": f.url + "/connect/deviceauthorization"}

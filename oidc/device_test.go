@@ -24,6 +24,7 @@ func deviceAnswer(f *fakeIDP, edit func(map[string]any)) map[string]any {
 // format characters: a terminal escape, a javascript: URL or text that is
 // no URL ends the sign-in with one line that does not echo the escape.
 func TestDeviceAddressesChecked(t *testing.T) {
+	t.Parallel()
 	f := newFakeIDP(t)
 	c, err := New(Config{AuthURL: f.url, ClientID: testClient, ClientSecret: testSecret, Space: SpaceStaging})
 	if err != nil {
@@ -63,6 +64,7 @@ func TestDeviceAddressesChecked(t *testing.T) {
 // that expires in 2 s is never polled; zero or a negative interval is the
 // default 5 s.
 func TestDeviceIntervalClamped(t *testing.T) {
+	t.Parallel()
 	f := newFakeIDP(t)
 	c, err := New(Config{AuthURL: f.url, ClientID: testClient, ClientSecret: testSecret, Space: SpaceStaging})
 	if err != nil {

@@ -190,6 +190,7 @@ func deviceSignIn(ctx context.Context, b *bed, c *Client) (*Record, error) {
 }
 
 func TestDeviceFlow(t *testing.T) {
+	t.Parallel()
 	b := newBed(t, nil)
 	c := b.client(t, nil)
 	d, err := c.StartDevice(t.Context())
@@ -222,6 +223,7 @@ func TestDeviceFlow(t *testing.T) {
 }
 
 func TestDevicePending(t *testing.T) {
+	t.Parallel()
 	// Polls while the user has not approved are authorization_pending and
 	// the client keeps going, one request per interval.
 	b := newBed(t, nil)
@@ -244,6 +246,7 @@ func TestDevicePending(t *testing.T) {
 }
 
 func TestDeviceDenied(t *testing.T) {
+	t.Parallel()
 	b := newBed(t, nil)
 	c := b.client(t, nil)
 	d, _ := c.StartDevice(t.Context())
@@ -255,6 +258,7 @@ func TestDeviceDenied(t *testing.T) {
 }
 
 func TestDeviceExpired(t *testing.T) {
+	t.Parallel()
 	b := newBed(t, func(o *emulator.OIDCConfig) { o.DeviceExpiresIn = emulator.Duration(2 * time.Second) })
 	c := b.client(t, nil)
 	d, _ := c.StartDevice(t.Context())
@@ -266,6 +270,7 @@ func TestDeviceExpired(t *testing.T) {
 }
 
 func TestDevicePolledAfterExpiry(t *testing.T) {
+	t.Parallel()
 	// The provider's own expired_token: the code expired on its clock
 	// while ours still has time.
 	b := newBed(t, nil)
@@ -279,6 +284,7 @@ func TestDevicePolledAfterExpiry(t *testing.T) {
 }
 
 func TestDeviceCancelled(t *testing.T) {
+	t.Parallel()
 	b := newBed(t, nil)
 	c := b.client(t, nil)
 	d, _ := c.StartDevice(t.Context())
@@ -291,6 +297,7 @@ func TestDeviceCancelled(t *testing.T) {
 }
 
 func TestClientRefused(t *testing.T) {
+	t.Parallel()
 	b := newBed(t, nil)
 	for _, tc := range []struct{ name, id, secret string }{
 		{"wrong secret", testClient, "not-the-secret"},
@@ -308,6 +315,7 @@ func TestClientRefused(t *testing.T) {
 }
 
 func TestCodeFlow(t *testing.T) {
+	t.Parallel()
 	b := newBed(t, nil)
 	c := b.client(t, nil)
 	r, err := c.StartCode(t.Context())
@@ -337,6 +345,7 @@ func TestCodeFlow(t *testing.T) {
 }
 
 func TestCodeFlowRefusals(t *testing.T) {
+	t.Parallel()
 	b := newBed(t, nil)
 	c := b.client(t, nil)
 	t.Run("denied", func(t *testing.T) {
@@ -380,6 +389,7 @@ func TestCodeFlowRefusals(t *testing.T) {
 }
 
 func TestRefresh(t *testing.T) {
+	t.Parallel()
 	for _, rotation := range []string{"reuse", "one-time"} {
 		t.Run(rotation, func(t *testing.T) {
 			b := newBed(t, func(o *emulator.OIDCConfig) { o.RefreshRotation = rotation })
@@ -410,6 +420,7 @@ func TestRefresh(t *testing.T) {
 }
 
 func TestRefreshExpired(t *testing.T) {
+	t.Parallel()
 	b := newBed(t, nil)
 	c := b.client(t, nil)
 	rec := deviceLogin(t, b, c)
@@ -421,6 +432,7 @@ func TestRefreshExpired(t *testing.T) {
 }
 
 func TestNoDiscovery(t *testing.T) {
+	t.Parallel()
 	b := newBed(t, func(o *emulator.OIDCConfig) { o.NoDiscovery = true })
 	c := b.client(t, nil)
 	rec := deviceLogin(t, b, c)
@@ -430,6 +442,7 @@ func TestNoDiscovery(t *testing.T) {
 }
 
 func TestProviderDownOrHTML(t *testing.T) {
+	t.Parallel()
 	// A stand-in: the emulator cannot be made to answer a web page or to
 	// be absent.
 	html := newHTMLServer(t)
@@ -453,6 +466,7 @@ func TestProviderDownOrHTML(t *testing.T) {
 }
 
 func TestConfigRefused(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -474,6 +488,7 @@ func TestConfigRefused(t *testing.T) {
 }
 
 func TestScopes(t *testing.T) {
+	t.Parallel()
 	got, err := Config{Space: SpaceProduction, ExtraScopes: []string{"extra openid", "more"}}.Scopes()
 	if err != nil || strings.Join(got, " ") != "openid profile email offline_access Service.PublicAPI extra more" {
 		t.Fatalf("%v %v", got, err)
@@ -481,6 +496,7 @@ func TestScopes(t *testing.T) {
 }
 
 func TestPasted(t *testing.T) {
+	t.Parallel()
 	q, err := ParsePasted("  http://127.0.0.1:8765/callback?code=abc&state=xyz&scope=openid#frag \n")
 	if err != nil || q.Get("code") != "abc" || q.Get("state") != "xyz" {
 		t.Fatalf("%v %v", q, err)

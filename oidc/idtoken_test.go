@@ -11,6 +11,7 @@ import (
 )
 
 func TestIDTokenRefused(t *testing.T) {
+	t.Parallel()
 	f := newFakeIDP(t)
 	other, _ := rsa.GenerateKey(rand.Reader, 2048)
 	good := func(nonce string) map[string]any {
@@ -65,6 +66,7 @@ func TestIDTokenRefused(t *testing.T) {
 }
 
 func TestRefreshNonce(t *testing.T) {
+	t.Parallel()
 	// After a refresh the id_token's nonce may be absent or the original
 	// one; anything else, or another subject, is refused.
 	f := newFakeIDP(t)
@@ -100,6 +102,7 @@ func TestRefreshNonce(t *testing.T) {
 // stand-in counts what it managed to send: the limit plus what the
 // sockets buffer, far below the 64 MiB it offers.
 func TestEndlessKeySet(t *testing.T) {
+	t.Parallel()
 	f := newFakeIDP(t)
 	f.endlessJWKS = true
 	var sent string

@@ -15,6 +15,7 @@ import (
 // sign-in's state, with an error or a code, is answered 400 and does not
 // end the wait; the real one that follows is delivered.
 func TestReceiverIgnoresForgedRedirects(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 // no profile is signed out, and the refreshes come at most 1.2 times as
 // often as the tokens expire.
 func TestFiguresSharedRefreshLoad(t *testing.T) {
+	t.Parallel()
 	const profiles, ttl = 50, 2 * time.Second
 	duration := 12 * time.Second
 	if d, err := time.ParseDuration(os.Getenv("SIGNAGENT_FIGURES_DURATION")); err == nil {

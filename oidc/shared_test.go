@@ -41,6 +41,7 @@ func sharedRecords(t *testing.T, url string, key byte, older ...byte) *Shared {
 // signed out everywhere). With separate local stores, as before, the same
 // start makes the provider revoke the grant.
 func TestSharedOneRefreshAcrossAgents(t *testing.T) {
+	t.Parallel()
 	b := newBed(t, func(o *emulator.OIDCConfig) { o.RefreshRotation = "one-time" })
 	c := b.client(t, nil)
 	rec := deviceLogin(t, b, c)
@@ -103,6 +104,7 @@ func TestSharedOneRefreshAcrossAgents(t *testing.T) {
 // valid access token from memory and refuses a refresh (503 in the agent)
 // rather than risking a spent refresh token.
 func TestSharedFaults(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rec := testRecord("crm")
 	if err := sharedRecords(t, srv.URL(), 1).Save(rec); err != nil {
@@ -156,6 +158,7 @@ func TestSharedFaults(t *testing.T) {
 // one-time refresh tokens the one given is spent and the new one kept. An
 // unknown token asks to sign in; an empty one is bad input.
 func TestSignInWithRefreshToken(t *testing.T) {
+	t.Parallel()
 	b := newBed(t, func(o *emulator.OIDCConfig) { o.RefreshRotation = "one-time" })
 	c := b.client(t, nil)
 	given := deviceLogin(t, b, c).RefreshToken

@@ -20,6 +20,7 @@ func testRecord(profile string) *Record {
 }
 
 func TestStoreRoundTrip(t *testing.T) {
+	t.Parallel()
 	s := Store{Dir: filepath.Join(t.TempDir(), "state", "signagent")}
 	if _, err := s.Load("default"); !errors.Is(err, ErrSignIn) || !strings.Contains(err.Error(), "signagent login") {
 		t.Fatalf("missing: %v", err)
@@ -46,6 +47,7 @@ func TestStoreRoundTrip(t *testing.T) {
 }
 
 func TestStoreRefuses(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		spoil func(t *testing.T, s Store)
@@ -85,6 +87,7 @@ func TestStoreRefuses(t *testing.T) {
 }
 
 func TestProfileNames(t *testing.T) {
+	t.Parallel()
 	for _, bad := range []string{"", ".hidden", "-x", "_x", "../x", "a/b", "a b", "é", "a\x00", strings.Repeat("x", 65)} {
 		if err := CheckProfile(bad); !errors.Is(err, errdefs.ErrInvalidInput) {
 			t.Errorf("%q: %v", bad, err)
@@ -98,6 +101,7 @@ func TestProfileNames(t *testing.T) {
 }
 
 func TestTokensFreshNeedsNoProvider(t *testing.T) {
+	t.Parallel()
 	s := Store{Dir: t.TempDir() + "/s"}
 	s.Save(testRecord("p"))
 	tk := &Tokens{Store: s, Client: func(*Record) (*Client, error) { t.Fatal("a fresh token asked for a client"); return nil, nil }}
@@ -111,6 +115,7 @@ func TestTokensFreshNeedsNoProvider(t *testing.T) {
 // on the same store (as another process would be) refresh a stale token:
 // exactly one refresh reaches the provider and all get its token.
 func TestTokensOneRefresh(t *testing.T) {
+	t.Parallel()
 	b := newBed(t, func(o *emulator.OIDCConfig) { o.RefreshRotation = "one-time" })
 	c := b.client(t, nil)
 	rec := deviceLogin(t, b, c)
@@ -158,6 +163,7 @@ func TestTokensOneRefresh(t *testing.T) {
 }
 
 func TestTokensRefusedRefresh(t *testing.T) {
+	t.Parallel()
 	b := newBed(t, nil)
 	c := b.client(t, nil)
 	rec := deviceLogin(t, b, c)
@@ -179,6 +185,7 @@ func TestTokensRefusedRefresh(t *testing.T) {
 // less: an 8-second token is used for 7 s, not refreshed on every call;
 // an hour-long one keeps the 60 s margin.
 func TestRefreshMarginShortTokens(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
 	tk := &Tokens{Before: 60 * time.Second, Now: func() time.Time { return now }}
 	for _, tc := range []struct {

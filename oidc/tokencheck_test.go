@@ -20,6 +20,7 @@ import (
 )
 
 func TestTokenProblem(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		check func(string) string
@@ -217,6 +218,7 @@ func TestHostileTokenAnswer(t *testing.T) {
 // value written with its key) is checked as a provider's answer is: one
 // line naming the file or store and the fix, never the token.
 func TestStoredRecordTokenChecked(t *testing.T) {
+	t.Parallel()
 	bad := map[string]func(*Record){
 		"access token with CR LF":  func(r *Record) { r.AccessToken = leak + "\r\nX-Injected: 1" },
 		"access token with NUL":    func(r *Record) { r.AccessToken = leak + "\x00" },

@@ -1,15 +1,25 @@
 #!/bin/sh
-# The test target's steps (make test, the CI gate). The static checks
-# (make lint) and the Helm chart's checks (tools/helm: helm and client-go
-# take minutes to compile on a new machine) run beside the race-detector
-# suite instead of before and after it: on two cores that suite spends much
-# of its time waiting on tokens, servers and timers. Every step's failure
+# The test target's steps (make test, the CI gate), and with "check" as
+# its argument the check target's (make check, the loop while working).
+#
+# The static checks (make lint) and the Helm chart's checks (tools/helm:
+# helm and client-go take minutes to compile on a new machine) run beside
+# the tests instead of before and after them: on two cores the tests spend
+# much of their time waiting on tokens, servers and timers. For the same
+# reason a package's parallel tests run four at a time (TEST_PARALLEL), not
+# one per core: they wait on processes they start. Every step's failure
 # fails the whole; a background step's output is printed when it fails.
-# Then the Debian package and the container image, which need the machine
-# to themselves less than they need the binaries built.
+#
+# test: every test under the race detector and the proxy's upstream
+# client fuzzed for a few seconds, then the Debian package and the
+# container image, which need the machine to themselves less than they
+# need the binaries built. check: every test once without the race
+# detector, nothing after.
 set -eu
 GO=${GO:-go}
 MAKE=${MAKE:-make}
+mode=${1:-test}
+parallel=${TEST_PARALLEL:-4}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 $MAKE --no-print-directory lint GO="$GO" >"$dir/lint" 2>&1 &
@@ -17,8 +27,12 @@ lint=$!
 (cd tools/helm && $GO vet . && $GO test -count=1 .) >"$dir/helm" 2>&1 &
 helm=$!
 status=0
-$GO test -race -count=1 -timeout 30m ./... || status=1
-$GO test -run '^$' -fuzz '^FuzzUpstream$' -fuzztime 8s -fuzzminimizetime 10x ./agent/proxy || status=1
+if [ "$mode" = check ]; then
+	$GO test -count=1 -parallel "$parallel" -timeout 20m ./... || status=1
+else
+	$GO test -race -count=1 -parallel "$parallel" -timeout 30m ./... || status=1
+	$GO test -run '^$' -fuzz '^FuzzUpstream$' -fuzztime 8s -fuzzminimizetime 10x ./agent/proxy || status=1
+fi
 for step in lint helm; do
 	eval pid=\$$step
 	if wait "$pid"; then
@@ -30,6 +44,7 @@ for step in lint helm; do
 	fi
 done
 [ "$status" = 0 ] || exit 1
+[ "$mode" = check ] && exit 0
 scripts/package-test.sh
 scripts/package-install-test.sh
 scripts/image-test.sh

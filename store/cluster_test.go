@@ -23,6 +23,7 @@ import (
 // there (the client follows MOVED); the store is not ready while a
 // master does not answer.
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t, 3)
 	addrs := make([]string, len(c.Masters))
 	for i, m := range c.Masters {

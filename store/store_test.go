@@ -22,6 +22,7 @@ import (
 func key(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
 
 func TestSealOpen(t *testing.T) {
+	t.Parallel()
 	s, err := store.NewSealer(key(1))
 	if err != nil {
 		t.Fatal(err)
@@ -99,6 +100,7 @@ func TestSealOpen(t *testing.T) {
 }
 
 func TestKeyFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := filepath.Join(dir, "store.key")
 	if err := store.NewKeyFile(p); err != nil {
@@ -148,6 +150,7 @@ func TestKeyFile(t *testing.T) {
 // before anything else; it connects lazily, so a good URL opens here
 // without a server.
 func TestOpenURL(t *testing.T) {
+	t.Parallel()
 	sealer, _ := store.NewSealer(key(1))
 	for raw, want := range map[string]string{
 		"redis://127.0.0.1:6379":                        "",
@@ -207,6 +210,7 @@ func openStore(t *testing.T, url string, o store.Options) *store.Shared {
 // holder whose lease expired (paused past its time to live) and was taken
 // over cannot write; values are sealed in Redis and named by HMAC.
 func TestLeaseAndFence(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer raw.Close()
@@ -313,6 +317,7 @@ func testLeaseTakeOver(t *testing.T, url string) {
 // ErrUnavailable within the store's timeout, never hangs; a wrong password
 // is ErrUnavailable naming Redis's refusal, without the password.
 func TestStoreFaults(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.Start(t, "requirepass right-password")
 	wrong := openStore(t, srv.URL(), store.Options{Password: "wrong-password", Timeout: 300 * time.Millisecond})
@@ -359,6 +364,7 @@ func TestStoreFaults(t *testing.T) {
 // was written before the failover; no call fails with READONLY (a write
 // sent to the demoted node) once the failover is done.
 func TestSentinelFailover(t *testing.T) {
+	t.Parallel()
 	set := redistest.StartSentinel(t)
 	ctx := context.Background()
 	r := openStore(t, set.URL(), store.Options{Timeout: time.Second, LeaseTTL: time.Second})

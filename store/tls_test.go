@@ -44,6 +44,7 @@ func writeCert(t *testing.T, dir, name string, tmpl *x509.Certificate, parent *x
 // trusting the CA of --store-ca-file; without it (the system's CAs) the
 // server's certificate is refused, and the store is unavailable.
 func TestRedisTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca, caKey := writeCert(t, dir, "ca", &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,

@@ -320,6 +320,7 @@ func testRollback(t *testing.T, b *bed) {
 // identity are never taken for rollbacks (a read sent before a write
 // returns the older generation after it).
 func TestRollbackNotRaced(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	a := openStore(t, srv.URL(), store.Options{})

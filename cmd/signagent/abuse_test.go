@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/cmdutil"
 )
 
@@ -30,7 +29,7 @@ func freePort(t testing.TB) int {
 // tcpAgent starts serve on a Unix socket and a loopback port with a bearer
 // token file of the test's.
 func tcpAgent(t testing.TB) (*agentProc, string, string) {
-	tk := hsmtest.New(t)
+	tk := procToken(t)
 	dir := shortDir(t)
 	sock := filepath.Join(dir, "a.sock")
 	bearer := filepath.Join(dir, "bearer")
@@ -64,6 +63,7 @@ func rawHTTP(t testing.TB, addr, method string) (string, bool) {
 // invented methods are answered 401, close their connection, share one
 // metrics label, and write only a rate-limited few log and audit lines.
 func TestInventedMethodsDoNotGrowMetrics(t *testing.T) {
+	t.Parallel()
 	a, addr, dir := tcpAgent(t)
 	a.do("GET", "/metrics", "") // the scrape's own series exist from now on
 	_, before := a.do("GET", "/metrics", "")
@@ -106,6 +106,7 @@ func grepLines(s, sub string) string {
 // at most its TCP budget of descriptors, and a caller on the Unix socket is
 // still served at once. The test closes its connections and stops itself.
 func TestIdleConnectionsAreBounded(t *testing.T) {
+	t.Parallel()
 	a, addr, _ := tcpAgent(t)
 	var conns []net.Conn
 	defer func() {
@@ -140,7 +141,8 @@ func TestIdleConnectionsAreBounded(t *testing.T) {
 // TestSocketTakeover: a second agent never removes a socket it did not
 // make: a live one, and a dead one of another user.
 func TestSocketTakeover(t *testing.T) {
-	tk := hsmtest.New(t)
+	t.Parallel()
+	tk := procToken(t)
 	dir := shortDir(t)
 	sock := filepath.Join(dir, "a.sock")
 	first := startServe(t, signagent(t, serveEnv(tk), "serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull), sock)
@@ -175,7 +177,8 @@ func TestSocketTakeover(t *testing.T) {
 // TestWorldReadableSecrets: a bearer token file or TLS key that every user
 // may read is refused at start.
 func TestWorldReadableSecrets(t *testing.T) {
-	tk := hsmtest.New(t)
+	t.Parallel()
+	tk := procToken(t)
 	dir := shortDir(t)
 	bearer := filepath.Join(dir, "bearer")
 	os.WriteFile(bearer, []byte("0123456789abcdef0123456789abcdef\n"), 0o644)
@@ -191,10 +194,10 @@ func TestWorldReadableSecrets(t *testing.T) {
 // by the test, and /dev/stdout; a bad --out is refused before the token is
 // used and leaves no --text-out behind.
 func TestSignOutputs(t *testing.T) {
-	tk := hsmtest.New(t)
+	t.Parallel()
+	tk := procToken(t)
 	dir := t.TempDir()
-	env := []string{"SIGNAGENT_API_KEY=" + testAPIKey, "SIGNAGENT_PIN_FILE=" + tk.PINFile, "SIGNAGENT_TOKEN_LABEL=" + tk.Label,
-		"SIGNAGENT_KEY_LABEL=rsa", "SIGNAGENT_PKCS11_MODULE=" + tk.Module}
+	env := serveEnv(tk)
 	sign := func(args ...string) (int, string, string) {
 		cmd := signagent(t, env, append([]string{"sign", "--phone", "9161234567", "--format", "base64"}, args...)...)
 		var stdout strings.Builder
@@ -274,7 +277,8 @@ func TestSignOutputs(t *testing.T) {
 // answer is 200 (a reload that changes nothing changes nothing), and the
 // audit log, moved away as logrotate does, is reopened.
 func TestSIGHUPUnderLoad(t *testing.T) {
-	tk := hsmtest.New(t)
+	t.Parallel()
+	tk := procToken(t)
 	dir := shortDir(t)
 	sock := filepath.Join(dir, "a.sock")
 	auditLog := filepath.Join(dir, "audit.log")
@@ -299,7 +303,8 @@ func TestSIGHUPUnderLoad(t *testing.T) {
 // TestAuditLogChecks: an audit log that is a symlink, or that every user
 // may read, is refused at start.
 func TestAuditLogChecks(t *testing.T) {
-	tk := hsmtest.New(t)
+	t.Parallel()
+	tk := procToken(t)
 	dir := shortDir(t)
 	target := filepath.Join(dir, "real.log")
 	os.WriteFile(target, nil, 0o600)
@@ -320,7 +325,8 @@ func TestAuditLogChecks(t *testing.T) {
 // while four callers sign: the new key is opened first and the old one
 // closed once its signatures are done, so every answer is 200.
 func TestReloadSwapsKeysUnderLoad(t *testing.T) {
-	tk := hsmtest.New(t)
+	t.Parallel()
+	tk := procToken(t)
 	dir := shortDir(t)
 	sock := filepath.Join(dir, "a.sock")
 	conf := filepath.Join(dir, "agent.yaml")

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/cmdutil"
 )
 
@@ -17,10 +16,11 @@ import (
 // user, exit 2 (the socket setting is wrong), and no doing it here
 // instead. Running an agent as another user needs root.
 func TestAgentOfAnotherUserRefused(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("needs root to run an agent as another user (uid 65534); agentclient's TestCheckPeer covers the decision")
 	}
-	tk := hsmtest.New(t)
+	tk := procToken(t)
 	dir := shortDir(t)
 	sock := filepath.Join(dir, "a.sock")
 	cmd := signagent(t, serveEnv(tk), "serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull)

@@ -207,6 +207,7 @@ func (b *browserBed) codeFlowAfter(t *testing.T, decision string, before func())
 // loopback redirect; the browser signs in and allows; login exchanges the
 // code and saves the tokens.
 func TestBrowserCodeFlow(t *testing.T) {
+	t.Parallel()
 	b := newBrowserBed(t)
 	final, code, stderr, lines := b.codeFlow(t, "allow")
 	if !strings.Contains(final, "Signed in") || code != "0" {
@@ -221,6 +222,7 @@ func TestBrowserCodeFlow(t *testing.T) {
 // answered 400 and ignored, and the real redirect that follows completes
 // the sign-in.
 func TestBrowserForgedRedirects(t *testing.T) {
+	t.Parallel()
 	b := newBrowserBed(t)
 	forge := func() {
 		for _, q := range []string{"error=access_denied", "error=access_denied&state=x", "code=c0ffee", "code=c0ffee&state=x"} {
@@ -244,6 +246,7 @@ func TestBrowserForgedRedirects(t *testing.T) {
 // TestBrowserDevicePage: the device flow's user enters the code on the
 // /device page in a browser.
 func TestBrowserDevicePage(t *testing.T) {
+	t.Parallel()
 	b := newBrowserBed(t)
 	lines, done := b.login(t)
 	m := waitLine(t, lines, regexp.MustCompile(`^or go to (\S+) and enter the code ([A-Z]{8})$`))
@@ -275,6 +278,7 @@ func TestBrowserDevicePage(t *testing.T) {
 // sent back with error=access_denied and login ends with its sentence and
 // exit status 3.
 func TestBrowserDeny(t *testing.T) {
+	t.Parallel()
 	b := newBrowserBed(t)
 	final, code, stderr, _ := b.codeFlow(t, "deny")
 	if !strings.Contains(final, "access_denied") || code != "3" || !strings.Contains(stderr, "access_denied") ||

@@ -65,6 +65,7 @@ func TestSettingsPrecedence(t *testing.T) {
 }
 
 func TestSettingsRefuseUnknownAndMistyped(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for name, body := range map[string]string{
 		"unknown key":    "pin: '1234'\n",

@@ -12,6 +12,7 @@ import (
 // version -m bin/signagent` lists modules, and the emulator is in this
 // module: the packages are what the go command builds the binary from.)
 func TestShippedBinaryHoldsNoEmulator(t *testing.T) {
+	t.Parallel()
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("the go command is needed to list the binary's packages: %v", err)

@@ -18,6 +18,7 @@ import (
 // Every kind has an exit status of its own choosing: a kind added to
 // errdefs without one would exit 1.
 func TestEveryKindHasAnExitCode(t *testing.T) {
+	t.Parallel()
 	for _, k := range errdefs.Kinds {
 		if _, ok := cmdutil.ExitCodes[k]; !ok {
 			t.Errorf("kind %q has no exit code", k)
@@ -26,6 +27,7 @@ func TestEveryKindHasAnExitCode(t *testing.T) {
 }
 
 func TestExitCode(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		err  error

@@ -16,6 +16,7 @@ import (
 // each operation's answer (<OperationId>Response): LinkResponse and
 // IdentitiesResponse once did.
 func TestOpenAPIGeneratesGoClient(t *testing.T) {
+	t.Parallel()
 	tools, err := filepath.Abs("../../tools/oapi-codegen")
 	if err != nil {
 		t.Fatal(err)

@@ -67,6 +67,7 @@ func openAPIExamples(t *testing.T, doc *openapi3.T) map[string]documentedExample
 // example, and each is valid against its own schema (the Error examples'
 // codes are in the enum, required fields are there).
 func TestOpenAPIExamplesValid(t *testing.T) {
+	t.Parallel()
 	doc := loadOpenAPI(t)
 	examples := openAPIExamples(t, doc)
 	for key, ex := range examples {
@@ -136,6 +137,7 @@ func sameShape(where string, example, live any) []string {
 // queue kept full; the test fails when any other example has no live
 // answer.
 func TestOpenAPIExamplesMatchAgent(t *testing.T) {
+	t.Parallel()
 	doc := loadOpenAPI(t)
 	examples := openAPIExamples(t, doc)
 	// TCP callers may only reach what the partner bed's routes leave them:

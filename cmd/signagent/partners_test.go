@@ -40,7 +40,7 @@ type partnerBed struct {
 
 func newPartnerBed(t *testing.T, args ...string) *partnerBed {
 	t.Helper()
-	tk := hsmtest.New(t)
+	tk := procToken(t)
 	emu := startEmulator(t, &emulator.Config{
 		Partners:   []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}, CanLinkByPhone: true}},
 		Developers: []emulator.Developer{{Name: "crm", Key: "testClient-0a1b2c3d4e"}},
@@ -134,6 +134,7 @@ func runExample(t *testing.T, argv []string, env []string) (int, string, string)
 // With a wrong bearer token each example exits 1 with one line naming the
 // agent's 401.
 func TestPartnerExamples(t *testing.T) {
+	t.Parallel()
 	b := newPartnerBed(t)
 	wrong := filepath.Join(b.dir, "wrong-bearer")
 	if err := os.WriteFile(wrong, []byte("not-the-token\n"), 0o600); err != nil {

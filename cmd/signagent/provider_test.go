@@ -102,6 +102,7 @@ func (p *hostileProvider) env(t *testing.T) []string {
 // line (exit 4) after reading about a megabyte of it, not the 64 MiB
 // offered.
 func TestTokenRefreshEndlessKeySet(t *testing.T) {
+	t.Parallel()
 	p := newHostileProvider(t)
 	env := p.env(t)
 	state := strings.TrimPrefix(env[0], "XDG_STATE_HOME=") + "/signagent"
@@ -130,6 +131,7 @@ func TestTokenRefreshEndlessKeySet(t *testing.T) {
 // interval of 10^10 seconds makes no poll storm (no poll before the code
 // expires).
 func TestLoginDeviceHostileText(t *testing.T) {
+	t.Parallel()
 	p := newHostileProvider(t)
 	for name, edit := range map[string]func(map[string]any){
 		"escape":     func(m map[string]any) { m["verification_uri"] = p.url + "/device\x1b]0;owned\x07\x1b[2J" },

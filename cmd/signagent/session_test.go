@@ -16,12 +16,19 @@ import (
 func linkedEmulator(t *testing.T) (*hsmtest.Token, *emulator.Server) {
 	t.Helper()
 	tk := hsmtest.New(t)
-	emu := startEmulator(t, &emulator.Config{
+	emu := linkedTo(t, tk)
+	t.Setenv("SIGNAGENT_API_KEY", testAPIKey)
+	return tk, emu
+}
+
+// linkedTo starts an emulator that trusts tk's RSA certificate, with user
+// 9161234567 linked as crm-42.
+func linkedTo(t *testing.T, tk *hsmtest.Token) *emulator.Server {
+	t.Helper()
+	return startEmulator(t, &emulator.Config{
 		Partners: []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}}},
 		Users:    []emulator.User{{ID: "u1", Phone: "9161234567", Linked: []string{"p:crm-42"}}},
 	})
-	t.Setenv("SIGNAGENT_API_KEY", testAPIKey)
-	return tk, emu
 }
 
 // runSession runs `signagent session` for crm-42 in process.

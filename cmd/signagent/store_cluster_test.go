@@ -21,6 +21,7 @@ import (
 // hand out the same auth.sid; a business call for each through both
 // proxies makes six legacy logins. Nothing in the cluster reads in clear.
 func TestServeSharedStoreCluster(t *testing.T) {
+	t.Parallel()
 	const identities = 6
 	tk, emu := trustedUsers(t, identities)
 	cluster := redistest.StartCluster(t, 3)
@@ -102,7 +103,7 @@ func TestServeSharedStoreCluster(t *testing.T) {
 // certificate) has n users linked, u<i> with phone 93<i, 8 digits> as
 // crm-<i>, and a developer key testClient-0a1b2c3d4e for the legacy side.
 func trustedUsers(t *testing.T, n int) (*hsmtest.Token, *emulator.Server) {
-	tk := hsmtest.New(t)
+	tk := procToken(t)
 	users := make([]emulator.User, n)
 	for i := range users {
 		users[i] = emulator.User{ID: fmt.Sprintf("u%d", i), Phone: fmt.Sprintf("93%08d", i), Linked: []string{fmt.Sprintf("p:crm-%d", i)}}

@@ -21,6 +21,7 @@ import (
 // auth.sid exchanged for a legacy token, Authenticate type=sid) makes
 // exactly 1,000 legacy logins, not 3,000.
 func TestFiguresSharedStoreSessions(t *testing.T) {
+	t.Parallel()
 	const identities, agents = 1000, 3
 	tk, emu := trustedUsers(t, identities)
 	srv := redistest.Start(t)

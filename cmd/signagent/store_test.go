@@ -27,6 +27,7 @@ import (
 // refresh, print the same token, and the provider sees no spent refresh
 // token again. Redis holds no profile name or token in clear.
 func TestSharedStoreAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	hash, _ := emulator.HashPassword([]byte(browserPassword))
 	emu := startEmulator(t, &emulator.Config{
 		OIDC: emulator.OIDCConfig{Clients: []emulator.OIDCClient{{ID: "crm-app", Secret: "s3cret-of-the-app"}},
@@ -151,6 +152,7 @@ func TestSharedStoreAcrossProcesses(t *testing.T) {
 // TestSharedStoreBadInput: each bad store setting is one line and exit 2,
 // and no secret in it.
 func TestSharedStoreBadInput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.key")
 	makeStoreKey(t, good)
@@ -266,7 +268,9 @@ func TestLegacyTokenThroughSharedStore(t *testing.T) {
 // start starts anyway, says so in /readyz (503, the store's check not
 // ready), and answers a session by logging in itself.
 func TestServeWithStoreDown(t *testing.T) {
-	tk, emu := linkedEmulator(t)
+	t.Parallel()
+	tk := procToken(t)
+	emu := linkedTo(t, tk)
 	dir := t.TempDir()
 	key := filepath.Join(dir, "store.key")
 	makeStoreKey(t, key)

@@ -93,7 +93,8 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 // failed); beyond loopback without TLS the agent refuses to start (exit 2,
 // one line); on loopback without TLS plain HTTP works as before.
 func TestSocketActivatedTCP(t *testing.T) {
-	tk := hsmtest.New(t)
+	t.Parallel()
+	tk := procToken(t)
 	dir := t.TempDir()
 	bearer := filepath.Join(dir, "bearer")
 	os.WriteFile(bearer, []byte("0123456789abcdef0123456789abcdef\n"), 0o600)

@@ -68,11 +68,12 @@ func oneLine(t testing.TB, stderr, want string) {
 }
 
 func TestHungTokenBoundsTheCLI(t *testing.T) {
-	tk := hsmtest.New(t)
+	t.Parallel()
+	tk := procToken(t)
 	shim := hsmtest.Shim(t)
 	hang := filepath.Join(t.TempDir(), "hang")
 	os.WriteFile(hang, nil, 0o600)
-	cmd := signagent(t, []string{"SHIM_REAL_MODULE=" + tk.Module, "SHIM_HANG_FILE=" + hang, "SIGNAGENT_API_KEY=" + testAPIKey},
+	cmd := signagent(t, append(tk.Env(), "SHIM_REAL_MODULE="+tk.Module, "SHIM_HANG_FILE="+hang, "SIGNAGENT_API_KEY="+testAPIKey),
 		"sign", "--module", shim, "--token-label", tk.Label, "--key-label", "rsa", "--pin-file", tk.PINFile,
 		"--phone", "9161234567", "--token-timeout", "2s")
 	code, stderr, took := runBinary(t, cmd)
@@ -84,7 +85,8 @@ func TestHungTokenBoundsTheCLI(t *testing.T) {
 }
 
 func TestBrokenModules(t *testing.T) {
-	tk := hsmtest.New(t)
+	t.Parallel()
+	tk := procToken(t)
 	shim := hsmtest.Shim(t)
 	libm, _ := filepath.Glob("/usr/lib/*/libm.so.6")
 	if len(libm) == 0 {
@@ -284,8 +286,8 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.
 
 // serveEnv is the environment of an agent on tk.
 func serveEnv(tk *hsmtest.Token) []string {
-	return []string{"SIGNAGENT_API_KEY=" + testAPIKey, "SIGNAGENT_PIN_FILE=" + tk.PINFile, "SIGNAGENT_TOKEN_LABEL=" + tk.Label,
-		"SIGNAGENT_KEY_LABEL=rsa", "SIGNAGENT_PKCS11_MODULE=" + tk.Module, "SOFTHSM2_CONF=" + tk.Conf}
+	return append(tk.Env(), "SIGNAGENT_API_KEY="+testAPIKey, "SIGNAGENT_PIN_FILE="+tk.PINFile, "SIGNAGENT_TOKEN_LABEL="+tk.Label,
+		"SIGNAGENT_KEY_LABEL=rsa", "SIGNAGENT_PKCS11_MODULE="+tk.Module)
 }
 
 // load sends signatures from n callers until stop is closed, counting the
@@ -332,7 +334,8 @@ func load(a *agentProc, n int, stop chan struct{}) (wait func() map[int]int) {
 // back: no answer is a 500, /readyz and the metric say not ready while it is
 // out, and signatures succeed again without a restart.
 func TestServeRecoversALostToken(t *testing.T) {
-	tk := hsmtest.New(t)
+	t.Parallel()
+	tk := procToken(t)
 	sock := filepath.Join(shortDir(t), "a.sock")
 	a := startServe(t, signagent(t, serveEnv(tk), "serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull), sock)
 	if code, body := a.sign(); code != 200 {
@@ -370,7 +373,8 @@ func TestServeRecoversALostToken(t *testing.T) {
 // (chmod 000) and readable again. Root reads anything, so as root the
 // agent runs as nobody.
 func TestServeRecoversAnUnreadableToken(t *testing.T) {
-	tk := hsmtest.New(t)
+	t.Parallel()
+	tk := procToken(t)
 	dir := shortDir(t)
 	sock := filepath.Join(dir, "a.sock")
 	cmd := signagent(t, serveEnv(tk), "serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull)
@@ -423,7 +427,8 @@ func asNobody(t *testing.T, cmd *exec.Cmd, dirs ...string) {
 // is answered at the token deadline, /readyz says the token does not
 // answer, and SIGTERM ends the agent within its grace plus a second.
 func TestServeHungToken(t *testing.T) {
-	tk := hsmtest.New(t)
+	t.Parallel()
+	tk := procToken(t)
 	shim := hsmtest.Shim(t)
 	dir := shortDir(t)
 	hang := filepath.Join(dir, "hang")
@@ -463,7 +468,8 @@ func TestServeHungToken(t *testing.T) {
 // TestTwoAgentsOnOneToken: two agents, each its own process, share one
 // token and both sign.
 func TestTwoAgentsOnOneToken(t *testing.T) {
-	tk := hsmtest.New(t)
+	t.Parallel()
+	tk := procToken(t)
 	dir := shortDir(t)
 	var agents []*agentProc
 	for i := range 2 {
@@ -496,12 +502,13 @@ func shortDir(t testing.TB) string {
 // that is given is used as ever. SoftHSM has no reader: the shim module
 // plays one (SHIM_PINPAD_FILE holds what is "typed" on it).
 func TestPINPad(t *testing.T) {
-	tk := hsmtest.New(t)
+	t.Parallel()
+	tk := procToken(t)
 	shim := hsmtest.Shim(t)
 	pad := filepath.Join(t.TempDir(), "keypad")
 	pin, _ := os.ReadFile(tk.PINFile)
 	os.WriteFile(pad, pin, 0o600)
-	env := []string{"SHIM_REAL_MODULE=" + tk.Module, "SHIM_PINPAD_FILE=" + pad, "SIGNAGENT_API_KEY=" + testAPIKey}
+	env := append(tk.Env(), "SHIM_REAL_MODULE="+tk.Module, "SHIM_PINPAD_FILE="+pad, "SIGNAGENT_API_KEY="+testAPIKey)
 	args := []string{"sign", "--module", shim, "--token-label", tk.Label, "--key-label", "rsa", "--phone", "9161234567", "--format", "base64"}
 	code, stderr, _ := runBinary(t, signagent(t, env, args...))
 	if code != 0 || !strings.Contains(stderr, "enter the PIN on the reader's keypad") || strings.Contains(stderr, "PIN for token") {
@@ -525,4 +532,11 @@ func TestPINPad(t *testing.T) {
 		t.Fatalf("no keypad input: exit 0: %s", stderr)
 	}
 	oneLine(t, stderr, "on the reader's keypad")
+}
+
+// procToken is a SoftHSM token for the processes a parallel test starts
+// (they find it by tk.Env or serveEnv; the test's environment is left
+// alone).
+func procToken(t testing.TB) *hsmtest.Token {
+	return hsmtest.NewWith(t, hsmtest.Options{ForProcesses: true})
 }

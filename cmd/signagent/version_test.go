@@ -11,6 +11,7 @@ import (
 )
 
 func TestReadBuildInfo(t *testing.T) {
+	t.Parallel()
 	stamped := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v1.2.3"},
 		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.modified", Value: "true"}}}
 	for name, tc := range map[string]struct {
