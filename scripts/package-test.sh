@@ -23,16 +23,16 @@ for f in ./usr/bin/signagent \
 	echo "$list" | grep -qx "$f" || fail "$deb lacks $f"
 done
 echo "$list" | grep -q emulator && fail "$deb ships the emulator; it ships signagent alone"
-dpkg-deb -f "$deb" Depends | grep -q '^libc6' || fail "$deb does not depend on libc6 (the binary uses cgo)"
-dpkg-deb -f "$deb" Recommends | grep -q 'bash-completion' || fail "$deb does not recommend bash-completion (its completion is loaded by it)"
+dpkg-deb -f "$deb" Depends | grep '^libc6' >/dev/null || fail "$deb does not depend on libc6 (the binary uses cgo)"
+dpkg-deb -f "$deb" Recommends | grep 'bash-completion' >/dev/null || fail "$deb does not recommend bash-completion (its completion is loaded by it)"
 for script in postinst prerm postrm; do
 	dpkg-deb -I "$deb" $script >/dev/null 2>&1 || fail "$deb has no $script"
 done
-dpkg-deb -I "$deb" prerm | grep -q 'deb-systemd-invoke stop' || fail "$deb's prerm does not stop the units"
-dpkg-deb -I "$deb" postinst | grep -q 'deb-systemd-invoke try-restart' || fail "$deb's postinst does not restart the units"
-dpkg-deb -I "$deb" postrm | grep -q 'deb-systemd-helper purge' || fail "$deb's postrm does not disable the units on purge"
-dpkg-deb -f "$deb" Conffiles 2>/dev/null | grep -q /etc/logrotate.d/signagent || \
-	dpkg-deb -I "$deb" conffiles | grep -q /etc/logrotate.d/signagent || fail "the logrotate snippet is not a conffile"
+dpkg-deb -I "$deb" prerm | grep 'deb-systemd-invoke stop' >/dev/null || fail "$deb's prerm does not stop the units"
+dpkg-deb -I "$deb" postinst | grep 'deb-systemd-invoke try-restart' >/dev/null || fail "$deb's postinst does not restart the units"
+dpkg-deb -I "$deb" postrm | grep 'deb-systemd-helper purge' >/dev/null || fail "$deb's postrm does not disable the units on purge"
+dpkg-deb -f "$deb" Conffiles 2>/dev/null | grep /etc/logrotate.d/signagent >/dev/null || \
+	dpkg-deb -I "$deb" conffiles | grep /etc/logrotate.d/signagent >/dev/null || fail "the logrotate snippet is not a conffile"
 
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
@@ -66,7 +66,7 @@ fi
 # Result): it must parse, allow the user signagent both pcsc-lite actions,
 # and answer nothing for another user or another action.
 rule=$root/usr/share/polkit-1/rules.d/50-signagent-pcscd.rules
-dpkg-deb -c "$deb" | grep -q '^-rw-r--r-- root/root .* \./usr/share/polkit-1/rules.d/50-signagent-pcscd.rules$' || \
+dpkg-deb -c "$deb" | grep '^-rw-r--r-- root/root .* \./usr/share/polkit-1/rules.d/50-signagent-pcscd.rules$' >/dev/null || \
 	fail "the polkit rule is not a 0644 file owned by root"
 command -v duk >/dev/null 2>&1 || fail "duk is missing: apt-get install duktape (the JavaScript engine of Debian's polkitd) to check the polkit rule"
 cat > "$root/polkit.js" <<'JS'
