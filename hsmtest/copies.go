@@ -31,6 +31,7 @@ var madeTokens struct {
 // tokenFiles is a token's files under its tokens directory, with what its
 // keys' certificates and serial were.
 type tokenFiles struct {
+	sub     string            // the directory under the token's they are in
 	files   map[string][]byte // path relative to the tokens directory
 	dirs    []string
 	serial  string
@@ -84,9 +85,13 @@ func madeToken(shape tokenShape) *tokenFiles {
 
 // keepToken reads tk's token files for later copies of shape. SoftHSM has
 // written them all by the time C_Finalize returned.
-func keepToken(shape tokenShape, tk *Token) error {
-	root := filepath.Join(tk.Dir, "tokens")
-	tf := &tokenFiles{files: map[string][]byte{}, serial: tk.Serial, rsa: tk.RSA.Cert, ec: tk.EC.Cert}
+func keepToken(shape tokenShape, tk *Token) error { return keepTokenDir(shape, tk, "tokens") }
+
+// keepTokenDir reads the files under tk's directory sub for later copies
+// of shape.
+func keepTokenDir(shape tokenShape, tk *Token, sub string) error {
+	root := filepath.Join(tk.Dir, sub)
+	tf := &tokenFiles{sub: sub, files: map[string][]byte{}, serial: tk.Serial, rsa: tk.RSA.Cert, ec: tk.EC.Cert}
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || path == root {
 			return err
@@ -111,10 +116,10 @@ func keepToken(shape tokenShape, tk *Token) error {
 	return nil
 }
 
-// copyTo writes the token's files into dir's tokens directory, private to
-// the user as SoftHSM makes them.
+// copyTo writes the token's files into the same directory under dir
+// (tokens for SoftHSM), private to the user as SoftHSM makes them.
 func (tf *tokenFiles) copyTo(dir string) error {
-	root := filepath.Join(dir, "tokens")
+	root := filepath.Join(dir, tf.sub)
 	for _, d := range tf.dirs {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o700); err != nil {
 			return err

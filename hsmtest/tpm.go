@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/softhsm"
 )
 
@@ -43,14 +42,33 @@ func NewTPM(t testing.TB) *Token {
 	}
 	dir := t.TempDir()
 	tk := &Token{Module: module, Dir: dir, Label: "signagent-tpm", PIN: "123456", SOPIN: "12345678"}
-	for _, v := range []string{pkcs11.ModuleEnv, pkcs11.PINEnv, pkcs11.PINFileEnv, "SIGNAGENT_TOKEN_LABEL"} {
+	for _, v := range tokenEnv {
 		t.Setenv(v, "")
+	}
+	tk.RSA = KeyRef{Label: "rsa", ID: []byte("01")}
+	tk.EC = KeyRef{Label: "ec", ID: []byte("02")}
+	tk.PINFile = filepath.Join(dir, "pin")
+	if err := os.WriteFile(tk.PINFile, []byte(tk.PIN+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tk.Serial = "0000000000000000"
+	// As SoftHSM's (copies.go): the TPM's state (its seeds and NV, where
+	// tpm2-pkcs11's primary key is kept) and tpm2-pkcs11's store are made
+	// once per test binary and copied into each later test's directory
+	// before its TPM starts.
+	shape := copyShape(t, Options{Label: "\x00tpm"})
+	made := madeToken(shape)
+	if made != nil {
+		if err := made.copyTo(dir); err != nil {
+			t.Fatalf("copy the test TPM: %v", err)
+		}
+		tk.RSA.Cert, tk.EC.Cert = made.rsa, made.ec
 	}
 
 	// The TPM, on two free loopback ports (commands and control).
 	port := freePortPair(t)
-	state := filepath.Join(dir, "state")
-	os.Mkdir(state, 0o700)
+	state := filepath.Join(dir, tpmTokens, "state")
+	os.MkdirAll(state, 0o700)
 	start(t, exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+state,
 		"--server", fmt.Sprintf("type=tcp,port=%d,bindaddr=127.0.0.1", port),
 		"--ctrl", fmt.Sprintf("type=tcp,port=%d,bindaddr=127.0.0.1", port+1),
@@ -72,8 +90,8 @@ func NewTPM(t testing.TB) *Token {
 	abrmd := exec.Command("tpm2-abrmd", "--session", "--allow-root", fmt.Sprintf("--tcti=swtpm:port=%d", port))
 	start(t, abrmd)
 	tcti := "tabrmd:bus_type=session"
-	store := filepath.Join(dir, "store")
-	os.Mkdir(store, 0o700)
+	store := filepath.Join(dir, tpmTokens, "store")
+	os.MkdirAll(store, 0o700)
 	t.Setenv("TPM2_PKCS11_TCTI", tcti)
 	t.Setenv("TPM2TOOLS_TCTI", tcti)
 	t.Setenv("TPM2_PKCS11_STORE", store)
@@ -88,15 +106,24 @@ func NewTPM(t testing.TB) *Token {
 		}
 		return nil
 	}
+	// A copy is ready once tpm2_ptool lists its token; a new TPM once
+	// init has made the store. (Asking in this process before the
+	// resource manager is on the bus leaves libtabrmd's cached bus
+	// connection closed for the rest of the process.)
+	first := func() error { return ptool("init") }
+	if made != nil {
+		first = func() error { return ptool("listtokens", "--pid=1") }
+	}
 	deadline := time.Now().Add(10 * time.Second)
-	for err = ptool("init"); err != nil && time.Now().Before(deadline); err = ptool("init") {
+	for err = first(); err != nil && time.Now().Before(deadline); err = first() {
 		time.Sleep(100 * time.Millisecond)
+	}
+	if err == nil && made != nil {
+		return tk
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk.RSA = KeyRef{Label: "rsa", ID: []byte("01")}
-	tk.EC = KeyRef{Label: "ec", ID: []byte("02")}
 	// tpm2_ptool takes the PINs on its command line; they are the test
 	// token's fixed ones, nothing of an operator's.
 	if err := ptool("addtoken", "--pid=1", "--sopin="+tk.SOPIN, "--userpin="+tk.PIN, "--label="+tk.Label); err != nil {
@@ -109,10 +136,6 @@ func NewTPM(t testing.TB) *Token {
 		if err := ptool("addkey", "--algorithm="+k.alg, "--label="+tk.Label, "--userpin="+tk.PIN, "--key-label="+k.ref.Label, "--id="+string(k.ref.ID)); err != nil {
 			t.Fatal(err)
 		}
-	}
-	tk.PINFile = filepath.Join(dir, "pin")
-	if err := os.WriteFile(tk.PINFile, []byte(tk.PIN+"\n"), 0o600); err != nil {
-		t.Fatal(err)
 	}
 	for _, ref := range []*KeyRef{&tk.RSA, &tk.EC} {
 		sel := tk.Selection(ref.Label)
@@ -128,9 +151,17 @@ func NewTPM(t testing.TB) *Token {
 		}
 		ref.Cert = cert
 	}
-	tk.Serial = "0000000000000000"
+	// Kept once swtpm has written its NV (each command that changes it is
+	// written before the answer) and tpm2-pkcs11 its store.
+	if err := keepTokenDir(shape, tk, tpmTokens); err != nil {
+		t.Fatalf("keep the test TPM for copies: %v", err)
+	}
 	return tk
 }
+
+// tpmTokens is the directory under a TPM token's that holds what copies
+// share: swtpm's state and tpm2-pkcs11's store.
+const tpmTokens = "tpm"
 
 // start starts cmd and stops it when the test ends.
 func start(t testing.TB, cmd *exec.Cmd) {
