@@ -28,11 +28,11 @@ var madeTokens struct {
 	counts map[string]int // tokens made so far by test name, by shape
 }
 
-// tokenFiles is a token's files under its tokens directory, with what its
+// tokenFiles is a token's files under its directory sub, with what its
 // keys' certificates and serial were.
 type tokenFiles struct {
 	sub     string            // the directory under the token's they are in
-	files   map[string][]byte // path relative to the tokens directory
+	files   map[string][]byte // path relative to sub
 	dirs    []string
 	serial  string
 	rsa, ec *x509.Certificate

@@ -118,11 +118,11 @@ func NewTPM(t testing.TB) *Token {
 	for err = first(); err != nil && time.Now().Before(deadline); err = first() {
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err == nil && made != nil {
-		return tk
-	}
 	if err != nil {
 		t.Fatal(err)
+	}
+	if made != nil {
+		return tk
 	}
 	// tpm2_ptool takes the PINs on its command line; they are the test
 	// token's fixed ones, nothing of an operator's.

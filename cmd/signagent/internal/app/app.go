@@ -74,7 +74,7 @@ func NewApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		Writer:          stdout,
 		ErrWriter:       stderr,
 		HideHelpCommand: true,
-		// Errors are printed once, by run, as one line.
+		// Errors are printed once, by Run, as one line.
 		ExitErrHandler: func(*cli.Context, error) {},
 		// A mistyped flag is answered with the one meant, when one is close.
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
