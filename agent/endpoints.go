@@ -19,8 +19,18 @@ import (
 	"github.com/signagent/signagent/safefile"
 )
 
-// listen opens the inherited and configured listeners.
+// listen opens the inherited and configured listeners. The bearer token
+// file and the TLS files come first: a caller that waits for the Unix
+// socket to appear and then reads the bearer token file finds it there.
 func (d *Daemon) listen() error {
+	if d.servesTCP() {
+		if _, err := d.serverTLS(); err != nil {
+			return err
+		}
+		if _, err := d.needBearer(); err != nil {
+			return err
+		}
+	}
 	for _, l := range d.cfg.Inherited {
 		if l == nil {
 			continue
@@ -43,6 +53,21 @@ func (d *Daemon) listen() error {
 		d.ls = append(d.ls, l)
 	}
 	return nil
+}
+
+// servesTCP says whether any listener, inherited or configured, is TCP.
+func (d *Daemon) servesTCP() bool {
+	for _, l := range d.cfg.Inherited {
+		if _, unix := l.(*net.UnixListener); l != nil && !unix {
+			return true
+		}
+	}
+	for _, spec := range d.cfg.Listen {
+		if network, _, err := listen.ParseListen(spec); err == nil && network != "unix" {
+			return true
+		}
+	}
+	return false
 }
 
 // inheritedTCP serves a TCP socket systemd passed under the rules of
