@@ -16,28 +16,6 @@ import (
 // APIError is the body of an error answer.
 type APIError = api.Error
 
-// The agent's error codes, from package api.
-const (
-	CodeBadInput           = api.CodeBadInput
-	CodeUnauthorized       = api.CodeUnauthorized
-	CodeForbidden          = api.CodeForbidden
-	CodeNotFound           = api.CodeNotFound
-	CodeMethodNotAllowed   = api.CodeMethodNotAllowed
-	CodeTooLarge           = api.CodeTooLarge
-	CodeQueueFull          = api.CodeQueueFull
-	CodeSignInRequired     = api.CodeSignInRequired
-	CodeTokenNotReady      = api.CodeTokenNotReady
-	CodeTokenTimeout       = api.CodeTokenTimeout
-	CodeServiceRefused     = api.CodeServiceRefused
-	CodeServiceError       = api.CodeServiceError
-	CodeServiceUnreachable = api.CodeServiceUnreachable
-	CodeServiceTimeout     = api.CodeServiceTimeout
-	CodeNotConfigured      = api.CodeNotConfigured
-	CodeBusy               = api.CodeBusy
-	CodeStoreUnavailable   = api.CodeStoreUnavailable
-	CodeInternal           = api.CodeInternal
-)
-
 // errNotConfigured is returned by session and link calls when no service
 // base URL is configured.
 var errNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "no service base URL is configured (--base-url)")
@@ -50,17 +28,17 @@ var kindAnswers = map[error]struct {
 	status int
 	code   string
 }{
-	errdefs.ErrForbidden:        {http.StatusForbidden, CodeForbidden},
-	errdefs.ErrSignIn:           {http.StatusConflict, CodeSignInRequired},
-	errdefs.ErrStoreUnavailable: {http.StatusServiceUnavailable, CodeStoreUnavailable},
-	errdefs.ErrTokenNotReady:    {http.StatusServiceUnavailable, CodeTokenNotReady},
-	errdefs.ErrTryAgain:         {http.StatusTooManyRequests, CodeQueueFull},
-	errdefs.ErrInvalidInput:     {http.StatusBadRequest, CodeBadInput},
-	errdefs.ErrNotConfigured:    {http.StatusServiceUnavailable, CodeNotConfigured},
-	errdefs.ErrTimeout:          {http.StatusGatewayTimeout, CodeServiceTimeout},
-	errdefs.ErrUnreachable:      {http.StatusBadGateway, CodeServiceUnreachable},
-	errdefs.ErrFailing:          {http.StatusBadGateway, CodeServiceError},
-	errdefs.ErrRefused:          {http.StatusUnprocessableEntity, CodeServiceRefused},
+	errdefs.ErrForbidden:        {http.StatusForbidden, api.CodeForbidden},
+	errdefs.ErrSignIn:           {http.StatusConflict, api.CodeSignInRequired},
+	errdefs.ErrStoreUnavailable: {http.StatusServiceUnavailable, api.CodeStoreUnavailable},
+	errdefs.ErrTokenNotReady:    {http.StatusServiceUnavailable, api.CodeTokenNotReady},
+	errdefs.ErrTryAgain:         {http.StatusTooManyRequests, api.CodeQueueFull},
+	errdefs.ErrInvalidInput:     {http.StatusBadRequest, api.CodeBadInput},
+	errdefs.ErrNotConfigured:    {http.StatusServiceUnavailable, api.CodeNotConfigured},
+	errdefs.ErrTimeout:          {http.StatusGatewayTimeout, api.CodeServiceTimeout},
+	errdefs.ErrUnreachable:      {http.StatusBadGateway, api.CodeServiceUnreachable},
+	errdefs.ErrFailing:          {http.StatusBadGateway, api.CodeServiceError},
+	errdefs.ErrRefused:          {http.StatusUnprocessableEntity, api.CodeServiceRefused},
 }
 
 // classify maps an error to its HTTP status and body: the agent's own
@@ -71,9 +49,9 @@ func classify(err error) (int, APIError) {
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.Is(err, proxy.ErrBusy):
-		return http.StatusServiceUnavailable, APIError{Code: CodeBusy, Message: err.Error()}
+		return http.StatusServiceUnavailable, APIError{Code: api.CodeBusy, Message: err.Error()}
 	case errors.As(err, &mbe):
-		return http.StatusRequestEntityTooLarge, APIError{Code: CodeTooLarge, Message: err.Error()}
+		return http.StatusRequestEntityTooLarge, APIError{Code: api.CodeTooLarge, Message: err.Error()}
 	}
 	if a, ok := kindAnswers[errdefs.Kind(err)]; ok {
 		e := APIError{Code: a.code, Message: forHTTP.Replace(err.Error())}
@@ -84,9 +62,9 @@ func classify(err error) (int, APIError) {
 		return a.status, e
 	}
 	if errors.Is(err, tokenq.ErrExpired) || errors.Is(err, context.DeadlineExceeded) {
-		return http.StatusGatewayTimeout, APIError{Code: CodeTokenTimeout, Message: "the request's deadline passed before the token signed"}
+		return http.StatusGatewayTimeout, APIError{Code: api.CodeTokenTimeout, Message: "the request's deadline passed before the token signed"}
 	}
-	return http.StatusInternalServerError, APIError{Code: CodeInternal, Message: firstLine(err.Error())}
+	return http.StatusInternalServerError, APIError{Code: api.CodeInternal, Message: firstLine(err.Error())}
 }
 
 // forHTTP puts, in the messages the agent answers, the HTTP route a caller
