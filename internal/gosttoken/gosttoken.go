@@ -32,6 +32,9 @@ var source []byte
 //go:embed module/gostkeyx.c
 var keyxSource []byte
 
+//go:embed module/gostparams.h
+var paramsHeader []byte
+
 // Library is the module's file name in the token's directory.
 const Library = "libgosttoken.so"
 
@@ -236,7 +239,8 @@ func Build(dir, out string, o Options) error {
 	if err != nil {
 		return errors.New("gcc not found: the GOST test token is built from source (install gcc, libgnutls28-dev and libgcrypt20-dev)")
 	}
-	// gosttoken.c includes gostkeyx.c from its own directory.
+	// gosttoken.c includes gostkeyx.c, which includes gostparams.h, from
+	// its own directory.
 	src, err := os.MkdirTemp("", "gosttoken-")
 	if err != nil {
 		return err
@@ -247,6 +251,9 @@ func Build(dir, out string, o Options) error {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(src, "gostkeyx.c"), keyxSource, 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(src, "gostparams.h"), paramsHeader, 0o600); err != nil {
 		return err
 	}
 	flags := []string{"-I/usr/include/p11-kit-1"}
@@ -338,6 +345,7 @@ func copyCached(out string, o Options) error {
 	h := sha256.New()
 	h.Write(source)
 	h.Write(keyxSource)
+	h.Write(paramsHeader)
 	fmt.Fprintf(h, "%+v", o)
 	dir, err := os.UserCacheDir()
 	if err != nil {

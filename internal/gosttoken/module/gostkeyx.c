@@ -17,30 +17,7 @@
 #include <gcrypt.h>
 #include <stdint.h>
 
-#ifndef CKM_GOSTR3410_12_DERIVE
-#define CKM_GOSTR3410_12_DERIVE 0xD4321007UL
-#endif
-#ifndef CKM_KDF_4357
-#define CKM_KDF_4357 0xD4321025UL
-#endif
-#define CKD_KDF_4357 0xD4321025UL
-#define CKD_KDF_GOSTR3411_2012_256 0xD4321026UL
-
-/* CK_GOSTR3410_DERIVE_PARAMS and CK_GOSTR3410_KEY_WRAP_PARAMS (40 bytes each on LP64). */
-struct derive_params {
-	CK_ULONG kdf;
-	CK_BYTE_PTR pub;
-	CK_ULONG publen;
-	CK_BYTE_PTR ukm;
-	CK_ULONG ukmlen;
-};
-struct keywrap_params {
-	CK_BYTE_PTR wrapoid;
-	CK_ULONG wrapoidlen;
-	CK_BYTE_PTR ukm;
-	CK_ULONG ukmlen;
-	CK_OBJECT_HANDLE key;
-};
+#include "gostparams.h"
 
 #define MAX_KEYS 64
 #define H_SECRET 0x100 /* secret key i has handle H_SECRET + i */

@@ -33,25 +33,7 @@
 #include <nettle/gostdsa.h>
 #include <nettle/streebog.h>
 
-#define CKM_GOSTR3410_12_DERIVE_ 0xD4321007UL
-#define CKM_KDF_4357_ 0xD4321025UL
-#define CKD_KDF_4357 0xD4321025UL
-#define CKD_KDF_GOSTR3411_2012_256 0xD4321026UL
-
-struct derive_params {
-	CK_ULONG kdf;
-	CK_BYTE_PTR pub;
-	CK_ULONG publen;
-	CK_BYTE_PTR ukm;
-	CK_ULONG ukmlen;
-};
-struct keywrap_params {
-	CK_BYTE_PTR wrapoid;
-	CK_ULONG wrapoidlen;
-	CK_BYTE_PTR ukm;
-	CK_ULONG ukmlen;
-	CK_OBJECT_HANDLE key;
-};
+#include "../module/gostparams.h"
 
 static CK_FUNCTION_LIST_PTR f;
 static CK_SESSION_HANDLE s;
@@ -260,11 +242,11 @@ int main(int argc, char **argv) {
 		size_t setlen = unhex(arg[4], set, sizeof set), csetlen = unhex(arg[6], cset, sizeof cset);
 		int two = mode[1] == '2';
 		struct derive_params p = {kdf ? kdf : two ? CKD_KDF_GOSTR3411_2012_256 : CKD_KDF_4357, eph, ephlen, ukm, ukmlen};
-		CK_MECHANISM m = {CKM_GOSTR3410_12_DERIVE_, &p, sizeof p};
+		CK_MECHANISM m = {CKM_GOSTR3410_12_DERIVE, &p, sizeof p};
 		CK_OBJECT_HANDLE kek = derive(priv, &m, set, setlen, token);
 		attributes(kek);
 		if (two) {
-			CK_MECHANISM m2 = {CKM_KDF_4357_, ukm, ukmlen};
+			CK_MECHANISM m2 = {CKM_KDF_4357, ukm, ukmlen};
 			kek = derive(kek, &m2, set, setlen, 0);
 		}
 		CK_MECHANISM mw = {CKM_GOST28147_KEY_WRAP, ukm, ukmlen};
@@ -319,7 +301,7 @@ int main(int argc, char **argv) {
 		gcry_cipher_close(c);
 		hex("sent", pt, sizeof pt);
 		struct derive_params p = {CKD_KDF_GOSTR3411_2012_256, eph, ephlen, ukm, 8};
-		CK_MECHANISM m = {CKM_GOSTR3410_12_DERIVE_, &p, sizeof p};
+		CK_MECHANISM m = {CKM_GOSTR3410_12_DERIVE, &p, sizeof p};
 		CK_OBJECT_HANDLE mk = derive(priv, &m, zder, sizeof zder, 0);
 		CK_MECHANISM mw = {CKM_GOST28147_KEY_WRAP, ukm, 8};
 		CK_OBJECT_HANDLE h = unwrap(&mw, mk, w, 36, zder, sizeof zder);
