@@ -361,7 +361,7 @@ func TestConcurrentSessions(t *testing.T) {
 // TestQueueFull: a burst larger than the queue gets 429 at once for the
 // excess; every request is answered exactly once.
 func TestQueueFull(t *testing.T) {
-	h := start(t, options{workers: 1, backlog: 2, delay: 300 * time.Millisecond})
+	h := start(t, options{workers: 1, backlog: 2, delay: time.Second})
 	const n = 20
 	type answer struct {
 		status  int
@@ -390,7 +390,7 @@ func TestQueueFull(t *testing.T) {
 	for a := range answers {
 		counts[a.status]++
 		if a.status == 429 {
-			if a.elapsed > 150*time.Millisecond { // waiting would take 300ms or more
+			if a.elapsed > 500*time.Millisecond { // waiting would take a second or more
 				t.Errorf("a 429 took %v: the caller waited instead of being refused at once", a.elapsed)
 			}
 			if a.retry != time.Second {
@@ -414,7 +414,7 @@ func TestQueueFull(t *testing.T) {
 func TestDeadlinePassedInQueue(t *testing.T) {
 	h := start(t, options{workers: 1, delay: 300 * time.Millisecond})
 	go h.client.Sign(context.Background(), api.SignatureRequest{Credential: phone}) // holds the token
-	time.Sleep(50 * time.Millisecond)
+	eventually(t, 5*time.Second, "the first request to hold the token", func() bool { return h.queue(t).Depth == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	if _, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone}); err == nil {
@@ -443,7 +443,7 @@ func TestTokenRemoval(t *testing.T) {
 		if e := apiErr(t, err); e.Status != 503 || e.RetryAfter != time.Second {
 			t.Fatalf("while out: %+v", e)
 		}
-		if d := time.Since(start); d > 250*time.Millisecond { // not waiting for a reconnect or a deadline (10s)
+		if d := time.Since(start); d > 900*time.Millisecond { // not waiting for a reconnect (its backoff reaches 1s) or a deadline (10s)
 			t.Fatalf("a 503 took %v", d)
 		}
 	}
@@ -455,7 +455,7 @@ func TestTokenRemoval(t *testing.T) {
 		t.Fatalf("signagent_token_ready = %s while the token is out", m)
 	}
 	opensWhileOut := h.opens.Load()
-	eventually(t, 2*time.Second, "reconnect attempts", func() bool { return h.opens.Load() > opensWhileOut+1 })
+	eventually(t, 6*time.Second, "reconnect attempts", func() bool { return h.opens.Load() > opensWhileOut+1 })
 
 	h.tk.Insert(t)
 	back := time.Now()
@@ -475,7 +475,7 @@ func TestTokenRemoval(t *testing.T) {
 // TestShutdownWithRequestsInFlight: stopping answers every request in
 // flight, then removes the socket.
 func TestShutdownWithRequestsInFlight(t *testing.T) {
-	h := start(t, options{workers: 1, delay: 200 * time.Millisecond})
+	h := start(t, options{workers: 1, delay: time.Second})
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	for range 3 {
@@ -486,7 +486,7 @@ func TestShutdownWithRequestsInFlight(t *testing.T) {
 			errs <- err
 		}()
 	}
-	eventually(t, time.Second, "requests to be in flight", func() bool { return h.queue(t).Depth == 3 })
+	eventually(t, 5*time.Second, "requests to be in flight", func() bool { return h.queue(t).Depth == 3 })
 	h.shutdown(t)
 	wg.Wait()
 	close(errs)

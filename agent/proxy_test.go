@@ -670,6 +670,11 @@ func TestProxyNoCrossTalk(t *testing.T) {
 	answer := func(who string) string {
 		return "HTTP/1.1 200 OK\r\nX-For: " + who + "\r\nContent-Length: " + strconv.Itoa(4+len(who)) + "\r\n\r\nfor " + who
 	}
+	// intruded says the stray answer is written: the next call waits for
+	// it, so that on a loaded machine it lands before that call, as the
+	// test means (bytes that come after a request went out cannot be told
+	// from its answer by any HTTP/1.1 client).
+	intruded := make(chan struct{}, 8)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -688,6 +693,7 @@ func TestProxyNoCrossTalk(t *testing.T) {
 					io.WriteString(c, answer(who))
 					time.Sleep(20 * time.Millisecond)
 					io.WriteString(c, answer("intruder")) // nobody asked
+					intruded <- struct{}{}
 				}
 			}()
 		}
@@ -698,6 +704,11 @@ func TestProxyNoCrossTalk(t *testing.T) {
 		if resp.StatusCode != 200 || body != "for "+who || resp.Header.Get("X-For") != who {
 			t.Fatalf("caller %q got %d %q (written for %q)", who, resp.StatusCode, body, resp.Header.Get("X-For"))
 		}
-		time.Sleep(80 * time.Millisecond)
+		select {
+		case <-intruded:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the stray answer was not written within 10 s")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

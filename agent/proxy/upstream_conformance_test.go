@@ -116,7 +116,9 @@ func chunkedFor(who string) string {
 
 // later writes s on c after d, unless c is closed by then.
 func later(c net.Conn, d time.Duration, s string, closeAfter bool) {
+	lateWrites.Add(1)
 	go func() {
+		defer lateWrites.Add(-1)
 		time.Sleep(d)
 		io.WriteString(c, s)
 		if closeAfter {
@@ -125,9 +127,26 @@ func later(c net.Conn, d time.Duration, s string, closeAfter bool) {
 	}()
 }
 
-// settle is how long the sequence waits between calls, so that what a
-// behaviour writes late (10 ms after its answer) has arrived before the
-// next call. Bytes that arrive after a request went out on a connection
+// lateWrites counts the late writes not yet made, in every test of the
+// package (a sequence waits for all of them; they last 100 ms at most).
+var lateWrites atomic.Int64
+
+// waitLateWrites waits until every late write has been made, so that on a
+// loaded machine a write the scheduler delayed still lands before the next
+// call (see settle), not after it.
+func waitLateWrites(t *testing.T) {
+	deadline := time.Now().Add(10 * time.Second)
+	for lateWrites.Load() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a late write was not made within 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// settle is how long the sequence waits between calls, once every late
+// write is made (waitLateWrites), so that what a behaviour writes late
+// (10 ms after its answer) has reached the client before the next call. Bytes that arrive after a request went out on a connection
 // cannot be told from its answer by any HTTP/1.1 client (the Transport
 // neither), so the behaviours that write late run one caller after
 // another only; those that write all at once run with four identities
@@ -359,6 +378,7 @@ func runSequence(t *testing.T, rt http.RoundTripper, base string) []string {
 	for _, who := range []string{"alice", "bob", "carol", "gone", "dave", "erin"} {
 		got = append(got, call(rt, base, who, 2*time.Second))
 		pooledClean(t, rt)
+		waitLateWrites(t)
 		time.Sleep(settle)
 	}
 	return got

@@ -37,6 +37,18 @@ func tcpAgent(t testing.TB) (*agentProc, string, string) {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	a := startServe(t, signagent(t, serveEnv(tk), "serve", "--listen", "unix:"+sock, "--listen", "tcp:"+addr,
 		"--bearer-token-file", bearer, "--audit-log", filepath.Join(dir, "audit.log")), sock)
+	// The Unix socket comes first (--listen's order): wait for the port too.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent's TCP listener %s: %v", addr, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	return a, addr, dir
 }
 
@@ -126,6 +138,9 @@ func TestIdleConnectionsAreBounded(t *testing.T) {
 	}
 	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", a.cmd.Process.Pid))
 	t.Logf("%d idle connections opened; the agent holds %d descriptors", len(conns), len(fds))
+	if len(conns) <= 128+64 {
+		t.Fatalf("only %d idle connections were opened: too few to show a bound", len(conns))
+	}
 	if len(fds) > 128+64 {
 		t.Fatalf("the agent holds %d descriptors with %d idle connections open", len(fds), len(conns))
 	}

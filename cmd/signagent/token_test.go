@@ -77,8 +77,10 @@ func TestHungTokenBoundsTheCLI(t *testing.T) {
 		"sign", "--module", shim, "--token-label", tk.Label, "--key-label", "rsa", "--pin-file", tk.PINFile,
 		"--phone", "9161234567", "--token-timeout", "2s")
 	code, stderr, took := runBinary(t, cmd)
-	if code != cmdutil.ExitFailure || took > 3*time.Second {
-		t.Fatalf("exit %d after %v (want 1 within the 2s timeout plus a second): %s", code, took, stderr)
+	// The bound leaves room for starting a race-built binary and opening
+	// the token on a loaded machine; without the timeout the call hangs.
+	if code != cmdutil.ExitFailure || took > 8*time.Second {
+		t.Fatalf("exit %d after %v (want 1 within the 2s timeout plus the start): %s", code, took, stderr)
 	}
 	oneLine(t, stderr, "did not answer in time")
 	t.Logf("a hung C_Sign with --token-timeout 2s: exit after %v", took)
@@ -442,7 +444,7 @@ func TestServeHungToken(t *testing.T) {
 	os.WriteFile(hang, nil, 0o600)
 	start := time.Now()
 	code, body := a.sign()
-	if took := time.Since(start); code != 503 || took > 3*time.Second {
+	if took := time.Since(start); code != 503 || took > 6*time.Second {
 		t.Fatalf("a hung signature: %d after %v: %s", code, took, body)
 	}
 	code, body = a.do("GET", "/readyz", "")
@@ -456,10 +458,10 @@ func TestServeHungToken(t *testing.T) {
 	a.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-a.done:
-	case <-time.After(5 * time.Second):
-		t.Fatalf("serve still running 5s after SIGTERM with a hung token: %s", a.stderr.String())
+	case <-time.After(10 * time.Second):
+		t.Fatalf("serve still running 10s after SIGTERM with a hung token: %s", a.stderr.String())
 	}
-	if took := time.Since(start); took > 2*time.Second {
+	if took := time.Since(start); took > 4*time.Second {
 		t.Fatalf("serve took %v to exit (grace 1s)", took)
 	}
 	t.Logf("exit %v after SIGTERM with a C_Sign stuck (grace 1s)", time.Since(start))
