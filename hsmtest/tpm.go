@@ -73,6 +73,19 @@ func NewTPM(t testing.TB) *Token {
 		"--server", fmt.Sprintf("type=tcp,port=%d,bindaddr=127.0.0.1", port),
 		"--ctrl", fmt.Sprintf("type=tcp,port=%d,bindaddr=127.0.0.1", port+1),
 		"--flags", "not-need-init,startup-clear"))
+	// The resource manager opens the TPM once, as it starts: wait for the
+	// TPM to take connections first.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("swtpm does not take connections on port %d: %v", port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 
 	// A session bus of our own, and the resource manager on it: without
 	// it the TPM runs out of object slots.
@@ -114,7 +127,7 @@ func NewTPM(t testing.TB) *Token {
 	if made != nil {
 		first = func() error { return ptool("listtokens", "--pid=1") }
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for err = first(); err != nil && time.Now().Before(deadline); err = first() {
 		time.Sleep(100 * time.Millisecond)
 	}
