@@ -4,6 +4,8 @@ package redistest
 
 import (
 	"bufio"
+	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,8 +20,9 @@ import (
 
 // Server is a running redis-server.
 type Server struct {
-	Addr string
-	cmd  *exec.Cmd
+	Addr   string
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once the process is gone (reaped)
 }
 
 // Start runs redis-server with extra configuration lines (e.g.
@@ -43,11 +46,31 @@ func start(t testing.TB, tlsOnly bool, config []string) *Server {
 	if err != nil {
 		t.Fatal("redis-server is not installed: make test installs it (scripts/deps.sh redis-server)")
 	}
-	port := freePort(t)
+	// The port was free a moment ago (freePort); another package's server
+	// may take it first: then this one exits, and it starts again on
+	// another.
+	for attempt := 1; ; attempt++ {
+		s, err := startOn(t, bin, freePort(t), tlsOnly, config)
+		if err == nil {
+			return s
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 5 {
+			t.Fatal(err)
+		}
+	}
+}
+
+var errPortTaken = errors.New("the port was taken")
+
+// startOn starts redis-server on port and waits until it says, in its own
+// log, that it is ready (a PONG alone could come from another server that
+// took the port).
+func startOn(t testing.TB, bin, port string, tlsOnly bool, config []string) (*Server, error) {
 	addr := net.JoinHostPort("127.0.0.1", port)
 	dir := t.TempDir()
+	logFile := filepath.Join(dir, "redis.log")
 	args := []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
-		"--logfile", filepath.Join(dir, "redis.log")}
+		"--logfile", logFile}
 	if tlsOnly {
 		args[1] = "0"
 		args = append(args, "--tls-port", port)
@@ -58,29 +81,38 @@ func start(t testing.TB, tlsOnly bool, config []string) *Server {
 	}
 	cmd := exec.Command(bin, args...)
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	s := &Server{Addr: addr, cmd: cmd}
-	t.Cleanup(s.Stop)
-	deadline := time.Now().Add(10 * time.Second)
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	s := &Server{Addr: addr, cmd: cmd, exited: exited}
+	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil && tlsOnly {
-			c.Close() // listening; a TLS handshake is the client's
-			return s
-		} else if err == nil {
-			fmt.Fprint(c, "PING\r\n")
-			c.SetReadDeadline(time.Now().Add(time.Second))
-			line, _ := bufio.NewReader(c).ReadString('\n')
-			c.Close()
-			if strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH") {
-				return s
+		log, _ := os.ReadFile(logFile)
+		select {
+		case <-exited:
+			if bytes.Contains(log, []byte("Address already in use")) {
+				return nil, fmt.Errorf("redis-server on %s: %w", addr, errPortTaken)
 			}
+			return nil, fmt.Errorf("redis-server exited as it started on %s: %s", addr, lastLines(log))
+		default:
+		}
+		if bytes.Contains(log, []byte("Ready to accept connections")) {
+			t.Cleanup(s.Stop)
+			return s, nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("redis-server did not start on %s", addr)
+			s.Stop()
+			return nil, fmt.Errorf("redis-server did not start on %s within 20 s: %s", addr, lastLines(log))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// lastLines is the end of a log, for an error.
+func lastLines(log []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	return strings.Join(lines[max(0, len(lines)-3):], " | ")
 }
 
 // URL is the server's redis:// URL.
@@ -89,8 +121,9 @@ func (s *Server) URL() string { return "redis://" + s.Addr }
 // Stop kills the server (a crash, as far as clients can tell).
 func (s *Server) Stop() {
 	if s.cmd.Process != nil {
+		s.cmd.Process.Signal(syscall.SIGCONT) // a paused one too
 		s.cmd.Process.Kill()
-		s.cmd.Wait()
+		<-s.exited
 	}
 }
 
@@ -226,7 +259,9 @@ func StartSentinel(t testing.TB) *Sentinel {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		x := &Server{Addr: addr, cmd: cmd}
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		x := &Server{Addr: addr, cmd: cmd, exited: exited}
 		t.Cleanup(x.Stop)
 		s.Sentinels = append(s.Sentinels, x)
 	}

@@ -1,0 +1,25 @@
+package redistest
+
+import (
+	"errors"
+	"net"
+	"os/exec"
+	"testing"
+)
+
+// TestPortTaken: a server whose port another took says so (and start
+// tries another port), rather than waiting on, or answering for, the other.
+func TestPortTaken(t *testing.T) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal("redis-server is not installed: make test installs it (scripts/deps.sh redis-server)")
+	}
+	other := Start(t)
+	_, port, _ := net.SplitHostPort(other.Addr)
+	if _, err := startOn(t, bin, port, false, nil); !errors.Is(err, errPortTaken) {
+		t.Fatalf("a second server on %s: %v, want the port taken", other.Addr, err)
+	}
+	if got := Command(other.Addr, "PING"); got != "PONG" {
+		t.Fatalf("the first server answers %q", got)
+	}
+}
