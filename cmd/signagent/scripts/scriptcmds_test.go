@@ -41,6 +41,11 @@ var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []str
 	"envfile":        envFile,
 }
 
+// patience bounds every wait of the script commands: what they wait for
+// comes in a second or two, but a race-built binary on a loaded two-core
+// machine can take many times that, and a wait ends as soon as it is met.
+const patience = 30 * time.Second
+
 // scriptState is what a script's commands keep between lines.
 type scriptState struct {
 	emu      *emulator.Server
@@ -95,7 +100,7 @@ func envFile(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv(args[0], strings.TrimRight(ts.ReadFile(args[1]), "\n"))
 }
 
-// waitFile is waitfile [-socket|-exists] FILE: it waits up to 10 s for
+// waitFile is waitfile [-socket|-exists] FILE: it waits up to 30 s for
 // FILE to be there, non-empty (an address file a server writes once it
 // listens), a socket (-socket) or merely existing (-exists).
 func waitFile(ts *testscript.TestScript, neg bool, args []string) {
@@ -122,7 +127,7 @@ func waitFile(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		return st.Size() > 0
 	}
-	if !clitest.Poll(10*time.Second, ready) {
+	if !clitest.Poll(patience, ready) {
 		ts.Fatalf("gave up waiting for %s to be %s", args[0], what)
 	}
 }
@@ -152,7 +157,7 @@ func waitLines(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		return c
 	}
-	if !clitest.Poll(10*time.Second, func() bool { return count() >= n }) {
+	if !clitest.Poll(patience, func() bool { return count() >= n }) {
 		ts.Fatalf("%s has %d lines matching %q, want %d", args[2], count(), args[1], n)
 	}
 	if c := count(); c != n {
@@ -277,7 +282,7 @@ func serveCmd(ts *testscript.TestScript, neg bool, args []string) {
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 		}}}
-	ready := clitest.Poll(15*time.Second, func() bool {
+	ready := clitest.Poll(patience, func() bool {
 		if exists(ts.MkAbs(name + ".exit")) {
 			return true
 		}
@@ -320,7 +325,7 @@ func stopAgent(ts *testscript.TestScript, name string) int {
 	if !exists(exit) {
 		syscall.Kill(pid, syscall.SIGINT)
 	}
-	if !clitest.Poll(15*time.Second, func() bool {
+	if !clitest.Poll(patience, func() bool {
 		b, err := os.ReadFile(exit)
 		return err == nil && len(b) > 0
 	}) {
@@ -351,7 +356,7 @@ func approveDevice(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: approve-device [-deny] FILE LOGIN PASSWORD")
 	}
 	var code string
-	if !clitest.Poll(10*time.Second, func() bool {
+	if !clitest.Poll(patience, func() bool {
 		b, _ := os.ReadFile(ts.MkAbs(args[0]))
 		m := userCode.FindSubmatch(b)
 		if m != nil {
