@@ -2,6 +2,13 @@
 GO      ?= go
 BIN     := bin/signagent
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The container image (make image) and its test: buildah builds it, skopeo
+# reads the OCI archive back, podman (with runc: crun refuses this kind of
+# machine's cgroups) runs it, and docker-compose runs deploy/compose.yaml
+# through podman's API socket. About 30 s to install on a fresh machine.
+# Set before DEPS, which takes it in where it is written (:=): set after,
+# it was empty there and a fresh machine's make test installed none of it.
+IMAGE_DEPS := buildah podman runc skopeo docker-compose
 # What the tests and the demo run besides Go: SoftHSM, OpenSC's pkcs11-tool,
 # GnuTLS's certtool, OpenSSL, curl and pkill (procps) for the agent's scripts,
 # and a software TPM 2.0 with tpm2-pkcs11 as the second PKCS#11 implementation
@@ -29,11 +36,6 @@ DEPS    := softhsm2 opensc gnutls-bin openssl curl procps chromium systemd redis
            pcscd vsmartcard-vpcd libcacard-dev libnss3-tools pcsc-tools iproute2 duktape mmdebstrap \
            python3 nodejs openjdk-17-jdk-headless mono-devel \
            $(IMAGE_DEPS)
-# The container image (make image) and its test: buildah builds it, skopeo
-# reads the OCI archive back, podman (with runc: crun refuses this kind of
-# machine's cgroups) runs it, and docker-compose runs deploy/compose.yaml
-# through podman's API socket. About 30 s to install on a fresh machine.
-IMAGE_DEPS := buildah podman runc skopeo docker-compose
 # make bench also compares with openssl's PKCS#11 engine.
 BENCH_DEPS := $(DEPS) libengine-pkcs11-openssl nginx
 BENCH_ARGS ?=
