@@ -37,3 +37,17 @@ runtime = "runc"
 CONF
 	export CONTAINERS_CONF=$1/containers.conf
 }
+
+# apt_sources names the machine's Debian sources for mmdebstrap: the
+# deb822 file a Debian 12 image has, else sources.list, else Debian's
+# own mirror (mmdebstrap takes a file or a URL).
+apt_sources() {
+	local f
+	for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list; do
+		if [ -s "$f" ] && grep -qE '^[[:space:]]*(deb|URIs:)' "$f"; then
+			echo "$f"
+			return
+		fi
+	done
+	echo http://deb.debian.org/debian
+}

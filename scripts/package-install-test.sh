@@ -62,7 +62,7 @@ if [ ! -s "$root" ]; then
 	mmdebstrap --quiet --mode=root --format=tar --variant=essential --include=systemd,curl \
 		--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
 		--dpkgopt='path-exclude=/usr/share/locale/*' \
-		bookworm "$root.new" /etc/apt/sources.list.d/debian.sources >"$tmp/mmdebstrap.log" 2>&1 ||
+		bookworm "$root.new" "$(apt_sources)" >"$tmp/mmdebstrap.log" 2>&1 ||
 		fail "mmdebstrap failed: $(tail -n 5 "$tmp/mmdebstrap.log")"
 	mv "$root.new" "$root"
 fi
@@ -73,7 +73,9 @@ podman run -d --name $name --systemd=always --network none --cap-add SYS_PTRACE 
 	fail "podman run with systemd failed"
 ex() { podman exec $name "$@"; }
 state=
-for _ in $(seq 100); do
+# Booting takes a few seconds here; a loaded machine may take many times
+# that: up to 60 s, ending as soon as it is up.
+for _ in $(seq 600); do
 	state=$(ex systemctl is-system-running 2>/dev/null || true)
 	case $state in running | degraded) break ;; esac
 	sleep 0.1
