@@ -71,7 +71,7 @@ start_emulator() {
   rm -f "$demo/emulator.url"
   $emubin --log-level warn --listen "127.0.0.1:$eport" --config "$demo/emulator.yaml" --url-file "$demo/emulator.url" &
   emu=$!
-  for _ in $(seq 100); do [ -s "$demo/emulator.url" ] && break; sleep 0.05; done
+  for _ in $(seq 300); do [ -s "$demo/emulator.url" ] && break; sleep 0.05; done
   [ -s "$demo/emulator.url" ] || { echo "the emulator did not start" >&2; exit 1; }
 }
 start_emulator
@@ -109,7 +109,7 @@ export XDG_STATE_HOME="$PWD/$demo/state" SIGNAGENT_AUTH_URL="$SIGNAGENT_BASE_URL
 login_approved() {
   $bin login --no-qr "$@" > "$demo/login.out" 2>&1 &
   local login=$! code status
-  for _ in $(seq 200); do grep -q 'enter the code' "$demo/login.out" && break; sleep 0.05; done
+  for _ in $(seq 600); do grep -q 'enter the code' "$demo/login.out" && break; sleep 0.05; done
   code=$(sed -n 's/.*enter the code \([A-Z]*\)$/\1/p' "$demo/login.out")
   [ -n "$code" ] || { cat "$demo/login.out" >&2; echo "login printed no code" >&2; exit 1; }
   status=$(curl -sS -o /dev/null -w '%{http_code}' --data-urlencode "user_code=$code" --data-urlencode login=ivanov@example.com \
@@ -134,14 +134,14 @@ rm -f "$demo/agent.sock"
 $bin --log-level warn serve --listen "unix:$PWD/$demo/agent.sock" --audit-log "$demo/audit.log" &
 agent=$!
 trap 'kill $agent $emu 2>/dev/null; wait $agent $emu 2>/dev/null || true' EXIT
-for _ in $(seq 200); do curl -sf --unix-socket "$demo/agent.sock" -o /dev/null http://agent/readyz && break; sleep 0.05; done
+for _ in $(seq 600); do curl -sf --unix-socket "$demo/agent.sock" -o /dev/null http://agent/readyz && break; sleep 0.05; done
 trusted='Signagent-Identity: trusted phone=+79161234567 serviceUserId=crm-user-42'
 echo "GET /v1/service/GetMyOrganizations with $trusted"
 curl -sS --unix-socket "$demo/agent.sock" -H "$trusted" 'http://agent/v1/service/GetMyOrganizations?autoRegister=false'
 echo
 # The agent writes its audit line a moment after the answer (its writer
 # does not hold the request up): wait for it.
-for _ in $(seq 50); do grep -q '"operation":"service"' "$demo/audit.log" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 150); do grep -q '"operation":"service"' "$demo/audit.log" 2>/dev/null && break; sleep 0.1; done
 echo "audit: $(grep '"operation":"service"' "$demo/audit.log" | tail -n 1)"
 
 step "11. A box that is not the user's: 403 from the service, passed on as it came (and the same through signagent api, exit 3)"
@@ -164,7 +164,7 @@ trap 'kill $redis $emu 2>/dev/null; wait $redis $emu 2>/dev/null || true' EXIT
 rm -f "$demo/store.key"
 $bin store-key --out "$demo/store.key"
 export SIGNAGENT_STORE="redis://127.0.0.1:$port" SIGNAGENT_STORE_KEY_FILE="$demo/store.key"
-for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.05; done
+for _ in $(seq 300); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.05; done
 login_approved --profile shared
 for a in a1 a2; do
   rm -f "$demo/$a.sock"
@@ -173,7 +173,7 @@ for a in a1 a2; do
 done
 trap 'kill $pid_a1 $pid_a2 $redis $emu 2>/dev/null; wait $pid_a1 $pid_a2 $redis $emu 2>/dev/null || true' EXIT
 for a in a1 a2; do
-  for _ in $(seq 200); do curl -sf --unix-socket "$demo/$a.sock" -o /dev/null http://agent/readyz && break; sleep 0.05; done
+  for _ in $(seq 600); do curl -sf --unix-socket "$demo/$a.sock" -o /dev/null http://agent/readyz && break; sleep 0.05; done
   printf 'agent %s: readyz %s; GetMyOrganizations for oidc profile=shared: HTTP %s\n' "$a" \
     "$(curl -sS --unix-socket "$demo/$a.sock" http://agent/readyz | sed 's/,"token":{[^}]*}//')" \
     "$(curl -sS -o /dev/null -w '%{http_code}' --unix-socket "$demo/$a.sock" -H 'Signagent-Identity: oidc profile=shared' \

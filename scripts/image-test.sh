@@ -132,18 +132,18 @@ emu=http://127.0.0.1:$EMULATOR_PORT
 podman system service --time=0 "unix://$tmp/podman.sock" 2>"$tmp/podman-service.log" &
 service=$!
 export DOCKER_HOST=unix://$tmp/podman.sock
-for _ in $(seq 100); do curl -sf --unix-socket "$tmp/podman.sock" -o /dev/null http://d/_ping && break; sleep 0.1; done
+for _ in $(seq 600); do curl -sf --unix-socket "$tmp/podman.sock" -o /dev/null http://d/_ping && break; sleep 0.1; done
 compose() { docker-compose -p $project -f deploy/compose.yaml "$@"; }
 
 compose --profile emulator up -d redis emulator 2>"$tmp/compose.err" || fail "compose up redis emulator: $(cat "$tmp/compose.err")"
-for _ in $(seq 100); do curl -s -o /dev/null "$emu/_emulator/stats" && break; sleep 0.1; done
+for _ in $(seq 600); do curl -s -o /dev/null "$emu/_emulator/stats" && break; sleep 0.1; done
 curl -sf -o /dev/null "$emu/_emulator/stats" || fail "the emulator did not start: $(podman logs ${project}_emulator_1 2>&1 | tail -3)"
 
 # The profile signed in once, into Redis: login shows a code in its log,
 # the test approves it on /device as the user would.
 compose --profile login up -d login 2>"$tmp/compose.err" || fail "compose up login: $(cat "$tmp/compose.err")"
 code=
-for _ in $(seq 100); do
+for _ in $(seq 600); do
 	code=$(podman logs ${project}_login_1 2>&1 | sed -n 's/.*enter the code \([A-Z]*\)$/\1/p')
 	[ -n "$code" ] && break
 	sleep 0.1
@@ -162,7 +162,7 @@ call() { # call AGENT: the status of GetMyOrganizations for the profile through 
 }
 ready() { curl -sS -o /dev/null -w '%{http_code}' --unix-socket "$tmp/run/$1/agent.sock" http://agent/readyz 2>/dev/null || true; }
 wait_ready() { # wait_ready AGENT WANT
-	for _ in $(seq 100); do [ "$(ready "$1")" = "$2" ] && return; sleep 0.1; done
+	for _ in $(seq 600); do [ "$(ready "$1")" = "$2" ] && return; sleep 0.1; done
 	fail "$1: /readyz $(ready "$1"), want $2: $(podman logs --tail 3 ${project}_$1_1 2>&1)"
 }
 for a in agent1 agent2 agent3; do
