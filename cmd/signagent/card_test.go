@@ -283,7 +283,7 @@ func TestCardCLINoPCSCD(t *testing.T) {
 	card.StopPCSCD(t)
 	pins := func() int { return strings.Count(card.BridgeLog(t), "APDU 00 20 00 00 (13 bytes)") } // a VERIFY with a PIN
 	before := pins()
-	cmd := signagent(t, cardEnv(card), append([]string{"sign", "--phone", "9161234567", "--format", "base64", "--token-timeout", "5s"},
+	cmd := signagent(t, cardEnv(card), append([]string{"sign", "--phone", "9161234567", "--format", "base64", "--token-timeout", "30s"},
 		cardArgs(card, card.PINFile)...)...)
 	cmd.Stdout = nil
 	code, stderr, took := runBinary(t, cmd)
@@ -292,7 +292,9 @@ func TestCardCLINoPCSCD(t *testing.T) {
 	}
 	oneLine(t, stderr, "pcscd running")
 	t.Logf("sign without pcscd, after %v: %s", took.Round(time.Millisecond), strings.TrimSpace(stderr))
-	if took > 5*time.Second {
+	// Half the timeout leaves room for a race-built binary on a loaded
+	// machine; waiting for the timeout would take all 30 s.
+	if took > 15*time.Second {
 		t.Errorf("sign without pcscd took %v, past --token-timeout", took)
 	}
 	if n := pins() - before; n != 0 {
