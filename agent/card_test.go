@@ -269,7 +269,7 @@ func TestCardAgent(t *testing.T) {
 	})
 
 	t.Run("removed in the middle of a signature: 503 at once, nothing retried", func(t *testing.T) {
-		card.SetSignDelay(t, 2*time.Second)
+		card.SetSignDelay(t, 6*time.Second)
 		defer card.SetSignDelay(t, 0)
 		var wg sync.WaitGroup
 		var err error
@@ -291,7 +291,9 @@ func TestCardAgent(t *testing.T) {
 		}
 		t.Logf("removed in the middle of a signature: the caller answered %v after the removal (%v in all)",
 			after.Round(time.Millisecond), took.Round(time.Millisecond))
-		if after > time.Second {
+		// Half the card's 6 s: room for a loaded machine, far from waiting
+		// for the card to finish.
+		if after > 3*time.Second {
 			t.Errorf("the caller waited %v after the removal; want at once", after)
 		}
 		if a.ready(t) {
