@@ -91,6 +91,7 @@ func startOn(t testing.TB, bin, port string, tlsOnly bool, config []string) (*Se
 		log, _ := os.ReadFile(logFile)
 		select {
 		case <-exited:
+			log, _ = os.ReadFile(logFile) // all it wrote before it went
 			if bytes.Contains(log, []byte("Address already in use")) {
 				return nil, fmt.Errorf("redis-server on %s: %w", addr, errPortTaken)
 			}
