@@ -146,7 +146,8 @@ func waitLateWrites(t *testing.T) {
 
 // settle is how long the sequence waits between calls, once every late
 // write is made (waitLateWrites), so that what a behaviour writes late
-// (10 ms after its answer) has reached the client before the next call. Bytes that arrive after a request went out on a connection
+// (10 ms after its answer) has reached the client before the next call.
+// Bytes that arrive after a request went out on a connection
 // cannot be told from its answer by any HTTP/1.1 client (the Transport
 // neither), so the behaviours that write late run one caller after
 // another only; those that write all at once run with four identities
