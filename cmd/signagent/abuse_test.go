@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/signagent/signagent/cmd/signagent/internal/clitest"
 	"github.com/signagent/signagent/internal/cmdutil"
 )
 
@@ -38,16 +39,14 @@ func tcpAgent(t testing.TB) (*agentProc, string, string) {
 	a := startServe(t, signagent(t, serveEnv(tk), "serve", "--listen", "unix:"+sock, "--listen", "tcp:"+addr,
 		"--bearer-token-file", bearer, "--audit-log", filepath.Join(dir, "audit.log")), sock)
 	// The Unix socket comes first (--listen's order): wait for the port too.
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	if !clitest.Poll(10*time.Second, func() bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent's TCP listener %s: %v", addr, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return err == nil
+	}) {
+		t.Fatalf("the agent's TCP listener %s takes no connection", addr)
 	}
 	return a, addr, dir
 }
