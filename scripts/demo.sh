@@ -31,7 +31,8 @@ done
 hash=$($emu --hash-password < "$demo/user-password")
 
 step "2. Emulator of the service on loopback (partner trusts the token's certificate)"
-cat > "$demo/emulator.yaml" <<YAML
+{
+  cat <<YAML
 partners:
   - name: demo-partner
     apiKeyFile: api-key
@@ -40,27 +41,11 @@ partners:
 developers:
   - name: demo-integrator
     keyFile: developer-key
-oidc:
-  clients:
-    - id: demo-app
-      secretFile: client-secret
-  deviceInterval: 1s
-users:
-  - id: ivanov
-    phone: "+7 916 123-45-67"
-    snils: "112-233-445 95"
-    login: ivanov@example.com
-    passwordHash: "$hash"
-    certificates: [hsm/cert.pem]
-    boxes: [3f2a0c1e-5b7d-4e8f-9a01-23456789abcd]
-organizations:
-  - id: org-horns
-    fullName: Horns and Hooves LLC
-    boxes: [{guid: 3f2a0c1e-5b7d-4e8f-9a01-23456789abcd, title: Main}]
-  - id: org-else
-    fullName: Someone Else JSC
-    boxes: [{guid: 7d1e2f30-4a5b-4c6d-8e9f-0a1b2c3d4e5f, title: Theirs}]
 YAML
+  sample_world "$hash" '    snils: "112-233-445 95"
+    certificates: [hsm/cert.pem]
+'
+} > "$demo/emulator.yaml"
 # A port of its own, free now, so that the lines at the end start it again
 # on the same address (the one the demo's settings keep).
 eport=18080

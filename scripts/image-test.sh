@@ -91,23 +91,7 @@ mkdir -p "$sec/emulator" "$tmp/run/agent1" "$tmp/run/agent2" "$tmp/run/agent3"
 for f in client-secret user-password; do od -An -N12 -tx1 /dev/urandom | tr -d ' \n' > "$sec/$f"; done
 hash=$("$tmp/signagent-emulator" --hash-password < "$sec/user-password")
 cp "$sec/client-secret" "$sec/emulator/client-secret"
-cat > "$sec/emulator/emulator.yaml" <<YAML
-oidc:
-  clients:
-    - id: demo-app
-      secretFile: client-secret
-  deviceInterval: 1s
-users:
-  - id: ivanov
-    phone: "+7 916 123-45-67"
-    login: ivanov@example.com
-    passwordHash: "$hash"
-    boxes: [3f2a0c1e-5b7d-4e8f-9a01-23456789abcd]
-organizations:
-  - id: org-horns
-    fullName: Horns and Hooves LLC
-    boxes: [{guid: 3f2a0c1e-5b7d-4e8f-9a01-23456789abcd, title: Main}]
-YAML
+sample_world "$hash" > "$sec/emulator/emulator.yaml"
 chown -R 65532:65532 "$sec" "$tmp/run"
 chmod 0700 "$sec" "$sec/emulator" "$tmp/run"/*
 err=$(podman run --rm --network none --no-healthcheck -v "$sec:/s" --entrypoint /usr/bin/signagent "$image" store-key --out /s/store-key 2>&1) ||

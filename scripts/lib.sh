@@ -51,3 +51,31 @@ apt_sources() {
 	done
 	echo http://deb.debian.org/debian
 }
+
+# sample_world HASH [USER_LINES]: the emulator's OpenID Connect client and
+# its sample world (the user ivanov, whose password hash is HASH, and two
+# organizations), as YAML for the emulator's configuration. USER_LINES are
+# more of the user's fields, each "    key: value" and a newline. The demo
+# and the image's test sign in as this user.
+sample_world() {
+	cat <<YAML
+oidc:
+  clients:
+    - id: demo-app
+      secretFile: client-secret
+  deviceInterval: 1s
+users:
+  - id: ivanov
+    phone: "+7 916 123-45-67"
+    login: ivanov@example.com
+    passwordHash: "$1"
+${2-}    boxes: [3f2a0c1e-5b7d-4e8f-9a01-23456789abcd]
+organizations:
+  - id: org-horns
+    fullName: Horns and Hooves LLC
+    boxes: [{guid: 3f2a0c1e-5b7d-4e8f-9a01-23456789abcd, title: Main}]
+  - id: org-else
+    fullName: Someone Else JSC
+    boxes: [{guid: 7d1e2f30-4a5b-4c6d-8e9f-0a1b2c3d4e5f, title: Theirs}]
+YAML
+}
