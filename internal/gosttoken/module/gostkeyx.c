@@ -374,8 +374,7 @@ static CK_RV unwrap(const unsigned char kek[32], const char *sbox, const unsigne
 }
 
 static CK_RV derive_(CK_SESSION_HANDLE h, CK_MECHANISM_PTR m, CK_OBJECT_HANDLE base, CK_ATTRIBUTE_PTR t, CK_ULONG n, CK_OBJECT_HANDLE_PTR out) {
-	struct session *s = sess(h);
-	if (!s) return CKR_SESSION_HANDLE_INVALID;
+	OPEN_SESSION(s, h);
 	if (!m || !out) return CKR_ARGUMENTS_BAD;
 	if (kx_flags(m->mechanism) != CKF_DERIVE || !kx_offered(m->mechanism)) return CKR_MECHANISM_INVALID;
 	struct tmpl tp;
@@ -469,8 +468,7 @@ static int parse_transport(const unsigned char *der, size_t len, struct transpor
 
 static CK_RV unwrap_(CK_SESSION_HANDLE h, CK_MECHANISM_PTR m, CK_OBJECT_HANDLE key, CK_BYTE_PTR wrapped, CK_ULONG wlen,
 		     CK_ATTRIBUTE_PTR t, CK_ULONG n, CK_OBJECT_HANDLE_PTR out) {
-	struct session *s = sess(h);
-	if (!s) return CKR_SESSION_HANDLE_INVALID;
+	OPEN_SESSION(s, h);
 	if (!m || !out || (!wrapped && wlen)) return CKR_ARGUMENTS_BAD;
 	if (kx_flags(m->mechanism) != CKF_UNWRAP || !kx_offered(m->mechanism)) return CKR_MECHANISM_INVALID;
 	struct tmpl tp;
@@ -513,8 +511,7 @@ static CK_RV tC_UnwrapKey(CK_SESSION_HANDLE h, CK_MECHANISM_PTR m, CK_OBJECT_HAN
 }
 
 static CK_RV decinit_(CK_SESSION_HANDLE h, CK_MECHANISM_PTR m, CK_OBJECT_HANDLE key) {
-	struct session *s = sess(h);
-	if (!s) return CKR_SESSION_HANDLE_INVALID;
+	OPEN_SESSION(s, h);
 	int i = (int)(s - sessions);
 	if (decs[i].active) return CKR_OPERATION_ACTIVE;
 	if (!m || m->mechanism != CKM_GOST28147 || !kx_offered(CKM_GOST28147)) return CKR_MECHANISM_INVALID;
@@ -531,8 +528,7 @@ static CK_RV tC_DecryptInit(CK_SESSION_HANDLE h, CK_MECHANISM_PTR m, CK_OBJECT_H
 
 /* decrypt_ is single-part CFB with CryptoPro key meshing every 1024 bytes (RFC 4357 2.3.2). */
 static CK_RV decrypt_(CK_SESSION_HANDLE h, CK_BYTE_PTR in, CK_ULONG len, CK_BYTE_PTR out, CK_ULONG_PTR outlen) {
-	struct session *s = sess(h);
-	if (!s) return CKR_SESSION_HANDLE_INVALID;
+	OPEN_SESSION(s, h);
 	int i = (int)(s - sessions);
 	if (!decs[i].active) return CKR_OPERATION_NOT_INITIALIZED;
 	if (!outlen || (!in && len)) return CKR_ARGUMENTS_BAD;

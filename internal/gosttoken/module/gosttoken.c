@@ -395,6 +395,12 @@ static struct session *sess(CK_SESSION_HANDLE h) {
 	return &sessions[h - 1];
 }
 
+/* OPEN_SESSION declares s, session h, and returns
+ * CKR_SESSION_HANDLE_INVALID when h is no open session. */
+#define OPEN_SESSION(s, h)                                  \
+	struct session *s = sess(h);                        \
+	if (!s) return CKR_SESSION_HANDLE_INVALID
+
 static CK_RV init_(void) {
 	if (initialized) return CKR_CRYPTOKI_ALREADY_INITIALIZED;
 	CK_RV rv = load();
@@ -540,8 +546,7 @@ static int open_count(void) {
 
 static CK_RV close_(CK_SESSION_HANDLE h) {
 	if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
-	struct session *s = sess(h);
-	if (!s) return CKR_SESSION_HANDLE_INVALID;
+	OPEN_SESSION(s, h);
 	close_one(s);
 	if (open_count() == 0) logged_in = 0;
 	return CKR_OK;
@@ -559,8 +564,7 @@ static CK_RV closeall_(CK_SLOT_ID slot) {
 static CK_RV tC_CloseAllSessions(CK_SLOT_ID slot) { LOCKED(closeall_(slot)); }
 
 static CK_RV info_(CK_SESSION_HANDLE h, CK_SESSION_INFO_PTR info) {
-	struct session *s = sess(h);
-	if (!s) return CKR_SESSION_HANDLE_INVALID;
+	OPEN_SESSION(s, h);
 	info->slotID = 0;
 	info->flags = s->flags;
 	info->ulDeviceError = 0;
@@ -600,8 +604,7 @@ static CK_RV logout_(CK_SESSION_HANDLE h) {
 static CK_RV tC_Logout(CK_SESSION_HANDLE h) { LOCKED(logout_(h)); }
 
 static CK_RV findinit_(CK_SESSION_HANDLE h, CK_ATTRIBUTE_PTR tmpl, CK_ULONG n) {
-	struct session *s = sess(h);
-	if (!s) return CKR_SESSION_HANDLE_INVALID;
+	OPEN_SESSION(s, h);
 	if (s->finding) return CKR_OPERATION_ACTIVE;
 	s->finding = 1;
 	s->nfound = s->next = 0;
@@ -620,8 +623,7 @@ static CK_RV findinit_(CK_SESSION_HANDLE h, CK_ATTRIBUTE_PTR tmpl, CK_ULONG n) {
 static CK_RV tC_FindObjectsInit(CK_SESSION_HANDLE h, CK_ATTRIBUTE_PTR t, CK_ULONG n) { LOCKED(findinit_(h, t, n)); }
 
 static CK_RV find_(CK_SESSION_HANDLE h, CK_OBJECT_HANDLE_PTR out, CK_ULONG max, CK_ULONG_PTR count) {
-	struct session *s = sess(h);
-	if (!s) return CKR_SESSION_HANDLE_INVALID;
+	OPEN_SESSION(s, h);
 	if (!s->finding) return CKR_OPERATION_NOT_INITIALIZED;
 	*count = 0;
 	while (*count < max && s->next < s->nfound) out[(*count)++] = s->found[s->next++];
@@ -630,8 +632,7 @@ static CK_RV find_(CK_SESSION_HANDLE h, CK_OBJECT_HANDLE_PTR out, CK_ULONG max, 
 static CK_RV tC_FindObjects(CK_SESSION_HANDLE h, CK_OBJECT_HANDLE_PTR out, CK_ULONG max, CK_ULONG_PTR count) { LOCKED(find_(h, out, max, count)); }
 
 static CK_RV findfinal_(CK_SESSION_HANDLE h) {
-	struct session *s = sess(h);
-	if (!s) return CKR_SESSION_HANDLE_INVALID;
+	OPEN_SESSION(s, h);
 	if (!s->finding) return CKR_OPERATION_NOT_INITIALIZED;
 	s->finding = 0;
 	return CKR_OK;
@@ -673,8 +674,7 @@ static CK_RV getattr_(CK_SESSION_HANDLE h, CK_OBJECT_HANDLE o, CK_ATTRIBUTE_PTR 
 static CK_RV tC_GetAttributeValue(CK_SESSION_HANDLE h, CK_OBJECT_HANDLE o, CK_ATTRIBUTE_PTR t, CK_ULONG n) { LOCKED(getattr_(h, o, t, n)); }
 
 static CK_RV signinit_(CK_SESSION_HANDLE h, CK_MECHANISM_PTR m, CK_OBJECT_HANDLE key) {
-	struct session *s = sess(h);
-	if (!s) return CKR_SESSION_HANDLE_INVALID;
+	OPEN_SESSION(s, h);
 	if (s->signing) return CKR_OPERATION_ACTIVE;
 	if (!logged_in) return CKR_USER_NOT_LOGGED_IN;
 	if (key != H_PRIV) return CKR_KEY_HANDLE_INVALID;
@@ -687,8 +687,7 @@ static CK_RV signinit_(CK_SESSION_HANDLE h, CK_MECHANISM_PTR m, CK_OBJECT_HANDLE
 static CK_RV tC_SignInit(CK_SESSION_HANDLE h, CK_MECHANISM_PTR m, CK_OBJECT_HANDLE key) { LOCKED(signinit_(h, m, key)); }
 
 static CK_RV sign_(CK_SESSION_HANDLE h, CK_BYTE_PTR data, CK_ULONG len, CK_BYTE_PTR out, CK_ULONG_PTR outlen) {
-	struct session *s = sess(h);
-	if (!s) return CKR_SESSION_HANDLE_INVALID;
+	OPEN_SESSION(s, h);
 	if (!s->signing) return CKR_OPERATION_NOT_INITIALIZED;
 	size_t n = bits / 8;
 	CK_ULONG want = 2 * n;
@@ -724,8 +723,7 @@ static CK_RV sign_(CK_SESSION_HANDLE h, CK_BYTE_PTR data, CK_ULONG len, CK_BYTE_
 static CK_RV tC_Sign(CK_SESSION_HANDLE h, CK_BYTE_PTR d, CK_ULONG l, CK_BYTE_PTR o, CK_ULONG_PTR ol) { LOCKED(sign_(h, d, l, o, ol)); }
 
 static CK_RV diginit_(CK_SESSION_HANDLE h, CK_MECHANISM_PTR m) {
-	struct session *s = sess(h);
-	if (!s) return CKR_SESSION_HANDLE_INVALID;
+	OPEN_SESSION(s, h);
 	if (s->dig) return CKR_OPERATION_ACTIVE;
 	if (!m || (m->mechanism != CKM_GOSTR3411_2012_256 && m->mechanism != CKM_GOSTR3411_2012_512) || !offered(m->mechanism))
 		return CKR_MECHANISM_INVALID;
@@ -744,8 +742,7 @@ static void digest_end(struct session *s) {
 }
 
 static CK_RV digupdate_(CK_SESSION_HANDLE h, CK_BYTE_PTR data, CK_ULONG len) {
-	struct session *s = sess(h);
-	if (!s) return CKR_SESSION_HANDLE_INVALID;
+	OPEN_SESSION(s, h);
 	if (!s->dig) return CKR_OPERATION_NOT_INITIALIZED;
 	if (fault("digest-fail", NULL, 0)) {
 		digest_end(s);
@@ -757,8 +754,7 @@ static CK_RV digupdate_(CK_SESSION_HANDLE h, CK_BYTE_PTR data, CK_ULONG len) {
 static CK_RV tC_DigestUpdate(CK_SESSION_HANDLE h, CK_BYTE_PTR d, CK_ULONG l) { LOCKED(digupdate_(h, d, l)); }
 
 static CK_RV digfinal_(CK_SESSION_HANDLE h, CK_BYTE_PTR out, CK_ULONG_PTR outlen) {
-	struct session *s = sess(h);
-	if (!s) return CKR_SESSION_HANDLE_INVALID;
+	OPEN_SESSION(s, h);
 	if (!s->dig) return CKR_OPERATION_NOT_INITIALIZED;
 	CK_ULONG n = s->digest_bits / 8;
 	ANSWER_LENGTH(out, outlen, n);
@@ -770,8 +766,7 @@ static CK_RV digfinal_(CK_SESSION_HANDLE h, CK_BYTE_PTR out, CK_ULONG_PTR outlen
 static CK_RV tC_DigestFinal(CK_SESSION_HANDLE h, CK_BYTE_PTR o, CK_ULONG_PTR ol) { LOCKED(digfinal_(h, o, ol)); }
 
 static CK_RV digest_(CK_SESSION_HANDLE h, CK_BYTE_PTR data, CK_ULONG len, CK_BYTE_PTR out, CK_ULONG_PTR outlen) {
-	struct session *s = sess(h);
-	if (!s) return CKR_SESSION_HANDLE_INVALID;
+	OPEN_SESSION(s, h);
 	if (!s->dig) return CKR_OPERATION_NOT_INITIALIZED;
 	CK_ULONG n = s->digest_bits / 8;
 	ANSWER_LENGTH(out, outlen, n);
