@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -173,9 +174,15 @@ func TestSharedStoreBadInput(t *testing.T) {
 		{[]string{"SIGNAGENT_STORE=redis://127.0.0.1:1", "SIGNAGENT_STORE_KEY_FILE=" + short}, "not 64 hexadecimal characters"},
 		{[]string{"SIGNAGENT_STORE=redis://127.0.0.1:1", "SIGNAGENT_STORE_KEY_FILE=" + filepath.Join(dir, "none")}, "none"},
 	} {
-		code, stderr, _ := runBinary(t, signagent(t, append(base, tc.env...), "token"))
-		if code != cmdutil.ExitBadInput || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "hunter2") {
-			t.Errorf("%v: exit %d, %q", tc.env, code, stderr)
+		// token (OpenID Connect records), and api with the legacy scheme
+		// (lent the store as every scheme is).
+		for _, args := range [][]string{{"token"}, {"api", "--scheme", "legacy", "--by", "password", "--login", "a@example.com",
+			"--api-url", "http://127.0.0.1:1", "/GetMyOrganizations"}} {
+			env := append(slices.Clone(base), "SIGNAGENT_DEVELOPER_KEY=testClient-5a6b7c8d9e", "SIGNAGENT_PASSWORD=pw")
+			code, stderr, _ := runBinary(t, signagent(t, append(env, tc.env...), args...))
+			if code != cmdutil.ExitBadInput || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "hunter2") {
+				t.Errorf("%s %v: exit %d, %q", args[0], tc.env, code, stderr)
+			}
 		}
 	}
 	// A store that does not answer: exit 4 (unreachable), in time.
@@ -253,6 +260,19 @@ func TestLegacyTokenThroughSharedStore(t *testing.T) {
 	}
 	if tokens[0] != tokens[1] || emu.Stats().LegacyTokens != 1 {
 		t.Fatalf("%q, %d logins (want the same token, 1 login)", tokens, emu.Stats().LegacyTokens)
+	}
+	// signagent api is lent the same store (schemes.Deps.Store): its
+	// legacy scheme calls with the token legacy-token kept there.
+	for i := range 2 {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"signagent", "--log-level", "error", "api", "--scheme", "legacy", "--by", "password", "--login", "alice@example.com",
+			"--api-url", emu.URL(), "/GetMyOrganizations?autoRegister=false"}, strings.NewReader(""), &stdout, &stderr)
+		if code != 0 {
+			t.Fatalf("api %d: %d %s", i, code, stderr.String())
+		}
+	}
+	if n := emu.Stats().LegacyTokens; n != 1 {
+		t.Fatalf("signagent api through the store logged in again: %d logins, want 1", n)
 	}
 	// A refused login through the store is refused (exit 3), with nothing
 	// on stdout: the login's error was once dropped on this path.

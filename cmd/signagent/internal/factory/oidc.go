@@ -108,9 +108,11 @@ func ClientSecret(s *settings.Settings) (string, error) {
 }
 
 // OIDCTokens hands out the profiles' tokens, refreshing with a client for
-// the provider and application each profile signed in with.
-func OIDCTokens(s *settings.Settings, e *cmdutil.Env) (*oidc.Tokens, error) {
-	records, err := TokenStore(s)
+// the provider and application each profile signed in with; their records
+// are in shared, the store the command opened (OpenStore), when there is
+// one, else in the files.
+func OIDCTokens(s *settings.Settings, e *cmdutil.Env, shared *store.Shared) (*oidc.Tokens, error) {
+	records, err := oidcRecords(s, shared)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +144,14 @@ func RefreshClient(s *settings.Settings, e *cmdutil.Env, rec *oidc.Record, sec s
 
 func OIDCToken(c *cli.Context, e *cmdutil.Env) (*oidc.Record, error) {
 	s := settings.Of(c)
-	tk, err := OIDCTokens(s, e)
+	shared, err := OpenStore(s)
+	if err != nil {
+		return nil, err
+	}
+	if shared != nil {
+		defer shared.Close()
+	}
+	tk, err := OIDCTokens(s, e, shared)
 	if err != nil {
 		return nil, err
 	}

@@ -224,34 +224,47 @@ func apiAuthorizer(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.
 // apiSchemes are the schemes signagent api calls with, built from the
 // one list (schemes.List) as the flags configure them (--scheme trusted
 // is legacy by sid: authz.Selector.Normalize); a scheme the flags do not
-// configure says what it lacks when used. The command lends them a
-// password from its sources, the token (opened when asked) and an
-// auth.sid from the flags; done closes what they opened.
+// configure says what it lacks when used. The command opens --store once
+// and lends it as the agent lends its own: the schemes keep their records
+// there (the OpenID Connect records, and the legacy tokens that
+// legacy-token and the agents share); it also lends a password from its
+// sources, the token (opened when asked) and an auth.sid from the flags.
+// done closes what they opened.
 func apiSchemes(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.Schemes, func(), error) {
+	shared, err := factory.OpenStore(s)
+	if err != nil {
+		return nil, func() {}, err
+	}
 	set := schemes.Settings{Off: map[string]error{}}
 	if lc, err := factory.LegacyConfig(s, e); err != nil {
 		set.Off[authz.SchemeLegacy] = err
 	} else {
 		set.Legacy = &schemes.LegacySettings{Client: lc}
 	}
-	if tk, err := factory.OIDCTokens(s, e); err != nil {
+	if tk, err := factory.OIDCTokens(s, e, shared); err != nil {
 		set.Off[authz.SchemeOIDC] = err
 	} else {
 		set.OIDC = tk
 	}
 	factory.MoreSchemes(s, e, &set)
 	f := factory.New(c, e)
-	list, err := schemes.Build(nil, set, schemes.Deps{Log: e.Log, Timeout: s.Duration("request-timeout"), Decrypter: f.Certificate,
+	d := schemes.Deps{Log: e.Log, Timeout: s.Duration("request-timeout"), Decrypter: f.Certificate,
 		Password: func(login string) (string, error) { return readPassword(s, e, login) },
 		Sid: func(authz.Selector) (schemes.Sid, error) {
 			id, err := sidIdentity(f)
 			return schemes.Sid{Subject: id.Subject, CacheKey: id.CacheKey, Get: id.Sid, Drop: id.Drop}, err
-		}})
+		}}
+	done := f.Close
+	if shared != nil {
+		d.Store = shared
+		done = func() { f.Close(); shared.Close() }
+	}
+	list, err := schemes.Build(nil, set, d)
 	if err != nil {
-		f.Close()
+		done()
 		return nil, func() {}, err
 	}
-	return list, f.Close, nil
+	return list, done, nil
 }
 
 // apiSchemeNames are the values of api's --scheme: every scheme of the
