@@ -10,6 +10,7 @@ import (
 
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/schemes"
 )
 
 // business calls GetMyOrganizations on the emulator with header.
@@ -101,13 +102,19 @@ func TestLegacyAuthorizationsSingleFlight(t *testing.T) {
 func TestLegacyAuthorizationRefusals(t *testing.T) {
 	h := start(t, options{legacy: true})
 	ctx := context.Background()
+	// The schemes an unknown one is told of are the list's.
+	var names []string
+	for _, e := range schemes.List() {
+		names = append(names, e.Name)
+	}
+	served := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 	for _, tc := range []struct {
 		name   string
 		req    api.AuthorizationRequest
 		status int
 		want   string
 	}{
-		{"unknown scheme", api.AuthorizationRequest{Scheme: "kerberos"}, 400, `scheme "kerberos": want legacy or oidc`},
+		{"unknown scheme", api.AuthorizationRequest{Scheme: "kerberos"}, 400, `scheme "kerberos": want ` + served},
 		{"unknown scheme with a way in", api.AuthorizationRequest{Scheme: "kerberos", By: "password"}, 400, "kerberos password does not take by"},
 		{"unknown way", api.AuthorizationRequest{Scheme: "legacy", By: "telepathy"}, 400, "not a way to authenticate"},
 		{"login not configured", api.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "carol@example.com"}, 400, "no password for login"},

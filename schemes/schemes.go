@@ -39,6 +39,9 @@ type Entry struct {
 	// of signagent_NAME_refreshes_total{result}, counted through
 	// Deps.Refreshed); empty: it refreshes nothing.
 	Refreshes string
+	// Help says, for signagent api's --scheme, what names one of its
+	// identities (the flags); empty: the name alone.
+	Help string
 	// Build makes the scheme of s with what the caller lends; a scheme s
 	// does not configure is authz.Off, saying what it lacks. An error is
 	// a configuration the scheme cannot run with.
@@ -48,8 +51,8 @@ type Entry struct {
 // List is every scheme signagent has, in the order a caller names them.
 func List() []Entry {
 	return []Entry{
-		{Name: authz.SchemeLegacy, Sources: []string{"memory", "store", "login"}, Build: Legacy},
-		{Name: authz.SchemeOIDC, Sources: []string{"memory", "store", "refresh"},
+		{Name: authz.SchemeLegacy, Sources: []string{"memory", "store", "login"}, Help: "--by password|certificate|sid", Build: Legacy},
+		{Name: authz.SchemeOIDC, Sources: []string{"memory", "store", "refresh"}, Help: "a signed-in --profile",
 			Refreshes: "OpenID Connect access-token refreshes", Build: OIDC},
 	}
 }

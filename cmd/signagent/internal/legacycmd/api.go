@@ -35,7 +35,7 @@ func apiCommand(e *cmdutil.Env) *cli.Command {
 			"signagent api --scheme legacy --by password --login L GET '/GetMyEmployee?boxId=...'\n" +
 			"signagent api --scheme trusted --snils S --service-user-id ID /GetMyOrganizations",
 		Flags: cmdutil.Concat(legacyCommandFlags(
-			schemeFlag("`SCHEME`: oidc (a signed-in --profile), legacy (--by password|certificate|sid) or trusted (the credential and --service-user-id: trusted authentication, then Authenticate type=sid)", apiSchemeNames()...),
+			schemeFlag(apiSchemeUsage(), apiSchemeNames()...),
 			&cli.BoolFlag{Name: "include", Aliases: []string{"i"}, Category: cmdutil.CatOutput, Usage: "print the status line and the headers before the body"},
 			&cli.StringFlag{Name: "input", Category: cmdutil.CatOutput, Usage: "send the body read from `FILE` (- for stdin)"},
 		), factory.OIDCHeaderFlags(), factory.MoreSchemeFlags(), factory.AgentUseFlags()),
@@ -265,6 +265,27 @@ func apiSchemes(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.Sch
 		return nil, func() {}, err
 	}
 	return list, done, nil
+}
+
+// trustedHelp is what names a trusted user in api (--scheme trusted).
+const trustedHelp = "the credential and --service-user-id: trusted authentication, then Authenticate type=sid"
+
+// apiSchemeUsage is the help of api's --scheme: each scheme of the list,
+// the default first, then trusted, with what names its identities.
+func apiSchemeUsage() string {
+	help := map[string]string{authz.SchemeTrusted: trustedHelp}
+	for _, e := range schemes.List() {
+		help[e.Name] = e.Help
+	}
+	names := apiSchemeNames()
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = n
+		if h := help[n]; h != "" {
+			parts[i] += " (" + h + ")"
+		}
+	}
+	return "`SCHEME`: " + strings.Join(parts[:len(parts)-1], ", ") + " or " + parts[len(parts)-1]
 }
 
 // apiSchemeNames are the values of api's --scheme: every scheme of the
