@@ -235,7 +235,8 @@ func TestSessionThroughSharedStore(t *testing.T) {
 }
 
 // TestLegacyTokenThroughSharedStore: `signagent legacy-token --store` run
-// twice logs in once: the second prints the token the first stored.
+// twice logs in once: the second prints the token the first stored; api
+// and header after them call with it.
 func TestLegacyTokenThroughSharedStore(t *testing.T) {
 	const devKey = "testClient-5a6b7c8d9e"
 	hash, _ := emulator.HashPassword([]byte(browserPassword))
@@ -261,18 +262,25 @@ func TestLegacyTokenThroughSharedStore(t *testing.T) {
 	if tokens[0] != tokens[1] || emu.Stats().LegacyTokens != 1 {
 		t.Fatalf("%q, %d logins (want the same token, 1 login)", tokens, emu.Stats().LegacyTokens)
 	}
-	// signagent api is lent the same store (schemes.Deps.Store): its
-	// legacy scheme calls with the token legacy-token kept there.
-	for i := range 2 {
+	// signagent api and header are lent the same store
+	// (schemes.Deps.Store): their legacy scheme takes the token
+	// legacy-token kept there.
+	for i, args := range [][]string{
+		{"api", "--scheme", "legacy", "--by", "password", "--login", "alice@example.com", "--api-url", emu.URL(), "/GetMyOrganizations?autoRegister=false"},
+		{"api", "--scheme", "legacy", "--by", "password", "--login", "alice@example.com", "--api-url", emu.URL(), "/GetMyOrganizations?autoRegister=false"},
+		{"header", "--scheme", "legacy", "--by", "password", "--login", "alice@example.com", "--api-url", emu.URL()},
+	} {
 		var stdout, stderr bytes.Buffer
-		code := run([]string{"signagent", "--log-level", "error", "api", "--scheme", "legacy", "--by", "password", "--login", "alice@example.com",
-			"--api-url", emu.URL(), "/GetMyOrganizations?autoRegister=false"}, strings.NewReader(""), &stdout, &stderr)
+		code := run(append([]string{"signagent", "--log-level", "error"}, args...), strings.NewReader(""), &stdout, &stderr)
 		if code != 0 {
-			t.Fatalf("api %d: %d %s", i, code, stderr.String())
+			t.Fatalf("%s (%d): %d %s", args[0], i, code, stderr.String())
+		}
+		if args[0] == "header" && !strings.Contains(stdout.String(), "ddauth_token="+strings.TrimSpace(tokens[0])) {
+			t.Fatalf("header: %q, want the stored token %q", stdout.String(), tokens[0])
 		}
 	}
 	if n := emu.Stats().LegacyTokens; n != 1 {
-		t.Fatalf("signagent api through the store logged in again: %d logins, want 1", n)
+		t.Fatalf("signagent api and header through the store logged in again: %d logins, want 1", n)
 	}
 	// A refused login through the store is refused (exit 3), with nothing
 	// on stdout: the login's error was once dropped on this path.

@@ -35,7 +35,7 @@ func apiCommand(e *cmdutil.Env) *cli.Command {
 			"signagent api --scheme legacy --by password --login L GET '/GetMyEmployee?boxId=...'\n" +
 			"signagent api --scheme trusted --snils S --service-user-id ID /GetMyOrganizations",
 		Flags: cmdutil.Concat(legacyCommandFlags(
-			schemeFlag(apiSchemeUsage(), apiSchemeNames()...),
+			schemeFlag(schemeUsage(true), schemeNames(true)...),
 			&cli.BoolFlag{Name: "include", Aliases: []string{"i"}, Category: cmdutil.CatOutput, Usage: "print the status line and the headers before the body"},
 			&cli.StringFlag{Name: "input", Category: cmdutil.CatOutput, Usage: "send the body read from `FILE` (- for stdin)"},
 		), factory.OIDCHeaderFlags(), factory.MoreSchemeFlags(), factory.AgentUseFlags()),
@@ -188,6 +188,15 @@ func apiNeeds(c *cli.Context, s *settings.Settings) []cmdutil.Need {
 	return needs
 }
 
+// headerNeeds are the settings signagent header needs here for its
+// scheme: the legacy scheme logs in (the API address, the developer key).
+func headerNeeds(c *cli.Context, s *settings.Settings) []cmdutil.Need {
+	if strings.EqualFold(c.String("scheme"), authz.SchemeLegacy) {
+		return []cmdutil.Need{cmdutil.FlagNeed(c, "api-url"), cmdutil.DeveloperKeySecret.Need(s)}
+	}
+	return nil
+}
+
 // apiAuthorizer is the Authorizer of the identity the flags name, from
 // the schemes configured by them; done releases the token when one was
 // opened.
@@ -270,14 +279,15 @@ func apiSchemes(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.Sch
 // trustedHelp is what names a trusted user in api (--scheme trusted).
 const trustedHelp = "the credential and --service-user-id: trusted authentication, then Authenticate type=sid"
 
-// apiSchemeUsage is the help of api's --scheme: each scheme of the list,
-// the default first, then trusted, with what names its identities.
-func apiSchemeUsage() string {
+// schemeUsage is the help of header's and api's --scheme: each scheme of
+// the list, the default first, with what names its identities, and with
+// trusted, trusted (api's).
+func schemeUsage(trusted bool) string {
 	help := map[string]string{authz.SchemeTrusted: trustedHelp}
 	for _, e := range schemes.List() {
 		help[e.Name] = e.Help
 	}
-	names := apiSchemeNames()
+	names := schemeNames(trusted)
 	parts := make([]string, len(names))
 	for i, n := range names {
 		parts[i] = n
@@ -288,15 +298,18 @@ func apiSchemeUsage() string {
 	return "`SCHEME`: " + strings.Join(parts[:len(parts)-1], ", ") + " or " + parts[len(parts)-1]
 }
 
-// apiSchemeNames are the values of api's --scheme: every scheme of the
-// list (schemes.List), the default first, and trusted (a legacy identity
-// by trusted authentication).
-func apiSchemeNames() []string {
+// schemeNames are the values of header's and api's --scheme: every
+// scheme of the list (schemes.List), the default first, and with trusted,
+// trusted (a legacy identity by trusted authentication: api's).
+func schemeNames(trusted bool) []string {
 	names := []string{authz.SchemeOIDC}
 	for _, e := range schemes.List() {
 		if e.Name != authz.SchemeOIDC {
 			names = append(names, e.Name)
 		}
 	}
-	return append(names, authz.SchemeTrusted)
+	if trusted {
+		names = append(names, authz.SchemeTrusted)
+	}
+	return names
 }

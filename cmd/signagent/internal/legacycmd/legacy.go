@@ -91,8 +91,7 @@ func headerCommand(e *cmdutil.Env) *cli.Command {
 		Usage: "print the Authorization header value of a business call",
 		UsageText: "signagent header --scheme legacy --by password|certificate|sid [...]\n" +
 			"signagent header --scheme oidc [--profile NAME]",
-		Flags: cmdutil.Concat(legacyCommandFlags(schemeFlag("the authorization `SCHEME`: oidc (Bearer <access token> of a signed-in --profile) or legacy (ServiceAuth ddauth_api_client_id=...,ddauth_token=...; --by password|certificate|sid)",
-			authz.SchemeOIDC, authz.SchemeLegacy)),
+		Flags: cmdutil.Concat(legacyCommandFlags(schemeFlag("the authorization "+schemeUsage(false), schemeNames(false)...)),
 			factory.OIDCHeaderFlags(), []cli.Flag{cmdutil.JSONFlag(`{"authorization","expiresAt"}`)}, factory.AgentUseFlags()),
 		Action: func(c *cli.Context) error {
 			emit := func(header string, expires time.Time) error {
@@ -116,19 +115,21 @@ func headerCommand(e *cmdutil.Env) *cli.Command {
 				}
 				return emit(resp.Authorization, resp.ExpiresAt)
 			}
-			switch c.String("scheme") {
-			case "oidc":
-				rec, err := factory.OIDCToken(c, e)
-				if err != nil {
-					return orOtherScheme(c, err)
-				}
-				return emit(rec.Header(), rec.Expiry)
-			}
-			tok, client, err := obtainLegacy(c, e)
-			if err != nil {
+			// Here, from the schemes of the list as api builds them.
+			s := settings.Of(c)
+			if err := cmdutil.Missing(headerNeeds(c, s)...); err != nil {
 				return err
 			}
-			return emit(client.Header(tok.Value), tok.ExpiresAt)
+			a, done, err := apiAuthorizer(c, e, s)
+			if err != nil {
+				return orOtherScheme(c, err)
+			}
+			defer done()
+			h, err := a.Header(c.Context)
+			if err != nil {
+				return orOtherScheme(c, err)
+			}
+			return emit(h.Value, h.ExpiresAt)
 		},
 	}
 }
