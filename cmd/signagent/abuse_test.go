@@ -7,25 +7,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/cmd/signagent/internal/clitest"
 	"github.com/signagent/signagent/internal/cmdutil"
 )
-
-// freePort returns a loopback port free at the moment.
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // tcpAgent starts serve on a Unix socket and a loopback port with a bearer
 // token file of the test's.
@@ -35,20 +23,10 @@ func tcpAgent(t testing.TB) (*agentProc, string, string) {
 	sock := filepath.Join(dir, "a.sock")
 	bearer := filepath.Join(dir, "bearer")
 	os.WriteFile(bearer, []byte("0123456789abcdef0123456789abcdef\n"), 0o600)
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	a := startServe(t, signagent(t, serveEnv(tk), "serve", "--listen", "unix:"+sock, "--listen", "tcp:"+addr,
+	a := startServe(t, signagent(t, serveEnv(tk), "serve", "--listen", "unix:"+sock, "--listen", "tcp:127.0.0.1:0",
 		"--bearer-token-file", bearer, "--audit-log", filepath.Join(dir, "audit.log")), sock)
-	// The Unix socket comes first (--listen's order): wait for the port too.
-	if !clitest.Poll(10*time.Second, func() bool {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	}) {
-		t.Fatalf("the agent's TCP listener %s takes no connection", addr)
-	}
-	return a, addr, dir
+	// Logged once every listener is open, with the port the kernel gave.
+	return a, a.tcpAddr(t), dir
 }
 
 // rawHTTP sends one request line with method on a new TCP connection and
@@ -198,7 +176,7 @@ func TestWorldReadableSecrets(t *testing.T) {
 	os.WriteFile(bearer, []byte("0123456789abcdef0123456789abcdef\n"), 0o644)
 	os.Chmod(bearer, 0o644)
 	code, stderr, _ := runBinary(t, signagent(t, serveEnv(tk), "serve", "--listen", "unix:"+filepath.Join(dir, "a.sock"),
-		"--listen", "tcp:127.0.0.1:"+strconv.Itoa(freePort(t)), "--bearer-token-file", bearer))
+		"--listen", "tcp:127.0.0.1:0", "--bearer-token-file", bearer))
 	if code != cmdutil.ExitBadInput || !strings.Contains(stderr, "has mode 0644") {
 		t.Fatalf("world-readable bearer file: exit %d: %s", code, stderr)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -52,11 +51,11 @@ func newPartnerBed(t *testing.T, args ...string) *partnerBed {
 	dir := shortDir(t)
 	sock := filepath.Join(dir, "a.sock")
 	b := &partnerBed{emu: emu, tk: tk, bearer: filepath.Join(dir, "bearer"), dir: dir}
-	b.url = fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
 	env := append(serveEnv(tk), "SIGNAGENT_DEVELOPER_KEY=testClient-0a1b2c3d4e", "XDG_STATE_HOME="+dir)
 	b.agentProc = startServe(t, signagent(t, env, append([]string{"serve", "--listen", "unix:" + sock,
-		"--listen", "tcp:" + strings.TrimPrefix(b.url, "http://"), "--bearer-token-file", b.bearer, "--audit-log", os.DevNull,
-		"--base-url", emu.URL(), "--api-url", emu.URL(), "--expose-legacy-header", "--log-level", "warn"}, args...)...), sock)
+		"--listen", "tcp:127.0.0.1:0", "--bearer-token-file", b.bearer, "--audit-log", os.DevNull,
+		"--base-url", emu.URL(), "--api-url", emu.URL(), "--expose-legacy-header", "--log-level", "info"}, args...)...), sock)
+	b.url = "http://" + b.agentProc.tcpAddr(t)
 	eventuallyReady(t, b.agentProc)
 	return b
 }

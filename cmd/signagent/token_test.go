@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/signagent/signagent/cmd/signagent/internal/clitest"
 	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/cmdutil"
 )
@@ -214,6 +216,29 @@ type agentProc struct {
 	stderr *hsmtest.LogBuffer
 	done   chan struct{}
 	client *http.Client
+}
+
+// servingTCP is the address serve bound for `--listen tcp:127.0.0.1:0`,
+// read from its "agent serving" line (logged at info, the default): a port
+// the kernel gave it, never one the test guessed free and another process
+// could take first.
+var servingTCP = regexp.MustCompile(`agent serving listen=.*"tcp:(127\.0\.0\.1:[1-9][0-9]*)"`)
+
+// tcpAddr waits for serve's "agent serving" line and returns its TCP
+// address.
+func (a *agentProc) tcpAddr(t testing.TB) string {
+	t.Helper()
+	var addr string
+	if !clitest.Poll(30*time.Second, func() bool {
+		if m := servingTCP.FindStringSubmatch(a.stderr.String()); m != nil {
+			addr = m[1]
+			return true
+		}
+		return false
+	}) {
+		t.Fatalf("serve logged no TCP address it serves on:\n%s", a.stderr.String())
+	}
+	return addr
 }
 
 // startServe starts serve with args on a socket in dir and waits until it
