@@ -2,6 +2,7 @@ package hsmtest
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -65,28 +66,14 @@ func NewTPM(t testing.TB) *Token {
 		tk.RSA.Cert, tk.EC.Cert = made.rsa, made.ec
 	}
 
-	// The TPM, on two free loopback ports (commands and control).
-	port := freePortPair(t)
+	// The TPM, on two free loopback ports (commands and control), once it
+	// takes connections: the resource manager opens the TPM once, as it
+	// starts. The ports were free a moment before swtpm binds them; one
+	// taken in between makes swtpm exit ("Address already in use"), and
+	// it starts again on two others.
 	state := filepath.Join(dir, tpmTokens, "state")
 	os.MkdirAll(state, 0o700)
-	start(t, exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+state,
-		"--server", fmt.Sprintf("type=tcp,port=%d,bindaddr=127.0.0.1", port),
-		"--ctrl", fmt.Sprintf("type=tcp,port=%d,bindaddr=127.0.0.1", port+1),
-		"--flags", "not-need-init,startup-clear"))
-	// The resource manager opens the TPM once, as it starts: wait for the
-	// TPM to take connections first.
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("swtpm does not take connections on port %d: %v", port, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-
+	port := startSWTPM(t, state)
 	// A session bus of our own, and the resource manager on it: without
 	// it the TPM runs out of object slots.
 	bus := exec.Command("dbus-daemon", "--session", "--nofork", "--print-address=1")
@@ -186,6 +173,79 @@ func start(t testing.TB, cmd *exec.Cmd) {
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
+}
+
+// startSWTPM starts swtpm on the TPM state in dir and returns its command
+// port (its control port is the next) once it takes connections.
+func startSWTPM(t testing.TB, state string) int {
+	t.Helper()
+	for range 5 {
+		port := freePortPair(t)
+		err := swtpmOn(t, state, port)
+		if errors.Is(err, errPortTaken) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return port
+	}
+	t.Fatal("swtpm found its ports taken five times")
+	return 0
+}
+
+// errPortTaken is swtpm's port, or its control port, taken by another.
+var errPortTaken = errors.New("swtpm's port is taken")
+
+// swtpmOn starts swtpm on the TPM state in dir, on port and port+1, and
+// returns once it takes connections (killed at the test's end).
+func swtpmOn(t testing.TB, state string, port int) error {
+	cmd := exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+state,
+		"--server", fmt.Sprintf("type=tcp,port=%d,bindaddr=127.0.0.1", port),
+		"--ctrl", fmt.Sprintf("type=tcp,port=%d,bindaddr=127.0.0.1", port+1),
+		"--flags", "not-need-init,startup-clear")
+	stderr := &LogBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start swtpm: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	gone := func() error {
+		if strings.Contains(stderr.String(), "Address already in use") {
+			return errPortTaken
+		}
+		return fmt.Errorf("swtpm exited: %s", stderr.String())
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		select {
+		case <-exited:
+			return gone()
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("swtpm does not take connections on port %d: %s", port, stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// What answered may be another's server on the port, with swtpm on
+	// its way out: it says so within moments.
+	select {
+	case <-exited:
+		return gone()
+	case <-time.After(100 * time.Millisecond):
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+	})
+	return nil
 }
 
 // freePortPair returns a loopback port p with p+1 free too (at the moment).
