@@ -173,6 +173,9 @@ func TestSharedStoreBadInput(t *testing.T) {
 		{[]string{"SIGNAGENT_STORE=redis://127.0.0.1:1", "SIGNAGENT_STORE_KEY_FILE=" + open}, "chmod go-rwx"},
 		{[]string{"SIGNAGENT_STORE=redis://127.0.0.1:1", "SIGNAGENT_STORE_KEY_FILE=" + short}, "not 64 hexadecimal characters"},
 		{[]string{"SIGNAGENT_STORE=redis://127.0.0.1:1", "SIGNAGENT_STORE_KEY_FILE=" + filepath.Join(dir, "none")}, "none"},
+		// Two mistakes at once: both, on the one line.
+		{[]string{"SIGNAGENT_STORE=redis://127.0.0.1:1", "SIGNAGENT_STORE_PASSWORD_FILE=" + filepath.Join(dir, "nopw")},
+			"signagent store-key --out FILE; the store password: "},
 	} {
 		// token (OpenID Connect records), and api with the legacy scheme
 		// (lent the store as every scheme is).

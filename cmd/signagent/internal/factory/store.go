@@ -3,6 +3,7 @@ package factory
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -12,11 +13,12 @@ import (
 	"github.com/signagent/signagent/store"
 )
 
-// StoreFlags choose where OpenID Connect records are kept: the local
-// files, or a store several agents share.
+// StoreFlags choose where records are kept (OpenID Connect records, and
+// for the agent, header and api trusted sessions and legacy tokens): the
+// local files and the process's memory, or a store several agents share.
 func StoreFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "store", Category: CatStore, Value: "local", EnvVars: []string{"SIGNAGENT_STORE"}, Usage: "keep OpenID Connect records in `STORE`: local (the --token-store files) or a store several agents share: redis://[user@]host:port[/db], rediss://..., redis+sentinel://host:port[,...]/master[/db], redis+cluster://host:port[,...]"},
+		&cli.StringFlag{Name: "store", Category: CatStore, Value: "local", EnvVars: []string{"SIGNAGENT_STORE"}, Usage: "keep records (OpenID Connect records, sessions, legacy tokens) in `STORE`: local (the --token-store files, and memory) or a store several agents share: redis://[user@]host:port[/db], rediss://..., redis+sentinel://host:port[,...]/master[/db], redis+cluster://host:port[,...]"},
 		&cli.StringFlag{Name: "store-key-file", Category: CatStore, EnvVars: []string{"SIGNAGENT_STORE_KEY_FILE"}, Usage: "the shared store's key `FILE` (64 hex characters, mode 0600; signagent store-key --out FILE makes one)"},
 		cmdutil.StorePassword.FlagWith(CatStore, "; never in the URL"),
 		&cli.StringFlag{Name: "store-prefix", Category: CatStore, Value: store.DefaultPrefix, EnvVars: []string{"SIGNAGENT_STORE_PREFIX"}, Usage: "start every Redis key with `PREFIX` (several deployments on one Redis)"},
@@ -64,7 +66,8 @@ func OpenStore(s *settings.Settings) (*store.Shared, error) {
 	case err != nil && !errors.Is(err, store.ErrBadKey):
 		return nil, cmdutil.UsageErr(err)
 	}
-	if jerr := errors.Join(errs...); jerr != nil {
+	if len(errs) > 0 {
+		jerr := joinErrors(errs)
 		if r != nil {
 			r.Close()
 		}
@@ -97,4 +100,16 @@ func oidcRecords(s *settings.Settings, st *store.Shared) (oidc.Records, error) {
 	}
 	d, err := oidc.DefaultDir()
 	return oidc.Store{Dir: d}, err
+}
+
+// joinErrors is errs on one line, "; " between them (errors.Join puts a
+// newline between, and an error is said on one line), each still found
+// by errors.Is.
+func joinErrors(errs []error) error {
+	verbs := strings.TrimSuffix(strings.Repeat("%w; ", len(errs)), "; ")
+	args := make([]any, len(errs))
+	for i, err := range errs {
+		args[i] = err
+	}
+	return fmt.Errorf(verbs, args...)
 }
