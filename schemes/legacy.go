@@ -27,7 +27,6 @@ var errLegacyNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "the legacy s
 func Legacy(s Settings, d Deps) (authz.Scheme, error) {
 	ls := s.Legacy
 	if ls == nil || ls.Client == nil {
-		d.Log.Info().Msg("the legacy scheme is off (no --api-url or no developer key): its authorizations answer 503")
 		return s.off(authz.SchemeLegacy, errLegacyNotConfigured), nil
 	}
 	tokens, err := legacyTokens(*ls, d)

@@ -3,9 +3,9 @@
 // read from the flags, environment and configuration file) and what the
 // caller lends it (Deps: the token's decrypter, the shared store, the
 // trusted sessions, the log, a refresh hook). The agent (serve) and the
-// CLI's api command both build their authz.Schemes here, so a scheme is
-// wired in once: its package implementing authz.Scheme, one Entry in
-// List, its field in Settings.
+// CLI's api and header commands all build their authz.Schemes here, so a
+// scheme is wired in once: its package implementing authz.Scheme, one
+// Entry in List, and its field in Settings when it has settings.
 //
 // It sits below the agent and the command and above the scheme packages
 // (legacy, oidc; trusted authentication is legacy by auth.sid, lent by
@@ -39,8 +39,8 @@ type Entry struct {
 	// of signagent_NAME_refreshes_total{result}, counted through
 	// Deps.Refreshed); empty: it refreshes nothing.
 	Refreshes string
-	// Help says, for signagent api's --scheme, what names one of its
-	// identities (the flags); empty: the name alone.
+	// Help says, for the --scheme of signagent api and header, what names
+	// one of its identities (the flags); empty: the name alone.
 	Help string
 	// Build makes the scheme of s with what the caller lends; a scheme s
 	// does not configure is authz.Off, saying what it lacks. An error is

@@ -9,7 +9,7 @@ import (
 )
 
 // This file is where a scheme beyond legacy and OpenID Connect gets its
-// settings, for the agent (serve) and signagent api alike: its flags in
+// settings, for the agent (serve), signagent api and header alike: its flags in
 // MoreSchemeFlags, one line reading them in MoreSchemes. The scheme itself
 // is a package implementing authz.Scheme and one entry in the list
 // (schemes.List), which both commands build from with what they lend it

@@ -198,8 +198,8 @@ func headerNeeds(c *cli.Context, s *settings.Settings) []cmdutil.Need {
 }
 
 // apiAuthorizer is the Authorizer of the identity the flags name, from
-// the schemes configured by them; done releases the token when one was
-// opened.
+// the schemes configured by them (apiSchemes); done releases what they
+// opened: the token, when one was, and the shared store.
 func apiAuthorizer(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.Authorizer, func(), error) {
 	sel := authz.Selector{Scheme: c.String("scheme"), By: c.String("by"), Profile: s.String("profile")}.Normalize()
 	none := func() {}
@@ -230,15 +230,19 @@ func apiAuthorizer(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.
 	return a, done, nil
 }
 
-// apiSchemes are the schemes signagent api calls with, built from the
-// one list (schemes.List) as the flags configure them (--scheme trusted
-// is legacy by sid: authz.Selector.Normalize); a scheme the flags do not
-// configure says what it lacks when used. The command opens --store once
-// and lends it as the agent lends its own: the schemes keep their records
-// there (the OpenID Connect records, and the legacy tokens that
+// apiSchemes are the schemes signagent api and header call with, built
+// from the one list (schemes.List) as the flags configure them (--scheme
+// trusted is legacy by sid: authz.Selector.Normalize); a scheme the flags
+// do not configure says what it lacks when used. The command opens --store
+// once and lends it as the agent lends its own: the schemes keep their
+// records there (the OpenID Connect records, and the legacy tokens that
 // legacy-token and the agents share); it also lends a password from its
 // sources, the token (opened when asked) and an auth.sid from the flags.
-// done closes what they opened.
+// A login or refresh is bounded by the schemes' own limits (a legacy
+// login 2 minutes, a refresh 60 s), not by --request-timeout, which
+// bounds each request: a login may wait on a PIN typed at a prompt, and
+// --attempts tries a request again within it. done closes what they
+// opened.
 func apiSchemes(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.Schemes, func(), error) {
 	shared, err := factory.OpenStore(s)
 	if err != nil {
@@ -257,7 +261,7 @@ func apiSchemes(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.Sch
 	}
 	factory.MoreSchemes(s, e, &set)
 	f := factory.New(c, e)
-	d := schemes.Deps{Log: e.Log, Timeout: s.Duration("request-timeout"), Decrypter: f.Certificate,
+	d := schemes.Deps{Log: e.Log, Decrypter: f.Certificate,
 		Password: func(login string) (string, error) { return readPassword(s, e, login) },
 		Sid: func(authz.Selector) (schemes.Sid, error) {
 			id, err := sidIdentity(f)

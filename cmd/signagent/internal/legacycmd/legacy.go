@@ -129,6 +129,8 @@ func headerCommand(e *cmdutil.Env) *cli.Command {
 			if err != nil {
 				return orOtherScheme(c, err)
 			}
+			e.Log.Info().Str("scheme", c.String("scheme")).Str("identity", a.Identity()).Str("from", h.Source).
+				Time("expiresAt", h.ExpiresAt).Msg("authorization header obtained")
 			return emit(h.Value, h.ExpiresAt)
 		},
 	}
