@@ -80,13 +80,22 @@ func OpenStore(s *settings.Settings) (*store.Shared, error) {
 }
 
 // TokenStore is where a command keeps OpenID Connect records: the shared
-// store (--store), else the files.
-func TokenStore(s *settings.Settings) (oidc.Records, error) {
+// store (--store), else the files; done closes the shared store.
+func TokenStore(s *settings.Settings) (records oidc.Records, done func(), err error) {
 	st, err := OpenStore(s)
 	if err != nil {
-		return nil, err
+		return nil, func() {}, err
 	}
-	return oidcRecords(s, st)
+	done = func() {}
+	if st != nil {
+		done = func() { st.Close() }
+	}
+	records, err = oidcRecords(s, st)
+	if err != nil {
+		done()
+		return nil, func() {}, err
+	}
+	return records, done, nil
 }
 
 // oidcRecords are the OpenID Connect records in st when there is one,

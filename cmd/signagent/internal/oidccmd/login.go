@@ -57,10 +57,11 @@ func login(c *cli.Context, e *cmdutil.Env) error {
 	if err := cmdutil.Missing(cmdutil.FlagNeed(c, "space"), cmdutil.FlagNeed(c, "auth-url"), cmdutil.FlagNeed(c, "client-id"), cmdutil.ClientSecretSecret.Need(s)); err != nil {
 		return err
 	}
-	store, err := factory.TokenStore(s)
+	store, done, err := factory.TokenStore(s)
 	if err != nil {
 		return err
 	}
+	defer done()
 	client, err := factory.OIDCClient(s, e, s.String("auth-url"), s.String("client-id"))
 	if err != nil {
 		return err

@@ -75,10 +75,11 @@ func statusCommand(e *cmdutil.Env) *cli.Command {
 			&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print it as JSON"}}, factory.StoreFlags()),
 		Action: func(c *cli.Context) error {
 			s := settings.Of(c)
-			store, err := factory.TokenStore(s)
+			store, done, err := factory.TokenStore(s)
 			if err != nil {
 				return err
 			}
+			defer done()
 			if c.Bool("all") {
 				return statusAll(c, e, store)
 			}
@@ -140,10 +141,11 @@ func logoutCommand(e *cmdutil.Env) *cli.Command {
 
 func logout(c *cli.Context, e *cmdutil.Env) error {
 	s := settings.Of(c)
-	store, err := factory.TokenStore(s)
+	store, done, err := factory.TokenStore(s)
 	if err != nil {
 		return err
 	}
+	defer done()
 	profile := s.String("profile")
 	if err := oidc.CheckProfile(profile); err != nil {
 		return err
