@@ -6,12 +6,16 @@
 package scripts_test
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/signagent/signagent/cmd/signagent/internal/clitest"
+	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/schemes"
 )
 
 func TestMain(m *testing.M) {
@@ -34,7 +38,31 @@ func TestScripts(t *testing.T) {
 			// (and the TPM's prints its own errors on stderr).
 			env.Setenv("SIGNAGENT_PKCS11_MODULE", softhsm)
 			env.Setenv("SIGNAGENT_API_KEY", "0F6C2E5B-9D4A-4C1E-8A2B-7E3D1F0A9B8C")
+			schemeVars(env)
 			return nil
 		},
 	})
+}
+
+// schemeVars are the values of header's and api's --scheme, as the
+// scripts expect them named, from the one list (schemes.List), so that a
+// scheme added there is expected everywhere without a script edited:
+// SCHEMES_HEADER and SCHEMES_API as a mistyped value's error names them
+// ("oidc or legacy"), SCHEMES_BASH as bash completes api's (the list's
+// order), SCHEMES_FISH as fish does (sorted, a line each). The default,
+// oidc, comes first; api also takes trusted, last.
+func schemeVars(env *testscript.Env) {
+	header := []string{authz.SchemeOIDC}
+	for _, e := range schemes.List() {
+		if e.Name != authz.SchemeOIDC {
+			header = append(header, e.Name)
+		}
+	}
+	api := append(slices.Clone(header), authz.SchemeTrusted)
+	or := func(l []string) string { return strings.Join(l[:len(l)-1], ", ") + " or " + l[len(l)-1] }
+	env.Setenv("SCHEMES_HEADER", or(header))
+	env.Setenv("SCHEMES_API", or(api))
+	env.Setenv("SCHEMES_BASH", strings.Join(api, " "))
+	sorted := slices.Sorted(slices.Values(api))
+	env.Setenv("SCHEMES_FISH", strings.Join(sorted, "\n")+"\n")
 }
