@@ -175,7 +175,7 @@ func start(t testing.TB, cmd *exec.Cmd) {
 	})
 }
 
-// startSWTPM starts swtpm on the TPM state in dir and returns its command
+// startSWTPM starts swtpm on the TPM state in state and returns its command
 // port (its control port is the next) once it takes connections.
 func startSWTPM(t testing.TB, state string) int {
 	t.Helper()
@@ -197,7 +197,7 @@ func startSWTPM(t testing.TB, state string) int {
 // errPortTaken is swtpm's port, or its control port, taken by another.
 var errPortTaken = errors.New("swtpm's port is taken")
 
-// swtpmOn starts swtpm on the TPM state in dir, on port and port+1, and
+// swtpmOn starts swtpm on the TPM state in state, on port and port+1, and
 // returns once it takes connections (killed at the test's end).
 func swtpmOn(t testing.TB, state string, port int) error {
 	cmd := exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+state,

@@ -409,7 +409,10 @@ func TestCheckBehindABusyToken(t *testing.T) {
 		defer cancel()
 		done <- k.Check(ctx)
 	}()
-	for f.count("GetSlotInfo") == asked { // the Check is in the module
+	for deadline := time.Now().Add(10 * time.Second); f.count("GetSlotInfo") == asked; { // the Check is in the module
+		if time.Now().After(deadline) {
+			t.Fatal("the check did not reach the module within 10 s")
+		}
 		time.Sleep(time.Millisecond)
 	}
 	if _, err := k.Sign(nil, digest, crypto.SHA256); err != nil {
