@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -142,11 +143,30 @@ func (cfg *Config) prepare(dir string) error {
 	if cfg.prepared {
 		return nil
 	}
+	cfg.own()
 	if err := cfg.check(dir); err != nil {
 		return err
 	}
 	cfg.prepared = true
 	return nil
+}
+
+// own gives cfg its own copies of the lists the checks fill in (defaults,
+// normalized values, keys loaded), so that they never write into what the
+// caller shares: tests build many configurations from the same
+// organizations, users and clients, and start emulators side by side.
+func (cfg *Config) own() {
+	cfg.Partners = slices.Clone(cfg.Partners)
+	cfg.Developers = slices.Clone(cfg.Developers)
+	cfg.OIDC.Clients = slices.Clone(cfg.OIDC.Clients)
+	cfg.Users = slices.Clone(cfg.Users)
+	for i := range cfg.Users {
+		cfg.Users[i].Thumbprints = slices.Clone(cfg.Users[i].Thumbprints)
+	}
+	cfg.Organizations = slices.Clone(cfg.Organizations)
+	for i := range cfg.Organizations {
+		cfg.Organizations[i].Boxes = slices.Clone(cfg.Organizations[i].Boxes)
+	}
 }
 
 // check has each side check its section (and fill its defaults, kept

@@ -12,8 +12,8 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/signagent/signagent/cmd/signagent/internal/clitest"
 	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/cmd/signagent/internal/clitest"
 	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/schemes"
 )
