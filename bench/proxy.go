@@ -191,6 +191,13 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 			at[fmt.Sprintf("%s/%d", p.name, conc)] = merged[i]
 			if cpuOf[p.name] != nil && merged[i].Ops > 0 {
 				per := spent[i] / time.Duration(merged[i].Ops)
+				if spent[i] == 0 {
+					// /proc counts in clock ticks: under one tick is not
+					// none, and no ratio is made with it.
+					bound := float64((cpuTick / time.Duration(merged[i].Ops)).Nanoseconds()) / 1000
+					merged[i].Note = fmt.Sprintf("CPU <%.1fµs/call (under one %v clock tick)", bound, cpuTick)
+					continue
+				}
 				cpuPerCall[fmt.Sprintf("%s/%d", p.name, conc)] = per
 				merged[i].Note = fmt.Sprintf("CPU %.1fµs/call", float64(per.Nanoseconds())/1000)
 			}

@@ -161,5 +161,8 @@ func processCPU(pid int) time.Duration {
 			total += t
 		}
 	}
-	return time.Duration(total) * time.Second / 100 // USER_HZ is 100 on Linux
+	return time.Duration(total) * cpuTick
 }
+
+// cpuTick is what /proc counts process time in (USER_HZ is 100 on Linux).
+const cpuTick = 10 * time.Millisecond
