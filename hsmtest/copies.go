@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/signagent/signagent/softhsm"
 )
 
 // Generating an RSA-2048 key on SoftHSM was most of a short test's time,
@@ -90,6 +92,20 @@ func keepToken(shape tokenShape, tk *Token) error { return keepTokenDir(shape, t
 // keepTokenDir reads the files under tk's directory sub for later copies
 // of shape.
 func keepTokenDir(shape tokenShape, tk *Token, sub string) error {
+	tf, err := readTokenFiles(tk, sub)
+	if err != nil {
+		return err
+	}
+	madeTokens.Lock()
+	defer madeTokens.Unlock()
+	if len(madeTokens.shapes[shape.key]) == shape.nth {
+		madeTokens.shapes[shape.key] = append(madeTokens.shapes[shape.key], tf)
+	}
+	return nil
+}
+
+// readTokenFiles reads the files under tk's directory sub.
+func readTokenFiles(tk *Token, sub string) (*tokenFiles, error) {
 	root := filepath.Join(tk.Dir, sub)
 	tf := &tokenFiles{sub: sub, files: map[string][]byte{}, serial: tk.Serial, rsa: tk.RSA.Cert, ec: tk.EC.Cert}
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -105,15 +121,32 @@ func keepTokenDir(shape tokenShape, tk *Token, sub string) error {
 		tf.files[rel] = b
 		return err
 	})
+	return tf, err
+}
+
+// Twin is a second SoftHSM token with tk's keys, certificates, label and
+// PIN, in a directory of its own: what two hosts, each with its own token
+// holding the same key, look like to two agents. It is made while nobody
+// uses tk (SoftHSM's files are read as they are).
+func (tk *Token) Twin(t testing.TB) *Token {
+	t.Helper()
+	tf, err := readTokenFiles(tk, "tokens")
 	if err != nil {
-		return err
+		t.Fatal(err)
 	}
-	madeTokens.Lock()
-	defer madeTokens.Unlock()
-	if len(madeTokens.shapes[shape.key]) == shape.nth {
-		madeTokens.shapes[shape.key] = append(madeTokens.shapes[shape.key], tf)
+	twin := *tk
+	twin.Dir = t.TempDir()
+	if twin.Conf, err = softhsm.WriteConfig(twin.Dir); err != nil {
+		t.Fatal(err)
 	}
-	return nil
+	if err := tf.copyTo(twin.Dir); err != nil {
+		t.Fatal(err)
+	}
+	twin.PINFile = filepath.Join(twin.Dir, "pin")
+	if err := os.WriteFile(twin.PINFile, []byte(tk.PIN+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &twin
 }
 
 // copyTo writes the token's files into the same directory under dir

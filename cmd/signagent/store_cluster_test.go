@@ -28,10 +28,15 @@ func TestServeSharedStoreCluster(t *testing.T) {
 	dir := t.TempDir()
 	key := filepath.Join(dir, "store.key")
 	makeStoreKey(t, key)
+	// Each agent its own token with the same key, as two hosts would have
+	// (TestTwoAgentsOnOneToken is about sharing one): twelve signatures
+	// asked of one SoftHSM token by two processes at once were once
+	// answered CKR_GENERAL_ERROR while the other process wrote its files.
+	tokens := [2]*hsmtest.Token{tk, tk.Twin(t)}
 	var agents [2]*agentProc
 	for i := range agents {
 		sock := filepath.Join(dir, fmt.Sprintf("a%d.sock", i))
-		env := append(serveEnv(tk), "SIGNAGENT_STORE="+cluster.URL(), "SIGNAGENT_STORE_KEY_FILE="+key, "XDG_STATE_HOME="+dir,
+		env := append(serveEnv(tokens[i]), "SIGNAGENT_STORE="+cluster.URL(), "SIGNAGENT_STORE_KEY_FILE="+key, "XDG_STATE_HOME="+dir,
 			"SIGNAGENT_DEVELOPER_KEY=testClient-0a1b2c3d4e")
 		agents[i] = startServe(t, signagent(t, env, "serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull,
 			"--base-url", emu.URL(), "--api-url", emu.URL(), "--log-level", "warn"), sock)
