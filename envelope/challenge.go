@@ -6,22 +6,29 @@ import (
 	"crypto/cipher"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/asn1"
+	"encoding/binary"
 	"fmt"
 
+	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/gost"
 	"golang.org/x/crypto/cryptobyte"
 	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
 )
 
 // ChallengeSize is the length of the random a certificate login's
-// challenge holds (the emulator's and, per the wire notes, the service's).
+// challenge holds (the emulator's and, per the wire notes, the service's):
+// the only length Open opens, unless a Reader is told another.
 const ChallengeSize = 32
 
-// challengeCiphertext is the length of ChallengeSize bytes under AES-CBC
-// with PKCS#7 padding: a whole block of padding follows.
-const challengeCiphertext = ChallengeSize + aes.BlockSize
+// The bounds of a challenge size a setting may give (a real service's
+// capture may show another length than ChallengeSize).
+const (
+	MinChallengeSize = 16
+	MaxChallengeSize = 256
+)
 
 var (
 	oidRSA        = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 1}
@@ -47,55 +54,144 @@ var (
 )
 
 // Open opens the service's certificate-login challenge addressed to cert
-// with key, and returns its random. For an RSA certificate, key does the
-// key transport (on the token: RSA PKCS#1 v1.5, or OAEP when the recipient
-// says so) and the content cipher (AES-CBC) runs here; the random is
-// ChallengeSize bytes. For a GOST R 34.10-2012 certificate, key must be a
-// GOSTOpener and everything runs on the token (see openGOST); the random
-// is MinGOSTChallenge to MaxGOSTChallenge bytes.
-//
-// Whoever answers at the API address chooses the envelope, so Open is not
-// a general decryption: it would make the token a decryption oracle for
-// anything encrypted to the certificate, and RSA PKCS#1 v1.5 on demand a
-// padding oracle against the key that also signs. Only the challenge's
-// shape is opened: one KeyTransRecipientInfo naming cert, RSA key
-// transport with the certificate's modulus length, AES-CBC with a key of
-// exactly its length, and content of exactly ChallengeSize bytes. Anything
-// else is refused before the token is asked (ErrMalformed, ErrNotForUs,
-// ErrUnsupported or ErrNotChallenge, with the reason). Once the token has
-// been asked, every failure (the token's own refusal of the key transport,
-// a key of the wrong length, wrong content padding or length) is the same
-// ErrChallenge: a failed key transport continues with a random content key
-// (RFC 3218 section 2.3.2), so that every failure ends at the same check.
+// with key, and returns its random of ChallengeSize bytes: Read, then the
+// Challenge's Open. See Read for what is refused before the token is
+// asked.
 func Open(der []byte, cert *x509.Certificate, key crypto.Decrypter) ([]byte, error) {
+	c, err := Read(der, cert, ChallengeSize)
+	if err != nil {
+		return nil, err
+	}
+	return c.Open(key)
+}
+
+// Challenge is a certificate-login challenge whose shape has been checked
+// (Read) and that has not been opened: its TransportID names its key
+// transport, so that a caller can refuse one it has opened before, and
+// Open has the token open it.
+type Challenge struct {
+	size int
+	id   [32]byte
+	// A GOST certificate's: everything the token is given.
+	gost *gost.Transport
+	// An RSA certificate's: the key transport for the token, the content
+	// cipher's key length and IV, and the ciphertext.
+	encryptedKey []byte
+	opts         crypto.DecrypterOpts
+	keyLen       int
+	iv           []byte
+	ciphertext   []byte
+}
+
+// Read checks that der is the service's challenge addressed to cert and
+// holding a random of exactly size bytes, without asking any key.
+//
+// Whoever answers at the API address chooses the envelope, so a challenge
+// is not a general decryption: opening anything would make the token a
+// decryption oracle for whatever is encrypted to the certificate (GOST
+// 28147-89 CFB has no integrity: windows of a document sealed to the
+// certificate, each with the block before it as IV, open one by one), and
+// RSA PKCS#1 v1.5 on demand a padding oracle against the key that also
+// signs. Only the challenge's shape is opened: one KeyTransRecipientInfo
+// naming cert; for an RSA certificate, RSA key transport with the
+// certificate's modulus length, AES-CBC with a key of exactly its length
+// and content of exactly size bytes and its PKCS#7 padding; for a GOST R
+// 34.10-2012 certificate, the GOST key transport of the key's size (RFC
+// 4490) and GOST 28147-89 content of exactly size bytes. Anything else is
+// refused here (ErrMalformed, ErrNotForUs, ErrUnsupported or
+// ErrNotChallenge, with the reason). size is ChallengeSize unless a real
+// service's capture says otherwise, from MinChallengeSize to
+// MaxChallengeSize.
+func Read(der []byte, cert *x509.Certificate, size int) (*Challenge, error) {
+	if size < MinChallengeSize || size > MaxChallengeSize {
+		return nil, fmt.Errorf("%w: a challenge size of %d bytes (from %d to %d)", errdefs.ErrInvalidInput, size, MinChallengeSize, MaxChallengeSize)
+	}
 	p, r, err := readFor(der, cert)
 	if err != nil {
 		return nil, err
 	}
+	c := &Challenge{size: size}
 	if pub, err := gost.PublicKeyOf(cert); err == nil {
-		return openGOST(p, r, pub, key)
+		t, err := gostTransport(r, pub)
+		if err != nil {
+			return nil, err
+		}
+		if err := p.gostContent(t, size); err != nil {
+			return nil, err
+		}
+		c.gost = t
+		// An ephemeral key and its UKM make the key-encryption key: the
+		// same pair is the same key transport, whatever else comes with it.
+		c.id = transportID("gost", t.Ephemeral, t.UKM)
+		return c, nil
 	}
 	opts, err := keyTransport(r, cert)
 	if err != nil {
 		return nil, err
 	}
-	keyLen, iv, err := p.content()
+	keyLen, iv, err := p.content(size)
 	if err != nil {
 		return nil, err
 	}
-	// A key that says it may not decrypt is refused without asking the
-	// token (pkcs11.Key knows this from the key's attributes).
+	c.encryptedKey, c.opts, c.keyLen, c.iv, c.ciphertext = r.encryptedKey, opts, keyLen, iv, p.ciphertext
+	c.id = transportID("rsa", r.encryptedKey)
+	return c, nil
+}
+
+// transportID is a SHA-256 over a key transport's parts, each with its
+// length, under a label of its kind.
+func transportID(kind string, parts ...[]byte) [32]byte {
+	h := sha256.New()
+	h.Write([]byte("signagent key transport\x00" + kind))
+	for _, p := range parts {
+		var n [4]byte
+		binary.BigEndian.PutUint32(n[:], uint32(len(p)))
+		h.Write(n[:])
+		h.Write(p)
+	}
+	var id [32]byte
+	h.Sum(id[:0])
+	return id
+}
+
+// TransportID names the challenge's key transport: the GOST ephemeral key
+// with its UKM, or the RSA encrypted key. A service makes a new one for
+// every challenge; one seen before is a replay of a key transport the
+// token has opened (its content key known to whoever holds it), and is
+// not to be opened again.
+func (c *Challenge) TransportID() [32]byte { return c.id }
+
+// Size is the length of the random the challenge holds.
+func (c *Challenge) Size() int { return c.size }
+
+// Open has key open the challenge and returns its random. For an RSA
+// certificate, key does the key transport (on the token: RSA PKCS#1 v1.5,
+// or OAEP when the recipient says so) and the content cipher (AES-CBC)
+// runs here. For a GOST R 34.10-2012 certificate, key must be a
+// GOSTOpener and everything runs on the token (see openGOSTTransport).
+// A key that says it may not decrypt is refused without asking the token.
+// Once the token has been asked, every failure (the token's own refusal
+// of the key transport, a key of the wrong length, wrong content padding
+// or length) is the same ErrChallenge: a failed key transport continues
+// with a random content key (RFC 3218 section 2.3.2), so that every
+// failure ends at the same check.
+func (c *Challenge) Open(key crypto.Decrypter) ([]byte, error) {
+	if c.gost != nil {
+		return openGOSTTransport(c.gost, key)
+	}
+	// pkcs11.Key knows from the key's attributes whether it may decrypt.
 	if k, ok := key.(interface{ CanDecrypt() error }); ok {
 		if err := k.CanDecrypt(); err != nil {
 			return nil, err
 		}
 	}
-	if o, ok := opts.(*rsa.PKCS1v15DecryptOptions); ok {
+	opts := c.opts
+	if _, ok := opts.(*rsa.PKCS1v15DecryptOptions); ok {
 		// A software key then does the same as below itself (crypto/rsa).
-		o.SessionKeyLen = keyLen
+		opts = &rsa.PKCS1v15DecryptOptions{SessionKeyLen: c.keyLen}
 	}
-	return openContent(p.ciphertext, iv, keyLen, func() ([]byte, error) {
-		return key.Decrypt(rand.Reader, r.encryptedKey, opts)
+	return openContent(c.ciphertext, c.iv, c.keyLen, c.size, func() ([]byte, error) {
+		return key.Decrypt(rand.Reader, c.encryptedKey, opts)
 	})
 }
 
@@ -174,9 +270,10 @@ func keyTransport(r *Recipient, cert *x509.Certificate) (crypto.DecrypterOpts, e
 	return opts, nil
 }
 
-// content checks the content's type, algorithm and length; it returns the
-// content key's length and the IV.
-func (p *parsed) content() (int, []byte, error) {
+// content checks the content's type, algorithm and length (size bytes
+// and their PKCS#7 padding); it returns the content key's length and the
+// IV.
+func (p *parsed) content(size int) (int, []byte, error) {
 	if !p.contentType.Equal(oidData) {
 		return 0, nil, fmt.Errorf("%w: the encrypted content's type is %v, not data", ErrNotChallenge, p.contentType)
 	}
@@ -194,9 +291,9 @@ func (p *parsed) content() (int, []byte, error) {
 	if !s.ReadASN1Bytes(&iv, cbasn1.OCTET_STRING) || !s.Empty() || len(iv) != aes.BlockSize {
 		return 0, nil, fmt.Errorf("%w: the AES-CBC parameters are not a %d-byte IV", ErrNotChallenge, aes.BlockSize)
 	}
-	if !p.hasContent || len(p.ciphertext) != challengeCiphertext {
+	if want := paddedLen(size); !p.hasContent || len(p.ciphertext) != want {
 		return 0, nil, fmt.Errorf("%w: the encrypted content is %d bytes; a challenge's %d-byte random makes %d",
-			ErrNotChallenge, len(p.ciphertext), ChallengeSize, challengeCiphertext)
+			ErrNotChallenge, len(p.ciphertext), size, want)
 	}
 	return keyLen, iv, nil
 }
@@ -205,7 +302,7 @@ func (p *parsed) content() (int, []byte, error) {
 // Every failure from here on is ErrChallenge and nothing else: no error of
 // the token, no length, no padding detail, so that a service cannot tell a
 // failed key transport from a bad content padding.
-func openContent(ciphertext, iv []byte, keyLen int, transport func() ([]byte, error)) ([]byte, error) {
+func openContent(ciphertext, iv []byte, keyLen, size int, transport func() ([]byte, error)) ([]byte, error) {
 	cek := make([]byte, keyLen)
 	if _, err := rand.Read(cek); err != nil {
 		return nil, ErrChallenge
@@ -223,17 +320,23 @@ func openContent(ciphertext, iv []byte, keyLen int, transport func() ([]byte, er
 	plain := make([]byte, len(ciphertext))
 	defer clear(plain)
 	cipher.NewCBCDecrypter(block, iv).CryptBlocks(plain, ciphertext)
-	// The random fills two blocks; PKCS#7 padding is then one whole block
-	// of bytes 16. Checked without an early exit.
+	// PKCS#7 padding of a random of size bytes: pad bytes of value pad
+	// (a whole block of 16s after a random of whole blocks). Checked
+	// without an early exit.
+	pad := byte(len(plain) - size)
 	var bad byte
-	for _, b := range plain[ChallengeSize:] {
-		bad |= b ^ aes.BlockSize
+	for _, b := range plain[size:] {
+		bad |= b ^ pad
 	}
 	if bad != 0 {
 		return nil, ErrChallenge
 	}
-	return append([]byte{}, plain[:ChallengeSize]...), nil
+	return append([]byte{}, plain[:size]...), nil
 }
+
+// paddedLen is the length of size bytes under a block cipher with PKCS#7
+// padding: at least one byte of padding, up to a whole block.
+func paddedLen(size int) int { return size + aes.BlockSize - size%aes.BlockSize }
 
 // oaepHash reads RSAES-OAEP-params (RFC 4055 section 4.1) and returns the
 // hash, when it is SHA-1 or SHA-256 with MGF1 over the same hash and an

@@ -13,15 +13,6 @@ import (
 	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
 )
 
-// The bounds of a GOST challenge's random. CFB has no padding, so the
-// content is as long as the random, and the service's length is not
-// documented (the emulator sends ChallengeSize bytes): a bounded range
-// until a real challenge's length is known.
-const (
-	MinGOSTChallenge = 16
-	MaxGOSTChallenge = 256
-)
-
 // GOSTOpener is a key that opens a GOST key transport where the key is:
 // the token derives the key-encryption key (VKO), unwraps the content key
 // (the token checks its MAC) and decrypts the content, so the private key
@@ -61,24 +52,10 @@ func CanOpen(cert *x509.Certificate, key crypto.Decrypter) error {
 	return fmt.Errorf("certificate login with a %s certificate is %w: RSA and GOST R 34.10-2012 certificates can log in", cert.PublicKeyAlgorithm, ErrUnsupported)
 }
 
-// openGOST opens a challenge for a GOST certificate: the shape is checked
-// here, everything else happens on the token. Once the token is asked,
-// every failure is ErrChallenge (the MAC the token checks on the content
-// key is the only integrity the envelope has; CFB has none and no padding
-// to leak).
-func openGOST(p *parsed, r *Recipient, pub *gost.PublicKey, key crypto.Decrypter) ([]byte, error) {
-	t, err := gostTransport(r, pub)
-	if err != nil {
-		return nil, err
-	}
-	if err := p.gostContent(t); err != nil {
-		return nil, err
-	}
-	return openGOSTTransport(t, key)
-}
-
-// openGOSTTransport has key open t; every failure once the token is asked
-// is ErrChallenge.
+// openGOSTTransport has key open t, whose shape Read checked; everything
+// happens on the token. Once the token is asked, every failure is
+// ErrChallenge (the MAC the token checks on the content key is the only
+// integrity the envelope has; CFB has none and no padding to leak).
 func openGOSTTransport(t *gost.Transport, key crypto.Decrypter) ([]byte, error) {
 	o, ok := key.(GOSTOpener)
 	if !ok {
@@ -178,8 +155,10 @@ func gostTransport(r *Recipient, pub *gost.PublicKey) (*gost.Transport, error) {
 }
 
 // gostContent checks the content's type, algorithm (id-Gost28147-89 with
-// an 8-byte IV and a known S-box) and length, and fills them into t.
-func (p *parsed) gostContent(t *gost.Transport) error {
+// an 8-byte IV and a known S-box) and length (exactly size bytes: CFB has
+// no padding, so the content is as long as the random), and fills them
+// into t.
+func (p *parsed) gostContent(t *gost.Transport, size int) error {
 	if !p.contentType.Equal(oidData) {
 		return fmt.Errorf("%w: the encrypted content's type is %v, not data", ErrNotChallenge, p.contentType)
 	}
@@ -200,8 +179,8 @@ func (p *parsed) gostContent(t *gost.Transport) error {
 	if gost.Gost28147ParamSetName(set) == "" {
 		return fmt.Errorf("%w: the content's GOST 28147-89 parameter set %v is unknown (known: %s)", ErrNotChallenge, set, paramSetNames())
 	}
-	if n := len(p.ciphertext); !p.hasContent || n < MinGOSTChallenge || n > MaxGOSTChallenge {
-		return fmt.Errorf("%w: the encrypted content is %d bytes; a challenge's random is %d to %d", ErrNotChallenge, n, MinGOSTChallenge, MaxGOSTChallenge)
+	if n := len(p.ciphertext); !p.hasContent || n != size {
+		return fmt.Errorf("%w: the encrypted content is %d bytes; a challenge's random is %d", ErrNotChallenge, n, size)
 	}
 	t.IV = append([]byte{}, iv...)
 	t.ContentParamSet = append([]byte{}, setDER...)
@@ -227,24 +206,16 @@ func readOID(der []byte, oid *asn1.ObjectIdentifier) bool {
 }
 
 // GOSTTransport reads a challenge addressed to a GOST certificate and
-// returns what the token is given, with the same checks as Open, without
-// asking any key: for `signagent token check`, which tries each way a token
-// may open it.
+// returns what the token is given, with the same checks as Read (a random
+// of ChallengeSize bytes), without asking any key: for `signagent token
+// check`, which tries each way a token may open it.
 func GOSTTransport(der []byte, cert *x509.Certificate) (*gost.Transport, error) {
-	pub, err := gost.PublicKeyOf(cert)
-	if err != nil {
+	if _, err := gost.PublicKeyOf(cert); err != nil {
 		return nil, fmt.Errorf("%w: the certificate's key is not GOST R 34.10-2012", ErrUnsupported)
 	}
-	p, r, err := readFor(der, cert)
+	c, err := Read(der, cert, ChallengeSize)
 	if err != nil {
 		return nil, err
 	}
-	t, err := gostTransport(r, pub)
-	if err != nil {
-		return nil, err
-	}
-	if err := p.gostContent(t); err != nil {
-		return nil, err
-	}
-	return t, nil
+	return c.gost, nil
 }

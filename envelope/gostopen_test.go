@@ -32,7 +32,7 @@ func (s gostOpenerStub) CanOpenGOST() error { return nil }
 func (s gostOpenerStub) OpenGOST(tr *gost.Transport) ([]byte, error) {
 	n := len(tr.Ciphertext)
 	if len(tr.UKM) != 8 || len(tr.WrappedKey) != 36 || len(tr.IV) != 8 || len(tr.Ephemeral) != 2*tr.Bits/8 ||
-		n < envelope.MinGOSTChallenge || n > envelope.MaxGOSTChallenge ||
+		n != envelope.ChallengeSize ||
 		gost.Gost28147ParamSetName(oid(s.t, tr.WrapParamSet)) == "" || gost.Gost28147ParamSetName(oid(s.t, tr.ContentParamSet)) == "" {
 		s.t.Fatalf("the token was handed a transport out of shape: %+v", tr)
 	}
@@ -73,7 +73,7 @@ func FuzzOpenGOST(f *testing.F) {
 	f.Fuzz(func(t *testing.T, der []byte) {
 		got, err := envelope.Open(der, cert, gostOpenerStub{t, pkcs11.CertificatePublicKey(cert)})
 		switch {
-		case err == nil && (len(got) < envelope.MinGOSTChallenge || len(got) > envelope.MaxGOSTChallenge):
+		case err == nil && len(got) != envelope.ChallengeSize:
 			t.Fatalf("%d bytes opened", len(got))
 		case err != nil && !errors.Is(err, envelope.ErrNotChallenge) && !errors.Is(err, envelope.ErrUnsupported):
 			t.Fatalf("err = %v", err)

@@ -158,7 +158,7 @@ func TestSealGOSTOpenSSLDecrypts(t *testing.T) {
 						t.Fatal(err)
 					}
 					checkGOSTShape(t, der, r.cert, s, n)
-					if _, err := envelope.GOSTTransport(der, r.cert); (err == nil) != (n <= envelope.MaxGOSTChallenge) {
+					if _, err := envelope.GOSTTransport(der, r.cert); (err == nil) != (n == envelope.ChallengeSize) {
 						t.Fatalf("signagent's reader of a %d-byte challenge: %v", n, err)
 					}
 					got, err := opensslDecrypt(t, conf, r, der)

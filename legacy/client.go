@@ -6,6 +6,7 @@ import (
 	"crypto"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,6 +64,15 @@ type Config struct {
 	// TokenTTL is how long a token is taken to live after it was issued
 	// (default 24h, the service's figure).
 	TokenTTL time.Duration
+	// ChallengeSize is the length of the random a certificate login's
+	// challenge holds, the only length the token is asked to open
+	// (default envelope.ChallengeSize, 32 bytes, as the emulator sends;
+	// another only where a real service's capture shows it).
+	ChallengeSize int
+	// Guard keeps what certificate logins remember between them (see
+	// Guard); nil: New makes one. A client rebuilt on a reload is given
+	// the old one.
+	Guard *Guard
 	// Settings: the HTTP client, each request's time-out, the attempts of
 	// a request that failed in transport or with 5xx and the backoff
 	// between them, the User-Agent and the clock, each with its default
@@ -74,9 +84,10 @@ type Config struct {
 
 // Client calls Authenticate (V3) and AuthenticateConfirm (V3).
 type Client struct {
-	cfg  Config
-	base *url.URL
-	key  string
+	cfg   Config
+	base  *url.URL
+	key   string
+	guard *Guard
 }
 
 // Token is an authorization token and its lifetime as the client reckons
@@ -101,9 +112,20 @@ func New(cfg Config) (*Client, error) {
 	if cfg.TokenTTL <= 0 {
 		cfg.TokenTTL = DefaultTokenTTL
 	}
+	if cfg.ChallengeSize == 0 {
+		cfg.ChallengeSize = envelope.ChallengeSize
+	}
+	if cfg.ChallengeSize < envelope.MinChallengeSize || cfg.ChallengeSize > envelope.MaxChallengeSize {
+		return nil, fmt.Errorf("%w: a certificate login's challenge size of %d bytes: from %d to %d (the service's is %d)",
+			errdefs.ErrInvalidInput, cfg.ChallengeSize, envelope.MinChallengeSize, envelope.MaxChallengeSize, envelope.ChallengeSize)
+	}
 	// A redirect would carry the developer key somewhere else: never follow.
 	cfg.Settings.Fill()
-	return &Client{cfg: cfg, base: u, key: key}, nil
+	g := cfg.Guard
+	if g == nil {
+		g = NewGuard(0, cfg.Now)
+	}
+	return &Client{cfg: cfg, base: u, key: key, guard: g}, nil
 }
 
 // ParseAPIURL checks the service's business address: https (plain http
@@ -187,23 +209,76 @@ func (c *Client) Certificate(ctx context.Context, cert *x509.Certificate, key cr
 	if err := envelope.CanOpen(cert, withContext(ctx, key)); err != nil {
 		return Token{}, err
 	}
-	env, err := c.call(ctx, callAuthenticate(ByCertificate), cert.Raw, "application/octet-stream", retryAlways, "")
-	if err != nil {
+	rec := CertLogin{Thumbprint: canonical.ThumbprintOf(cert)}
+	start := time.Now()
+	defer func() {
+		rec.Latency = time.Since(start)
+		c.guard.report(rec)
+	}()
+	if err := c.guard.await(ctx, rec.Thumbprint); err != nil {
+		rec.Outcome = CertBackoff
 		return Token{}, err
 	}
-	random, err := envelope.Open(env, cert, withContext(ctx, key))
+	env, err := c.call(ctx, callAuthenticate(ByCertificate), cert.Raw, "application/octet-stream", retryAlways, "")
 	if err != nil {
-		return Token{}, fmt.Errorf("%s: the service's challenge: %w", callAuthenticate(ByCertificate).name, err)
+		rec.Outcome = CertError
+		return Token{}, err
+	}
+	tok, err := c.answer(ctx, env, cert, key, &rec)
+	switch rec.Outcome {
+	case CertOK:
+		c.guard.succeeded(rec.Thumbprint)
+	case CertUnverified:
+		// The token was not asked: nothing to slow down.
+	default:
+		c.guard.failed(rec.Thumbprint)
+	}
+	return tok, err
+}
+
+// Guard returns what the client's certificate logins remember, to hand on
+// to a client that replaces it.
+func (c *Client) Guard() *Guard { return c.guard }
+
+// answer answers the service's challenge env: it is read (envelope.Read:
+// a random of the configured length, nothing else), its key transport
+// refused if it was opened before, opened by key on the token, and its
+// random sent to AuthenticateConfirm. rec gets the transport's hash and
+// the outcome.
+func (c *Client) answer(ctx context.Context, env []byte, cert *x509.Certificate, key crypto.Decrypter, rec *CertLogin) (Token, error) {
+	step := callAuthenticate(ByCertificate).name
+	ch, err := envelope.Read(env, cert, c.cfg.ChallengeSize)
+	if err != nil {
+		rec.Outcome = CertNotChallenge
+		return Token{}, fmt.Errorf("%s: the service's challenge: %w", step, err)
+	}
+	id := ch.TransportID()
+	rec.Transport = hex.EncodeToString(id[:16])
+	if err := c.guard.first(ctx, id); err != nil {
+		rec.Outcome = outcomeOf(err)
+		return Token{}, fmt.Errorf("%s: %w", step, err)
+	}
+	random, err := ch.Open(withContext(ctx, key))
+	if err != nil {
+		rec.Outcome = CertNotOpened
+		return Token{}, fmt.Errorf("%s: the service's challenge: %w", step, err)
 	}
 	defer clear(random)
 	encoded := base64.StdEncoding.EncodeToString(random)
-	q := url.Values{"thumbprint": {canonical.ThumbprintOf(cert)}, "token": {encoded}}
+	q := url.Values{"thumbprint": {rec.Thumbprint}, "token": {encoded}}
 	ans, err := c.call(ctx, apiCall{name: "AuthenticateConfirm", path: "/V3/AuthenticateConfirm", query: q.Encode()},
 		nil, "", retryUnsent, encoded)
 	if err != nil {
+		rec.Outcome = outcomeOf(err)
 		return Token{}, err
 	}
-	return c.token(ByCertificate, ans)
+	tok, err := c.token(ByCertificate, ans)
+	if err != nil {
+		rec.Outcome = CertError
+		return Token{}, err
+	}
+	rec.Outcome = CertOK
+	return tok, nil
 }
 
 // token reads a token answer: plain text (a JSON string is tolerated).

@@ -27,101 +27,36 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 )
 
-// tlv is a DER element as a tree, so that a test can change one field of
-// an envelope and encode it again with every length right.
-type tlv struct {
-	tag   byte
-	value []byte // a primitive's contents
-	kids  []*tlv // a constructed element's
-}
-
-func parseTLV(t *testing.T, der []byte) *tlv {
-	t.Helper()
-	n, rest := readTLV(t, der)
-	if len(rest) != 0 {
-		t.Fatalf("bytes after one DER element: %x", rest)
-	}
-	return n
-}
-
-// readTLV reads one element (single-byte tags, definite lengths: DER).
-func readTLV(t *testing.T, b []byte) (*tlv, []byte) {
-	t.Helper()
-	if len(b) < 2 {
-		t.Fatalf("short DER: %x", b)
-	}
-	n := &tlv{tag: b[0]}
-	l, hdr := int(b[1]), 2
-	if l >= 0x80 {
-		k := l & 0x7f
-		l, hdr = 0, 2+k
-		for _, x := range b[2 : 2+k] {
-			l = l<<8 | int(x)
-		}
-	}
-	body, rest := b[hdr:hdr+l], b[hdr+l:]
-	if n.tag&0x20 == 0 {
-		n.value = append([]byte{}, body...)
-		return n, rest
-	}
-	for len(body) > 0 {
-		var kid *tlv
-		kid, body = readTLV(t, body)
-		n.kids = append(n.kids, kid)
-	}
-	return n, rest
-}
-
-func (n *tlv) der() []byte {
-	body := n.value
-	if n.tag&0x20 != 0 {
-		body = nil
-		for _, k := range n.kids {
-			body = append(body, k.der()...)
-		}
-	}
-	out := []byte{n.tag}
-	switch l := len(body); {
-	case l < 0x80:
-		out = append(out, byte(l))
-	case l < 0x100:
-		out = append(out, 0x81, byte(l))
-	default:
-		out = append(out, 0x82, byte(l>>8), byte(l))
-	}
-	return append(out, body...)
-}
-
 // gostEnv is an envelope's fields a test changes: the key transport is an
 // OCTET STRING holding DER, parsed as a tree of its own.
 type gostEnv struct {
-	root, ed, recipients, ktri, eci, contentParams *tlv
-	kt                                             *tlv // GostR3410-KeyTransport
+	root, ed, recipients, ktri, eci, contentParams *hsmtest.TLV
+	kt                                             *hsmtest.TLV // GostR3410-KeyTransport
 }
 
 func readGOSTEnv(t *testing.T, der []byte) *gostEnv {
 	t.Helper()
-	e := &gostEnv{root: parseTLV(t, der)}
-	e.ed = e.root.kids[1].kids[0]
-	e.recipients = e.ed.kids[1]
-	e.ktri = e.recipients.kids[0]
-	e.kt = parseTLV(t, e.ktri.kids[3].value)
-	e.eci = e.ed.kids[2]
-	e.contentParams = e.eci.kids[1].kids[1]
+	e := &gostEnv{root: hsmtest.ParseTLV(t, der)}
+	e.ed = e.root.Kids[1].Kids[0]
+	e.recipients = e.ed.Kids[1]
+	e.ktri = e.recipients.Kids[0]
+	e.kt = hsmtest.ParseTLV(t, e.ktri.Kids[3].Value)
+	e.eci = e.ed.Kids[2]
+	e.contentParams = e.eci.Kids[1].Kids[1]
 	return e
 }
 
 func (e *gostEnv) der() []byte {
-	e.ktri.kids[3].value = e.kt.der()
-	return e.root.der()
+	e.ktri.Kids[3].Value = e.kt.DER()
+	return e.root.DER()
 }
 
 // Paths into GostR3410-KeyTransport.
-func (e *gostEnv) encKey() *tlv    { return e.kt.kids[0].kids[0] }
-func (e *gostEnv) mac() *tlv       { return e.kt.kids[0].kids[1] }
-func (e *gostEnv) wrapSet() *tlv   { return e.kt.kids[1].kids[0] }
-func (e *gostEnv) ephemeral() *tlv { return e.kt.kids[1].kids[1] }
-func (e *gostEnv) ukm() *tlv       { return e.kt.kids[1].kids[2] }
+func (e *gostEnv) encKey() *hsmtest.TLV    { return e.kt.Kids[0].Kids[0] }
+func (e *gostEnv) mac() *hsmtest.TLV       { return e.kt.Kids[0].Kids[1] }
+func (e *gostEnv) wrapSet() *hsmtest.TLV   { return e.kt.Kids[1].Kids[0] }
+func (e *gostEnv) ephemeral() *hsmtest.TLV { return e.kt.Kids[1].Kids[1] }
+func (e *gostEnv) ukm() *hsmtest.TLV       { return e.kt.Kids[1].Kids[2] }
 
 // The bad inputs of a GOST certificate login (issue 38): each is one clear
 // line of the challenge class, nothing sent to AuthenticateConfirm, no PIN
@@ -146,48 +81,51 @@ func TestGOSTChallengeBadInput(t *testing.T) {
 		want error
 		line string
 	}{
-		"wrapped key changed": {func() []byte { e := fresh(); e.encKey().value[5] ^= 1; return e.der() }, envelope.ErrChallenge, ""},
-		"MAC changed":         {func() []byte { e := fresh(); e.mac().value[0] ^= 1; return e.der() }, envelope.ErrChallenge, ""},
-		"UKM of 7 bytes":      {func() []byte { e := fresh(); e.ukm().value = e.ukm().value[:7]; return e.der() }, envelope.ErrNotChallenge, "UKM (7 bytes, not 8)"},
+		"wrapped key changed": {func() []byte { e := fresh(); e.encKey().Value[5] ^= 1; return e.der() }, envelope.ErrChallenge, ""},
+		"MAC changed":         {func() []byte { e := fresh(); e.mac().Value[0] ^= 1; return e.der() }, envelope.ErrChallenge, ""},
+		"UKM of 7 bytes":      {func() []byte { e := fresh(); e.ukm().Value = e.ukm().Value[:7]; return e.der() }, envelope.ErrNotChallenge, "UKM (7 bytes, not 8)"},
 		"unknown wrap parameter set": {func() []byte {
 			e := fresh()
-			e.wrapSet().value = []byte{0x2a, 0x85, 0x03, 0x02, 0x02, 0x1f, 0x09} // 1.2.643.2.2.31.9
+			e.wrapSet().Value = []byte{0x2a, 0x85, 0x03, 0x02, 0x02, 0x1f, 0x09} // 1.2.643.2.2.31.9
 			return e.der()
 		}, envelope.ErrNotChallenge, "key wrap parameter set 1.2.643.2.2.31.9 (unknown"},
 		"unknown content parameter set": {func() []byte {
 			e := fresh()
-			e.contentParams.kids[1].value = []byte{0x2a, 0x85, 0x03, 0x02, 0x02, 0x1f, 0x09}
+			e.contentParams.Kids[1].Value = []byte{0x2a, 0x85, 0x03, 0x02, 0x02, 0x1f, 0x09}
 			return e.der()
 		}, envelope.ErrNotChallenge, "parameter set 1.2.643.2.2.31.9 is unknown"},
 		"ephemeral key off the curve": {func() []byte {
 			e := fresh()
-			point := e.ephemeral().kids[1].value // BIT STRING: 00, then OCTET STRING 04 40 x y
+			point := e.ephemeral().Kids[1].Value // BIT STRING: 00, then OCTET STRING 04 40 x y
 			point[len(point)-1] ^= 1
 			return e.der()
 		}, envelope.ErrNotChallenge, "not a point of its curve"},
 		"ephemeral key of the other size": {func() []byte {
 			e := fresh()
-			e.kt.kids[1].kids[1] = env512.ephemeral()
+			e.kt.Kids[1].Kids[1] = env512.ephemeral()
 			return e.der()
 		}, envelope.ErrNotChallenge, "ephemeral key (on TC26-512-A, not on the certificate's curve CryptoPro-A)"},
 		"two recipients": {func() []byte {
 			e := fresh()
-			e.recipients.kids = append(e.recipients.kids, e.ktri)
+			e.recipients.Kids = append(e.recipients.Kids, e.ktri)
 			return e.der()
 		}, envelope.ErrNotChallenge, "it has 2 recipients; a challenge has one"},
 		"KeyAgreeRecipientInfo": {func() []byte {
 			e := fresh()
-			e.recipients.kids[0] = &tlv{tag: 0xa1, kids: e.ktri.kids}
+			e.recipients.Kids[0] = &hsmtest.TLV{Tag: 0xa1, Kids: e.ktri.Kids}
 			return e.der()
 		}, envelope.ErrNotChallenge, "a recipient that is not key transport"},
 		"not the token's certificate": {func() []byte { return hsmtest.OpenSSLEncryptGOST(t, random, other.Cert, false) }, envelope.ErrNotForUs, ""},
-		"content over the bound": {func() []byte {
-			return hsmtest.OpenSSLEncryptGOST(t, bytes.Repeat([]byte{7}, envelope.MaxGOSTChallenge+1), g.Cert, false)
-		}, envelope.ErrNotChallenge, "the encrypted content is 257 bytes; a challenge's random is 16 to 256"},
+		"content longer than a challenge": {func() []byte {
+			return hsmtest.OpenSSLEncryptGOST(t, bytes.Repeat([]byte{7}, envelope.ChallengeSize+1), g.Cert, false)
+		}, envelope.ErrNotChallenge, "the encrypted content is 33 bytes; a challenge's random is 32"},
+		"content shorter than a challenge": {func() []byte {
+			return hsmtest.OpenSSLEncryptGOST(t, bytes.Repeat([]byte{7}, envelope.ChallengeSize-1), g.Cert, false)
+		}, envelope.ErrNotChallenge, "the encrypted content is 31 bytes; a challenge's random is 32"},
 		"mask key present": {func() []byte {
 			e := fresh()
-			ek := e.kt.kids[0]
-			ek.kids = []*tlv{ek.kids[0], {tag: 0x80, value: make([]byte, 32)}, ek.kids[1]}
+			ek := e.kt.Kids[0]
+			ek.Kids = []*hsmtest.TLV{ek.Kids[0], {Tag: 0x80, Value: make([]byte, 32)}, ek.Kids[1]}
 			return e.der()
 		}, envelope.ErrNotChallenge, "mask key (present"},
 	}

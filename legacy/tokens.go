@@ -102,10 +102,17 @@ type sharedTokens struct {
 
 // Share keeps the tokens in s as well, so that the agents on it make one
 // login per identity, not one each (nil: this process's memory only).
+//
+// A store that can mark things once (store.Oncer) also keeps the key
+// transports the certificate logins have opened (Guard.Share).
 func (t *Tokens) Share(s store.Records) {
 	if s == nil {
 		t.shared.Store(nil)
+		t.client.guard.Share(nil)
 		return
+	}
+	if o, ok := s.(store.Oncer); ok {
+		t.client.guard.Share(o)
 	}
 	sum := sha256.Sum256([]byte("signagent developer\x00" + t.client.key))
 	t.shared.Store(&sharedTokens{s: s, dev: hex.EncodeToString(sum[:8])})

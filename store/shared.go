@@ -85,7 +85,7 @@ func (s *Shared) Close() error { return s.b.close() }
 
 // Observe has f told of every store operation (get, put, delete, acquire,
 // ping) and its result (ok, not_found, sealed, too_large, rollback, fenced,
-// waited, taken_over, unreplicated, unavailable): the agent's metrics.
+// waited, taken_over, unreplicated, seen, unavailable): the agent's metrics.
 func (s *Shared) Observe(f func(op, result string)) { s.observe.Store(&f) }
 
 func (s *Shared) note(op string, err error) {
@@ -112,6 +112,8 @@ func (s *Shared) note(op string, err error) {
 		result = "taken_over"
 	case errors.Is(err, errUnreplicated):
 		result = "unreplicated"
+	case errors.Is(err, errSeen):
+		result = "seen"
 	default:
 		result = "unavailable"
 	}
