@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/signagent/signagent/legacy"
 )
 
 // Audit writes one JSON line per operation, apart from the diagnostic log:
@@ -37,6 +39,7 @@ type auditEntry struct {
 	status      int    // the service's answer to it
 	retried     bool   // after a 401 to the cached header
 	requestID   string // X-Request-Id
+	transport   string // a certificate login's key transport (a hash's first bytes)
 }
 
 func (a *Audit) write(e auditEntry) {
@@ -57,6 +60,9 @@ func (a *Audit) write(e auditEntry) {
 	if e.thumbprint != "" {
 		ev = ev.Str("keyThumbprint", e.thumbprint)
 	}
+	if e.transport != "" {
+		ev = ev.Str("keyTransport", e.transport)
+	}
 	if e.serviceCode != "" {
 		ev = ev.Str("serviceCode", e.serviceCode)
 	}
@@ -76,4 +82,19 @@ func (a *Audit) write(e auditEntry) {
 		ev = ev.Str("from", e.source)
 	}
 	ev.Send()
+}
+
+// certLogin records a certificate login of the legacy scheme: an audit
+// line (the certificate, a hash of the challenge's key transport, the
+// outcome), its count by outcome, and a warning for one refused before
+// the token was asked, which a genuine service never causes.
+func (a *Agent) certLogin(l legacy.CertLogin) {
+	a.audit.write(auditEntry{caller: "agent", operation: "certificate_login", outcome: l.Outcome, latency: l.Latency,
+		scheme: "legacy", identity: "certificate " + l.Thumbprint, thumbprint: l.Thumbprint, transport: l.Transport})
+	a.metrics.CertLogin(l.Outcome)
+	switch l.Outcome {
+	case legacy.CertReplayed, legacy.CertNotChallenge:
+		a.cfg.Log.Warn().Str("certificate", l.Thumbprint).Str("keyTransport", l.Transport).Str("outcome", l.Outcome).
+			Msg("the business API sent a certificate login something that is not a fresh challenge; the token was not asked")
+	}
 }

@@ -112,7 +112,8 @@ func (a *Agent) lend(st *state, timeout time.Duration) schemes.Deps {
 		Refreshed: func(scheme, identity, result string) {
 			a.metrics.Refresh(scheme, result)
 			a.cfg.Log.Info().Str("scheme", scheme).Str("identity", identity).Str("result", result).Msg("refresh")
-		}}
+		},
+		CertLogin: a.certLogin}
 	if st.policy.NoCertificateLogin {
 		d.NoDecrypter = errCertificateLoginOff
 	} else {

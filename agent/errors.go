@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/legacy"
 )
 
 // APIError is the body of an error answer.
@@ -52,6 +55,8 @@ func classify(err error) (int, APIError) {
 		return http.StatusServiceUnavailable, APIError{Code: api.CodeBusy, Message: err.Error()}
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, APIError{Code: api.CodeTooLarge, Message: err.Error()}
+	case errors.As(err, new(*legacy.BackoffError)):
+		return http.StatusTooManyRequests, APIError{Code: api.CodeLoginBackoff, Message: err.Error()}
 	}
 	if a, ok := kindAnswers[errdefs.Kind(err)]; ok {
 		e := APIError{Code: a.code, Message: forHTTP.Replace(err.Error())}
@@ -92,9 +97,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func writeError(w http.ResponseWriter, status int, e APIError) {
 	switch status {
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
-		w.Header().Set("Retry-After", "1")
+		if w.Header().Get("Retry-After") == "" { // retryAfter's, when the error said how long
+			w.Header().Set("Retry-After", "1")
+		}
 	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="signagent"`)
 	}
 	writeJSON(w, status, api.ErrorBody{Error: e})
+}
+
+// retryAfter sets Retry-After from an error that says how long to wait (a
+// certificate login's wait after a failure), in whole seconds rounded up.
+func retryAfter(w http.ResponseWriter, err error) {
+	var ra interface{ RetryAfter() time.Duration }
+	if errors.As(err, &ra) && ra.RetryAfter() > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int((ra.RetryAfter()+time.Second-1)/time.Second)))
+	}
 }

@@ -184,6 +184,7 @@ func (a *Agent) finish(w http.ResponseWriter, r *http.Request, entry auditEntry,
 			a.metrics.Rejected()
 		}
 		ev.Str("client", entry.caller).Str("operation", entry.operation).Int("status", status).Str("code", apiErr.Code).Str("requestId", entry.requestID).Msg(apiErr.Message)
+		retryAfter(w, err)
 		writeError(w, status, apiErr)
 		return
 	}

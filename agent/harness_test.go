@@ -67,7 +67,11 @@ type options struct {
 	now       func() time.Time // trusted client's clock (default time.Now)
 	expose    bool             // ExposeCanonical
 	routes    []agent.RouteRule
-	legacy    bool   // the legacy scheme, with alice's password
+	legacy    bool // the legacy scheme, with alice's password
+	// legacyAPI, when set, is where the legacy scheme logs in instead of
+	// the emulator (a stand-in for the service), with legacyNow its clock.
+	legacyAPI string
+	legacyNow func() time.Time
 	oidc      bool   // the OpenID Connect scheme, alice signed in as profile "default"
 	apiURL    string // the proxy's business API ("emu": the emulator)
 	maxBody   int64  // ServiceMaxBody
@@ -149,7 +153,7 @@ func start(t testing.TB, o options) *harness {
 		cfg.AuditLog = filepath.Join(t.TempDir(), "audit.log")
 	}
 	if o.legacy {
-		cfg.Schemes.Legacy = &schemes.LegacySettings{Client: &legacy.Config{APIURL: emu.URL(), DeveloperKey: devKey, Settings: httpx.Settings{Backoff: time.Millisecond}},
+		cfg.Schemes.Legacy = &schemes.LegacySettings{Client: &legacy.Config{APIURL: cmp.Or(o.legacyAPI, emu.URL()), DeveloperKey: devKey, Settings: httpx.Settings{Backoff: time.Millisecond, Now: o.legacyNow}},
 			Passwords: map[string]string{"alice@example.com": alicePassword, "bob@example.com": "not bob's password"}}
 	}
 	if o.oidc {

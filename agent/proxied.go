@@ -67,6 +67,7 @@ func (c *proxyRecord) Failed(w http.ResponseWriter, call *proxy.Call, err error)
 		ev = c.a.cfg.Log.Warn()
 	}
 	ev.Str("client", c.entry.caller).Str("operation", "service").Str("call", call.Call).Int("status", status).Str("code", apiErr.Code).Str("requestId", c.entry.requestID).Msg(apiErr.Message)
+	retryAfter(w, err)
 	w.Header().Set(proxy.ErrorHeader, apiErr.Code)
 	writeError(w, status, apiErr)
 }

@@ -128,6 +128,7 @@ const (
 	CodeServiceRefused     = "service_refused"        // 422
 	CodeSignInRequired     = "sign_in_required"       // 409
 	CodeQueueFull          = "queue_full"             // 429
+	CodeLoginBackoff       = "login_backoff"          // 429: a certificate login's wait after a failure is not over
 	CodeInternal           = "internal"               // 500
 	CodeServiceError       = "service_error"          // 502
 	CodeServiceUnreachable = "service_unreachable"    // 502

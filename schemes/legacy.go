@@ -34,6 +34,9 @@ func Legacy(s Settings, d Deps) (authz.Scheme, error) {
 		return nil, err
 	}
 	tokens.Share(d.Store)
+	if d.CertLogin != nil {
+		tokens.Client().Guard().Observe(d.CertLogin)
+	}
 	sc := &legacy.Scheme{Tokens: tokens, Password: d.Password, Certificate: d.Decrypter, CertificateOff: d.NoDecrypter}
 	if sc.Password == nil {
 		sc.Password = func(login string) (string, error) {
@@ -64,6 +67,11 @@ func legacyTokens(ls LegacySettings, d Deps) (*legacy.Tokens, error) {
 	}
 	lc := *ls.Client
 	lc.Log = d.Log
+	if was, ok := d.was(authz.SchemeLegacy).(*legacyScheme); ok {
+		// New settings, the same certificates: the key transports opened
+		// and the waits after failures are kept.
+		lc.Guard = was.Tokens.Client().Guard()
+	}
 	c, err := legacy.New(lc)
 	if err != nil {
 		return nil, err
@@ -84,6 +92,6 @@ func (*legacyScheme) Check() error { return nil }
 func sameLegacy(x, y LegacySettings) bool {
 	a, b := x.Client, y.Client
 	return a != nil && b != nil && a.APIURL == b.APIURL && a.AllowInsecureHTTP == b.AllowInsecureHTTP &&
-		a.DeveloperKey == b.DeveloperKey && a.TokenTTL == b.TokenTTL && a.Timeout == b.Timeout && a.Attempts == b.Attempts &&
+		a.DeveloperKey == b.DeveloperKey && a.TokenTTL == b.TokenTTL && a.ChallengeSize == b.ChallengeSize && a.Timeout == b.Timeout && a.Attempts == b.Attempts &&
 		maps.Equal(x.Passwords, y.Passwords)
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/store"
 )
@@ -93,6 +94,9 @@ type Deps struct {
 	// Refreshed, when set, is told each refresh's outcome: "ok",
 	// "refused" (sign in again) or "error".
 	Refreshed func(scheme, identity, result string)
+	// CertLogin, when set, is told of every certificate login (the
+	// audit log and the metrics).
+	CertLogin func(legacy.CertLogin)
 	// Was are the schemes this build replaces (a reload): a scheme whose
 	// settings did not change keeps its cache.
 	Was authz.Schemes

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/schemes"
 	"github.com/signagent/signagent/trusted"
@@ -39,6 +40,7 @@ type Metrics struct {
 	rejected    prometheus.Counter
 	authz       *prometheus.CounterVec
 	storeOps    *prometheus.CounterVec
+	certLogins  *prometheus.CounterVec
 	sessions    *prometheus.CounterVec
 	sources     *prometheus.CounterVec
 	// refreshes are signagent_SCHEME_refreshes_total, for each scheme
@@ -180,8 +182,14 @@ func New(tm *tokenq.Manager, version string, list []schemes.Entry) *Metrics {
 			Help: "Authorization header values handed out by scheme and where they came from: memory (this agent's), store (the token store or the shared store: another process's login), login or refresh (just now)."},
 			[]string{"scheme", "source"}),
 		storeOps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_store_operations_total",
-			Help: "Shared store operations (get, put, delete, acquire, ping) by result (ok, not_found, sealed: a value that did not open, too_large: a value over the size bound, not read, rollback: a record older than one seen, fenced, waited: a lease another agent held, unavailable)."},
+			Help: "Shared store operations (get, put, delete, acquire, ping, once: a certificate login's key transport marked) by result (ok, not_found, sealed: a value that did not open, too_large: a value over the size bound, not read, rollback: a record older than one seen, fenced, waited: a lease another agent held, seen: marked before, unavailable)."},
 			[]string{"op", "result"}),
+		certLogins: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_certificate_logins_total",
+			Help: "Legacy certificate logins by outcome (ok; backoff: not tried, a failure's wait not over; not_challenge, replayed: the API's answer refused before the token was asked; store_unavailable; not_opened; refused: AuthenticateConfirm refused; error)."},
+			[]string{"outcome"}),
+	}
+	for _, o := range legacy.CertOutcomes {
+		m.certLogins.WithLabelValues(o)
 	}
 	// Label sets known in advance start at zero, so that alerts have
 	// series from the first scrape.
@@ -222,7 +230,7 @@ func New(tm *tokenq.Manager, version string, list []schemes.Entry) *Metrics {
 		Help:        "Always 1; the labels say which build is running.",
 		ConstLabels: prometheus.Labels{"version": version, "goversion": goVersion, "revision": revision}})
 	build.Set(1)
-	m.reg.MustRegister(build, m.calls, m.retries, m.authz, m.requests, m.duration, m.storeOps, m.sessions, m.sources,
+	m.reg.MustRegister(build, m.calls, m.retries, m.authz, m.requests, m.duration, m.storeOps, m.certLogins, m.sessions, m.sources,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -275,6 +283,9 @@ func (m *Metrics) Session(source string) {
 	}
 	m.sessions.WithLabelValues(source).Inc()
 }
+
+// CertLogin counts a legacy certificate login by outcome.
+func (m *Metrics) CertLogin(outcome string) { m.certLogins.WithLabelValues(outcome).Inc() }
 
 // StoreOp counts a shared store's operation by result.
 func (m *Metrics) StoreOp(op, result string) { m.storeOps.WithLabelValues(op, result).Inc() }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/internal/httpx"
@@ -25,6 +26,8 @@ func LegacyServiceFlags() []cli.Flag {
 		&cli.StringFlag{Name: "api-url", Category: CatLegacy, EnvVars: []string{"SIGNAGENT_API_URL"}, Usage: "the service's business API `URL` (Authenticate is at URL/V3/Authenticate)"},
 		cmdutil.DeveloperKeySecret.FlagWith(CatLegacy, ""),
 		&cli.DurationFlag{Name: "legacy-token-ttl", Category: CatLegacy, Value: legacy.DefaultTokenTTL, EnvVars: []string{"SIGNAGENT_LEGACY_TOKEN_TTL"}, Usage: "`DURATION` a legacy token lives (the service's 24h); caches reuse it until a margin before"},
+		&cli.IntFlag{Name: "legacy-challenge-size", Category: CatLegacy, Value: envelope.ChallengeSize, EnvVars: []string{"SIGNAGENT_LEGACY_CHALLENGE_SIZE"},
+			Usage: fmt.Sprintf("`BYTES` of random a certificate login's challenge holds: the only length the token opens (%d to %d; change it only where a real service's challenge shows another)", envelope.MinChallengeSize, envelope.MaxChallengeSize)},
 	}
 }
 
@@ -51,7 +54,7 @@ func LegacyConfig(s *settings.Settings, e *cmdutil.Env) (*legacy.Config, error) 
 		return nil, err
 	}
 	cfg := &legacy.Config{APIURL: s.String("api-url"), AllowInsecureHTTP: s.Bool("insecure-http"), DeveloperKey: key,
-		TokenTTL: s.Duration("legacy-token-ttl"), Log: e.Log,
+		TokenTTL: s.Duration("legacy-token-ttl"), ChallengeSize: s.Int("legacy-challenge-size"), Log: e.Log,
 		Settings: httpx.Settings{Timeout: s.Duration("request-timeout"), Attempts: s.Int("attempts"), UserAgent: "signagent/" + cmdutil.Version}}
 	return cfg, s.Err()
 }
