@@ -89,7 +89,7 @@ type Manager struct {
 	mu   sync.RWMutex
 	open Opener
 	id   string // what open opens (see Reopen)
-	// pinned is the token and key open last opened: its reconnects
+	// pinned is the token and key last opened: its reconnects
 	// open only them. A new selection (Reopen with another id) drops it.
 	pinned       *pkcs11.Identity
 	cur          *conn // nil while not ready
