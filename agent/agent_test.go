@@ -19,6 +19,7 @@ import (
 	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/signer"
 )
 
@@ -497,6 +498,43 @@ func TestShutdownWithRequestsInFlight(t *testing.T) {
 	}
 	if _, err := os.Stat(h.sock); !os.IsNotExist(err) {
 		t.Fatalf("socket left behind: %v", err)
+	}
+}
+
+// TestCardSwapped: a token of the agent's label and another serial and
+// PIN is put in the agent's token's place. The agent sends it no PIN and
+// answers 503 token_not_ready with one line naming both serials, in
+// /readyz too; with its own token back it signs again. At start it warned
+// that the token is chosen by label alone, naming the URI with serial=.
+func TestCardSwapped(t *testing.T) {
+	other := hsmtest.NewWith(t, hsmtest.Options{ForProcesses: true}) // made before the agent loads SoftHSM
+	other.SetPIN(t, "654321")
+	h := start(t, options{})
+	ctx := context.Background()
+	if !strings.Contains(h.logs.String(), "serial="+h.tk.Serial) || !strings.Contains(h.logs.String(), `"level":"warn"`) {
+		t.Fatalf("no warning naming the URI with serial=%s at start:\n%s", h.tk.Serial, h.logs.String())
+	}
+	h.tk.Remove(t)
+	eventually(t, 10*time.Second, "the token to be seen gone", func() bool { return !h.d.Ready() })
+	h.tk.PutIn(t, other)
+	line := "a different token, serial " + other.Serial + ", is in the reader; this agent's is serial " + h.tk.Serial
+	eventually(t, 10*time.Second, "the other token to be looked at", func() bool {
+		r, _ := h.client.Ready(ctx)
+		return r.Token.Ready || r.Token.PINRejected || strings.Contains(r.Token.Reason, "different token")
+	})
+	r, err := h.client.Ready(ctx)
+	if e := apiErr(t, err); e.Status != 503 || r.Token.Ready || r.Token.PINRejected || !strings.Contains(r.Token.Reason, line) {
+		t.Fatalf("readyz with another token in: %+v %+v", e, r.Token)
+	}
+	_, err = h.client.Sign(ctx, api.SignatureRequest{Credential: phone})
+	if e := apiErr(t, err); e.Status != 503 || e.Body.Code != api.CodeTokenNotReady || !strings.Contains(e.Body.Message, line) || strings.Contains(e.Body.Message, "\n") {
+		t.Fatalf("signing with another token in: %+v", e)
+	}
+	h.tk.TakeOut(t)
+	h.tk.Insert(t)
+	eventually(t, 10*time.Second, "the agent to be ready again", func() bool { return h.d.Ready() })
+	if _, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone}); err != nil {
+		t.Fatalf("with the agent's token back: %v", err)
 	}
 }
 

@@ -66,7 +66,11 @@ func BenchmarkTokenReturn(b *testing.B) {
 	tk := hsmtest.New(b)
 	sel := tk.Selection(tk.RSA.Label)
 	tm, err := tokenq.New(tokenq.Options{Log: zerolog.Nop(),
-		Open: func(ctx context.Context) (tokenq.Token, error) { return pkcs11.Open(ctx, sel, zerolog.Nop()) }})
+		Open: func(ctx context.Context, want *pkcs11.Identity) (tokenq.Token, error) {
+			sel := sel
+			sel.Expect = want
+			return pkcs11.Open(ctx, sel, zerolog.Nop())
+		}})
 	if err != nil {
 		b.Fatal(err)
 	}

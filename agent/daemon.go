@@ -125,8 +125,21 @@ func (d *Daemon) openToken(ctx context.Context) error {
 	return nil
 }
 
+// opener opens cfg's token: the first time (want nil) as the selection
+// says, warning when that is without the token's serial; later only the
+// token and key opened before (tokenq pins them).
 func (d *Daemon) opener(cfg Config) tokenq.Opener {
-	return func(ctx context.Context) (tokenq.Token, error) { return cfg.Open(ctx, cfg.Token, cfg.Log) }
+	return func(ctx context.Context, want *pkcs11.Identity) (tokenq.Token, error) {
+		sel := cfg.Token
+		sel.Expect = want
+		tok, err := cfg.Open(ctx, sel, cfg.Log)
+		if a, ok := tok.(interface{ SerialAdvice() string }); ok && err == nil && want == nil {
+			if s := a.SerialAdvice(); s != "" {
+				cfg.Log.Warn().Msg(s)
+			}
+		}
+		return tok, err
+	}
 }
 
 // state is the agent's reloadable state as cfg configures it, built and

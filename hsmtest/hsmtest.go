@@ -14,6 +14,7 @@ package hsmtest
 import (
 	"context"
 	"crypto/x509"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -78,10 +79,10 @@ func New(t testing.TB) *Token { return NewWith(t, Options{}) }
 // NewWith creates an isolated token shaped by o.
 func NewWith(t testing.TB, o Options) *Token {
 	t.Helper()
-	tk := &Token{Module: Module(t), Dir: t.TempDir(), Label: o.Label, PIN: "123456", SOPIN: "12345678"}
-	if tk.Label == "" {
-		tk.Label = "signagent-test"
+	if o.Label == "" {
+		o.Label = "signagent-test" // one shape of token, named or not (copies.go)
 	}
+	tk := &Token{Module: Module(t), Dir: t.TempDir(), Label: o.Label, PIN: "123456", SOPIN: "12345678"}
 	conf, err := softhsm.WriteConfig(tk.Dir)
 	if err != nil {
 		t.Fatal(err)
@@ -105,37 +106,35 @@ func NewWith(t testing.TB, o Options) *Token {
 		tk.Serial, tk.RSA.Cert, tk.EC.Cert = made.serial, made.rsa, made.ec
 		return tk
 	}
+	generate := func() error {
+		if tk.Serial, err = softhsm.InitToken(tk.Module, tk.Label, tk.SOPIN, tk.PIN); err != nil {
+			return fmt.Errorf("initialize SoftHSM token: %w", err)
+		}
+		specs := append([]softhsm.KeySpec{
+			{Type: softhsm.RSA2048, Label: tk.RSA.Label, ID: tk.RSA.ID, CommonName: "signagent test RSA"},
+			{Type: softhsm.P256, Label: tk.EC.Label, ID: tk.EC.ID, CommonName: "signagent test P-256"},
+		}, o.Extra...)
+		certs, err := softhsm.GenerateKeys(tk.Module, tk.Label, tk.PIN, specs)
+		if err != nil {
+			return fmt.Errorf("generate keys on the SoftHSM token: %w", err)
+		}
+		tk.RSA.Cert, tk.EC.Cert = certs[0], certs[1]
+		if err := keepToken(shape, tk); err != nil {
+			return fmt.Errorf("keep the test token for copies: %w", err)
+		}
+		return nil
+	}
 	if o.ForProcesses {
 		// SoftHSM in this process reads SOFTHSM2_CONF when it is
 		// initialized: one token is made at a time with it set. Other
 		// tests' processes may inherit it meanwhile; each names its own
 		// token after (tk.Env: the last value wins).
-		makingInProcess.Lock()
-		defer makingInProcess.Unlock()
-		prev, had := os.LookupEnv(softhsm.ConfEnv)
-		os.Setenv(softhsm.ConfEnv, conf)
-		defer func() {
-			if had {
-				os.Setenv(softhsm.ConfEnv, prev)
-			} else {
-				os.Unsetenv(softhsm.ConfEnv)
-			}
-		}()
+		err = withConf(conf, generate)
+	} else {
+		err = generate()
 	}
-	if tk.Serial, err = softhsm.InitToken(tk.Module, tk.Label, tk.SOPIN, tk.PIN); err != nil {
-		t.Fatalf("initialize SoftHSM token: %v", err)
-	}
-	specs := append([]softhsm.KeySpec{
-		{Type: softhsm.RSA2048, Label: tk.RSA.Label, ID: tk.RSA.ID, CommonName: "signagent test RSA"},
-		{Type: softhsm.P256, Label: tk.EC.Label, ID: tk.EC.ID, CommonName: "signagent test P-256"},
-	}, o.Extra...)
-	certs, err := softhsm.GenerateKeys(tk.Module, tk.Label, tk.PIN, specs)
 	if err != nil {
-		t.Fatalf("generate keys on the SoftHSM token: %v", err)
-	}
-	tk.RSA.Cert, tk.EC.Cert = certs[0], certs[1]
-	if err := keepToken(shape, tk); err != nil {
-		t.Fatalf("keep the test token for copies: %v", err)
+		t.Fatal(err)
 	}
 	return tk
 }

@@ -114,10 +114,10 @@ func (k *Key) open(ctx context.Context) error {
 		return err
 	}
 	tok, err := k.findToken(ctx)
-	if errors.Is(err, ErrTokenNotFound) || (err != nil && Recoverable(err)) {
-		// The module may not have seen the token arrive: SoftHSM and many
-		// reader drivers look only in C_Initialize. Look once more after
-		// initializing again.
+	if errors.Is(err, ErrTokenNotFound) || errors.Is(err, ErrOtherToken) || (err != nil && Recoverable(err)) {
+		// The module may not have seen the token arrive (or the one it
+		// saw leave): SoftHSM and many reader drivers look only in
+		// C_Initialize. Look once more after initializing again.
 		if rerr := m.reset(m.gen.Load()); rerr == nil {
 			tok, err = k.findToken(ctx)
 		}
@@ -137,6 +137,9 @@ func (k *Key) open(ctx context.Context) error {
 		return err
 	}
 	err = k.findKey(ctx, sh)
+	if err == nil {
+		err = k.checkKey() // before anything is signed with it
+	}
 	if err == nil && k.IsGOST() {
 		err = k.chooseGOST(ctx)
 	}

@@ -139,6 +139,11 @@ type Selection struct {
 	// ModuleConfigDirs are p11-kit's module configuration directories for
 	// a URI's module-name (nil: DefaultModuleConfigDirs).
 	ModuleConfigDirs []string
+	// Expect, when set, is the token and key opened before (Key.Identity):
+	// only that token is logged in to, and only that key used; anything
+	// else is ErrOtherToken (identity.go). The agent sets it when it
+	// opens its key again.
+	Expect *Identity
 
 	completed bool     // Complete ran
 	ignored   []string // vendor attributes of the URI, ignored

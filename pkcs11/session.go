@@ -13,7 +13,7 @@ func (k *Key) findToken(ctx context.Context) (TokenInfo, error) {
 	if err != nil {
 		return TokenInfo{}, err
 	}
-	tok, err := chooseToken(tokens, k.sel.Token)
+	tok, err := k.pickToken(tokens)
 	if err != nil && len(tokens) == 0 {
 		// No slot at all is no reader: OpenSC without pcscd (or with no
 		// reader plugged in) lists none, where a reader without its card

@@ -334,3 +334,72 @@ func TestDecryptOnSoftHSM(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestExpectOnlyThatToken: a key opened as the only token's (no label, no
+// serial) and opened again with Expect set is opened only on that token.
+// Another token alone in its place is ErrOtherToken, one line naming both
+// serials, without a PIN sent (SoftHSM would keep the wrong try as
+// pin-count-low); a stranger's serial on the agent's token is refused for
+// its key; the token itself opens again. SoftHSM tokens swapped in place.
+func TestExpectOnlyThatToken(t *testing.T) {
+	tk := hsmtest.New(t)
+	other := hsmtest.NewWith(t, hsmtest.Options{ForProcesses: true})
+	other.SetPIN(t, "654321")
+	sel := tk.Selection(tk.RSA.Label)
+	sel.Token = pkcs11.TokenSelector{} // the only token
+	k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := k.Identity()
+	if id.Serial != tk.Serial || id.Label != tk.Label || !k.Public().(*rsa.PublicKey).Equal(id.Public) {
+		t.Fatalf("identity %+v", id)
+	}
+	if s := k.SerialAdvice(); !strings.Contains(s, "serial="+tk.Serial) || !strings.Contains(s, "--token-serial "+tk.Serial) {
+		t.Fatalf("advice %q", s)
+	}
+	k.Close()
+	sel.Expect = &id
+
+	tk.Remove(t)
+	tk.PutIn(t, other)
+	_, err = pkcs11.Open(context.Background(), sel, zerolog.Nop())
+	want := "a different token, serial " + other.Serial + ", is in the reader; this agent's is serial " + tk.Serial
+	if !errors.Is(err, pkcs11.ErrOtherToken) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("another token in its place: %v", err)
+	}
+	tokens, err := pkcs11.ListTokens(context.Background(), tk.Module)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ti := range tokens {
+		if ti.Serial == other.Serial && strings.Contains(strings.Join(ti.Flags, " "), "pin-count-low") {
+			t.Fatalf("the other token counted a wrong PIN: %v", ti.Flags)
+		}
+	}
+	tk.TakeOut(t)
+	tk.Insert(t)
+
+	// The agent's token, expected with another key: refused after the
+	// login, before anything is signed.
+	wrong := id
+	wrong.Public = tk.EC.Cert.PublicKey
+	sel.Expect = &wrong
+	if _, err := pkcs11.Open(context.Background(), sel, zerolog.Nop()); !errors.Is(err, pkcs11.ErrOtherToken) || !strings.Contains(err.Error(), "is not this agent's key") {
+		t.Fatalf("the same token with another key expected: %v", err)
+	}
+	sel.Expect = &id
+	k, err = pkcs11.Open(context.Background(), sel, zerolog.Nop())
+	if err != nil {
+		t.Fatalf("the token expected: %v", err)
+	}
+	k.Close()
+	sel.Token.Serial = tk.Serial // chosen by serial: no advice
+	if k, err = pkcs11.Open(context.Background(), sel, zerolog.Nop()); err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	if s := k.SerialAdvice(); s != "" {
+		t.Fatalf("advice for a selection by serial: %q", s)
+	}
+}

@@ -31,8 +31,16 @@ type Token interface {
 }
 
 // Opener opens the token and finds the key within ctx. pkcs11.Open wrapped
-// in a closure is one.
-type Opener func(ctx context.Context) (Token, error)
+// in a closure is one. want, when not nil, is the token and key opened
+// before with the same selection (pkcs11.Selection.Expect): only that
+// token may be logged in to and only that key used, so that a card
+// swapped in gets no PIN and signs nothing.
+type Opener func(ctx context.Context, want *pkcs11.Identity) (Token, error)
+
+// identified is a Token that says what it was opened on (pkcs11.Key).
+type identified interface {
+	Identity() pkcs11.Identity
+}
 
 // checker is a Token that can say whether it is still there (pkcs11.Key).
 type checker interface {
@@ -78,10 +86,13 @@ type Manager struct {
 	timeout time.Duration // bounds an open and a check
 	every   time.Duration // how often an idle token is checked
 
-	mu           sync.RWMutex
-	open         Opener
-	id           string // what open opens (see Reopen)
-	cur          *conn  // nil while not ready
+	mu   sync.RWMutex
+	open Opener
+	id   string // what open opens (see Reopen)
+	// pinned is the token and key last opened: its reconnects
+	// open only them. A new selection (Reopen with another id) drops it.
+	pinned       *pkcs11.Identity
+	cur          *conn // nil while not ready
 	state        State
 	reconnecting bool
 	closed       bool
@@ -189,11 +200,11 @@ func (m *Manager) lease() *conn {
 	return m.cur
 }
 
-// openConn opens the token with open.
-func (m *Manager) openConn(open Opener) (*conn, error) {
+// openConn opens the token with open, only the one want names when set.
+func (m *Manager) openConn(open Opener, want *pkcs11.Identity) (*conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
 	defer cancel()
-	tok, err := open(ctx)
+	tok, err := open(ctx, want)
 	if _, ok := pkcs11.Code(err); ok {
 		err = pkcs11.Classify("open the token", err)
 	}
@@ -206,9 +217,9 @@ func (m *Manager) openConn(open Opener) (*conn, error) {
 // connect opens the token and makes it the current one.
 func (m *Manager) connect() error {
 	m.mu.RLock()
-	open := m.open
+	open, want := m.open, m.pinned
 	m.mu.RUnlock()
-	c, err := m.openConn(open)
+	c, err := m.openConn(open, want)
 	if err != nil {
 		m.setState(State{Reason: err.Error(), Since: time.Now(), PINRejected: isPINError(err)})
 		return err
@@ -227,6 +238,10 @@ func (m *Manager) install(c *conn) error {
 	}
 	old := m.cur
 	m.cur = c
+	if t, ok := c.tok.(identified); ok {
+		id := t.Identity()
+		m.pinned = &id
+	}
 	m.state = State{Ready: true, Since: time.Now(), Key: c.tok.Label(), Thumbprint: canonical.ThumbprintOf(c.tok.Certificate())}
 	m.mu.Unlock()
 	if old != nil {
@@ -240,7 +255,7 @@ func (m *Manager) install(c *conn) error {
 // token after err: the token is out (not inserted yet, removed, its session
 // broken), rather than refusing the PIN or being misconfigured.
 func canWaitFor(err error) bool {
-	return pkcs11.Recoverable(err) || errors.Is(err, pkcs11.ErrTokenNotFound)
+	return pkcs11.Recoverable(err) || errors.Is(err, pkcs11.ErrTokenNotFound) || errors.Is(err, pkcs11.ErrOtherToken)
 }
 
 // isPINError reports whether err is about the PIN: it is then not sent
@@ -392,6 +407,7 @@ func (m *Manager) reconnect() {
 		m.mu.Unlock()
 	}()
 	wait := m.backoff[0]
+	var said string // the last other token's line logged
 	for attempt := 1; ; attempt++ {
 		select {
 		case <-m.stop:
@@ -412,7 +428,12 @@ func (m *Manager) reconnect() {
 			m.log.Error().Err(err).Msg("the token refused the PIN; not retrying (a card locks after a few tries): fix the PIN and send SIGHUP")
 			return
 		}
-		m.log.Debug().Err(err).Dur("next", wait).Msg("the token is still out")
+		if errors.Is(err, pkcs11.ErrOtherToken) && err.Error() != said {
+			said = err.Error()
+			m.log.Error().Err(err).Msg("another token is in this agent's token's place; answering 503 until this agent's is back")
+		} else {
+			m.log.Debug().Err(err).Dur("next", wait).Msg("the token is still out")
+		}
 		wait = min(wait*2, m.backoff[1])
 	}
 }
@@ -421,21 +442,29 @@ func (m *Manager) reconnect() {
 // token is ready it changes nothing. Otherwise the new selection is opened
 // first, while the current key keeps signing, then swapped in; the old key
 // is closed once its signatures in flight are done, so a reload never
-// fails a request nor answers 503 meanwhile. When the new selection cannot
-// be opened the current key stays (its error is returned); when the token
-// was not ready, the new selection is retried in the background if the
-// token may yet come.
+// fails a request nor answers 503 meanwhile. The same id reopens only the
+// token and key opened before; another id chooses its token afresh. When
+// the new selection cannot be opened the current key stays (its error is
+// returned); when the token was not ready, the new selection is retried in
+// the background if the token may yet come.
 func (m *Manager) Reopen(open Opener, id string) error {
 	m.mu.Lock()
 	same := id == m.id && m.cur != nil
+	want := m.pinned
+	if id != m.id {
+		want = nil // a new selection chooses its token afresh
+	}
 	m.mu.Unlock()
 	if same {
 		return nil
 	}
-	c, err := m.openConn(open)
+	c, err := m.openConn(open, want)
 	m.mu.Lock()
 	ready := m.cur != nil
 	if err == nil || !ready {
+		if id != m.id {
+			m.pinned = nil
+		}
 		m.open, m.id = open, id // from now on, reconnects use the new selection
 	}
 	m.mu.Unlock()

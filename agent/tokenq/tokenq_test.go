@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,12 +25,14 @@ import (
 // opener opens the key sel names on the real SoftHSM token.
 func opener(sel pkcs11.Selection, opens *int) tokenq.Opener {
 	var mu sync.Mutex
-	return func(ctx context.Context) (tokenq.Token, error) {
+	return func(ctx context.Context, want *pkcs11.Identity) (tokenq.Token, error) {
 		if opens != nil {
 			mu.Lock()
 			*opens++
 			mu.Unlock()
 		}
+		sel := sel
+		sel.Expect = want
 		k, err := pkcs11.Open(ctx, sel, zerolog.Nop())
 		if err != nil {
 			return nil, err
@@ -190,7 +193,7 @@ func TestNoToken(t *testing.T) {
 func TestLoginFailureNotRetried(t *testing.T) {
 	var opens atomic.Int32
 	login := pkcs11.ClassifyLogin(`log in to token "card"`, p11.Error(p11.CKR_GENERAL_ERROR))
-	open := func(context.Context) (tokenq.Token, error) {
+	open := func(context.Context, *pkcs11.Identity) (tokenq.Token, error) {
 		opens.Add(1)
 		return nil, login
 	}
@@ -210,5 +213,95 @@ func TestLoginFailureNotRetried(t *testing.T) {
 		if !pkcs11.Recoverable(pkcs11.Classify(op, p11.Error(p11.CKR_GENERAL_ERROR))) {
 			t.Fatalf("CKR_GENERAL_ERROR from %q is not recoverable", op)
 		}
+	}
+}
+
+// TestCardSwap: the agent's token is taken out and another of the same
+// label put in its place (SoftHSM's token directory swapped, as a card in
+// a reader). No PIN goes to the other token, nothing is signed with its
+// key, the state says which token is in and which is wanted, in one line;
+// and once the agent's own token is back it signs again. Two cards of one
+// batch may share their serial (libcacard's do): then the key decides,
+// after the login and before any signature.
+func TestCardSwap(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		prepare func(t *testing.T, tk, other *hsmtest.Token)
+		want    func(tk, other *hsmtest.Token) string
+	}{
+		{"same label, other serial, other PIN", func(t *testing.T, tk, other *hsmtest.Token) { other.SetPIN(t, "654321") },
+			func(tk, other *hsmtest.Token) string {
+				return "a different token, serial " + other.Serial + ", is in the reader; this agent's is serial " + tk.Serial
+			}},
+		{"same label, other serial, same PIN", func(*testing.T, *hsmtest.Token, *hsmtest.Token) {},
+			func(tk, other *hsmtest.Token) string {
+				return "a different token, serial " + other.Serial + ", is in the reader; this agent's is serial " + tk.Serial
+			}},
+		{"same serial, other key", func(t *testing.T, tk, other *hsmtest.Token) { other.SetSerial(t, tk.Serial) },
+			func(tk, other *hsmtest.Token) string {
+				return "it has this agent's serial " + tk.Serial + ` and label "signagent-test", but its key "rsa"`
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tk := hsmtest.New(t)
+			other := hsmtest.NewWith(t, hsmtest.Options{ForProcesses: true}) // same label, its own keys and serial
+			tc.prepare(t, tk, other)
+			m, err := tokenq.New(tokenq.Options{Open: opener(tk.Selection(tk.RSA.Label), nil), CheckEvery: 20 * time.Millisecond,
+				BackoffFirst: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, OpenTimeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			ours := m.State().Thumbprint
+
+			tk.Remove(t)
+			waitFor(t, "the token to be seen gone", func() bool { return !m.State().Ready })
+			tk.PutIn(t, other)
+			waitFor(t, "the other token to be looked at", func() bool {
+				st := m.State()
+				return st.Ready || st.PINRejected || strings.Contains(st.Reason, "different token")
+			})
+			st := m.State()
+			switch {
+			case st.Ready:
+				t.Fatalf("ready with the other token's key: thumbprint %s, this agent's %s", st.Thumbprint, ours)
+			case st.PINRejected:
+				t.Fatalf("the agent's PIN was sent to the other token, which refused it: %s", st.Reason)
+			case !strings.Contains(st.Reason, tc.want(tk, other)) || strings.Contains(st.Reason, "\n"):
+				t.Fatalf("state %q; want one line with %q", st.Reason, tc.want(tk, other))
+			}
+			content, ts := text()
+			if _, _, err := m.Sign(context.Background(), content, ts); !errors.Is(err, tokenq.ErrNotReady) || !strings.Contains(err.Error(), tc.want(tk, other)) {
+				t.Fatalf("signing with the other token in: %v", err)
+			}
+			// SoftHSM keeps a wrong try in the token (pin-count-low): the
+			// other token has counted none.
+			tokens, err := pkcs11.ListTokens(context.Background(), tk.Module)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ti := range tokens {
+				if ti.Serial == other.Serial && slices.Contains(ti.Flags, "pin-count-low") {
+					t.Fatalf("the other token counted a wrong PIN: %v", ti.Flags)
+				}
+			}
+
+			tk.TakeOut(t)
+			tk.Insert(t)
+			waitFor(t, "this agent's token to be back", func() bool { return m.State().Ready })
+			if st := m.State(); st.Thumbprint != ours {
+				t.Fatalf("back with thumbprint %s; want %s", st.Thumbprint, ours)
+			}
+			der, cert, err := m.Sign(context.Background(), content, ts)
+			if err != nil {
+				t.Fatalf("after this agent's token came back: %v", err)
+			}
+			if !cert.Equal(tk.RSA.Cert) {
+				t.Fatal("signed with another certificate than this agent's")
+			}
+			if _, err := signer.Verify(der, content, nil); err != nil {
+				t.Fatalf("the signature does not verify: %v", err)
+			}
+		})
 	}
 }

@@ -59,14 +59,16 @@ func setupCommand(e *cmdutil.Env) *cli.Command {
 		Usage: "write a context of the settings file, asking for each setting and checking it (like step ca bootstrap)",
 		Description: "Asks for the space and the addresses, the API key, developer key and client secret files (their\n" +
 			"permissions too), the identity provider (its discovery document is fetched), the PKCS#11 token and key\n" +
-			"(the module's tokens and certificates are listed to pick from), and tries a signature. Each answer is\n" +
+			"(the module's tokens and certificates are listed to pick from, each key by a URI with the token's serial,\n" +
+			"so that no other card of the same label is taken), and tries a signature. Each answer is\n" +
 			"checked as it is given; nothing is written until all are valid. The values offered are the flags' and\n" +
 			"variables' (SIGNAGENT_PIN_FILE, ... as after eval \"$(signagent dev-token)\"), else the context's.\n" +
 			"Files are kept as absolute paths, and SoftHSM's configuration file with a SoftHSM module, so that the\n" +
 			"context works from any directory with no variable set, for every command and the per-user agent.\n" +
 			"--non-interactive takes the answers from the flags and variables and reports every bad one at once.\n\n" +
 			cmdutil.Examples("signagent setup --context staging",
-				"signagent setup --context ci --non-interactive --space staging --api-url https://api.example --api-key-file key"),
+				"signagent setup --context ci --non-interactive --space staging --api-url https://api.example --api-key-file key",
+				"signagent setup --context ci --non-interactive --module /usr/lib/x86_64-linux-gnu/opensc-pkcs11.so --key 'pkcs11:token=partner;serial=0123456789abcdef;object=signing' --pin-file pin"),
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "non-interactive", Category: "Answers", Usage: "take the answers from the flags; ask nothing"},
 			&cli.BoolFlag{Name: "use", Category: "Answers", Usage: "make the context the current one (asked when interactive; default when there is none)"},

@@ -1,0 +1,100 @@
+package pkcs11
+
+import (
+	"crypto"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/signagent/signagent/errdefs"
+)
+
+// A card swapped under a running agent must not get the agent's PIN, nor
+// sign for it. A selection by label (or "the only token") matches any card
+// of the batch, so an owner that opens the key again (the agent's
+// reconnect) says which token it opened before (Selection.Expect): the
+// token must then have the same serial and label, checked before C_Login,
+// and after the login the key must have the same public half, checked
+// before any signature. Cards of one batch may share their serial as well
+// (every libcacard card has the same): the public half tells them apart.
+// gpg does the same with a card's serial number.
+
+// Identity is what a key was opened on: its token's label and serial and
+// the key's public half.
+type Identity struct {
+	Label  string
+	Serial string
+	Public crypto.PublicKey
+}
+
+// ErrOtherToken: the token in the reader is not the one the key was
+// opened on (Selection.Expect). No PIN was sent to it, and nothing is
+// signed with its key.
+var ErrOtherToken = errdefs.New(errdefs.ErrTokenNotReady, "a different token is in the reader")
+
+// otherToken is ErrOtherToken with its one line, which names both tokens.
+type otherToken struct{ line string }
+
+func (e *otherToken) Error() string { return e.line }
+func (e *otherToken) Unwrap() error { return ErrOtherToken }
+
+// Identity returns the token and key k was opened on, for a later
+// Selection.Expect.
+func (k *Key) Identity() Identity {
+	return Identity{Label: k.token.Label, Serial: k.token.Serial, Public: k.pub}
+}
+
+// pickToken chooses the token to log in to among tokens: the one the
+// selection names, and with Expect set only the token the key was opened
+// on. A token the selection alone would have chosen in its place is
+// ErrOtherToken, before any PIN is sent.
+func (k *Key) pickToken(tokens []TokenInfo) (TokenInfo, error) {
+	want := k.sel.Expect
+	if want == nil {
+		return chooseToken(tokens, k.sel.Token)
+	}
+	ours := k.sel.Token
+	ours.Label, ours.Serial = want.Label, want.Serial
+	tok, err := chooseToken(tokens, ours)
+	if !errors.Is(err, ErrTokenNotFound) {
+		return tok, err
+	}
+	other, oerr := chooseToken(tokens, k.sel.Token)
+	if oerr != nil {
+		return TokenInfo{}, err // nothing in its place: the token is out
+	}
+	return TokenInfo{}, &otherToken{fmt.Sprintf("a different token, serial %s, is in the reader; this agent's is serial %s (label %q); no PIN was sent to it: put this agent's token back, or name the other by its serial (serial= in the key's URI, or --token-serial) and reload",
+		orNone(other.Serial), orNone(want.Serial), want.Label)}
+}
+
+// checkKey refuses, with Expect set, a key whose public half is not the
+// one the key was opened with: a token of the same serial and label (two
+// cards of one batch) holding another key. It runs after the login and
+// before anything is signed.
+func (k *Key) checkKey() error {
+	want := k.sel.Expect
+	if want == nil || samePublicKey(want.Public, k.pub) {
+		return nil
+	}
+	return &otherToken{fmt.Sprintf("a different token is in the reader: it has this agent's serial %s and label %q, but its key %q (id %s) is not this agent's key; nothing was signed with it: put this agent's token back",
+		orNone(k.token.Serial), k.token.Label, k.label, hex.EncodeToString(k.id))}
+}
+
+// SerialAdvice is, when the selection chose the token without its serial
+// (by label, or as the only token), a warning that names the URI choosing
+// it by serial too; "" otherwise.
+func (k *Key) SerialAdvice() string {
+	if k.sel.Token.Serial != "" || k.token.Serial == "" {
+		return ""
+	}
+	uri := ObjectURI(k.token, Object{Class: "private-key", Label: k.label, ID: hex.EncodeToString(k.id)})
+	return fmt.Sprintf("the token is chosen without its serial, so any token labelled %q would be taken at start; name it by its serial: --key '%s' (or --token-serial %s)",
+		k.token.Label, uri, k.token.Serial)
+}
+
+func orNone(serial string) string {
+	if serial == "" {
+		return "(none)"
+	}
+	return serial
+}
