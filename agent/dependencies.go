@@ -104,13 +104,10 @@ const storeProbeEvery = time.Second
 // refresh can take its lease, is seen down too. /readyz reads the result
 // and never waits for the store itself.
 func (a *Agent) probeStore(stop <-chan struct{}, kick <-chan struct{}) {
-	b := make([]byte, 8)
-	rand.Read(b)
-	id := "agent-" + hex.EncodeToString(b)
 	t := time.NewTicker(storeProbeEvery)
 	defer t.Stop()
 	for {
-		a.checkStore(id)
+		a.checkStore()
 		select {
 		case <-stop:
 			return
@@ -120,13 +117,19 @@ func (a *Agent) probeStore(stop <-chan struct{}, kick <-chan struct{}) {
 	}
 }
 
-// checkStore probes the current shared store once, under id's lease.
-func (a *Agent) checkStore(id string) {
+// checkStore probes the current shared store once, with a lease of its
+// own: a new one each time, so that one a failed probe left behind (taken
+// as the store stopped answering, never given back) is not waited for; it
+// expires on its own.
+func (a *Agent) checkStore() {
 	s := a.now().shared
 	if s == nil {
 		a.deps.forget(depStore)
 		return
 	}
+	b := make([]byte, 8)
+	rand.Read(b)
+	id := "agent-" + hex.EncodeToString(b)
 	ctx, cancel := context.WithTimeout(context.Background(), storeProbeEvery)
 	defer cancel()
 	l, err := s.Acquire(ctx, probeKind, id)
