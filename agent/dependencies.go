@@ -117,8 +117,8 @@ func (a *Agent) probeStore(stop <-chan struct{}, kick <-chan struct{}) {
 	}
 }
 
-// checkStore probes the current shared store once, with a lease of its
-// own: a new one each time, so that one a failed probe left behind (taken
+// checkStore probes the current shared store once: a ping (of every
+// node, where the store is several), then a lease of its own: a new one each time, so that one a failed probe left behind (taken
 // as the store stopped answering, never given back) is not waited for; it
 // expires on its own.
 func (a *Agent) checkStore() {
@@ -132,9 +132,12 @@ func (a *Agent) checkStore() {
 	id := "agent-" + hex.EncodeToString(b)
 	ctx, cancel := context.WithTimeout(context.Background(), storeProbeEvery)
 	defer cancel()
-	l, err := s.Acquire(ctx, probeKind, id)
+	err := s.Ping(ctx) // every node, where the store is several
 	if err == nil {
-		l.Release()
+		var l store.Lease
+		if l, err = s.Acquire(ctx, probeKind, id); err == nil {
+			l.Release()
+		}
 	}
 	if err != nil && !errors.Is(err, store.ErrUnavailable) {
 		err = errors.Join(store.ErrUnavailable, err)
