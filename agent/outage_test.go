@@ -170,17 +170,20 @@ func runStoreOutage(t testing.TB, plan outagePlan) *outageFigures {
 					var hdr http.Header
 					var body string
 					var err error
+					// Every 20th call of a kind asks for a fresh one: a login,
+					// by the agent itself while the store is down.
+					refresh := (n/3)%20 == 19
 					switch n % 3 {
 					case 0:
 						kind = "oidc"
 						code, hdr, body, err = call(c, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "oidc", "")
 					case 1:
 						kind = "legacy"
-						code, hdr, body, err = call(c, "POST", "/v1/authorizations", "", `{"scheme":"legacy","by":"password","login":"alice@example.com"}`)
+						code, hdr, body, err = call(c, "POST", "/v1/authorizations", "", fmt.Sprintf(`{"scheme":"legacy","by":"password","login":"alice@example.com","refresh":%t}`, refresh))
 					case 2:
 						kind = "trusted"
 						u := (n/3 + i + w) % 8
-						code, hdr, body, err = call(c, "POST", "/v1/sessions", "", fmt.Sprintf(`{"phone":"92000000%02d","serviceUserId":"suid%d"}`, u, u))
+						code, hdr, body, err = call(c, "POST", "/v1/sessions", "", fmt.Sprintf(`{"phone":"92000000%02d","serviceUserId":"suid%d","refresh":%t}`, u, u, refresh))
 					}
 					answer := fmt.Sprint(code)
 					switch {
@@ -274,7 +277,8 @@ func runStoreOutage(t testing.TB, plan outagePlan) *outageFigures {
 }
 
 // TestStoreOutageUnderLoad: two agents on one real redis-server, under a
-// bounded load of OpenID Connect, legacy and trusted calls, while the
+// bounded load of OpenID Connect, legacy and trusted calls (one in 20
+// asking for a fresh legacy token or trusted session: a login), while the
 // store is stopped and started (3 s), paused (2 s) and refusing writes
 // (2 s): every legacy and trusted call is answered 200 (from memory, or
 // logged in by the agent itself), an OpenID Connect call fails only with
@@ -303,7 +307,7 @@ func TestStoreOutageUnderLoad(t *testing.T) {
 	if f.reuses != 0 {
 		t.Errorf("the provider saw %d refresh tokens used twice", f.reuses)
 	}
-	if f.refreshes == 0 || f.answers["oidc"]["200"] == 0 {
+	if f.refreshes == 0 || f.answers["oidc"]["200"] == 0 || f.logins <= 8 {
 		t.Errorf("no refresh or no OpenID Connect call answered: the run tested nothing: %s", f)
 	}
 	for answer, n := range f.readyz {
