@@ -114,14 +114,7 @@ func runStoreOutage(t testing.TB, plan outagePlan) *outageFigures {
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := func() *store.Shared {
-		r, err := store.Open(srv.URL(), store.Options{Sealer: sealer, Timeout: 500 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { r.Close() })
-		return r
-	}
+	open := quickStore(t, srv, sealer)
 	rec, err := h.store.Load("default")
 	if err != nil {
 		t.Fatal(err)
@@ -349,5 +342,18 @@ func BenchmarkStoreOutage60s(b *testing.B) {
 		}
 		b.ReportMetric(float64(f.reuses), "refresh-reuses")
 		b.ReportMetric(float64(notReady), "readyz-not-200")
+	}
+}
+
+// quickStore opens connections to srv's store, each closed with the test,
+// with a store deadline of 500 ms (a store down delays a call that long).
+func quickStore(t testing.TB, srv *redistest.Server, sealer *store.Sealer) func() *store.Shared {
+	return func() *store.Shared {
+		r, err := store.Open(srv.URL(), store.Options{Sealer: sealer, Timeout: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
 	}
 }

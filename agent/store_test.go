@@ -96,14 +96,7 @@ func TestAgentsShareSessions(t *testing.T) {
 	h := start(t, options{users: 10})
 	srv := redistest.Start(t)
 	sealer, _ := store.NewSealer(bytes.Repeat([]byte{5}, 32))
-	open := func() *store.Shared {
-		r, err := store.Open(srv.URL(), store.Options{Sealer: sealer, Timeout: 500 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { r.Close() })
-		return r
-	}
+	open := quickStore(t, srv, sealer)
 	h.reload(t, func(c *agent.Config) { c.SharedStore = open() })
 	b := h.second(t)
 	b.reload(t, func(c *agent.Config) { c.SharedStore = open() })
