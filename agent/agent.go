@@ -54,6 +54,10 @@ type Agent struct {
 	proxy    *proxy.Proxy
 	// held indexes the identities headers were obtained for.
 	held held
+	// deps is what the agent saw of its shared dependencies; kick asks
+	// the store's probe to look at once, stop ends it.
+	deps       dependencies
+	kick, stop chan struct{}
 }
 
 // newAgent is the agent of cfg (validated) over the token manager tm (nil:
@@ -63,6 +67,9 @@ func newAgent(cfg Config, tm *tokenq.Manager, audit *Audit) *Agent {
 	a := &Agent{cfg: cfg, audit: audit, tm: tm, cache: trusted.NewSessions(cfg.SessionTTL), metrics: metrics.New(tm, cfg.Version, cfg.SchemeList), refusals: newSampler(10, time.Second)}
 	a.proxy = proxy.New(proxyAgent{a}, proxy.Config{LegacySNILS: cfg.LegacySNILS, BodyBudget: cfg.ServiceBodyBudget})
 	a.cur.Store(&state{})
+	a.kick, a.stop = make(chan struct{}, 1), make(chan struct{})
+	a.metrics.Dependencies(a.deps.up)
+	go a.probeStore(a.stop, a.kick)
 	return a
 }
 

@@ -83,6 +83,7 @@ type observed struct {
 func (o *observed) Header(ctx context.Context) (authz.Header, error) {
 	h, err := o.Authorizer.Header(ctx)
 	o.a.metrics.Authorization(o.scheme, h.Cached, err)
+	o.a.sawHeader(o.scheme, h.Source, err)
 	if err != nil {
 		return h, err
 	}
@@ -146,7 +147,7 @@ func (a *Agent) trustedSid(st *state, req authz.Selector) (schemes.Sid, error) {
 	return schemes.Sid{Subject: "trusted " + cred.Masked() + " serviceUserId=" + userID, CacheKey: k.String(),
 		Get: func(ctx context.Context) (string, error) {
 			s, _, err := a.cache.Obtain(ctx, k, false, 0, a.cfg.RequestDeadline,
-				func(ctx context.Context) (*trusted.Session, error) { return c.Session(ctx, cred, userID) })
+				func(ctx context.Context) (*trusted.Session, error) { return a.login(ctx, c, cred, userID) })
 			if err != nil {
 				return "", err
 			}

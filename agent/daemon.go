@@ -19,6 +19,7 @@ import (
 	"github.com/signagent/signagent/agent/auditlog"
 	"github.com/signagent/signagent/agent/listen"
 	"github.com/signagent/signagent/agent/tokenq"
+	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/schemes"
 	"github.com/signagent/signagent/trusted"
@@ -196,8 +197,9 @@ func (d *Daemon) Addrs() []string {
 	return out
 }
 
-// Ready says whether the token is ready now.
-func (d *Daemon) Ready() bool { return d.agent.readiness().Status == "ready" }
+// Ready says whether the agent is ready now (degraded is: a shared
+// dependency failing does not take it out of service).
+func (d *Daemon) Ready() bool { return d.agent.readiness().Status != api.StatusNotReady }
 
 // Failed delivers an error when a listener stops serving on its own.
 func (d *Daemon) Failed() <-chan error { return d.servers.errs }
@@ -305,6 +307,9 @@ func (d *Daemon) Grace() time.Duration { return d.cfg.ShutdownGrace }
 
 // release closes what Start opened.
 func (d *Daemon) release() {
+	if d.agent != nil {
+		close(d.agent.stop) // the store's probe
+	}
 	for _, l := range d.ls {
 		l.Close()
 		if l.Path != "" {

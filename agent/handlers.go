@@ -110,7 +110,7 @@ func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
 		}
 		k := trusted.SessionKey{Kind: cred.Kind, Value: cred.Value, ServiceUserID: req.ServiceUserID}
 		s, source, err := a.cache.Obtain(r.Context(), k, req.Refresh, a.cfg.RefreshFloor, a.cfg.RequestDeadline,
-			func(ctx context.Context) (*trusted.Session, error) { return c.Session(ctx, cred, req.ServiceUserID) })
+			func(ctx context.Context) (*trusted.Session, error) { return a.login(ctx, c, cred, req.ServiceUserID) })
 		if err != nil {
 			return nil, err
 		}

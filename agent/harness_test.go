@@ -91,6 +91,9 @@ type options struct {
 	auditFile bool
 	// schemes is the agent's scheme list (default schemes.List()).
 	schemes []schemes.Entry
+	// idp changes the emulator's identity provider (refresh rotation,
+	// token lifetimes).
+	idp func(*emulator.OIDCConfig)
 }
 
 // Alice's box, and another organization's.
@@ -120,12 +123,16 @@ func start(t testing.TB, o options) *harness {
 	for i := range o.users {
 		users = append(users, emulator.User{ID: fmt.Sprintf("user%d", i), Phone: fmt.Sprintf("92000000%02d", i), Linked: []string{fmt.Sprintf("p:suid%d", i)}})
 	}
+	idp := emulator.OIDCConfig{Clients: []emulator.OIDCClient{{ID: oidcClientID, Secret: oidcSecret, RedirectURIs: []string{oidcRedirect}}},
+		DeviceInterval: emulator.Duration(time.Second)}
+	if o.idp != nil {
+		o.idp(&idp)
+	}
 	emu := emulatortest.NewWith(t, &emulator.Config{
 		Partners:   []emulator.Partner{{Name: "p", APIKey: apiKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}, CanLinkByPhone: true}},
 		Developers: []emulator.Developer{{Name: "crm", Key: devKey}},
 		Users:      users,
-		OIDC: emulator.OIDCConfig{Clients: []emulator.OIDCClient{{ID: oidcClientID, Secret: oidcSecret, RedirectURIs: []string{oidcRedirect}}},
-			DeviceInterval: emulator.Duration(time.Second)},
+		OIDC:       idp,
 		Organizations: []emulator.Organization{{ID: "org-1", FullName: "Horns and Hooves LLC", Boxes: []emulator.Box{{GUID: myBox}}},
 			{ID: "org-2", FullName: "Someone Else JSC", Boxes: []emulator.Box{{GUID: otherBox}}}},
 	}, emulatortest.Options{Log: logs, Now: func() time.Time { return time.Now().Add(time.Duration(h.offset.Load())) }}).Server

@@ -1,21 +1,22 @@
 package agent
 
 import (
-	"context"
 	"net/http"
-	"time"
 
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/schemes"
 )
 
+// healthz (and /livez) is the process check: the agent serves at all.
 func (a *Agent) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.HealthResponse{Status: "ok"})
 }
 
+// readyz is 200 while the agent can serve (ready, or degraded: a shared
+// dependency fails), 503 when one of its own parts cannot.
 func (a *Agent) readyz(w http.ResponseWriter, r *http.Request) {
 	resp := a.readiness()
-	if resp.Status == "ready" {
+	if resp.Status != api.StatusNotReady {
 		writeJSON(w, http.StatusOK, resp)
 		return
 	}
@@ -23,10 +24,16 @@ func (a *Agent) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusServiceUnavailable, resp)
 }
 
-// readiness checks each configured part: the token only when the agent
-// signs, the shared store, and each scheme that can say (schemes.Checker).
+// readiness checks each part of this agent, the token only when the agent
+// signs and each scheme that can say (schemes.Checker), and reports what
+// it last saw of each shared dependency: the store (probed in the
+// background, never waited for here), the service and the identity
+// provider (as their last calls went). Only the agent's own parts make it
+// not ready: a dependency fails every agent alike, and an agent that
+// leaves the Service for it serves no one (each still answers what it
+// holds); it makes the agent degraded.
 func (a *Agent) readiness() api.ReadyResponse {
-	resp := api.ReadyResponse{Status: "ready", Checks: map[string]api.Check{}}
+	resp := api.ReadyResponse{Status: api.StatusReady, Checks: map[string]api.Check{}}
 	if a.tm != nil {
 		st := a.tm.State()
 		resp.Token = api.TokenState(st)
@@ -35,16 +42,6 @@ func (a *Agent) readiness() api.ReadyResponse {
 	}
 
 	st := a.now()
-	if st.shared != nil {
-		// The shared store (every scheme's records), pinged once.
-		c := api.Check{Ready: true}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if err := st.shared.Ping(ctx); err != nil {
-			c = api.Check{Reason: err.Error()}
-		}
-		cancel()
-		resp.Checks["store"] = c
-	}
 	for _, sc := range st.schemes {
 		// Each scheme that can say, under its name (one not configured
 		// cannot, and is left out).
@@ -58,7 +55,25 @@ func (a *Agent) readiness() api.ReadyResponse {
 	}
 	for _, c := range resp.Checks {
 		if !c.Ready {
-			resp.Status = "not ready"
+			resp.Status = api.StatusNotReady
+		}
+	}
+
+	if st.shared != nil {
+		c := api.Check{Ready: false, Reason: "the shared store is not checked yet", Dependency: true}
+		if s, ok := a.deps.get(depStore); ok {
+			c = api.Check{Ready: s.up, Reason: s.reason, Dependency: true}
+		}
+		resp.Checks[depStore] = c
+	}
+	for _, name := range []string{depService, depIdP} {
+		if s, ok := a.deps.get(name); ok {
+			resp.Checks[name] = api.Check{Ready: s.up, Reason: s.reason, Dependency: true}
+		}
+	}
+	for _, c := range resp.Checks {
+		if !c.Ready && c.Dependency && resp.Status == api.StatusReady {
+			resp.Status = api.StatusDegraded
 		}
 	}
 	return resp

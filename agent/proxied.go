@@ -7,6 +7,7 @@ import (
 
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/errdefs"
 )
 
 // The agent's side of the proxy (package proxy): the business API it
@@ -36,6 +37,11 @@ func (c *proxyRecord) Authorizer(sel authz.Selector) (authz.Authorizer, error) {
 
 func (c *proxyRecord) Answering(call *proxy.Call) {
 	c.a.metrics.Call(call.Method, call.Status, call.Retried)
+	var err error
+	if call.Status >= 500 {
+		err = errdefs.New(errdefs.ErrFailing, fmt.Sprintf("the service answered %s with HTTP %d", call.Call, call.Status))
+	}
+	c.a.saw(depService, err)
 }
 
 // auditCutOff is the audit outcome of a proxied answer that did not reach
@@ -59,6 +65,9 @@ func (c *proxyRecord) Answered(call *proxy.Call) {
 func (c *proxyRecord) Failed(w http.ResponseWriter, call *proxy.Call, err error) {
 	status, apiErr := classify(err)
 	c.a.metrics.Call(call.Method, status, call.Retried)
+	if call.Unanswered {
+		c.a.saw(depService, err)
+	}
 	c.entry.call, c.entry.outcome, c.entry.serviceCode, c.entry.latency = call.Call, apiErr.Code, apiErr.ServiceCode, time.Since(call.Start)
 	c.entry.retried = call.Retried
 	c.a.audit.write(c.entry)

@@ -42,6 +42,7 @@ var routeTable = []route{
 	{"GET", proxy.Prefix + "{method}", "service", serviceBody, nil},
 	{"POST", proxy.Prefix + "{method}", "service", serviceBody, nil},
 	{"GET", "/healthz", "", apiBody, func(a *Agent) http.HandlerFunc { return a.healthz }},
+	{"GET", "/livez", "", apiBody, func(a *Agent) http.HandlerFunc { return a.healthz }},
 	{"GET", "/readyz", "", apiBody, func(a *Agent) http.HandlerFunc { return a.readyz }},
 	{"GET", "/metrics", "", apiBody, func(a *Agent) http.HandlerFunc { return a.metrics.Handler().ServeHTTP }},
 }

@@ -46,9 +46,17 @@ func (a *Agent) reload(next *state, sessionTTL time.Duration) {
 // API key (the schemes were lent it when they were built), then swaps
 // next in. The caller holds a.writer.
 func (a *Agent) publish(next *state) {
-	if next.shared != a.cur.Load().shared {
+	changed := next.shared != a.cur.Load().shared
+	if changed {
 		a.observeStore(next.shared)
 	}
 	a.cache.Share(next.shared, next.key)
 	a.cur.Store(next)
+	if changed {
+		a.deps.forget(depStore) // another store's state: not this one's
+		select {
+		case a.kick <- struct{}{}:
+		default: // a probe is asked for already
+		}
+	}
 }

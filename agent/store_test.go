@@ -61,19 +61,28 @@ func TestAgentSharedStore(t *testing.T) {
 		json.Unmarshal([]byte(body), &r)
 		return code, r
 	}
-	if code, r := ready(); code != 200 || !r.Checks["store"].Ready || !r.Checks["oidc"].Ready {
+	eventually(t, 5*time.Second, "the store's probe", func() bool { _, r := ready(); return r.Checks["store"].Ready })
+	if code, r := ready(); code != 200 || r.Status != "ready" || !r.Checks["store"].Ready || !r.Checks["store"].Dependency || !r.Checks["oidc"].Ready {
 		t.Fatalf("readyz: %d %+v", code, r)
 	}
 	srv.Stop()
 	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "oidc", nil, ""); resp.StatusCode != 200 {
 		t.Fatalf("a valid token while the store is down: %d %s", resp.StatusCode, body)
 	}
-	if code, r := ready(); code != 503 || r.Checks["store"].Ready || !strings.Contains(r.Checks["store"].Reason, "unavailable") {
+	// The store down: degraded, still in service (200), the store named.
+	eventually(t, 5*time.Second, "the store's probe to see it down", func() bool { _, r := ready(); return !r.Checks["store"].Ready })
+	if code, r := ready(); code != 200 || r.Status != "degraded" || !strings.Contains(r.Checks["store"].Reason, "unavailable") || !r.Checks["oidc"].Ready {
 		t.Fatalf("readyz with the store down: %d %+v", code, r)
 	}
-	code, _, body := raw(t, h.sock, "POST", "/v1/authorizations", `{"scheme":"oidc","refresh":true}`)
-	if code != 503 || !strings.Contains(body, `"store_unavailable"`) {
-		t.Fatalf("a refresh with the store down: %d %s", code, body)
+	if v := h.metric(t, "signagent_store_up"); v != "0" {
+		t.Fatalf("signagent_store_up = %s with the store down", v)
+	}
+	if v := h.metric(t, `signagent_dependency_up{dependency="store"}`); v != "0" {
+		t.Fatalf("signagent_dependency_up{store} = %s with the store down", v)
+	}
+	code, hdr, body := raw(t, h.sock, "POST", "/v1/authorizations", `{"scheme":"oidc","refresh":true}`)
+	if code != 503 || !strings.Contains(body, `"store_unavailable"`) || hdr.Get("Retry-After") == "" {
+		t.Fatalf("a refresh with the store down: %d %v %s", code, hdr, body)
 	}
 }
 
@@ -87,14 +96,7 @@ func TestAgentsShareSessions(t *testing.T) {
 	h := start(t, options{users: 10})
 	srv := redistest.Start(t)
 	sealer, _ := store.NewSealer(bytes.Repeat([]byte{5}, 32))
-	open := func() *store.Shared {
-		r, err := store.Open(srv.URL(), store.Options{Sealer: sealer, Timeout: 500 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { r.Close() })
-		return r
-	}
+	open := quickStore(t, srv, sealer)
 	h.reload(t, func(c *agent.Config) { c.SharedStore = open() })
 	b := h.second(t)
 	b.reload(t, func(c *agent.Config) { c.SharedStore = open() })

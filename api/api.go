@@ -79,10 +79,16 @@ type TokenState struct {
 
 // ReadyResponse is the answer of GET /readyz.
 type ReadyResponse struct {
-	Status string `json:"status"` // "ready" or "not ready"
-	// Checks has one entry per configured part: "token" (when the agent
-	// signs), "oidc" (OpenID Connect: its token store), "legacy". The agent
-	// is ready when every one is.
+	// Status is StatusReady, StatusDegraded (200: a shared dependency
+	// fails, the agent serves what it can) or StatusNotReady (503).
+	Status string `json:"status"`
+	// Checks has one entry per configured part of the agent: "token"
+	// (when the agent signs), "oidc" (OpenID Connect: its token store),
+	// "legacy"; and per shared dependency (Dependency set): "store" (the
+	// shared store, when configured), "service" and "idp" (the identity
+	// provider) once the agent has called them. The agent is not ready
+	// when one of its own parts is not; a dependency not ready makes it
+	// degraded.
 	Checks map[string]Check `json:"checks"`
 	// Token is the token's state in detail, when the agent has a token.
 	Token TokenState `json:"token,omitzero"`
@@ -97,10 +103,20 @@ type QueueState struct {
 	Dropped int `json:"dropped"`
 }
 
+// The readiness statuses of ReadyResponse.
+const (
+	StatusReady    = "ready"
+	StatusDegraded = "degraded"
+	StatusNotReady = "not ready"
+)
+
 // Check is one part's readiness; Reason says why it is not ready.
+// Dependency marks a part the agents share (the store, the service, the
+// identity provider): failing, it makes the agent degraded, not unready.
 type Check struct {
-	Ready  bool   `json:"ready"`
-	Reason string `json:"reason,omitempty"`
+	Ready      bool   `json:"ready"`
+	Reason     string `json:"reason,omitempty"`
+	Dependency bool   `json:"dependency,omitempty"`
 }
 
 // ErrorBody is the JSON of every error answer.

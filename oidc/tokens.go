@@ -41,6 +41,8 @@ type Tokens struct {
 	mu       sync.Mutex
 	cache    map[string]cached
 	rejected map[string]string // profile -> an access token the service refused
+	// unsaved are refreshed records the store has not taken yet (unsaved.go).
+	unsaved map[string]unsaved
 }
 
 // cached is a record read from the store and the file it came from: the
@@ -91,6 +93,17 @@ func (t *Tokens) fresh(r *Record) bool {
 		return false
 	}
 	return t.now().Add(t.margin(r)).Before(r.Expiry)
+}
+
+// usable says whether r's access token, due for a refresh that cannot run
+// (the store is down), may still be served: not refused by the service,
+// and with at least half of its margin left, so that it does not expire
+// on its way to the service.
+func (t *Tokens) usable(r *Record) bool {
+	t.mu.Lock()
+	bad := t.rejected[r.Profile] == r.AccessToken
+	t.mu.Unlock()
+	return !bad && t.now().Add(t.margin(r)/2).Before(r.Expiry)
 }
 
 // RefreshFraction: an access token is refreshed with 1/RefreshFraction
@@ -161,6 +174,11 @@ func (t *Tokens) TokenFrom(ctx context.Context, profile string) (*Record, string
 	select {
 	case r := <-ch:
 		if r.Err != nil {
+			if errors.Is(r.Err, ErrStoreUnavailable) && t.usable(rec) {
+				// No refresh without the store's lease; the token in
+				// hand still has time left: served meanwhile.
+				return rec, FromMemory, nil
+			}
 			return nil, "", r.Err
 		}
 		rec, from := r.Val.(sourced).take()
@@ -197,6 +215,11 @@ func (t *Tokens) load(profile string) (*Record, error) {
 func (t *Tokens) loadFrom(profile string) (*Record, string, error) {
 	if err := CheckProfile(profile); err != nil {
 		return nil, "", err
+	}
+	if u, ok := t.unsavedOf(profile); ok {
+		// A refreshed record the store has not taken: the store's copy
+		// holds a spent refresh token.
+		return u.rec, FromMemory, nil
 	}
 	t.mu.Lock()
 	c, hit := t.cache[profile]
@@ -292,6 +315,17 @@ func (t *Tokens) refresh(ctx context.Context, profile string) (*Record, bool, er
 	defer unlock()
 	// Another process may have refreshed while we waited for the lock.
 	rec, err := t.Store.Load(profile)
+	if _, ok := t.unsavedOf(profile); ok && !errors.Is(err, ErrStoreUnavailable) {
+		// This process refreshed last, and the store did not take it:
+		// written now, over the record it replaced, before anything else.
+		var stored *Record
+		if err == nil {
+			stored = rec
+		}
+		if rec, err = t.saveUnsaved(profile, stored); err == nil && rec == nil {
+			err = fmt.Errorf("%w: profile %q is not signed in any more", ErrSignIn, profile)
+		}
+	}
 	if err != nil {
 		return nil, false, err
 	}
@@ -321,11 +355,15 @@ func (t *Tokens) refresh(ctx context.Context, profile string) (*Record, bool, er
 		t.report(profile, result)
 		return nil, false, err
 	}
-	if err := t.Store.Save(nrec); err != nil {
-		t.report(profile, "error")
-		return nil, false, err
-	}
 	t.report(profile, "ok")
+	if err := t.Store.Save(nrec); err != nil {
+		// The provider spent rec's refresh token: nrec is the only record
+		// with a live one. Served from here, written when the store takes
+		// it; never refreshed from the store's spent copy.
+		t.keepUnsaved(nrec, rec.RefreshToken)
+		t.forget(profile)
+		return nrec, true, nil
+	}
 	t.forget(profile)
 	return nrec, true, nil
 }

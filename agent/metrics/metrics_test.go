@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/signagent/signagent/pkcs11"
@@ -24,5 +26,31 @@ func TestSignReason(t *testing.T) {
 		if got := signReason(err); got != want {
 			t.Errorf("%v: %s, want %s", err, got, want)
 		}
+	}
+}
+
+// TestDependencyGauges: signagent_store_up while a store is seen, and
+// signagent_dependency_up for each dependency seen, from the fixed set
+// only (a name outside it is not exported).
+func TestDependencyGauges(t *testing.T) {
+	m := New(nil, "test", nil)
+	seen := map[string]bool{DependencyStore: false, DependencyIdP: true, "someone-else": true}
+	m.Dependencies(func() map[string]bool { return seen })
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{"\nsignagent_store_up 0\n", "\nsignagent_dependency_up{dependency=\"store\"} 0\n", "\nsignagent_dependency_up{dependency=\"idp\"} 1\n"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("no %q in:\n%s", strings.TrimSpace(want), body)
+		}
+	}
+	if strings.Contains(body, "someone-else") || strings.Contains(body, `dependency="service"`) {
+		t.Errorf("a dependency not in the set, or not seen, is exported:\n%s", body)
+	}
+	delete(seen, DependencyStore)
+	rec = httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if strings.Contains(rec.Body.String(), "signagent_store_up") {
+		t.Error("signagent_store_up without a store seen")
 	}
 }

@@ -87,6 +87,9 @@ type Call struct {
 	// the deadline passed).
 	Complete bool
 	CutOff   error
+	// Unanswered says the service did not answer (its connection failed,
+	// or the deadline passed first).
+	Unanswered bool
 
 	rec  Record
 	body *heldBody // released when the call is done
@@ -197,6 +200,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var te *upstreamError
 	if errors.As(err, &te) {
 		err = te.classified()
+		call.Unanswered = true
 	}
 	call.rec.Failed(w, call, err)
 }

@@ -161,6 +161,7 @@ func TestOpenAPIExamplesMatchAgent(t *testing.T) {
 		ask("POST /v1/links 200", "POST", "/v1/links", `{"serviceUserId":"crm-43","phone":"`+partnerPhone+`"}`, nil),
 		ask("DELETE /v1/sessions 200", "DELETE", "/v1/sessions?phone="+partnerPhone+"&serviceUserId="+partnerUser, "", nil),
 		ask("GET /healthz 200", "GET", "/healthz", "", nil),
+		ask("GET /livez 200", "GET", "/livez", "", nil),
 		ask("GET /readyz 200", "GET", "/readyz", "", nil),
 		ask("GET /metrics 200", "GET", "/metrics", "", nil),
 		ask("POST /v1/signatures 400", "POST", "/v1/signatures", `{"phone":`, nil),

@@ -296,8 +296,10 @@ func TestLegacyTokenThroughSharedStore(t *testing.T) {
 }
 
 // TestServeWithStoreDown: an agent whose shared store does not answer at
-// start starts anyway, says so in /readyz (503, the store's check not
-// ready), and answers a session by logging in itself.
+// start starts anyway, says so in /readyz (200 degraded: the store is a
+// shared dependency, its check not ready with its reason) and in
+// `agent status --probe ready` (exit 0), and answers a session by logging
+// in itself.
 func TestServeWithStoreDown(t *testing.T) {
 	t.Parallel()
 	tk := procToken(t)
@@ -312,13 +314,17 @@ func TestServeWithStoreDown(t *testing.T) {
 	var body string
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if code, body = a.do("GET", "/readyz", ""); strings.Contains(body, `"store":{"ready":false`) || time.Now().After(deadline) {
+		if code, body = a.do("GET", "/readyz", ""); strings.Contains(body, `"store":{"ready":false,"reason":"the shared store is unavailable`) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if code != 503 || !strings.Contains(body, `"store":{"ready":false,"reason":"the shared store is unavailable`) || !strings.Contains(body, `"token":{"ready":true`) {
+	if code != 200 || !strings.Contains(body, `"status":"degraded"`) || !strings.Contains(body, `"store":{"ready":false,"reason":"the shared store is unavailable`) ||
+		!strings.Contains(body, `"dependency":true`) || !strings.Contains(body, `"token":{"ready":true`) {
 		t.Fatalf("readyz with the store down: %d %s", code, body)
+	}
+	if code, stderr, _ := runBinary(t, signagent(t, []string{"SIGNAGENT_AGENT_SOCK=" + sock}, "agent", "status", "--probe", "ready")); code != 0 || stderr != "" {
+		t.Fatalf("agent status --probe ready with the store down: exit %d, %s", code, stderr)
 	}
 	if code, body := a.do("POST", "/v1/sessions", `{"phone":"9161234567","serviceUserId":"crm-42"}`); code != 200 || emu.Stats().Sessions != 1 {
 		t.Fatalf("a session with the store down: %d %s", code, body)

@@ -23,6 +23,8 @@ type Server struct {
 	Addr   string
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once the process is gone (reaped)
+	// restart starts the same server again (Restart).
+	restart func() (*Server, error)
 }
 
 // Start runs redis-server with extra configuration lines (e.g.
@@ -50,7 +52,7 @@ func start(t testing.TB, tlsOnly bool, config []string) *Server {
 	// may take it first: then this one exits, and it starts again on
 	// another.
 	for attempt := 1; ; attempt++ {
-		s, err := startOn(t, bin, freePort(t), tlsOnly, config)
+		s, err := startOn(t, bin, freePort(t), t.TempDir(), tlsOnly, config)
 		if err == nil {
 			return s
 		}
@@ -65,10 +67,10 @@ var errPortTaken = errors.New("the port was taken")
 // startOn starts redis-server on port and waits until it says, in its own
 // log, that it is ready (a PONG alone could come from another server that
 // took the port).
-func startOn(t testing.TB, bin, port string, tlsOnly bool, config []string) (*Server, error) {
+func startOn(t testing.TB, bin, port, dir string, tlsOnly bool, config []string) (*Server, error) {
 	addr := net.JoinHostPort("127.0.0.1", port)
-	dir := t.TempDir()
 	logFile := filepath.Join(dir, "redis.log")
+	os.Remove(logFile) // a restart's: its readiness is read from a new log
 	args := []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
 		"--logfile", logFile}
 	if tlsOnly {
@@ -85,7 +87,8 @@ func startOn(t testing.TB, bin, port string, tlsOnly bool, config []string) (*Se
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
-	s := &Server{Addr: addr, cmd: cmd, exited: exited}
+	s := &Server{Addr: addr, cmd: cmd, exited: exited,
+		restart: func() (*Server, error) { return startOn(t, bin, port, dir, tlsOnly, config) }}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		log, _ := os.ReadFile(logFile)
@@ -126,6 +129,33 @@ func (s *Server) Stop() {
 		s.cmd.Process.Kill()
 		<-s.exited
 	}
+}
+
+// Restart starts the server again after Stop, on the same address, in the
+// same directory, with the same configuration: what it kept (with
+// "appendonly yes" among the configuration lines, every write it
+// acknowledged) is there again. The port is asked back from the system:
+// another process taking it meanwhile fails the test.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	select {
+	case <-s.exited:
+	default:
+		t.Fatal("redistest: Restart of a server that is running; Stop it first")
+	}
+	var err error
+	for range 50 { // the old socket may linger a moment
+		var n *Server
+		if n, err = s.restart(); err == nil {
+			s.cmd, s.exited = n.cmd, n.exited
+			return
+		}
+		if !errors.Is(err, errPortTaken) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal(err)
 }
 
 // Pause stops the server's process (SIGSTOP) until Resume: a store that

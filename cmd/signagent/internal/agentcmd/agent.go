@@ -54,7 +54,7 @@ func agentCommand(e *cmdutil.Env) *cli.Command {
 			withFlags(sub("status", "the readiness of each part, the token and its queue, the identities held by scheme",
 				`{"socket","status","checks","token","queue","identities"}`, func(c *cli.Context, cl *agentclient.Client) error { return agentStatus(c, e, cl) }),
 				&cli.StringFlag{Name: "probe", Category: factory.CatAgentUse,
-					Usage:  "answer by the exit status alone, as a container's probe: `KIND` live (GET /healthz: 0 when the agent serves) or ready (GET /readyz: 0 when every part can serve, 1 when not)",
+					Usage:  "answer by the exit status alone, as a container's probe: `KIND` live (GET /healthz: 0 when the agent serves) or ready (GET /readyz: 0 when the agent can serve, degraded included - a shared store, the service or the identity provider down; 1 when its own token or configuration cannot)",
 					Action: func(_ *cli.Context, v string) error { return probeKind(v) }}),
 			sub("identities", "the identities the agent holds a header for: scheme, identity, the header masked, expiry",
 				`{"identities":[{"scheme","identity","subject","header","expiresAt","lastUsed","uses"}]}`, func(c *cli.Context, cl *agentclient.Client) error { return agentIdentities(c, e, cl) }),
@@ -124,7 +124,10 @@ func agentStatus(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client) error {
 	for _, name := range parts {
 		ch := ready.Checks[name]
 		state := "ready"
-		if !ch.Ready {
+		switch {
+		case !ch.Ready && ch.Dependency:
+			state = "down (shared: the agent serves what it holds): " + ch.Reason
+		case !ch.Ready:
 			state = "not ready: " + ch.Reason
 		}
 		detail := ""

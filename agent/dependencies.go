@@ -1,0 +1,186 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/signagent/signagent/agent/metrics"
+	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/oidc"
+	"github.com/signagent/signagent/store"
+	"github.com/signagent/signagent/trusted"
+)
+
+// The shared dependencies: parts that every agent of a fleet uses, so
+// that one failing fails them all alike. Readiness does not depend on
+// them (an agent leaving the Service for the store's outage serves no one
+// better, and a fleet would leave it at once): /readyz answers "degraded"
+// and names the failing one, and signagent_dependency_up says it.
+const (
+	depStore   = metrics.DependencyStore
+	depService = metrics.DependencyService
+	depIdP     = metrics.DependencyIdP
+)
+
+// depState is what the agent last saw of a dependency.
+type depState struct {
+	up     bool
+	reason string
+}
+
+// dependencies is the state of each shared dependency: the store's from
+// its probe (probeStore), the service's and the identity provider's from
+// the calls made to them (a passive check: a dependency not called yet is
+// not reported).
+type dependencies struct {
+	mu   sync.Mutex
+	seen map[string]depState
+}
+
+// set records dependency name as up (err nil) or down for err's reason.
+func (d *dependencies) set(name string, err error) {
+	s := depState{up: err == nil}
+	if err != nil {
+		s.reason = firstLine(err.Error())
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.seen == nil {
+		d.seen = map[string]depState{}
+	}
+	d.seen[name] = s
+}
+
+// forget drops what was seen of name (a store no longer configured).
+func (d *dependencies) forget(name string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.seen, name)
+}
+
+// get is what was last seen of name, and whether anything was.
+func (d *dependencies) get(name string) (depState, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.seen[name]
+	return s, ok
+}
+
+// up reports each dependency seen, for the metrics.
+func (d *dependencies) up() map[string]bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]bool, len(d.seen))
+	for k, s := range d.seen {
+		out[k] = s.up
+	}
+	return out
+}
+
+// unanswered says whether err is a dependency that did not answer, or
+// answered with a failure of its own (unreachable, a time-out, a 5xx):
+// not the caller's fault nor a refusal.
+func unanswered(err error) bool {
+	switch errdefs.Kind(err) {
+	case errdefs.ErrUnreachable, errdefs.ErrTimeout, errdefs.ErrFailing:
+		return true
+	}
+	return false
+}
+
+// storeProbeEvery is how often the agent checks its shared store.
+const storeProbeEvery = time.Second
+
+// probeStore checks the shared store every storeProbeEvery, and at once
+// when a reload publishes another (kick), until stop is closed: a write (a lease of the agent's own taken and given back), not
+// only a ping, so that a store that answers but refuses writes (too few
+// replicas: NOREPLICAS, a read-only replica, out of memory), where no
+// refresh can take its lease, is seen down too. /readyz reads the result
+// and never waits for the store itself.
+func (a *Agent) probeStore(stop <-chan struct{}, kick <-chan struct{}) {
+	t := time.NewTicker(storeProbeEvery)
+	defer t.Stop()
+	for {
+		a.checkStore()
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		case <-kick:
+		}
+	}
+}
+
+// checkStore probes the current shared store once: a ping (of every
+// node, where the store is several), then a lease of its own: a new one each time, so that one a failed probe left behind (taken
+// as the store stopped answering, never given back) is not waited for; it
+// expires on its own.
+func (a *Agent) checkStore() {
+	s := a.now().shared
+	if s == nil {
+		a.deps.forget(depStore)
+		return
+	}
+	b := make([]byte, 8)
+	rand.Read(b)
+	id := "agent-" + hex.EncodeToString(b)
+	ctx, cancel := context.WithTimeout(context.Background(), storeProbeEvery)
+	defer cancel()
+	err := s.Ping(ctx) // every node, where the store is several
+	if err == nil {
+		var l store.Lease
+		if l, err = s.Acquire(ctx, probeKind, id); err == nil {
+			l.Release()
+		}
+	}
+	if err != nil && !errors.Is(err, store.ErrUnavailable) {
+		err = errors.Join(store.ErrUnavailable, err)
+	}
+	a.deps.set(depStore, err)
+}
+
+// probeKind is the kind of the probe's lease in the store: no record of
+// that kind is ever written.
+const probeKind = "probe"
+
+// saw records a call to dependency name: up when err is nil, down when it
+// did not answer or failed (unanswered); a refusal, or an error before the
+// call (the token, the caller's input), says nothing of it.
+func (a *Agent) saw(name string, err error) {
+	switch {
+	case err == nil:
+		a.deps.set(name, nil)
+	case unanswered(err):
+		a.deps.set(name, err)
+	}
+}
+
+// sawHeader records what obtaining an Authorization header of scheme
+// said of a dependency: a refresh at the identity provider (OpenID
+// Connect), a login at the service (the others); from memory or the
+// store, nothing was called.
+func (a *Agent) sawHeader(scheme, source string, err error) {
+	dep := depService
+	if scheme == authz.SchemeOIDC {
+		dep = depIdP
+	}
+	switch {
+	case err != nil:
+		a.saw(dep, err)
+	case source == oidc.FromRefresh, source == trusted.FromLogin:
+		a.saw(dep, nil)
+	}
+}
+
+// login is a trusted authentication at the service, recorded.
+func (a *Agent) login(ctx context.Context, c *trusted.Client, cred canonical.Credential, userID string) (*trusted.Session, error) {
+	s, err := c.Session(ctx, cred, userID)
+	a.saw(depService, err)
+	return s, err
+}
