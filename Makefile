@@ -25,7 +25,8 @@ IMAGE_DEPS := buildah podman runc skopeo docker-compose
 # (pcscd with vsmartcard's vpcd reader driver, a card emulated by libcacard
 # over an NSS database that certutil makes, in namespaces set up with
 # iproute2; pcsc-tools to look at it by hand), and duktape (the JavaScript
-# engine polkitd links) to check the package's polkit rule, and mmdebstrap
+# engine polkitd links) to check the package's polkit rule, logrotate to run
+# its logrotate snippet, and mmdebstrap
 # for the Debian 12 root podman boots systemd in to install, upgrade and
 # remove the package (scripts/package-install-test.sh), and the
 # interpreters and compilers of the partner examples (examples/: python3,
@@ -33,7 +34,7 @@ IMAGE_DEPS := buildah podman runc skopeo docker-compose
 DEPS    := softhsm2 opensc gnutls-bin openssl curl procps chromium systemd redis-server \
            swtpm tpm2-abrmd libtss2-tcti-tabrmd0 dbus-daemon tpm2-tools libtpm2-pkcs11-1 libtpm2-pkcs11-tools \
            zsh fish groff-base lintian libgnutls28-dev libgcrypt20-dev nettle-dev libgmp-dev pkg-config libengine-gost-openssl \
-           pcscd vsmartcard-vpcd libcacard-dev libnss3-tools pcsc-tools iproute2 duktape mmdebstrap \
+           pcscd vsmartcard-vpcd libcacard-dev libnss3-tools pcsc-tools iproute2 duktape mmdebstrap logrotate \
            python3 nodejs openjdk-17-jdk-headless mono-devel \
            $(IMAGE_DEPS)
 # make bench also compares with openssl's PKCS#11 engine.

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/secret"
 )
 
 // ProxyOptions configures `signagent-bench proxy`.
@@ -424,6 +425,7 @@ http {
 		return "", err.Error(), stop, 0
 	}
 	cmd := exec.Command(bin, "-p", ndir, "-c", file, "-e", filepath.Join(ndir, "error.log"))
+	cmd.Env = secret.ChildEnv(os.Environ())
 	if os.Getuid() == 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/pkcs11"
 )
 
@@ -86,7 +87,7 @@ init = 0
 	ts := canonical.Now()
 	text := write("text", canonical.Text(o.APIKey, benchCredential, ts))
 	uri := "pkcs11:token=" + url.PathEscape(label) + ";id=" + pctEncode(keyID) + ";type=private?pin-source=file:" + pinFile
-	env := append(os.Environ(), "OPENSSL_CONF="+conf, "SIGNAGENT_BENCH_PIN="+pin)
+	env := append(secret.ChildEnv(os.Environ()), "OPENSSL_CONF="+conf, "SIGNAGENT_BENCH_PIN="+pin)
 	// SoftHSM (like many tokens) has no hashing ECDSA mechanism: for an EC
 	// key pkcs11-tool signs a SHA-256 digest made beforehand with raw ECDSA.
 	mech, toolInput := "SHA256-RSA-PKCS", text

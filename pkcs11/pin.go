@@ -3,7 +3,6 @@ package pkcs11
 import (
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/secret"
@@ -125,16 +124,8 @@ var ErrSecretFileMode = safefile.ErrSecretMode
 // ErrSecretFile is returned for an input file that is not a small regular file.
 var ErrSecretFile = safefile.ErrInput
 
-// CheckSecretFile refuses a file holding a secret that every user of the
-// machine may read or write (mode o+rwx). Group access is allowed: a service
-// and its operators often share a group.
+// CheckSecretFile refuses a file holding a secret (a TLS key) that
+// others may use, as every secret file is refused (safefile.CheckSecret).
 func CheckSecretFile(path string) error {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil // reading it will say what is wrong
-	}
-	if st.Mode().Perm()&0o007 != 0 {
-		return fmt.Errorf("%w: %s has mode %04o; run chmod o-rwx %s", ErrSecretFileMode, path, st.Mode().Perm(), path)
-	}
-	return nil
+	return safefile.CheckSecret(path, 0)
 }

@@ -12,6 +12,8 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/rs/zerolog"
+
+	"github.com/signagent/signagent/internal/secret"
 )
 
 // probeEnv, set in a process's environment, makes RunProbe load and
@@ -55,7 +57,8 @@ func Probe(ctx context.Context, path string) error {
 	}
 	cmd := exec.CommandContext(ctx, exe)
 	cmd.Args = []string{"signagent"}
-	cmd.Env = append(os.Environ(), probeEnv+"="+path)
+	// The child loads the module alone: it gets no secret.
+	cmd.Env = append(secret.ChildEnv(os.Environ()), probeEnv+"="+path)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err = cmd.Run()

@@ -32,20 +32,25 @@ func TestSecretModes(t *testing.T) {
 		{"own key 0400", 0o400, agentID, agentID, 0o077, ""},
 		{"root's key 0400 (a Secret volume without fsGroup)", 0o400, 0, 0, 0o077, ""},
 		{"root's key 0440, the agent's group (a Secret volume with fsGroup)", 0o440, 0, agentID, 0o077, ""},
-		{"own key 0640, the agent's group", 0o640, agentID, agentID, 0o077, ""},
-		{"root's key 0440, another group", 0o440, 0, otherID, 0o077, "not this process's own group (gid 65532); run chmod go-rwx"},
+		{"own key 0640, the agent's group: group read of root's files only", 0o640, agentID, agentID, 0o077, "mode 0640: a group-readable secret file must be owned by root; run chmod g-rwx /k"},
+		{"root's key 0440, another group", 0o440, 0, otherID, 0o077, "not this process's own group (gid 65532); run chmod g-rwx /k"},
 		{"root's key 0440, group root", 0o440, 0, 0, 0o077, "group 0, not this process's own group"},
-		{"root's key 0460, group-writable", 0o460, 0, agentID, 0o077, "mode 0460; run chmod go-rwx"},
-		{"root's key 0450, group-executable", 0o450, 0, agentID, 0o077, "mode 0450; run chmod go-rwx"},
-		{"root's key 0444", 0o444, 0, agentID, 0o077, "mode 0444; run chmod go-rwx"},
-		{"root's key 0404", 0o404, 0, 0, 0o077, "mode 0404"},
+		{"root's key 0460, group-writable", 0o460, 0, agentID, 0o077, "mode 0460: its group may write or execute it; run chmod g-wx /k"},
+		{"root's key 0450, group-executable", 0o450, 0, agentID, 0o077, "mode 0450: its group may write or execute it; run chmod g-wx /k"},
+		{"root's key 0444", 0o444, 0, agentID, 0o077, "mode 0444; run chmod o-rwx"},
+		{"root's key 0404", 0o404, 0, 0, 0o077, "mode 0404; run chmod o-rwx /k"},
 		{"own key 0602, others may write", 0o602, agentID, agentID, 0o077, "mode 0602"},
 		{"another user's key 0400", 0o400, otherID, agentID, 0o077, "owned by uid 4242, neither root nor this process's user (uid 65532); run chown 65532"},
-		{"another user's key 0440", 0o440, otherID, agentID, 0o077, "owned by uid 4242"},
-		{"PIN 0640 of another group", 0o640, agentID, otherID, 0o007, ""},
-		{"PIN 0660", 0o660, agentID, agentID, 0o007, ""},
+		{"another user's key 0440", 0o440, otherID, agentID, 0o077, "mode 0440: a group-readable secret file must be owned by root; run chmod g-rwx /k"},
+		{"PIN 0600", 0o600, agentID, agentID, 0o007, ""},
 		{"PIN of another user 0400", 0o400, otherID, otherID, 0o007, ""},
-		{"PIN 0644", 0o644, agentID, agentID, 0o007, "mode 0644; run chmod o-rwx /k"},
+		{"root's PIN 0440 of another group (operators)", 0o440, 0, otherID, 0o007, ""},
+		{"root's PIN 0640 of another group", 0o640, 0, otherID, 0o007, ""},
+		{"PIN 0640 of another group", 0o640, agentID, otherID, 0o007, "mode 0640: a group-readable secret file must be owned by root; run chmod g-rwx /k"},
+		{"PIN 0660", 0o660, agentID, agentID, 0o007, "mode 0660: its group may write or execute it; run chmod g-rwx /k"},
+		{"PIN 0620, group write alone", 0o620, agentID, agentID, 0o007, "mode 0620: its group may write or execute it; run chmod g-rwx /k"},
+		{"root's PIN 0660", 0o660, 0, otherID, 0o007, "mode 0660: its group may write or execute it; run chmod g-wx /k"},
+		{"PIN 0644", 0o644, agentID, agentID, 0o007, "mode 0644; run chmod go-rwx /k"},
 		{"PIN 0601", 0o601, 0, 0, 0o007, "mode 0601"},
 	} {
 		got := secretMode("/k", tc.perm, tc.uid, tc.gid, tc.forbidden, agentID, agentID)
@@ -68,7 +73,11 @@ func TestSecretModes(t *testing.T) {
 // needs it; CI runs as root.
 func TestSecretModesAsTheAgent(t *testing.T) {
 	if path := os.Getenv("SAFEFILE_READ_AS_AGENT"); path != "" {
-		_, err := ReadSecret(path, 4096, 0o077)
+		forbidden := os.FileMode(0o077)
+		if os.Getenv("SAFEFILE_READ_AS_PIN") != "" {
+			forbidden = 0o007
+		}
+		_, err := ReadSecret(path, 4096, forbidden)
 		fmt.Printf("%v\n", err)
 		return
 	}
@@ -95,16 +104,21 @@ func TestSecretModesAsTheAgent(t *testing.T) {
 		perm     os.FileMode
 		uid, gid int
 		link     bool // reached through a symlink, as ..data/key
+		pin      bool // read as a PIN (0o007), not a store key
 		want     string
 	}{
-		{"root:agent 0440 through a symlink (Secret volume, fsGroup)", 0o440, 0, agentID, true, "<nil>"},
-		{"agent:agent 0600", 0o600, agentID, agentID, false, "<nil>"},
-		{"agent:agent 0640", 0o640, agentID, agentID, false, "<nil>"},
-		{"root:root 0400 (Secret volume without fsGroup)", 0o400, 0, 0, false, "permission denied"},
-		{"root:agent 0460", 0o460, 0, agentID, false, "mode 0460; run chmod go-rwx"},
-		{"root:agent 0444", 0o444, 0, agentID, true, "mode 0444; run chmod go-rwx"},
-		{"root:clients 0440, clients a supplementary group", 0o440, 0, otherID, false, "group 4242, not this process's own group (gid 65532)"},
-		{"other:agent 0440", 0o440, otherID, agentID, false, "owned by uid 4242"},
+		{"root:agent 0440 through a symlink (Secret volume, fsGroup)", 0o440, 0, agentID, true, false, "<nil>"},
+		{"agent:agent 0600", 0o600, agentID, agentID, false, false, "<nil>"},
+		{"agent:agent 0640", 0o640, agentID, agentID, false, false, "mode 0640: a group-readable secret file must be owned by root; run chmod g-rwx"},
+		{"root:root 0400 (Secret volume without fsGroup)", 0o400, 0, 0, false, false, "permission denied"},
+		{"root:agent 0460", 0o460, 0, agentID, false, false, "mode 0460: its group may write or execute it; run chmod g-wx"},
+		{"root:agent 0444", 0o444, 0, agentID, true, false, "mode 0444; run chmod o-rwx"},
+		{"root:clients 0440, clients a supplementary group", 0o440, 0, otherID, false, false, "group 4242, not this process's own group (gid 65532)"},
+		{"other:agent 0440", 0o440, otherID, agentID, false, false, "a group-readable secret file must be owned by root"},
+		{"PIN root:clients 0440", 0o440, 0, otherID, false, true, "<nil>"},
+		{"PIN agent:agent 0640", 0o640, agentID, agentID, false, true, "mode 0640: a group-readable secret file must be owned by root; run chmod g-rwx"},
+		{"PIN agent:agent 0620", 0o620, agentID, agentID, false, true, "mode 0620: its group may write or execute it; run chmod g-rwx"},
+		{"PIN root:agent 0460", 0o460, 0, agentID, false, true, "mode 0460: its group may write or execute it; run chmod g-wx"},
 	} {
 		key := filepath.Join(dir, strings.NewReplacer(" ", "-", "(", "", ")", "", ",", "").Replace(tc.name))
 		if err := os.WriteFile(key, []byte(strings.Repeat("ab", 32)+"\n"), 0o600); err != nil {
@@ -125,6 +139,9 @@ func TestSecretModesAsTheAgent(t *testing.T) {
 		}
 		cmd := exec.Command(bin, "-test.run=^TestSecretModesAsTheAgent$")
 		cmd.Env = append(os.Environ(), "SAFEFILE_READ_AS_AGENT="+path)
+		if tc.pin {
+			cmd.Env = append(cmd.Env, "SAFEFILE_READ_AS_PIN=1")
+		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: agentID, Gid: agentID, Groups: []uint32{otherID}}}
 		out, err := cmd.CombinedOutput()
 		if err != nil {

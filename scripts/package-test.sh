@@ -37,6 +37,8 @@ dpkg-deb -f "$deb" Conffiles 2>/dev/null | grep /etc/logrotate.d/signagent >/dev
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 dpkg -x "$deb" "$root"
+grep -qx '[[:space:]]*su signagent signagent' "$root/etc/logrotate.d/signagent" || \
+	fail "the logrotate snippet does not rotate the audit log as the agent's user (su signagent signagent)"
 bin=$root/usr/bin/signagent
 # Hardened as Debian's packages are: full RELRO (a read-only segment after
 # relocation, and every symbol bound at start: BIND_NOW) and a PIE.

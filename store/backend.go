@@ -52,18 +52,21 @@ var errUnreplicated = errors.New("the write is not confirmed by the replicas")
 // (a password in it is refused) and connects lazily; timeout bounds
 // each call.
 var backends = map[string]func(raw string, o Options, timeout time.Duration) (backend, error){
-	"redis":          openRedis,
-	"rediss":         openRedis,
-	"redis+sentinel": openRedis,
-	"redis+cluster":  openCluster,
+	"redis":           openRedis,
+	"rediss":          openRedis,
+	"redis+sentinel":  openRedis,
+	"rediss+sentinel": openRedis,
+	"redis+cluster":   openCluster,
+	"rediss+cluster":  openCluster,
 }
 
 // schemesHelp is what a store URL may be, for error messages.
-const schemesHelp = "redis://[user@]host:port[/db], rediss://..., redis+sentinel://host:port[,host:port...]/mastername[/db] " +
-	"or redis+cluster://host:port[,host:port...]"
+const schemesHelp = "redis://[user@]host:port[/db], rediss://..., redis+sentinel://host:port[,host:port...]/mastername[/db], " +
+	"rediss+sentinel://..., redis+cluster://host:port[,host:port...] or rediss+cluster://..."
 
 // Open opens the shared store rawURL names, its backend chosen by the
-// URL's scheme (redis://, rediss://, redis+sentinel://, redis+cluster://).
+// URL's scheme (redis://, rediss://, redis+sentinel://, redis+cluster://;
+// rediss+ for TLS to every node, Sentinel's too).
 // It connects lazily: a store that is down at start is reported by Ping
 // and by each call, and used again as soon as it answers. The URL is
 // read once, by its backend, and before the key: a mistyped URL is the

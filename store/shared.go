@@ -23,8 +23,14 @@ type Options struct {
 	// Password is the store's password (from a file or the environment,
 	// never the URL).
 	Password string
-	// CAFile is the CA bundle for rediss:// (default: the system's).
+	// CAFile is the CA bundle for rediss://, rediss+sentinel:// and
+	// rediss+cluster:// (default: the system's).
 	CAFile string
+	// Insecure allows the password over plain TCP (redis://) to a node
+	// beyond loopback; without it that is refused (ErrBadURL) before the
+	// store is dialed, and for the nodes learnt later (Sentinel's master,
+	// the cluster's map) when they are.
+	Insecure bool
 	// Prefix starts every key name (default "signagent:").
 	Prefix string
 	Sealer *Sealer

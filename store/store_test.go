@@ -124,7 +124,7 @@ func TestKeyFile(t *testing.T) {
 		"short":          {good[:62] + "\n", 0o600, "not 64 hexadecimal"},
 		"not hex":        {strings.Repeat("zz", 32) + "\n", 0o600, "not 64 hexadecimal"},
 		"empty":          {"# nothing\n", 0o600, "holds no key"},
-		"group readable": {good + "\n", 0o640, "chmod go-rwx"},
+		"group readable": {good + "\n", 0o640, "chmod g-rwx"},
 		"world readable": {good + "\n", 0o644, "chmod go-rwx"},
 		"old key is bad": {good + "\nnope\n", 0o600, "line 2"},
 		"two keys, fine": {good + "\n" + hex.EncodeToString(key(8)) + "\n", 0o600, ""},

@@ -2,17 +2,8 @@ package store_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -21,40 +12,15 @@ import (
 	"github.com/signagent/signagent/store"
 )
 
-// writeCert writes a PEM certificate and key signed by parent (itself when
-// nil) and returns them.
-func writeCert(t *testing.T, dir, name string, tmpl *x509.Certificate, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if parent == nil {
-		parent, parentKey = tmpl, key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, _ := x509.MarshalECPrivateKey(key)
-	os.WriteFile(filepath.Join(dir, name+".crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
-	c, _ := x509.ParseCertificate(der)
-	return c, key
-}
-
 // TestRedisTLS: rediss:// reaches a redis-server that speaks TLS alone,
 // trusting the CA of --store-ca-file; without it (the system's CAs) the
 // server's certificate is refused, and the store is unavailable.
 func TestRedisTLS(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	ca, caKey := writeCert(t, dir, "ca", &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}, nil, nil)
-	writeCert(t, dir, "server", &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}, ca, caKey)
-	srv := redistest.StartTLS(t, filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key"))
+	x := redistest.NewTLS(t)
+	srv := redistest.StartTLS(t, x.Cert, x.Key)
 	url := "rediss://" + srv.Addr
-	r := openStore(t, url, store.Options{CAFile: filepath.Join(dir, "ca.crt"), Timeout: time.Second})
+	r := openStore(t, url, store.Options{CAFile: x.CA, Timeout: time.Second})
 	if err := r.Ping(context.Background()); err != nil {
 		t.Fatalf("with the CA: %v", err)
 	}
@@ -66,9 +32,113 @@ func TestRedisTLS(t *testing.T) {
 	if err := plain.Ping(context.Background()); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("plain to a TLS port: %v", err)
 	}
-	if _, err := store.Open("redis://"+srv.Addr, store.Options{CAFile: filepath.Join(dir, "ca.crt"), Sealer: mustSealer(t)}); err == nil ||
+	if _, err := store.Open("redis://"+srv.Addr, store.Options{CAFile: x.CA, Sealer: mustSealer(t)}); err == nil ||
 		!strings.Contains(err.Error(), "for rediss://") {
 		t.Fatalf("a CA file for plain redis://: %v", err)
+	}
+}
+
+// TestRedisTLSSentinelAndCluster: rediss+sentinel:// and rediss+cluster://
+// reach a Sentinel set and a Redis Cluster whose every node (sentinels,
+// master, replica, each cluster master) speaks TLS alone: records are
+// written and read through them, every cluster master holding some. The
+// plain schemes reach none of it; without the CA nothing is trusted.
+func TestRedisTLSSentinelAndCluster(t *testing.T) {
+	t.Parallel()
+	x := redistest.NewTLS(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		url    func(t *testing.T) (tlsURL, plainURL string, masters []*redistest.Server)
+		owners bool
+	}{
+		{"sentinel", func(t *testing.T) (string, string, []*redistest.Server) {
+			set := redistest.StartSentinelTLS(t, x)
+			return set.URL(), strings.Replace(set.URL(), "rediss+", "redis+", 1), []*redistest.Server{set.Master}
+		}, false},
+		{"cluster", func(t *testing.T) (string, string, []*redistest.Server) {
+			c := redistest.StartClusterTLS(t, 3, x)
+			return c.URL(), strings.Replace(c.URL(), "rediss+", "redis+", 1), c.Masters
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			url, plainURL, masters := tc.url(t)
+			if !strings.HasPrefix(url, "rediss+") {
+				t.Fatalf("the rig's URL %s", url)
+			}
+			r := openStore(t, url, store.Options{CAFile: x.CA, Timeout: 2 * time.Second})
+			if err := r.Ping(ctx); err != nil {
+				t.Fatalf("with the CA: %v", err)
+			}
+			for i := range 24 {
+				id := fmt.Sprintf("crm-%d", i)
+				l, err := r.Acquire(ctx, "oidc", id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = r.Put(ctx, "oidc", id, []byte("record of "+id), 0, l)
+				l.Release()
+				if err != nil {
+					t.Fatalf("put %s: %v", id, err)
+				}
+				if v, err := r.Get(ctx, "oidc", id); err != nil || string(v) != "record of "+id {
+					t.Fatalf("get %s: %q %v", id, v, err)
+				}
+			}
+			for _, m := range masters {
+				if n := m.Command("DBSIZE"); n == "" || n == "0" {
+					t.Errorf("master %s holds %q keys: not every data node was written over TLS", m.Addr, n)
+				}
+			}
+			untrusted := openStore(t, url, store.Options{Timeout: time.Second})
+			if err := untrusted.Ping(ctx); !errors.Is(err, store.ErrUnavailable) {
+				t.Errorf("without the CA: %v", err)
+			}
+			plain := openStore(t, plainURL, store.Options{Timeout: time.Second})
+			if err := plain.Ping(ctx); !errors.Is(err, store.ErrUnavailable) {
+				t.Errorf("%s to TLS ports: %v", plainURL, err)
+			}
+		})
+	}
+}
+
+// TestStorePasswordInClear: a store password is not sent over plain TCP
+// beyond loopback, unless Insecure (--store-insecure) says so; over TLS,
+// or to loopback, it is.
+func TestStorePasswordInClear(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		url      string
+		password string
+		insecure bool
+		refused  bool
+	}{
+		{"redis://10.0.0.5:6379", "pw", false, true},
+		{"redis://redis.example:6379/1", "pw", false, true},
+		{"redis+sentinel://127.0.0.1:26379,10.0.0.6:26379/mymaster", "pw", false, true},
+		{"redis+cluster://10.0.0.5:6379,10.0.0.6:6379", "pw", false, true},
+		{"redis://10.0.0.5:6379", "pw", true, false},
+		{"redis://10.0.0.5:6379", "", false, false},
+		{"redis://127.0.0.1:6379", "pw", false, false},
+		{"redis://localhost:6379", "pw", false, false},
+		{"redis://[::1]:6379", "pw", false, false},
+		{"rediss://10.0.0.5:6379", "pw", false, false},
+		{"rediss+sentinel://10.0.0.5:26379/mymaster", "pw", false, false},
+		{"rediss+cluster://10.0.0.5:6379,10.0.0.6:6379", "pw", false, false},
+	} {
+		r, err := store.Open(tc.url, store.Options{Password: tc.password, Insecure: tc.insecure, Sealer: mustSealer(t)})
+		if r != nil {
+			r.Close()
+		}
+		if got := err != nil; got != tc.refused {
+			t.Errorf("%s (password %v, insecure %v): %v", tc.url, tc.password != "", tc.insecure, err)
+			continue
+		}
+		if tc.refused && (!errors.Is(err, store.ErrBadURL) || !strings.Contains(err.Error(), "would cross the network in clear to ") ||
+			!strings.Contains(err.Error(), "--store-insecure") || strings.Contains(err.Error(), tc.password+"@")) {
+			t.Errorf("%s: %v", tc.url, err)
+		}
 	}
 }
 

@@ -1,8 +1,10 @@
 package store
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -26,7 +28,7 @@ func redisOptions(raw string, o Options, timeout time.Duration) (*redis.Universa
 	uo.Password = o.Password
 	if o.CAFile != "" {
 		if uo.TLSConfig == nil {
-			return nil, fmt.Errorf("%w: --store-ca-file is for rediss:// (TLS)", ErrBadURL)
+			return nil, fmt.Errorf("%w: --store-ca-file is for rediss://, rediss+sentinel:// and rediss+cluster:// (TLS)", ErrBadURL)
 		}
 		pem, err := safefile.Read(o.CAFile, 1<<20)
 		if err != nil {
@@ -39,6 +41,22 @@ func redisOptions(raw string, o Options, timeout time.Duration) (*redis.Universa
 		uo.TLSConfig.RootCAs = pool
 	}
 	uo.DialTimeout, uo.ReadTimeout, uo.WriteTimeout = timeout, timeout, timeout
+	if o.Password != "" && uo.TLSConfig == nil && !o.Insecure {
+		for _, a := range uo.Addrs {
+			if !loopback(a) {
+				return nil, fmt.Errorf("%w: %s", ErrBadURL, clearPassword(a))
+			}
+		}
+		// Sentinel's master and a cluster's nodes are learnt from the
+		// store: each is checked as it is dialed.
+		d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+		uo.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if !loopback(addr) {
+				return nil, errors.New(clearPassword(addr))
+			}
+			return d.DialContext(ctx, network, addr)
+		}
+	}
 	uo.MaxRetries = 1
 	uo.ContextTimeoutEnabled = true
 	return uo, nil
@@ -76,6 +94,7 @@ func parseURL(raw string) (*redis.UniversalOptions, error) {
 		o.DB = n
 		return nil
 	}
+	tlsOn := strings.HasPrefix(u.Scheme, "rediss")
 	switch u.Scheme {
 	case "redis", "rediss":
 		if len(o.Addrs) != 1 {
@@ -89,10 +108,7 @@ func parseURL(raw string) (*redis.UniversalOptions, error) {
 				return nil, err
 			}
 		}
-		if u.Scheme == "rediss" {
-			o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: u.Hostname()}
-		}
-	case "redis+sentinel":
+	case "redis+sentinel", "rediss+sentinel":
 		if len(parts) == 0 || len(parts) > 2 {
 			return nil, fmt.Errorf("%w: %s: the path is /mastername[/db]", ErrBadURL, u.Redacted())
 		}
@@ -102,7 +118,7 @@ func parseURL(raw string) (*redis.UniversalOptions, error) {
 				return nil, err
 			}
 		}
-	case "redis+cluster":
+	case "redis+cluster", "rediss+cluster":
 		// A cluster has database 0 alone; the addresses are where to
 		// learn the cluster's map from (any of its nodes will do).
 		if len(parts) > 0 {
@@ -111,7 +127,36 @@ func parseURL(raw string) (*redis.UniversalOptions, error) {
 	default:
 		return nil, fmt.Errorf("%w: scheme %q: want %s", ErrBadURL, u.Scheme, schemesHelp)
 	}
+	if tlsOn {
+		// Every node, Sentinel's and the cluster's included, is checked
+		// against the name or address it is dialed by (tls.Dial takes the
+		// server name from the address when the config has none).
+		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		if len(o.Addrs) == 1 && o.MasterName == "" && u.Scheme == "rediss" {
+			o.TLSConfig.ServerName = u.Hostname()
+		}
+	}
 	return o, nil
+}
+
+// loopback reports whether host:port is this machine's loopback (localhost,
+// 127.0.0.0/8, ::1).
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// clearPassword says why the store password is not sent to addr.
+func clearPassword(addr string) string {
+	return "the store password would cross the network in clear to " + addr +
+		": use rediss://, rediss+sentinel:// or rediss+cluster:// (TLS), or give --store-insecure (SIGNAGENT_STORE_INSECURE) to allow it"
 }
 
 // redactURL drops what could be a password from a URL that did not parse.

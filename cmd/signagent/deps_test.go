@@ -1,7 +1,11 @@
 package main
 
 import (
+	"errors"
+	"io/fs"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -38,5 +42,61 @@ func TestShippedBinaryHoldsNoEmulator(t *testing.T) {
 	}
 	if !found || len(pkgs) < 20 {
 		t.Fatalf("go list -deps named %d packages, not signagent's: %q", len(pkgs), out)
+	}
+}
+
+// TestDepsRemovesSystemVpcd: scripts/deps.sh (make deps) removes the
+// reader entry vsmartcard-vpcd installs for the system's pcscd, and no
+// other, here under a scratch root ($DEPS_ROOT).
+func TestDepsRemovesSystemVpcd(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	conf := filepath.Join(root, "etc", "reader.conf.d")
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"vpcd", "libccidtwin"} {
+		if err := os.WriteFile(filepath.Join(conf, f), []byte("LIBPATH /usr/lib/pcsc/drivers/serial/lib"+f+".so\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(filepath.Join("..", "..", "scripts", "deps.sh"))
+	cmd.Env = append(os.Environ(), "DEPS_ROOT="+root)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("deps.sh: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(conf, "vpcd")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the system's vpcd reader entry is still there (%v)", err)
+	}
+	if _, err := os.Stat(filepath.Join(conf, "libccidtwin")); err != nil {
+		t.Errorf("another reader's entry went too: %v", err)
+	}
+}
+
+// TestNoSystemVpcdReader: after make deps, the system's pcscd has no vpcd
+// reader (no entry of /etc/reader.conf.d loads its driver), and nothing
+// listens on vpcd's ports in this network namespace: the card rig's vpcd
+// listens in a namespace of its own.
+func TestNoSystemVpcdReader(t *testing.T) {
+	t.Parallel()
+	entries, _ := os.ReadDir("/etc/reader.conf.d")
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/etc/reader.conf.d", e.Name()))
+		if err == nil && strings.Contains(string(b), "libifdvpcd") {
+			t.Errorf("/etc/reader.conf.d/%s loads vpcd for the system's pcscd (vpcd listens on every interface): make deps removes it", e.Name())
+		}
+	}
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			continue // no IPv6
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			f := strings.Fields(line)
+			// local_address is ADDR:PORT in hex; state 0A is LISTEN.
+			if len(f) > 3 && f[3] == "0A" && (strings.HasSuffix(f[1], ":8C7B") || strings.HasSuffix(f[1], ":8C7C")) {
+				t.Errorf("%s: something listens on vpcd's port here: %s", table, line)
+			}
+		}
 	}
 }

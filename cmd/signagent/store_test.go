@@ -173,6 +173,9 @@ func TestSharedStoreBadInput(t *testing.T) {
 		{[]string{"SIGNAGENT_STORE=redis://127.0.0.1:1", "SIGNAGENT_STORE_KEY_FILE=" + open}, "chmod go-rwx"},
 		{[]string{"SIGNAGENT_STORE=redis://127.0.0.1:1", "SIGNAGENT_STORE_KEY_FILE=" + short}, "not 64 hexadecimal characters"},
 		{[]string{"SIGNAGENT_STORE=redis://127.0.0.1:1", "SIGNAGENT_STORE_KEY_FILE=" + filepath.Join(dir, "none")}, "none"},
+		// The store password in clear beyond loopback.
+		{[]string{"SIGNAGENT_STORE=redis://192.0.2.7:6379", "SIGNAGENT_STORE_KEY_FILE=" + good, "SIGNAGENT_STORE_PASSWORD=hunter2"},
+			"the store password would cross the network in clear to 192.0.2.7:6379: use rediss://, rediss+sentinel:// or rediss+cluster:// (TLS), or give --store-insecure"},
 		// Two mistakes at once: both, on the one line.
 		{[]string{"SIGNAGENT_STORE=redis://127.0.0.1:1", "SIGNAGENT_STORE_PASSWORD_FILE=" + filepath.Join(dir, "nopw")},
 			"signagent store-key --out FILE; the store password: "},
@@ -188,8 +191,15 @@ func TestSharedStoreBadInput(t *testing.T) {
 			}
 		}
 	}
+	// --store-insecure (here its variable) allows it: the store is then
+	// dialed (a test address no one answers at: unreachable).
+	code, stderr, _ := runBinary(t, signagent(t, append(base, "SIGNAGENT_STORE=redis://192.0.2.7:6379", "SIGNAGENT_STORE_KEY_FILE="+good,
+		"SIGNAGENT_STORE_PASSWORD=hunter2", "SIGNAGENT_STORE_INSECURE=1"), "token"))
+	if code != cmdutil.ExitTransport || strings.Contains(stderr, "in clear") {
+		t.Errorf("--store-insecure: exit %d, %q", code, stderr)
+	}
 	// A store that does not answer: exit 4 (unreachable), in time.
-	code, stderr, _ := runBinary(t, signagent(t, append(base, "SIGNAGENT_STORE=redis://"+redistest.NotRedis(t), "SIGNAGENT_STORE_KEY_FILE="+good), "token"))
+	code, stderr, _ = runBinary(t, signagent(t, append(base, "SIGNAGENT_STORE=redis://"+redistest.NotRedis(t), "SIGNAGENT_STORE_KEY_FILE="+good), "token"))
 	if code != cmdutil.ExitTransport || !strings.Contains(stderr, "shared token store is unavailable") {
 		t.Errorf("not Redis: exit %d, %q", code, stderr)
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/internal/secret"
 )
 
 // ManPage is signagent(1): urfave/cli's page of the commands and flags,
@@ -59,10 +61,11 @@ func environment(app *cli.App) [][2]string {
 		}
 	}
 	walkCmds(app.Commands)
-	for _, s := range []secretSpec{PINSecret, APIKeySecret, DeveloperKeySecret, PasswordSecret, SIDSecret, ClientSecretSecret, StorePassword} {
+	for _, s := range secrets {
 		seen[s.Env] = s.what + " itself (a secret: prefer --" + s.flag + " or $" + s.Env + "_FILE; never in argv)"
 		seen[s.Env+"_FILE"] = "the file holding " + s.what + ", as --" + s.flag
 	}
+	seen[secret.AllowCoreDumpsEnv] = "1: leave the process dumpable, with the core size limit it was given (debugging only; by default no core file and no other process of the user reads its memory)"
 	seen["SIGNAGENT_PKCS11_MODULE"] = "the PKCS#11 module's path, as --module"
 	seen["XDG_CONFIG_HOME"] = "where the settings file is by default: $XDG_CONFIG_HOME/signagent/config.yaml"
 	seen["XDG_STATE_HOME"] = "where the OpenID Connect tokens are kept by default: $XDG_STATE_HOME/signagent"

@@ -22,15 +22,20 @@ type secretSpec struct {
 	Env  string // "SIGNAGENT_API_KEY"
 }
 
+// Each one's Env is in secret.Vars: kept out of the processes signagent
+// starts (secret.ChildEnv).
 var (
 	PINSecret          = secretSpec{"the PIN", "pin-file", secret.PINEnv}
-	APIKeySecret       = secretSpec{"the API key", "api-key-file", "SIGNAGENT_API_KEY"}
-	DeveloperKeySecret = secretSpec{"the developer key", "developer-key-file", "SIGNAGENT_DEVELOPER_KEY"}
-	PasswordSecret     = secretSpec{"the password", "password-file", "SIGNAGENT_PASSWORD"}
-	SIDSecret          = secretSpec{"the auth.sid", "sid-file", "SIGNAGENT_SID"}
-	ClientSecretSecret = secretSpec{"the client secret", "client-secret-file", "SIGNAGENT_CLIENT_SECRET"}
-	StorePassword      = secretSpec{"the store password", "store-password-file", "SIGNAGENT_STORE_PASSWORD"}
+	APIKeySecret       = secretSpec{"the API key", "api-key-file", secret.APIKeyEnv}
+	DeveloperKeySecret = secretSpec{"the developer key", "developer-key-file", secret.DeveloperKeyEnv}
+	PasswordSecret     = secretSpec{"the password", "password-file", secret.PasswordEnv}
+	SIDSecret          = secretSpec{"the auth.sid", "sid-file", secret.SIDEnv}
+	ClientSecretSecret = secretSpec{"the client secret", "client-secret-file", secret.ClientSecretEnv}
+	StorePassword      = secretSpec{"the store password", "store-password-file", secret.StorePasswordEnv}
 )
+
+// secrets are all of them.
+var secrets = []secretSpec{PINSecret, APIKeySecret, DeveloperKeySecret, PasswordSecret, SIDSecret, ClientSecretSecret, StorePassword}
 
 // FlagWith is the secret's file flag, in category, its usage ending with more. It has no EnvVars: the variables are
 // Read by source, so that a file named on the command line, one named in

@@ -5,6 +5,7 @@ package redistest
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 // Server is a running redis-server.
 type Server struct {
 	Addr   string
+	tls    *tls.Config // the rig's client configuration, when it speaks TLS alone
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once the process is gone (reaped)
 	// restart starts the same server again (Restart).
@@ -32,17 +34,19 @@ type Server struct {
 // installs Debian's redis-server.
 func Start(t testing.TB, config ...string) *Server {
 	t.Helper()
-	return start(t, false, config)
+	return start(t, false, config, nil)
 }
 
 // StartTLS runs redis-server speaking TLS alone (no plain port) with the
 // given certificate and key; clients are not asked for certificates.
 func StartTLS(t testing.TB, cert, key string) *Server {
 	t.Helper()
-	return start(t, true, []string{"tls-cert-file " + cert, "tls-key-file " + key, "tls-auth-clients no"})
+	return start(t, true, []string{"tls-cert-file " + cert, "tls-key-file " + key, "tls-auth-clients no"}, nil)
 }
 
-func start(t testing.TB, tlsOnly bool, config []string) *Server {
+// start starts redis-server (speaking TLS alone when tlsOnly; client is
+// the rig's client configuration for it, or nil).
+func start(t testing.TB, tlsOnly bool, config []string, client *tls.Config) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -54,6 +58,7 @@ func start(t testing.TB, tlsOnly bool, config []string) *Server {
 	for attempt := 1; ; attempt++ {
 		s, err := startOn(t, bin, freePort(t), t.TempDir(), tlsOnly, config)
 		if err == nil {
+			s.tls = client
 			return s
 		}
 		if !errors.Is(err, errPortTaken) || attempt == 5 {
@@ -254,35 +259,67 @@ func readReply(r *bufio.Reader) string {
 type Sentinel struct {
 	Master, Replica *Server
 	Sentinels       []*Server
+	tls             bool
 }
 
-// URL is the redis+sentinel:// URL of the set.
+// URL is the redis+sentinel:// URL of the set (rediss+sentinel:// with
+// TLS).
 func (s *Sentinel) URL() string {
 	addrs := make([]string, len(s.Sentinels))
 	for i, x := range s.Sentinels {
 		addrs[i] = x.Addr
 	}
-	return "redis+sentinel://" + strings.Join(addrs, ",") + "/mymaster"
+	scheme := "redis+sentinel://"
+	if s.tls {
+		scheme = "rediss+sentinel://"
+	}
+	return scheme + strings.Join(addrs, ",") + "/mymaster"
 }
 
 // StartSentinel starts the set and waits until the replica is in sync and
 // every sentinel knows the master.
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
-	master := Start(t)
+	return startSentinel(t, nil)
+}
+
+// StartSentinelTLS is StartSentinel speaking TLS alone, the sentinels
+// included, with x's certificate: every node, and every sentinel, has no
+// plain port; the replica and the sentinels reach the master over TLS.
+func StartSentinelTLS(t testing.TB, x *TLS) *Sentinel {
+	t.Helper()
+	return startSentinel(t, x)
+}
+
+func startSentinel(t testing.TB, x *TLS) *Sentinel {
+	t.Helper()
+	server := func(config ...string) *Server {
+		if x == nil {
+			return Start(t, config...)
+		}
+		return start(t, true, append(x.config(), config...), x.client())
+	}
+	master := server()
 	mhost, mport, _ := net.SplitHostPort(master.Addr)
-	replica := Start(t, "replicaof "+mhost+" "+mport)
-	waitFor(t, replica.Addr, []string{"INFO", "replication"}, "master_link_status:up")
-	s := &Sentinel{Master: master, Replica: replica}
+	replica := server("replicaof " + mhost + " " + mport)
+	waitFor(t, replica, []string{"INFO", "replication"}, "master_link_status:up")
+	s := &Sentinel{Master: master, Replica: replica, tls: x != nil}
 	bin, _ := exec.LookPath("redis-server")
 	for range 3 {
 		port := freePort(t)
 		addr := net.JoinHostPort("127.0.0.1", port)
 		dir := t.TempDir()
 		conf := filepath.Join(dir, "sentinel.conf")
-		body := fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nlogfile %s\nsentinel monitor mymaster %s %s 2\n"+
+		listen := "port " + port + "\n"
+		if x != nil {
+			listen = "port 0\ntls-port " + port + "\n"
+			for _, c := range x.config() {
+				listen += c + "\n"
+			}
+		}
+		body := fmt.Sprintf("%sbind 127.0.0.1\ndir %s\nlogfile %s\nsentinel monitor mymaster %s %s 2\n"+
 			"sentinel down-after-milliseconds mymaster 500\nsentinel failover-timeout mymaster 2000\nsentinel parallel-syncs mymaster 1\n",
-			port, dir, filepath.Join(dir, "sentinel.log"), mhost, mport)
+			listen, dir, filepath.Join(dir, "sentinel.log"), mhost, mport)
 		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -292,26 +329,26 @@ func StartSentinel(t testing.TB) *Sentinel {
 		}
 		exited := make(chan struct{})
 		go func() { cmd.Wait(); close(exited) }()
-		x := &Server{Addr: addr, cmd: cmd, exited: exited}
-		t.Cleanup(x.Stop)
-		s.Sentinels = append(s.Sentinels, x)
+		sx := &Server{Addr: addr, tls: x.client(), cmd: cmd, exited: exited}
+		t.Cleanup(sx.Stop)
+		s.Sentinels = append(s.Sentinels, sx)
 	}
-	for _, x := range s.Sentinels {
-		waitFor(t, x.Addr, []string{"SENTINEL", "replicas", "mymaster"}, replica.Addr[strings.LastIndex(replica.Addr, ":")+1:])
+	for _, sx := range s.Sentinels {
+		waitFor(t, sx, []string{"SENTINEL", "replicas", "mymaster"}, replica.Addr[strings.LastIndex(replica.Addr, ":")+1:])
 	}
 	return s
 }
 
-// waitFor sends cmd to addr until the answer holds want (10 s at most).
-func waitFor(t testing.TB, addr string, cmd []string, want string) {
+// waitFor sends cmd to s until the answer holds want (10 s at most).
+func waitFor(t testing.TB, s *Server, cmd []string, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if strings.Contains(Command(addr, cmd...), want) {
+		if strings.Contains(s.Command(cmd...), want) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v never answered %q", addr, cmd, want)
+			t.Fatalf("%s: %v never answered %q", s.Addr, cmd, want)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -320,7 +357,19 @@ func waitFor(t testing.TB, addr string, cmd []string, want string) {
 // Command sends one command to addr and returns its answer as text ("" on
 // failure).
 func Command(addr string, args ...string) string {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	return (&Server{Addr: addr}).Command(args...)
+}
+
+// Command sends one command to the server (over TLS when it speaks TLS
+// alone) and returns its answer as text ("" on failure).
+func (s *Server) Command(args ...string) string {
+	var c net.Conn
+	var err error
+	if s.tls != nil {
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", s.Addr, s.tls)
+	} else {
+		c, err = net.DialTimeout("tcp", s.Addr, time.Second)
+	}
 	if err != nil {
 		return ""
 	}
@@ -349,13 +398,18 @@ func freePort(t testing.TB) string {
 // assigned and the cluster's state ok.
 type Cluster struct {
 	Masters []*Server
+	tls     bool
 }
 
-// URL is the redis+cluster:// URL of the cluster (every master's address).
+// URL is the redis+cluster:// URL of the cluster (every master's address;
+// rediss+cluster:// with TLS).
 func (c *Cluster) URL() string {
 	addrs := make([]string, len(c.Masters))
 	for i, m := range c.Masters {
 		addrs[i] = m.Addr
+	}
+	if c.tls {
+		return "rediss+cluster://" + strings.Join(addrs, ",")
 	}
 	return "redis+cluster://" + strings.Join(addrs, ",")
 }
@@ -367,23 +421,46 @@ func (c *Cluster) URL() string {
 // says the cluster is ok.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return startCluster(t, n, nil)
+}
+
+// StartClusterTLS is StartCluster speaking TLS alone with x's
+// certificate: clients and the cluster bus (tls-cluster), every node
+// announcing its TLS port.
+func StartClusterTLS(t testing.TB, n int, x *TLS) *Cluster {
+	t.Helper()
+	return startCluster(t, n, x)
+}
+
+func startCluster(t testing.TB, n int, x *TLS) *Cluster {
+	t.Helper()
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
 		t.Fatal("redis-cli is not installed: make test installs it with redis-server (scripts/deps.sh redis-server)")
 	}
-	c := &Cluster{}
+	c := &Cluster{tls: x != nil}
 	args := []string{"--cluster", "create"}
 	for range n {
-		m := Start(t, "cluster-enabled yes", "cluster-port "+freePort(t), "cluster-node-timeout 2000")
+		config := []string{"cluster-enabled yes", "cluster-port " + freePort(t), "cluster-node-timeout 2000"}
+		var m *Server
+		if x != nil {
+			m = start(t, true, append(append(x.config(), "tls-cluster yes"), config...), x.client())
+		} else {
+			m = Start(t, config...)
+		}
 		c.Masters = append(c.Masters, m)
 		args = append(args, m.Addr)
 	}
-	out, err := exec.Command(cli, append(args, "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if x != nil {
+		args = append(args, "--tls", "--cacert", x.CA)
+	}
+	out, err := exec.Command(cli, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
 	for _, m := range c.Masters {
-		waitFor(t, m.Addr, []string{"CLUSTER", "INFO"}, "cluster_state:ok")
+		waitFor(t, m, []string{"CLUSTER", "INFO"}, "cluster_state:ok")
 	}
 	return c
 }
@@ -391,9 +468,9 @@ func StartCluster(t testing.TB, n int) *Cluster {
 // Owner is the master that holds key's slot now.
 func (c *Cluster) Owner(t testing.TB, key string) *Server {
 	t.Helper()
-	slot := Command(c.Masters[0].Addr, "CLUSTER", "KEYSLOT", key)
+	slot := c.Masters[0].Command("CLUSTER", "KEYSLOT", key)
 	for _, m := range c.Masters {
-		if ownsSlot(Command(m.Addr, "CLUSTER", "NODES"), slot) {
+		if ownsSlot(m.Command("CLUSTER", "NODES"), slot) {
 			return m
 		}
 	}

@@ -200,8 +200,12 @@ func TestExamples(t *testing.T) {
 			}
 			checkDeployment(t, dep)
 			checkSettings(t, cfg, dep, serveFlags)
+			// The NetworkPolicy is on unless a values file turns it off.
+			if kinds["NetworkPolicy"] != 1 {
+				t.Errorf("NetworkPolicy: %d rendered", kinds["NetworkPolicy"])
+			}
 			if strings.Contains(f, "sentinel") {
-				for _, k := range []string{"PodDisruptionBudget", "NetworkPolicy", "ServiceMonitor"} {
+				for _, k := range []string{"PodDisruptionBudget", "ServiceMonitor"} {
 					if kinds[k] != 1 {
 						t.Errorf("%s: %d rendered", k, kinds[k])
 					}
@@ -236,7 +240,7 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment) {
 		!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
 		t.Errorf("container securityContext %+v", sc)
 	}
-	secretEnv := regexp.MustCompile(`^SIGNAGENT_.*(KEY|PIN|SECRET|PASSWORD|TOKEN)`)
+	secretEnv := regexp.MustCompile(`^SIGNAGENT_.*(KEY|PIN|SECRET|PASSWORD|TOKEN|SID)`)
 	for _, e := range c.Env {
 		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil || secretEnv.MatchString(e.Name) {
 			t.Errorf("a secret in the environment: %s", e.Name)
@@ -340,6 +344,11 @@ func TestRefused(t *testing.T) {
 	}{
 		{"the store key in an environment variable", []string{"extraEnv[0].name=SIGNAGENT_STORE_KEY_FILE", "extraEnv[0].value=/k"}, "refused: a variable holding a secret"},
 		{"a PIN in an environment variable", []string{"extraEnv[0].name=SIGNAGENT_PIN", "extraEnv[0].value=hunter2"}, "refused: a variable holding a secret"},
+		{"an auth.sid in an environment variable", []string{"extraEnv[0].name=SIGNAGENT_SID", "extraEnv[0].value=s1d"}, "refused: a variable holding a secret"},
+		{"an auth.sid's file in an environment variable", []string{"extraEnv[0].name=SIGNAGENT_SID_FILE", "extraEnv[0].value=/s"}, "refused: a variable holding a secret"},
+		{"the client secret in an environment variable", []string{"extraEnv[0].name=SIGNAGENT_CLIENT_SECRET", "extraEnv[0].value=s"}, "refused: a variable holding a secret"},
+		{"the store password in an environment variable", []string{"extraEnv[0].name=SIGNAGENT_STORE_PASSWORD", "extraEnv[0].value=s"}, "refused: a variable holding a secret"},
+		{"the developer key in an environment variable", []string{"extraEnv[0].name=SIGNAGENT_DEVELOPER_KEY", "extraEnv[0].value=s"}, "refused: a variable holding a secret"},
 		{"a password in the store URL", []string{"store.url=redis://app:hunter2@redis:6379/0"}, "refused: a password in the URL"},
 		{"a store that is not Redis", []string{"store.url=memcached://m:11211"}, "does not match pattern"},
 		{"no agent", []string{"replicaCount=0"}, "minimum"},

@@ -50,7 +50,7 @@ func TestRenderedAgentServes(t *testing.T) {
 
 	rport, aport := freePort(t), freePort(t)
 	manifest, err := render(vals(t, filepath.Join(chartDir, "values-oidc-redis.yaml"),
-		"store.url=redis://127.0.0.1:"+rport+"/0", "store.password.secretName=", "agent.port="+aport,
+		"store.url=redis://127.0.0.1:"+rport+"/0", "store.password.secretName=", "store.ca.secretName=", "agent.port="+aport,
 		"oidc.apiURL=http://127.0.0.1:1", "oidc.authURL=http://127.0.0.1:1"))
 	if err != nil {
 		t.Fatal(err)

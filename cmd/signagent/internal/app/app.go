@@ -21,6 +21,7 @@ import (
 	"github.com/signagent/signagent/cmd/signagent/internal/tokencmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/trustedcmd"
 	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/pkcs11"
 )
 
@@ -28,6 +29,12 @@ import (
 // started it, else the command line, exiting with its status.
 func Main() {
 	pkcs11.RunProbe() // when started by pkcs11.Probe: try the module and exit
+	// Every command may hold a secret (a PIN, the client secret, a
+	// session): none leaves in a core file or through /proc to another
+	// process of the user.
+	if _, err := secret.KeepFromOtherProcesses(); err != nil {
+		fmt.Fprintf(os.Stderr, "signagent: warning: %v\n", err)
+	}
 	os.Exit(Run(os.Args, os.Stdin, os.Stdout, os.Stderr))
 }
 

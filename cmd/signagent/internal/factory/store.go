@@ -18,11 +18,12 @@ import (
 // local files and the process's memory, or a store several agents share.
 func StoreFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "store", Category: CatStore, Value: "local", EnvVars: []string{"SIGNAGENT_STORE"}, Usage: "keep records (OpenID Connect records, sessions, legacy tokens) in `STORE`: local (the --token-store files, and memory) or a store several agents share: redis://[user@]host:port[/db], rediss://..., redis+sentinel://host:port[,...]/master[/db], redis+cluster://host:port[,...]"},
+		&cli.StringFlag{Name: "store", Category: CatStore, Value: "local", EnvVars: []string{"SIGNAGENT_STORE"}, Usage: "keep records (OpenID Connect records, sessions, legacy tokens) in `STORE`: local (the --token-store files, and memory) or a store several agents share: redis://[user@]host:port[/db], rediss://..., redis+sentinel://host:port[,...]/master[/db], redis+cluster://host:port[,...]; rediss+sentinel:// and rediss+cluster:// for TLS to every node"},
 		&cli.StringFlag{Name: "store-key-file", Category: CatStore, EnvVars: []string{"SIGNAGENT_STORE_KEY_FILE"}, Usage: "the shared store's key `FILE` (64 hex characters, mode 0600; signagent store-key --out FILE makes one)"},
 		cmdutil.StorePassword.FlagWith(CatStore, "; never in the URL"),
 		&cli.StringFlag{Name: "store-prefix", Category: CatStore, Value: store.DefaultPrefix, EnvVars: []string{"SIGNAGENT_STORE_PREFIX"}, Usage: "start every Redis key with `PREFIX` (several deployments on one Redis)"},
-		&cli.StringFlag{Name: "store-ca-file", Category: CatStore, EnvVars: []string{"SIGNAGENT_STORE_CA_FILE"}, Usage: "CA bundle `FILE` for rediss:// (default: the system's)"},
+		&cli.StringFlag{Name: "store-ca-file", Category: CatStore, EnvVars: []string{"SIGNAGENT_STORE_CA_FILE"}, Usage: "CA bundle `FILE` for rediss://, rediss+sentinel:// and rediss+cluster:// (default: the system's)"},
+		&cli.BoolFlag{Name: "store-insecure", Category: CatStore, EnvVars: []string{"SIGNAGENT_STORE_INSECURE"}, Usage: "allow the store password over plain TCP (redis://) to a host beyond loopback"},
 		&cli.IntFlag{Name: "store-wait-replicas", Category: CatStore, Value: 1, EnvVars: []string{"SIGNAGENT_STORE_WAIT_REPLICAS"}, Usage: "a write counts as done once `N` replicas have it (WAIT; as many as the master has, when fewer; 0: none)"},
 	}
 }
@@ -59,7 +60,7 @@ func OpenStore(s *settings.Settings) (*store.Shared, error) {
 	if wait == 0 {
 		wait = -1 // none
 	}
-	r, err := store.Open(u, store.Options{Password: password, CAFile: s.String("store-ca-file"), Prefix: s.String("store-prefix"), Sealer: sealer, WaitReplicas: wait})
+	r, err := store.Open(u, store.Options{Password: password, CAFile: s.String("store-ca-file"), Insecure: s.Bool("store-insecure"), Prefix: s.String("store-prefix"), Sealer: sealer, WaitReplicas: wait})
 	switch {
 	case errors.Is(err, store.ErrBadURL):
 		return nil, cmdutil.UsageErr(fmt.Errorf("--store (local, or a shared store's URL): %w", err))

@@ -200,6 +200,9 @@ func openBrowser(u string) error {
 		name = "xdg-open"
 	}
 	cmd := exec.Command(name, u)
+	// The browser, and all it starts, gets none of our secrets (the client
+	// secret, a PIN) from the environment.
+	cmd.Env = secret.ChildEnv(os.Environ())
 	if err := cmd.Start(); err != nil {
 		return err
 	}
