@@ -2,6 +2,10 @@
 GO      ?= go
 BIN     := bin/signagent
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The commit, stamped with -X main.commit: signagent version --json and
+# signagent_build_info say it even where Go's own VCS stamp is missing (a
+# build from a source archive).
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 # The container image (make image) and its test: buildah builds it, skopeo
 # reads the OCI archive back, podman (with runc: crun refuses this kind of
 # machine's cgroups) runs it, and docker-compose runs deploy/compose.yaml
@@ -99,7 +103,7 @@ deps:
 	@scripts/deps.sh $(DEPS)
 
 build:
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/signagent
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/signagent
 	$(GO) build -o bin/signagent-emulator ./cmd/signagent-emulator
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/signagent-bench ./cmd/signagent-bench
 

@@ -36,6 +36,7 @@ func (c *proxyRecord) Authorizer(sel authz.Selector) (authz.Authorizer, error) {
 
 func (c *proxyRecord) Answering(call *proxy.Call) {
 	c.a.metrics.Call(call.Method, call.Status, call.Retried)
+	c.a.metrics.ServiceDate(call.Date, call.At)
 }
 
 // auditCutOff is the audit outcome of a proxied answer that did not reach

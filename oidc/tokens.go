@@ -36,11 +36,15 @@ type Tokens struct {
 	// OnRefresh, when set, is told each refresh's outcome: "ok",
 	// "refused" (sign in again) or "error".
 	OnRefresh func(profile, result string)
+	// RefreshLifetime is how long a refresh token lasts (default
+	// DefaultRefreshLifetime): RefreshExpiries adds it to a token's issue.
+	RefreshLifetime time.Duration
 
 	sf       singleflight.Group
 	mu       sync.Mutex
 	cache    map[string]cached
 	rejected map[string]string // profile -> an access token the service refused
+	held     map[string]heldRefresh
 }
 
 // cached is a record read from the store and the file it came from: the
@@ -276,6 +280,7 @@ func (t *Tokens) remember(profile string, rec *Record, id fileID) {
 		t.cache = map[string]cached{}
 	}
 	t.cache[profile] = cached{rec: rec, stat: id, checked: time.Now()}
+	t.noteRefresh(profile, rec)
 }
 
 func (t *Tokens) forget(profile string) {

@@ -1,0 +1,94 @@
+package metrics
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Probes are what the metrics read from the agent at each scrape, for the
+// gauges that say when something will stop working: each nil one (or one
+// with nothing to say) exports no series rather than a made-up value.
+type Probes struct {
+	// RefreshExpiries is, by OpenID Connect profile this agent holds,
+	// when the profile will have to sign in again (oidc.Tokens).
+	RefreshExpiries func() map[string]time.Time
+	// Store is the shared store now (nil: none).
+	Store func() Pinger
+}
+
+// Pinger is a store that can say whether it answers.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+var (
+	refreshExpiryDesc = prometheus.NewDesc("signagent_oidc_refresh_expiry_timestamp_seconds",
+		"When an OpenID Connect profile this agent holds must sign in again (Unix time): its refresh token's expiry (issued at sign-in or at the refresh that returned a new one, plus --refresh-token-lifetime), or its access token's without a refresh token.",
+		[]string{"profile"}, nil)
+	certExpiryDesc = prometheus.NewDesc("signagent_certificate_expiry_timestamp_seconds",
+		"When the token's signing certificate expires (Unix time, its notAfter); absent while the token is not ready.", nil, nil)
+	skewDesc = prometheus.NewDesc("signagent_service_clock_skew_seconds",
+		"The service's clock minus this machine's, from the Date header of the service's last answer (1 s resolution); absent before the first answer.", nil, nil)
+	storeUpDesc = prometheus.NewDesc("signagent_store_up",
+		"1 when the shared store answered a ping at this scrape, 0 when it did not; absent without a shared store.", nil, nil)
+	dependencyUpDesc = prometheus.NewDesc("signagent_dependency_up",
+		"1 when a shared dependency answered at this scrape, by dependency (store).", []string{"dependency"}, nil)
+)
+
+// stateCollector exports the Probes' gauges and the clock skew.
+type stateCollector struct {
+	m      *Metrics
+	probes Probes
+}
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{refreshExpiryDesc, certExpiryDesc, skewDesc, storeUpDesc, dependencyUpDesc} {
+		ch <- d
+	}
+}
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	if f := c.probes.RefreshExpiries; f != nil {
+		for profile, at := range f() {
+			ch <- prometheus.MustNewConstMetric(refreshExpiryDesc, prometheus.GaugeValue, unixSeconds(at), profile)
+		}
+	}
+	if cert := c.m.tm.Certificate(); cert != nil {
+		ch <- prometheus.MustNewConstMetric(certExpiryDesc, prometheus.GaugeValue, unixSeconds(cert.NotAfter))
+	}
+	if s := c.m.skew.Load(); s != nil {
+		ch <- prometheus.MustNewConstMetric(skewDesc, prometheus.GaugeValue, s.Seconds())
+	}
+	if c.probes.Store == nil {
+		return
+	}
+	if s := c.probes.Store(); s != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		up := 0.0
+		if s.Ping(ctx) == nil {
+			up = 1
+		}
+		cancel()
+		ch <- prometheus.MustNewConstMetric(storeUpDesc, prometheus.GaugeValue, up)
+		ch <- prometheus.MustNewConstMetric(dependencyUpDesc, prometheus.GaugeValue, up, "store")
+	}
+}
+
+func unixSeconds(t time.Time) float64 {
+	return math.Round(float64(t.UnixMilli())) / 1000
+}
+
+// ServiceDate records the service's clock against this machine's: date is
+// an answer's Date header (zero: none, ignored), at when its headers
+// arrived here. Date has a resolution of one second, rounded down, so a
+// clock in step reads between about -1 s and 0.
+func (m *Metrics) ServiceDate(date, at time.Time) {
+	if date.IsZero() {
+		return
+	}
+	d := date.Sub(at)
+	m.skew.Store(&d)
+}
