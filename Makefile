@@ -33,12 +33,16 @@ IMAGE_DEPS := buildah podman runc skopeo docker-compose
 # for the Debian 12 root podman boots systemd in to install, upgrade and
 # remove the package (scripts/package-install-test.sh), and the
 # interpreters and compilers of the partner examples (examples/: python3,
-# nodejs, a JDK 17, mono's mcs).
+# nodejs, a JDK 17, mono's mcs), and Prometheus's promtool (package
+# prometheus: 2.42 on Debian 12) for the monitoring kit's alert rules and
+# their unit tests (deploy/monitoring; the package also enables its
+# server's unit, which on a machine running systemd starts it on :9090:
+# systemctl disable --now prometheus).
 DEPS    := softhsm2 opensc gnutls-bin openssl curl procps chromium systemd redis-server \
            swtpm tpm2-abrmd libtss2-tcti-tabrmd0 dbus-daemon tpm2-tools libtpm2-pkcs11-1 libtpm2-pkcs11-tools \
            zsh fish groff-base lintian libgnutls28-dev libgcrypt20-dev nettle-dev libgmp-dev pkg-config libengine-gost-openssl \
            pcscd vsmartcard-vpcd libcacard-dev libnss3-tools pcsc-tools iproute2 duktape mmdebstrap \
-           python3 nodejs openjdk-17-jdk-headless mono-devel \
+           python3 nodejs openjdk-17-jdk-headless mono-devel prometheus \
            $(IMAGE_DEPS)
 # make bench also compares with openssl's PKCS#11 engine.
 BENCH_DEPS := $(DEPS) libengine-pkcs11-openssl nginx
