@@ -233,6 +233,9 @@ func (t *Tokens) loadFrom(profile string) (*Record, string, error) {
 			return c.rec, FromMemory, nil // still valid: served while the store is down
 		}
 		t.forget(profile)
+		if errors.Is(err, ErrSignIn) {
+			t.noteSignOut(profile) // signed out (its record removed)
+		}
 		if errors.Is(err, ErrStoreUnavailable) {
 			// No refresh without the store: a refresh token used by two
 			// agents would sign the user out everywhere.
@@ -321,6 +324,7 @@ func (t *Tokens) refresh(ctx context.Context, profile string) (*Record, bool, er
 		result := "error"
 		if errors.Is(err, ErrSignIn) {
 			result = "refused"
+			t.noteSignOut(profile)
 			err = fmt.Errorf("%w; sign in again: signagent login --profile %s", err, profile)
 		}
 		t.report(profile, result)
@@ -332,6 +336,9 @@ func (t *Tokens) refresh(ctx context.Context, profile string) (*Record, bool, er
 	}
 	t.report(profile, "ok")
 	t.forget(profile)
+	t.mu.Lock()
+	t.noteRefresh(profile, nrec)
+	t.mu.Unlock()
 	return nrec, true, nil
 }
 
