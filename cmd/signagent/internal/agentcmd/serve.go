@@ -96,7 +96,11 @@ func serve(c *cli.Context, e *cmdutil.Env) error {
 	if err != nil {
 		return factory.AgentErr(err)
 	}
-	e.Log.Info().Strs("listen", d.Addrs()).Bool("ready", d.Ready()).Msg("agent serving")
+	ev := e.Log.Info().Strs("listen", d.Addrs())
+	if m := d.MetricsAddr(); m != "" {
+		ev = ev.Str("metrics", m)
+	}
+	ev.Bool("ready", d.Ready()).Msg("agent serving")
 	if c.Bool("print-env") {
 		printEnv(e, d.Addrs())
 	}
