@@ -19,11 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/api"
-	"github.com/signagent/signagent/internal/redistest"
-	"github.com/signagent/signagent/oidc"
-	"github.com/signagent/signagent/store"
 )
 
 const monitoringDir = "../deploy/monitoring"
@@ -184,25 +180,7 @@ func TestMonitoringKit(t *testing.T) {
 func liveMetricFamilies(t *testing.T) map[string]string {
 	t.Helper()
 	h := start(t, options{oidc: true, apiURL: "emu", metrics: true})
-	srv := redistest.Start(t)
-	sealer, _ := store.NewSealer(bytes.Repeat([]byte{5}, 32))
-	r, err := store.Open(srv.URL(), store.Options{Sealer: sealer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
-	shared := &oidc.Shared{S: r, Name: srv.URL()}
-	rec, err := h.store.Load("default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := shared.Save(rec); err != nil {
-		t.Fatal(err)
-	}
-	h.reload(t, func(c *agent.Config) {
-		c.Schemes.OIDC = &oidc.Tokens{Store: shared, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
-		c.SharedStore = r
-	})
+	shareOIDC(t, h, h, 5)
 	ctx := context.Background()
 	if _, err := h.client.Sign(ctx, api.SignatureRequest{Credential: api.Credential{Phone: "9161234567"}}); err != nil {
 		t.Fatal(err)
