@@ -28,7 +28,12 @@ var metricsPaths = []string{"/metrics", "/livez", "/readyz"}
 func parseMetricsListen(spec string) (string, error) {
 	addr := strings.TrimPrefix(spec, "tcp:")
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return "", badConfig(fmt.Errorf("--metrics-listen %q: want HOST:PORT, e.g. 127.0.0.1:9464: %w", spec, errors.Unwrap(err)))
+		why := err.Error()
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			why = ae.Err // without the address, already quoted
+		}
+		return "", badConfig(fmt.Errorf("--metrics-listen %q: want HOST:PORT, e.g. 127.0.0.1:9464 (%s)", spec, why))
 	}
 	return addr, nil
 }

@@ -116,7 +116,7 @@ func TestMetricsListenerTLS(t *testing.T) {
 
 	for spec, want := range map[string]string{
 		"0.0.0.0:0": "refusing to listen beyond loopback without TLS",
-		"9464":      "want HOST:PORT",
+		"9464":      `--metrics-listen "9464": want HOST:PORT, e.g. 127.0.0.1:9464 (missing port in address)`,
 	} {
 		cfg := h.cfg
 		cfg.TLS, cfg.MetricsListen = agent.TLSFiles{}, spec
@@ -127,7 +127,7 @@ func TestMetricsListenerTLS(t *testing.T) {
 			t.Errorf("--metrics-listen %s: started", spec)
 			continue
 		}
-		if !errors.Is(err, agent.ErrConfig) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--metrics-listen") {
+		if !errors.Is(err, agent.ErrConfig) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--metrics-listen") || strings.Contains(err.Error(), "%!") {
 			t.Errorf("--metrics-listen %s: %v", spec, err)
 		}
 	}
