@@ -2,6 +2,10 @@
 GO      ?= go
 BIN     := bin/signagent
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The commit, stamped with -X main.commit: signagent version --json and
+# signagent_build_info say it even where Go's own VCS stamp is missing (a
+# build from a source archive).
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 # The container image (make image) and its test: buildah builds it, skopeo
 # reads the OCI archive back, podman (with runc: crun refuses this kind of
 # machine's cgroups) runs it, and docker-compose runs deploy/compose.yaml
@@ -30,12 +34,16 @@ IMAGE_DEPS := buildah podman runc skopeo docker-compose
 # for the Debian 12 root podman boots systemd in to install, upgrade and
 # remove the package (scripts/package-install-test.sh), and the
 # interpreters and compilers of the partner examples (examples/: python3,
-# nodejs, a JDK 17, mono's mcs).
+# nodejs, a JDK 17, mono's mcs), and Prometheus's promtool (package
+# prometheus: 2.42 on Debian 12) for the monitoring kit's alert rules and
+# their unit tests (deploy/monitoring; the package also enables its
+# server's unit, which on a machine running systemd starts it on :9090:
+# systemctl disable --now prometheus).
 DEPS    := softhsm2 opensc gnutls-bin openssl curl procps chromium systemd redis-server \
            swtpm tpm2-abrmd libtss2-tcti-tabrmd0 dbus-daemon tpm2-tools libtpm2-pkcs11-1 libtpm2-pkcs11-tools \
            zsh fish groff-base lintian libgnutls28-dev libgcrypt20-dev nettle-dev libgmp-dev pkg-config libengine-gost-openssl \
            pcscd vsmartcard-vpcd libcacard-dev libnss3-tools pcsc-tools iproute2 duktape mmdebstrap logrotate \
-           python3 nodejs openjdk-17-jdk-headless mono-devel \
+           python3 nodejs openjdk-17-jdk-headless mono-devel prometheus \
            $(IMAGE_DEPS)
 # make bench also compares with openssl's PKCS#11 engine.
 BENCH_DEPS := $(DEPS) libengine-pkcs11-openssl nginx
@@ -100,7 +108,7 @@ deps:
 	@scripts/deps.sh $(DEPS)
 
 build:
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/signagent
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/signagent
 	$(GO) build -o bin/signagent-emulator ./cmd/signagent-emulator
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/signagent-bench ./cmd/signagent-bench
 

@@ -64,7 +64,10 @@ type Agent struct {
 // no token), writing its audit lines to audit; its state is published by
 // the daemon.
 func newAgent(cfg Config, tm *tokenq.Manager, audit *Audit) *Agent {
-	a := &Agent{cfg: cfg, audit: audit, tm: tm, cache: trusted.NewSessions(cfg.SessionTTL), metrics: metrics.New(tm, cfg.Version, cfg.SchemeList), refusals: newSampler(10, time.Second)}
+	a := &Agent{cfg: cfg, audit: audit, tm: tm, cache: trusted.NewSessions(cfg.SessionTTL), refusals: newSampler(10, time.Second)}
+	a.metrics = metrics.New(tm, metrics.Build{Version: cfg.Version, Commit: cfg.Commit}, cfg.SchemeList, metrics.Probes{
+		RefreshExpiries: a.refreshExpiries,
+	})
 	a.proxy = proxy.New(proxyAgent{a}, proxy.Config{LegacySNILS: cfg.LegacySNILS, BodyBudget: cfg.ServiceBodyBudget})
 	a.cur.Store(&state{})
 	a.kick, a.stop = make(chan struct{}, 1), make(chan struct{})

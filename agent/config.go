@@ -29,8 +29,13 @@ import (
 // Config is everything the daemon runs with, resolved by the caller from
 // its flags, environment and configuration file. Reload takes a new one.
 type Config struct {
-	// Version is the program's version, exported as signagent_build_info.
-	Version string
+	// Version and Commit are the program's version and commit, exported
+	// as signagent_build_info.
+	Version, Commit string
+	// MetricsListen is HOST:PORT of a TCP listener serving /metrics,
+	// /livez and /readyz alone, without the bearer token (over TLS with
+	// the TLS files); "" for none.
+	MetricsListen string
 	// Listen holds unix:PATH and tcp:HOST:PORT addresses. With none and no
 	// Inherited listeners the agent listens on DefaultSocket().
 	Listen []string

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -28,17 +29,19 @@ import (
 // Daemon is a running agent: its listeners, token, caches, metrics and
 // audit log.
 type Daemon struct {
-	cfg     Config
-	log     zerolog.Logger
-	agent   *Agent
-	tm      *tokenq.Manager
-	peer    *PeerAuth
-	bearer  *BearerAuth // nil without TCP listeners
-	tls     atomic.Pointer[tls.Config]
-	audit   *auditlog.File // nil for stderr or none
-	ls      []Listener
-	servers *serverSet
-	stamps  *trusted.Stamps // one for the daemon's life: every trusted client shares it
+	cfg    Config
+	log    zerolog.Logger
+	agent  *Agent
+	tm     *tokenq.Manager
+	peer   *PeerAuth
+	bearer *BearerAuth // nil without TCP listeners
+	tls    atomic.Pointer[tls.Config]
+	audit  *auditlog.File // nil for stderr or none
+	ls     []Listener
+	// metricsLn is the metrics listener (--metrics-listen; nil: none).
+	metricsLn net.Listener
+	servers   *serverSet
+	stamps    *trusted.Stamps // one for the daemon's life: every trusted client shares it
 
 	mu     sync.Mutex // serializes Reload and Shutdown
 	closed bool
@@ -67,6 +70,9 @@ func (d *Daemon) start(ctx context.Context) error {
 	if err := d.listen(); err != nil {
 		return err
 	}
+	if err := d.listenMetrics(); err != nil {
+		return err
+	}
 	if !cfg.NoToken {
 		if err := d.openToken(ctx); err != nil {
 			return err
@@ -80,7 +86,7 @@ func (d *Daemon) start(ctx context.Context) error {
 		return err
 	}
 	d.agent.reload(st, cfg.SessionTTL)
-	d.servers = d.agent.startServers(d.ls)
+	d.servers = d.agent.startServers(d.ls, d.metricsLn)
 	return nil
 }
 
@@ -197,6 +203,15 @@ func (d *Daemon) Addrs() []string {
 	return out
 }
 
+// MetricsAddr is the metrics listener's address (HOST:PORT), "" without
+// one.
+func (d *Daemon) MetricsAddr() string {
+	if d.metricsLn == nil {
+		return ""
+	}
+	return d.metricsLn.Addr().String()
+}
+
 // Ready says whether the agent is ready now (degraded is: a shared
 // dependency failing does not take it out of service).
 func (d *Daemon) Ready() bool { return d.agent.readiness().Status != api.StatusNotReady }
@@ -237,7 +252,7 @@ func (d *Daemon) Reload(cfg Config) error {
 		}
 	}
 	if needsRestart(d.cfg, cfg) {
-		d.log.Warn().Msg("listen addresses, the socket group, the audit log's path and whether the agent has a token change only on restart")
+		d.log.Warn().Msg("listen addresses (the metrics listener's too), the socket group, the audit log's path and whether the agent has a token change only on restart")
 	}
 	// Build and check everything before changing anything.
 	var tok string
@@ -283,7 +298,7 @@ func (d *Daemon) Reload(cfg Config) error {
 
 func needsRestart(was, now Config) bool {
 	return strings.Join(was.Listen, "\n") != strings.Join(now.Listen, "\n") ||
-		was.SocketGroup != now.SocketGroup || was.AuditLog != now.AuditLog || was.NoToken != now.NoToken
+		was.SocketGroup != now.SocketGroup || was.MetricsListen != now.MetricsListen || was.AuditLog != now.AuditLog || was.NoToken != now.NoToken
 }
 
 // Shutdown stops accepting, lets requests in flight finish until ctx is
@@ -315,6 +330,9 @@ func (d *Daemon) release() {
 		if l.Path != "" {
 			listen.RemoveSocket(l.Listener)
 		}
+	}
+	if d.metricsLn != nil {
+		d.metricsLn.Close()
 	}
 	if d.tm != nil {
 		d.tm.Close()

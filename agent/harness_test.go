@@ -94,7 +94,12 @@ type options struct {
 	// idp changes the emulator's identity provider (refresh rotation,
 	// token lifetimes).
 	idp func(*emulator.OIDCConfig)
+	// metrics adds a metrics listener on loopback (h.metricsAddr).
+	metrics bool
 }
+
+// testCommit is the commit the harness's agents say they were built from.
+const testCommit = "0123456789abcdef0123456789abcdef01234567"
 
 // Alice's box, and another organization's.
 const (
@@ -151,7 +156,10 @@ func start(t testing.TB, o options) *harness {
 		Policy:       agent.Policy{ExposeCanonical: o.expose, ExposeLegacyHeader: o.legacy && !o.hideLegacy, NoCertificateLogin: o.noCertLogin},
 		RefreshFloor: cmp.Or(o.floor, time.Nanosecond),
 		AllowUIDs:    o.allowUIDs, AllowGIDs: o.allowGIDs, TLS: o.tls,
-		Stderr: audit, Log: log, ShutdownGrace: 5 * time.Second, SchemeList: o.schemes,
+		Stderr: audit, Log: log, ShutdownGrace: 5 * time.Second, SchemeList: o.schemes, Commit: testCommit,
+	}
+	if o.metrics {
+		cfg.MetricsListen = "127.0.0.1:0"
 	}
 	if !o.noService && !o.noToken {
 		cfg.Service = &trusted.Config{BaseURL: emu.URL(), APIKey: apiKey, Settings: httpx.Settings{Timeout: o.timeout, Backoff: 5 * time.Millisecond, Now: o.now}, Log: log}

@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"maps"
 	"net/http"
+	"time"
 
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/schemes"
@@ -77,4 +79,20 @@ func (a *Agent) readiness() api.ReadyResponse {
 		}
 	}
 	return resp
+}
+
+// refreshExpiries is, by identity of each scheme that can tell
+// (schemes.Expirer), when it must sign in again (the metrics' gauge).
+func (a *Agent) refreshExpiries() map[string]time.Time {
+	out := map[string]time.Time{}
+	st := a.now()
+	if st == nil {
+		return out
+	}
+	for _, sc := range st.schemes {
+		if e, ok := sc.(schemes.Expirer); ok {
+			maps.Copy(out, e.RefreshExpiries())
+		}
+	}
+	return out
 }

@@ -42,6 +42,7 @@ func (c *proxyRecord) Answering(call *proxy.Call) {
 		err = errdefs.New(errdefs.ErrFailing, fmt.Sprintf("the service answered %s with HTTP %d", call.Call, call.Status))
 	}
 	c.a.saw(depService, err)
+	c.a.metrics.ServiceDate(call.Date, call.At)
 }
 
 // auditCutOff is the audit outcome of a proxied answer that did not reach

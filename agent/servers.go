@@ -48,9 +48,9 @@ func NewHTTPServer(h http.Handler, requestDeadline time.Duration) *http.Server {
 }
 
 // startServers serves the API on every listener, each capped in its
-// connections.
-func (a *Agent) startServers(ls []Listener) *serverSet {
-	set := &serverSet{errs: make(chan error, len(ls))}
+// connections, and the metrics listener's routes on metrics (nil: none).
+func (a *Agent) startServers(ls []Listener, metrics net.Listener) *serverSet {
+	set := &serverSet{errs: make(chan error, len(ls)+1)}
 	for _, l := range ls {
 		if !listen.Capped(l.Listener) { // handed over by systemd
 			max := listen.DefaultMaxConnsUnix
@@ -70,6 +70,16 @@ func (a *Agent) startServers(ls []Listener) *serverSet {
 				set.errs <- fmt.Errorf("serving on %s: %w", l.Addr(), err)
 			}
 		}(l)
+	}
+	if metrics != nil {
+		srv := NewHTTPServer(a.metricsHandler(), a.cfg.RequestDeadline)
+		srv.ErrorLog = warnLog(a.cfg.Log.With().Str("component", "http").Logger())
+		set.servers = append(set.servers, srv)
+		go func() {
+			if err := srv.Serve(metrics); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				set.errs <- fmt.Errorf("serving metrics on %s: %w", metrics.Addr(), err)
+			}
+		}()
 	}
 	return set
 }

@@ -269,6 +269,33 @@ func TestAgentsShareLegacyTokens(t *testing.T) {
 	}
 }
 
+// shareOIDC starts a real redis-server as a shared store (sealed with a key
+// of key's bytes), saves from's profile "default" in it, and reloads to
+// onto it: every scheme's records there, as serve hands the store over.
+func shareOIDC(t testing.TB, from, to *harness, key byte) (*redistest.Server, store.Records) {
+	t.Helper()
+	srv := redistest.Start(t)
+	sealer, _ := store.NewSealer(bytes.Repeat([]byte{key}, 32))
+	r, err := store.Open(srv.URL(), store.Options{Sealer: sealer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	sh := &oidc.Shared{S: r, Name: srv.URL()}
+	rec, err := from.store.Load("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.Save(rec); err != nil {
+		t.Fatal(err)
+	}
+	to.reload(t, func(c *agent.Config) {
+		c.Schemes.OIDC = &oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return from.oidcClient(t), nil }}
+		c.SharedStore = r
+	})
+	return srv, r
+}
+
 // BenchmarkCachedOIDCSharedStore: a signed-in profile's cached Bearer
 // header from POST /v1/authorizations with the records in a shared store
 // (a real redis-server) against the same with the local files, on two
@@ -277,25 +304,7 @@ func TestAgentsShareLegacyTokens(t *testing.T) {
 func BenchmarkCachedOIDCSharedStore(b *testing.B) {
 	local := start(b, options{oidc: true})
 	shared := local.second(b)
-	srv := redistest.Start(b)
-	sealer, _ := store.NewSealer(bytes.Repeat([]byte{4}, 32))
-	r, err := store.Open(srv.URL(), store.Options{Sealer: sealer})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
-	sh := &oidc.Shared{S: r, Name: srv.URL()}
-	rec, err := local.store.Load("default")
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := sh.Save(rec); err != nil {
-		b.Fatal(err)
-	}
-	shared.reload(b, func(c *agent.Config) {
-		c.Schemes.OIDC = &oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return local.oidcClient(b), nil }}
-		c.SharedStore = r
-	})
+	shareOIDC(b, local, shared, 4)
 	ctx := context.Background()
 	req := api.AuthorizationRequest{Scheme: "oidc"}
 	for _, h := range []*harness{local, shared} {

@@ -36,6 +36,9 @@ type Tokens struct {
 	// OnRefresh, when set, is told each refresh's outcome: "ok",
 	// "refused" (sign in again) or "error".
 	OnRefresh func(profile, result string)
+	// RefreshLifetime is how long a refresh token lasts (default
+	// DefaultRefreshLifetime): RefreshExpiries adds it to a token's issue.
+	RefreshLifetime time.Duration
 
 	sf       singleflight.Group
 	mu       sync.Mutex
@@ -43,6 +46,7 @@ type Tokens struct {
 	rejected map[string]string // profile -> an access token the service refused
 	// unsaved are refreshed records the store has not taken yet (unsaved.go).
 	unsaved map[string]unsaved
+	held    map[string]heldRefresh
 }
 
 // cached is a record read from the store and the file it came from: the
@@ -252,6 +256,9 @@ func (t *Tokens) loadFrom(profile string) (*Record, string, error) {
 			return c.rec, FromMemory, nil // still valid: served while the store is down
 		}
 		t.forget(profile)
+		if errors.Is(err, ErrSignIn) {
+			t.noteSignOut(profile) // signed out (its record removed)
+		}
 		if errors.Is(err, ErrStoreUnavailable) {
 			// No refresh without the store: a refresh token used by two
 			// agents would sign the user out everywhere.
@@ -299,6 +306,7 @@ func (t *Tokens) remember(profile string, rec *Record, id fileID) {
 		t.cache = map[string]cached{}
 	}
 	t.cache[profile] = cached{rec: rec, stat: id, checked: time.Now()}
+	t.noteRefresh(profile, rec)
 }
 
 func (t *Tokens) forget(profile string) {
@@ -350,6 +358,7 @@ func (t *Tokens) refresh(ctx context.Context, profile string) (*Record, bool, er
 		result := "error"
 		if errors.Is(err, ErrSignIn) {
 			result = "refused"
+			t.noteSignOut(profile)
 			err = fmt.Errorf("%w; sign in again: signagent login --profile %s", err, profile)
 		}
 		t.report(profile, result)
@@ -365,6 +374,9 @@ func (t *Tokens) refresh(ctx context.Context, profile string) (*Record, bool, er
 		return nrec, true, nil
 	}
 	t.forget(profile)
+	t.mu.Lock()
+	t.noteRefresh(profile, nrec)
+	t.mu.Unlock()
 	return nrec, true, nil
 }
 

@@ -123,6 +123,13 @@ type Checker interface {
 	Check() error
 }
 
+// Expirer is a scheme whose identities must sign in again at a time it
+// can tell (OpenID Connect profiles: their refresh tokens' expiry): the
+// agent's metrics export it by identity.
+type Expirer interface {
+	RefreshExpiries() map[string]time.Time
+}
+
 // Build builds each scheme of list (nil: List()) with s and d, in order.
 func Build(list []Entry, s Settings, d Deps) (authz.Schemes, error) {
 	if list == nil {

@@ -92,7 +92,7 @@ needs() {
 # scripts/package.sh says how).
 mkdir -p "$work/ctx"
 CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -fstack-protector-strong -fstack-clash-protection -fcf-protection -D_FORTIFY_SOURCE=2" \
-	$GO build -buildmode=pie -trimpath -ldflags "-s -w -X main.version=$version -linkmode=external -extldflags=-Wl,-z,relro,-z,now" \
+	$GO build -buildmode=pie -trimpath -ldflags "-s -w -X main.version=$version -X main.commit=$(git rev-parse HEAD 2>/dev/null) -linkmode=external -extldflags=-Wl,-z,relro,-z,now" \
 	-o "$work/ctx/signagent" ./cmd/signagent
 objcopy --remove-section=.comment "$work/ctx/signagent"
 

@@ -26,7 +26,7 @@ root=build/pkgroot
 rm -rf "$root" dist/signagent_*.deb
 mkdir -p "$root/system"
 CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -fstack-protector-strong -fstack-clash-protection -fcf-protection -D_FORTIFY_SOURCE=2" \
-	$GO build -buildmode=pie -trimpath -ldflags "-s -w -X main.version=$version -linkmode=external -extldflags=-Wl,-z,relro,-z,now" \
+	$GO build -buildmode=pie -trimpath -ldflags "-s -w -X main.version=$version -X main.commit=$(git rev-parse HEAD 2>/dev/null) -linkmode=external -extldflags=-Wl,-z,relro,-z,now" \
 	-o "$root/signagent" ./cmd/signagent
 # What dh_strip removes besides the symbols: the compilers' notes (.comment).
 objcopy --remove-section=.comment "$root/signagent"

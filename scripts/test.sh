@@ -2,8 +2,9 @@
 # The test target's steps (make test, the CI gate), and with "check" as
 # its argument the check target's (make check, the loop while working).
 #
-# The static checks (make lint) and the Helm chart's checks (tools/helm:
-# helm and client-go take minutes to compile on a new machine) run beside
+# The static checks (make lint), the Helm chart's checks (tools/helm:
+# helm and client-go take minutes to compile on a new machine) and the
+# alert rules' (promtool, deploy/monitoring) run beside
 # the tests instead of before and after them: on two cores the tests spend
 # much of their time waiting on tokens, servers and timers. For the same
 # reason three test binaries run at a time (TEST_PACKAGES) and a package's
@@ -28,6 +29,10 @@ $MAKE --no-print-directory lint GO="$GO" >"$dir/lint" 2>&1 &
 lint=$!
 (cd tools/helm && $GO vet . && $GO test -count=1 .) >"$dir/helm" 2>&1 &
 helm=$!
+# The monitoring kit's alert rules: promtool's own check, and their unit
+# tests firing each alert (deploy/monitoring; docs/runbook.md).
+(cd deploy/monitoring && promtool check rules signagent.rules.yaml && promtool test rules signagent.rules.test.yaml) >"$dir/monitoring" 2>&1 &
+monitoring=$!
 status=0
 if [ "$mode" = check ]; then
 	$GO test -count=1 -p "$packages" -parallel "$parallel" -timeout 20m ./... || status=1
@@ -38,7 +43,7 @@ else
 	# (golang/go#75804, fixed in Go 1.27); about 8 s here.
 	$GO test -run '^$' -fuzz '^FuzzUpstream$' -fuzztime 600x -fuzzminimizetime 10x ./agent/proxy || status=1
 fi
-for step in lint helm; do
+for step in lint helm monitoring; do
 	eval pid=\$$step
 	if wait "$pid"; then
 		echo "$step: ok"

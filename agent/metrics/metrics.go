@@ -11,10 +11,10 @@ import (
 	"errors"
 	"net/http"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,7 +56,15 @@ type Metrics struct {
 	// per label values (bounded sets too: schemes, results, sources, the
 	// labelled methods and statuses).
 	resolved sync.Map // counterKey -> prometheus.Counter
+	tm       *tokenq.Manager
+	// skew is the service's clock minus this machine's, last seen (nil:
+	// no answer yet).
+	skew atomic.Pointer[time.Duration]
 }
+
+// Build is the build signagent_build_info labels: its version and commit
+// (as signagent version --json says them).
+type Build struct{ Version, Commit string }
 
 // counterKey names a child of one of the per-call counter vectors: labels
 // a and b, or a and the status n (n < 0: none).
@@ -149,10 +157,12 @@ func (m *Metrics) Refresh(scheme, result string) {
 }
 
 // New are the agent's metrics over the token manager tm (nil: no token,
-// and no token metrics), those of the schemes from list.
-func New(tm *tokenq.Manager, version string, list []schemes.Entry) *Metrics {
+// and no token metrics), those of the schemes from list, with the gauges
+// probes reads at each scrape.
+func New(tm *tokenq.Manager, build Build, list []schemes.Entry, probes Probes) *Metrics {
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
+		tm:  tm,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "signagent_requests_total", Help: "HTTP requests by method, route (the path of a known route, other or refused) and status.",
 		}, []string{"method", "route", "status"}),
@@ -215,22 +225,14 @@ func New(tm *tokenq.Manager, version string, list []schemes.Entry) *Metrics {
 		m.refreshes[e.Name] = v
 		m.reg.MustRegister(v)
 	}
-	if version == "" {
-		version = "dev"
+	if build.Version == "" {
+		build.Version = "dev"
 	}
-	goVersion, revision := runtime.Version(), ""
-	if info, ok := debug.ReadBuildInfo(); ok {
-		for _, kv := range info.Settings {
-			if kv.Key == "vcs.revision" {
-				revision = kv.Value
-			}
-		}
-	}
-	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "signagent_build_info",
-		Help:        "Always 1; the labels say which build is running.",
-		ConstLabels: prometheus.Labels{"version": version, "goversion": goVersion, "revision": revision}})
-	build.Set(1)
-	m.reg.MustRegister(build, m.calls, m.retries, m.authz, m.requests, m.duration, m.storeOps, m.certLogins, m.sessions, m.sources,
+	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "signagent_build_info",
+		Help:        "Always 1; the labels say which build is running: version, revision (the commit, as signagent version --json's commit) and goversion.",
+		ConstLabels: prometheus.Labels{"version": build.Version, "goversion": runtime.Version(), "revision": build.Commit}})
+	info.Set(1)
+	m.reg.MustRegister(info, stateCollector{m: m, probes: probes}, m.calls, m.retries, m.authz, m.requests, m.duration, m.storeOps, m.certLogins, m.sessions, m.sources,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -33,7 +33,7 @@ func TestSignReason(t *testing.T) {
 // signagent_dependency_up for each dependency seen, from the fixed set
 // only (a name outside it is not exported).
 func TestDependencyGauges(t *testing.T) {
-	m := New(nil, "test", nil)
+	m := New(nil, Build{Version: "test"}, nil, Probes{})
 	seen := map[string]bool{DependencyStore: false, DependencyIdP: true, "someone-else": true}
 	m.Dependencies(func() map[string]bool { return seen })
 	rec := httptest.NewRecorder()

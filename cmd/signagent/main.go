@@ -8,10 +8,14 @@ import (
 	"github.com/signagent/signagent/internal/cmdutil"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and commit are set at build time with -ldflags "-X
+// main.version=... -X main.commit=..." (make build, scripts/package.sh,
+// scripts/image.sh, .goreleaser.yaml); without the commit, the one Go
+// stamped from the git checkout is used (none in a build from a source
+// archive or the module proxy).
+var version, commit = "dev", ""
 
 func main() {
-	cmdutil.Version = version
+	cmdutil.Version, cmdutil.Commit = version, commit
 	app.Main()
 }

@@ -16,16 +16,21 @@ func TestReadBuildInfo(t *testing.T) {
 		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.modified", Value: "true"}}}
 	for name, tc := range map[string]struct {
 		ldflags string
+		commit  string
 		info    *debug.BuildInfo
 		ok      bool
 		want    string
 	}{
-		"go install @v1.2.3":      {"dev", stamped, true, "signagent v1.2.3 (0123456789ab-dirty) go1.26.8 "},
-		"make build":              {"v1.2.4-3-gabc", stamped, true, "signagent v1.2.4-3-gabc (0123456789ab-dirty) go1.26.8 "},
-		"go build in the tree":    {"dev", &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}, true, "signagent dev go1.26.8 "},
-		"no build info (a fault)": {"dev", nil, false, "signagent dev go"},
+		"go install @v1.2.3":      {"dev", "", stamped, true, "signagent v1.2.3 (0123456789ab-dirty) go1.26.8 "},
+		"make build":              {"v1.2.4-3-gabc", "", stamped, true, "signagent v1.2.4-3-gabc (0123456789ab-dirty) go1.26.8 "},
+		"go build in the tree":    {"dev", "", &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}, true, "signagent dev go1.26.8 "},
+		"no build info (a fault)": {"dev", "", nil, false, "signagent dev go"},
+		// A build from a source archive: no VCS stamp, the commit from
+		// -ldflags -X main.commit.
+		"make build from an archive": {"v1.2.4", "fedcba9876543210fedc", &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}, true, "signagent v1.2.4 (fedcba987654) go1.26.8 "},
+		"the ldflag over the stamp":  {"v1.2.4", "fedcba9876543210fedc", stamped, true, "signagent v1.2.4 (fedcba987654-dirty) go1.26.8 "},
 	} {
-		if got := cmdutil.ReadBuildInfo(tc.ldflags, tc.info, tc.ok).String(); !strings.HasPrefix(got, tc.want) {
+		if got := cmdutil.ReadBuildInfo(tc.ldflags, tc.commit, tc.info, tc.ok).String(); !strings.HasPrefix(got, tc.want) {
 			t.Errorf("%s: %q, want prefix %q", name, got, tc.want)
 		}
 	}

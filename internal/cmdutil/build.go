@@ -10,6 +10,11 @@ import (
 // -ldflags "-X main.version=..." sets at build time.
 var Version = "dev"
 
+// Commit is the commit the program was built from when -ldflags "-X
+// main.commit=..." says it (main sets it); "" leaves it to Go's VCS
+// stamp.
+var Commit string
+
 // BuildInfo is what `signagent version` reports.
 type BuildInfo struct {
 	Version   string `json:"version"`
@@ -21,9 +26,10 @@ type BuildInfo struct {
 
 // ReadBuildInfo is the version set with -ldflags "-X main.version=...",
 // else the module version Go recorded (`go install ...@v1.2.3` prints
-// v1.2.3), with the commit from the VCS stamp; "dev" when neither says.
-func ReadBuildInfo(ldflagsVersion string, info *debug.BuildInfo, ok bool) BuildInfo {
-	b := BuildInfo{Version: ldflagsVersion, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+// v1.2.3), "dev" when neither says; and the commit set with -ldflags
+// "-X main.commit=...", else the one of Go's VCS stamp.
+func ReadBuildInfo(ldflagsVersion, ldflagsCommit string, info *debug.BuildInfo, ok bool) BuildInfo {
+	b := BuildInfo{Version: ldflagsVersion, Commit: ldflagsCommit, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if !ok || info == nil {
 		return b
 	}
@@ -34,7 +40,9 @@ func ReadBuildInfo(ldflagsVersion string, info *debug.BuildInfo, ok bool) BuildI
 	for _, s := range info.Settings {
 		switch s.Key {
 		case "vcs.revision":
-			b.Commit = s.Value
+			if ldflagsCommit == "" {
+				b.Commit = s.Value
+			}
 		case "vcs.modified":
 			b.Modified = s.Value == "true"
 		}
@@ -44,7 +52,7 @@ func ReadBuildInfo(ldflagsVersion string, info *debug.BuildInfo, ok bool) BuildI
 
 func CurrentBuild() BuildInfo {
 	info, ok := debug.ReadBuildInfo()
-	return ReadBuildInfo(Version, info, ok)
+	return ReadBuildInfo(Version, Commit, info, ok)
 }
 
 func (b BuildInfo) String() string {

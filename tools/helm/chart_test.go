@@ -131,6 +131,13 @@ func check(doc string) (runtime.Object, error) {
 		}
 		return &sm, nil
 	}
+	if gvk == monitoringv1.SchemeGroupVersion.WithKind("PrometheusRule") {
+		var pr monitoringv1.PrometheusRule
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, &pr, true); err != nil {
+			return nil, fmt.Errorf("%s: %w", gvk.Kind, err)
+		}
+		return &pr, nil
+	}
 	obj, err := scheme.Scheme.New(gvk)
 	if err != nil {
 		return nil, fmt.Errorf("%s: not a kind client-go knows: %w", gvk, err)
@@ -192,6 +199,10 @@ func TestExamples(t *testing.T) {
 					cfg = o
 				case *monitoringv1.ServiceMonitor:
 					kind = "ServiceMonitor"
+					checkServiceMonitor(t, o)
+				case *monitoringv1.PrometheusRule:
+					kind = "PrometheusRule"
+					checkRules(t, o)
 				}
 				kinds[kind]++
 			}
@@ -205,7 +216,7 @@ func TestExamples(t *testing.T) {
 				t.Errorf("NetworkPolicy: %d rendered", kinds["NetworkPolicy"])
 			}
 			if strings.Contains(f, "sentinel") {
-				for _, k := range []string{"PodDisruptionBudget", "ServiceMonitor"} {
+				for _, k := range []string{"PodDisruptionBudget", "ServiceMonitor", "PrometheusRule"} {
 					if kinds[k] != 1 {
 						t.Errorf("%s: %d rendered", k, kinds[k])
 					}
@@ -301,7 +312,7 @@ func checkSettings(t *testing.T, cfg *corev1.ConfigMap, d *appsv1.Deployment, fl
 			}
 		}
 	}
-	for _, k := range []string{"listen", "bearer-token-file", "tls-cert", "tls-key", "token-store"} {
+	for _, k := range []string{"listen", "metrics-listen", "bearer-token-file", "tls-cert", "tls-key", "token-store"} {
 		if settings[k] == nil {
 			t.Errorf("agent.yaml has no %s", k)
 		}
@@ -412,5 +423,71 @@ func TestCheckCatches(t *testing.T) {
 	}
 	if _, err := check("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: x}\n"); err == nil {
 		t.Error("an unknown kind passed")
+	}
+}
+
+// checkServiceMonitor: Prometheus scrapes the metrics port, over TLS,
+// and is handed no credential of the agent's callers.
+func checkServiceMonitor(t *testing.T, sm *monitoringv1.ServiceMonitor) {
+	t.Helper()
+	if len(sm.Spec.Endpoints) != 1 {
+		t.Fatalf("ServiceMonitor endpoints: %+v", sm.Spec.Endpoints)
+	}
+	ep := sm.Spec.Endpoints[0]
+	if ep.Port != "metrics" || ep.Path != "/metrics" || ep.Scheme == nil || *ep.Scheme != "https" {
+		t.Errorf("ServiceMonitor scrapes port %q path %q scheme %v", ep.Port, ep.Path, ep.Scheme)
+	}
+	if ep.Authorization != nil || ep.BasicAuth != nil || ep.OAuth2 != nil || ep.BearerTokenSecret != nil {
+		t.Errorf("ServiceMonitor hands Prometheus a credential: %+v", ep)
+	}
+}
+
+const rulesFile = "../../deploy/monitoring/signagent.rules.yaml"
+
+// checkRules: the PrometheusRule holds deploy/monitoring's rule groups as
+// they are (the alerts' templates untouched by Helm's).
+func checkRules(t *testing.T, pr *monitoringv1.PrometheusRule) {
+	t.Helper()
+	b, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want struct {
+		Groups []monitoringv1.RuleGroup `json:"groups"`
+	}
+	if err := yaml.UnmarshalStrict(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := json.Marshal(pr.Spec.Groups)
+	wantJSON, _ := json.Marshal(want.Groups)
+	if !bytes.Equal(got, wantJSON) {
+		t.Errorf("the PrometheusRule's groups differ from %s:\n%s\nwant\n%s", rulesFile, got, wantJSON)
+	}
+	alerts := 0
+	for _, g := range pr.Spec.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" && strings.Contains(r.Annotations["summary"], "{{ $labels.") {
+				alerts++
+			}
+		}
+	}
+	if alerts < 9 {
+		t.Errorf("%d alerts with their templates in the PrometheusRule", alerts)
+	}
+}
+
+// TestRulesCopy: the chart's copy of the alert rules (Helm's .Files reads
+// only inside the chart) is deploy/monitoring's, byte for byte.
+func TestRulesCopy(t *testing.T) {
+	want, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(chartDir, "files", "signagent.rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("deploy/helm/signagent/files/signagent.rules.yaml differs from deploy/monitoring/signagent.rules.yaml: cp deploy/monitoring/signagent.rules.yaml deploy/helm/signagent/files/")
 	}
 }

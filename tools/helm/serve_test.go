@@ -2,9 +2,12 @@ package helm
 
 import (
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,9 +51,9 @@ func TestRenderedAgentServes(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 
-	rport, aport := freePort(t), freePort(t)
+	rport, aport, mport := freePort(t), freePort(t), freePort(t)
 	manifest, err := render(vals(t, filepath.Join(chartDir, "values-oidc-redis.yaml"),
-		"store.url=redis://127.0.0.1:"+rport+"/0", "store.password.secretName=", "store.ca.secretName=", "agent.port="+aport,
+		"store.url=redis://127.0.0.1:"+rport+"/0", "store.password.secretName=", "store.ca.secretName=", "agent.port="+aport, "agent.metricsPort="+mport,
 		"oidc.apiURL=http://127.0.0.1:1", "oidc.authURL=http://127.0.0.1:1"))
 	if err != nil {
 		t.Fatal(err)
@@ -182,6 +185,20 @@ func TestRenderedAgentServes(t *testing.T) {
 	}
 	if code, out := until("ready", 0); code != 0 {
 		t.Fatalf("ready: exit %d: %s", code, out)
+	}
+	// The ServiceMonitor's scrape: the metrics port over TLS, no bearer
+	// token; nothing else is served there.
+	scraper := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	for path, want := range map[string]int{"/metrics": 200, "/readyz": 200, "/livez": 200, "/v1/identities": 404, "/v1/service/GetMyOrganizations": 404} {
+		resp, err := scraper.Get("https://127.0.0.1:" + mport + path)
+		if err != nil {
+			t.Fatalf("%s on the metrics port: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || path == "/metrics" && !strings.Contains(string(body), "signagent_build_info{") {
+			t.Errorf("%s on the metrics port without a token: %d, want %d: %.300s", path, resp.StatusCode, want, body)
+		}
 	}
 	store.Process.Kill()
 	store.Wait()

@@ -34,6 +34,7 @@ func serveCommand(e *cmdutil.Env) *cli.Command {
 				"signagent serve --print-env",
 				"signagent serve --listen unix:/run/user/1000/signagent/agent.sock --listen tcp:127.0.0.1:8700 --bearer-token-file token",
 				"signagent serve --config /etc/signagent/agent.yaml --store redis://redis.example:6379 --store-key-file store.key",
+				"signagent serve --metrics-listen 127.0.0.1:9464",
 				"systemctl --user enable --now signagent.socket"),
 		Flags: cmdutil.Concat(factory.ServeFlags(), factory.MoreSchemeFlags()),
 		Action: func(c *cli.Context) error {
@@ -95,7 +96,11 @@ func serve(c *cli.Context, e *cmdutil.Env) error {
 	if err != nil {
 		return factory.AgentErr(err)
 	}
-	e.Log.Info().Strs("listen", d.Addrs()).Bool("ready", d.Ready()).Msg("agent serving")
+	ev := e.Log.Info().Strs("listen", d.Addrs())
+	if m := d.MetricsAddr(); m != "" {
+		ev = ev.Str("metrics", m)
+	}
+	ev.Bool("ready", d.Ready()).Msg("agent serving")
 	if c.Bool("print-env") {
 		printEnv(e, d.Addrs())
 	}

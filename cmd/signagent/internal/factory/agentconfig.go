@@ -13,6 +13,7 @@ import (
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/signer"
 )
@@ -24,6 +25,7 @@ func ServeFlags() []cli.Flag {
 		&cli.StringFlag{Name: "config", Category: catAgent, EnvVars: []string{"SIGNAGENT_CONFIG"}, Usage: "YAML `FILE` of settings, keyed by flag name; reloaded on SIGHUP"},
 		&cli.BoolFlag{Name: "print-env", Category: catAgent, Usage: "once serving, print SIGNAGENT_AGENT_SOCK=PATH; export SIGNAGENT_AGENT_SOCK; on stdout and close it, as ssh-agent -s does: eval \"$(signagent serve --print-env &)\""},
 		&cli.StringSliceFlag{Name: "listen", Category: catAgent, EnvVars: []string{"SIGNAGENT_LISTEN"}, Usage: "`ADDRESS`: unix:PATH or tcp:HOST:PORT, repeatable (default unix:$XDG_RUNTIME_DIR/signagent/agent.sock, for root unix:/run/signagent/agent.sock)"},
+		&cli.StringFlag{Name: "metrics-listen", Category: catAgent, EnvVars: []string{"SIGNAGENT_METRICS_LISTEN"}, Usage: "also serve /metrics, /livez and /readyz alone on TCP `HOST:PORT`, without the bearer token (TLS with --tls-cert; beyond loopback only with it): for a Prometheus that must not hold the callers' token"},
 		&cli.StringFlag{Name: "socket-group", Category: catAgent, EnvVars: []string{"SIGNAGENT_SOCKET_GROUP"}, Usage: "`GROUP` (name or gid) owning the socket, made mode 0660 instead of 0600"},
 		&cli.StringSliceFlag{Name: "allow-uid", Category: catAgent, EnvVars: []string{"SIGNAGENT_ALLOW_UID"}, Usage: "only these `UID`s may call over the Unix socket (SO_PEERCRED), repeatable"},
 		&cli.StringSliceFlag{Name: "allow-gid", Category: catAgent, EnvVars: []string{"SIGNAGENT_ALLOW_GID"}, Usage: "only callers with these primary `GID`s, repeatable"},
@@ -48,13 +50,15 @@ func ServeFlags() []cli.Flag {
 	}, cmdutil.TokenFlags(), SignFlags(), ServiceFlags(), LegacyServiceFlags(), []cli.Flag{
 		&cli.BoolFlag{Name: "legacy-snils", Category: cmdutil.CatCredential, EnvVars: []string{"SIGNAGENT_LEGACY_SNILS"}, Usage: "accept SNILS numbers whose check number does not follow the rule"},
 		&cli.StringSliceFlag{Name: "legacy-password-file", Category: CatLegacy, EnvVars: []string{"SIGNAGENT_LEGACY_PASSWORD_FILE"}, Usage: "an account the agent may log in as by password, repeatable: `LOGIN=FILE` (the file holds the password)"},
+		&cli.DurationFlag{Name: "refresh-token-lifetime", Category: CatOIDC, Value: oidc.DefaultRefreshLifetime, EnvVars: []string{"SIGNAGENT_REFRESH_TOKEN_LIFETIME"}, Usage: "how long the identity provider's refresh tokens last (`DURATION`; its token answers do not say): signagent_oidc_refresh_expiry_timestamp_seconds adds it to a refresh token's issue"},
 	}, oidcAgentFlags())
 }
 
 // ReadAgentConfig reads the agent's settings from s (flags, environment and
 // the configuration file, already loaded).
 func ReadAgentConfig(s *settings.Settings, e *cmdutil.Env) (agent.Config, error) {
-	cfg := agent.Config{Version: cmdutil.CurrentBuild().Version, Log: e.Log, Stderr: e.Stderr, Probe: pkcs11.ProbeSelection,
+	build := cmdutil.CurrentBuild()
+	cfg := agent.Config{Version: build.Version, Commit: build.Commit, MetricsListen: s.String("metrics-listen"), Log: e.Log, Stderr: e.Stderr, Probe: pkcs11.ProbeSelection,
 		Listen: s.Strings("listen"), SocketGroup: s.String("socket-group"), AllowUIDs: s.Ints("allow-uid"), AllowGIDs: s.Ints("allow-gid"),
 		BearerTokenFile: s.String("bearer-token-file"), AuditLog: s.String("audit-log"),
 		TLS:              agent.TLSFiles{Cert: s.String("tls-cert"), Key: s.String("tls-key"), ClientCA: s.String("tls-client-ca")},

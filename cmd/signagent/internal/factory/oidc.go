@@ -63,7 +63,7 @@ func oidcAgentConfig(s *settings.Settings, e *cmdutil.Env, shared *store.Shared)
 	if err != nil {
 		return nil, err
 	}
-	return &oidc.Tokens{Store: records, Before: s.Duration("refresh-before"), Client: func(rec *oidc.Record) (*oidc.Client, error) {
+	return &oidc.Tokens{Store: records, Before: s.Duration("refresh-before"), RefreshLifetime: s.Duration("refresh-token-lifetime"), Client: func(rec *oidc.Record) (*oidc.Client, error) {
 		if sec == "" {
 			return nil, schemes.ErrOIDCSecret
 		}
