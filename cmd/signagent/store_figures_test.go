@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -92,7 +93,9 @@ func eventuallyReady(t *testing.T, a *agentProc) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		if code, _ := a.do("GET", "/readyz", ""); code == 200 {
+		// Ready with every check, the shared store's too: a degraded
+		// agent (200 as well) has not seen its store answer yet.
+		if code, body := a.do("GET", "/readyz", ""); code == 200 && strings.Contains(body, `"status":"ready"`) {
 			return
 		}
 		if time.Now().After(deadline) {
