@@ -327,7 +327,9 @@ func (c *Client) once(ctx context.Context, step Step, method, q string, body []b
 	ev.Str("step", string(step)).Str("url", masked).Int("status", resp.StatusCode).Dur("latency", time.Since(start)).Msg("service answered")
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		ra, _ := httpx.RetryAfter(resp.Header, time.Now())
-		return "", nil, true, &ServiceError{Step: step, Status: resp.StatusCode, Code: ParseErrorCode(data), URL: masked, RetryAfter: ra}
+		se := &ServiceError{Step: step, Status: resp.StatusCode, Code: ParseErrorCode(data), URL: masked, RetryAfter: ra}
+		se.Skew, se.HasSkew = httpx.ClockSkew(resp.Header, start)
+		return "", nil, true, se
 	}
 	if tooLarge {
 		return "", nil, true, fmt.Errorf("%s: %s: %w", step, masked, err)
