@@ -15,6 +15,7 @@ import (
 
 	"github.com/signagent/signagent/cmd/signagent/internal/agentcmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/configcmd"
+	"github.com/signagent/signagent/cmd/signagent/internal/doctorcmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/legacycmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/oidccmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/setupcmd"
@@ -117,7 +118,7 @@ func NewApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 // order help lists them (urfave sorts the help's groups by name: the
 // names are chosen to read in this order; setup and config share theirs).
 var families = []func(*cmdutil.Env) cmdutil.Family{trustedcmd.Family, legacycmd.Family, oidccmd.Family,
-	agentcmd.Family, tokencmd.Family, setupcmd.Family, configcmd.Family}
+	agentcmd.Family, tokencmd.Family, setupcmd.Family, doctorcmd.Family, configcmd.Family}
 
 // familyCommands are the families' commands, each in its family's help
 // category, and how each reads the settings file.
