@@ -15,6 +15,9 @@ import (
 	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/internal/redistest"
+	"github.com/signagent/signagent/oidc"
+	"github.com/signagent/signagent/store"
 )
 
 const (
@@ -213,4 +216,59 @@ func writeSecret(t *testing.T, dir, name, v string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestDoctorStore: with a shared store (a real redis-server), doctor pings
+// it and tries the key on the profile's record: the key that sealed it
+// opens it (ok), another key does not (fail, exit 1), and a stopped store
+// fails its check. Nothing is written to the store.
+func TestDoctorStore(t *testing.T) {
+	r := newDoctorRig(t)
+	rs := redistest.Start(t)
+	keyA, keyB := filepath.Join(r.dir, "store-a.key"), filepath.Join(r.dir, "store-b.key")
+	for _, k := range []string{keyA, keyB} {
+		if err := store.NewKeyFile(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sealer, err := store.LoadKeyFile(keyA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(rs.URL(), store.Options{Sealer: sealer, WaitReplicas: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rec := &oidc.Record{Profile: "default", AuthURL: r.emu.URL(), ClientID: doctorClientID, Subject: "u1", AccessToken: "at-of-u1",
+		TokenType: "Bearer", Expiry: time.Now().Add(time.Hour), RefreshToken: "rt-of-u1", SignedInAt: time.Now()}
+	if err := (&oidc.Shared{S: st, Name: rs.URL()}).Save(rec); err != nil {
+		t.Fatal(err)
+	}
+	before := redistest.Dump(t, rs.Addr)
+
+	code, checks, stderr := r.doctor(t, "--store", rs.URL(), "--store-key-file", keyA)
+	want(t, checks, "store-key-file", "ok", `store-a\.key holds a store key`)
+	want(t, checks, "store", "ok", `^redis://.* answers$`)
+	want(t, checks, "store key", "ok", `^the 1 records looked at are sealed with a key in .*store-a\.key$`)
+	want(t, checks, "oidc profile", "ok", `^profile default \(u1\), signed in .*: a refresh token is held`)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+
+	code, checks, _ = r.doctor(t, "--store", rs.URL(), "--store-key-file", keyB)
+	want(t, checks, "store key", "fail", `^1 of the 1 records looked at are sealed with a key not in .*store-b\.key`)
+	if code != cmdutil.ExitFailure {
+		t.Fatalf("exit %d", code)
+	}
+	if after := redistest.Dump(t, rs.Addr); after != before {
+		t.Fatalf("doctor wrote to the store:\nbefore %s\nafter  %s", before, after)
+	}
+
+	rs.Stop()
+	code, checks, _ = r.doctor(t, "--store", rs.URL(), "--store-key-file", keyA)
+	want(t, checks, "store", "fail", `check the address, the password and that Redis runs$`)
+	if code != cmdutil.ExitFailure {
+		t.Fatalf("exit %d", code)
+	}
 }

@@ -164,6 +164,20 @@ func (d *run) store(ctx context.Context) *store.Shared {
 		return nil
 	}
 	d.add("store", OK, u+" answers")
+	looked, foreign, err := shared.KeyCheck(pctx, 100)
+	switch {
+	case errors.Is(err, store.ErrNotScanned):
+		d.add("store key", Warn, "not checked: a Redis Cluster's records are not looked through")
+	case err != nil:
+		d.add("store key", Fail, oneLine(err))
+	case looked == 0:
+		d.add("store key", OK, "the store holds no records yet to try the key on")
+	case foreign > 0:
+		d.add("store key", Fail, fmt.Sprintf("%d of the %d records looked at are sealed with a key not in %s: they are never found with it; give the key file the other agents use",
+			foreign, looked, d.s.String("store-key-file")))
+	default:
+		d.add("store key", OK, fmt.Sprintf("the %d records looked at are sealed with a key in %s", looked, d.s.String("store-key-file")))
+	}
 	return shared
 }
 
@@ -216,18 +230,12 @@ func (d *run) oidc(ctx context.Context, shared *store.Shared) {
 	}
 	rec, err := records.Load(profile)
 	switch {
-	case errors.Is(err, oidc.ErrSignIn) && shared != nil && strings.Contains(err.Error(), "store key"):
-		d.add("store key", Fail, oneLine(err))
-		return
 	case errors.Is(err, oidc.ErrSignIn):
 		d.add("oidc profile", Warn, oneLine(err))
 		return
 	case err != nil:
 		d.add("oidc profile", Fail, oneLine(err))
 		return
-	}
-	if shared != nil {
-		d.add("store key", OK, fmt.Sprintf("the store key opens profile %s's record", profile))
 	}
 	now := time.Now()
 	who := fmt.Sprintf("profile %s (%s), signed in %s", profile, factory.Who(rec), rec.SignedInAt.UTC().Format(time.RFC3339))
