@@ -141,6 +141,9 @@ func familyCommands(e *cmdutil.Env) ([]*cli.Command, map[*cli.Command]cmdutil.Se
 // positional arguments refused unless it takes some (cmd.Args).
 func wire(e *cmdutil.Env, cmd *cli.Command, use cmdutil.SettingsUse, onUsageError cli.OnUsageErrorFunc) {
 	cmd.OnUsageError = onUsageError
+	// A subcommand's bad flag too is one line and exit 2, not its help
+	// (config contexts --json printed the whole help, exit 1).
+	setUsageError(cmd.Subcommands, onUsageError)
 	// The logging flags are accepted after the command too, where
 	// operators tend to put them (signagent sign --log-level debug).
 	cmd.Flags = append(cmd.Flags, cmdutil.LogFlags("Logging")...)
@@ -178,5 +181,15 @@ func wire(e *cmdutil.Env, cmd *cli.Command, use cmdutil.SettingsUse, onUsageErro
 			e.Log = log
 		}
 		return err
+	}
+}
+
+// setUsageError gives cmds and theirs onUsageError, where they have none.
+func setUsageError(cmds []*cli.Command, onUsageError cli.OnUsageErrorFunc) {
+	for _, c := range cmds {
+		if c.OnUsageError == nil {
+			c.OnUsageError = onUsageError
+		}
+		setUsageError(c.Subcommands, onUsageError)
 	}
 }
