@@ -200,6 +200,23 @@ func TestDoctor(t *testing.T) {
 		}
 	})
 
+	t.Run("agent config", func(t *testing.T) {
+		bearer := writeSecret(t, r.dir, "bearer", "0123456789abcdef0123456789abcdef")
+		os.Chmod(bearer, 0o640)
+		cfg := writeSecret(t, r.dir, "agent.yaml", "bearer-token-file: "+bearer+"\naudit-log: \"-\"\n")
+		code, checks, _ := r.doctor(t, "--agent-config", cfg)
+		want(t, checks, "settings", "ok", `^the agent's settings file .*agent\.yaml`)
+		want(t, checks, "bearer-token-file", "fail", `bearer has mode 0640.*; run chmod go-rwx`)
+		if code != cmdutil.ExitFailure {
+			t.Fatalf("exit %d", code)
+		}
+		code, checks, _ = r.doctor(t, "--agent-config", filepath.Join(r.dir, "missing.yaml"))
+		want(t, checks, "settings", "fail", `missing\.yaml`)
+		if code != cmdutil.ExitFailure || len(checks) != 1 {
+			t.Fatalf("exit %d, %d checks", code, len(checks))
+		}
+	})
+
 	t.Run("token not there", func(t *testing.T) {
 		code, checks, _ := r.doctor(t, "--token-label", "nope")
 		want(t, checks, "token", "fail", `token "nope" is not there`)

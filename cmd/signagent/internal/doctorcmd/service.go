@@ -70,7 +70,7 @@ func (d *run) secrets() keys {
 	read("store-password", cmdutil.StorePassword.Source(d.s), "")
 	if pin := cmdutil.PINSource(d.s, false, ""); pin.Given() {
 		if _, ok := read("pin", pin, ""); ok {
-			d.checks[len(d.checks)-1].Detail += " (not tried: a wrong PIN costs one of the token's tries; signagent token check tries it)"
+			d.checks[len(d.checks)-1].Detail += "; not tried: a wrong PIN costs one of the token's tries (signagent token check tries it)"
 		}
 	}
 	if d.agent {
