@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"fmt"
 	"os"
 	"reflect"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/api"
 )
 
@@ -116,4 +118,45 @@ func jsonFields(t reflect.Type) []string {
 		}
 	}
 	return out
+}
+
+// TestOpenAPIHeaders: the headers the agent reads and writes besides
+// Authorization are declared: X-Request-Id as every path's parameter and
+// on the error answers, Signagent-Error on the answers the proxy writes
+// itself, by the names the code uses.
+func TestOpenAPIHeaders(t *testing.T) {
+	b, err := os.ReadFile("../docs/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths      map[string]map[string]any `yaml:"paths"`
+		Components struct {
+			Parameters map[string]struct {
+				Name string `yaml:"name"`
+				In   string `yaml:"in"`
+			} `yaml:"parameters"`
+			Responses map[string]struct {
+				Headers map[string]any `yaml:"headers"`
+			} `yaml:"responses"`
+		} `yaml:"components"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if p := doc.Components.Parameters["RequestID"]; p.Name != agent.RequestIDHeader || p.In != "header" {
+		t.Fatalf("parameter RequestID = %+v, want header %s", p, agent.RequestIDHeader)
+	}
+	for path, item := range doc.Paths {
+		if !strings.Contains(fmt.Sprint(item["parameters"]), "#/components/parameters/RequestID") {
+			t.Errorf("path %s does not take %s", path, agent.RequestIDHeader)
+		}
+	}
+	for name, r := range doc.Components.Responses {
+		for _, h := range []string{agent.RequestIDHeader, proxy.ErrorHeader} {
+			if _, ok := r.Headers[h]; !ok {
+				t.Errorf("response %s does not declare %s", name, h)
+			}
+		}
+	}
 }

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/base64"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -133,5 +134,24 @@ func TestDaemonReloadKeepsStamps(t *testing.T) {
 	session()
 	if n := reused(emu); n != 0 {
 		t.Fatalf("the reloaded agent sent a text twice (%d refusals)", n)
+	}
+}
+
+// TestStaleTimestampIsTheClock: a step-1 timestamp the service refuses as
+// stale (the emulator's clock 10 minutes ahead of this machine's) is
+// answered with the clock named and the skew measured from the answer's
+// Date in error.message, not "a required parameter is missing".
+func TestStaleTimestampIsTheClock(t *testing.T) {
+	h := start(t, options{})
+	h.advance(10 * time.Minute)
+	_, err := h.client.Session(context.Background(), api.SessionRequest{Credential: api.Credential{Phone: "9161234567"}, ServiceUserID: "crm-42"})
+	e := apiErr(t, err)
+	// Date is to the second: the request may cross one.
+	if e.Status != 422 || e.Body.ServiceCode != trusted.CodeStaleTimestamp ||
+		!regexp.MustCompile(`this machine's clock is 10m[01]s behind the service's; set it right`).MatchString(e.Body.Message) {
+		t.Fatalf("HTTP %d %+v", e.Status, e.Body)
+	}
+	if strings.Contains(e.Body.Message, "missing or malformed") {
+		t.Fatalf("message %q", e.Body.Message)
 	}
 }

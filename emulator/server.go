@@ -157,6 +157,11 @@ func (s *Server) Handler() http.Handler {
 		kit.WriteJSON(w, http.StatusOK, s.Stats())
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Every answer's Date is the emulator's clock, as a real service's
+		// is its own: a test that sets the clock apart from this machine's
+		// sees the skew a client reads from Date (net/http keeps a Date
+		// the handler set).
+		w.Header().Set("Date", s.env.Now().UTC().Format(http.TimeFormat))
 		if !s.legacy.Route(w, r) && !s.business.Route(w, r) && !s.idp.Route(w, r) {
 			mux.ServeHTTP(w, r)
 		}

@@ -461,3 +461,20 @@ func isGOSTKey(k crypto.Decrypter) bool {
 	g, ok := k.(interface{ IsGOST() bool })
 	return ok && g.IsGOST()
 }
+
+// CheckKey asks the service whether it knows the developer key, changing
+// nothing: Authenticate (V3) without a type, which the service answers 401
+// for a key it does not know and 400 (no type) for one it does. Sent once,
+// not retried. nil: known; a *ServiceError: refused or failing; else the
+// service could not be reached or told nothing.
+func (c *Client) CheckKey(ctx context.Context) error {
+	_, err := c.call(ctx, apiCall{name: "Authenticate (V3) without a type", path: "/V3/Authenticate"}, nil, "", retryUnsent, "")
+	var se *ServiceError
+	switch {
+	case err == nil:
+		return errors.New("Authenticate (V3): the service answered a request without a type with success; whether it knows the developer key cannot be told")
+	case errors.As(err, &se) && se.Status == http.StatusBadRequest:
+		return nil
+	}
+	return err
+}

@@ -327,10 +327,30 @@ func (c *Client) once(ctx context.Context, step Step, method, q string, body []b
 	ev.Str("step", string(step)).Str("url", masked).Int("status", resp.StatusCode).Dur("latency", time.Since(start)).Msg("service answered")
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		ra, _ := httpx.RetryAfter(resp.Header, time.Now())
-		return "", nil, true, &ServiceError{Step: step, Status: resp.StatusCode, Code: ParseErrorCode(data), URL: masked, RetryAfter: ra}
+		se := &ServiceError{Step: step, Status: resp.StatusCode, Code: ParseErrorCode(data), URL: masked, RetryAfter: ra}
+		se.Skew, se.HasSkew = httpx.ClockSkew(resp.Header, start)
+		return "", nil, true, se
 	}
 	if tooLarge {
 		return "", nil, true, fmt.Errorf("%s: %s: %w", step, masked, err)
 	}
 	return resp.Header.Get("Content-Type"), data, true, nil
+}
+
+// CheckAPIKey asks the service whether it accepts the API key, changing
+// nothing: step 1 with the key alone (no credential, timestamp or
+// signature), which the service refuses InvalidApiKey (401, 403) for a key
+// it does not accept and 400 (parameters missing) for one it does. Sent
+// once, not retried. nil: accepted; a *ServiceError: refused or failing;
+// else the service could not be reached or told nothing.
+func (c *Client) CheckAPIKey(ctx context.Context) error {
+	_, _, err := c.do(ctx, StepAuthenticate, http.MethodPost, query([2]string{"apiKey", c.apiKey}), nil, "", retryUnsent)
+	var se *ServiceError
+	switch {
+	case err == nil:
+		return fmt.Errorf("%s: the service answered a request without a credential with success; whether it accepts the API key cannot be told", StepAuthenticate)
+	case errors.As(err, &se) && se.Status == http.StatusBadRequest && se.Code != CodeInvalidAPIKey:
+		return nil
+	}
+	return err
 }

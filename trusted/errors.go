@@ -31,6 +31,10 @@ const (
 	// has seen before (the emulator's code): the client signs again with a
 	// later timestamp.
 	CodeSignatureReused = "SignatureReused"
+	// CodeStaleTimestamp is the answer to a step-1 timestamp too far from
+	// the service's clock (the emulator's code): this machine's clock is
+	// off, and the error says by how much (ServiceError.Skew).
+	CodeStaleTimestamp = "StaleTimestamp"
 )
 
 // explanations say, for each code, what an operator can do about it.
@@ -57,12 +61,20 @@ type ServiceError struct {
 	// RetryAfter is the wait the service asked for (Retry-After), 0 when
 	// it asked for none.
 	RetryAfter time.Duration
+	// Skew is how far the service's clock (its answer's Date) is ahead of
+	// this machine's, negative when behind; HasSkew says whether the
+	// answer carried a Date to measure it from.
+	Skew    time.Duration
+	HasSkew bool
 }
 
 func (e *ServiceError) Error() string {
 	msg := fmt.Sprintf("%s: the service answered HTTP %d", e.Step, e.Status)
 	if e.Code != "" {
 		msg += " " + e.Code
+	}
+	if e.Code == CodeStaleTimestamp {
+		return msg + ": " + e.clock()
 	}
 	if x := Explain(e.Code); x != "" {
 		msg += ": " + x
@@ -79,6 +91,16 @@ func (e *ServiceError) Error() string {
 		}
 	}
 	return msg
+}
+
+// clock says a stale timestamp as the clock problem it is, with the skew
+// the answer's Date measured.
+func (e *ServiceError) clock() string {
+	if !e.HasSkew {
+		return "the service found the signed timestamp too far from its clock, and its answer had no Date to measure by how much; check this machine's clock (timedatectl status)"
+	}
+	return "the service found the signed timestamp too far from its clock: " + httpx.DescribeSkew(e.Skew, "the service") +
+		"; set it right (timedatectl set-ntp true, or chronyc makestep)"
 }
 
 // Temporary reports whether trying again later may help: the service's

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
@@ -70,6 +72,22 @@ func TestSessionSignatureReused(t *testing.T) {
 	}
 	if n := emu.Stats().Requests["authenticate-by-truster"]; n != 3 {
 		t.Fatalf("%d step-1 requests, want 3 (one refused, one refused then signed again)", n)
+	}
+}
+
+// TestSessionStaleTimestamp: a service whose clock is 10 minutes ahead
+// refuses the step-1 timestamp as stale; the one line says it is this
+// machine's clock and by how much (from the answer's Date), and how to set
+// it, not "a required parameter is missing or malformed".
+func TestSessionStaleTimestamp(t *testing.T) {
+	tk, emu := linkedEmulator(t)
+	emu.SetClock(func() time.Time { return time.Now().Add(10 * time.Minute) })
+	code, stdout, stderr := runSession(tk, emu, "error")
+	// Date is to the second: the request may cross one.
+	want := regexp.MustCompile(`^signagent: authenticate-by-truster: the service answered HTTP 400 StaleTimestamp: the service found the signed timestamp too far from its clock: ` +
+		`this machine's clock is 10m[01]s behind the service's; set it right \(timedatectl set-ntp true, or chronyc makestep\)\n$`)
+	if code != cmdutil.ExitRefused || !want.MatchString(stderr) || stdout != "" {
+		t.Fatalf("exit %d (want %d), stderr %q, stdout %q", code, cmdutil.ExitRefused, stderr, stdout)
 	}
 }
 

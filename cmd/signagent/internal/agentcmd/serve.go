@@ -2,8 +2,10 @@ package agentcmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/signal"
@@ -144,8 +146,16 @@ func checkListen(listen []string) error {
 		if !ok {
 			continue
 		}
-		if dir := filepath.Dir(path); dir == "/" || dir == "." {
+		dir := filepath.Dir(path)
+		if dir == "/" || dir == "." {
 			return cmdutil.UsageErr(fmt.Errorf("--listen %s: a socket directly in / or with no directory (is $XDG_RUNTIME_DIR unset?); give a directory of its own, e.g. unix:/run/user/%d/signagent/agent.sock", l, os.Getuid()))
+		}
+		// unix:$XDG_RUNTIME_DIR/signagent/agent.sock with the variable
+		// unset is /signagent/agent.sock: the agent would make /signagent,
+		// and put the bearer token beside the socket there.
+		if _, err := os.Lstat(dir); filepath.Dir(dir) == "/" && errors.Is(err, fs.ErrNotExist) {
+			return cmdutil.UsageErr(fmt.Errorf("--listen %s: its directory %s would be made directly under / (is $XDG_RUNTIME_DIR unset? it is %q here); give a directory that exists or one below it, e.g. unix:/run/user/%d/signagent/agent.sock",
+				l, dir, os.Getenv("XDG_RUNTIME_DIR"), os.Getuid()))
 		}
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/signagent/signagent/cmd/signagent/internal/agentcmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/configcmd"
+	"github.com/signagent/signagent/cmd/signagent/internal/doctorcmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/legacycmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/oidccmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/setupcmd"
@@ -124,7 +125,7 @@ func NewApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 // order help lists them (urfave sorts the help's groups by name: the
 // names are chosen to read in this order; setup and config share theirs).
 var families = []func(*cmdutil.Env) cmdutil.Family{trustedcmd.Family, legacycmd.Family, oidccmd.Family,
-	agentcmd.Family, tokencmd.Family, setupcmd.Family, configcmd.Family}
+	agentcmd.Family, tokencmd.Family, setupcmd.Family, doctorcmd.Family, configcmd.Family}
 
 // familyCommands are the families' commands, each in its family's help
 // category, and how each reads the settings file.
@@ -147,6 +148,9 @@ func familyCommands(e *cmdutil.Env) ([]*cli.Command, map[*cli.Command]cmdutil.Se
 // positional arguments refused unless it takes some (cmd.Args).
 func wire(e *cmdutil.Env, cmd *cli.Command, use cmdutil.SettingsUse, onUsageError cli.OnUsageErrorFunc) {
 	cmd.OnUsageError = onUsageError
+	// A subcommand's bad flag too is one line and exit 2, not its help
+	// (config contexts --json printed the whole help, exit 1).
+	setUsageError(cmd.Subcommands, onUsageError)
 	// The logging flags are accepted after the command too, where
 	// operators tend to put them (signagent sign --log-level debug).
 	cmd.Flags = append(cmd.Flags, cmdutil.LogFlags("Logging")...)
@@ -184,5 +188,15 @@ func wire(e *cmdutil.Env, cmd *cli.Command, use cmdutil.SettingsUse, onUsageErro
 			e.Log = log
 		}
 		return err
+	}
+}
+
+// setUsageError gives cmds and theirs onUsageError, where they have none.
+func setUsageError(cmds []*cli.Command, onUsageError cli.OnUsageErrorFunc) {
+	for _, c := range cmds {
+		if c.OnUsageError == nil {
+			c.OnUsageError = onUsageError
+		}
+		setUsageError(c.Subcommands, onUsageError)
 	}
 }

@@ -86,7 +86,7 @@ func ReadAgentConfig(s *settings.Settings, e *cmdutil.Env) (agent.Config, error)
 			"--api-url with a developer key for the legacy scheme, or --auth-url and --client-id for OpenID Connect"))
 	}
 	if s.String("base-url") != "" {
-		cfg.Service, errs[4] = serviceConfig(s, e, cfg.APIKey)
+		cfg.Service, errs[4] = ServiceConfig(s, e, cfg.APIKey)
 	}
 	switch {
 	case s.String("api-url") == "":

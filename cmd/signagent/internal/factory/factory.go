@@ -136,7 +136,7 @@ func (f *Factory) Trusted(sign bool) (*trusted.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := serviceConfig(f.Settings, f.e, key)
+	cfg, err := ServiceConfig(f.Settings, f.e, key)
 	if err != nil {
 		return nil, err
 	}

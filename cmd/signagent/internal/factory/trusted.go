@@ -12,8 +12,8 @@ import (
 	"github.com/signagent/signagent/trusted"
 )
 
-// serviceConfig is the trusted service's settings.
-func serviceConfig(s *settings.Settings, e *cmdutil.Env, apiKey string) (*trusted.Config, error) {
+// ServiceConfig is the trusted service's settings.
+func ServiceConfig(s *settings.Settings, e *cmdutil.Env, apiKey string) (*trusted.Config, error) {
 	if s.String("base-url") == "" {
 		return nil, cmdutil.UsageErr(errors.New("give the service's address with --base-url or SIGNAGENT_BASE_URL"))
 	}

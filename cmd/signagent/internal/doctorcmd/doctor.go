@@ -1,0 +1,191 @@
+// Package doctorcmd is `signagent doctor`: every part of a configuration
+// checked end to end, read-only, one line per check.
+package doctorcmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/cmd/signagent/internal/factory"
+	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/internal/settings"
+)
+
+// Family is doctor, beside setup: the command that says whether what setup
+// (or an operator) wrote works.
+func Family(e *cmdutil.Env) cmdutil.Family {
+	return cmdutil.Family{Category: "This program", Commands: []cmdutil.Command{
+		// It reads the settings itself: a file it cannot read is a failed
+		// check, not a refusal to start.
+		{Command: command(e), Settings: cmdutil.NoSettings},
+	}}
+}
+
+// The statuses of a check.
+const (
+	OK   = "ok"
+	Warn = "warn"
+	Fail = "fail"
+)
+
+// Check is one line of the report: what was checked, how it went, and
+// what to do when it did not.
+type Check struct {
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	Detail string `json:"detail"`
+}
+
+func command(e *cmdutil.Env) *cli.Command {
+	var flags []cli.Flag
+	for _, f := range factory.ServeFlags() {
+		if n := f.Names()[0]; n != "config" && n != "print-env" {
+			flags = append(flags, f)
+		}
+	}
+	return &cli.Command{
+		Name:  "doctor",
+		Usage: "check the configuration end to end, changing nothing: files, addresses, clock, keys, token, store, sign-in",
+		Description: "Checks the current context of the settings file (--config, --context), or with --agent-config an agent's\n" +
+			"settings file as serve reads it, with the flags and SIGNAGENT_* variables over it: the secrets' files (their\n" +
+			"modes and owners), each service address reached over TLS, this machine's clock against the service's Date\n" +
+			"(warn past 5s, fail past 60s), the API key and the developer key asked of the service by calls that change\n" +
+			"nothing, the PKCS#11 token without a login (the module, the token, its PIN flags, the key's certificate;\n" +
+			"signagent token check signs), the shared store (it answers; its key opens the profile's record), and the\n" +
+			"identity provider (discovery) and the profile's sign-in. Nothing is refreshed, logged in, registered or\n" +
+			"written. One line per check: ok, warn or fail, with what to do. Exit 0 when no check fails, 1 when one\n" +
+			"does, 2 for bad flags.\n\n" +
+			cmdutil.Examples("signagent doctor", "signagent doctor --context prod --json",
+				"signagent doctor --agent-config /etc/signagent/agent.yaml"),
+		Flags: cmdutil.Concat([]cli.Flag{
+			&cli.StringFlag{Name: "agent-config", Category: "Settings", Usage: "check the agent's settings `FILE` (serve --config) instead of the settings file's context"},
+			cmdutil.JSONFlag(`[{"name","status","detail"}]`),
+		}, cmdutil.SettingsFlags(true), flags, []cli.Flag{factory.ProfileFlag()}, factory.MoreSchemeFlags()),
+		Action: func(c *cli.Context) error { return doctor(c, e) },
+	}
+}
+
+func doctor(c *cli.Context, e *cmdutil.Env) error {
+	s, from, err := load(c)
+	var checks []Check
+	if err != nil {
+		checks = []Check{{Name: "settings", Status: Fail, Detail: err.Error()}}
+	} else {
+		d := &run{s: s, e: e, agent: c.IsSet("agent-config"), timeout: s.Duration("request-timeout")}
+		if d.timeout <= 0 || d.timeout > 15*time.Second {
+			d.timeout = 15 * time.Second
+		}
+		d.add("settings", OK, from)
+		d.all(c.Context)
+		checks = d.checks
+	}
+	if c.Bool("json") {
+		err = cmdutil.WriteJSON(e, checks)
+	} else {
+		err = write(e.Stdout, checks)
+	}
+	if err != nil {
+		return err
+	}
+	var failed []string
+	for _, ch := range checks {
+		if ch.Status == Fail {
+			failed = append(failed, ch.Name)
+		}
+	}
+	if len(failed) > 0 {
+		return cmdutil.Exit(cmdutil.ExitFailure, fmt.Errorf("doctor: %d of %d checks failed: %s", len(failed), len(checks), strings.Join(failed, ", ")))
+	}
+	return nil
+}
+
+// load reads the settings to check: the agent's file (--agent-config) as
+// serve reads its --config, else the settings file and its context.
+func load(c *cli.Context) (*settings.Settings, string, error) {
+	path, named := cmdutil.SettingsPath(c)
+	what := "the settings file"
+	if f := c.String("agent-config"); f != "" {
+		path, named, what = f, true, "the agent's settings file"
+	}
+	s, err := settings.Load(c, path, cmdutil.ContextName(c), named, cmdutil.KnownKeys(c.App))
+	if err != nil {
+		return nil, "", err
+	}
+	if err := s.Err(); err != nil {
+		return nil, "", err
+	}
+	from := fmt.Sprintf("%s %s", what, path)
+	if name := cmdutil.ContextName(c); name != "" {
+		from += ", context " + name
+	}
+	return s, from + ", with the flags and SIGNAGENT_* variables over it", nil
+}
+
+// write prints one line per check.
+func write(w io.Writer, checks []Check) error {
+	for _, ch := range checks {
+		if _, err := fmt.Fprintf(w, "%-4s  %s: %s\n", ch.Status, ch.Name, ch.Detail); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// run is one doctor's checks as they are made.
+type run struct {
+	s       *settings.Settings
+	e       *cmdutil.Env
+	agent   bool          // --agent-config: the agent's own files too
+	timeout time.Duration // each network call
+	checks  []Check
+	// skew is the service's clock against this machine's, from the first
+	// answer that carried a Date, and whose answer it was.
+	skew     time.Duration
+	skewFrom string
+}
+
+func (d *run) add(name, status, detail string) {
+	d.checks = append(d.checks, Check{Name: name, Status: status, Detail: detail})
+}
+
+// result adds ok with detail when err is nil, else fail with err.
+func (d *run) result(name string, err error, detail string) bool {
+	if err != nil {
+		d.add(name, Fail, oneLine(err))
+		return false
+	}
+	d.add(name, OK, detail)
+	return true
+}
+
+// all makes every check in the order a configuration is built: files,
+// addresses, the clock, keys, the token, the store, the sign-in.
+func (d *run) all(ctx context.Context) {
+	keys := d.secrets()
+	d.files()
+	d.addresses(ctx)
+	d.clock()
+	d.serviceKeys(ctx, keys)
+	d.token(ctx)
+	shared := d.store(ctx)
+	d.oidc(ctx, shared)
+	if shared != nil {
+		shared.Close()
+	}
+}
+
+func oneLine(err error) string {
+	msg := err.Error()
+	if i := strings.IndexByte(msg, '\n'); i >= 0 {
+		msg = msg[:i]
+	}
+	return strings.TrimPrefix(msg, "signagent: ")
+}
+
+var errNotChecked = errors.New("not checked")

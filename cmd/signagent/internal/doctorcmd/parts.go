@@ -1,0 +1,251 @@
+package doctorcmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/signagent/signagent/cmd/signagent/internal/factory"
+	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/oidc"
+	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/store"
+)
+
+// files checks the files besides the secrets': the store key, the local
+// token store's directory, and the agent's own.
+func (d *run) files() {
+	if f := d.s.String("store-key-file"); f != "" {
+		_, err := store.LoadKeyFile(f)
+		d.result("store-key-file", err, f+" holds a store key and is closed to others")
+	}
+	if u := d.s.String("store"); u == "" || u == "local" {
+		dir := d.s.String("token-store")
+		if dir == "" {
+			dir, _ = oidc.DefaultDir()
+		}
+		if dir != "" {
+			d.result("token-store", oidc.Store{Dir: dir}.Check(), dir+" is this user's and closed to others (or not made yet)")
+		}
+	}
+	if d.agent {
+		d.agentFiles()
+	}
+}
+
+// signing says whether the settings name a token (as the agent decides
+// whether it signs).
+func (d *run) signing() bool {
+	for _, name := range []string{"module", "key", "token-label", "token-serial", "key-label", "key-id"} {
+		if d.s.String(name) != "" {
+			return true
+		}
+	}
+	return d.s.String("base-url") != ""
+}
+
+// token is the light part of token check, without a login: the module
+// loads (in a child process first), the token is there, its PIN flags, and
+// the key's certificate (a public object) with its validity.
+func (d *run) token(ctx context.Context) {
+	if !d.signing() {
+		return
+	}
+	sel, err := cmdutil.SelectionFrom(d.s, false)
+	if err == nil {
+		sel, err = sel.Complete()
+	}
+	if err != nil {
+		d.add("token", Fail, oneLine(err))
+		return
+	}
+	tctx, cancel := context.WithTimeout(ctx, max(sel.Timeout, 10*time.Second))
+	defer cancel()
+	mod, err := pkcs11.ResolveModule(sel.Module, "flag")
+	if err == nil {
+		err = pkcs11.Probe(tctx, mod.Path)
+	}
+	if err != nil {
+		d.add("token", Fail, oneLine(err))
+		return
+	}
+	objs, err := pkcs11.ListObjects(tctx, mod.Path, sel.Token, "")
+	if err != nil {
+		d.add("token", Fail, fmt.Sprintf("module %s: %s", mod.Path, oneLine(err)))
+		return
+	}
+	tokens, err := pkcs11.ListTokens(tctx, mod.Path)
+	var tok pkcs11.TokenInfo
+	for _, t := range tokens {
+		if (sel.Token.Label == "" || t.Label == sel.Token.Label) && (sel.Token.Serial == "" || t.Serial == sel.Token.Serial) {
+			tok = t
+			break
+		}
+	}
+	if err != nil {
+		d.add("token", Fail, oneLine(err))
+		return
+	}
+	where := fmt.Sprintf("token %q (serial %s) in module %s", tok.Label, tok.Serial, mod.Path)
+	switch {
+	case slices.Contains(tok.Flags, "pin-locked"):
+		d.add("token", Fail, where+": the token says its PIN is locked; unblock it with the SO PIN (the card's tool)")
+	case slices.Contains(tok.Flags, "pin-final-try"):
+		d.add("token", Warn, where+": the token says one more wrong PIN locks it; check the PIN file before anything logs in")
+	case slices.Contains(tok.Flags, "pin-count-low"):
+		d.add("token", Warn, where+": the token says a wrong PIN was entered")
+	default:
+		d.add("token", OK, where+" is there; no wrong PIN reported")
+	}
+	if sel.CertFile != "" {
+		certs, err := cmdutil.ReadCerts(sel.CertFile)
+		if err != nil {
+			d.add("certificate", Fail, oneLine(err))
+		} else {
+			d.addCertExpiry("certificate", fmt.Sprintf("%s (%s)", sel.CertFile, certs[0].Subject.CommonName), certs[0].NotAfter)
+		}
+		return
+	}
+	cert, why := keyCertificate(objs, sel)
+	if cert == nil {
+		d.add("certificate", Fail, where+": "+why)
+		return
+	}
+	d.addCertExpiry("certificate", fmt.Sprintf("the certificate %q (%s, thumbprint %s)", cert.Label, cert.Subject, cert.Thumbprint), cert.NotAfter)
+}
+
+// keyCertificate is the certificate of the selected key among the token's
+// public objects: by the key's label or id, else the token's only one.
+func keyCertificate(objs []pkcs11.Object, sel pkcs11.Selection) (*pkcs11.Object, string) {
+	var certs, match []pkcs11.Object
+	id := fmt.Sprintf("%x", sel.KeyID)
+	for _, o := range objs {
+		if o.Class != "certificate" {
+			continue
+		}
+		certs = append(certs, o)
+		if (sel.KeyLabel != "" && o.Label == sel.KeyLabel) || (len(sel.KeyID) > 0 && strings.EqualFold(o.ID, id)) {
+			match = append(match, o)
+		}
+	}
+	switch {
+	case len(match) == 1:
+		return &match[0], ""
+	case len(match) > 1:
+		return nil, fmt.Sprintf("%d certificates match the key; name it by --key-id", len(match))
+	case sel.KeyLabel == "" && len(sel.KeyID) == 0 && len(certs) == 1:
+		return &certs[0], ""
+	case sel.KeyLabel == "" && len(sel.KeyID) == 0:
+		return nil, fmt.Sprintf("%d certificates and no key named; give --key-label (signagent keys lists them)", len(certs))
+	}
+	return nil, "no certificate has the key's label or id; put the key's certificate on the token, or give --cert FILE"
+}
+
+// store pings the shared store and returns it open (nil for local, or
+// when it cannot be opened).
+func (d *run) store(ctx context.Context) *store.Shared {
+	u := d.s.String("store")
+	if u == "" || u == "local" {
+		return nil
+	}
+	shared, err := factory.OpenStore(d.s)
+	if err != nil {
+		d.add("store", Fail, oneLine(err))
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	if err := shared.Ping(pctx); err != nil {
+		d.add("store", Fail, oneLine(err)+"; check the address, the password and that Redis runs")
+		shared.Close()
+		return nil
+	}
+	d.add("store", OK, u+" answers")
+	looked, foreign, err := shared.KeyCheck(pctx, 100)
+	switch {
+	case errors.Is(err, store.ErrNotScanned):
+		d.add("store key", Warn, "not checked: a Redis Cluster's records are not looked through")
+	case err != nil:
+		d.add("store key", Fail, oneLine(err))
+	case looked == 0:
+		d.add("store key", OK, "the store holds no records yet to try the key on")
+	case foreign > 0:
+		d.add("store key", Fail, fmt.Sprintf("%d of the %d records looked at are sealed with a key not in %s: they are never found with it; give the key file the other agents use",
+			foreign, looked, d.s.String("store-key-file")))
+	default:
+		d.add("store key", OK, fmt.Sprintf("the %d records looked at are sealed with a key in %s", looked, d.s.String("store-key-file")))
+	}
+	return shared
+}
+
+// oidc checks the identity provider (discovery) and the profile's
+// sign-in, without refreshing: in the shared store, a record that opens
+// with the key is the key's check.
+func (d *run) oidc(ctx context.Context, shared *store.Shared) {
+	authURL, clientID := d.s.String("auth-url"), d.s.String("client-id")
+	if authURL == "" {
+		return
+	}
+	// The space only shapes a sign-in's scopes: any does for discovery.
+	space := d.s.String("space")
+	if space == "" {
+		space = "production"
+	}
+	sec, err := factory.ClientSecret(d.s)
+	var c *oidc.Client
+	if err == nil {
+		c, err = oidc.New(oidc.Config{AuthURL: authURL, AllowInsecureHTTP: d.s.Bool("insecure-http"), ClientID: clientID, ClientSecret: sec,
+			Space: space, Timeout: d.timeout, Log: d.e.Log})
+	}
+	if err == nil {
+		var found bool
+		if found, err = c.Discover(ctx); err == nil {
+			how := "its discovery document is read"
+			if !found {
+				how = "it publishes no discovery document: the /connect/* paths are used"
+			}
+			d.add("oidc discovery", OK, fmt.Sprintf("the identity provider at %s: %s", authURL, how))
+		}
+	}
+	if err != nil {
+		d.add("oidc discovery", Fail, oneLine(err))
+	}
+	var records oidc.Records
+	if shared != nil {
+		records = &oidc.Shared{S: shared, Name: d.s.String("store")}
+	} else if dir := d.s.String("token-store"); dir != "" {
+		records = oidc.Store{Dir: dir}
+	} else if dir, err := oidc.DefaultDir(); err == nil {
+		records = oidc.Store{Dir: dir}
+	} else {
+		d.add("oidc profile", Fail, oneLine(err))
+		return
+	}
+	profile := d.s.String("profile")
+	if profile == "" {
+		profile = "default"
+	}
+	rec, err := records.Load(profile)
+	switch {
+	case errors.Is(err, oidc.ErrSignIn):
+		d.add("oidc profile", Warn, oneLine(err))
+		return
+	case err != nil:
+		d.add("oidc profile", Fail, oneLine(err))
+		return
+	}
+	now := time.Now()
+	who := fmt.Sprintf("profile %s (%s), signed in %s", profile, factory.Who(rec), rec.SignedInAt.UTC().Format(time.RFC3339))
+	switch {
+	case rec.RefreshToken == "" && !now.Before(rec.Expiry):
+		d.add("oidc profile", Fail, who+": the access token expired at "+rec.Expiry.UTC().Format(time.RFC3339)+" and there is no refresh token; sign in again: signagent login --profile "+profile)
+	case rec.RefreshToken == "":
+		d.add("oidc profile", Warn, who+": no refresh token (offline_access not granted): sign in again after "+rec.Expiry.UTC().Format(time.RFC3339))
+	default:
+		d.add("oidc profile", OK, who+": a refresh token is held (last used "+rec.ObtainedAt().UTC().Format(time.RFC3339)+
+			"); the provider does not say when it expires: an unused one lapses after the provider's refresh lifetime")
+	}
+}
