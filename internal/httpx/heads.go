@@ -130,19 +130,33 @@ func (c *HeadCounter) Disarm() { c.state = hcIdle }
 // Idle reports whether the counter is not within a head nor expects one.
 func (c *HeadCounter) Idle() bool { return c.state == hcIdle }
 
-// Scan takes the next bytes read, and returns a *HeadError once a head
-// passed a bound (and for every call after it).
-func (c *HeadCounter) Scan(p []byte) error {
-	for i := 0; i < len(p) && c.err == nil && c.state != hcIdle; {
+// Scan takes the next bytes read. Once a head passed a bound it returns
+// a *HeadError (and does for every call after it) with the length of p's
+// bytes before the one that passed it: given on, with the error only on
+// the next read, they leave net/http a whole line to read before it
+// (bufio.Reader.ReadLine drops the error that ends a line it cut) when
+// the head passed its fields.
+func (c *HeadCounter) Scan(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	for i := 0; i < len(p) && c.state != hcIdle; {
 		start := i
 		i = c.step(p, i)
 		c.bytes += int64(i - start)
+		if c.err != nil {
+			return i, c.err
+		}
 		if c.limits.Bytes > 0 && c.bytes > c.limits.Bytes {
 			c.err = &HeadError{Bytes: c.limits.Bytes}
+			return i - int(c.bytes-c.limits.Bytes), c.err
 		}
 	}
-	return c.err
+	return len(p), nil
 }
+
+// Err is the error Scan returned, if any.
+func (c *HeadCounter) Err() error { return c.err }
 
 var httpPrefix = []byte("HTTP/")
 
@@ -243,13 +257,21 @@ type headConn struct {
 }
 
 func (c *headConn) Read(p []byte) (int, error) {
+	// Once failed, failed at once: net/http may take the failed read's
+	// cut line for a whole one (ReadLine drops the error) and read on.
+	if err := c.err(); err != nil {
+		return 0, err
+	}
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.mu.Lock()
-		serr := c.hc.Scan(p[:n])
+		ok, serr := c.hc.Scan(p[:n])
 		c.mu.Unlock()
-		if serr != nil {
+		if serr != nil && ok == 0 {
 			return 0, serr
+		}
+		if serr != nil {
+			return ok, nil // the error with the next read
 		}
 	}
 	return n, err
@@ -258,7 +280,7 @@ func (c *headConn) Read(p []byte) (int, error) {
 func (c *headConn) err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.hc.err
+	return c.hc.Err()
 }
 
 func (c *headConn) Write(p []byte) (int, error) {

@@ -180,7 +180,8 @@ func TestBoundedHeadsAgainstTransport(t *testing.T) {
 	}
 }
 
-// A head that trickles in a byte at a time is counted the same.
+// A head that trickles in a byte at a time is counted the same, and
+// refused at once.
 func TestBoundedHeadTrickling(t *testing.T) {
 	ln := listen(t)
 	go func() {
@@ -198,7 +199,7 @@ func TestBoundedHeadTrickling(t *testing.T) {
 		io.Copy(io.Discard, c)
 	}()
 	defer ln.Close()
-	if o := outcome((&http.Client{Transport: Transport(HeadLimits{})}).Get("http://" + ln.Addr().String() + "/")); o != "fields" {
+	if o := outcome((&http.Client{Transport: Transport(HeadLimits{}), Timeout: 5 * time.Second}).Get("http://" + ln.Addr().String() + "/")); o != "fields" {
 		t.Fatal(o)
 	}
 }
@@ -278,7 +279,7 @@ func TestHeadCounterAllocates(t *testing.T) {
 	c := NewHeadCounter(HeadLimits{Fields: 100, Bytes: 64 << 10})
 	if n := testing.AllocsPerRun(100, func() {
 		c.Arm()
-		if err := c.Scan(head); err != nil {
+		if _, err := c.Scan(head); err != nil {
 			t.Fatal(err)
 		}
 	}); n != 0 {
