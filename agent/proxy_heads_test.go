@@ -1,65 +1,15 @@
 package agent_test
 
 import (
-	"bufio"
 	"encoding/json"
-	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/internal/httpx/headtest"
 )
-
-// headsAPI is a business API on raw TCP that answers each call with
-// answers[method] (a head net/http's server would not write).
-func headsAPI(t testing.TB, answers map[string]string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, req.Body)
-					if _, err := io.WriteString(c, answers[strings.TrimPrefix(req.URL.Path, "/")]); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return "http://" + ln.Addr().String()
-}
-
-// fieldsAnswer is a 200 "ok" whose head has n fields, Content-Length
-// included, each its own key.
-func fieldsAnswer(n int) string {
-	var b strings.Builder
-	b.WriteString("HTTP/1.1 200 OK\r\n")
-	for i := range n - 1 {
-		fmt.Fprintf(&b, "X-H%d: v\r\n", i)
-	}
-	b.WriteString("Content-Length: 2\r\n\r\nok")
-	return b.String()
-}
 
 // TestProxyHeadBounds: a business API's answer head is read up to
 // --service-max-header-fields fields (100) and --service-max-header-bytes
@@ -68,15 +18,16 @@ func fieldsAnswer(n int) string {
 // (before: a head of up to 1 MiB, in any number of fields, was taken).
 func TestProxyHeadBounds(t *testing.T) {
 	h := start(t, options{oidc: true})
-	url := headsAPI(t, map[string]string{
-		"Fields100":    fieldsAnswer(100),
-		"Fields150":    fieldsAnswer(150),
-		"Tiny100000":   "HTTP/1.1 200 OK\r\n" + strings.Repeat("a:b\r\n", 100000) + "Content-Length: 2\r\n\r\nok",
-		"Head65KiB":    "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("a", 65<<10) + "\r\nContent-Length: 2\r\n\r\nok",
-		"HeadFourKiB":  "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("a", 4<<10) + "\r\nContent-Length: 2\r\n\r\nok",
-		"Interim150":   "HTTP/1.1 103 Early Hints\r\n" + strings.Repeat("Link: </a>\r\n", 150) + "\r\n" + fieldsAnswer(2),
-		"WithinBounds": fieldsAnswer(2),
-	})
+	answers := map[string]string{
+		"/Fields100":    headtest.Fields(100),
+		"/Fields150":    headtest.Fields(150),
+		"/Tiny100000":   headtest.TinyFields(100000),
+		"/Head65KiB":    headtest.BigHead(65 << 10),
+		"/HeadFourKiB":  headtest.BigHead(4 << 10),
+		"/Interim150":   "HTTP/1.1 103 Early Hints\r\n" + strings.Repeat("Link: </a>\r\n", 150) + "\r\n" + headtest.Fields(2),
+		"/WithinBounds": headtest.Fields(2),
+	}
+	url := headtest.Serve(t, func(path string) string { return answers[path] })
 	h.reload(t, func(c *agent.Config) { c.APIURL = url })
 	call := func(method string) (int, string, api.Error) {
 		t.Helper()

@@ -11,58 +11,19 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/httpx/headtest"
 )
 
-// rawPeer answers each request on raw TCP (or TLS) with answers[N] for
-// the path /N, so that a test writes any head, well-formed or not.
+// rawPeer answers each request with answers[N] for the path /N.
 func rawPeer(t testing.TB, ln net.Listener, answers ...string) string {
-	t.Helper()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, req.Body)
-					n, _ := strconv.Atoi(strings.TrimPrefix(req.URL.Path, "/"))
-					if _, err := io.WriteString(c, answers[min(n, len(answers)-1)]); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
+	return headtest.ServeOn(t, ln, func(path string) string {
+		n, _ := strconv.Atoi(strings.TrimPrefix(path, "/"))
+		return answers[min(n, len(answers)-1)]
 	})
-	return ln.Addr().String()
 }
 
 func listen(t testing.TB) net.Listener {
