@@ -6,6 +6,7 @@ package headtest
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/signagent/signagent/errdefs"
 )
 
 // Serve answers every request with answer(its path) on a loopback
@@ -101,4 +104,12 @@ func BigHead(size int) string {
 // 100,000 tiny fields, and 65 KiB in one field.
 func Hostile() map[string]string {
 	return map[string]string{"100,000 tiny fields": TinyFields(100000), "a head of 65 KiB": BigHead(65 << 10)}
+}
+
+// Refused reports whether err is a client's refusal of a hostile head as
+// the bounded clients word it: one line that says the peer "answered a
+// head" past a bound, of the kind errdefs.ErrUnreachable.
+func Refused(err error) bool {
+	return err != nil && errors.Is(err, errdefs.ErrUnreachable) && !strings.Contains(err.Error(), "\n") &&
+		strings.Contains(err.Error(), " answered a head ")
 }
