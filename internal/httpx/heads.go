@@ -166,6 +166,10 @@ func (c *HeadCounter) step(p []byte, i int) int {
 	b := p[i]
 	switch c.state {
 	case hcSniff:
+		if c.k == 0 && bytes.HasPrefix(p[i:], httpPrefix) {
+			c.k, c.state = len(httpPrefix), hcProto
+			return i + len(httpPrefix)
+		}
 		if b != httpPrefix[c.k] {
 			c.state = hcIdle // not a head: net/http refuses it, or it is TLS
 			return i
@@ -219,6 +223,7 @@ func (c *HeadCounter) step(p []byte, i int) int {
 				return i
 			}
 			c.state = hcInLine // b is the line's, and not its end
+			return c.step(p, i)
 		}
 	case hcInLine:
 		j := bytes.IndexByte(p[i:], '\n')
