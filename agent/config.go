@@ -104,6 +104,13 @@ type Config struct {
 	// or spooled (default 256 MiB); a call that does not fit is answered
 	// 503 busy at once. Taken at start.
 	ServiceBodyBudget int64
+	// ServiceMaxHeaderFields and ServiceMaxHeaderBytes bound each head of
+	// the business API's answers (0: httpx.DefaultHeadFields, 100, and
+	// httpx.DefaultHeadBytes, 64 KiB): a field costs about 400 bytes to
+	// hold, so a head is bounded by what it costs, not by its bytes
+	// alone. Past either the call is answered 502. Reloadable.
+	ServiceMaxHeaderFields int
+	ServiceMaxHeaderBytes  int64
 	// Schemes are the settings of the schemes the agent serves (legacy,
 	// OpenID Connect, ...), read by the caller, and SchemeList the schemes
 	// themselves (nil: schemes.List()). The agent builds them at start and
@@ -181,6 +188,9 @@ func (c *Config) validate() error {
 	}
 	if c.ServiceBodyBudget < 0 || (c.ServiceBodyBudget > 0 && c.ServiceBodyBudget < cmp.Or(c.ServiceMaxBody, 16<<20)) {
 		return badConfig(errors.New("service-body-budget must be at least service-max-body (a body that fits the one must fit the other)"))
+	}
+	if c.ServiceMaxHeaderFields < 0 || c.ServiceMaxHeaderBytes < 0 {
+		return badConfig(fmt.Errorf("service-max-header-fields and service-max-header-bytes must not be negative, not %d and %d", c.ServiceMaxHeaderFields, c.ServiceMaxHeaderBytes))
 	}
 	if c.APIURL != "" {
 		if _, err := httpx.ParseBaseURL(c.APIURL, c.AllowInsecureAPI); err != nil {

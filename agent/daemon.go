@@ -158,7 +158,7 @@ func (d *Daemon) state(cfg Config) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
-	target, err := d.agent.proxyTarget(cfg.APIURL, cfg.AllowInsecureAPI)
+	target, err := d.agent.proxyTarget(cfg)
 	if err != nil {
 		return nil, err
 	}

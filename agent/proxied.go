@@ -8,6 +8,7 @@ import (
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/httpx"
 )
 
 // The agent's side of the proxy (package proxy): the business API it
@@ -86,11 +87,12 @@ func (c *proxyRecord) Refused(w http.ResponseWriter, status int, code, message s
 	writeError(w, status, APIError{Code: code, Message: message})
 }
 
-// proxyTarget is the proxy's target for the business API at rawURL (the
-// current one when the address is the same, its connections kept; nil for
-// none).
-func (a *Agent) proxyTarget(rawURL string, allowHTTP bool) (*proxy.Target, error) {
-	t, err := proxy.TargetFor(a.now().target, rawURL, allowHTTP)
+// proxyTarget is the proxy's target for cfg's business API (the current
+// one when the address and the bounds of its heads are the same, its
+// connections kept; nil for none).
+func (a *Agent) proxyTarget(cfg Config) (*proxy.Target, error) {
+	t, err := proxy.TargetFor(a.now().target, cfg.APIURL, cfg.AllowInsecureAPI,
+		httpx.HeadLimits{Fields: cfg.ServiceMaxHeaderFields, Bytes: cfg.ServiceMaxHeaderBytes})
 	if err != nil {
 		return nil, badConfig(fmt.Errorf("--api-url: %w", err))
 	}

@@ -3,6 +3,7 @@ package agentclient
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -41,32 +42,45 @@ func agents(t *testing.T, h http.Handler) map[string]*Client {
 }
 
 // TestHugeHeadRefused: the head of an agent's answer is read up to
-// MaxHeaderBytes (a service's head of up to 1 MiB that the agent passes
-// on, and the agent's own) and refused past it, on both transports, for
-// the JSON calls and the proxied ones (before: net/http's 10 MiB).
+// MaxHeaderFields fields and MaxHeaderBytes bytes (a service's head that
+// the agent passes on, and the agent's own) and refused past either, on
+// both transports, for the JSON calls and the proxied ones, in one line
+// (before: net/http's 10 MiB, then 2 MiB, in any number of fields).
 func TestHugeHeadRefused(t *testing.T) {
-	for _, size := range []int{3 * MaxHeaderBytes / 4, 3 * MaxHeaderBytes / 2} {
+	for _, tc := range []struct {
+		name   string
+		fields int // X-Hn fields
+		size   int // bytes of X-Big
+		want   string
+	}{
+		{"100 fields", 100, 0, ""},
+		{"3/4 of the bytes", 0, 3 * MaxHeaderBytes / 4, ""},
+		{"100,000 tiny fields", 100000, 0, "signagent agent: answered a head of more than 128 header fields, more than signagent reads"},
+		{"a field more than allowed", MaxHeaderFields, 0, "signagent agent: answered a head of more than 128 header fields, more than signagent reads"},
+		{"3/2 of the bytes", 0, 3 * MaxHeaderBytes / 2, "signagent agent: answered a head larger than 1 MiB, more than signagent reads"},
+	} {
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("X-Big", strings.Repeat("a", size))
+			for i := range tc.fields {
+				w.Header()[fmt.Sprintf("X-H%d", i)] = []string{"v"}
+			}
+			if tc.size > 0 {
+				w.Header().Set("X-Big", strings.Repeat("a", tc.size))
+			}
 			w.Header().Set("Content-Type", "application/json")
 			w.Write([]byte(`{"status":"ready"}`))
 		})
 		for name, c := range agents(t, h) {
 			_, err := c.Ready(t.Context())
 			_, cerr := c.Call(t.Context(), http.MethodGet, "/Method", nil, "oidc profile=p", nil, "")
+			var he *httpx.HeadError
 			switch {
-			case size < MaxHeaderBytes && (err != nil || cerr != nil):
-				t.Fatalf("%s, a head of %d KiB: %v; %v", name, size>>10, err, cerr)
-			case size > MaxHeaderBytes && !(headTooLarge(err) && headTooLarge(cerr)):
-				t.Fatalf("%s, a head of %d KiB: %v; %v", name, size>>10, err, cerr)
+			case tc.want == "" && (err != nil || cerr != nil):
+				t.Fatalf("%s, %s: %v; %v", name, tc.name, err, cerr)
+			case tc.want != "" && (err == nil || cerr == nil || err.Error() != tc.want || cerr.Error() != tc.want || !errors.As(err, &he)):
+				t.Fatalf("%s, %s: %v; %v", name, tc.name, err, cerr)
 			}
 		}
 	}
-}
-
-func headTooLarge(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "signagent agent: ") && strings.Contains(err.Error(), "headers exceeded") &&
-		!strings.Contains(err.Error(), "bearer-secret")
 }
 
 // TestOversizedJSONAnswerRefused: a JSON answer of the agent is read up to
@@ -109,8 +123,8 @@ func TestSilentAgentBounded(t *testing.T) {
 	clients := agents(t, h)
 	t.Cleanup(func() { close(release) }) // before the servers close
 	for name, c := range clients {
-		tr := c.http.Transport.(*http.Transport)
-		if tr.ResponseHeaderTimeout != HeaderTimeout || tr.MaxResponseHeaderBytes != MaxHeaderBytes || tr.DialContext == nil ||
+		tr := c.tr
+		if tr.ResponseHeaderTimeout != HeaderTimeout || tr.MaxResponseHeaderBytes != MaxHeaderBytes+1 || tr.DialContext == nil ||
 			(name == "tcp" && tr.TLSHandshakeTimeout != dialTimeout) {
 			t.Fatalf("%s: head %v, %d bytes, handshake %v", name, tr.ResponseHeaderTimeout, tr.MaxResponseHeaderBytes, tr.TLSHandshakeTimeout)
 		}

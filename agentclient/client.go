@@ -38,9 +38,16 @@ const (
 	// agent answers 504 itself at its --request-deadline (30 s by default,
 	// waiting for the token included), well before it.
 	HeaderTimeout = 2 * time.Minute
-	// MaxHeaderBytes bounds an answer's head: a service's head the agent
-	// passes on (at most 1 MiB) and the agent's own.
-	MaxHeaderBytes = 2 << 20
+	// MaxHeaderFields and MaxHeaderBytes bound an answer's head: a
+	// service's head the agent passes on (at most its
+	// --service-max-header-fields, 100, and --service-max-header-bytes,
+	// 64 KiB, by default) with the agent's own few fields. What a head
+	// costs to hold is its fields (about 400 bytes each) more than its
+	// bytes, and net/http counts only the bytes: the client counts the
+	// fields as they come (httpx.BoundHeads). Past either the call fails
+	// with an *httpx.HeadError.
+	MaxHeaderFields = 128
+	MaxHeaderBytes  = 1 << 20
 	// maxJSONAnswer bounds the agent's own JSON answers.
 	maxJSONAnswer = 1 << 20
 	// maxCallAnswer bounds a service's answer through the proxy.
@@ -53,6 +60,7 @@ const (
 // Client talks to one agent.
 type Client struct {
 	http   *http.Client
+	tr     *http.Transport // beneath http's bound on heads
 	base   string
 	bearer string
 }
@@ -76,7 +84,7 @@ func NewUnix(socket string) *Client {
 		}
 		return c, nil
 	}
-	return &Client{http: &http.Client{Transport: tr}, base: "http://signagent"}
+	return &Client{http: &http.Client{Transport: boundHeads(tr)}, tr: tr, base: "http://signagent"}
 }
 
 // NewTCP returns a client for the agent's TCP listener, e.g.
@@ -87,14 +95,18 @@ func NewTCP(baseURL, bearerToken string, tlsCfg *tls.Config) *Client {
 	tr.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	tr.TLSHandshakeTimeout = dialTimeout
 	tr.TLSClientConfig = tlsCfg
-	return &Client{http: &http.Client{Transport: tr}, base: baseURL, bearer: bearerToken}
+	return &Client{http: &http.Client{Transport: boundHeads(tr)}, tr: tr, base: baseURL, bearer: bearerToken}
 }
 
 // transport is what both ways to the agent share: kept connections, and
-// the bounds on an answer's head.
+// the wait for an answer's head.
 func transport() *http.Transport {
-	return &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
-		ResponseHeaderTimeout: HeaderTimeout, MaxResponseHeaderBytes: MaxHeaderBytes}
+	return &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, ResponseHeaderTimeout: HeaderTimeout}
+}
+
+// boundHeads bounds the heads tr reads (its dial set).
+func boundHeads(tr *http.Transport) http.RoundTripper {
+	return httpx.BoundHeads(tr, httpx.HeadLimits{Fields: MaxHeaderFields, Bytes: MaxHeaderBytes})
 }
 
 // Error is an error answer of the agent.
@@ -244,6 +256,10 @@ func sendErr(err error) error {
 	var pe *PeerError
 	if errors.As(err, &pe) {
 		return pe
+	}
+	var he *httpx.HeadError
+	if errors.As(err, &he) {
+		return fmt.Errorf("signagent agent: answered %w", he)
 	}
 	return fmt.Errorf("signagent agent: %w", err)
 }

@@ -122,6 +122,10 @@ func transportErr(ctx context.Context, step, u string, err error) error {
 	if ctx.Err() == context.Canceled {
 		return ctx.Err()
 	}
+	var he *httpx.HeadError
+	if errors.As(err, &he) {
+		return &httpx.TransportError{Peer: idp, Step: step, URL: u, Msg: "answered " + he.Error(), Err: err}
+	}
 	return &httpx.TransportError{Peer: idp, Step: step, URL: u, Msg: "could not be reached: " + httpx.CleanErr(err).Error(), Err: err}
 }
 

@@ -102,15 +102,18 @@ type Call struct {
 }
 
 // Target is the business API the proxy forwards to, with its kept
-// connections.
+// connections and the bounds of the answer heads it reads.
 type Target struct {
 	base      *url.URL
+	heads     httpx.HeadLimits
 	transport http.RoundTripper
 }
 
-// TargetFor is the target for the business API at rawURL: cur when the
-// address is the same (its connections are kept), nil for none.
-func TargetFor(cur *Target, rawURL string, allowHTTP bool) (*Target, error) {
+// TargetFor is the target for the business API at rawURL whose answer
+// heads are read within heads (zero values: httpx's defaults; past
+// either bound the call is answered 502): cur when the address and the
+// bounds are the same (its connections are kept), nil for none.
+func TargetFor(cur *Target, rawURL string, allowHTTP bool, heads httpx.HeadLimits) (*Target, error) {
 	if rawURL == "" {
 		return nil, nil
 	}
@@ -118,10 +121,11 @@ func TargetFor(cur *Target, rawURL string, allowHTTP bool) (*Target, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cur != nil && cur.base.String() == base.String() {
+	heads = heads.OrDefault()
+	if cur != nil && cur.base.String() == base.String() && cur.heads == heads {
 		return cur, nil
 	}
-	return &Target{base: base, transport: newUpstream(base, httpx.Client(nil).Transport)}, nil
+	return &Target{base: base, heads: heads, transport: newUpstream(base, heads, httpx.Transport(heads))}, nil
 }
 
 // CloseIdle closes the target's kept connections that are idle (a target
@@ -387,6 +391,11 @@ func (e *upstreamError) Unwrap() error { return e.err }
 // classified is the error as an httpx.TransportError, which classify
 // knows: a time-out (the request deadline) or no answer.
 func (e *upstreamError) classified() error {
+	var he *httpx.HeadError
+	if errors.As(e.err, &he) {
+		he = headSetting(he)
+		return &httpx.TransportError{Method: "the business call", Msg: "the service answered " + he.Error(), Err: he}
+	}
 	if httpx.IsTimeout(e.ctx, e.err) {
 		return &httpx.TransportError{Method: "the business call", Msg: "the service did not answer within the request deadline", Err: context.DeadlineExceeded}
 	}

@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/signagent/signagent/internal/httpx"
 )
 
 // The agent's upstream client is hand-written (see upstream.go), so it is
@@ -166,6 +168,22 @@ type conformanceCase struct {
 	// concurrent also runs the case with several identities at once
 	// (see settle).
 	concurrent bool
+	// pastBounds: heads the Transport reads whole and the agent's client
+	// must refuse, every one, before it holds them (past
+	// httpx.DefaultHeadFields fields or httpx.DefaultHeadBytes bytes).
+	pastBounds bool
+}
+
+// manyFields is an answer for who whose head has n fields more.
+func manyFields(who string, n int) string {
+	var b strings.Builder
+	b.WriteString("HTTP/1.1 200 OK\r\nX-For: " + who + "\r\n")
+	for i := range n {
+		fmt.Fprintf(&b, "X-H%d: v\r\n", i)
+	}
+	body := "for " + who
+	fmt.Fprintf(&b, "Content-Length: %d\r\n\r\n%s", len(body), body)
+	return b.String()
 }
 
 var conformanceCases = []conformanceCase{
@@ -258,15 +276,24 @@ var conformanceCases = []conformanceCase{
 		c.Write(hugeHead())
 		return false
 	}},
-	{name: "ten thousand headers", script: func(c net.Conn, who string, _ int) bool {
-		var b strings.Builder
-		b.WriteString("HTTP/1.1 200 OK\r\nX-For: " + who + "\r\n")
-		for i := range 10000 {
-			fmt.Fprintf(&b, "X-H%d: v\r\n", i)
-		}
-		body := "for " + who
-		fmt.Fprintf(&b, "Content-Length: %d\r\n\r\n%s", len(body), body)
-		io.WriteString(c, b.String())
+	{name: "100 header fields", concurrent: true, script: func(c net.Conn, who string, _ int) bool {
+		io.WriteString(c, manyFields(who, 98)) // and X-For, Content-Length
+		return true
+	}},
+	{name: "101 header fields", pastBounds: true, script: func(c net.Conn, who string, _ int) bool {
+		io.WriteString(c, manyFields(who, 99))
+		return true
+	}},
+	{name: "ten thousand headers", pastBounds: true, script: func(c net.Conn, who string, _ int) bool {
+		io.WriteString(c, manyFields(who, 10000))
+		return true
+	}},
+	{name: "100,000 tiny fields", pastBounds: true, script: func(c net.Conn, who string, _ int) bool {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nX-For: "+who+"\r\n"+strings.Repeat("a:\r\n", 100000)+"Content-Length: 0\r\n\r\n")
+		return true
+	}},
+	{name: "a head of 65 KiB", pastBounds: true, script: func(c net.Conn, who string, _ int) bool {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nX-For: "+who+"\r\nX-Big: "+strings.Repeat("a", 65<<10)+"\r\nContent-Length: 0\r\n\r\n")
 		return true
 	}},
 	{name: "HTTP/1.0 answer", concurrent: true, script: func(c net.Conn, who string, _ int) bool {
@@ -348,7 +375,7 @@ func call(rt http.RoundTripper, base, who string, timeout time.Duration) string 
 // clientsUnderTest are the two clients every behaviour runs through.
 func clientsUnderTest(base string) map[string]http.RoundTripper {
 	u, _ := url.Parse(base)
-	up := newUpstream(u, nil)
+	up := newUpstream(u, httpx.HeadLimits{}, nil)
 	up.headerTimeout = 500 * time.Millisecond
 	return map[string]http.RoundTripper{
 		"transport": &http.Transport{ResponseHeaderTimeout: 500 * time.Millisecond, DisableCompression: true, MaxIdleConnsPerHost: 64},
@@ -464,10 +491,13 @@ func TestUpstreamConformance(t *testing.T) {
 					if strings.Contains(s, "CROSS-TALK") {
 						t.Errorf("the agent's client handed a caller bytes not written for it: %s", s)
 					}
+					if tc.pastBounds && strings.Contains(s, "own") {
+						t.Errorf("the agent's client took a head past its bounds: %s", s)
+					}
 					if huge {
-						// Six calls: at most 16 MiB each (the head's limit is
-						// 1 MiB; textproto grows its line as it reads).
-						if grew := after.TotalAlloc - before.TotalAlloc; grew > 6*16<<20 {
+						// Six calls: at most 1 MiB each (the head's limit is
+						// 64 KiB; textproto grows its line as it reads).
+						if grew := after.TotalAlloc - before.TotalAlloc; grew > 6<<20 {
 							t.Errorf("the agent's client allocated %d MiB for six calls answered by a 64 MiB head", grew>>20)
 						}
 					}
@@ -476,7 +506,7 @@ func TestUpstreamConformance(t *testing.T) {
 			}
 			// Where the Transport gives every caller its own answer, so must
 			// the agent's client.
-			if !strings.Contains(res["transport"], "error") && !strings.Contains(res["transport"], "status") &&
+			if !tc.pastBounds && !strings.Contains(res["transport"], "error") && !strings.Contains(res["transport"], "status") &&
 				!strings.Contains(res["transport"], "CROSS") && strings.Contains(res["agent"], "error") {
 				t.Errorf("the Transport answered every caller (%s), the agent's client did not (%s)", res["transport"], res["agent"])
 			}
@@ -510,7 +540,7 @@ func TestUpstreamTLSConformance(t *testing.T) {
 			api := serveRawAPI(t, tls.NewListener(ln, &tls.Config{Certificates: certs}), tc.script)
 			api.tls = true
 			base, _ := url.Parse(api.url())
-			u := newUpstream(base, nil)
+			u := newUpstream(base, httpx.HeadLimits{}, nil)
 			u.tls.RootCAs = pool
 			u.tls.ServerName = "example.com"
 			defer u.CloseIdleConnections()
@@ -547,7 +577,7 @@ func TestQuietSeesTLSBuffer(t *testing.T) {
 		io.Copy(io.Discard, tc)
 	}()
 	base, _ := url.Parse("https://" + ln.Addr().String())
-	u := newUpstream(base, nil)
+	u := newUpstream(base, httpx.HeadLimits{}, nil)
 	u.tls.RootCAs, u.tls.ServerName = pool, "example.com"
 	c, _, err := u.get(context.Background())
 	if err != nil {

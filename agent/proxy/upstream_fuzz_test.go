@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"testing"
 	"time"
+
+	"github.com/signagent/signagent/internal/httpx"
 )
 
 // FuzzUpstream: whatever a business API writes for one caller, and
@@ -52,7 +54,7 @@ func FuzzUpstream(f *testing.F) {
 			return true
 		})
 		base, _ := url.Parse(api.url())
-		u := newUpstream(base, nil)
+		u := newUpstream(base, httpx.HeadLimits{}, nil)
 		u.headerTimeout = 100 * time.Millisecond
 		defer u.CloseIdleConnections()
 

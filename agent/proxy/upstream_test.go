@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/signagent/signagent/internal/httpx"
 )
 
 // countingServer is a real HTTP server that counts the connections it
@@ -58,7 +60,7 @@ func TestUpstreamKeepsConnections(t *testing.T) {
 		io.WriteString(w, strings.Repeat("x", 100))
 	})
 	base, _ := url.Parse(srv.URL)
-	u := newUpstream(base, nil)
+	u := newUpstream(base, httpx.HeadLimits{}, nil)
 	for i := range 50 {
 		method, body := "GET", ""
 		if i%2 == 1 {
@@ -99,7 +101,7 @@ func TestUpstreamStaleConnection(t *testing.T) {
 		w.Write(b)
 	})
 	base, _ := url.Parse(srv.URL)
-	u := newUpstream(base, nil)
+	u := newUpstream(base, httpx.HeadLimits{}, nil)
 	if _, _, err := roundTrip(t, u, "POST", srv.URL+"/", "one"); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +158,7 @@ func TestUpstreamPostNotResent(t *testing.T) {
 		}
 	}()
 	base, _ := url.Parse("http://" + l.Addr().String())
-	u := newUpstream(base, nil)
+	u := newUpstream(base, httpx.HeadLimits{}, nil)
 	if _, _, err := roundTrip(t, u, "POST", base.String()+"/", "first"); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +183,7 @@ func TestUpstreamDeadline(t *testing.T) {
 	})
 	defer close(release)
 	base, _ := url.Parse(srv.URL)
-	u := newUpstream(base, nil)
+	u := newUpstream(base, httpx.HeadLimits{}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/slow", nil)
@@ -216,7 +218,7 @@ func TestUpstreamInterimAnswer(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}()
 	base, _ := url.Parse("http://" + l.Addr().String())
-	u := newUpstream(base, nil)
+	u := newUpstream(base, httpx.HeadLimits{}, nil)
 	code, got, err := roundTrip(t, u, "POST", base.String()+"/", "body")
 	if err != nil || code != 200 || got != "final" {
 		t.Fatalf("%d %q %v", code, got, err)
@@ -368,7 +370,7 @@ func TestUpstreamCancelBetweenHeadAndBody(t *testing.T) {
 		return false
 	})
 	base, _ := url.Parse(api.url())
-	u := newUpstream(base, nil)
+	u := newUpstream(base, httpx.HeadLimits{}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	u.afterHead = func() {

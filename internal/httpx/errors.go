@@ -38,11 +38,14 @@ type TransportError struct {
 
 func (e *TransportError) Error() string {
 	what := cmp.Or(e.Step, e.Method)
+	var he *HeadError
 	switch {
 	case e.Msg != "" && e.Peer != "":
 		return fmt.Sprintf("%s: %s at %s %s", what, e.Peer, e.URL, e.Msg)
 	case e.Msg != "":
 		return what + ": " + e.Msg
+	case errors.As(e.Err, &he):
+		return fmt.Sprintf("%s: %s answered %v", what, e.URL, he)
 	case e.Timeout:
 		return fmt.Sprintf("%s: no answer from %s in time: %v", what, e.URL, e.Err)
 	}

@@ -55,31 +55,33 @@ func ParseBaseURL(raw string, allowHTTP bool) (*url.URL, error) {
 	return u, nil
 }
 
-// MaxHeaderBytes bounds the head of an answer the default client reads
-// (net/http's Transport reads up to 10 MiB of it): a service's or a
-// provider's head is a few KiB.
-const MaxHeaderBytes = 1 << 20
-
 // Client returns a copy of c (nil: one with sensible transport time-outs
-// that reads a head of at most MaxHeaderBytes) that never follows a
-// redirect: a redirect would carry the request's secrets (API key,
-// developer key) somewhere else.
+// whose answer heads are bounded by the default HeadLimits, Transport)
+// that never follows a redirect: a redirect would carry the request's
+// secrets (API key, developer key) somewhere else.
 func Client(c *http.Client) *http.Client {
 	if c == nil {
-		c = &http.Client{Transport: &http.Transport{
-			Proxy:                  http.ProxyFromEnvironment,
-			DialContext:            (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			TLSHandshakeTimeout:    5 * time.Second,
-			ResponseHeaderTimeout:  30 * time.Second,
-			MaxResponseHeaderBytes: MaxHeaderBytes,
-			IdleConnTimeout:        90 * time.Second,
-			MaxIdleConnsPerHost:    16,
-			ForceAttemptHTTP2:      true,
-		}}
+		c = &http.Client{Transport: Transport(HeadLimits{})}
 	}
 	cp := *c
 	cp.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &cp
+}
+
+// Transport is the transport of the clients to services and providers:
+// sensible time-outs, the environment's proxy, HTTP/2 where the peer
+// speaks it, and every answer head within l (BoundHeads; net/http's
+// Transport alone reads up to 10 MiB of head, in any number of fields).
+func Transport(l HeadLimits) http.RoundTripper {
+	return BoundHeads(&http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ResponseHeaderTimeout: 30 * time.Second,
+		IdleConnTimeout:       90 * time.Second,
+		MaxIdleConnsPerHost:   16,
+		ForceAttemptHTTP2:     true,
+	}, l)
 }
 
 // MaxBackoff caps one wait between attempts, however many were made.
@@ -195,14 +197,7 @@ var ErrAnswerTooLarge = errdefs.New(errdefs.ErrUnreachable, "the answer is large
 
 // tooLarge is ErrAnswerTooLarge naming the limit.
 func tooLarge(max int64) error {
-	size := fmt.Sprintf("%d bytes", max)
-	switch {
-	case max >= 1<<20 && max%(1<<20) == 0:
-		size = fmt.Sprintf("%d MiB", max>>20)
-	case max >= 1<<10 && max%(1<<10) == 0:
-		size = fmt.Sprintf("%d KiB", max>>10)
-	}
-	return fmt.Errorf("%w (%s)", ErrAnswerTooLarge, size)
+	return fmt.Errorf("%w (%s)", ErrAnswerTooLarge, sizeText(max))
 }
 
 // ReadAnswer reads an answer's body whole when it is at most max bytes. A

@@ -12,6 +12,7 @@ import (
 
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
@@ -41,6 +42,8 @@ func ServeFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-body", Category: catAgent, Value: 64 << 10, EnvVars: []string{"SIGNAGENT_MAX_BODY"}, Usage: "largest request body in `BYTES`"},
 		&cli.IntFlag{Name: "service-max-body", Category: catAgent, Value: 16 << 20, EnvVars: []string{"SIGNAGENT_SERVICE_MAX_BODY"}, Usage: "largest body in `BYTES` of a business call through the proxy (/v1/service/...); held in memory for the retry"},
 		&cli.IntFlag{Name: "service-body-budget", Category: catAgent, Value: agent.DefaultServiceBodyBudget, EnvVars: []string{"SIGNAGENT_SERVICE_BODY_BUDGET"}, Usage: "most `BYTES` of proxied bodies held at once, in memory or spooled to unlinked temporary files (bodies over 256 KiB); a call past it is answered 503 at once"},
+		&cli.IntFlag{Name: "service-max-header-fields", Category: catAgent, Value: httpx.DefaultHeadFields, EnvVars: []string{"SIGNAGENT_SERVICE_MAX_HEADER_FIELDS"}, Usage: "most header fields, `N`, of a business API answer's head through the proxy; past it the call is answered 502 (a field costs about 400 bytes to hold)"},
+		&cli.IntFlag{Name: "service-max-header-bytes", Category: catAgent, Value: httpx.DefaultHeadBytes, EnvVars: []string{"SIGNAGENT_SERVICE_MAX_HEADER_BYTES"}, Usage: "largest head in `BYTES` of a business API answer through the proxy; past it the call is answered 502"},
 		&cli.DurationFlag{Name: "shutdown-grace", Category: catAgent, Value: 10 * time.Second, EnvVars: []string{"SIGNAGENT_SHUTDOWN_GRACE"}, Usage: "on SIGTERM, `DURATION` for requests in flight to finish"},
 		&cli.BoolFlag{Name: "expose-canonical", Category: catAgent, EnvVars: []string{"SIGNAGENT_EXPOSE_CANONICAL"}, Usage: "return the signed text (it holds the API key) in /v1/signatures answers"},
 		&cli.BoolFlag{Name: "expose-legacy-header", Category: catAgent, EnvVars: []string{"SIGNAGENT_EXPOSE_LEGACY_HEADER"}, Usage: "hand out legacy ServiceAuth header values in /v1/authorizations answers (they hold the developer key; the proxy never shows them)"},
@@ -67,7 +70,8 @@ func ReadAgentConfig(s *settings.Settings, e *cmdutil.Env) (agent.Config, error)
 		ShutdownGrace: s.Duration("shutdown-grace"), LegacySNILS: s.Bool("legacy-snils"),
 		Policy: agent.Policy{ExposeCanonical: s.Bool("expose-canonical"), ExposeLegacyHeader: s.Bool("expose-legacy-header"), NoCertificateLogin: !s.Bool("certificate-login")},
 		APIURL: s.String("api-url"), AllowInsecureAPI: s.Bool("insecure-http"), ServiceMaxBody: int64(s.Int("service-max-body")),
-		ServiceBodyBudget: int64(s.Int("service-body-budget"))}
+		ServiceBodyBudget: int64(s.Int("service-body-budget")), ServiceMaxHeaderFields: s.Int("service-max-header-fields"),
+		ServiceMaxHeaderBytes: int64(s.Int("service-max-header-bytes"))}
 	var errs [9]error // all are reported, not only the first (and the store's)
 	cfg.Token, errs[0] = cmdutil.SelectionFrom(s, false)
 	cfg.Signature, errs[1] = signatureOptions(s)
