@@ -7,6 +7,7 @@ import (
 
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/schemes"
+	"github.com/signagent/signagent/store"
 )
 
 func (a *Agent) healthz(w http.ResponseWriter, r *http.Request) {
@@ -44,6 +45,7 @@ func (a *Agent) readiness() api.ReadyResponse {
 		}
 		cancel()
 		resp.Checks["store"] = c
+		resp.StoreFormats = storeFormats(st.shared)
 	}
 	for _, sc := range st.schemes {
 		// Each scheme that can say, under its name (one not configured
@@ -62,4 +64,15 @@ func (a *Agent) readiness() api.ReadyResponse {
 		}
 	}
 	return resp
+}
+
+// storeFormats are the formats a shared store reads and writes (nil for
+// a store that cannot say).
+func storeFormats(r store.Records) *api.StoreFormats {
+	f, ok := r.(interface{ Formats() store.Formats })
+	if !ok {
+		return nil
+	}
+	got := f.Formats()
+	return &api.StoreFormats{Read: got.Read, Write: got.Write, Agents: got.Agents}
 }

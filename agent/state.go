@@ -48,6 +48,7 @@ func (a *Agent) reload(next *state, sessionTTL time.Duration) {
 func (a *Agent) publish(next *state) {
 	if next.shared != a.cur.Load().shared {
 		a.observeStore(next.shared)
+		a.announce(next.shared)
 	}
 	a.cache.Share(next.shared, next.key)
 	a.cur.Store(next)

@@ -224,3 +224,43 @@ func (b *redisBackend) renew(ctx context.Context, lease, owner string, ttl time.
 func (b *redisBackend) release(ctx context.Context, lease, owner string) error {
 	return b.unavailable(releaseScript.Run(ctx, b.rdb, []string{lease}, owner).Err())
 }
+
+// announceScript: KEYS[1] the announcements (a sorted set, each member's
+// score the Unix ms it expires at, by the server's clock); ARGV: the
+// member ("": list only), its lifetime in ms. It drops the expired, adds
+// the member and lists the live ones.
+var announceScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if ARGV[1] ~= '' then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+end
+return redis.call('ZRANGE', KEYS[1], 0, -1)`)
+
+func (b *redisBackend) announce(ctx context.Context, key, member string, ttl time.Duration) ([]string, error) {
+	v, err := announceScript.Run(ctx, b.rdb, []string{key}, member, ttl.Milliseconds()).StringSlice()
+	return v, b.unavailable(err)
+}
+
+func (b *redisBackend) withdraw(ctx context.Context, key, member string) error {
+	return b.unavailable(b.rdb.ZRem(ctx, key, member).Err())
+}
+
+func (b *redisBackend) request(ctx context.Context, key, data string, ttl time.Duration) error {
+	_, err := b.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.SAdd(ctx, key, data)
+		p.PExpire(ctx, key, ttl)
+		return nil
+	})
+	return b.unavailable(err)
+}
+
+func (b *redisBackend) requests(ctx context.Context, key string, n int) ([]string, error) {
+	v, err := b.rdb.SPopN(ctx, key, int64(n)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	return v, b.unavailable(err)
+}

@@ -30,6 +30,7 @@ import (
 // Metrics are the agent's Prometheus metrics, in a registry of its own.
 type Metrics struct {
 	reg         *prometheus.Registry
+	formats     *storeFormats // the shared store's record formats
 	requests    *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
 	signing     prometheus.Histogram
@@ -150,7 +151,8 @@ func (m *Metrics) Refresh(scheme, result string) {
 // and no token metrics), those of the schemes from list.
 func New(tm *tokenq.Manager, version string, list []schemes.Entry) *Metrics {
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
+		reg:     prometheus.NewRegistry(),
+		formats: newStoreFormats(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "signagent_requests_total", Help: "HTTP requests by method, route (the path of a known route, other or refused) and status.",
 		}, []string{"method", "route", "status"}),
@@ -180,7 +182,7 @@ func New(tm *tokenq.Manager, version string, list []schemes.Entry) *Metrics {
 			Help: "Authorization header values handed out by scheme and where they came from: memory (this agent's), store (the token store or the shared store: another process's login), login or refresh (just now)."},
 			[]string{"scheme", "source"}),
 		storeOps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_store_operations_total",
-			Help: "Shared store operations (get, put, delete, acquire, ping) by result (ok, not_found, sealed: a value that did not open, too_large: a value over the size bound, not read, rollback: a record older than one seen, fenced, waited: a lease another agent held, unavailable)."},
+			Help: "Shared store operations (get, put, delete, acquire, ping) by result (ok, not_found, sealed: a value that did not open, too_large: a value over the size bound, not read, rollback: a record older than one seen, format_newer: a record of a format newer than this agent reads, fenced, waited: a lease another agent held, unavailable)."},
 			[]string{"op", "result"}),
 	}
 	// Label sets known in advance start at zero, so that alerts have
@@ -222,7 +224,7 @@ func New(tm *tokenq.Manager, version string, list []schemes.Entry) *Metrics {
 		Help:        "Always 1; the labels say which build is running.",
 		ConstLabels: prometheus.Labels{"version": version, "goversion": goVersion, "revision": revision}})
 	build.Set(1)
-	m.reg.MustRegister(build, m.calls, m.retries, m.authz, m.requests, m.duration, m.storeOps, m.sessions, m.sources,
+	m.reg.MustRegister(build, m.formats, m.calls, m.retries, m.authz, m.requests, m.duration, m.storeOps, m.sessions, m.sources,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
