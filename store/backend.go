@@ -48,6 +48,8 @@ type backend interface {
 	// up to n of its members out.
 	request(ctx context.Context, key, data string, ttl time.Duration) error
 	requests(ctx context.Context, key string, n int) ([]string, error)
+	// scan calls f with every key name matching match, on every node.
+	scan(ctx context.Context, match string, f func(key string)) error
 	// ping says whether the backend answers: all of it, where it is
 	// several nodes.
 	ping(ctx context.Context) error

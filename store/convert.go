@@ -132,3 +132,30 @@ func (s *Shared) convert(ctx context.Context, data string) {
 	}
 	s.Put(ctx, kind, id, plain, ttl, l)
 }
+
+// sweep rewrites every record of a format newer than the write format
+// (an agent that reads only older ones is live: a rollback), key by key
+// under each one's lease. An agent that reads a newer format sweeps when
+// its write format goes down and again when it stops, so that no record
+// it wrote in the newer format before it knew is left for the older
+// agents after it.
+func (s *Shared) sweep(ctx context.Context) {
+	if s.fmts.newest <= baseFormat || s.writeFormat(ctx) >= s.fmts.newest {
+		return
+	}
+	var keys []string
+	sctx, cancel := context.WithTimeout(ctx, 10*s.timeout)
+	defer cancel()
+	err := s.b.scan(sctx, s.prefix+"{*}", func(k string) {
+		if !strings.HasSuffix(k, "}") || strings.HasPrefix(k, s.prefix+"{formats}") {
+			return // a lease, the announcements
+		}
+		keys = append(keys, k)
+	})
+	if err != nil {
+		return
+	}
+	for _, k := range keys {
+		s.convert(ctx, k)
+	}
+}

@@ -85,7 +85,10 @@ type formats struct {
 	ttl    time.Duration // an announcement's lifetime
 	write  atomic.Int32  // the format written now
 	listAt atomic.Int64  // when the live agents were last listed (Unix ns; 0: never)
-	agents atomic.Pointer[map[string]int]
+	// sweepDue is set when the write format went down: records of a
+	// newer format are to be rewritten (convert.go).
+	sweepDue atomic.Bool
+	agents   atomic.Pointer[map[string]int]
 
 	mu        sync.Mutex
 	stop      chan struct{} // closed to stop announcing
@@ -158,7 +161,13 @@ func (s *Shared) list(ctx context.Context, announce bool) error {
 		counts[csv]++
 	}
 	s.fmts.agents.Store(&counts)
-	s.fmts.write.Store(int32(writeFor(s.fmts.newest, members)))
+	w := int32(writeFor(s.fmts.newest, members))
+	first := s.fmts.listAt.Load() == 0
+	if was := s.fmts.write.Swap(w); announce && (w < was || first && w < int32(s.fmts.newest)) {
+		// An older agent is back (or was there when this one came): the
+		// announcing loop sweeps.
+		s.fmts.sweepDue.Store(true)
+	}
 	s.fmts.listAt.Store(time.Now().UnixNano())
 	return nil
 }
@@ -245,6 +254,9 @@ func (s *Shared) announcing(stop, done chan struct{}) {
 		case <-convert:
 			s.convertRequested(context.Background())
 		}
+		if s.fmts.sweepDue.Swap(false) {
+			s.sweep(context.Background())
+		}
 	}
 }
 
@@ -261,6 +273,11 @@ func (s *Shared) Withdraw() {
 	s.fmts.mu.Unlock()
 	close(stop)
 	<-done
+	// Records this agent wrote in a newer format before it saw an older
+	// agent back are rewritten before it leaves.
+	if s.list(context.Background(), true) == nil {
+		s.sweep(context.Background())
+	}
 	s.bounded(context.Background(), func(ctx context.Context) error {
 		return s.b.withdraw(ctx, s.announcementsKey(), s.fmts.member())
 	})

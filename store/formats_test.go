@@ -133,8 +133,8 @@ func TestAnnouncementExpires(t *testing.T) {
 // 3; then all of them are replaced at once by agents that read 2 (a
 // rollback that does not keep one new agent): each call answers a
 // FormatError, nothing is overwritten nor made again; one agent of the
-// newer release started again turns the records back into 2 as they are
-// asked for, with a higher generation, and the old agents read them.
+// newer release started again sweeps the records back into 2 unasked,
+// with a higher generation, and the old agents read them.
 func TestRollbackOverNewerRecords(t *testing.T) {
 	b := newBed(t)
 	ctx := context.Background()
@@ -156,6 +156,15 @@ func TestRollbackOverNewerRecords(t *testing.T) {
 	if f := again.Formats(); f.Write != 2 {
 		t.Fatalf("a new agent next to an old one: %+v", f)
 	}
+	// It sweeps them back into 2 unasked.
+	eventually(t, "every record rewritten in format 2", func() bool {
+		for _, id := range ids {
+			if raw, _ := b.raw.HGet(ctx, dataKey(b.s, "oidc", id), "v").Bytes(); raw[0] != 2 {
+				return false
+			}
+		}
+		return true
+	})
 	for _, id := range ids {
 		v, err := old.Get(ctx, "oidc", id)
 		if err != nil || string(v) != "rec-"+id {

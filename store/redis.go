@@ -23,6 +23,8 @@ type redisBackend struct {
 	primary func(ctx context.Context, key string) (*redis.Client, error)
 	// pingAll pings every node that holds records.
 	pingAll func(ctx context.Context) error
+	// nodes are the clients of every node that holds records.
+	nodes func(ctx context.Context, f func(context.Context, *redis.Client) error) error
 	// replicas is how many replicas a write waits for (-1: none), wait
 	// how long at most.
 	replicas int
@@ -52,6 +54,7 @@ func openRedis(raw string, o Options, timeout time.Duration) (backend, error) {
 	b := newRedisBackend(c, o, timeout)
 	b.primary = func(context.Context, string) (*redis.Client, error) { return c, nil }
 	b.pingAll = func(ctx context.Context) error { return c.Ping(ctx).Err() }
+	b.nodes = func(ctx context.Context, f func(context.Context, *redis.Client) error) error { return f(ctx, c) }
 	return b, nil
 }
 
@@ -263,4 +266,14 @@ func (b *redisBackend) requests(ctx context.Context, key string, n int) ([]strin
 		return nil, nil
 	}
 	return v, b.unavailable(err)
+}
+
+func (b *redisBackend) scan(ctx context.Context, match string, f func(string)) error {
+	return b.unavailable(b.nodes(ctx, func(ctx context.Context, c *redis.Client) error {
+		it := c.Scan(ctx, 0, match, 256).Iterator()
+		for it.Next(ctx) {
+			f(it.Val())
+		}
+		return it.Err()
+	}))
 }
