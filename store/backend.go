@@ -48,6 +48,10 @@ type backend interface {
 	// up to n of its members out.
 	request(ctx context.Context, key, data string, ttl time.Duration) error
 	requests(ctx context.Context, key string, n int) ([]string, error)
+	// swap replaces the value at data with value, for ttl (0: none), only
+	// while data still holds old (ErrFenced otherwise): a record rewritten
+	// in another format, the same record, needs no lease.
+	swap(ctx context.Context, data string, old, value []byte, ttl time.Duration) error
 	// scan calls f with every key name matching match, on every node.
 	scan(ctx context.Context, match string, f func(key string)) error
 	// ping says whether the backend answers: all of it, where it is

@@ -93,7 +93,11 @@ func (s *Shared) convertRequested(ctx context.Context) {
 
 // convert rewrites the record at data in the write format, when it is of
 // a newer one this process reads and can open from its key name alone
-// (format 3). What it cannot do it leaves: the reader asks again.
+// (format 3): the same record, with a higher generation (no agent takes
+// it for a rollback), swapped in only while the record is still the one
+// read. It takes no lease: the agent asking may hold the identity's while
+// it waits, and a holder's next write reads the rewritten record as any
+// other. What it cannot do it leaves: the reader asks again.
 func (s *Shared) convert(ctx context.Context, data string) {
 	name, ok := strings.CutPrefix(data, s.prefix+"{")
 	name, ok2 := strings.CutSuffix(name, "}")
@@ -101,27 +105,13 @@ func (s *Shared) convert(ctx context.Context, data string) {
 	if !ok || !ok2 || !ok3 || s.fmts.newest < format3 {
 		return
 	}
-	peek := func() (id string, plain []byte, expiry int64, ok bool) {
-		sealed, err := s.read(ctx, data)
-		if err != nil || len(sealed) == 0 || sealed[0] != format3 || int(sealed[0]) <= s.writeFormat(ctx) {
-			return "", nil, 0, false
-		}
-		id, plain, _, expiry, err = s.sealer.open3(kind, name, sealed)
-		return id, plain, expiry, err == nil
-	}
-	id, _, _, ok := peek()
-	if !ok {
+	sealed, err := s.read(ctx, data)
+	w := s.writeFormat(ctx)
+	if err != nil || len(sealed) == 0 || sealed[0] != format3 || format3 <= w {
 		return
 	}
-	lctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	l, err := s.Acquire(lctx, kind, id)
+	id, plain, gen, expiry, err := s.sealer.open3(kind, name, sealed)
 	if err != nil {
-		return
-	}
-	defer l.Release()
-	_, plain, expiry, ok := peek() // again, under the lease
-	if !ok {
 		return
 	}
 	var ttl time.Duration
@@ -130,7 +120,13 @@ func (s *Shared) convert(ctx context.Context, data string) {
 			return // expired: no one uses it
 		}
 	}
-	s.Put(ctx, kind, id, plain, ttl, l)
+	next := s.gens.next(data, gen, time.Now())
+	value := s.seal(w, kind, id, next, plain, ttl)
+	err = s.write(ctx, func(ctx context.Context) error { return s.b.swap(ctx, data, sealed, value, ttl) })
+	s.note("convert", err)
+	if err == nil {
+		s.gens.raise(data, next)
+	}
 }
 
 // sweep rewrites every record of a format newer than the write format

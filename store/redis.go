@@ -277,3 +277,23 @@ func (b *redisBackend) scan(ctx context.Context, match string, f func(string)) e
 		return it.Err()
 	}))
 }
+
+// swapScript: KEYS[1] the record; ARGV: the value it must hold, the new
+// one, the ttl in ms (0: none).
+var swapScript = redis.NewScript(`
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' or redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'v', ARGV[2])
+redis.call('HINCRBY', KEYS[1], 'ver', 1)
+if tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) else redis.call('PERSIST', KEYS[1]) end
+return 1`)
+
+func (b *redisBackend) swap(ctx context.Context, data string, old, value []byte, ttl time.Duration) error {
+	n, err := swapScript.Run(ctx, b.rdb, []string{data}, old, value, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return b.unavailable(err)
+	}
+	if n != 1 {
+		return ErrFenced
+	}
+	return b.replicate(ctx, data)
+}

@@ -93,7 +93,7 @@ func (s *Shared) Close() error {
 }
 
 // Observe has f told of every store operation (get, put, delete, acquire,
-// ping) and its result (ok, not_found, sealed, too_large, rollback,
+// ping, convert) and its result (ok, not_found, sealed, too_large, rollback,
 // format_newer, fenced,
 // waited, taken_over, unreplicated, unavailable): the agent's metrics.
 func (s *Shared) Observe(f func(op, result string)) { s.observe.Store(&f) }

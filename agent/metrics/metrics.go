@@ -182,7 +182,7 @@ func New(tm *tokenq.Manager, version string, list []schemes.Entry) *Metrics {
 			Help: "Authorization header values handed out by scheme and where they came from: memory (this agent's), store (the token store or the shared store: another process's login), login or refresh (just now)."},
 			[]string{"scheme", "source"}),
 		storeOps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_store_operations_total",
-			Help: "Shared store operations (get, put, delete, acquire, ping) by result (ok, not_found, sealed: a value that did not open, too_large: a value over the size bound, not read, rollback: a record older than one seen, format_newer: a record of a format newer than this agent reads, fenced, waited: a lease another agent held, unavailable)."},
+			Help: "Shared store operations (get, put, delete, acquire, ping, convert: a record rewritten in an older format for an older agent) by result (ok, not_found, sealed: a value that did not open, too_large: a value over the size bound, not read, rollback: a record older than one seen, format_newer: a record of a format newer than this agent reads, fenced, waited: a lease another agent held, unavailable)."},
 			[]string{"op", "result"}),
 	}
 	// Label sets known in advance start at zero, so that alerts have
