@@ -29,6 +29,12 @@ import (
 // every release since reads what every other writes.
 const baseFormat = formatVersion
 
+// maxFormat is the highest first byte taken for a format: a value that
+// starts with a higher one (or is shorter than any sealed value) is no
+// record of any release (forged, or not signagent's), not a newer one, and
+// does not open (ErrSealed).
+const maxFormat = 16
+
 // DefaultAnnounceTTL is how long an agent's announcement lives without
 // renewal (renewed every third of it): an agent killed without removing
 // it holds writers at its formats this long.

@@ -183,3 +183,21 @@ func TestRollbackOverNewerRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestNotANewerFormat: a value that starts with a byte past any format
+// signagent will write, or is too short to be sealed, is no record (it
+// does not open: ErrSealed, a sign-in), not one of a newer format.
+func TestNotANewerFormat(t *testing.T) {
+	b := newBed(t)
+	ctx := context.Background()
+	for _, v := range []string{"forged-by-someone", "\x03short", "\x11" + string(make([]byte, store.Overhead))} {
+		b.raw.HSet(ctx, b.k, "v", v)
+		if _, err := b.r.Get(ctx, "oidc", "crm"); !errors.Is(err, store.ErrSealed) || errors.Is(err, store.ErrFormatNewer) {
+			t.Errorf("%q: %v", v, err)
+		}
+	}
+	b.raw.HSet(ctx, b.k, "v", "\x10"+string(make([]byte, store.Overhead)))
+	if _, err := b.r.Get(ctx, "oidc", "crm"); !errors.Is(err, store.ErrFormatNewer) {
+		t.Errorf("format 16: %v", err)
+	}
+}

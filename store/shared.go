@@ -281,7 +281,7 @@ func (s *Shared) holder(held Lease, lease string) (string, error) {
 // reads; a *FormatError when it is of a newer one.
 func (s *Shared) open(kind, id string, sealed []byte) ([]byte, uint64, error) {
 	switch {
-	case len(sealed) > 0 && int(sealed[0]) > s.fmts.newest:
+	case len(sealed) >= Overhead && int(sealed[0]) > s.fmts.newest && sealed[0] <= maxFormat:
 		return nil, 0, &FormatError{Format: int(sealed[0]), Reads: s.fmts.newest}
 	case len(sealed) > 0 && sealed[0] == format3:
 		_, plain, gen, _, err := s.sealer.open3(kind, s.sealer.Name(kind, id), sealed)
