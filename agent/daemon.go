@@ -320,11 +320,18 @@ func (d *Daemon) Shutdown(ctx context.Context) {
 // Grace is the configured shutdown grace period.
 func (d *Daemon) Grace() time.Duration { return d.cfg.ShutdownGrace }
 
-// release closes what Start opened.
+// release closes what Start opened. The shared store's announcement goes
+// last, once no request is in flight: writers may move to a format this
+// agent does not read only when it reads no more.
 func (d *Daemon) release() {
 	if d.agent != nil {
 		close(d.agent.stop) // the store's probe
 	}
+	defer func() {
+		if w, ok := d.cfg.SharedStore.(interface{ Withdraw() }); ok {
+			w.Withdraw()
+		}
+	}()
 	for _, l := range d.ls {
 		l.Close()
 		if l.Path != "" {

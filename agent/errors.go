@@ -34,6 +34,7 @@ var kindAnswers = map[error]struct {
 	errdefs.ErrForbidden:        {http.StatusForbidden, api.CodeForbidden},
 	errdefs.ErrSignIn:           {http.StatusConflict, api.CodeSignInRequired},
 	errdefs.ErrStoreUnavailable: {http.StatusServiceUnavailable, api.CodeStoreUnavailable},
+	errdefs.ErrStoreFormatNewer: {http.StatusServiceUnavailable, api.CodeStoreFormatNewer},
 	errdefs.ErrTokenNotReady:    {http.StatusServiceUnavailable, api.CodeTokenNotReady},
 	errdefs.ErrTryAgain:         {http.StatusTooManyRequests, api.CodeQueueFull},
 	errdefs.ErrInvalidInput:     {http.StatusBadRequest, api.CodeBadInput},

@@ -7,6 +7,7 @@ import (
 
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/schemes"
+	"github.com/signagent/signagent/store"
 )
 
 // healthz (and /livez) is the process check: the agent serves at all.
@@ -44,6 +45,9 @@ func (a *Agent) readiness() api.ReadyResponse {
 	}
 
 	st := a.now()
+	if st.shared != nil {
+		resp.StoreFormats = storeFormats(st.shared)
+	}
 	for _, sc := range st.schemes {
 		// Each scheme that can say, under its name (one not configured
 		// cannot, and is left out).
@@ -95,4 +99,15 @@ func (a *Agent) refreshExpiries() map[string]time.Time {
 		}
 	}
 	return out
+}
+
+// storeFormats are the formats a shared store reads and writes (nil for
+// a store that cannot say).
+func storeFormats(r store.Records) *api.StoreFormats {
+	f, ok := r.(interface{ Formats() store.Formats })
+	if !ok {
+		return nil
+	}
+	got := f.Formats()
+	return &api.StoreFormats{Read: got.Read, Write: got.Write, Agents: got.Agents}
 }

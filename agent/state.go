@@ -49,6 +49,7 @@ func (a *Agent) publish(next *state) {
 	changed := next.shared != a.cur.Load().shared
 	if changed {
 		a.observeStore(next.shared)
+		a.announce(next.shared)
 	}
 	a.cache.Share(next.shared, next.key)
 	a.cur.Store(next)

@@ -94,6 +94,18 @@ type ReadyResponse struct {
 	Token TokenState `json:"token,omitzero"`
 	// Queue is the token's queue, when the agent has a token.
 	Queue *QueueState `json:"queue,omitempty"`
+	// StoreFormats are the shared store's record formats this agent reads
+	// and writes, when it has a shared store (docs/upgrading.md).
+	StoreFormats *StoreFormats `json:"storeFormats,omitempty"`
+}
+
+// StoreFormats are the record formats an agent reads and the one it
+// writes now (the highest every live agent on the store reads), and the
+// live agents that announced theirs, counted by the formats they read.
+type StoreFormats struct {
+	Read   []int          `json:"read"`
+	Write  int            `json:"write"`
+	Agents map[string]int `json:"agents,omitempty"`
 }
 
 // QueueState is the token's queue: operations waiting or running, and
@@ -152,6 +164,7 @@ const (
 	CodeNotConfigured      = "service_not_configured" // 503
 	CodeBusy               = "busy"                   // 503: the proxy's budget of held bodies is full
 	CodeStoreUnavailable   = "store_unavailable"      // 503: the shared store does not answer
+	CodeStoreFormatNewer   = "store_format_newer"     // 503: a record in the store is of a format newer than this agent reads
 	CodeServiceTimeout     = "service_timeout"        // 504
 	CodeTokenTimeout       = "token_timeout"          // 504
 )

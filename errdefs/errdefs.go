@@ -40,6 +40,10 @@ var (
 	ErrTokenNotReady = errors.New("token not ready")
 	// ErrStoreUnavailable: the shared store does not answer.
 	ErrStoreUnavailable = errors.New("store unavailable")
+	// ErrStoreFormatNewer: a record in the shared store is of a format
+	// newer than this agent reads (a newer release wrote it): finish the
+	// upgrade or roll back; nothing is to sign in again.
+	ErrStoreFormatNewer = errors.New("store format newer")
 	// ErrForbidden: this agent's policy does not allow the call.
 	ErrForbidden = errors.New("forbidden")
 )
@@ -48,7 +52,7 @@ var (
 // wraps several (a sign-in needed because the token was not ready) takes
 // the first.
 var Kinds = []error{
-	ErrForbidden, ErrSignIn, ErrStoreUnavailable, ErrTokenNotReady, ErrTryAgain,
+	ErrForbidden, ErrStoreFormatNewer, ErrSignIn, ErrStoreUnavailable, ErrTokenNotReady, ErrTryAgain,
 	ErrInvalidInput, ErrNotConfigured, ErrTimeout, ErrUnreachable, ErrFailing, ErrRefused,
 }
 

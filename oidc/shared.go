@@ -60,6 +60,9 @@ func (s *Shared) Load(profile string) (*Record, error) {
 	defer cancel()
 	b, err := s.S.Get(ctx, recordKind, profile)
 	switch {
+	case errors.Is(err, store.ErrFormatNewer):
+		// A good record a newer agent wrote: nothing to sign in again for.
+		return nil, fmt.Errorf("profile %q's record in the shared store was %w", profile, err)
 	case errors.Is(err, store.ErrNotFound):
 		return nil, fmt.Errorf("%w: profile %q is not signed in to the shared store; sign in: signagent login --store %s --profile %s", ErrSignIn, profile, s.Name, profile)
 	case errors.Is(err, store.ErrTooLarge), errors.Is(err, store.ErrRollback):
@@ -134,8 +137,8 @@ func (s *Shared) underLease(profile string, f func(context.Context, store.Lease)
 		defer l.Release()
 	}
 	if err := f(ctx, l); err != nil {
-		if errors.Is(err, store.ErrFenced) {
-			return err
+		if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrFormatNewer) {
+			return err // not the store's failing: a newer record is never overwritten
 		}
 		return unavailable(err)
 	}

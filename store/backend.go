@@ -38,6 +38,22 @@ type backend interface {
 	take(ctx context.Context, lease, owner string, ttl time.Duration) (bool, error)
 	renew(ctx context.Context, lease, owner string, ttl time.Duration) error
 	release(ctx context.Context, lease, owner string) error
+	// announce adds member (unless "") to the announcements at key,
+	// living ttl, drops those past their lifetime, and lists the live
+	// ones; withdraw removes member. Every agent's clock is the backend's
+	// (its TIME), so that agents' clocks need not agree.
+	announce(ctx context.Context, key, member string, ttl time.Duration) ([]string, error)
+	withdraw(ctx context.Context, key, member string) error
+	// request adds data to the set at key (living ttl), and requests takes
+	// up to n of its members out.
+	request(ctx context.Context, key, data string, ttl time.Duration) error
+	requests(ctx context.Context, key string, n int) ([]string, error)
+	// swap replaces the value at data with value, for ttl (0: none), only
+	// while data still holds old (ErrFenced otherwise): a record rewritten
+	// in another format, the same record, needs no lease.
+	swap(ctx context.Context, data string, old, value []byte, ttl time.Duration) error
+	// scan calls f with every key name matching match, on every node.
+	scan(ctx context.Context, match string, f func(key string)) error
 	// ping says whether the backend answers: all of it, where it is
 	// several nodes.
 	ping(ctx context.Context) error

@@ -26,6 +26,7 @@ func openCluster(raw string, o Options, timeout time.Duration) (backend, error) 
 	c := redis.NewClusterClient(co)
 	b := newRedisBackend(c, o, timeout)
 	b.primary = c.MasterForKey
+	b.nodes = c.ForEachMaster
 	b.pingAll = func(ctx context.Context) error {
 		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() })
 	}

@@ -23,6 +23,8 @@ type redisBackend struct {
 	primary func(ctx context.Context, key string) (*redis.Client, error)
 	// pingAll pings every node that holds records.
 	pingAll func(ctx context.Context) error
+	// nodes are the clients of every node that holds records.
+	nodes func(ctx context.Context, f func(context.Context, *redis.Client) error) error
 	// replicas is how many replicas a write waits for (-1: none), wait
 	// how long at most.
 	replicas int
@@ -52,6 +54,7 @@ func openRedis(raw string, o Options, timeout time.Duration) (backend, error) {
 	b := newRedisBackend(c, o, timeout)
 	b.primary = func(context.Context, string) (*redis.Client, error) { return c, nil }
 	b.pingAll = func(ctx context.Context) error { return c.Ping(ctx).Err() }
+	b.nodes = func(ctx context.Context, f func(context.Context, *redis.Client) error) error { return f(ctx, c) }
 	return b, nil
 }
 
@@ -223,4 +226,74 @@ func (b *redisBackend) renew(ctx context.Context, lease, owner string, ttl time.
 
 func (b *redisBackend) release(ctx context.Context, lease, owner string) error {
 	return b.unavailable(releaseScript.Run(ctx, b.rdb, []string{lease}, owner).Err())
+}
+
+// announceScript: KEYS[1] the announcements (a sorted set, each member's
+// score the Unix ms it expires at, by the server's clock); ARGV: the
+// member ("": list only), its lifetime in ms. It drops the expired, adds
+// the member and lists the live ones.
+var announceScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if ARGV[1] ~= '' then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+end
+return redis.call('ZRANGE', KEYS[1], 0, -1)`)
+
+func (b *redisBackend) announce(ctx context.Context, key, member string, ttl time.Duration) ([]string, error) {
+	v, err := announceScript.Run(ctx, b.rdb, []string{key}, member, ttl.Milliseconds()).StringSlice()
+	return v, b.unavailable(err)
+}
+
+func (b *redisBackend) withdraw(ctx context.Context, key, member string) error {
+	return b.unavailable(b.rdb.ZRem(ctx, key, member).Err())
+}
+
+func (b *redisBackend) request(ctx context.Context, key, data string, ttl time.Duration) error {
+	_, err := b.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.SAdd(ctx, key, data)
+		p.PExpire(ctx, key, ttl)
+		return nil
+	})
+	return b.unavailable(err)
+}
+
+func (b *redisBackend) requests(ctx context.Context, key string, n int) ([]string, error) {
+	v, err := b.rdb.SPopN(ctx, key, int64(n)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	return v, b.unavailable(err)
+}
+
+func (b *redisBackend) scan(ctx context.Context, match string, f func(string)) error {
+	return b.unavailable(b.nodes(ctx, func(ctx context.Context, c *redis.Client) error {
+		it := c.Scan(ctx, 0, match, 256).Iterator()
+		for it.Next(ctx) {
+			f(it.Val())
+		}
+		return it.Err()
+	}))
+}
+
+// swapScript: KEYS[1] the record; ARGV: the value it must hold, the new
+// one, the ttl in ms (0: none).
+var swapScript = redis.NewScript(`
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' or redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'v', ARGV[2])
+redis.call('HINCRBY', KEYS[1], 'ver', 1)
+if tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) else redis.call('PERSIST', KEYS[1]) end
+return 1`)
+
+func (b *redisBackend) swap(ctx context.Context, data string, old, value []byte, ttl time.Duration) error {
+	n, err := swapScript.Run(ctx, b.rdb, []string{data}, old, value, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return b.unavailable(err)
+	}
+	if n != 1 {
+		return ErrFenced
+	}
+	return b.replicate(ctx, data)
 }

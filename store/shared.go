@@ -51,6 +51,9 @@ type Options struct {
 	// with write access to the store cannot make an agent read megabytes;
 	// a record that would seal longer is not written.
 	MaxValue int
+	// AnnounceTTL is how long an agent's announcement of the formats it
+	// reads lives without renewal (default 15s; formats.go).
+	AnnounceTTL time.Duration
 }
 
 // Shared is a store several agents share: the sealed records, their
@@ -64,6 +67,7 @@ type Shared struct {
 	leaseTTL time.Duration
 	maxValue int
 	gens     generations
+	fmts     formats
 	observe  atomic.Pointer[func(op, result string)]
 }
 
@@ -83,15 +87,21 @@ func newShared(o Options) *Shared {
 	if s.leaseTTL <= 0 {
 		s.leaseTTL = DefaultLeaseTTL
 	}
+	s.fmts.init(o.AnnounceTTL)
 	return s
 }
 
-// Close closes the connections.
-func (s *Shared) Close() error { return s.b.close() }
+// Close withdraws this process's announcement, if it made one, and
+// closes the connections.
+func (s *Shared) Close() error {
+	s.Withdraw()
+	return s.b.close()
+}
 
 // Observe has f told of every store operation (get, put, delete, acquire,
-// ping) and its result (ok, not_found, sealed, too_large, rollback, fenced,
-// waited, taken_over, unreplicated, seen, unavailable): the agent's metrics.
+// ping, convert, once) and its result (ok, not_found, sealed, too_large,
+// rollback, format_newer, fenced, waited, taken_over, unreplicated, seen,
+// unavailable): the agent's metrics.
 func (s *Shared) Observe(f func(op, result string)) { s.observe.Store(&f) }
 
 func (s *Shared) note(op string, err error) {
@@ -108,6 +118,8 @@ func (s *Shared) note(op string, err error) {
 		result = "too_large"
 	case errors.Is(err, ErrRollback):
 		result = "rollback"
+	case errors.Is(err, ErrFormatNewer):
+		result = "format_newer"
 	case errors.Is(err, ErrSealed):
 		result = "sealed"
 	case errors.Is(err, ErrFenced):
@@ -163,7 +175,10 @@ func (s *Shared) read(ctx context.Context, data string) (v []byte, err error) {
 // there is none, ErrSealed when it does not open, ErrTooLarge when it is
 // over the bound (not read), ErrRollback when it is older than one this
 // process has seen (ErrTooLarge and ErrRollback are ErrSealed too; none
-// is used).
+// is used), a *FormatError (ErrFormatNewer, not ErrSealed: it is neither
+// used nor to be replaced) when it is of a format newer than this process
+// reads and no live agent rewrites it in an older one in time
+// (convert.go).
 func (s *Shared) Get(ctx context.Context, kind, id string) (v []byte, err error) {
 	defer func() { s.note("get", err) }()
 	data, _ := s.keys(kind, id)
@@ -172,7 +187,13 @@ func (s *Shared) Get(ctx context.Context, kind, id string) (v []byte, err error)
 	if err != nil {
 		return nil, err
 	}
-	plain, gen, err := s.sealer.Open(kind, id, sealed)
+	plain, gen, err := s.open(kind, id, sealed)
+	if fe := (*FormatError)(nil); errors.As(err, &fe) {
+		if sealed, err = s.awaitOlder(ctx, data, fe); err != nil {
+			return nil, err
+		}
+		plain, gen, err = s.open(kind, id, sealed)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -182,13 +203,17 @@ func (s *Shared) Get(ctx context.Context, kind, id string) (v []byte, err error)
 	return plain, nil
 }
 
-// Put keeps plain for kind and id, sealed with the next generation, for
-// ttl (0: until replaced), under l, the identity's lease; ErrFenced when l
-// is no longer held, ErrTooLarge (nothing written) when the sealed value
-// would be over the bound.
+// Put keeps plain for kind and id, sealed with the next generation in the
+// format every live agent reads, for ttl (0: until replaced), under l, the
+// identity's lease; ErrFenced when l is no longer held, ErrTooLarge
+// (nothing written) when the sealed value would be over the bound, a
+// *FormatError (nothing written) when the record there is of a format
+// newer than this process reads: it is never overwritten by one that
+// cannot read it.
 func (s *Shared) Put(ctx context.Context, kind, id string, plain []byte, ttl time.Duration, l Lease) (err error) {
 	defer func() { s.note("put", err) }()
-	if n := len(plain) + Overhead; n > s.maxValue {
+	format := s.writeFormat(ctx)
+	if n := len(plain) + s.overhead(format, id); n > s.maxValue {
 		return fmt.Errorf("%w: a record of %d bytes sealed is more than %d; it was not written", ErrTooLarge, n, s.maxValue)
 	}
 	data, lease := s.keys(kind, id)
@@ -201,7 +226,11 @@ func (s *Shared) Put(ctx context.Context, kind, id string, plain []byte, ttl tim
 	var cur uint64
 	switch sealed, err := s.read(ctx, data); {
 	case err == nil:
-		if _, g, err := s.sealer.Open(kind, id, sealed); err == nil {
+		_, g, err := s.open(kind, id, sealed)
+		if fe := (*FormatError)(nil); errors.As(err, &fe) {
+			return err
+		}
+		if err == nil {
 			cur = g
 		}
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrSealed):
@@ -210,7 +239,7 @@ func (s *Shared) Put(ctx context.Context, kind, id string, plain []byte, ttl tim
 		return err
 	}
 	gen := s.gens.next(data, cur, time.Now())
-	value := s.sealer.Seal(kind, id, gen, plain)
+	value := s.seal(format, kind, id, gen, plain, ttl)
 	if err := s.write(ctx, func(ctx context.Context) error { return s.b.put(ctx, data, lease, owner, value, ttl) }); err != nil {
 		return err
 	}
@@ -254,4 +283,38 @@ func (s *Shared) holder(held Lease, lease string) (string, error) {
 		return "", fmt.Errorf("%w: no lease for this identity", ErrFenced)
 	}
 	return l.owner, nil
+}
+
+// open opens a value kept for kind and id in any format this process
+// reads; a *FormatError when it is of a newer one.
+func (s *Shared) open(kind, id string, sealed []byte) ([]byte, uint64, error) {
+	switch {
+	case len(sealed) >= Overhead && int(sealed[0]) > s.fmts.newest && sealed[0] <= maxFormat:
+		return nil, 0, &FormatError{Format: int(sealed[0]), Reads: s.fmts.newest}
+	case len(sealed) > 0 && sealed[0] == format3:
+		_, plain, gen, _, err := s.sealer.open3(kind, s.sealer.Name(kind, id), sealed)
+		return plain, gen, err
+	}
+	return s.sealer.Open(kind, id, sealed)
+}
+
+// seal seals plain for kind and id in format, expiring after ttl (0:
+// none; only format 3 carries it).
+func (s *Shared) seal(format int, kind, id string, gen uint64, plain []byte, ttl time.Duration) []byte {
+	if format == format3 {
+		var expiry int64
+		if ttl > 0 {
+			expiry = time.Now().Add(ttl).UnixMilli()
+		}
+		return s.sealer.seal3(kind, id, gen, expiry, plain)
+	}
+	return s.sealer.Seal(kind, id, gen, plain)
+}
+
+// overhead is what sealing in format adds to a value of identity id.
+func (s *Shared) overhead(format int, id string) int {
+	if format == format3 {
+		return overhead3(id)
+	}
+	return Overhead
 }

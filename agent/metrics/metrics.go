@@ -31,6 +31,7 @@ import (
 // Metrics are the agent's Prometheus metrics, in a registry of its own.
 type Metrics struct {
 	reg         *prometheus.Registry
+	formats     *storeFormats // the shared store's record formats
 	requests    *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
 	signing     prometheus.Histogram
@@ -161,8 +162,9 @@ func (m *Metrics) Refresh(scheme, result string) {
 // probes reads at each scrape.
 func New(tm *tokenq.Manager, build Build, list []schemes.Entry, probes Probes) *Metrics {
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
-		tm:  tm,
+		reg:     prometheus.NewRegistry(),
+		tm:      tm,
+		formats: newStoreFormats(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "signagent_requests_total", Help: "HTTP requests by method, route (the path of a known route, other or refused) and status.",
 		}, []string{"method", "route", "status"}),
@@ -192,7 +194,7 @@ func New(tm *tokenq.Manager, build Build, list []schemes.Entry, probes Probes) *
 			Help: "Authorization header values handed out by scheme and where they came from: memory (this agent's), store (the token store or the shared store: another process's login), login or refresh (just now)."},
 			[]string{"scheme", "source"}),
 		storeOps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_store_operations_total",
-			Help: "Shared store operations (get, put, delete, acquire, ping, once: a certificate login's key transport marked) by result (ok, not_found, sealed: a value that did not open, too_large: a value over the size bound, not read, rollback: a record older than one seen, fenced, waited: a lease another agent held, seen: marked before, unavailable)."},
+			Help: "Shared store operations (get, put, delete, acquire, ping, convert: a record rewritten in an older format for an older agent, once: a certificate login's key transport marked) by result (ok, not_found, sealed: a value that did not open, too_large: a value over the size bound, not read, rollback: a record older than one seen, format_newer: a record of a format newer than this agent reads, fenced, waited: a lease another agent held, seen: marked before, unavailable)."},
 			[]string{"op", "result"}),
 		certLogins: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "signagent_certificate_logins_total",
 			Help: "Legacy certificate logins by outcome (ok; backoff: not tried, a failure's wait not over; not_challenge, replayed: the API's answer refused before the token was asked; store_unavailable; not_opened; refused: AuthenticateConfirm refused; error)."},
@@ -232,7 +234,7 @@ func New(tm *tokenq.Manager, build Build, list []schemes.Entry, probes Probes) *
 		Help:        "Always 1; the labels say which build is running: version, revision (the commit, as signagent version --json's commit) and goversion.",
 		ConstLabels: prometheus.Labels{"version": build.Version, "goversion": runtime.Version(), "revision": build.Commit}})
 	info.Set(1)
-	m.reg.MustRegister(info, stateCollector{m: m, probes: probes}, m.calls, m.retries, m.authz, m.requests, m.duration, m.storeOps, m.certLogins, m.sessions, m.sources,
+	m.reg.MustRegister(info, stateCollector{m: m, probes: probes}, m.formats, m.calls, m.retries, m.authz, m.requests, m.duration, m.storeOps, m.certLogins, m.sessions, m.sources,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

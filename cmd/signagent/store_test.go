@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -45,32 +43,7 @@ func TestSharedStoreAcrossProcesses(t *testing.T) {
 	}
 
 	// Sign in once, through the device flow, into the shared store.
-	login := signagent(t, env(), "login", "--no-qr")
-	out, _ := login.StderrPipe() // the instructions; the result goes to stdout
-	var loginErr bytes.Buffer
-	login.Stdout = &loginErr
-	if err := login.Start(); err != nil {
-		t.Fatal(err)
-	}
-	code := ""
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		if m := regexp.MustCompile(`enter the code ([A-Z]{8})$`).FindStringSubmatch(sc.Text()); m != nil {
-			code = m[1]
-			break
-		}
-	}
-	resp, err := http.PostForm(emu.URL()+"/device", url.Values{"user_code": {code}, "login": {"alice@example.com"},
-		"password": {browserPassword}, "decision": {"allow"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	for sc.Scan() {
-	}
-	if err := login.Wait(); err != nil {
-		t.Fatalf("login: %v %s", err, loginErr.String())
-	}
+	signIn(t, signagent(t, env(), "login", "--no-qr"), emu.URL())
 
 	// Another machine: status from the store.
 	var status bytes.Buffer
@@ -112,7 +85,7 @@ func TestSharedStoreAcrossProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err = http.PostForm(emu.URL()+"/device", url.Values{"user_code": {d.UserCode}, "login": {"alice@example.com"},
+	resp, err := http.PostForm(emu.URL()+"/device", url.Values{"user_code": {d.UserCode}, "login": {"alice@example.com"},
 		"password": {browserPassword}, "decision": {"allow"}})
 	if err != nil {
 		t.Fatal(err)

@@ -47,7 +47,8 @@ func TestVersionAndUnknownCommands(t *testing.T) {
 	}
 	code, out, _ := do("version", "--json")
 	var b cmdutil.BuildInfo
-	if err := json.Unmarshal([]byte(out), &b); code != 0 || err != nil || b.Version == "" || !strings.HasPrefix(b.GoVersion, "go") || !strings.Contains(b.Platform, "/") {
+	if err := json.Unmarshal([]byte(out), &b); code != 0 || err != nil || b.Version == "" || !strings.HasPrefix(b.GoVersion, "go") || !strings.Contains(b.Platform, "/") ||
+		b.StoreFormats.Write != 2 || len(b.StoreFormats.Read) < 2 || b.StoreFormats.Read[0] != 1 || b.StoreFormats.Read[1] != 2 {
 		t.Fatalf("version --json: %d %q %v", code, out, err)
 	}
 	for _, args := range [][]string{{"version"}, {"--version"}} {

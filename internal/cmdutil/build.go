@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/signagent/signagent/store"
 )
 
 // Version is the program's version: main sets it from its own, which
@@ -22,6 +24,18 @@ type BuildInfo struct {
 	Modified  bool   `json:"modified,omitempty"`
 	GoVersion string `json:"goVersion"`
 	Platform  string `json:"platform"`
+	// StoreFormats are the shared store's record formats this build reads
+	// and writes (docs/upgrading.md).
+	StoreFormats StoreFormats `json:"storeFormats"`
+}
+
+// StoreFormats are the record formats a build reads, the one it writes
+// until every live agent on the store reads a newer one, and the newest
+// it would write then.
+type StoreFormats struct {
+	Read      []int `json:"read"`
+	Write     int   `json:"write"`
+	WriteUpTo int   `json:"writeUpTo"`
 }
 
 // ReadBuildInfo is the version set with -ldflags "-X main.version=...",
@@ -29,7 +43,9 @@ type BuildInfo struct {
 // v1.2.3), "dev" when neither says; and the commit set with -ldflags
 // "-X main.commit=...", else the one of Go's VCS stamp.
 func ReadBuildInfo(ldflagsVersion, ldflagsCommit string, info *debug.BuildInfo, ok bool) BuildInfo {
-	b := BuildInfo{Version: ldflagsVersion, Commit: ldflagsCommit, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	f := store.BuildFormats()
+	b := BuildInfo{Version: ldflagsVersion, Commit: ldflagsCommit, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH,
+		StoreFormats: StoreFormats{Read: f.Read, Write: f.Write, WriteUpTo: f.Read[len(f.Read)-1]}}
 	if !ok || info == nil {
 		return b
 	}

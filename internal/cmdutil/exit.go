@@ -49,6 +49,7 @@ var ExitCodes = map[error]int{
 	errdefs.ErrUnreachable:      ExitTransport,
 	errdefs.ErrTimeout:          ExitTransport,
 	errdefs.ErrStoreUnavailable: ExitTransport,
+	errdefs.ErrStoreFormatNewer: ExitTransport, // a newer agent wrote it: finish the upgrade or roll back, then again
 	errdefs.ErrSignIn:           ExitSignIn,
 	errdefs.ErrTryAgain:         ExitRetry,
 	errdefs.ErrTokenNotReady:    ExitFailure,

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/signagent/signagent/emulator"
+	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/internal/redistest"
+	"github.com/signagent/signagent/store"
+)
+
+// builds are this test's binary and the same code built the other way:
+// with the test-only tag signagent_format3 (it reads and writes a record
+// format 3 that this release does not read) or without it. v2 reads up to
+// format 2, v3 up to 3.
+func builds(t *testing.T) (v2, v3 string) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := store.BuildFormats().Read
+	other := filepath.Join(t.TempDir(), "signagent-other")
+	args := []string{"build", "-o", other}
+	if read[len(read)-1] == 2 {
+		args = append(args, "-tags", "signagent_format3")
+	}
+	cmd := exec.Command("go", append(args, ".")...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	if read[len(read)-1] == 2 {
+		return self, other
+	}
+	return other, self
+}
+
+// binary is signagent at bin with env and args.
+func binary(bin string, env []string, args ...string) *exec.Cmd {
+	cmd := &exec.Cmd{Path: bin, Args: append([]string{"signagent"}, args...)}
+	cmd.Env = append(os.Environ(), env...)
+	return cmd
+}
+
+// fleet is the agents a load balancer sends calls to now.
+type fleet struct {
+	mu     sync.Mutex
+	agents []*agentProc
+}
+
+func (f *fleet) pick() *agentProc {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.agents[rand.IntN(len(f.agents))]
+}
+
+func (f *fleet) set(agents []*agentProc) {
+	f.mu.Lock()
+	f.agents = agents
+	f.mu.Unlock()
+}
+
+// TestRollingFormatUpgrade: three agents of a build that reads up to
+// format 2 (this release) on one redis-server, under load (trusted
+// sessions, business calls through the proxy for trusted identities and
+// for an OpenID Connect profile whose 4 s access tokens are refreshed
+// with one-time refresh tokens), are replaced one at a time by agents of
+// the same code built to read and write a format 3 (a rolling upgrade:
+// each new one ready before an old one stops), and then back (a
+// rollback). Throughout: no call fails, one trusted login per identity,
+// one legacy login per identity, no device flow beyond the first sign-in,
+// no refresh token used twice. The new agents write format 2 while an old
+// one is live and 3 once none is; after the rollback no record of format
+// 3 is left.
+func TestRollingFormatUpgrade(t *testing.T) {
+	t.Parallel()
+	v2, v3 := builds(t)
+	const identities, size = 6, 3
+	tk := procToken(t)
+	hash, _ := emulator.HashPassword([]byte(browserPassword))
+	users := []emulator.User{{ID: "alice", Login: "alice@example.com", PasswordHash: hash}}
+	for i := range identities {
+		users = append(users, emulator.User{ID: fmt.Sprintf("u%d", i), Phone: fmt.Sprintf("93%08d", i), Linked: []string{fmt.Sprintf("p:crm-%d", i)}})
+	}
+	emu := startEmulator(t, &emulator.Config{
+		Partners:   []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}}},
+		Developers: []emulator.Developer{{Name: "crm", Key: "testClient-0a1b2c3d4e"}},
+		OIDC: emulator.OIDCConfig{Clients: []emulator.OIDCClient{{ID: "crm-app", Secret: "s3cret-of-the-app"}},
+			DeviceInterval: emulator.Duration(time.Second), AccessTokenTTL: emulator.Duration(4 * time.Second), RefreshRotation: "one-time"},
+		Users: users,
+	})
+	srv := redistest.Start(t)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { raw.Close() })
+	dir := t.TempDir()
+	key := filepath.Join(dir, "store.key")
+	makeStoreKey(t, key)
+	tokens := []*hsmtest.Token{tk}
+	env := func(n int) []string {
+		for len(tokens) <= n {
+			tokens = append(tokens, tk.Twin(t))
+		}
+		return append(serveEnv(tokens[n]), "SIGNAGENT_STORE="+srv.URL(), "SIGNAGENT_STORE_KEY_FILE="+key, "XDG_STATE_HOME="+dir,
+			"SIGNAGENT_DEVELOPER_KEY=testClient-0a1b2c3d4e", "SIGNAGENT_AUTH_URL="+emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
+			"SIGNAGENT_CLIENT_SECRET=s3cret-of-the-app", "SIGNAGENT_SPACE=staging")
+	}
+	signIn(t, binary(v2, append(env(0), "SIGNAGENT_PROFILE=crm", "SIGNAGENT_LOG_LEVEL=warn"), "login", "--no-qr"), emu.URL())
+
+	started := 0
+	start := func(bin string) *agentProc {
+		n := started
+		started++
+		sock := filepath.Join(dir, fmt.Sprintf("a%d.sock", n))
+		a := startServe(t, binary(bin, env(n%size), "serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull,
+			"--base-url", emu.URL(), "--api-url", emu.URL(), "--log-level", "warn"), sock)
+		eventuallyReady(t, a)
+		return a
+	}
+	var f fleet
+	var agents []*agentProc
+	for range size {
+		agents = append(agents, start(v2))
+	}
+	f.set(agents)
+
+	// The load: four callers until stop, each call to any agent of the
+	// fleet.
+	var calls, failed atomic.Int64
+	var failures sync.Map
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := rand.IntN(identities)
+				a := f.pick()
+				var code int
+				var body string
+				switch rand.IntN(3) {
+				case 0:
+					code, body = a.do("POST", "/v1/sessions", fmt.Sprintf(`{"phone":"93%08d","serviceUserId":"crm-%d"}`, id, id))
+				case 1:
+					code, body = a.doWith("GET", "/v1/service/GetMyOrganizations?autoRegister=false", "",
+						map[string]string{"Signagent-Identity": fmt.Sprintf("trusted phone=93%08d serviceUserId=crm-%d", id, id)})
+				default:
+					code, body = a.doWith("GET", "/v1/service/GetMyOrganizations?autoRegister=false", "", map[string]string{"Signagent-Identity": "oidc profile=crm"})
+				}
+				calls.Add(1)
+				if code != 200 {
+					failed.Add(1)
+					failures.Store(fmt.Sprintf("%d %s", code, body), true)
+				}
+			}
+		})
+	}
+	writes := func(a *agentProc) int {
+		_, body := a.do("GET", "/readyz", "")
+		var r struct{ StoreFormats struct{ Write int } }
+		json.Unmarshal([]byte(body), &r)
+		return r.StoreFormats.Write
+	}
+	// roll replaces the fleet's agents one at a time by agents of bin: a
+	// new one ready, the old one out of the fleet, then stopped (SIGTERM:
+	// it finishes its calls in flight and withdraws its announcement).
+	roll := func(bin string) {
+		for i := range agents {
+			time.Sleep(time.Second) // calls to the mixed fleet
+			next := start(bin)
+			old := agents[i]
+			agents[i] = next
+			f.set(append([]*agentProc(nil), agents...))
+			old.cmd.Process.Signal(syscall.SIGTERM)
+			<-old.done
+		}
+	}
+	// formats are the formats of the records in Redis, counted.
+	formats := func() map[byte]int {
+		out := map[byte]int{}
+		for _, k := range raw.Keys(context.Background(), "signagent:{*}").Val() {
+			if v, err := raw.HGet(context.Background(), k, "v").Bytes(); err == nil && len(v) > 0 {
+				out[v[0]]++
+			}
+		}
+		return out
+	}
+
+	time.Sleep(2 * time.Second)
+	roll(v3)
+	waitFor(t, 30*time.Second, "the new agents writing format 3", func() bool {
+		for _, a := range agents {
+			if writes(a) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	waitFor(t, 30*time.Second, "a record of format 3 (the profile refreshed)", func() bool { return formats()[3] > 0 })
+	upgraded := formats()
+	roll(v2)
+	rolledBack := formats()
+	time.Sleep(5 * time.Second) // the old fleet serves the records rewritten, refreshes included
+	close(stop)
+	wg.Wait()
+
+	st := emu.Stats()
+	t.Logf("%d calls through a rolling upgrade 2 -> 3 and a rollback 3 -> 2 of %d agents: %d failed; %d trusted logins for %d identities, %d legacy logins, %d OpenID Connect sign-ins (device flows) and %d refreshes, %d refresh tokens used twice; records by format after the upgrade %v, after the rollback %v",
+		calls.Load(), size, failed.Load(), st.Sessions, identities, st.LegacyTokens, st.AccessTokens-st.Refreshes, st.Refreshes, st.RefreshReuses, upgraded, rolledBack)
+	failures.Range(func(k, _ any) bool { t.Errorf("a failed call: %s", k); return true })
+	if failed.Load() != 0 || st.Sessions != identities || st.LegacyTokens != identities || st.AccessTokens-st.Refreshes != 1 || st.RefreshReuses != 0 || st.Refreshes == 0 {
+		t.Fatalf("want 0 failed calls, %d trusted and legacy logins, 1 sign-in, some refreshes and 0 reused", identities)
+	}
+	for id, n := range st.SessionsByUser {
+		if n != 1 {
+			t.Errorf("%s: %d trusted logins", id, n)
+		}
+	}
+	if rolledBack[3] != 0 {
+		t.Errorf("records of format 3 left after the rollback: %v", rolledBack)
+	}
+}
+
+// signIn runs login (the device flow) and approves it at the emulator's
+// device page as alice.
+func signIn(t *testing.T, login *exec.Cmd, emuURL string) {
+	t.Helper()
+	out, _ := login.StderrPipe()
+	var stdout strings.Builder
+	login.Stdout = &stdout
+	if err := login.Start(); err != nil {
+		t.Fatal(err)
+	}
+	code := ""
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if m := regexp.MustCompile(`enter the code ([A-Z]{8})$`).FindStringSubmatch(sc.Text()); m != nil {
+			code = m[1]
+			break
+		}
+	}
+	resp, err := http.PostForm(emuURL+"/device", url.Values{"user_code": {code}, "login": {"alice@example.com"},
+		"password": {browserPassword}, "decision": {"allow"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for sc.Scan() {
+	}
+	if err := login.Wait(); err != nil {
+		t.Fatalf("login: %v %s", err, stdout.String())
+	}
+}
