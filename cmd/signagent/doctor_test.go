@@ -206,7 +206,7 @@ func TestDoctor(t *testing.T) {
 		cfg := writeSecret(t, r.dir, "agent.yaml", "bearer-token-file: "+bearer+"\naudit-log: \"-\"\n")
 		code, checks, _ := r.doctor(t, "--agent-config", cfg)
 		want(t, checks, "settings", "ok", `^the agent's settings file .*agent\.yaml`)
-		want(t, checks, "bearer-token-file", "fail", `bearer has mode 0640.*; run chmod go-rwx`)
+		want(t, checks, "bearer-token-file", "fail", `bearer has mode 0640.*; run chmod g-rwx`)
 		if code != cmdutil.ExitFailure {
 			t.Fatalf("exit %d", code)
 		}

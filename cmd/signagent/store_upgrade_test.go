@@ -139,7 +139,7 @@ func TestRollingFormatUpgrade(t *testing.T) {
 	for range size {
 		agents = append(agents, start(v2))
 	}
-	f.set(agents)
+	f.set(append([]*agentProc(nil), agents...)) // a copy: roll writes agents while callers read the fleet
 
 	// The load: four callers until stop, each call to any agent of the
 	// fleet.
@@ -192,6 +192,9 @@ func TestRollingFormatUpgrade(t *testing.T) {
 			old := agents[i]
 			agents[i] = next
 			f.set(append([]*agentProc(nil), agents...))
+			// As a pod's preStop: a caller that picked the old agent just
+			// before has dialed it before it stops listening.
+			time.Sleep(200 * time.Millisecond)
 			old.cmd.Process.Signal(syscall.SIGTERM)
 			<-old.done
 		}

@@ -325,6 +325,7 @@ func BoundHeads(t *http.Transport, l HeadLimits) http.RoundTripper {
 		}
 		return &headConn{Conn: c, hc: NewHeadCounter(l)}, nil
 	}
+	//lint:ignore SA1019 a caller's own DialTLS (deprecated, still honoured by net/http) is left to it
 	if t.DialTLSContext == nil && t.DialTLS == nil {
 		t.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return dialTLS(ctx, t, dial, network, addr, l)

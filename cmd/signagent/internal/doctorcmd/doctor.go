@@ -4,7 +4,6 @@ package doctorcmd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -188,4 +187,3 @@ func oneLine(err error) string {
 	return strings.TrimPrefix(msg, "signagent: ")
 }
 
-var errNotChecked = errors.New("not checked")
