@@ -186,4 +186,3 @@ func oneLine(err error) string {
 	}
 	return strings.TrimPrefix(msg, "signagent: ")
 }
-
