@@ -78,29 +78,39 @@ func (f *fleet) set(agents []*agentProc) {
 	f.mu.Unlock()
 }
 
-// TestRollingFormatUpgrade: three agents of a build that reads up to
-// format 2 (this release) on one redis-server, under load (trusted
+// rollingBed is a fleet of agents on one redis-server under load (trusted
 // sessions, business calls through the proxy for trusted identities and
 // for an OpenID Connect profile whose 4 s access tokens are refreshed
-// with one-time refresh tokens), are replaced one at a time by agents of
-// the same code built to read and write a format 3 (a rolling upgrade:
-// each new one ready before an old one stops), and then back (a
-// rollback). Throughout: no call fails, one trusted login per identity,
-// one legacy login per identity, no device flow beyond the first sign-in,
-// no refresh token used twice. The new agents write format 2 while an old
-// one is live and 3 once none is; after the rollback no record of format
-// 3 is left.
-func TestRollingFormatUpgrade(t *testing.T) {
-	t.Parallel()
-	v2, v3 := builds(t)
-	const identities, size = 6, 3
+// with one-time refresh tokens), its agents replaced one at a time (a
+// rolling upgrade or rollback: each new one ready before an old one
+// stops), and what the emulator counted.
+type rollingBed struct {
+	t      *testing.T
+	emu    *emulator.Server
+	raw    *redis.Client
+	fleet  fleet
+	agents []*agentProc
+	start  func(bin string) *agentProc
+
+	calls, failed atomic.Int64
+	failures      sync.Map
+	stop          chan struct{}
+	wg            sync.WaitGroup
+}
+
+const rollingIdentities, rollingSize = 6, 3
+
+// newRollingBed signs the profile in with signIn's binary, starts
+// rollingSize agents of first and the load.
+func newRollingBed(t *testing.T, signInWith, first string) *rollingBed {
+	b := &rollingBed{t: t, stop: make(chan struct{})}
 	tk := procToken(t)
 	hash, _ := emulator.HashPassword([]byte(browserPassword))
 	users := []emulator.User{{ID: "alice", Login: "alice@example.com", PasswordHash: hash}}
-	for i := range identities {
+	for i := range rollingIdentities {
 		users = append(users, emulator.User{ID: fmt.Sprintf("u%d", i), Phone: fmt.Sprintf("93%08d", i), Linked: []string{fmt.Sprintf("p:crm-%d", i)}})
 	}
-	emu := startEmulator(t, &emulator.Config{
+	b.emu = startEmulator(t, &emulator.Config{
 		Partners:   []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}}},
 		Developers: []emulator.Developer{{Name: "crm", Key: "testClient-0a1b2c3d4e"}},
 		OIDC: emulator.OIDCConfig{Clients: []emulator.OIDCClient{{ID: "crm-app", Secret: "s3cret-of-the-app"}},
@@ -108,8 +118,8 @@ func TestRollingFormatUpgrade(t *testing.T) {
 		Users: users,
 	})
 	srv := redistest.Start(t)
-	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { raw.Close() })
+	b.raw = redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { b.raw.Close() })
 	dir := t.TempDir()
 	key := filepath.Join(dir, "store.key")
 	makeStoreKey(t, key)
@@ -119,44 +129,38 @@ func TestRollingFormatUpgrade(t *testing.T) {
 			tokens = append(tokens, tk.Twin(t))
 		}
 		return append(serveEnv(tokens[n]), "SIGNAGENT_STORE="+srv.URL(), "SIGNAGENT_STORE_KEY_FILE="+key, "XDG_STATE_HOME="+dir,
-			"SIGNAGENT_DEVELOPER_KEY=testClient-0a1b2c3d4e", "SIGNAGENT_AUTH_URL="+emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
+			"SIGNAGENT_DEVELOPER_KEY=testClient-0a1b2c3d4e", "SIGNAGENT_AUTH_URL="+b.emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
 			"SIGNAGENT_CLIENT_SECRET=s3cret-of-the-app", "SIGNAGENT_SPACE=staging")
 	}
-	signIn(t, binary(v2, append(env(0), "SIGNAGENT_PROFILE=crm", "SIGNAGENT_LOG_LEVEL=warn"), "login", "--no-qr"), emu.URL())
+	signIn(t, binary(signInWith, append(env(0), "SIGNAGENT_PROFILE=crm", "SIGNAGENT_LOG_LEVEL=warn"), "login", "--no-qr"), b.emu.URL())
 
 	started := 0
-	start := func(bin string) *agentProc {
+	b.start = func(bin string) *agentProc {
 		n := started
 		started++
 		sock := filepath.Join(dir, fmt.Sprintf("a%d.sock", n))
-		a := startServe(t, binary(bin, env(n%size), "serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull,
-			"--base-url", emu.URL(), "--api-url", emu.URL(), "--log-level", "warn"), sock)
+		a := startServe(t, binary(bin, env(n%rollingSize), "serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull,
+			"--base-url", b.emu.URL(), "--api-url", b.emu.URL(), "--log-level", "warn"), sock)
 		eventuallyReady(t, a)
 		return a
 	}
-	var f fleet
-	var agents []*agentProc
-	for range size {
-		agents = append(agents, start(v2))
+	for range rollingSize {
+		b.agents = append(b.agents, b.start(first))
 	}
-	f.set(append([]*agentProc(nil), agents...)) // a copy: roll writes agents while callers read the fleet
+	b.fleet.set(append([]*agentProc(nil), b.agents...)) // a copy: roll writes agents while callers read the fleet
 
 	// The load: four callers until stop, each call to any agent of the
 	// fleet.
-	var calls, failed atomic.Int64
-	var failures sync.Map
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	for range 4 {
-		wg.Go(func() {
+		b.wg.Go(func() {
 			for {
 				select {
-				case <-stop:
+				case <-b.stop:
 					return
 				default:
 				}
-				id := rand.IntN(identities)
-				a := f.pick()
+				id := rand.IntN(rollingIdentities)
+				a := b.fleet.pick()
 				var code int
 				var body string
 				switch rand.IntN(3) {
@@ -168,80 +172,156 @@ func TestRollingFormatUpgrade(t *testing.T) {
 				default:
 					code, body = a.doWith("GET", "/v1/service/GetMyOrganizations?autoRegister=false", "", map[string]string{"Signagent-Identity": "oidc profile=crm"})
 				}
-				calls.Add(1)
+				b.calls.Add(1)
 				if code != 200 {
-					failed.Add(1)
-					failures.Store(fmt.Sprintf("%d %s", code, body), true)
+					b.failed.Add(1)
+					b.failures.Store(fmt.Sprintf("%d %s", code, body), true)
 				}
 			}
 		})
 	}
-	writes := func(a *agentProc) int {
-		_, body := a.do("GET", "/readyz", "")
-		var r struct{ StoreFormats struct{ Write int } }
-		json.Unmarshal([]byte(body), &r)
-		return r.StoreFormats.Write
-	}
-	// roll replaces the fleet's agents one at a time by agents of bin: a
-	// new one ready, the old one out of the fleet, then stopped (SIGTERM:
-	// it finishes its calls in flight and withdraws its announcement).
-	roll := func(bin string) {
-		for i := range agents {
-			time.Sleep(time.Second) // calls to the mixed fleet
-			next := start(bin)
-			old := agents[i]
-			agents[i] = next
-			f.set(append([]*agentProc(nil), agents...))
-			// As a pod's preStop: a caller that picked the old agent just
-			// before has dialed it before it stops listening.
-			time.Sleep(200 * time.Millisecond)
-			old.cmd.Process.Signal(syscall.SIGTERM)
-			<-old.done
-		}
-	}
-	// formats are the formats of the records in Redis, counted.
-	formats := func() map[byte]int {
-		out := map[byte]int{}
-		for _, k := range raw.Keys(context.Background(), "signagent:{*}").Val() {
-			if v, err := raw.HGet(context.Background(), k, "v").Bytes(); err == nil && len(v) > 0 {
-				out[v[0]]++
-			}
-		}
-		return out
-	}
+	return b
+}
 
-	time.Sleep(2 * time.Second)
-	roll(v3)
-	waitFor(t, 30*time.Second, "the new agents writing format 3", func() bool {
-		for _, a := range agents {
-			if writes(a) != 3 {
-				return false
-			}
-		}
-		return true
-	})
-	waitFor(t, 30*time.Second, "a record of format 3 (the profile refreshed)", func() bool { return formats()[3] > 0 })
-	upgraded := formats()
-	roll(v2)
-	rolledBack := formats()
-	time.Sleep(5 * time.Second) // the old fleet serves the records rewritten, refreshes included
-	close(stop)
-	wg.Wait()
+// roll replaces the fleet's agents one at a time by agents of bin: a new
+// one ready, the old one out of the fleet, then stopped (SIGTERM: it
+// finishes its calls in flight and withdraws its announcement).
+func (b *rollingBed) roll(bin string) {
+	for i := range b.agents {
+		time.Sleep(time.Second) // calls to the mixed fleet
+		next := b.start(bin)
+		old := b.agents[i]
+		b.agents[i] = next
+		b.fleet.set(append([]*agentProc(nil), b.agents...))
+		// As a pod's preStop: a caller that picked the old agent just
+		// before has dialed it before it stops listening.
+		time.Sleep(200 * time.Millisecond)
+		old.cmd.Process.Signal(syscall.SIGTERM)
+		<-old.done
+	}
+}
 
-	st := emu.Stats()
-	t.Logf("%d calls through a rolling upgrade 2 -> 3 and a rollback 3 -> 2 of %d agents: %d failed; %d trusted logins for %d identities, %d legacy logins, %d OpenID Connect sign-ins (device flows) and %d refreshes, %d refresh tokens used twice; records by format after the upgrade %v, after the rollback %v",
-		calls.Load(), size, failed.Load(), st.Sessions, identities, st.LegacyTokens, st.AccessTokens-st.Refreshes, st.Refreshes, st.RefreshReuses, upgraded, rolledBack)
-	failures.Range(func(k, _ any) bool { t.Errorf("a failed call: %s", k); return true })
-	if failed.Load() != 0 || st.Sessions != identities || st.LegacyTokens != identities || st.AccessTokens-st.Refreshes != 1 || st.RefreshReuses != 0 || st.Refreshes == 0 {
-		t.Fatalf("want 0 failed calls, %d trusted and legacy logins, 1 sign-in, some refreshes and 0 reused", identities)
+// formats are the formats of the records in Redis, counted.
+func (b *rollingBed) formats() map[byte]int {
+	out := map[byte]int{}
+	for _, k := range b.raw.Keys(context.Background(), "signagent:{*}").Val() {
+		if v, err := b.raw.HGet(context.Background(), k, "v").Bytes(); err == nil && len(v) > 0 {
+			out[v[0]]++
+		}
+	}
+	return out
+}
+
+// finish lets the last fleet serve a while (the records it was handed,
+// refreshes included), stops the load and checks what a rolling upgrade
+// and a rollback promise: no call failed, one trusted and one legacy
+// login per identity, no device flow beyond the first sign-in, no refresh
+// token used twice.
+func (b *rollingBed) finish(what string) {
+	t := b.t
+	time.Sleep(5 * time.Second)
+	close(b.stop)
+	b.wg.Wait()
+	st := b.emu.Stats()
+	t.Logf("%s of %d agents: %d calls, %d failed; %d trusted logins for %d identities, %d legacy logins, %d OpenID Connect sign-ins (device flows) and %d refreshes, %d refresh tokens used twice",
+		what, rollingSize, b.calls.Load(), b.failed.Load(), st.Sessions, rollingIdentities, st.LegacyTokens, st.AccessTokens-st.Refreshes, st.Refreshes, st.RefreshReuses)
+	b.failures.Range(func(k, _ any) bool { t.Errorf("a failed call: %s", k); return true })
+	if b.failed.Load() != 0 || st.Sessions != rollingIdentities || st.LegacyTokens != rollingIdentities || st.AccessTokens-st.Refreshes != 1 || st.RefreshReuses != 0 || st.Refreshes == 0 {
+		t.Fatalf("want 0 failed calls, %d trusted and legacy logins, 1 sign-in, some refreshes and 0 reused", rollingIdentities)
 	}
 	for id, n := range st.SessionsByUser {
 		if n != 1 {
 			t.Errorf("%s: %d trusted logins", id, n)
 		}
 	}
+}
+
+// TestRollingFormatUpgrade: three agents of a build that reads up to
+// format 2 (this release) are replaced one at a time by agents of the
+// same code built to read and write a format 3, and then back (a
+// rollback), under load (rollingBed). The new agents write format 2 while
+// an old one is live and 3 once none is; after the rollback no record of
+// format 3 is left.
+func TestRollingFormatUpgrade(t *testing.T) {
+	t.Parallel()
+	v2, v3 := builds(t)
+	b := newRollingBed(t, v2, v2)
+	writes := func(a *agentProc) int {
+		_, body := a.do("GET", "/readyz", "")
+		var r struct{ StoreFormats struct{ Write int } }
+		json.Unmarshal([]byte(body), &r)
+		return r.StoreFormats.Write
+	}
+	time.Sleep(2 * time.Second)
+	b.roll(v3)
+	waitFor(t, 30*time.Second, "the new agents writing format 3", func() bool {
+		for _, a := range b.agents {
+			if writes(a) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	waitFor(t, 30*time.Second, "a record of format 3 (the profile refreshed)", func() bool { return b.formats()[3] > 0 })
+	upgraded := b.formats()
+	b.roll(v2)
+	rolledBack := b.formats()
+	b.finish(fmt.Sprintf("a rolling upgrade 2 -> 3 and a rollback 3 -> 2 (records by format after the upgrade %v, after the rollback %v)", upgraded, rolledBack))
 	if rolledBack[3] != 0 {
 		t.Errorf("records of format 3 left after the rollback: %v", rolledBack)
+	}
+}
+
+// previousRelease is the release before this one, whose agents share a
+// store with this one's during a rolling upgrade (docs/upgrading.md): the
+// main of the round before.
+const previousRelease = "a5cdd2a666c54fff65dd43f575e901c6919bf403"
+
+// buildPrevious builds signagent at previousRelease from this checkout's
+// history (git archive, go build): the test fails, not skips, without it.
+func buildPrevious(t *testing.T) string {
+	t.Helper()
+	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Fatalf("the previous release is built from this checkout's git history: git rev-parse: %v", err)
+	}
+	src := t.TempDir()
+	archive := exec.Command("sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", strings.TrimSpace(string(root)), previousRelease, src)
+	if out, err := archive.CombinedOutput(); err != nil {
+		t.Fatalf("git archive %s (a clone without that commit cannot run this test): %v\n%s", previousRelease[:7], err, out)
+	}
+	bin := filepath.Join(t.TempDir(), "signagent-previous")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/signagent")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build of %s: %v\n%s", previousRelease[:7], err, out)
+	}
+	return bin
+}
+
+// TestMixedReleases: agents of the previous release (previousRelease,
+// built from history) and of this one share a store both ways: a fleet of
+// the previous release, its profile signed in by it, is replaced one
+// agent at a time by this release's, then rolled back, under load, with
+// no call failed, one login per identity and nobody signed out
+// (rollingBed). Nothing this release adds to the store (the formats'
+// announcements, the store's probe lease, certificate logins' marks) is
+// in the previous release's way.
+func TestMixedReleases(t *testing.T) {
+	t.Parallel()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	previous := buildPrevious(t)
+	b := newRollingBed(t, previous, previous)
+	time.Sleep(2 * time.Second)
+	b.roll(self)
+	time.Sleep(5 * time.Second) // this release alone, on what the previous one wrote
+	b.roll(previous)
+	b.finish("a rolling upgrade from " + previousRelease[:7] + " to this build and a rollback")
+	if f := b.formats(); len(f) != 1 || f[2] == 0 {
+		t.Errorf("records by format after the rollback: %v (the previous release reads format 2)", f)
 	}
 }
 
