@@ -13,7 +13,6 @@ import (
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/errdefs"
-	"github.com/signagent/signagent/legacy"
 )
 
 // APIError is the body of an error answer.
@@ -37,6 +36,7 @@ var kindAnswers = map[error]struct {
 	errdefs.ErrStoreFormatNewer: {http.StatusServiceUnavailable, api.CodeStoreFormatNewer},
 	errdefs.ErrTokenNotReady:    {http.StatusServiceUnavailable, api.CodeTokenNotReady},
 	errdefs.ErrTryAgain:         {http.StatusTooManyRequests, api.CodeQueueFull},
+	errdefs.ErrBackoff:          {http.StatusTooManyRequests, api.CodeLoginBackoff},
 	errdefs.ErrInvalidInput:     {http.StatusBadRequest, api.CodeBadInput},
 	errdefs.ErrNotConfigured:    {http.StatusServiceUnavailable, api.CodeNotConfigured},
 	errdefs.ErrTimeout:          {http.StatusGatewayTimeout, api.CodeServiceTimeout},
@@ -56,8 +56,6 @@ func classify(err error) (int, APIError) {
 		return http.StatusServiceUnavailable, APIError{Code: api.CodeBusy, Message: err.Error()}
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, APIError{Code: api.CodeTooLarge, Message: err.Error()}
-	case errors.As(err, new(*legacy.BackoffError)):
-		return http.StatusTooManyRequests, APIError{Code: api.CodeLoginBackoff, Message: err.Error()}
 	}
 	if a, ok := kindAnswers[errdefs.Kind(err)]; ok {
 		e := APIError{Code: a.code, Message: forHTTP.Replace(err.Error())}

@@ -36,6 +36,10 @@ var (
 	// ErrTryAgain: a moment later the same call may work (the token's
 	// queue is full, the service saw this signed text a moment ago).
 	ErrTryAgain = errors.New("try again")
+	// ErrBackoff: a login that failed a moment ago makes the next wait
+	// (a certificate login after the service's challenge failed); ask
+	// again after the wait the error says.
+	ErrBackoff = errors.New("backing off")
 	// ErrTokenNotReady: the token is absent, locked, broken or reconnecting.
 	ErrTokenNotReady = errors.New("token not ready")
 	// ErrStoreUnavailable: the shared store does not answer.
@@ -52,7 +56,7 @@ var (
 // wraps several (a sign-in needed because the token was not ready) takes
 // the first.
 var Kinds = []error{
-	ErrForbidden, ErrStoreFormatNewer, ErrSignIn, ErrStoreUnavailable, ErrTokenNotReady, ErrTryAgain,
+	ErrForbidden, ErrStoreFormatNewer, ErrSignIn, ErrStoreUnavailable, ErrTokenNotReady, ErrBackoff, ErrTryAgain,
 	ErrInvalidInput, ErrNotConfigured, ErrTimeout, ErrUnreachable, ErrFailing, ErrRefused,
 }
 

@@ -38,7 +38,7 @@ func TestKind(t *testing.T) {
 // Every kind is in Kinds once, so that Kind can find it.
 func TestKindsComplete(t *testing.T) {
 	all := []error{ErrInvalidInput, ErrNotConfigured, ErrRefused, ErrFailing, ErrUnreachable, ErrTimeout,
-		ErrSignIn, ErrTryAgain, ErrTokenNotReady, ErrStoreUnavailable, ErrStoreFormatNewer, ErrForbidden}
+		ErrSignIn, ErrBackoff, ErrTryAgain, ErrTokenNotReady, ErrStoreUnavailable, ErrStoreFormatNewer, ErrForbidden}
 	if len(all) != len(Kinds) {
 		t.Fatalf("%d kinds, Kinds lists %d", len(all), len(Kinds))
 	}

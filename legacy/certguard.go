@@ -146,8 +146,8 @@ func (e *BackoffError) Error() string {
 		e.Thumbprint, e.Wait.Round(time.Second), FloorMax)
 }
 
-// Is gives the error its kind: try again later.
-func (e *BackoffError) Is(target error) bool { return target == errdefs.ErrTryAgain }
+// Is gives the error its kind: back off, then ask again.
+func (e *BackoffError) Is(target error) bool { return target == errdefs.ErrBackoff }
 
 // RetryAfter is how long to wait before trying again.
 func (e *BackoffError) RetryAfter() time.Duration { return e.Wait }

@@ -52,6 +52,7 @@ var ExitCodes = map[error]int{
 	errdefs.ErrStoreFormatNewer: ExitTransport, // a newer agent wrote it: finish the upgrade or roll back, then again
 	errdefs.ErrSignIn:           ExitSignIn,
 	errdefs.ErrTryAgain:         ExitRetry,
+	errdefs.ErrBackoff:          ExitRetry,
 	errdefs.ErrTokenNotReady:    ExitFailure,
 }
 
