@@ -11,6 +11,7 @@ import (
 	"encoding/asn1"
 	"encoding/binary"
 	"fmt"
+	"math/big"
 
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/gost"
@@ -120,9 +121,13 @@ func Read(der []byte, cert *x509.Certificate, size int) (*Challenge, error) {
 			return nil, err
 		}
 		c.gost = t
-		// An ephemeral key and its UKM make the key-encryption key: the
-		// same pair is the same key transport, whatever else comes with it.
-		c.id = transportID("gost", t.Ephemeral, t.UKM)
+		// The wrapped content key (with its MAC) names the key transport:
+		// a content key wrapped under a key-encryption key opens only as
+		// this very wrap, and the same wrap sent with another encoding of
+		// the ephemeral key (a point plus one of small order, on a curve
+		// with a cofactor: VKO multiplies it away) or another window of
+		// the content is the same key transport.
+		c.id = transportID("gost", t.WrappedKey)
 		return c, nil
 	}
 	opts, err := keyTransport(r, cert)
@@ -154,8 +159,8 @@ func transportID(kind string, parts ...[]byte) [32]byte {
 	return id
 }
 
-// TransportID names the challenge's key transport: the GOST ephemeral key
-// with its UKM, or the RSA encrypted key. A service makes a new one for
+// TransportID names the challenge's key transport: the GOST wrapped
+// content key, or the RSA encrypted key (below the modulus). A service makes a new one for
 // every challenge; one seen before is a replay of a key transport the
 // token has opened (its content key known to whoever holds it), and is
 // not to be opened again.
@@ -266,6 +271,12 @@ func keyTransport(r *Recipient, cert *x509.Certificate) (crypto.DecrypterOpts, e
 	}
 	if want := pub.Size(); len(r.encryptedKey) != want {
 		return nil, fmt.Errorf("%w: the encrypted key is %d bytes; the certificate's RSA key makes %d", ErrNotChallenge, len(r.encryptedKey), want)
+	}
+	// c and c+N decrypt alike on a token that does not refuse a value past
+	// the modulus: only the one encoding below N is a key transport, so
+	// that one seen before cannot come back as another (TransportID).
+	if new(big.Int).SetBytes(r.encryptedKey).Cmp(pub.N) >= 0 {
+		return nil, fmt.Errorf("%w: the encrypted key is not below the certificate's RSA modulus", ErrNotChallenge)
 	}
 	return opts, nil
 }

@@ -90,6 +90,15 @@ func TestOpenRefusesWhatIsNotAChallenge(t *testing.T) {
 		{"short IV", good(func(s *spec) { s.iv = s.iv[:8] }), envelope.ErrNotChallenge, "16-byte IV"},
 		{"content type not data", good(func(s *spec) { s.contentType = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 7, 2} }), envelope.ErrNotChallenge, "not data"},
 		{"encrypted key not the modulus' length", good(func(s *spec) { s.encKey = s.encKey[1:] }), envelope.ErrNotChallenge, "the encrypted key is 255 bytes"},
+		{"encrypted key plus the modulus", good(func(s *spec) {
+			// c+N decrypts as c does on a token that takes values past N:
+			// another encoding of a key transport seen before.
+			c := new(big.Int).Add(new(big.Int).SetBytes(s.encKey), pub.N)
+			if c.BitLen() > pub.N.BitLen() || len(c.Bytes()) > pub.Size() {
+				c = new(big.Int).Set(pub.N) // c+N does not fit: N itself is past the bound as well
+			}
+			s.encKey = c.FillBytes(make([]byte, pub.Size()))
+		}), envelope.ErrNotChallenge, "not below the certificate's RSA modulus"},
 		{"no content", good(func(s *spec) { s.ciphertext = nil }), envelope.ErrNotChallenge, "is 0 bytes"},
 		{"a second, key-agreement recipient", good(func(s *spec) { s.kari = true }), envelope.ErrNotChallenge, "not key transport"},
 		{"unprotected attributes", good(func(s *spec) { s.attrs = true }), envelope.ErrNotChallenge, "unprotectedAttrs"},

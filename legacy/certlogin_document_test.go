@@ -273,3 +273,51 @@ func TestCertificateLoginFloor(t *testing.T) {
 		t.Fatalf("a login after a success waits for nothing: %v", err)
 	}
 }
+
+// The same GOST wrapped content key sent again with another ephemeral key
+// (as a point plus one of small order would be, on a curve with a
+// cofactor: VKO multiplies it away and the token would unwrap it) is the
+// same key transport: refused as a replay without asking the token.
+func TestCertificateLoginSameWrapOtherEphemeral(t *testing.T) {
+	g := hsmtest.NewGOST(t, 256, gosttoken.Options{})
+	pk, err := pkcs11.Open(context.Background(), g.Selection(), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pk.Close()
+	key := &countingKey{Key: pk}
+	random := make([]byte, envelope.ChallengeSize)
+	rand.Read(random)
+	first := hsmtest.OpenSSLEncryptGOST(t, random, g.Cert, false)
+	e := readGOSTEnv(t, first)
+	e.kt.Kids[1].Kids[1] = readGOSTEnv(t, hsmtest.OpenSSLEncryptGOST(t, random, g.Cert, false)).ephemeral()
+	answers := [][]byte{first, e.der()}
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.URL.Path == "/V3/AuthenticateConfirm" {
+			http.Error(w, "no", http.StatusForbidden)
+			return
+		}
+		w.Write(answers[0])
+		answers = answers[1:]
+	}))
+	defer srv.Close()
+	var clk clock
+	clk.at.Store(time.Now().UnixNano())
+	c, err := legacy.New(legacy.Config{APIURL: srv.URL, DeveloperKey: devKey,
+		Settings: httpx.Settings{Timeout: 5 * time.Second, Backoff: time.Millisecond, Now: clk.now}, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outcomes []string
+	c.Guard().Observe(func(l legacy.CertLogin) { outcomes = append(outcomes, l.Outcome) })
+	for range 2 {
+		clk.advance(legacy.FloorMax)
+		c.Certificate(context.Background(), g.Cert, key)
+	}
+	if key.opened.Load() != 1 || len(outcomes) != 2 || outcomes[1] != legacy.CertReplayed {
+		t.Fatalf("the token opened %d key transports (want 1); outcomes %v (want the second replayed)", key.opened.Load(), outcomes)
+	}
+}
