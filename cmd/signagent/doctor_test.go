@@ -201,12 +201,18 @@ func TestDoctor(t *testing.T) {
 	})
 
 	t.Run("agent config", func(t *testing.T) {
+		// Others may read the bearer token (a group may when root owns
+		// the file: TestDoctorAgentFilesAsServe); the audit log is a
+		// symlink (auditlog.Open's rules).
 		bearer := writeSecret(t, r.dir, "bearer", "0123456789abcdef0123456789abcdef")
-		os.Chmod(bearer, 0o640)
-		cfg := writeSecret(t, r.dir, "agent.yaml", "bearer-token-file: "+bearer+"\naudit-log: \"-\"\n")
+		os.Chmod(bearer, 0o604)
+		audit := filepath.Join(r.dir, "audit.log")
+		os.Symlink(bearer, audit)
+		cfg := writeSecret(t, r.dir, "agent.yaml", "bearer-token-file: "+bearer+"\naudit-log: "+audit+"\n")
 		code, checks, _ := r.doctor(t, "--agent-config", cfg)
 		want(t, checks, "settings", "ok", `^the agent's settings file .*agent\.yaml`)
-		want(t, checks, "bearer-token-file", "fail", `bearer has mode 0640.*; run chmod g-rwx`)
+		want(t, checks, "bearer-token-file", "fail", `bearer has mode 0604; run chmod o-rwx`)
+		want(t, checks, "audit-log", "fail", `^the audit log .*audit\.log is a symlink; give the file itself$`)
 		if code != cmdutil.ExitFailure {
 			t.Fatalf("exit %d", code)
 		}
