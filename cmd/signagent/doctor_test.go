@@ -225,7 +225,23 @@ func TestDoctor(t *testing.T) {
 
 	t.Run("token not there", func(t *testing.T) {
 		code, checks, _ := r.doctor(t, "--token-label", "nope")
-		want(t, checks, "token", "fail", `token "nope" is not there`)
+		want(t, checks, "token", "fail", `token "nope" is not there; the module sees "`+r.tk.Label+`"`)
+		if _, ok := checks["certificate"]; code != cmdutil.ExitFailure || ok {
+			t.Fatalf("exit %d, checks %+v", code, checks)
+		}
+		// The token's serial is not its: not the first token's flags
+		// reported as ok (the old doctor took an empty TokenInfo).
+		code, checks, _ = r.doctor(t, "--token-serial", "0000")
+		want(t, checks, "token", "fail", `^token not found: token label "`+r.tk.Label+`" serial "0000" is not there`)
+		if code != cmdutil.ExitFailure {
+			t.Fatalf("exit %d", code)
+		}
+	})
+
+	t.Run("key not there", func(t *testing.T) {
+		code, checks, _ := r.doctor(t, "--key-label", "absent")
+		want(t, checks, "token", "ok", `^token "`+r.tk.Label+`" \(serial \w+, slot \d+\) .* is there`)
+		want(t, checks, "certificate", "fail", `^key not found: no public key labelled "absent" on token "`+r.tk.Label+`"`)
 		if code != cmdutil.ExitFailure {
 			t.Fatalf("exit %d", code)
 		}
