@@ -150,11 +150,10 @@ func (d *Daemon) needBearer() (*BearerAuth, error) {
 	return d.bearer, nil
 }
 
-// bearerToken reads the bearer token file (checked like every secret
-// file: regular, not readable by every user), creating it with a random
-// token (mode 0600) when it does not exist.
+// bearerToken reads the bearer token file (ReadBearerToken), creating it
+// with a random token (mode 0600) when it does not exist.
 func bearerToken(path string, log zerolog.Logger) (string, error) {
-	b, err := safefile.ReadSecret(path, 4096, 0)
+	tok, err := ReadBearerToken(path)
 	if errors.Is(err, os.ErrNotExist) {
 		raw := make([]byte, 32)
 		if _, err := rand.Read(raw); err != nil {
@@ -169,6 +168,19 @@ func bearerToken(path string, log zerolog.Logger) (string, error) {
 		}
 		log.Info().Str("file", path).Msg("created a bearer token for TCP callers")
 		return tok, nil
+	}
+	return tok, err
+}
+
+// ReadBearerToken reads the bearer token file as the agent does when it
+// starts (checked like every secret file: regular, not readable by every
+// user; a token of at least 16 characters), without creating it: an
+// error wrapping os.ErrNotExist when it is not there. signagent doctor
+// checks the file with it.
+func ReadBearerToken(path string) (string, error) {
+	b, err := safefile.ReadSecret(path, 4096, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", err
 	}
 	if err != nil {
 		return "", badConfig(fmt.Errorf("the bearer token file: %w", err))

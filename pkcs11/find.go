@@ -76,22 +76,35 @@ func (k *Key) findCert(ctx context.Context, sh p11.SessionHandle) error {
 		k.setCert(cert)
 		return nil
 	}
-	certs, err := call(ctx, k.mod, func(b Backend) ([]*x509.Certificate, error) { return findCerts(b, sh, k.id, k.label, k.pub) }, nil)
+	cert, err := call(ctx, k.mod, func(b Backend) (*x509.Certificate, error) {
+		return keyCertificate(b, sh, k.id, k.label, k.pub, k.token.Label)
+	}, nil)
 	if err != nil {
-		return classify("look for the certificate", err)
-	}
-	cert, err := chooseCert(certs, k.pub, time.Now())
-	if errors.Is(err, ErrCertNotFound) {
-		return fmt.Errorf("%w: no certificate with id %s or label %q on token %q; store one on the token or give --cert FILE", ErrCertNotFound, hex.EncodeToString(k.id), k.label, k.token.Label)
-	}
-	if errors.Is(err, ErrCertMismatch) {
-		return fmt.Errorf("%w: the certificates with id %s or label %q on token %q are for another key; store the right one or give --cert FILE", ErrCertMismatch, hex.EncodeToString(k.id), k.label, k.token.Label)
-	}
-	if err != nil {
-		return fmt.Errorf("%w (key %q); give --cert FILE to choose", err, k.label)
+		return err
 	}
 	k.setCert(cert)
 	return nil
+}
+
+// keyCertificate finds the certificate on the token of the key of id,
+// label and public half pub (findCerts, chooseCert), with what to do when
+// there is none or more than one.
+func keyCertificate(b Backend, sh p11.SessionHandle, id []byte, label string, pub crypto.PublicKey, token string) (*x509.Certificate, error) {
+	certs, err := findCerts(b, sh, id, label, pub)
+	if err != nil {
+		return nil, classify("look for the certificate", err)
+	}
+	cert, err := chooseCert(certs, pub, time.Now())
+	if errors.Is(err, ErrCertNotFound) {
+		return nil, fmt.Errorf("%w: no certificate with id %s or label %q on token %q; store one on the token or give --cert FILE", ErrCertNotFound, hex.EncodeToString(id), label, token)
+	}
+	if errors.Is(err, ErrCertMismatch) {
+		return nil, fmt.Errorf("%w: the certificates with id %s or label %q on token %q are for another key; store the right one or give --cert FILE", ErrCertMismatch, hex.EncodeToString(id), label, token)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w (key %q); give --cert FILE to choose", err, label)
+	}
+	return cert, nil
 }
 
 func (k *Key) setCert(cert *x509.Certificate) {

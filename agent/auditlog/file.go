@@ -97,20 +97,46 @@ func openFile(path string) (*os.File, error) {
 		return nil, fmt.Errorf("could not open the audit log: %w", err)
 	}
 	st, err := f.Stat()
-	if err == nil && !st.Mode().IsRegular() {
-		err = fmt.Errorf("the audit log %s is not a regular file", path)
-	}
-	if err == nil && st.Mode().Perm()&0o007 != 0 {
-		err = fmt.Errorf("the audit log %s has mode %04o; run chmod o-rwx %s", path, st.Mode().Perm(), path)
-	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); err == nil && ok && int(sys.Uid) != os.Geteuid() {
-		err = fmt.Errorf("the audit log %s belongs to uid %d, not to this user", path, sys.Uid)
+	if err == nil {
+		err = checkFile(path, st)
 	}
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
 	return f, nil
+}
+
+// Check refuses the audit log at path as Open would, without opening or
+// making it (signagent doctor): an error wrapping os.ErrNotExist when it
+// is not there, which Open makes.
+func Check(path string) error {
+	st, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("could not open the audit log: %w", err)
+	}
+	if st.Mode()&os.ModeSymlink != 0 {
+		return fmt.Errorf("the audit log %s is a symlink; give the file itself", path)
+	}
+	return checkFile(path, st)
+}
+
+// checkFile refuses an audit log that is not a regular file, that every
+// user may read or write, or that another user owns.
+func checkFile(path string, st os.FileInfo) error {
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("the audit log %s is not a regular file", path)
+	}
+	if st.Mode().Perm()&0o007 != 0 {
+		return fmt.Errorf("the audit log %s has mode %04o; run chmod o-rwx %s", path, st.Mode().Perm(), path)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Geteuid() {
+		return fmt.Errorf("the audit log %s belongs to uid %d, not to this user", path, sys.Uid)
+	}
+	return nil
 }
 
 // Write queues one line for the writer; it waits for the disk only when

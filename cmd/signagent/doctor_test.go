@@ -201,12 +201,18 @@ func TestDoctor(t *testing.T) {
 	})
 
 	t.Run("agent config", func(t *testing.T) {
+		// Others may read the bearer token (a group may when root owns
+		// the file: TestDoctorAgentFilesAsServe); the audit log is a
+		// symlink (auditlog.Open's rules).
 		bearer := writeSecret(t, r.dir, "bearer", "0123456789abcdef0123456789abcdef")
-		os.Chmod(bearer, 0o640)
-		cfg := writeSecret(t, r.dir, "agent.yaml", "bearer-token-file: "+bearer+"\naudit-log: \"-\"\n")
+		os.Chmod(bearer, 0o604)
+		audit := filepath.Join(r.dir, "audit.log")
+		os.Symlink(bearer, audit)
+		cfg := writeSecret(t, r.dir, "agent.yaml", "bearer-token-file: "+bearer+"\naudit-log: "+audit+"\n")
 		code, checks, _ := r.doctor(t, "--agent-config", cfg)
 		want(t, checks, "settings", "ok", `^the agent's settings file .*agent\.yaml`)
-		want(t, checks, "bearer-token-file", "fail", `bearer has mode 0640.*; run chmod g-rwx`)
+		want(t, checks, "bearer-token-file", "fail", `bearer has mode 0604; run chmod o-rwx`)
+		want(t, checks, "audit-log", "fail", `^the audit log .*audit\.log is a symlink; give the file itself$`)
 		if code != cmdutil.ExitFailure {
 			t.Fatalf("exit %d", code)
 		}
@@ -219,7 +225,23 @@ func TestDoctor(t *testing.T) {
 
 	t.Run("token not there", func(t *testing.T) {
 		code, checks, _ := r.doctor(t, "--token-label", "nope")
-		want(t, checks, "token", "fail", `token "nope" is not there`)
+		want(t, checks, "token", "fail", `token "nope" is not there; the module sees "`+r.tk.Label+`"`)
+		if _, ok := checks["certificate"]; code != cmdutil.ExitFailure || ok {
+			t.Fatalf("exit %d, checks %+v", code, checks)
+		}
+		// The token's serial is not its: not the first token's flags
+		// reported as ok (the old doctor took an empty TokenInfo).
+		code, checks, _ = r.doctor(t, "--token-serial", "0000")
+		want(t, checks, "token", "fail", `^token not found: token label "`+r.tk.Label+`" serial "0000" is not there`)
+		if code != cmdutil.ExitFailure {
+			t.Fatalf("exit %d", code)
+		}
+	})
+
+	t.Run("key not there", func(t *testing.T) {
+		code, checks, _ := r.doctor(t, "--key-label", "absent")
+		want(t, checks, "token", "ok", `^token "`+r.tk.Label+`" \(serial \w+, slot \d+\) .* is there`)
+		want(t, checks, "certificate", "fail", `^key not found: no public key labelled "absent" on token "`+r.tk.Label+`"`)
 		if code != cmdutil.ExitFailure {
 			t.Fatalf("exit %d", code)
 		}

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
+	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/oidc"
@@ -48,8 +48,10 @@ func (d *run) signing() bool {
 }
 
 // token is the light part of token check, without a login: the module
-// loads (in a child process first), the token is there, its PIN flags, and
-// the key's certificate (a public object) with its validity.
+// loads (in a child process first, as the agent probes it), the token the
+// agent would open is there (pkcs11.PeekSelection: the module loaded once
+// in this process), its PIN flags, and the key's certificate (found as the
+// agent finds it, by the key's public half) with its validity.
 func (d *run) token(ctx context.Context) {
 	if !d.signing() {
 		return
@@ -68,28 +70,16 @@ func (d *run) token(ctx context.Context) {
 	if err == nil {
 		err = pkcs11.Probe(tctx, mod.Path)
 	}
-	if err != nil {
-		d.add("token", Fail, oneLine(err))
-		return
-	}
-	objs, err := pkcs11.ListObjects(tctx, mod.Path, sel.Token, "")
-	if err != nil {
-		d.add("token", Fail, fmt.Sprintf("module %s: %s", mod.Path, oneLine(err)))
-		return
-	}
-	tokens, err := pkcs11.ListTokens(tctx, mod.Path)
-	var tok pkcs11.TokenInfo
-	for _, t := range tokens {
-		if (sel.Token.Label == "" || t.Label == sel.Token.Label) && (sel.Token.Serial == "" || t.Serial == sel.Token.Serial) {
-			tok = t
-			break
-		}
+	var peek pkcs11.Peek
+	if err == nil {
+		peek, err = pkcs11.PeekSelection(tctx, sel)
 	}
 	if err != nil {
 		d.add("token", Fail, oneLine(err))
 		return
 	}
-	where := fmt.Sprintf("token %q (serial %s) in module %s", tok.Label, tok.Serial, mod.Path)
+	tok := peek.Token
+	where := fmt.Sprintf("token %q (serial %s, slot %d) in module %s", tok.Label, tok.Serial, tok.Slot, mod.Path)
 	switch {
 	case slices.Contains(tok.Flags, "pin-locked"):
 		d.add("token", Fail, where+": the token says its PIN is locked; unblock it with the SO PIN (the card's tool)")
@@ -100,48 +90,16 @@ func (d *run) token(ctx context.Context) {
 	default:
 		d.add("token", OK, where+" is there; no wrong PIN reported")
 	}
+	cert := peek.Cert
+	if peek.CertErr != nil {
+		d.add("certificate", Fail, oneLine(peek.CertErr))
+		return
+	}
+	what := fmt.Sprintf("the certificate %q (thumbprint %s) on the token", cert.Subject.CommonName, canonical.ThumbprintOf(cert))
 	if sel.CertFile != "" {
-		certs, err := cmdutil.ReadCerts(sel.CertFile)
-		if err != nil {
-			d.add("certificate", Fail, oneLine(err))
-		} else {
-			d.addCertExpiry("certificate", fmt.Sprintf("%s (%s)", sel.CertFile, certs[0].Subject.CommonName), certs[0].NotAfter)
-		}
-		return
+		what = fmt.Sprintf("%s (%s)", sel.CertFile, cert.Subject.CommonName)
 	}
-	cert, why := keyCertificate(objs, sel)
-	if cert == nil {
-		d.add("certificate", Fail, where+": "+why)
-		return
-	}
-	d.addCertExpiry("certificate", fmt.Sprintf("the certificate %q (%s, thumbprint %s)", cert.Label, cert.Subject, cert.Thumbprint), cert.NotAfter)
-}
-
-// keyCertificate is the certificate of the selected key among the token's
-// public objects: by the key's label or id, else the token's only one.
-func keyCertificate(objs []pkcs11.Object, sel pkcs11.Selection) (*pkcs11.Object, string) {
-	var certs, match []pkcs11.Object
-	id := fmt.Sprintf("%x", sel.KeyID)
-	for _, o := range objs {
-		if o.Class != "certificate" {
-			continue
-		}
-		certs = append(certs, o)
-		if (sel.KeyLabel != "" && o.Label == sel.KeyLabel) || (len(sel.KeyID) > 0 && strings.EqualFold(o.ID, id)) {
-			match = append(match, o)
-		}
-	}
-	switch {
-	case len(match) == 1:
-		return &match[0], ""
-	case len(match) > 1:
-		return nil, fmt.Sprintf("%d certificates match the key; name it by --key-id", len(match))
-	case sel.KeyLabel == "" && len(sel.KeyID) == 0 && len(certs) == 1:
-		return &certs[0], ""
-	case sel.KeyLabel == "" && len(sel.KeyID) == 0:
-		return nil, fmt.Sprintf("%d certificates and no key named; give --key-label (signagent keys lists them)", len(certs))
-	}
-	return nil, "no certificate has the key's label or id; put the key's certificate on the token, or give --cert FILE"
+	d.addCertExpiry("certificate", what, cert.NotAfter)
 }
 
 // store pings the shared store and returns it open (nil for local, or

@@ -3,13 +3,15 @@ package doctorcmd
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
+	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agent/auditlog"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/internal/httpx"
@@ -74,14 +76,13 @@ func (d *run) secrets() keys {
 		}
 	}
 	if d.agent {
-		for _, lf := range d.s.Strings("legacy-password-file") {
-			login, file, ok := strings.Cut(lf, "=")
-			if !ok {
-				d.add("legacy-password-file", Fail, fmt.Sprintf("%q: want LOGIN=FILE", lf))
+		for _, spec := range d.s.Strings("legacy-password-file") {
+			login, src, err := factory.LegacyPassword(spec)
+			if err != nil {
+				d.add("legacy-password-file", Fail, oneLine(err))
 				continue
 			}
-			_, err := safefile.ReadSecret(file, secret.DefaultMax, 0)
-			d.result("legacy-password-file "+login, err, file+" is readable by this user alone")
+			read("legacy-password-file "+login, src, "")
 		}
 	}
 	return k
@@ -100,7 +101,8 @@ var services = []struct{ setting, peer string }{
 // only to loopback, or with --insecure-http), as the commands would, and
 // notes the first Date for the clock.
 func (d *run) addresses(ctx context.Context) {
-	client := &http.Client{Timeout: d.timeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	client := httpx.Client(nil)
+	client.Timeout = d.timeout
 	for _, sv := range services {
 		raw := d.s.String(sv.setting)
 		if raw == "" {
@@ -221,31 +223,43 @@ func (d *run) keyResult(name string, err error, ok string) {
 	}
 }
 
-// files checks the agent's own files (--agent-config): the bearer token,
-// the TLS key and certificate, the audit log.
+// agentFiles checks the agent's own files (--agent-config) with the
+// agent's own functions, so that doctor and serve cannot disagree: the
+// bearer token (agent.ReadBearerToken), the TLS files (their Config), the
+// audit log (auditlog.Check).
 func (d *run) agentFiles() {
 	if f := d.s.String("bearer-token-file"); f != "" {
-		if _, err := os.Stat(f); err == nil {
-			_, err = safefile.ReadSecret(f, secret.DefaultMax, 0o077)
-			d.result("bearer-token-file", err, f+" is readable by this user alone")
-		} else {
+		_, err := agent.ReadBearerToken(f)
+		if errors.Is(err, os.ErrNotExist) {
 			d.add("bearer-token-file", OK, f+" is not there yet: the agent makes it (0600) when it starts")
+		} else {
+			d.result("bearer-token-file", err, f+" holds a bearer token and is closed to others")
 		}
 	}
-	if cert, key := d.s.String("tls-cert"), d.s.String("tls-key"); cert != "" || key != "" {
-		if _, err := safefile.ReadSecret(key, 1<<20, 0o077); err != nil {
-			d.add("tls-key", Fail, oneLine(err))
-		} else if pair, err := tls.LoadX509KeyPair(cert, key); err != nil {
-			d.add("tls-cert", Fail, fmt.Sprintf("%s and %s: %v", cert, key, err))
+	files := agent.TLSFiles{Cert: d.s.String("tls-cert"), Key: d.s.String("tls-key"), ClientCA: d.s.String("tls-client-ca")}
+	if cfg, err := files.Config(); err != nil {
+		name := "tls-cert"
+		if errors.Is(err, safefile.ErrSecretMode) {
+			name = "tls-key"
+		}
+		d.add(name, Fail, oneLine(err))
+	} else if cfg != nil {
+		leaf := cfg.Certificates[0].Leaf
+		if leaf == nil { // GODEBUG x509keypairleaf=0
+			leaf, err = x509.ParseCertificate(cfg.Certificates[0].Certificate[0])
+		}
+		if err != nil {
+			d.add("tls-cert", Fail, fmt.Sprintf("%s: %v", files.Cert, err))
 		} else {
-			d.addCertExpiry("tls-cert", cert, pair.Leaf.NotAfter)
+			d.addCertExpiry("tls-cert", files.Cert, leaf.NotAfter)
 		}
 	}
 	if f := d.s.String("audit-log"); f != "" && f != "-" {
-		if st, err := os.Stat(f); err == nil && st.Mode().Perm()&0o007 != 0 {
-			d.add("audit-log", Fail, fmt.Sprintf("%s has mode %04o; run chmod o-rwx %s", f, st.Mode().Perm(), f))
-		} else if err == nil {
-			d.add("audit-log", OK, f+" is closed to others")
+		err := auditlog.Check(f)
+		if errors.Is(err, os.ErrNotExist) {
+			d.add("audit-log", OK, f+" is not there yet: the agent makes it (0600) when it starts")
+		} else {
+			d.result("audit-log", err, f+" is this user's and closed to others")
 		}
 	}
 }

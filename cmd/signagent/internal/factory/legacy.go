@@ -68,17 +68,29 @@ func legacyAgentConfig(s *settings.Settings, e *cmdutil.Env) (*schemes.LegacySet
 	}
 	pws := map[string]string{}
 	for _, spec := range s.Strings("legacy-password-file") {
-		login, file, ok := strings.Cut(spec, "=")
-		if !ok || strings.TrimSpace(login) == "" || file == "" {
-			return nil, fmt.Errorf("%w: --legacy-password-file %q: want LOGIN=FILE", errdefs.ErrInvalidInput, spec)
+		login, src, err := LegacyPassword(spec)
+		if err != nil {
+			return nil, err
 		}
-		got, err := secret.Source{What: "the password of " + strings.TrimSpace(login), File: file, Flag: "--legacy-password-file"}.Resolve()
+		got, err := src.Resolve()
 		if err != nil {
 			return nil, errdefs.Mark(err, errdefs.ErrInvalidInput)
 		}
-		pws[strings.TrimSpace(login)] = got.Value
+		pws[login] = got.Value
 	}
 	return &schemes.LegacySettings{Client: cfg, Passwords: pws}, nil
+}
+
+// LegacyPassword is one --legacy-password-file LOGIN=FILE: the login and
+// where its password is read from (the agent reads it, doctor checks it,
+// with the same Source).
+func LegacyPassword(spec string) (string, secret.Source, error) {
+	login, file, ok := strings.Cut(spec, "=")
+	login = strings.TrimSpace(login)
+	if !ok || login == "" || file == "" {
+		return "", secret.Source{}, fmt.Errorf("%w: --legacy-password-file %q: want LOGIN=FILE", errdefs.ErrInvalidInput, spec)
+	}
+	return login, secret.Source{What: "the password of " + login, File: file, Flag: "--legacy-password-file"}, nil
 }
 
 // developerKey reads the developer key (see secretSpec for the order of
