@@ -1,10 +1,13 @@
 package pkcs11
 
 import (
+	"context"
 	"crypto"
 	"encoding/hex"
 	"errors"
 	"fmt"
+
+	p11 "github.com/miekg/pkcs11"
 
 	"github.com/signagent/signagent/errdefs"
 )
@@ -14,8 +17,9 @@ import (
 // of the batch, so an owner that opens the key again (the agent's
 // reconnect) says which token it opened before (Selection.Expect): the
 // token must then have the same serial and label, checked before C_Login,
-// and after the login the key must have the same public half, checked
-// before any signature. Cards of one batch may share their serial as well
+// and the key the same public half: checked before C_Login where the
+// token shows its public-key objects without a login (checkPublic), and
+// always after the login, before any signature (checkKey). Cards of one batch may share their serial as well
 // (every libcacard card has the same): the public half tells them apart.
 // gpg does the same with a card's serial number.
 
@@ -65,6 +69,39 @@ func (k *Key) pickToken(tokens []TokenInfo) (TokenInfo, error) {
 	}
 	return TokenInfo{}, &otherToken{fmt.Sprintf("a different token, serial %s, is in the reader; this agent's is serial %s (label %q); no PIN was sent to it: put this agent's token back, or name the other by its serial (serial= in the key's URI, or --token-serial) and reload",
 		orNone(other.Serial), orNone(want.Serial), want.Label)}
+}
+
+// checkPublic refuses, with Expect set, a token whose public-key objects
+// for the key show only other public halves, before any PIN is sent: two
+// cards of one batch share a label and may share a serial (every
+// libcacard card does), and the other card would count the PIN as a
+// wrong try. A token that shows no public half without a login is left
+// to checkKey, after the login.
+func (k *Key) checkPublic(ctx context.Context, sh p11.SessionHandle) error {
+	want := k.sel.Expect
+	if want == nil || want.Public == nil {
+		return nil
+	}
+	pubs, err := call(ctx, k.mod, func(b Backend) ([]crypto.PublicKey, error) {
+		hs, err := findAll(b, sh, template(p11.CKO_PUBLIC_KEY, k.sel.KeyLabel, k.sel.KeyID))
+		var out []crypto.PublicKey
+		for _, h := range hs {
+			if _, _, pub := publicHalf(b, sh, h); pub != nil {
+				out = append(out, pub)
+			}
+		}
+		return out, err
+	}, nil)
+	if err != nil || len(pubs) == 0 {
+		return nil // nothing to tell by without a login: checkKey will
+	}
+	for _, pub := range pubs {
+		if samePublicKey(want.Public, pub) {
+			return nil
+		}
+	}
+	return &otherToken{fmt.Sprintf("a different token is in the reader: it has this agent's serial %s and label %q, but not this agent's key; no PIN was sent to it: put this agent's token back",
+		orNone(k.token.Serial), k.token.Label)}
 }
 
 // checkKey refuses, with Expect set, a key whose public half is not the

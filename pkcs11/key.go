@@ -132,6 +132,10 @@ func (k *Key) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := k.checkPublic(ctx, sh); err != nil { // before any PIN is sent
+		k.discard(ctx, sh)
+		return err
+	}
 	if err := k.login(ctx, sh); err != nil {
 		k.discard(ctx, sh)
 		return err

@@ -2,6 +2,7 @@ package pkcs11
 
 import (
 	"context"
+	"crypto"
 	"crypto/x509"
 	"fmt"
 
@@ -78,17 +79,24 @@ func peekCertificate(b Backend, sh p11.SessionHandle, sel Selection, tok TokenIn
 	case len(hs) > 1:
 		return nil, fmt.Errorf("%w: %d public keys %s on token %q; choose the key with --key-label or --key-id", ErrKeyAmbiguous, len(hs), what, tok.Label)
 	}
-	a := attrs(b, sh, hs[0], p11.CKA_LABEL, p11.CKA_ID, p11.CKA_KEY_TYPE, p11.CKA_MODULUS, p11.CKA_PUBLIC_EXPONENT, p11.CKA_EC_PARAMS, p11.CKA_EC_POINT)
-	label, id, keyType := string(a[p11.CKA_LABEL]), a[p11.CKA_ID], ulong(a[p11.CKA_KEY_TYPE])
-	pub := publicKey(keyType, a)
-	if isGOSTKeyType(keyType) {
-		g := attrs(b, sh, hs[0], CKA_GOSTR3410_PARAMS, p11.CKA_VALUE)
-		if gp, err := gostPublic(keyType, g); err == nil {
-			pub = gp
-		}
-	}
+	label, id, pub := publicHalf(b, sh, hs[0])
 	if pub == nil {
 		return nil, fmt.Errorf("%w: the public key %q on token %q cannot be read, so its certificate is not found without a login (signagent token check logs in)", ErrKeyNotFound, label, tok.Label)
 	}
 	return keyCertificate(b, sh, id, label, pub, tok.Label)
+}
+
+// publicHalf reads a public-key object's label, id and public half (RSA,
+// EC or GOST; nil when it cannot be read), without a login.
+func publicHalf(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) (label string, id []byte, pub crypto.PublicKey) {
+	a := attrs(b, sh, h, p11.CKA_LABEL, p11.CKA_ID, p11.CKA_KEY_TYPE, p11.CKA_MODULUS, p11.CKA_PUBLIC_EXPONENT, p11.CKA_EC_PARAMS, p11.CKA_EC_POINT)
+	keyType := ulong(a[p11.CKA_KEY_TYPE])
+	pub = publicKey(keyType, a)
+	if isGOSTKeyType(keyType) {
+		g := attrs(b, sh, h, CKA_GOSTR3410_PARAMS, p11.CKA_VALUE)
+		if gp, err := gostPublic(keyType, g); err == nil {
+			pub = gp
+		}
+	}
+	return string(a[p11.CKA_LABEL]), a[p11.CKA_ID], pub
 }

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -380,13 +381,23 @@ func TestExpectOnlyThatToken(t *testing.T) {
 	tk.TakeOut(t)
 	tk.Insert(t)
 
-	// The agent's token, expected with another key: refused after the
-	// login, before anything is signed.
+	// The agent's token, expected with another key: refused before the
+	// login where the token shows the key's public-key object ...
 	wrong := id
 	wrong.Public = tk.EC.Cert.PublicKey
 	sel.Expect = &wrong
-	if _, err := pkcs11.Open(context.Background(), sel, zerolog.Nop()); !errors.Is(err, pkcs11.ErrOtherToken) || !strings.Contains(err.Error(), "is not this agent's key") {
+	if _, err := pkcs11.Open(context.Background(), sel, zerolog.Nop()); !errors.Is(err, pkcs11.ErrOtherToken) || !strings.Contains(err.Error(), "but not this agent's key; no PIN was sent to it") {
 		t.Fatalf("the same token with another key expected: %v", err)
+	}
+	// ... and, where it shows none without a login, after the login,
+	// before anything is signed.
+	del := exec.Command("pkcs11-tool", "--module", tk.Module, "--login", "--pin", tk.PIN, "--delete-object", "--type", "pubkey", "--label", tk.RSA.Label)
+	del.Env = append(os.Environ(), tk.Env()...)
+	if out, err := del.CombinedOutput(); err != nil {
+		t.Fatalf("pkcs11-tool --delete-object: %v\n%s", err, out)
+	}
+	if _, err := pkcs11.Open(context.Background(), sel, zerolog.Nop()); !errors.Is(err, pkcs11.ErrOtherToken) || !strings.Contains(err.Error(), "is not this agent's key; nothing was signed with it") {
+		t.Fatalf("the same token with another key expected, its public-key object gone: %v", err)
 	}
 	sel.Expect = &id
 	k, err = pkcs11.Open(context.Background(), sel, zerolog.Nop())

@@ -237,9 +237,20 @@ func TestCardSwap(t *testing.T) {
 			func(tk, other *hsmtest.Token) string {
 				return "a different token, serial " + other.Serial + ", is in the reader; this agent's is serial " + tk.Serial
 			}},
+		// Two cards of one serial (a batch; every libcacard card): the
+		// public-key objects, read without a login, tell them apart, so
+		// the other card gets no PIN either (with another PIN it would
+		// count a wrong try).
 		{"same serial, other key", func(t *testing.T, tk, other *hsmtest.Token) { other.SetSerial(t, tk.Serial) },
 			func(tk, other *hsmtest.Token) string {
-				return "it has this agent's serial " + tk.Serial + ` and label "signagent-test", but its key "rsa"`
+				return "it has this agent's serial " + tk.Serial + ` and label "signagent-test", but not this agent's key; no PIN was sent to it`
+			}},
+		{"same serial, other key, other PIN", func(t *testing.T, tk, other *hsmtest.Token) {
+			other.SetSerial(t, tk.Serial)
+			other.SetPIN(t, "654321")
+		},
+			func(tk, other *hsmtest.Token) string {
+				return "it has this agent's serial " + tk.Serial + ` and label "signagent-test", but not this agent's key; no PIN was sent to it`
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
