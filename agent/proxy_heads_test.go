@@ -26,6 +26,7 @@ func TestProxyHeadBounds(t *testing.T) {
 		"/HeadFourKiB":  headtest.BigHead(4 << 10),
 		"/Interim150":   "HTTP/1.1 103 Early Hints\r\n" + strings.Repeat("Link: </a>\r\n", 150) + "\r\n" + headtest.Fields(2),
 		"/WithinBounds": headtest.Fields(2),
+		"/Lone101":      "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
 	}
 	url := headtest.Serve(t, func(path string) string { return answers[path] })
 	h.reload(t, func(c *agent.Config) { c.APIURL = url })
@@ -52,10 +53,15 @@ func TestProxyHeadBounds(t *testing.T) {
 		{"Tiny100000", 502, "the business call: the service answered a head of more than 100 header fields, past --service-max-header-fields"},
 		{"Interim150", 502, "the business call: the service answered a head of more than 100 header fields, past --service-max-header-fields"},
 		{"Head65KiB", 502, "the business call: the service answered a head larger than 64 KiB, past --service-max-header-bytes"},
+		{"Lone101", 502, "the business call: could not reach the service: the service answered 101, which the proxy does not pass on"},
 	} {
 		status, body, e := call(tc.method)
 		if status != tc.status || (status == 502 && (e.Code != api.CodeServiceUnreachable || e.Message != tc.msg)) || (status == 200 && body != "ok") {
 			t.Errorf("%s: %d %+v %.80q, want %d %q", tc.method, status, e, body, tc.status, tc.msg)
+		}
+		// An answer refused is an answer: the service is not down.
+		if v := h.metric(t, `signagent_dependency_up{dependency="service"}`); v != "1" {
+			t.Errorf("after %s: signagent_dependency_up{service} = %s, want 1", tc.method, v)
 		}
 	}
 
