@@ -79,9 +79,10 @@ type Call struct {
 	Method string // the business method, as the metrics label it
 	Call   string // the business call: "GET /GetMyOrganizations"
 	Status int    // the service's, when it answered
-	// Date is the service's clock as its answer's Date header says it
-	// (zero: none), and At when that answer's headers arrived here.
-	Date, At time.Time
+	// Date is the service's answer's Date header (its clock; empty:
+	// none), At when that answer's headers arrived here.
+	Date string
+	At   time.Time
 	// Retried says the call was sent again with a fresh Authorization
 	// after a 401.
 	Retried bool
@@ -195,8 +196,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		var resp *http.Response
 		if resp, err = p.send(out, target, au, call); err == nil {
-			call.Status, call.At = resp.StatusCode, time.Now()
-			call.Date, _ = http.ParseTime(resp.Header.Get("Date"))
+			call.Status, call.At, call.Date = resp.StatusCode, time.Now(), resp.Header.Get("Date")
 			call.rec.Answering(call)
 			// The record is closed once the answer has been passed on (or
 			// cut off: passOn then aborts the handler with a panic, which
