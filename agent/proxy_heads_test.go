@@ -20,6 +20,7 @@ func TestProxyHeadBounds(t *testing.T) {
 	h := start(t, options{oidc: true})
 	answers := map[string]string{
 		"/Fields100":    headtest.Fields(100),
+		"/Fields110":    headtest.Fields(110),
 		"/Fields150":    headtest.Fields(150),
 		"/Tiny100000":   headtest.TinyFields(100000),
 		"/Head65KiB":    headtest.BigHead(65 << 10),
@@ -66,9 +67,9 @@ func TestProxyHeadBounds(t *testing.T) {
 	}
 
 	// The settings, reloaded: more fields, fewer bytes.
-	h.reload(t, func(c *agent.Config) { c.ServiceMaxHeaderFields, c.ServiceMaxHeaderBytes = 200, 2<<10 })
-	if status, body, e := call("Fields150"); status != 200 || body != "ok" {
-		t.Errorf("150 fields, with 200 allowed: %d %+v", status, e)
+	h.reload(t, func(c *agent.Config) { c.ServiceMaxHeaderFields, c.ServiceMaxHeaderBytes = 120, 2<<10 })
+	if status, body, e := call("Fields110"); status != 200 || body != "ok" {
+		t.Errorf("110 fields, with 120 allowed: %d %+v", status, e)
 	}
 	if status, _, e := call("HeadFourKiB"); status != 502 || e.Message != "the business call: the service answered a head larger than 2 KiB, past --service-max-header-bytes" {
 		t.Errorf("a head of 4 KiB, with 2 KiB allowed: %d %+v", status, e)
@@ -76,5 +77,27 @@ func TestProxyHeadBounds(t *testing.T) {
 	err := h.d.Reload(func() agent.Config { c := h.cfg; c.ServiceMaxHeaderFields = -1; return c }())
 	if err == nil || !strings.Contains(err.Error(), "service-max-header-fields") {
 		t.Errorf("a negative bound: %v", err)
+	}
+	// Past what a signagent client reads of the answer the agent passes
+	// on (agentclient.MaxHeaderFields, MaxHeaderBytes) with the agent's
+	// own fields: refused, the cap named.
+	for _, tc := range []struct {
+		change func(c *agent.Config)
+		want   string
+	}{
+		{func(c *agent.Config) { c.ServiceMaxHeaderFields = agent.MaxServiceHeaderFields + 1 }, "service-max-header-fields 121 is more than 120, the most a signagent client reads"},
+		{func(c *agent.Config) { c.ServiceMaxHeaderBytes = agent.MaxServiceHeaderBytes + 1 }, "service-max-header-bytes 1044481 is more than 1044480, the most a signagent client reads"},
+	} {
+		c := h.cfg
+		tc.change(&c)
+		if err := h.d.Reload(c); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("past the cap: %v, want %q", err, tc.want)
+		}
+	}
+	h.reload(t, func(c *agent.Config) {
+		c.ServiceMaxHeaderFields, c.ServiceMaxHeaderBytes = agent.MaxServiceHeaderFields, agent.MaxServiceHeaderBytes
+	})
+	if status, body, e := call("Fields110"); status != 200 || body != "ok" {
+		t.Errorf("at the caps: %d %+v", status, e)
 	}
 }

@@ -485,6 +485,9 @@ func (h headCheck) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// Transport is the Transport beneath.
+func (h headCheck) Transport() *http.Transport { return h.t }
+
 // CloseIdleConnections closes the Transport's idle connections.
 func (h headCheck) CloseIdleConnections() { h.t.CloseIdleConnections() }
 
