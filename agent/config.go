@@ -17,6 +17,7 @@ import (
 	"github.com/signagent/signagent/agent/listen"
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agent/tokenq"
+	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/pkcs11"
@@ -24,6 +25,18 @@ import (
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/store"
 	"github.com/signagent/signagent/trusted"
+)
+
+// MaxServiceHeaderFields and MaxServiceHeaderBytes are the most
+// --service-max-header-fields and --service-max-header-bytes take: what a
+// signagent client reads of an answer's head (agentclient.MaxHeaderFields,
+// MaxHeaderBytes) less what the agent adds to a proxied answer's head
+// (X-Request-Id, Date, Content-Length or Transfer-Encoding, Content-Type,
+// Connection, Trailer: 8 fields, 4 KiB, with room), so that a head the
+// agent takes reaches the caller.
+const (
+	MaxServiceHeaderFields = agentclient.MaxHeaderFields - 8
+	MaxServiceHeaderBytes  = agentclient.MaxHeaderBytes - 4<<10
 )
 
 // Config is everything the daemon runs with, resolved by the caller from
@@ -108,7 +121,8 @@ type Config struct {
 	// the business API's answers (0: httpx.DefaultHeadFields, 100, and
 	// httpx.DefaultHeadBytes, 64 KiB): a field costs about 400 bytes to
 	// hold, so a head is bounded by what it costs, not by its bytes
-	// alone. Past either the call is answered 502. Reloadable.
+	// alone. Past either the call is answered 502. At most
+	// MaxServiceHeaderFields and MaxServiceHeaderBytes. Reloadable.
 	ServiceMaxHeaderFields int
 	ServiceMaxHeaderBytes  int64
 	// Schemes are the settings of the schemes the agent serves (legacy,
@@ -191,6 +205,12 @@ func (c *Config) validate() error {
 	}
 	if c.ServiceMaxHeaderFields < 0 || c.ServiceMaxHeaderBytes < 0 {
 		return badConfig(fmt.Errorf("service-max-header-fields and service-max-header-bytes must not be negative, not %d and %d", c.ServiceMaxHeaderFields, c.ServiceMaxHeaderBytes))
+	}
+	if c.ServiceMaxHeaderFields > MaxServiceHeaderFields {
+		return badConfig(fmt.Errorf("service-max-header-fields %d is more than %d, the most a signagent client reads of a proxied answer's head with the agent's own fields", c.ServiceMaxHeaderFields, MaxServiceHeaderFields))
+	}
+	if c.ServiceMaxHeaderBytes > MaxServiceHeaderBytes {
+		return badConfig(fmt.Errorf("service-max-header-bytes %d is more than %d, the most a signagent client reads of a proxied answer's head with the agent's own fields", c.ServiceMaxHeaderBytes, MaxServiceHeaderBytes))
 	}
 	if c.APIURL != "" {
 		if _, err := httpx.ParseBaseURL(c.APIURL, c.AllowInsecureAPI); err != nil {

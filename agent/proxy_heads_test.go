@@ -20,12 +20,14 @@ func TestProxyHeadBounds(t *testing.T) {
 	h := start(t, options{oidc: true})
 	answers := map[string]string{
 		"/Fields100":    headtest.Fields(100),
+		"/Fields110":    headtest.Fields(110),
 		"/Fields150":    headtest.Fields(150),
 		"/Tiny100000":   headtest.TinyFields(100000),
 		"/Head65KiB":    headtest.BigHead(65 << 10),
 		"/HeadFourKiB":  headtest.BigHead(4 << 10),
 		"/Interim150":   "HTTP/1.1 103 Early Hints\r\n" + strings.Repeat("Link: </a>\r\n", 150) + "\r\n" + headtest.Fields(2),
 		"/WithinBounds": headtest.Fields(2),
+		"/Lone101":      "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
 	}
 	url := headtest.Serve(t, func(path string) string { return answers[path] })
 	h.reload(t, func(c *agent.Config) { c.APIURL = url })
@@ -52,17 +54,22 @@ func TestProxyHeadBounds(t *testing.T) {
 		{"Tiny100000", 502, "the business call: the service answered a head of more than 100 header fields, past --service-max-header-fields"},
 		{"Interim150", 502, "the business call: the service answered a head of more than 100 header fields, past --service-max-header-fields"},
 		{"Head65KiB", 502, "the business call: the service answered a head larger than 64 KiB, past --service-max-header-bytes"},
+		{"Lone101", 502, "the business call: could not reach the service: the service answered 101, which the proxy does not pass on"},
 	} {
 		status, body, e := call(tc.method)
 		if status != tc.status || (status == 502 && (e.Code != api.CodeServiceUnreachable || e.Message != tc.msg)) || (status == 200 && body != "ok") {
 			t.Errorf("%s: %d %+v %.80q, want %d %q", tc.method, status, e, body, tc.status, tc.msg)
 		}
+		// An answer refused is an answer: the service is not down.
+		if v := h.metric(t, `signagent_dependency_up{dependency="service"}`); v != "1" {
+			t.Errorf("after %s: signagent_dependency_up{service} = %s, want 1", tc.method, v)
+		}
 	}
 
 	// The settings, reloaded: more fields, fewer bytes.
-	h.reload(t, func(c *agent.Config) { c.ServiceMaxHeaderFields, c.ServiceMaxHeaderBytes = 200, 2<<10 })
-	if status, body, e := call("Fields150"); status != 200 || body != "ok" {
-		t.Errorf("150 fields, with 200 allowed: %d %+v", status, e)
+	h.reload(t, func(c *agent.Config) { c.ServiceMaxHeaderFields, c.ServiceMaxHeaderBytes = 120, 2<<10 })
+	if status, body, e := call("Fields110"); status != 200 || body != "ok" {
+		t.Errorf("110 fields, with 120 allowed: %d %+v", status, e)
 	}
 	if status, _, e := call("HeadFourKiB"); status != 502 || e.Message != "the business call: the service answered a head larger than 2 KiB, past --service-max-header-bytes" {
 		t.Errorf("a head of 4 KiB, with 2 KiB allowed: %d %+v", status, e)
@@ -70,5 +77,27 @@ func TestProxyHeadBounds(t *testing.T) {
 	err := h.d.Reload(func() agent.Config { c := h.cfg; c.ServiceMaxHeaderFields = -1; return c }())
 	if err == nil || !strings.Contains(err.Error(), "service-max-header-fields") {
 		t.Errorf("a negative bound: %v", err)
+	}
+	// Past what a signagent client reads of the answer the agent passes
+	// on (agentclient.MaxHeaderFields, MaxHeaderBytes) with the agent's
+	// own fields: refused, the cap named.
+	for _, tc := range []struct {
+		change func(c *agent.Config)
+		want   string
+	}{
+		{func(c *agent.Config) { c.ServiceMaxHeaderFields = agent.MaxServiceHeaderFields + 1 }, "service-max-header-fields 121 is more than 120, the most a signagent client reads"},
+		{func(c *agent.Config) { c.ServiceMaxHeaderBytes = agent.MaxServiceHeaderBytes + 1 }, "service-max-header-bytes 1044481 is more than 1044480, the most a signagent client reads"},
+	} {
+		c := h.cfg
+		tc.change(&c)
+		if err := h.d.Reload(c); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("past the cap: %v, want %q", err, tc.want)
+		}
+	}
+	h.reload(t, func(c *agent.Config) {
+		c.ServiceMaxHeaderFields, c.ServiceMaxHeaderBytes = agent.MaxServiceHeaderFields, agent.MaxServiceHeaderBytes
+	})
+	if status, body, e := call("Fields110"); status != 200 || body != "ok" {
+		t.Errorf("at the caps: %d %+v", status, e)
 	}
 }

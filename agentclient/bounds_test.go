@@ -123,7 +123,7 @@ func TestSilentAgentBounded(t *testing.T) {
 	clients := agents(t, h)
 	t.Cleanup(func() { close(release) }) // before the servers close
 	for name, c := range clients {
-		tr := c.tr
+		tr := c.http.Transport.(interface{ Transport() *http.Transport }).Transport()
 		if tr.ResponseHeaderTimeout != HeaderTimeout || tr.MaxResponseHeaderBytes != MaxHeaderBytes+1 || tr.DialContext == nil ||
 			(name == "tcp" && tr.TLSHandshakeTimeout != dialTimeout) {
 			t.Fatalf("%s: head %v, %d bytes, handshake %v", name, tr.ResponseHeaderTimeout, tr.MaxResponseHeaderBytes, tr.TLSHandshakeTimeout)

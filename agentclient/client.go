@@ -41,7 +41,9 @@ const (
 	// MaxHeaderFields and MaxHeaderBytes bound an answer's head: a
 	// service's head the agent passes on (at most its
 	// --service-max-header-fields, 100, and --service-max-header-bytes,
-	// 64 KiB, by default) with the agent's own few fields. What a head
+	// 64 KiB, by default; at most these less the agent's own few fields:
+	// agent.MaxServiceHeaderFields, MaxServiceHeaderBytes) with the
+	// agent's own fields. What a head
 	// costs to hold is its fields (about 400 bytes each) more than its
 	// bytes, and net/http counts only the bytes: the client counts the
 	// fields as they come (httpx.BoundHeads). Past either the call fails
@@ -60,7 +62,6 @@ const (
 // Client talks to one agent.
 type Client struct {
 	http   *http.Client
-	tr     *http.Transport // beneath http's bound on heads
 	base   string
 	bearer string
 }
@@ -84,7 +85,7 @@ func NewUnix(socket string) *Client {
 		}
 		return c, nil
 	}
-	return &Client{http: &http.Client{Transport: boundHeads(tr)}, tr: tr, base: "http://signagent"}
+	return &Client{http: &http.Client{Transport: boundHeads(tr)}, base: "http://signagent"}
 }
 
 // NewTCP returns a client for the agent's TCP listener, e.g.
@@ -95,7 +96,7 @@ func NewTCP(baseURL, bearerToken string, tlsCfg *tls.Config) *Client {
 	tr.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	tr.TLSHandshakeTimeout = dialTimeout
 	tr.TLSClientConfig = tlsCfg
-	return &Client{http: &http.Client{Transport: boundHeads(tr)}, tr: tr, base: baseURL, bearer: bearerToken}
+	return &Client{http: &http.Client{Transport: boundHeads(tr)}, base: baseURL, bearer: bearerToken}
 }
 
 // transport is what both ways to the agent share: kept connections, and

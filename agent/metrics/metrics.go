@@ -58,9 +58,13 @@ type Metrics struct {
 	// labelled methods and statuses).
 	resolved sync.Map // counterKey -> prometheus.Counter
 	tm       *tokenq.Manager
-	// skew is the service's clock minus this machine's, last seen (nil:
-	// no answer yet).
-	skew atomic.Pointer[time.Duration]
+	// skew is the service's clock minus this machine's, last seen
+	// (skewSeen false: no answer yet), in nanoseconds.
+	skew     atomic.Int64
+	skewSeen atomic.Bool
+	// date is the last Date header parsed: answers bring the same one
+	// for a second.
+	date atomic.Pointer[serviceDate]
 }
 
 // Build is the build signagent_build_info labels: its version and commit

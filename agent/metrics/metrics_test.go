@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/signagent/signagent/pkcs11"
 )
@@ -52,5 +53,47 @@ func TestDependencyGauges(t *testing.T) {
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	if strings.Contains(rec.Body.String(), "signagent_store_up") {
 		t.Error("signagent_store_up without a store seen")
+	}
+}
+
+// TestServiceDate: the skew is measured as httpx.ClockSkew measures it
+// (this machine's clock taken to the whole second), absent before an
+// answer with a Date, kept through an unreadable one, and recorded
+// without allocating while answers bring the Date header last parsed.
+func TestServiceDate(t *testing.T) {
+	m := New(nil, Build{Version: "test"}, nil, Probes{})
+	skew := func() string {
+		rec := httptest.NewRecorder()
+		m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		for _, l := range strings.Split(rec.Body.String(), "\n") {
+			if v, ok := strings.CutPrefix(l, "signagent_service_clock_skew_seconds "); ok {
+				return v
+			}
+		}
+		return "absent"
+	}
+	m.ServiceDate("", time.Now())
+	if s := skew(); s != "absent" {
+		t.Fatalf("without a Date: %s", s)
+	}
+	date := "Mon, 30 Nov 2026 10:00:00 GMT"
+	at := time.Date(2026, 11, 30, 10, 0, 7, 900e6, time.UTC)
+	m.ServiceDate(date, at)
+	if s := skew(); s != "-7" {
+		t.Fatalf("an answer 7.9 s after its Date: %s, want -7", s)
+	}
+	m.ServiceDate("not a date", at)
+	if s := skew(); s != "-7" {
+		t.Fatalf("after an unreadable Date: %s, want -7", s)
+	}
+	if n := testing.AllocsPerRun(100, func() { m.ServiceDate(date, at.Add(-5*time.Second)) }); n != 0 {
+		t.Fatalf("%v allocations per answer with the same Date", n)
+	}
+	if s := skew(); s != "-2" {
+		t.Fatalf("%s, want -2", s)
+	}
+	m.ServiceDate("Mon, 30 Nov 2026 10:00:09 GMT", at)
+	if s := skew(); s != "2" {
+		t.Fatalf("a later Date: %s, want 2", s)
 	}
 }

@@ -2,9 +2,12 @@ package metrics
 
 import (
 	"math"
+	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/signagent/signagent/internal/httpx"
 )
 
 // Probes are what the metrics read from the agent at each scrape, for the
@@ -47,8 +50,8 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if cert := c.m.tm.Certificate(); cert != nil {
 		ch <- prometheus.MustNewConstMetric(certExpiryDesc, prometheus.GaugeValue, unixSeconds(cert.NotAfter))
 	}
-	if s := c.m.skew.Load(); s != nil {
-		ch <- prometheus.MustNewConstMetric(skewDesc, prometheus.GaugeValue, s.Seconds())
+	if c.m.skewSeen.Load() {
+		ch <- prometheus.MustNewConstMetric(skewDesc, prometheus.GaugeValue, time.Duration(c.m.skew.Load()).Seconds())
 	}
 }
 
@@ -56,14 +59,31 @@ func unixSeconds(t time.Time) float64 {
 	return math.Round(float64(t.UnixMilli())) / 1000
 }
 
+// serviceDate is a Date header and its time.
+type serviceDate struct {
+	header string
+	t      time.Time
+}
+
 // ServiceDate records the service's clock against this machine's: date is
-// an answer's Date header (zero: none, ignored), at when its headers
-// arrived here. Date has a resolution of one second, rounded down, so a
-// clock in step reads between about -1 s and 0.
-func (m *Metrics) ServiceDate(date, at time.Time) {
-	if date.IsZero() {
+// an answer's Date header (empty or unreadable: ignored), at when its
+// headers arrived here, as httpx.ClockSkew measures it (at taken to the
+// whole second, so that a clock in step reads 0, or -1 s for an answer
+// that crossed a second). The header is parsed when it differs from the
+// last one; nothing is allocated otherwise.
+func (m *Metrics) ServiceDate(date string, at time.Time) {
+	if date == "" {
 		return
 	}
-	d := date.Sub(at)
-	m.skew.Store(&d)
+	last := m.date.Load()
+	if last == nil || last.header != date {
+		t, err := http.ParseTime(date)
+		if err != nil {
+			return
+		}
+		last = &serviceDate{header: date, t: t}
+		m.date.Store(last)
+	}
+	m.skew.Store(int64(httpx.SkewAt(last.t, at)))
+	m.skewSeen.Store(true)
 }

@@ -32,14 +32,7 @@ func (l *headLimit) Read(p []byte) (int, error) {
 	}
 	n, err := l.r.Read(p)
 	l.n -= int64(n)
-	if n > 0 && !l.fields.Idle() {
-		// The bytes before the field that passed go on, the error with
-		// the next read (HeadCounter.Scan).
-		if ok, ferr := l.fields.Scan(p[:n]); ferr != nil {
-			return ok, nil
-		}
-	}
-	return n, err
+	return l.fields.Took(p, n, err)
 }
 
 // noLimit is headLimit's n once the head was read.
@@ -52,12 +45,16 @@ const noLimit = 1<<63 - 1
 // either the answer is refused (502) and its connection closed.
 var errHeadTooLarge = errors.New("the service's answer head is larger than the proxy takes")
 
+// newHeadLimit is the head limit of a connection to u, reading r.
+func (u *upstream) newHeadLimit(r net.Conn) *headLimit {
+	return &headLimit{r: r, n: noLimit, fields: httpx.NewHeadCounter(httpx.HeadLimits{Fields: u.maxFields})}
+}
+
 // readHead reads the answer's head, past any interim answers (100
 // Continue, 103 Early Hints: the body has been sent already), through
 // the connection's head limit.
 func (u *upstream) readHead(c *upConn, req *http.Request) (*http.Response, error) {
 	c.lr.n = u.maxHead
-	c.lr.fields = httpx.NewHeadCounter(httpx.HeadLimits{Fields: u.maxFields})
 	c.lr.fields.Arm()
 	defer func() { c.lr.n = noLimit; c.lr.fields.Disarm() }()
 	if _, err := c.br.Peek(1); err != nil {
@@ -75,13 +72,14 @@ func (u *upstream) readHead(c *upConn, req *http.Request) (*http.Response, error
 }
 
 // headErr is the error of a head that could not be read: a bound it
-// passed (whatever net/http made of the cut line), or err.
+// passed (whatever net/http made of the cut line; the proxy's error
+// names the setting: upstreamError.classified), or err.
 func headErr(u *upstream, c *upConn, err error) error {
 	switch {
 	case c.lr.fields.Err() != nil:
-		return headSetting(&httpx.HeadError{Fields: u.maxFields})
+		return &httpx.HeadError{Fields: u.maxFields}
 	case c.lr.n <= 0 || errors.Is(err, errHeadTooLarge):
-		return headSetting(&httpx.HeadError{Bytes: u.maxHead})
+		return &httpx.HeadError{Bytes: u.maxHead}
 	}
 	return err
 }

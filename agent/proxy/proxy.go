@@ -79,9 +79,10 @@ type Call struct {
 	Method string // the business method, as the metrics label it
 	Call   string // the business call: "GET /GetMyOrganizations"
 	Status int    // the service's, when it answered
-	// Date is the service's clock as its answer's Date header says it
-	// (zero: none), and At when that answer's headers arrived here.
-	Date, At time.Time
+	// Date is the service's answer's Date header (its clock; empty:
+	// none), At when that answer's headers arrived here.
+	Date string
+	At   time.Time
 	// Retried says the call was sent again with a fresh Authorization
 	// after a 401.
 	Retried bool
@@ -91,7 +92,8 @@ type Call struct {
 	Complete bool
 	CutOff   error
 	// Unanswered says the service did not answer (its connection failed,
-	// or the deadline passed first).
+	// or the deadline passed first); an answer the proxy refuses (a head
+	// past its bounds, a lone 101) is an answer.
 	Unanswered bool
 
 	rec  Record
@@ -194,8 +196,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		var resp *http.Response
 		if resp, err = p.send(out, target, au, call); err == nil {
-			call.Status, call.At = resp.StatusCode, time.Now()
-			call.Date, _ = http.ParseTime(resp.Header.Get("Date"))
+			call.Status, call.At, call.Date = resp.StatusCode, time.Now(), resp.Header.Get("Date")
 			call.rec.Answering(call)
 			// The record is closed once the answer has been passed on (or
 			// cut off: passOn then aborts the handler with a panic, which
@@ -207,8 +208,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var te *upstreamError
 	if errors.As(err, &te) {
-		err = te.classified()
-		call.Unanswered = true
+		call.Unanswered, err = te.classified()
 	}
 	call.rec.Failed(w, call, err)
 }
@@ -289,7 +289,7 @@ func (p *Proxy) send(out *http.Request, t *Target, au authz.Authorizer, call *Ca
 		}
 		if resp.StatusCode < 200 {
 			resp.Body.Close()
-			return nil, &upstreamError{ctx: ctx, err: fmt.Errorf("the service answered %d, which the proxy does not pass on", resp.StatusCode)}
+			return nil, &upstreamError{ctx: ctx, err: fmt.Errorf("the service answered %d, which the proxy does not pass on", resp.StatusCode), answered: true}
 		}
 		return resp, nil
 	})
@@ -379,25 +379,29 @@ func copyAnswer(w io.Writer, body io.Reader, flush func() error, call *Call) err
 	}
 }
 
-// upstreamError is a proxied request that got no answer.
+// upstreamError is a proxied request that got no answer the proxy can
+// pass on: none (answered false), or one it refuses (a lone interim
+// answer, a head past its bounds).
 type upstreamError struct {
-	ctx context.Context
-	err error
+	ctx      context.Context
+	err      error
+	answered bool
 }
 
 func (e *upstreamError) Error() string { return httpx.CleanErr(e.err).Error() }
 func (e *upstreamError) Unwrap() error { return e.err }
 
-// classified is the error as an httpx.TransportError, which classify
-// knows: a time-out (the request deadline) or no answer.
-func (e *upstreamError) classified() error {
+// classified is whether the service did not answer (Call.Unanswered),
+// and the error as an httpx.TransportError, which classify knows: a head
+// past its bounds, a time-out (the request deadline) or no answer.
+func (e *upstreamError) classified() (bool, error) {
 	var he *httpx.HeadError
 	if errors.As(e.err, &he) {
 		he = headSetting(he)
-		return &httpx.TransportError{Method: "the business call", Msg: "the service answered " + he.Error(), Err: he}
+		return false, &httpx.TransportError{Method: "the business call", Msg: "the service answered " + he.Error(), Err: he}
 	}
 	if httpx.IsTimeout(e.ctx, e.err) {
-		return &httpx.TransportError{Method: "the business call", Msg: "the service did not answer within the request deadline", Err: context.DeadlineExceeded}
+		return true, &httpx.TransportError{Method: "the business call", Msg: "the service did not answer within the request deadline", Err: context.DeadlineExceeded}
 	}
-	return &httpx.TransportError{Method: "the business call", Msg: "could not reach the service: " + e.Error()}
+	return !e.answered, &httpx.TransportError{Method: "the business call", Msg: "could not reach the service: " + e.Error()}
 }

@@ -383,7 +383,7 @@ func (u *upstream) get(ctx context.Context) (*upConn, bool, error) {
 		}
 		nc = tc
 	}
-	lr := &headLimit{r: nc, n: noLimit}
+	lr := u.newHeadLimit(nc)
 	c := &upConn{Conn: nc, raw: raw, lr: lr, br: bufio.NewReaderSize(lr, 16<<10), bw: bufio.NewWriterSize(nc, 8<<10)}
 	if sc, ok := raw.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {

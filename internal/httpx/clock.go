@@ -19,8 +19,12 @@ func ClockSkew(h http.Header, sent time.Time) (skew time.Duration, ok bool) {
 	if err != nil {
 		return 0, false
 	}
-	return t.Sub(sent.Truncate(time.Second)), true
+	return SkewAt(t, sent), true
 }
+
+// SkewAt is ClockSkew of a Date header already parsed: date against sent
+// taken to the whole second.
+func SkewAt(date, sent time.Time) time.Duration { return date.Sub(sent.Truncate(time.Second)) }
 
 // DescribeSkew says a skew ClockSkew measured as the fix's premise: "this
 // machine's clock is 10m0s behind the service's".

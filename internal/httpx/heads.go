@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/signagent/signagent/errdefs"
@@ -26,8 +27,10 @@ type HeadLimits struct {
 	// Fields is the most header fields of one head (a continuation line is
 	// part of its field, as net/http reads it). Default DefaultHeadFields.
 	Fields int
-	// Bytes is the most bytes of one head, status line and blank line
-	// included. Default DefaultHeadBytes.
+	// Bytes is the most bytes of one answer's heads, its interim heads
+	// (100 Continue, 103 Early Hints) and its final one counted together,
+	// each one's status line and blank line included (as http.Transport
+	// counts MaxResponseHeaderBytes). Default DefaultHeadBytes.
 	Bytes int64
 }
 
@@ -90,7 +93,8 @@ func (e *HeadError) Is(target error) bool { return target == errdefs.ErrUnreacha
 // or a tab continues its field, an empty line (LF or CRLF) ends the head.
 // After an interim answer (1xx but 101) or a status it cannot read, the
 // next bytes are taken for another head (net/http reads one, or refuses
-// the answer); after a final head it is idle (the body is not counted)
+// the answer), its fields counted afresh and its bytes with the heads'
+// before it; after a final head it is idle (the body is not counted)
 // until armed again. It allocates nothing. Not safe for concurrent use.
 type HeadCounter struct {
 	limits HeadLimits // Bytes 0: bytes not counted
@@ -100,6 +104,7 @@ type HeadCounter struct {
 	bytes  int64
 	code   [4]byte // the status code, as far as read
 	codeN  int
+	done   bool // a final head was counted since Arm
 	err    error
 }
 
@@ -118,11 +123,19 @@ const (
 // NewHeadCounter counts heads within l (its Bytes 0: fields alone).
 func NewHeadCounter(l HeadLimits) HeadCounter { return HeadCounter{limits: l} }
 
-// Arm says an answer's head comes next (a request was written). The
+// Arm says an answer's heads come next (a request is written). The
 // bounds are counted afresh; an error stays.
 func (c *HeadCounter) Arm() {
-	c.state, c.k, c.fields, c.bytes, c.codeN = hcSniff, 0, 0, 0, 0
+	c.nextHead()
+	c.bytes, c.done = 0, false
 }
+
+// nextHead: another head of the same answer comes next, its fields
+// counted afresh, its bytes with the heads' before it.
+func (c *HeadCounter) nextHead() { c.state, c.k, c.fields, c.codeN = hcSniff, 0, 0, 0 }
+
+// Done reports whether the counter read an answer's final head since Arm.
+func (c *HeadCounter) Done() bool { return c.done }
 
 // Disarm stops counting until Arm.
 func (c *HeadCounter) Disarm() { c.state = hcIdle }
@@ -157,6 +170,26 @@ func (c *HeadCounter) Scan(p []byte) (int, error) {
 
 // Err is the error Scan returned, if any.
 func (c *HeadCounter) Err() error { return c.err }
+
+// Took is what a reader beneath a head parser returns for a read of
+// p[:n] that gave err, counted by c: n and err; or, when the read brought
+// a head past a bound, the bytes before the one that passed, the error
+// with the next read (Scan), and the error at once when there are none.
+// A reader calls it after each read, once it returned c.Err() (if any)
+// without reading.
+func (c *HeadCounter) Took(p []byte, n int, err error) (int, error) {
+	if n <= 0 || c.state == hcIdle {
+		return n, err
+	}
+	ok, serr := c.Scan(p[:n])
+	switch {
+	case serr == nil:
+		return n, err
+	case ok == 0:
+		return 0, serr
+	}
+	return ok, nil
+}
 
 var httpPrefix = []byte("HTTP/")
 
@@ -245,56 +278,76 @@ func (c *HeadCounter) endHead() {
 	final := c.codeN == 3 && isDigit(code[0]) && isDigit(code[1]) && isDigit(code[2]) &&
 		(code[0] != '1' || string(code) == "101")
 	if final {
-		c.state = hcIdle
+		c.state, c.done = hcIdle, true
 		return
 	}
-	c.Arm()
+	c.nextHead()
 }
 
 func isDigit(b byte) bool { return '0' <= b && b <= '9' }
 
-// headConn counts the heads a Transport reads on a connection: a request
-// written while it is idle arms it.
+// headConn counts the heads a Transport reads on a connection: the
+// request's round trip arms it once it has the connection (headCheck).
 type headConn struct {
 	net.Conn
-	mu sync.Mutex // the Transport reads and writes on two goroutines
-	hc HeadCounter
+	tls *tls.ConnectionState // an HTTPS connection's, for its answers
+	// state is the counter's, for the reads that need not lock: armed
+	// (within a head or before one), failed, or idle.
+	state atomic.Uint32
+	mu    sync.Mutex // the Transport reads and arms on two goroutines
+	hc    HeadCounter
 }
+
+const (
+	connIdle = iota
+	connArmed
+	connFailed
+)
 
 func (c *headConn) Read(p []byte) (int, error) {
 	// Once failed, failed at once: net/http may take the failed read's
 	// cut line for a whole one (ReadLine drops the error) and read on.
-	if err := c.err(); err != nil {
-		return 0, err
+	if c.state.Load() == connFailed {
+		return 0, c.hc.Err() // set before the state said so
 	}
 	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.mu.Lock()
-		ok, serr := c.hc.Scan(p[:n])
-		c.mu.Unlock()
-		if serr != nil && ok == 0 {
-			return 0, serr
-		}
-		if serr != nil {
-			return ok, nil // the error with the next read
-		}
+	if n <= 0 || c.state.Load() != connArmed {
+		return n, err // a body's bytes, or none
 	}
+	c.mu.Lock()
+	n, err = c.hc.Took(p, n, err)
+	c.setState()
+	c.mu.Unlock()
 	return n, err
 }
 
-func (c *headConn) err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.hc.Err()
+// setState is the counter's state, c.mu held.
+func (c *headConn) setState() {
+	switch {
+	case c.hc.Err() != nil:
+		c.state.Store(connFailed)
+	case c.hc.Idle():
+		c.state.Store(connIdle)
+	default:
+		c.state.Store(connArmed)
+	}
 }
 
-func (c *headConn) Write(p []byte) (int, error) {
+// arm says a request is to be written on c: its answer's heads come
+// next.
+func (c *headConn) arm() {
 	c.mu.Lock()
-	if c.hc.Idle() {
-		c.hc.Arm()
-	}
+	c.hc.Arm()
+	c.setState()
 	c.mu.Unlock()
-	return c.Conn.Write(p)
+}
+
+// result is whether the counter counted the final head of the answer
+// since arm, and its error, if any.
+func (c *headConn) result() (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hc.Done(), c.hc.Err()
 }
 
 // BoundHeads makes t read every answer head within l (zero values: the
@@ -308,7 +361,8 @@ func (c *headConn) Write(p []byte) (int, error) {
 // field, so at most 2,048 fields in 64 KiB). What is not counted before
 // (HTTP/2, HTTPS through a proxy, a head in the bytes a Transport read
 // before the request that takes them) is bounded by its bytes, and its
-// fields are counted once parsed: the answer is refused the same.
+// fields are counted once parsed: the answer is refused the same. An
+// HTTPS answer's TLS is its connection's state, as t's own dial gives.
 func BoundHeads(t *http.Transport, l HeadLimits) http.RoundTripper {
 	l = l.OrDefault()
 	// One byte more than the counter's bound, so that the counter, which
@@ -364,34 +418,61 @@ func dialTLS(ctx context.Context, t *http.Transport, dial func(context.Context, 
 		raw.Close()
 		return nil, err
 	}
-	if tc.ConnectionState().NegotiatedProtocol == "h2" {
+	cs := tc.ConnectionState()
+	if cs.NegotiatedProtocol == "h2" {
 		return tc, nil // the Transport's HTTP/2 takes a *tls.Conn
 	}
-	return &headConn{Conn: tc, hc: NewHeadCounter(l)}, nil
+	// The Transport gives its answers the state of a *tls.Conn only:
+	// headCheck gives them this one.
+	return &headConn{Conn: tc, tls: &cs, hc: NewHeadCounter(l)}, nil
 }
 
-// headCheck refuses an answer whose head has more fields than allowed,
-// once parsed: what the counters could not see.
+// headCheck arms the counter of the connection each request gets, and
+// refuses an answer whose head has more fields than allowed, once
+// parsed, when the counter did not count it (HTTP/2, HTTPS through a
+// proxy, a head read before the request).
 type headCheck struct {
 	t      *http.Transport
 	fields int
 }
 
+// roundTrip is one request's: the connection it got.
+type roundTrip struct {
+	trace httptrace.ClientTrace
+	conn  *headConn
+}
+
+func (r *roundTrip) gotConn(i httptrace.GotConnInfo) {
+	// A request sent again on another connection gets it here again.
+	if r.conn, _ = i.Conn.(*headConn); r.conn != nil {
+		r.conn.arm()
+	}
+}
+
 func (h headCheck) RoundTrip(req *http.Request) (*http.Response, error) {
-	// The counter's error is the cause when the Transport fails, but
-	// net/textproto may report another: a line cut by the failed read
-	// reads as a whole line (bufio.Reader.ReadLine drops the error that
-	// ends it), which then lacks its colon.
-	var conn *headConn
-	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { conn, _ = i.Conn.(*headConn) }}
-	resp, err := h.t.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+	rt := &roundTrip{}
+	rt.trace.GotConn = rt.gotConn
+	resp, err := h.t.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), &rt.trace)))
+	var herr error
+	counted := false
+	if rt.conn != nil {
+		counted, herr = rt.conn.result()
+	}
 	if err != nil {
-		if conn != nil {
-			if herr := conn.err(); herr != nil {
-				return nil, herr
-			}
+		// The counter's error is the cause when the Transport fails, but
+		// net/textproto may report another: a line cut by the failed
+		// read reads as a whole line (bufio.Reader.ReadLine drops the
+		// error that ends it), which then lacks its colon.
+		if herr != nil {
+			return nil, herr
 		}
 		return nil, err
+	}
+	if rt.conn != nil && resp.TLS == nil {
+		resp.TLS = rt.conn.tls
+	}
+	if counted {
+		return resp, nil
 	}
 	n := 0
 	for _, vv := range resp.Header {
@@ -403,6 +484,9 @@ func (h headCheck) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	return resp, nil
 }
+
+// Transport is the Transport beneath.
+func (h headCheck) Transport() *http.Transport { return h.t }
 
 // CloseIdleConnections closes the Transport's idle connections.
 func (h headCheck) CloseIdleConnections() { h.t.CloseIdleConnections() }

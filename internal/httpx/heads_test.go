@@ -69,6 +69,7 @@ var headCases = []struct {
 	{"a head of 64 KiB and a byte", answer("X-Big: "+strings.Repeat("a", 64<<10+1-len(answer("X-Big: \r\n", "")))+"\r\n", "hi"), "bytes"},
 	{"a head of 65 KiB", answer("X-Big: "+strings.Repeat("a", 65<<10)+"\r\n", "hi"), "bytes"},
 	{"interim answers, each within", "HTTP/1.1 103 Early Hints\r\n" + fields(90, "\r\n") + "\r\nHTTP/1.1 100 Continue\r\n\r\n" + answer(fields(90, "\r\n"), "hi"), "ok"},
+	{"interim and final heads of 40 KiB each (the bytes of all heads count)", "HTTP/1.1 103 Early Hints\r\nX-Big: " + strings.Repeat("a", 40<<10) + "\r\n\r\n" + answer("X-Big: "+strings.Repeat("a", 40<<10)+"\r\n", "hi"), "bytes"},
 	{"an interim answer of 101 fields", "HTTP/1.1 103 Early Hints\r\n" + fields(101, "\r\n") + "\r\n" + answer("", "hi"), "fields"},
 	{"a final answer of 101 fields after an interim one", "HTTP/1.1 100 Continue\r\n\r\n" + answer(fields(100, "\r\n"), "hi"), "fields"},
 	{"a status with spaces before the code", "HTTP/1.1   103 Early Hints\r\n\r\n" + answer(fields(100, "\r\n"), "hi"), "fields"},
@@ -182,6 +183,14 @@ func TestBoundedHeadsOverTLS(t *testing.T) {
 		ln := tls.NewListener(listen(t), &tls.Config{Certificates: certs})
 		addr := rawPeer(t, ln, answer("", "hi"), answer(fields(100000, "\r\n"), "hi"), answer("X-Big: "+strings.Repeat("a", 65<<10)+"\r\n", "hi"))
 		c := bounded()
+		resp, err := c.Get("https://" + addr + "/0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.TLS == nil || resp.TLS.ServerName != "example.com" || !resp.TLS.HandshakeComplete {
+			t.Fatalf("the answer's TLS state: %+v", resp.TLS)
+		}
 		for i, want := range []string{"ok", "fields", "bytes", "ok"} {
 			if o := outcome(c.Get(fmt.Sprintf("https://%s/%d", addr, i%3))); o != want {
 				t.Fatalf("got %s, want %s", o, want)
@@ -260,5 +269,79 @@ func BenchmarkHeadCounter(b *testing.B) {
 		if _, err := c.Scan(head); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// An upload the service answers early: the request's body is still being
+// written when the answer's head has been read, and the answer's body
+// (here lines that read as a head of 101 fields) is not a head: the
+// counter is armed once per request, not by every write.
+func TestBoundedHeadEarlyAnswerToUpload(t *testing.T) {
+	ln := listen(t)
+	defer ln.Close()
+	chunk1, chunk2 := strings.Repeat("a", 100), strings.Repeat("b", 8<<10)
+	body := "HTTP/1.1 200 OK\r\n" + fields(101, "\r\n") + "\r\n"
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		req, err := http.ReadRequest(bufio.NewReader(c))
+		if err != nil {
+			return
+		}
+		if _, err := io.ReadFull(req.Body, make([]byte, len(chunk1))); err != nil {
+			return
+		}
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", len(body))
+		// The body goes once the client has written the rest of its own.
+		if _, err := io.ReadFull(req.Body, make([]byte, len(chunk2))); err != nil {
+			return
+		}
+		io.WriteString(c, body)
+		io.Copy(io.Discard, req.Body)
+	}()
+	pr, pw := io.Pipe()
+	go io.WriteString(pw, chunk1)
+	c := &http.Client{Transport: Transport(HeadLimits{}), Timeout: 10 * time.Second}
+	resp, err := c.Post("http://"+ln.Addr().String()+"/", "text/plain", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.WriteString(pw, chunk2); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	pw.Close()
+	if err != nil || string(got) != body {
+		t.Fatalf("the answer's body: %v, %.40q", err, got)
+	}
+}
+
+// BenchmarkBoundedRoundTrip: what the bounded Transport costs a request on
+// a kept connection (allocs/op against net/http's own Transport).
+func BenchmarkBoundedRoundTrip(b *testing.B) {
+	addr := rawPeer(b, listen(b), answer("Content-Type: text/plain\r\n"+fields(10, "\r\n"), "hi"))
+	for _, bc := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{
+		{"net-http", &http.Transport{}},
+		{"bounded", Transport(HeadLimits{})},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			req, _ := http.NewRequest("GET", "http://"+addr+"/0", nil)
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := bc.rt.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
 	}
 }
