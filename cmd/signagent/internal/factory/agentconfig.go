@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,8 +43,8 @@ func ServeFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-body", Category: catAgent, Value: 64 << 10, EnvVars: []string{"SIGNAGENT_MAX_BODY"}, Usage: "largest request body in `BYTES`"},
 		&cli.IntFlag{Name: "service-max-body", Category: catAgent, Value: 16 << 20, EnvVars: []string{"SIGNAGENT_SERVICE_MAX_BODY"}, Usage: "largest body in `BYTES` of a business call through the proxy (/v1/service/...); held in memory for the retry"},
 		&cli.IntFlag{Name: "service-body-budget", Category: catAgent, Value: agent.DefaultServiceBodyBudget, EnvVars: []string{"SIGNAGENT_SERVICE_BODY_BUDGET"}, Usage: "most `BYTES` of proxied bodies held at once, in memory or spooled to unlinked temporary files (bodies over 256 KiB); a call past it is answered 503 at once"},
-		&cli.IntFlag{Name: "service-max-header-fields", Category: catAgent, Value: httpx.DefaultHeadFields, EnvVars: []string{"SIGNAGENT_SERVICE_MAX_HEADER_FIELDS"}, Usage: "most header fields, `N`, of a business API answer's head through the proxy; past it the call is answered 502 (a field costs about 400 bytes to hold)"},
-		&cli.IntFlag{Name: "service-max-header-bytes", Category: catAgent, Value: httpx.DefaultHeadBytes, EnvVars: []string{"SIGNAGENT_SERVICE_MAX_HEADER_BYTES"}, Usage: "largest head in `BYTES` of a business API answer through the proxy; past it the call is answered 502"},
+		&cli.IntFlag{Name: "service-max-header-fields", Category: catAgent, Value: httpx.DefaultHeadFields, EnvVars: []string{"SIGNAGENT_SERVICE_MAX_HEADER_FIELDS"}, Usage: "most header fields, `N`, of a business API answer's head through the proxy; past it the call is answered 502 (a field costs about 400 bytes to hold); at most " + strconv.Itoa(agent.MaxServiceHeaderFields) + ", what the agent's own client reads"},
+		&cli.IntFlag{Name: "service-max-header-bytes", Category: catAgent, Value: httpx.DefaultHeadBytes, EnvVars: []string{"SIGNAGENT_SERVICE_MAX_HEADER_BYTES"}, Usage: "largest head in `BYTES` of a business API answer through the proxy; past it the call is answered 502; at most " + strconv.Itoa(agent.MaxServiceHeaderBytes)},
 		&cli.DurationFlag{Name: "shutdown-grace", Category: catAgent, Value: 10 * time.Second, EnvVars: []string{"SIGNAGENT_SHUTDOWN_GRACE"}, Usage: "on SIGTERM, `DURATION` for requests in flight to finish"},
 		&cli.BoolFlag{Name: "expose-canonical", Category: catAgent, EnvVars: []string{"SIGNAGENT_EXPOSE_CANONICAL"}, Usage: "return the signed text (it holds the API key) in /v1/signatures answers"},
 		&cli.BoolFlag{Name: "expose-legacy-header", Category: catAgent, EnvVars: []string{"SIGNAGENT_EXPOSE_LEGACY_HEADER"}, Usage: "hand out legacy ServiceAuth header values in /v1/authorizations answers (they hold the developer key; the proxy never shows them)"},
