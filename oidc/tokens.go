@@ -391,12 +391,12 @@ func (t *Tokens) refresh(ctx context.Context, profile string) (*Record, bool, er
 	// This process refreshed last, and the store did not take it: written
 	// first, over the record it replaced (or dropped, when moot).
 	if err := t.flush(ctx, profile); err != nil {
-		t.noteDown(err)
 		return nil, false, err
 	}
+	// A lease not had is not noted as the store down: another agent may
+	// hold it.
 	unlock, err := t.Store.Lock(ctx, profile)
 	if err != nil {
-		t.noteDown(err)
 		return nil, false, err
 	}
 	held := false // by the unsaved record, until it is written

@@ -225,6 +225,7 @@ func (t *Tokens) setUnlock(profile string, rec *Record, unlock func()) {
 // keeps it: an error wrapping ErrStoreUnavailable.
 func (t *Tokens) saveUnsaved(profile string, u unsaved) error {
 	stored, err := t.Store.Load(profile)
+	t.noteDown(err)
 	switch {
 	case errors.Is(err, errNoRecord):
 		t.dropUnsaved(profile, u.rec)
@@ -236,6 +237,7 @@ func (t *Tokens) saveUnsaved(profile string, u unsaved) error {
 		return nil
 	}
 	if err := t.Store.Save(u.rec); err != nil {
+		t.noteDown(err)
 		return waiting(profile, err)
 	}
 	t.dropUnsaved(profile, u.rec)
