@@ -176,6 +176,10 @@ func (s *Shared) hold(profile string, l store.Lease) func() {
 	}
 }
 
+// shared is s: a Records that wraps a Shared has it too, for the
+// hand-over of its leases (adoptLease).
+func (s *Shared) shared() *Shared { return s }
+
 // adoptLease takes over profile's lease from, another Shared on the same
 // store (the one a reload replaces), holds it and returns what gives it
 // up; false when from holds none or the store cannot carry it over.

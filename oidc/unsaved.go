@@ -75,10 +75,10 @@ func (t *Tokens) keepUnsaved(profile string, u unsaved) {
 // replaces) held: its lease is carried over to this Tokens' store.
 func (t *Tokens) adoptUnsaved(profile string, u unsaved, from Records) {
 	if u.unlock != nil {
-		ns, ok1 := t.Store.(*Shared)
-		os, ok2 := from.(*Shared)
-		if ok1 && ok2 && ns != os {
-			if unlock, ok := ns.adoptLease(os, profile); ok {
+		ns, ok1 := t.Store.(interface{ shared() *Shared })
+		os, ok2 := from.(interface{ shared() *Shared })
+		if ok1 && ok2 && ns.shared() != os.shared() {
+			if unlock, ok := ns.shared().adoptLease(os.shared(), profile); ok {
 				u.unlock = unlock
 			} else {
 				// Not carried over: the writer takes the lease again.

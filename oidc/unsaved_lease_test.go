@@ -140,6 +140,12 @@ func TestUnsavedRecordAcrossAReload(t *testing.T) {
 	defer b.Close()
 	b.TakeOver(a)
 	rs.S.(*store.Shared).Close() // the reload closes the old store
+	nextStore.mu.Lock()
+	adopted := nextStore.leases["crm"] != nil
+	nextStore.mu.Unlock()
+	if !adopted {
+		t.Fatal("the unsaved record's lease was not carried over to the new store")
+	}
 	if rec, from, err := b.TokenFrom(t.Context(), "crm"); err != nil || rec.AccessToken != got.AccessToken || from != FromMemory {
 		t.Fatalf("the new Tokens, while the record is unsaved: %v %s %v", rec, from, err)
 	}
