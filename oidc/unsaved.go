@@ -102,9 +102,28 @@ func (t *Tokens) TakeOver(was *Tokens) {
 	}
 }
 
-// Close stops the writer of unsaved records (they are lost, and their
-// leases expire) and waits for it to end.
-func (t *Tokens) Close() { t.close(nil) }
+// Close stops the writer of unsaved records and waits for it to end. An
+// unsaved record is offered to the store once more; one it does not take
+// is lost, and its lease given up (held, it would keep every agent from
+// refreshing the profile for as long as this process lives).
+func (t *Tokens) Close() {
+	t.mu.Lock()
+	var profiles []string
+	for p := range t.unsaved {
+		profiles = append(profiles, p)
+	}
+	t.mu.Unlock()
+	for _, p := range profiles {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*retryUnsavedEvery+time.Second)
+		t.flush(ctx, p)
+		cancel()
+	}
+	for _, u := range t.close(nil) {
+		if u.unlock != nil {
+			u.unlock()
+		}
+	}
+}
 
 // close stops the writer and waits for it, and returns the unsaved
 // records, which are next's from now on (nil: nobody's).

@@ -1,6 +1,7 @@
 package oidc
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync"
@@ -252,5 +253,30 @@ func TestStoreDownAskedOnce(t *testing.T) {
 	skew.Store(int64(75 * time.Second)) // 15 s left: not to be served
 	if _, _, err := a.TokenFrom(t.Context(), "crm"); !errors.Is(err, ErrStoreUnavailable) {
 		t.Fatalf("a token past what may be served: %v, want ErrStoreUnavailable", err)
+	}
+}
+
+// TestClosedTokensGiveUpTheLease: Tokens closed (the scheme turned off by
+// a reload) while a refreshed record is unsaved and the store still
+// refuses it: the record is lost, and the lease held for it is given up,
+// not renewed for as long as the process lives (every agent would wait on
+// it for every refresh of the profile).
+func TestClosedTokensGiveUpTheLease(t *testing.T) {
+	t.Parallel()
+	u := newUnsavedBed(t)
+	rs := &refusingSaves{Shared: sharedRecords(t, u.srv.URL(), 1)}
+	rs.refuse.Store(true)
+	a := &Tokens{Store: rs, Client: func(*Record) (*Client, error) { return u.c, nil }}
+	u.refreshUnsaved(t, a)
+	a.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second) // three lease lives
+	defer cancel()
+	unlock, err := sharedRecords(t, u.srv.URL(), 1).Lock(ctx, "crm")
+	if err != nil {
+		t.Fatalf("the lease after Close: %v", err)
+	}
+	unlock()
+	if _, ok := a.unsavedOf("crm"); ok {
+		t.Fatal("a closed Tokens keeps an unsaved record")
 	}
 }
