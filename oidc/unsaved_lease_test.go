@@ -55,6 +55,20 @@ func newUnsavedBed(t *testing.T) *unsavedBed {
 	return &unsavedBed{b: b, c: c, srv: srv, rec: rec}
 }
 
+// clientFor is the bed's client, for Tokens.Client.
+func (u *unsavedBed) clientFor(*Record) (*Client, error) { return u.c, nil }
+
+// refusingAgent is an agent whose store refuses its writes until told
+// (rs.refuse), after a refresh whose write was refused: its record, got,
+// is unsaved in a.
+func (u *unsavedBed) refusingAgent(t *testing.T) (rs *refusingSaves, a *Tokens, got *Record) {
+	t.Helper()
+	rs = &refusingSaves{Shared: sharedRecords(t, u.srv.URL(), 1)}
+	rs.refuse.Store(true)
+	a = &Tokens{Store: rs, Client: u.clientFor}
+	return rs, a, u.refreshUnsaved(t, a)
+}
+
 // refreshUnsaved has a refresh whose write the store refuses: its record
 // is unsaved in a.
 func (u *unsavedBed) refreshUnsaved(t *testing.T, a *Tokens) *Record {
@@ -95,14 +109,11 @@ func waitStored(t *testing.T, r Records, rt string) {
 func TestUnsavedRecordKeepsItsLease(t *testing.T) {
 	t.Parallel()
 	u := newUnsavedBed(t)
-	rs := &refusingSaves{Shared: sharedRecords(t, u.srv.URL(), 1)}
-	rs.refuse.Store(true)
-	a := &Tokens{Store: rs, Client: func(*Record) (*Client, error) { return u.c, nil }}
+	rs, a, got := u.refusingAgent(t)
 	defer a.Close()
-	got := u.refreshUnsaved(t, a)
 
 	// Longer than the store's lease lives unrenewed (1 s).
-	other := &Tokens{Store: sharedRecords(t, u.srv.URL(), 1), Timeout: 3 * time.Second, Client: func(*Record) (*Client, error) { return u.c, nil }}
+	other := &Tokens{Store: sharedRecords(t, u.srv.URL(), 1), Timeout: 3 * time.Second, Client: u.clientFor}
 	other.Expire("crm")
 	if _, from, err := other.TokenFrom(t.Context(), "crm"); !errors.Is(err, ErrStoreUnavailable) {
 		t.Fatalf("a second agent's refresh while the first holds the unsaved record: %s %v, want ErrStoreUnavailable", from, err)
@@ -130,14 +141,10 @@ func TestUnsavedRecordKeepsItsLease(t *testing.T) {
 func TestUnsavedRecordAcrossAReload(t *testing.T) {
 	t.Parallel()
 	u := newUnsavedBed(t)
-	rs := &refusingSaves{Shared: sharedRecords(t, u.srv.URL(), 1)}
-	rs.refuse.Store(true)
-	client := func(*Record) (*Client, error) { return u.c, nil }
-	a := &Tokens{Store: rs, Client: client}
-	got := u.refreshUnsaved(t, a)
+	rs, a, got := u.refusingAgent(t)
 
 	nextStore := sharedRecords(t, u.srv.URL(), 1)
-	b := &Tokens{Store: nextStore, Client: client}
+	b := &Tokens{Store: nextStore, Client: u.clientFor}
 	defer b.Close()
 	b.TakeOver(a)
 	rs.S.(*store.Shared).Close() // the reload closes the old store
@@ -182,11 +189,8 @@ func TestUnsavedRecordAcrossAReload(t *testing.T) {
 func TestUnsavedRecordOverARecordNotRead(t *testing.T) {
 	t.Parallel()
 	u := newUnsavedBed(t)
-	rs := &refusingSaves{Shared: sharedRecords(t, u.srv.URL(), 1)}
-	rs.refuse.Store(true)
-	a := &Tokens{Store: rs, Client: func(*Record) (*Client, error) { return u.c, nil }}
+	rs, a, got := u.refusingAgent(t)
 	defer a.Close()
-	got := u.refreshUnsaved(t, a)
 	data := u.srv.Command("KEYS", "signagent:{oidc:*}")
 	if !strings.HasPrefix(data, "signagent:{oidc:") || u.srv.Command("HSET", data, "v", "a value sealed with no key of ours") == "" {
 		t.Fatalf("no record to tamper with: %q", data)
@@ -233,7 +237,7 @@ func TestStoreDownAskedOnce(t *testing.T) {
 	})
 	var skew atomic.Int64
 	a := &Tokens{Store: rs, Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) },
-		Client: func(*Record) (*Client, error) { return u.c, nil }}
+		Client: u.clientFor}
 	if _, from, err := a.TokenFrom(t.Context(), "crm"); err != nil || from != FromStore {
 		t.Fatalf("the first read: %s %v", from, err)
 	}
@@ -264,10 +268,7 @@ func TestStoreDownAskedOnce(t *testing.T) {
 func TestClosedTokensGiveUpTheLease(t *testing.T) {
 	t.Parallel()
 	u := newUnsavedBed(t)
-	rs := &refusingSaves{Shared: sharedRecords(t, u.srv.URL(), 1)}
-	rs.refuse.Store(true)
-	a := &Tokens{Store: rs, Client: func(*Record) (*Client, error) { return u.c, nil }}
-	u.refreshUnsaved(t, a)
+	_, a, _ := u.refusingAgent(t)
 	a.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second) // three lease lives
 	defer cancel()
