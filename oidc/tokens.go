@@ -399,18 +399,17 @@ func (t *Tokens) refresh(ctx context.Context, profile string) (*Record, bool, er
 	if err != nil {
 		return nil, false, err
 	}
+	if next := t.successor(); next != nil {
+		// Replaced while waiting: the records (an unsaved one) are its.
+		unlock()
+		return next.refresh(ctx, profile)
+	}
 	held := false // by the unsaved record, until it is written
 	defer func() {
 		if !held {
 			unlock()
 		}
 	}()
-	if next := t.successor(); next != nil {
-		// Replaced while waiting: the records (an unsaved one) are its.
-		unlock()
-		held = true
-		return next.refresh(ctx, profile)
-	}
 	// Another process may have refreshed while we waited for the lock.
 	rec, err := t.Store.Load(profile)
 	if err != nil {
