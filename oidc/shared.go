@@ -64,7 +64,7 @@ func (s *Shared) Load(profile string) (*Record, error) {
 		// A good record a newer agent wrote: nothing to sign in again for.
 		return nil, fmt.Errorf("profile %q's record in the shared store was %w", profile, err)
 	case errors.Is(err, store.ErrNotFound):
-		return nil, fmt.Errorf("%w: profile %q is not signed in to the shared store; sign in: signagent login --store %s --profile %s", ErrSignIn, profile, s.Name, profile)
+		return nil, noRecord{fmt.Errorf("%w: profile %q is not signed in to the shared store; sign in: signagent login --store %s --profile %s", ErrSignIn, profile, s.Name, profile)}
 	case errors.Is(err, store.ErrTooLarge), errors.Is(err, store.ErrRollback):
 		// Not a key problem: the record was made huge, or an older one put
 		// back, by someone who can write to Redis.
@@ -154,6 +154,12 @@ func (s *Shared) Lock(ctx context.Context, profile string) (func(), error) {
 	if err != nil {
 		return nil, unavailable(err)
 	}
+	return s.hold(profile, l), nil
+}
+
+// hold registers l as the profile's lease this process holds (Save and
+// Remove write under it) and returns what gives it up.
+func (s *Shared) hold(profile string, l store.Lease) func() {
 	s.mu.Lock()
 	if s.leases == nil {
 		s.leases = map[string]store.Lease{}
@@ -162,10 +168,36 @@ func (s *Shared) Lock(ctx context.Context, profile string) (func(), error) {
 	s.mu.Unlock()
 	return func() {
 		s.mu.Lock()
-		delete(s.leases, profile)
+		if s.leases[profile] == l {
+			delete(s.leases, profile)
+		}
 		s.mu.Unlock()
 		l.Release()
-	}, nil
+	}
+}
+
+// shared is s: a Records that wraps a Shared has it too, for the
+// hand-over of its leases (adoptLease).
+func (s *Shared) shared() *Shared { return s }
+
+// adoptLease takes over profile's lease from, another Shared on the same
+// store (the one a reload replaces), holds it and returns what gives it
+// up; false when from holds none or the store cannot carry it over.
+func (s *Shared) adoptLease(from *Shared, profile string) (func(), bool) {
+	from.mu.Lock()
+	l := from.leases[profile]
+	from.mu.Unlock()
+	a, ok := s.S.(interface {
+		Adopt(store.Lease) (store.Lease, bool)
+	})
+	if l == nil || !ok {
+		return nil, false
+	}
+	n, ok := a.Adopt(l)
+	if !ok {
+		return nil, false
+	}
+	return s.hold(profile, n), true
 }
 
 // unavailable is ErrStoreUnavailable with the store's reason.

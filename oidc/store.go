@@ -120,7 +120,7 @@ func (s Store) Load(profile string) (*Record, error) {
 	p := s.Path(profile)
 	st, err := os.Lstat(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: profile %q is not signed in; run signagent login --profile %s", ErrSignIn, profile, profile)
+		return nil, noRecord{fmt.Errorf("%w: profile %q is not signed in; run signagent login --profile %s", ErrSignIn, profile, profile)}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStore, err)

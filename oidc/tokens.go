@@ -47,6 +47,51 @@ type Tokens struct {
 	// unsaved are refreshed records the store has not taken yet (unsaved.go).
 	unsaved map[string]unsaved
 	held    map[string]heldRefresh
+	// The writer of the unsaved records (one at a most): running, and
+	// how it is stopped and waited for; flushMu orders the writes.
+	writing          bool
+	stop, writerDone chan struct{}
+	flushMu          sync.Mutex
+	// closed: replaced by next (a reload: TakeOver), or Close.
+	closed bool
+	next   *Tokens
+	// down is when the store last said it is unavailable, and what: for
+	// storeDownFor, calls answer from memory without asking it again.
+	down    time.Time
+	downErr error
+}
+
+// storeDownFor is how long a store found unavailable is not asked again:
+// about the agent's probe interval; meanwhile a profile due for a refresh
+// is served from memory (or refused) at once, not after two timeouts.
+const storeDownFor = time.Second
+
+// noteDown remembers err, the store's unavailability, for storeDownFor.
+func (t *Tokens) noteDown(err error) {
+	if !errors.Is(err, ErrStoreUnavailable) {
+		return
+	}
+	t.mu.Lock()
+	t.down, t.downErr = time.Now(), err
+	t.mu.Unlock()
+}
+
+// storeDown is the store's unavailability noted within storeDownFor, nil
+// when there is none.
+func (t *Tokens) storeDown() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.downErr != nil && time.Since(t.down) < storeDownFor {
+		return t.downErr
+	}
+	return nil
+}
+
+// storeUp forgets the store's unavailability: it answered.
+func (t *Tokens) storeUp() {
+	t.mu.Lock()
+	t.downErr = nil
+	t.mu.Unlock()
 }
 
 // cached is a record read from the store and the file it came from: the
@@ -89,25 +134,22 @@ func (t *Tokens) now() time.Time {
 	return time.Now()
 }
 
-func (t *Tokens) fresh(r *Record) bool {
-	t.mu.Lock()
-	bad := t.rejected[r.Profile] == r.AccessToken
-	t.mu.Unlock()
-	if bad {
-		return false
-	}
-	return t.now().Add(t.margin(r)).Before(r.Expiry)
-}
+// fresh says whether r's access token is used without a refresh.
+func (t *Tokens) fresh(r *Record) bool { return t.goodFor(r, t.margin(r)) }
 
 // usable says whether r's access token, due for a refresh that cannot run
 // (the store is down), may still be served: not refused by the service,
 // and with at least half of its margin left, so that it does not expire
 // on its way to the service.
-func (t *Tokens) usable(r *Record) bool {
+func (t *Tokens) usable(r *Record) bool { return t.goodFor(r, t.margin(r)/2) }
+
+// goodFor says whether r's access token was not refused by the service
+// and has more than left of its life left.
+func (t *Tokens) goodFor(r *Record, left time.Duration) bool {
 	t.mu.Lock()
 	bad := t.rejected[r.Profile] == r.AccessToken
 	t.mu.Unlock()
-	return !bad && t.now().Add(t.margin(r)/2).Before(r.Expiry)
+	return !bad && t.now().Add(left).Before(r.Expiry)
 }
 
 // RefreshFraction: an access token is refreshed with 1/RefreshFraction
@@ -150,12 +192,22 @@ const (
 // TokenFrom is Token saying where the record came from: FromMemory,
 // FromStore or FromRefresh.
 func (t *Tokens) TokenFrom(ctx context.Context, profile string) (*Record, string, error) {
+	if next := t.successor(); next != nil {
+		return next.TokenFrom(ctx, profile) // replaced by a reload
+	}
 	rec, from, err := t.loadFrom(profile)
 	if err != nil {
 		return nil, "", err
 	}
 	if t.fresh(rec) {
 		return rec, from, nil
+	}
+	if err := t.storeDown(); err != nil {
+		// Found down a moment ago: no lease to be had.
+		if t.usable(rec) {
+			return rec, FromMemory, nil
+		}
+		return nil, "", err
 	}
 	ch := t.sf.DoChan(profile, func() (any, error) {
 		timeout := t.Timeout
@@ -250,7 +302,15 @@ func (t *Tokens) loadFrom(profile string) (*Record, string, error) {
 		// refresh: a cached header costs no round trip.
 		return c.rec, FromMemory, nil
 	}
+	if down := t.storeDown(); down != nil {
+		// Found down a moment ago: not asked again yet.
+		if hit {
+			return c.rec, FromMemory, nil
+		}
+		return nil, "", fmt.Errorf("%w; the access token needs a refresh, which waits for the store", down)
+	}
 	rec, err := t.Store.Load(profile)
+	t.noteDown(err)
 	if err != nil {
 		if errors.Is(err, ErrStoreUnavailable) && hit && t.now().Before(c.rec.Expiry) {
 			return c.rec, FromMemory, nil // still valid: served while the store is down
@@ -266,6 +326,7 @@ func (t *Tokens) loadFrom(profile string) (*Record, string, error) {
 		}
 		return nil, "", err
 	}
+	t.storeUp()
 	t.remember(profile, rec, id)
 	return rec, FromStore, nil
 }
@@ -274,6 +335,10 @@ func (t *Tokens) loadFrom(profile string) (*Record, string, error) {
 // 401 to, as unusable: the next Token refreshes (unless another process
 // already has).
 func (t *Tokens) Reject(profile, value string) {
+	if next := t.successor(); next != nil {
+		next.Reject(profile, value)
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.rejected == nil {
@@ -290,6 +355,10 @@ func (t *Tokens) Expire(profile string) { t.ExpireOlder(profile, 0) }
 // a fresh one gets a token refreshed a moment ago instead of another
 // refresh grant.
 func (t *Tokens) ExpireOlder(profile string, age time.Duration) {
+	if next := t.successor(); next != nil {
+		next.ExpireOlder(profile, age)
+		return
+	}
 	rec, err := t.load(profile)
 	if err != nil {
 		return
@@ -316,25 +385,35 @@ func (t *Tokens) forget(profile string) {
 }
 
 func (t *Tokens) refresh(ctx context.Context, profile string) (*Record, bool, error) {
+	if next := t.successor(); next != nil {
+		return next.refresh(ctx, profile) // replaced by a reload: its records
+	}
+	// This process refreshed last, and the store did not take it: written
+	// first, over the record it replaced (or dropped, when moot).
+	if err := t.flush(ctx, profile); err != nil {
+		return nil, false, err
+	}
+	// A lease not had is not noted as the store down: another agent may
+	// hold it.
 	unlock, err := t.Store.Lock(ctx, profile)
 	if err != nil {
 		return nil, false, err
 	}
-	defer unlock()
+	if next := t.successor(); next != nil {
+		// Replaced while waiting: the records (an unsaved one) are its.
+		unlock()
+		return next.refresh(ctx, profile)
+	}
+	held := false // by the unsaved record, until it is written
+	defer func() {
+		if !held {
+			unlock()
+		}
+	}()
 	// Another process may have refreshed while we waited for the lock.
 	rec, err := t.Store.Load(profile)
-	if _, ok := t.unsavedOf(profile); ok && !errors.Is(err, ErrStoreUnavailable) {
-		// This process refreshed last, and the store did not take it:
-		// written now, over the record it replaced, before anything else.
-		var stored *Record
-		if err == nil {
-			stored = rec
-		}
-		if rec, err = t.saveUnsaved(profile, stored); err == nil && rec == nil {
-			err = fmt.Errorf("%w: profile %q is not signed in any more", ErrSignIn, profile)
-		}
-	}
 	if err != nil {
+		t.noteDown(err)
 		return nil, false, err
 	}
 	if t.fresh(rec) {
@@ -369,7 +448,11 @@ func (t *Tokens) refresh(ctx context.Context, profile string) (*Record, bool, er
 		// The provider spent rec's refresh token: nrec is the only record
 		// with a live one. Served from here, written when the store takes
 		// it; never refreshed from the store's spent copy.
-		t.keepUnsaved(nrec, rec.RefreshToken)
+		// The lease stays held (and renewed) until it is written, so that
+		// no other agent refreshes from the store's copy meanwhile.
+		held = true
+		t.keepUnsaved(profile, unsaved{rec: nrec, replaces: rec.RefreshToken, unlock: unlock})
+		t.noteDown(err)
 		t.forget(profile)
 		return nrec, true, nil
 	}

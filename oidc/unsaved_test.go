@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/internal/redistest"
 )
 
@@ -20,16 +19,8 @@ import (
 // never sees a spent refresh token again.
 func TestRefreshedRecordTheStoreRefused(t *testing.T) {
 	t.Parallel()
-	b := newBed(t, func(o *emulator.OIDCConfig) { o.RefreshRotation = "one-time" })
-	c := b.client(t, nil)
-	rec := deviceLogin(t, b, c)
-	rec.Profile = "crm"
-	rec.SignedInAt = time.Now().Add(-time.Hour)
-	rec.Expiry = time.Now().Add(10 * time.Second) // under the 60 s margin: due
-	srv := redistest.Start(t)
-	if err := sharedRecords(t, srv.URL(), 1).Save(rec); err != nil {
-		t.Fatal(err)
-	}
+	u := newUnsavedBed(t)
+	b, c, srv, rec := u.b, u.c, u.srv, u.rec
 	refuseWrites := func(on bool) {
 		n := "0"
 		if on {

@@ -177,8 +177,18 @@ var ErrOIDCSecret = errdefs.New(errdefs.ErrNotConfigured, "the agent has no Open
 // refreshed ahead of expiry.
 func OIDC(s Settings, d Deps) (authz.Scheme, error) {
 	t := s.OIDC
+	was, _ := d.was(authz.SchemeOIDC).(oidcScheme)
 	if t == nil {
+		if was.Tokens != nil {
+			was.Tokens.Close() // its writer of unsaved records ends
+		}
 		return s.off(authz.SchemeOIDC, errOIDCNotConfigured), nil
+	}
+	if was.Tokens != nil && was.Tokens != t {
+		// A reload: the refreshed records the store has not taken yet
+		// (and their leases) are the new Tokens' now; the old one's
+		// writer ends.
+		t.TakeOver(was.Tokens)
 	}
 	if t.Timeout <= 0 {
 		t.Timeout = d.Timeout

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -23,6 +24,9 @@ type sharedLease struct {
 	key, owner string
 	stop       chan struct{}
 	done       chan struct{}
+	// ended: released, or handed over to another Shared (Adopt).
+	mu    sync.Mutex
+	ended bool
 }
 
 // Acquire takes kind and id's lease, waiting while another agent holds it
@@ -92,13 +96,48 @@ func (l *sharedLease) renew() {
 	}
 }
 
-// Release gives the lease up (only if it is still this holder's).
-func (l *sharedLease) Release() {
+// end stops the renewal; false when the lease ended already.
+func (l *sharedLease) end() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return false
+	}
+	l.ended = true
 	close(l.stop)
 	<-l.done
+	return true
+}
+
+// Release gives the lease up (only if it is still this holder's); a lease
+// handed over (Adopt) is the adopter's to release.
+func (l *sharedLease) Release() {
+	if !l.end() {
+		return
+	}
 	l.s.bounded(context.Background(), func(ctx context.Context) error {
 		return l.s.b.release(ctx, l.key, l.owner)
 	})
+}
+
+// Adopt carries l, a lease another Shared on the same store took (a
+// reload opened this one, and closes that one), over to s: s renews it
+// from now on, and it is never given up in between, so that no other agent
+// can take it meanwhile. The old Shared's Release of l does nothing after.
+// ok is false when l is not a lease of a Shared, or ended already.
+func (s *Shared) Adopt(l Lease) (Lease, bool) {
+	old, ok := l.(*sharedLease)
+	switch {
+	case !ok:
+		return nil, false
+	case old.s == s:
+		return l, true
+	case !old.end():
+		return nil, false
+	}
+	n := &sharedLease{s: s, key: old.key, owner: old.owner, stop: make(chan struct{}), done: make(chan struct{})}
+	go n.renew()
+	return n, true
 }
 
 // Obtain returns kind and id's value from the store when usable accepts
