@@ -96,8 +96,10 @@ func (s *Shared) convertRequested(ctx context.Context) {
 // (format 3): the same record, with a higher generation (no agent takes
 // it for a rollback), swapped in only while the record is still the one
 // read. It takes no lease: the agent asking may hold the identity's while
-// it waits, and a holder's next write reads the rewritten record as any
-// other. What it cannot do it leaves: the reader asks again.
+// it waits. A holder's write that read the record before the rewrite is
+// refused (Put compares the value it read) and reads it again, so that it
+// never lands over the rewritten one with a lower generation. What it
+// cannot do it leaves: the reader asks again.
 func (s *Shared) convert(ctx context.Context, data string) {
 	name, ok := strings.CutPrefix(data, s.prefix+"{")
 	name, ok2 := strings.CutSuffix(name, "}")

@@ -201,3 +201,36 @@ func TestNotANewerFormat(t *testing.T) {
 		t.Errorf("format 16: %v", err)
 	}
 }
+
+// TestPutAfterConvert: a lease holder's Put reads a record of format 3,
+// and before its write lands another agent rewrites that record in format
+// 2 for an old agent (convert, which takes no lease) and the old agent
+// reads it. The holder's write, with the generation it chose before the
+// rewrite, must not land over it: the old agent would take it for a
+// rollback. It reads again and writes over the rewritten record.
+func TestPutAfterConvert(t *testing.T) {
+	b := newBed(t)
+	ctx := context.Background()
+	// Neither announces; each lists the live agents before every write
+	// (an announcement's lifetime of 1ns).
+	writer := openStore(t, b.url, store.Options{Sealer: b.s, AnnounceTTL: time.Nanosecond})
+	store.ReadUpTo(writer, 3)
+	conv := openStore(t, b.url, store.Options{Sealer: b.s, AnnounceTTL: time.Nanosecond})
+	store.ReadUpTo(conv, 3)
+	if err := put(t, writer, "oidc", "crm", []byte("v1")); err != nil || b.format(t) != 3 {
+		t.Fatalf("put: %v, format %d, want 3 (no agent live)", err, b.format(t))
+	}
+	old := b.formatAgent(t, 2, 3*time.Second)
+	store.BeforeWrite(writer, func() {
+		store.Convert(conv, "oidc", "crm")
+		if v, err := old.Get(ctx, "oidc", "crm"); err != nil || string(v) != "v1" || b.format(t) != 2 {
+			t.Errorf("old reads the converted record: %q %v, format %d", v, err, b.format(t))
+		}
+	})
+	if err := put(t, writer, "oidc", "crm", []byte("v2")); err != nil {
+		t.Fatalf("put over a record converted meanwhile: %v", err)
+	}
+	if v, err := old.Get(ctx, "oidc", "crm"); err != nil || string(v) != "v2" {
+		t.Fatalf("old reads %q %v, want v2", v, err)
+	}
+}

@@ -69,6 +69,9 @@ type Shared struct {
 	gens     generations
 	fmts     formats
 	observe  atomic.Pointer[func(op, result string)]
+	// beforeWrite, set by a test (export_test.go), runs once between a
+	// Put's read and its write: what another agent does in between.
+	beforeWrite func()
 }
 
 var _ Records = (*Shared)(nil)
@@ -221,11 +224,26 @@ func (s *Shared) Put(ctx context.Context, kind, id string, plain []byte, ttl tim
 	if err != nil {
 		return err
 	}
-	// The record's generation: the lease keeps the other agents from
-	// writing until this write is done.
+	// A record rewritten in another format meanwhile (convert.go, without
+	// the lease) is read again, once: written over, it would look to the
+	// agents that read it rewritten like a rollback.
+	for attempt := 1; ; attempt++ {
+		err := s.put(ctx, format, kind, id, plain, ttl, data, lease, owner)
+		if !errors.Is(err, errChanged) || attempt == 2 {
+			return err
+		}
+	}
+}
+
+// put is one of Put's attempts: it reads the record's generation (the
+// lease keeps the other agents from writing until this write is done) and
+// writes the next one, only while the record is still the one read.
+func (s *Shared) put(ctx context.Context, format int, kind, id string, plain []byte, ttl time.Duration, data, lease, owner string) error {
 	var cur uint64
+	var read []byte // nil: not compared (a value over the bound, not read)
 	switch sealed, err := s.read(ctx, data); {
 	case err == nil:
+		read = sealed
 		_, g, err := s.open(kind, id, sealed)
 		if fe := (*FormatError)(nil); errors.As(err, &fe) {
 			return err
@@ -233,14 +251,20 @@ func (s *Shared) Put(ctx context.Context, kind, id string, plain []byte, ttl tim
 		if err == nil {
 			cur = g
 		}
+	case errors.Is(err, ErrTooLarge):
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrSealed):
 		// None that opens: this agent's highest and its clock.
+		read = []byte{}
 	default:
 		return err
 	}
 	gen := s.gens.next(data, cur, time.Now())
 	value := s.seal(format, kind, id, gen, plain, ttl)
-	if err := s.write(ctx, func(ctx context.Context) error { return s.b.put(ctx, data, lease, owner, value, ttl) }); err != nil {
+	if f := s.beforeWrite; f != nil {
+		s.beforeWrite = nil
+		f()
+	}
+	if err := s.write(ctx, func(ctx context.Context) error { return s.b.put(ctx, data, lease, owner, read, value, ttl) }); err != nil {
 		return err
 	}
 	s.gens.raise(data, gen)
