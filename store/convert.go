@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 )
@@ -31,11 +30,8 @@ const (
 // itself when no live agent reads that format or none rewrites it in
 // time, ErrNotFound when it was removed meanwhile.
 func (s *Shared) awaitOlder(ctx context.Context, data string, fe *FormatError) ([]byte, error) {
-	if !s.someoneReads(fe.Format) {
-		s.list(ctx, s.isAnnouncing()) // it may have just joined
-		if !s.someoneReads(fe.Format) {
-			return nil, fe
-		}
+	if !s.someoneReads(fe.Format) { // open listed them when due
+		return nil, fe
 	}
 	err := s.bounded(ctx, func(ctx context.Context) error {
 		return s.b.request(ctx, s.requestsKey(), data, requestsTTL)
@@ -54,9 +50,7 @@ func (s *Shared) awaitOlder(ctx context.Context, data string, fe *FormatError) (
 		}
 		sealed, err := s.read(ctx, data)
 		switch {
-		case errors.Is(err, ErrNotFound):
-			return nil, err
-		case err != nil:
+		case err != nil: // ErrNotFound too: removed meanwhile
 			return nil, err
 		case len(sealed) > 0 && int(sealed[0]) <= s.fmts.newest:
 			return sealed, nil

@@ -32,7 +32,9 @@ const baseFormat = formatVersion
 // maxFormat is the highest first byte taken for a format: a value that
 // starts with a higher one (or is shorter than any sealed value) is no
 // record of any release (forged, or not signagent's), not a newer one, and
-// does not open (ErrSealed).
+// does not open (ErrSealed). Nor is one of a format no live agent
+// announces reading (Shared.open): anyone with write access to the store
+// could otherwise make an identity answer store_format_newer for good.
 const maxFormat = 16
 
 // DefaultAnnounceTTL is how long an agent's announcement lives without
@@ -91,6 +93,7 @@ type formats struct {
 	ttl    time.Duration // an announcement's lifetime
 	write  atomic.Int32  // the format written now
 	listAt atomic.Int64  // when the live agents were last listed (Unix ns; 0: never)
+	tried  atomic.Int64  // when a list was last tried, listed or not (Unix ns; 0: never)
 	// sweepDue is set when the write format went down: records of a
 	// newer format are to be rewritten (convert.go).
 	sweepDue atomic.Bool
@@ -153,6 +156,8 @@ func (s *Shared) list(ctx context.Context, announce bool) error {
 	if announce {
 		member = s.fmts.member()
 	}
+	now := time.Now().UnixNano()
+	s.fmts.tried.Store(now)
 	var members []string
 	err := s.bounded(ctx, func(ctx context.Context) (err error) {
 		members, err = s.b.announce(ctx, s.announcementsKey(), member, s.fmts.ttl)
@@ -174,27 +179,43 @@ func (s *Shared) list(ctx context.Context, announce bool) error {
 		// announcing loop sweeps.
 		s.fmts.sweepDue.Store(true)
 	}
-	s.fmts.listAt.Store(time.Now().UnixNano())
+	s.fmts.listAt.Store(now)
 	return nil
+}
+
+// listDue says whether the live agents are to be listed again: the last
+// try, listed or not, is a third of an announcement's lifetime old (a
+// store that is down is not asked again on every call).
+func (s *Shared) listDue() bool {
+	return time.Since(time.Unix(0, s.fmts.tried.Load())) > s.fmts.ttl/3
 }
 
 // writeFormat is the format a write uses now. A process that does not
 // announce (a command) lists the live agents before its first write and
 // again once the list is a third of an announcement's lifetime old; one
-// that cannot writes baseFormat, which every agent reads.
+// that cannot (the last try failed) writes baseFormat, which every agent
+// reads.
 func (s *Shared) writeFormat(ctx context.Context) int {
 	if s.fmts.newest == baseFormat {
 		return baseFormat
 	}
-	if time.Since(time.Unix(0, s.fmts.listAt.Load())) > s.fmts.ttl/3 {
-		s.fmts.mu.Lock()
-		live := s.fmts.stop != nil // announcing, not withdrawn
-		s.fmts.mu.Unlock()
-		if s.list(ctx, live) != nil {
-			return baseFormat
-		}
+	if s.listDue() {
+		s.list(ctx, s.isAnnouncing())
+	}
+	if at := s.fmts.listAt.Load(); at == 0 || at < s.fmts.tried.Load() {
+		return baseFormat
 	}
 	return int(s.fmts.write.Load())
+}
+
+// announced says whether a live agent announced reading format f, as
+// last listed (listed again when that is due).
+func (s *Shared) announced(ctx context.Context, f int) bool {
+	if s.someoneReads(f) || !s.listDue() {
+		return s.someoneReads(f)
+	}
+	s.list(ctx, s.isAnnouncing())
+	return s.someoneReads(f)
 }
 
 // someoneReads says whether a live agent announced reading format f.

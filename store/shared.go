@@ -190,12 +190,12 @@ func (s *Shared) Get(ctx context.Context, kind, id string) (v []byte, err error)
 	if err != nil {
 		return nil, err
 	}
-	plain, gen, err := s.open(kind, id, sealed)
+	plain, gen, err := s.open(ctx, kind, id, sealed)
 	if fe := (*FormatError)(nil); errors.As(err, &fe) {
 		if sealed, err = s.awaitOlder(ctx, data, fe); err != nil {
 			return nil, err
 		}
-		plain, gen, err = s.open(kind, id, sealed)
+		plain, gen, err = s.open(ctx, kind, id, sealed)
 	}
 	if err != nil {
 		return nil, err
@@ -244,7 +244,7 @@ func (s *Shared) put(ctx context.Context, format int, kind, id string, plain []b
 	switch sealed, err := s.read(ctx, data); {
 	case err == nil:
 		read = sealed
-		_, g, err := s.open(kind, id, sealed)
+		_, g, err := s.open(ctx, kind, id, sealed)
 		if fe := (*FormatError)(nil); errors.As(err, &fe) {
 			return err
 		}
@@ -310,16 +310,29 @@ func (s *Shared) holder(held Lease, lease string) (string, error) {
 }
 
 // open opens a value kept for kind and id in any format this process
-// reads; a *FormatError when it is of a newer one.
-func (s *Shared) open(kind, id string, sealed []byte) ([]byte, uint64, error) {
-	switch {
-	case len(sealed) >= Overhead && int(sealed[0]) > s.fmts.newest && sealed[0] <= maxFormat:
-		return nil, 0, &FormatError{Format: int(sealed[0]), Reads: s.fmts.newest}
+// reads; a *FormatError when it is of a newer one that a live agent
+// announces reading (one no live agent reads is no record: ErrSealed, so
+// that a value forged with a newer format's first byte is replaced by a
+// sign-in, not answered store_format_newer for good).
+func (s *Shared) open(ctx context.Context, kind, id string, sealed []byte) ([]byte, uint64, error) {
+	switch f := int(sealed0(sealed)); {
+	case len(sealed) >= Overhead && f > s.fmts.newest && f <= maxFormat:
+		if !s.announced(ctx, f) {
+			return nil, 0, fmt.Errorf("%w: it says format %d, which no live agent reads", ErrSealed, f)
+		}
+		return nil, 0, &FormatError{Format: f, Reads: s.fmts.newest}
 	case len(sealed) > 0 && sealed[0] == format3:
 		_, plain, gen, _, err := s.sealer.open3(kind, s.sealer.Name(kind, id), sealed)
 		return plain, gen, err
 	}
 	return s.sealer.Open(kind, id, sealed)
+}
+
+func sealed0(sealed []byte) byte {
+	if len(sealed) == 0 {
+		return 0
+	}
+	return sealed[0]
 }
 
 // seal seals plain for kind and id in format, expiring after ttl (0:
