@@ -242,28 +242,34 @@ func (s *Shared) Formats() Formats {
 }
 
 // Announce makes this process one of the store's live agents: it says
-// the formats it reads now (the error is the store's, when it does not
-// answer: the agent goes on, and announces when it does) and then every
-// third of the announcement's lifetime until Withdraw or Close. An agent
-// that reads a format newer than baseFormat also turns records of that
-// format back into the write format when an agent that reads only older
-// ones asks (convert.go). Announce is called once; again is a no-op.
-func (s *Shared) Announce() error {
+// the formats it reads now and then every third of the announcement's
+// lifetime until Withdraw or Close, in a goroutine of its own (a store
+// that does not answer delays no one). The channel receives the first
+// announcement's result (the error is the store's, when it does not
+// answer: the agent goes on, and announces when it does). An agent that
+// reads a format newer than baseFormat also turns records of that format
+// back into the write format when an agent that reads only older ones
+// asks (convert.go). Announce is called once; again is a no-op (its
+// channel receives nil).
+func (s *Shared) Announce() <-chan error {
+	first := make(chan error, 1)
 	s.fmts.mu.Lock()
 	if s.fmts.announced {
 		s.fmts.mu.Unlock()
-		return nil
+		first <- nil
+		return first
 	}
 	s.fmts.announced = true
-	s.fmts.stop, s.fmts.done = make(chan struct{}), make(chan struct{})
+	stop, done := make(chan struct{}), make(chan struct{})
+	s.fmts.stop, s.fmts.done = stop, done
 	s.fmts.mu.Unlock()
-	err := s.list(context.Background(), true)
-	go s.announcing(s.fmts.stop, s.fmts.done)
-	return err
+	go s.announcing(stop, done, first)
+	return first
 }
 
-func (s *Shared) announcing(stop, done chan struct{}) {
+func (s *Shared) announcing(stop, done chan struct{}, first chan<- error) {
 	defer close(done)
+	first <- s.list(context.Background(), true)
 	renew := time.NewTicker(s.fmts.ttl / 3)
 	defer renew.Stop()
 	var convert <-chan time.Time

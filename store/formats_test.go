@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/store"
 )
 
@@ -19,7 +20,7 @@ func (b *bed) formatAgent(t *testing.T, newest int, ttl time.Duration) *store.Sh
 	t.Helper()
 	r := openStore(t, b.url, store.Options{Sealer: b.s, AnnounceTTL: ttl})
 	store.ReadUpTo(r, newest)
-	if err := r.Announce(); err != nil {
+	if err := <-r.Announce(); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -310,5 +311,34 @@ func TestListRateLimited(t *testing.T) {
 	}
 	if _, rejected := calls(t, b.raw, "zremrangebyscore"); rejected != 1 {
 		t.Errorf("10 writes tried to list the agents %d times while the store refused, want 1", rejected)
+	}
+}
+
+// TestAnnounceDoesNotWait: Announce returns while the store does not
+// answer (paused), its first announcement made in the background once it
+// does; and Withdraw, at the same time as Announce, stops it (run with
+// -race: the two share the announcing goroutine's channels).
+func TestAnnounceDoesNotWait(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := store.NewSealer(key(1))
+	r := openStore(t, srv.URL(), store.Options{Sealer: s, Timeout: time.Minute})
+	srv.Pause()
+	first := r.Announce() // with the store's timeout of a minute
+	select {
+	case err := <-first:
+		t.Fatalf("announced to a paused store: %v", err)
+	default:
+	}
+	srv.Resume()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if f := r.Formats(); f.Agents["1,2"] != 1 {
+		t.Fatalf("after the first announcement: %+v", f)
+	}
+	for range 20 {
+		r := openStore(t, srv.URL(), store.Options{Sealer: s})
+		go r.Announce()
+		r.Withdraw()
 	}
 }
