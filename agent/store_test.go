@@ -536,3 +536,46 @@ func TestReadyzStoreReason(t *testing.T) {
 		t.Errorf("store stopped: reason %q", got)
 	}
 }
+
+// TestReloadKeepsStoreState: a reload that reopens the shared store (as
+// SIGHUP does) keeps the last probe's result in /readyz and
+// signagent_store_up until the new store's first probe says otherwise
+// (here the store is paused: that probe fails): never "not checked yet".
+func TestReloadKeepsStoreState(t *testing.T) {
+	h := start(t, options{})
+	srv := redistest.Start(t)
+	sealer, _ := store.NewSealer(bytes.Repeat([]byte{3}, 32))
+	// The first store leaves quickly once paused (its Close, in the
+	// reload); the second's probe waits its whole bound (a second).
+	open := func(timeout time.Duration) *store.Shared {
+		r, err := store.Open(srv.URL(), store.Options{Sealer: sealer, Timeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	h.reload(t, func(c *agent.Config) { c.SharedStore = open(100 * time.Millisecond) })
+	check := func() api.Check {
+		_, _, body := raw(t, h.sock, "GET", "/readyz", "")
+		var r api.ReadyResponse
+		json.Unmarshal([]byte(body), &r)
+		return r.Checks["store"]
+	}
+	eventually(t, 5*time.Second, "the store's probe", func() bool { return check().Ready })
+	srv.Pause()
+	h.reload(t, func(c *agent.Config) { c.SharedStore = open(time.Minute) })
+	defer srv.Resume() // before the stores close
+	for seen := 0; ; seen++ {
+		c := check()
+		if strings.Contains(c.Reason, "not checked") {
+			t.Fatalf("after %d answers, /readyz after a reload: %+v", seen, c)
+		}
+		if v := h.metric(t, "signagent_store_up"); v == "" {
+			t.Fatalf("after %d answers, no signagent_store_up after a reload", seen)
+		}
+		if !c.Ready {
+			break // the new store's probe: the store is paused
+		}
+	}
+}
