@@ -54,8 +54,9 @@ type backend interface {
 	// while data still holds old (ErrFenced otherwise): a record rewritten
 	// in another format, the same record, needs no lease.
 	swap(ctx context.Context, data string, old, value []byte, ttl time.Duration) error
-	// scan calls f with every key name matching match, on every node.
-	scan(ctx context.Context, match string, f func(key string)) error
+	// scan calls f with every key name matching match, on every node, one
+	// call at a time, until f returns false.
+	scan(ctx context.Context, match string, f func(key string) bool) error
 	// ping says whether the backend answers: all of it, where it is
 	// several nodes.
 	ping(ctx context.Context) error

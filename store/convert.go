@@ -12,8 +12,8 @@ import (
 // older form (a set of key names, no identity in clear) and waits, at
 // most the store's timeout, for it to be rewritten; the agents that read
 // the newer format take the requests every convertEvery and rewrite each
-// record in the format every live agent reads, under its lease, with a
-// higher generation (so that no agent takes it for a rollback). With no
+// record in the format every live agent reads, swapped in only while it
+// is still the record read (no lease: convert), with a higher generation (so that no agent takes it for a rollback). With no
 // such agent live, the record is left alone and the call answers
 // store_format_newer: start one agent of the newer release, and it turns
 // them back as they are asked for.
@@ -126,28 +126,40 @@ func (s *Shared) convert(ctx context.Context, data string) {
 }
 
 // sweep rewrites every record of a format newer than the write format
-// (an agent that reads only older ones is live: a rollback), key by key
-// under each one's lease. An agent that reads a newer format sweeps when
-// its write format goes down and again when it stops, so that no record
-// it wrote in the newer format before it knew is left for the older
-// agents after it.
+// (an agent that reads only older ones is live: a rollback), key by key,
+// each swapped in only while it is still the record read (convert: no
+// lease is taken), until ctx ends. An agent that reads a newer format
+// sweeps when its write format goes down and again when it stops, so that
+// no record it wrote in the newer format before it knew is left for the
+// older agents after it.
 func (s *Shared) sweep(ctx context.Context) {
 	if s.fmts.newest <= baseFormat || s.writeFormat(ctx) >= s.fmts.newest {
 		return
 	}
-	var keys []string
-	sctx, cancel := context.WithTimeout(ctx, 10*s.timeout)
-	defer cancel()
-	err := s.b.scan(sctx, s.prefix+"{*}", func(k string) {
-		if !strings.HasSuffix(k, "}") || strings.HasPrefix(k, s.prefix+"{formats}") {
-			return // a lease, the announcements
-		}
-		keys = append(keys, k)
-	})
+	keys, err := s.records(ctx, 0)
 	if err != nil {
 		return
 	}
 	for _, k := range keys {
+		if ctx.Err() != nil {
+			return
+		}
 		s.convert(ctx, k)
 	}
+}
+
+// records lists the records' key names (no lease, no announcement), up
+// to n of them (0: all), on every node, within ten times the store's
+// timeout.
+func (s *Shared) records(ctx context.Context, n int) ([]string, error) {
+	var keys []string
+	ctx, cancel := context.WithTimeout(ctx, 10*s.timeout)
+	defer cancel()
+	err := s.b.scan(ctx, s.prefix+"{*}", func(k string) bool {
+		if strings.HasSuffix(k, "}") && !strings.HasPrefix(k, s.prefix+"{formats}") {
+			keys = append(keys, k)
+		}
+		return n == 0 || len(keys) < n
+	})
+	return keys, err
 }

@@ -42,6 +42,10 @@ const maxFormat = 16
 // it holds writers at its formats this long.
 const DefaultAnnounceTTL = 15 * time.Second
 
+// withdrawSweep bounds the sweep an agent that reads a newer format makes
+// as it stops (Withdraw), whatever the number of records.
+const withdrawSweep = 5 * time.Second
+
 // ErrFormatNewer is a record of a format newer than this agent reads: it
 // is neither used nor overwritten, and no sign-in is advised (the record
 // is good; the agent is old). *FormatError says which.
@@ -269,7 +273,17 @@ func (s *Shared) Announce() <-chan error {
 
 func (s *Shared) announcing(stop, done chan struct{}, first chan<- error) {
 	defer close(done)
-	first <- s.list(context.Background(), true)
+	// Its calls end when it is stopped: Withdraw waits for it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	first <- s.list(ctx, true)
 	renew := time.NewTicker(s.fmts.ttl / 3)
 	defer renew.Stop()
 	var convert <-chan time.Time
@@ -283,12 +297,12 @@ func (s *Shared) announcing(stop, done chan struct{}, first chan<- error) {
 		case <-stop:
 			return
 		case <-renew.C:
-			s.list(context.Background(), true)
+			s.list(ctx, true)
 		case <-convert:
-			s.convertRequested(context.Background())
+			s.convertRequested(ctx)
 		}
 		if s.fmts.sweepDue.Swap(false) {
-			s.sweep(context.Background())
+			s.sweep(ctx)
 		}
 	}
 }
@@ -307,9 +321,13 @@ func (s *Shared) Withdraw() {
 	close(stop)
 	<-done
 	// Records this agent wrote in a newer format before it saw an older
-	// agent back are rewritten before it leaves.
-	if s.list(context.Background(), true) == nil {
-		s.sweep(context.Background())
+	// agent back are rewritten before it leaves, within withdrawSweep in
+	// all (the rest are rewritten as the older agents ask for them, while
+	// an agent that reads them is live).
+	ctx, cancel := context.WithTimeout(context.Background(), withdrawSweep)
+	defer cancel()
+	if s.list(ctx, true) == nil {
+		s.sweep(ctx)
 	}
 	s.bounded(context.Background(), func(ctx context.Context) error {
 		return s.b.withdraw(ctx, s.announcementsKey(), s.fmts.member())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -288,11 +289,23 @@ func (b *redisBackend) requests(ctx context.Context, key string, n int) ([]strin
 	return v, b.unavailable(err)
 }
 
-func (b *redisBackend) scan(ctx context.Context, match string, f func(string)) error {
+// scan runs SCAN on every node that holds records (a cluster's masters at
+// once: f is called by one at a time), until f says stop.
+func (b *redisBackend) scan(ctx context.Context, match string, f func(string) bool) error {
+	var mu sync.Mutex
+	stopped := false
 	return b.unavailable(b.nodes(ctx, func(ctx context.Context, c *redis.Client) error {
 		it := c.Scan(ctx, 0, match, 256).Iterator()
 		for it.Next(ctx) {
-			f(it.Val())
+			mu.Lock()
+			if !stopped {
+				stopped = !f(it.Val())
+			}
+			stop := stopped
+			mu.Unlock()
+			if stop {
+				return nil
+			}
 		}
 		return it.Err()
 	}))
