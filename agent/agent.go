@@ -320,19 +320,23 @@ func decode(r *http.Request, v any) error {
 
 // announce makes the agent one of s's live agents: it says which record
 // formats it reads, renewed until the daemon stops (store/formats.go), and
-// the metrics report the formats read and written.
+// the metrics report the formats read and written. It does not wait for
+// the store (the first announcement is made in the background).
 func (a *Agent) announce(s store.Records) {
 	f, ok := s.(interface {
-		Announce() error
+		Announce() <-chan error
 		Formats() store.Formats
 	})
 	if !ok {
 		a.metrics.StoreFormats(nil)
 		return
 	}
-	if err := f.Announce(); err != nil {
-		a.cfg.Log.Warn().Err(err).Msg("could not announce the record formats this agent reads on the shared store; it writes the oldest every agent reads until it can")
-	}
+	first := f.Announce() // in the background: a store down delays no start nor reload
+	go func() {
+		if err := <-first; err != nil {
+			a.cfg.Log.Warn().Err(err).Msg("could not announce the record formats this agent reads on the shared store; it writes the oldest every agent reads until it can")
+		}
+	}()
 	a.metrics.StoreFormats(func() (read, write int, agents map[string]int) {
 		got := f.Formats()
 		return got.Read[len(got.Read)-1], got.Write, got.Agents

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -140,7 +141,8 @@ func (a *Agent) checkStore() {
 		}
 	}
 	if err != nil && !errors.Is(err, store.ErrUnavailable) {
-		err = errors.Join(store.ErrUnavailable, err)
+		// One line (set keeps the first): the cause in it, not after it.
+		err = fmt.Errorf("%w: %v", store.ErrUnavailable, err)
 	}
 	a.deps.set(depStore, err)
 }

@@ -54,7 +54,11 @@ func (a *Agent) publish(next *state) {
 	a.cache.Share(next.shared, next.key)
 	a.cur.Store(next)
 	if changed {
-		a.deps.forget(depStore) // another store's state: not this one's
+		// The last store's probe result stands until the new store's first
+		// probe, asked for now: a reload (SIGHUP reopens the store even when
+		// nothing of it changed) neither makes /readyz "not checked yet" nor
+		// drops signagent_store_up meanwhile. No store at all is forgotten
+		// by the probe.
 		select {
 		case a.kick <- struct{}{}:
 		default: // a probe is asked for already

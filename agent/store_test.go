@@ -495,3 +495,87 @@ func TestAgentSharedStoreRollback(t *testing.T) {
 		t.Fatalf("the newer record put back: %d %s", code, body)
 	}
 }
+
+// TestReadyzStoreReason: /readyz names why the store's probe failed, in
+// its one line: a store refusing writes (NOREPLICAS), then one stopped
+// (connection refused); never its password.
+func TestReadyzStoreReason(t *testing.T) {
+	h := start(t, options{})
+	const password = "s3cret-store-password"
+	srv := redistest.Start(t, "requirepass "+password)
+	sealer, _ := store.NewSealer(bytes.Repeat([]byte{3}, 32))
+	r, err := store.Open(srv.URL(), store.Options{Sealer: sealer, Password: password, Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	h.reload(t, func(c *agent.Config) { c.SharedStore = r })
+	reason := func() string {
+		_, _, body := raw(t, h.sock, "GET", "/readyz", "")
+		var r api.ReadyResponse
+		json.Unmarshal([]byte(body), &r)
+		if c, ok := r.Checks["store"]; ok && !c.Ready {
+			return c.Reason
+		}
+		return ""
+	}
+	eventually(t, 5*time.Second, "the store's probe", func() bool {
+		_, _, body := raw(t, h.sock, "GET", "/readyz", "")
+		return strings.Contains(body, `"status":"ready"`)
+	})
+	if got := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: password}).ConfigSet(context.Background(), "min-replicas-to-write", "1").Val(); got != "OK" {
+		t.Fatalf("CONFIG SET min-replicas-to-write 1: %q", got)
+	}
+	eventually(t, 5*time.Second, "the store seen refusing writes", func() bool { return reason() != "" })
+	if got := reason(); !strings.Contains(got, "NOREPLICAS") || strings.Contains(got, password) {
+		t.Errorf("store refusing writes: reason %q, want NOREPLICAS named", got)
+	}
+	srv.Stop()
+	eventually(t, 5*time.Second, "the store seen stopped", func() bool { return strings.Contains(reason(), "refused") })
+	if got := reason(); strings.Contains(got, password) || strings.Contains(got, "\n") {
+		t.Errorf("store stopped: reason %q", got)
+	}
+}
+
+// TestReloadKeepsStoreState: a reload that reopens the shared store (as
+// SIGHUP does) keeps the last probe's result in /readyz and
+// signagent_store_up until the new store's first probe says otherwise
+// (here the store is paused: that probe fails): never "not checked yet".
+func TestReloadKeepsStoreState(t *testing.T) {
+	h := start(t, options{})
+	srv := redistest.Start(t)
+	sealer, _ := store.NewSealer(bytes.Repeat([]byte{3}, 32))
+	// The first store leaves quickly once paused (its Close, in the
+	// reload); the second's probe waits its whole bound (a second).
+	open := func(timeout time.Duration) *store.Shared {
+		r, err := store.Open(srv.URL(), store.Options{Sealer: sealer, Timeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	h.reload(t, func(c *agent.Config) { c.SharedStore = open(100 * time.Millisecond) })
+	check := func() api.Check {
+		_, _, body := raw(t, h.sock, "GET", "/readyz", "")
+		var r api.ReadyResponse
+		json.Unmarshal([]byte(body), &r)
+		return r.Checks["store"]
+	}
+	eventually(t, 5*time.Second, "the store's probe", func() bool { return check().Ready })
+	srv.Pause()
+	h.reload(t, func(c *agent.Config) { c.SharedStore = open(time.Minute) })
+	defer srv.Resume() // before the stores close
+	for seen := 0; ; seen++ {
+		c := check()
+		if strings.Contains(c.Reason, "not checked") {
+			t.Fatalf("after %d answers, /readyz after a reload: %+v", seen, c)
+		}
+		if v := h.metric(t, "signagent_store_up"); v == "" {
+			t.Fatalf("after %d answers, no signagent_store_up after a reload", seen)
+		}
+		if !c.Ready {
+			break // the new store's probe: the store is paused
+		}
+	}
+}

@@ -27,10 +27,12 @@ type backend interface {
 	// longer, ErrSealed when data holds something that is no record.
 	get(ctx context.Context, data string, max int) ([]byte, error)
 	// put keeps value at data for ttl (0: until replaced) when owner holds
-	// lease, and del removes it: ErrFenced when owner does not hold it;
-	// errUnreplicated when the write is done but not yet on as many
-	// replicas as asked (kept, and counted).
-	put(ctx context.Context, data, lease, owner string, value []byte, ttl time.Duration) error
+	// lease and data still holds read (nil: not compared; empty: no
+	// record), and del removes it: ErrFenced when owner does not hold it,
+	// errChanged when data no longer holds read (rewritten without the
+	// lease: convert.go); errUnreplicated when the write is done but not
+	// yet on as many replicas as asked (kept, and counted).
+	put(ctx context.Context, data, lease, owner string, read, value []byte, ttl time.Duration) error
 	del(ctx context.Context, data, lease, owner string) error
 	// take makes owner the lease's holder for ttl when no one holds it,
 	// and says whether it did; renew extends owner's hold by ttl, and
@@ -52,8 +54,9 @@ type backend interface {
 	// while data still holds old (ErrFenced otherwise): a record rewritten
 	// in another format, the same record, needs no lease.
 	swap(ctx context.Context, data string, old, value []byte, ttl time.Duration) error
-	// scan calls f with every key name matching match, on every node.
-	scan(ctx context.Context, match string, f func(key string)) error
+	// scan calls f with every key name matching match, on every node, one
+	// call at a time, until f returns false.
+	scan(ctx context.Context, match string, f func(key string) bool) error
 	// ping says whether the backend answers: all of it, where it is
 	// several nodes.
 	ping(ctx context.Context) error
@@ -63,6 +66,11 @@ type backend interface {
 // errUnreplicated is a write kept on the primary that the replicas asked
 // for did not confirm in time.
 var errUnreplicated = errors.New("the write is not confirmed by the replicas")
+
+// errChanged is a fenced write refused because the record is no longer
+// the one its writer read (a holder's read, then a rewrite in another
+// format, which takes no lease): the writer reads again.
+var errChanged = fmt.Errorf("%w: the record changed since it was read", ErrFenced)
 
 // backends are the stores Open knows, by URL scheme: each parses its URL
 // (a password in it is refused) and connects lazily; timeout bounds

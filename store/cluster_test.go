@@ -131,6 +131,28 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("another agent after the move: %q %v", v, err)
 		}
 	})
+	t.Run("key check", func(t *testing.T) {
+		flush()
+		b := bedOn(t, c.URL(), raw())
+		sealer2, _ := store.NewSealer(key(2))
+		other := openStore(t, c.URL(), store.Options{Sealer: sealer2})
+		for i := range 12 { // spread over the masters by their names
+			r := b.r
+			if i%3 == 0 {
+				r = other
+			}
+			if err := put(t, r, "oidc", fmt.Sprint("p", i), []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		looked, foreign, err := b.r.KeyCheck(context.Background(), 100)
+		if err != nil || looked != 12 || foreign != 4 {
+			t.Fatalf("KeyCheck on a cluster: looked %d, foreign %d, %v; want 12, 4", looked, foreign, err)
+		}
+		if looked, _, err := b.r.KeyCheck(context.Background(), 5); err != nil || looked != 5 {
+			t.Fatalf("KeyCheck of 5: looked %d, %v", looked, err)
+		}
+	})
 	t.Run("a master down", func(t *testing.T) {
 		r := openStore(t, c.URL(), store.Options{})
 		if err := r.Ping(context.Background()); err != nil {

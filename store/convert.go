@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 )
@@ -13,8 +12,8 @@ import (
 // older form (a set of key names, no identity in clear) and waits, at
 // most the store's timeout, for it to be rewritten; the agents that read
 // the newer format take the requests every convertEvery and rewrite each
-// record in the format every live agent reads, under its lease, with a
-// higher generation (so that no agent takes it for a rollback). With no
+// record in the format every live agent reads, swapped in only while it
+// is still the record read (no lease: convert), with a higher generation (so that no agent takes it for a rollback). With no
 // such agent live, the record is left alone and the call answers
 // store_format_newer: start one agent of the newer release, and it turns
 // them back as they are asked for.
@@ -31,11 +30,8 @@ const (
 // itself when no live agent reads that format or none rewrites it in
 // time, ErrNotFound when it was removed meanwhile.
 func (s *Shared) awaitOlder(ctx context.Context, data string, fe *FormatError) ([]byte, error) {
-	if !s.someoneReads(fe.Format) {
-		s.list(ctx, s.isAnnouncing()) // it may have just joined
-		if !s.someoneReads(fe.Format) {
-			return nil, fe
-		}
+	if !s.someoneReads(fe.Format) { // open listed them when due
+		return nil, fe
 	}
 	err := s.bounded(ctx, func(ctx context.Context) error {
 		return s.b.request(ctx, s.requestsKey(), data, requestsTTL)
@@ -54,9 +50,7 @@ func (s *Shared) awaitOlder(ctx context.Context, data string, fe *FormatError) (
 		}
 		sealed, err := s.read(ctx, data)
 		switch {
-		case errors.Is(err, ErrNotFound):
-			return nil, err
-		case err != nil:
+		case err != nil: // ErrNotFound too: removed meanwhile
 			return nil, err
 		case len(sealed) > 0 && int(sealed[0]) <= s.fmts.newest:
 			return sealed, nil
@@ -96,8 +90,10 @@ func (s *Shared) convertRequested(ctx context.Context) {
 // (format 3): the same record, with a higher generation (no agent takes
 // it for a rollback), swapped in only while the record is still the one
 // read. It takes no lease: the agent asking may hold the identity's while
-// it waits, and a holder's next write reads the rewritten record as any
-// other. What it cannot do it leaves: the reader asks again.
+// it waits. A holder's write that read the record before the rewrite is
+// refused (Put compares the value it read) and reads it again, so that it
+// never lands over the rewritten one with a lower generation. What it
+// cannot do it leaves: the reader asks again.
 func (s *Shared) convert(ctx context.Context, data string) {
 	name, ok := strings.CutPrefix(data, s.prefix+"{")
 	name, ok2 := strings.CutSuffix(name, "}")
@@ -130,28 +126,40 @@ func (s *Shared) convert(ctx context.Context, data string) {
 }
 
 // sweep rewrites every record of a format newer than the write format
-// (an agent that reads only older ones is live: a rollback), key by key
-// under each one's lease. An agent that reads a newer format sweeps when
-// its write format goes down and again when it stops, so that no record
-// it wrote in the newer format before it knew is left for the older
-// agents after it.
+// (an agent that reads only older ones is live: a rollback), key by key,
+// each swapped in only while it is still the record read (convert: no
+// lease is taken), until ctx ends. An agent that reads a newer format
+// sweeps when its write format goes down and again when it stops, so that
+// no record it wrote in the newer format before it knew is left for the
+// older agents after it.
 func (s *Shared) sweep(ctx context.Context) {
 	if s.fmts.newest <= baseFormat || s.writeFormat(ctx) >= s.fmts.newest {
 		return
 	}
-	var keys []string
-	sctx, cancel := context.WithTimeout(ctx, 10*s.timeout)
-	defer cancel()
-	err := s.b.scan(sctx, s.prefix+"{*}", func(k string) {
-		if !strings.HasSuffix(k, "}") || strings.HasPrefix(k, s.prefix+"{formats}") {
-			return // a lease, the announcements
-		}
-		keys = append(keys, k)
-	})
+	keys, err := s.records(ctx, 0)
 	if err != nil {
 		return
 	}
 	for _, k := range keys {
+		if ctx.Err() != nil {
+			return
+		}
 		s.convert(ctx, k)
 	}
+}
+
+// records lists the records' key names (no lease, no announcement), up
+// to n of them (0: all), on every node, within ten times the store's
+// timeout.
+func (s *Shared) records(ctx context.Context, n int) ([]string, error) {
+	var keys []string
+	ctx, cancel := context.WithTimeout(ctx, 10*s.timeout)
+	defer cancel()
+	err := s.b.scan(ctx, s.prefix+"{*}", func(k string) bool {
+		if strings.HasSuffix(k, "}") && !strings.HasPrefix(k, s.prefix+"{formats}") {
+			keys = append(keys, k)
+		}
+		return n == 0 || len(keys) < n
+	})
+	return keys, err
 }

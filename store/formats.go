@@ -32,13 +32,19 @@ const baseFormat = formatVersion
 // maxFormat is the highest first byte taken for a format: a value that
 // starts with a higher one (or is shorter than any sealed value) is no
 // record of any release (forged, or not signagent's), not a newer one, and
-// does not open (ErrSealed).
+// does not open (ErrSealed). Nor is one of a format no live agent
+// announces reading (Shared.open): anyone with write access to the store
+// could otherwise make an identity answer store_format_newer for good.
 const maxFormat = 16
 
 // DefaultAnnounceTTL is how long an agent's announcement lives without
 // renewal (renewed every third of it): an agent killed without removing
 // it holds writers at its formats this long.
 const DefaultAnnounceTTL = 15 * time.Second
+
+// withdrawSweep bounds the sweep an agent that reads a newer format makes
+// as it stops (Withdraw), whatever the number of records.
+const withdrawSweep = 5 * time.Second
 
 // ErrFormatNewer is a record of a format newer than this agent reads: it
 // is neither used nor overwritten, and no sign-in is advised (the record
@@ -91,6 +97,7 @@ type formats struct {
 	ttl    time.Duration // an announcement's lifetime
 	write  atomic.Int32  // the format written now
 	listAt atomic.Int64  // when the live agents were last listed (Unix ns; 0: never)
+	tried  atomic.Int64  // when a list was last tried, listed or not (Unix ns; 0: never)
 	// sweepDue is set when the write format went down: records of a
 	// newer format are to be rewritten (convert.go).
 	sweepDue atomic.Bool
@@ -153,6 +160,8 @@ func (s *Shared) list(ctx context.Context, announce bool) error {
 	if announce {
 		member = s.fmts.member()
 	}
+	now := time.Now().UnixNano()
+	s.fmts.tried.Store(now)
 	var members []string
 	err := s.bounded(ctx, func(ctx context.Context) (err error) {
 		members, err = s.b.announce(ctx, s.announcementsKey(), member, s.fmts.ttl)
@@ -174,27 +183,43 @@ func (s *Shared) list(ctx context.Context, announce bool) error {
 		// announcing loop sweeps.
 		s.fmts.sweepDue.Store(true)
 	}
-	s.fmts.listAt.Store(time.Now().UnixNano())
+	s.fmts.listAt.Store(now)
 	return nil
+}
+
+// listDue says whether the live agents are to be listed again: the last
+// try, listed or not, is a third of an announcement's lifetime old (a
+// store that is down is not asked again on every call).
+func (s *Shared) listDue() bool {
+	return time.Since(time.Unix(0, s.fmts.tried.Load())) > s.fmts.ttl/3
 }
 
 // writeFormat is the format a write uses now. A process that does not
 // announce (a command) lists the live agents before its first write and
 // again once the list is a third of an announcement's lifetime old; one
-// that cannot writes baseFormat, which every agent reads.
+// that cannot (the last try failed) writes baseFormat, which every agent
+// reads.
 func (s *Shared) writeFormat(ctx context.Context) int {
 	if s.fmts.newest == baseFormat {
 		return baseFormat
 	}
-	if time.Since(time.Unix(0, s.fmts.listAt.Load())) > s.fmts.ttl/3 {
-		s.fmts.mu.Lock()
-		live := s.fmts.stop != nil // announcing, not withdrawn
-		s.fmts.mu.Unlock()
-		if s.list(ctx, live) != nil {
-			return baseFormat
-		}
+	if s.listDue() {
+		s.list(ctx, s.isAnnouncing())
+	}
+	if at := s.fmts.listAt.Load(); at == 0 || at < s.fmts.tried.Load() {
+		return baseFormat
 	}
 	return int(s.fmts.write.Load())
+}
+
+// announced says whether a live agent announced reading format f, as
+// last listed (listed again when that is due).
+func (s *Shared) announced(ctx context.Context, f int) bool {
+	if s.someoneReads(f) || !s.listDue() {
+		return s.someoneReads(f)
+	}
+	s.list(ctx, s.isAnnouncing())
+	return s.someoneReads(f)
 }
 
 // someoneReads says whether a live agent announced reading format f.
@@ -221,28 +246,44 @@ func (s *Shared) Formats() Formats {
 }
 
 // Announce makes this process one of the store's live agents: it says
-// the formats it reads now (the error is the store's, when it does not
-// answer: the agent goes on, and announces when it does) and then every
-// third of the announcement's lifetime until Withdraw or Close. An agent
-// that reads a format newer than baseFormat also turns records of that
-// format back into the write format when an agent that reads only older
-// ones asks (convert.go). Announce is called once; again is a no-op.
-func (s *Shared) Announce() error {
+// the formats it reads now and then every third of the announcement's
+// lifetime until Withdraw or Close, in a goroutine of its own (a store
+// that does not answer delays no one). The channel receives the first
+// announcement's result (the error is the store's, when it does not
+// answer: the agent goes on, and announces when it does). An agent that
+// reads a format newer than baseFormat also turns records of that format
+// back into the write format when an agent that reads only older ones
+// asks (convert.go). Announce is called once; again is a no-op (its
+// channel receives nil).
+func (s *Shared) Announce() <-chan error {
+	first := make(chan error, 1)
 	s.fmts.mu.Lock()
 	if s.fmts.announced {
 		s.fmts.mu.Unlock()
-		return nil
+		first <- nil
+		return first
 	}
 	s.fmts.announced = true
-	s.fmts.stop, s.fmts.done = make(chan struct{}), make(chan struct{})
+	stop, done := make(chan struct{}), make(chan struct{})
+	s.fmts.stop, s.fmts.done = stop, done
 	s.fmts.mu.Unlock()
-	err := s.list(context.Background(), true)
-	go s.announcing(s.fmts.stop, s.fmts.done)
-	return err
+	go s.announcing(stop, done, first)
+	return first
 }
 
-func (s *Shared) announcing(stop, done chan struct{}) {
+func (s *Shared) announcing(stop, done chan struct{}, first chan<- error) {
 	defer close(done)
+	// Its calls end when it is stopped: Withdraw waits for it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	first <- s.list(ctx, true)
 	renew := time.NewTicker(s.fmts.ttl / 3)
 	defer renew.Stop()
 	var convert <-chan time.Time
@@ -256,12 +297,12 @@ func (s *Shared) announcing(stop, done chan struct{}) {
 		case <-stop:
 			return
 		case <-renew.C:
-			s.list(context.Background(), true)
+			s.list(ctx, true)
 		case <-convert:
-			s.convertRequested(context.Background())
+			s.convertRequested(ctx)
 		}
 		if s.fmts.sweepDue.Swap(false) {
-			s.sweep(context.Background())
+			s.sweep(ctx)
 		}
 	}
 }
@@ -280,9 +321,13 @@ func (s *Shared) Withdraw() {
 	close(stop)
 	<-done
 	// Records this agent wrote in a newer format before it saw an older
-	// agent back are rewritten before it leaves.
-	if s.list(context.Background(), true) == nil {
-		s.sweep(context.Background())
+	// agent back are rewritten before it leaves, within withdrawSweep in
+	// all (the rest are rewritten as the older agents ask for them, while
+	// an agent that reads them is live).
+	ctx, cancel := context.WithTimeout(context.Background(), withdrawSweep)
+	defer cancel()
+	if s.list(ctx, true) == nil {
+		s.sweep(ctx)
 	}
 	s.bounded(context.Background(), func(ctx context.Context) error {
 		return s.b.withdraw(ctx, s.announcementsKey(), s.fmts.member())

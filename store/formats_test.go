@@ -3,10 +3,14 @@ package store_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/store"
 )
 
@@ -16,7 +20,7 @@ func (b *bed) formatAgent(t *testing.T, newest int, ttl time.Duration) *store.Sh
 	t.Helper()
 	r := openStore(t, b.url, store.Options{Sealer: b.s, AnnounceTTL: ttl})
 	store.ReadUpTo(r, newest)
-	if err := r.Announce(); err != nil {
+	if err := <-r.Announce(); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -131,10 +135,12 @@ func TestAnnouncementExpires(t *testing.T) {
 
 // TestRollbackOverNewerRecords: every agent reads 3 and the records are at
 // 3; then all of them are replaced at once by agents that read 2 (a
-// rollback that does not keep one new agent): each call answers a
-// FormatError, nothing is overwritten nor made again; one agent of the
-// newer release started again sweeps the records back into 2 unasked,
-// with a higher generation, and the old agents read them.
+// rollback that does not keep one new agent): with no live agent that
+// reads format 3, a record of it is no record to them (ErrSealed, not a
+// FormatError: a value forged with a newer format's first byte must not
+// answer store_format_newer for good), and a read changes nothing; one
+// agent of the newer release started again sweeps the records back into 2
+// unasked, with a higher generation, and the old agents read them.
 func TestRollbackOverNewerRecords(t *testing.T) {
 	b := newBed(t)
 	ctx := context.Background()
@@ -148,7 +154,7 @@ func TestRollbackOverNewerRecords(t *testing.T) {
 	next.Close()
 	old := b.formatAgent(t, 2, 3*time.Second)
 	for _, id := range ids {
-		if _, err := old.Get(ctx, "oidc", id); !errors.Is(err, store.ErrFormatNewer) {
+		if _, err := old.Get(ctx, "oidc", id); !errors.Is(err, store.ErrSealed) || errors.Is(err, store.ErrFormatNewer) {
 			t.Fatalf("%s: %v", id, err)
 		}
 	}
@@ -185,19 +191,156 @@ func TestRollbackOverNewerRecords(t *testing.T) {
 }
 
 // TestNotANewerFormat: a value that starts with a byte past any format
-// signagent will write, or is too short to be sealed, is no record (it
-// does not open: ErrSealed, a sign-in), not one of a newer format.
+// signagent will write, or is too short to be sealed, or of a format no
+// live agent announces reading, is no record (it does not open:
+// ErrSealed, a sign-in), not one of a newer format; and a sign-in writes
+// over it. One of a format a live agent announces is newer.
 func TestNotANewerFormat(t *testing.T) {
 	b := newBed(t)
 	ctx := context.Background()
-	for _, v := range []string{"forged-by-someone", "\x03short", "\x11" + string(make([]byte, store.Overhead))} {
+	forged := []string{"forged-by-someone", "\x03short", "\x11" + string(make([]byte, store.Overhead)),
+		"\x03" + string(make([]byte, store.Overhead)), "\x10" + string(make([]byte, store.Overhead))}
+	for _, v := range forged {
 		b.raw.HSet(ctx, b.k, "v", v)
 		if _, err := b.r.Get(ctx, "oidc", "crm"); !errors.Is(err, store.ErrSealed) || errors.Is(err, store.ErrFormatNewer) {
 			t.Errorf("%q: %v", v, err)
 		}
+		if err := put(t, b.r, "oidc", "crm", []byte("signed-in")); err != nil {
+			t.Errorf("a sign-in over %q: %v", v, err)
+		}
 	}
-	b.raw.HSet(ctx, b.k, "v", "\x10"+string(make([]byte, store.Overhead)))
-	if _, err := b.r.Get(ctx, "oidc", "crm"); !errors.Is(err, store.ErrFormatNewer) {
-		t.Errorf("format 16: %v", err)
+	b.formatAgent(t, 3, 3*time.Second)
+	reader := b.agent(t) // lists the live agents on its first call
+	store.ReadUpTo(reader, 2)
+	b.raw.HSet(ctx, b.k, "v", "\x04"+string(make([]byte, store.Overhead)))
+	if _, err := reader.Get(ctx, "oidc", "crm"); !errors.Is(err, store.ErrSealed) || errors.Is(err, store.ErrFormatNewer) {
+		t.Errorf("format 4, with an agent that reads up to 3 live: %v", err)
+	}
+	b.raw.HSet(ctx, b.k, "v", "\x03"+string(make([]byte, store.Overhead)))
+	if _, err := reader.Get(ctx, "oidc", "crm"); !errors.Is(err, store.ErrFormatNewer) {
+		t.Errorf("format 3, with an agent that reads it live: %v", err)
+	}
+}
+
+// TestPutAfterConvert: a lease holder's Put reads a record of format 3,
+// and before its write lands another agent rewrites that record in format
+// 2 for an old agent (convert, which takes no lease) and the old agent
+// reads it. The holder's write, with the generation it chose before the
+// rewrite, must not land over it: the old agent would take it for a
+// rollback. It reads again and writes over the rewritten record.
+func TestPutAfterConvert(t *testing.T) {
+	b := newBed(t)
+	ctx := context.Background()
+	// Neither announces; each lists the live agents before every write
+	// (an announcement's lifetime of 1ns).
+	writer := openStore(t, b.url, store.Options{Sealer: b.s, AnnounceTTL: time.Nanosecond})
+	store.ReadUpTo(writer, 3)
+	conv := openStore(t, b.url, store.Options{Sealer: b.s, AnnounceTTL: time.Nanosecond})
+	store.ReadUpTo(conv, 3)
+	if err := put(t, writer, "oidc", "crm", []byte("v1")); err != nil || b.format(t) != 3 {
+		t.Fatalf("put: %v, format %d, want 3 (no agent live)", err, b.format(t))
+	}
+	old := b.formatAgent(t, 2, 3*time.Second)
+	store.BeforeWrite(writer, func() {
+		store.Convert(conv, "oidc", "crm")
+		if v, err := old.Get(ctx, "oidc", "crm"); err != nil || string(v) != "v1" || b.format(t) != 2 {
+			t.Errorf("old reads the converted record: %q %v, format %d", v, err, b.format(t))
+		}
+	})
+	if err := put(t, writer, "oidc", "crm", []byte("v2")); err != nil {
+		t.Fatalf("put over a record converted meanwhile: %v", err)
+	}
+	if v, err := old.Get(ctx, "oidc", "crm"); err != nil || string(v) != "v2" {
+		t.Fatalf("old reads %q %v, want v2", v, err)
+	}
+}
+
+// calls is how many times Redis was asked to run cmd (inside scripts
+// too), and how many of those it refused (ACL), from INFO commandstats.
+func calls(t *testing.T, raw redis.UniversalClient, cmd string) (n, rejected int) {
+	t.Helper()
+	info := raw.Info(context.Background(), "commandstats").Val()
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":"); ok {
+			for _, f := range strings.Split(rest, ",") {
+				k, v, _ := strings.Cut(f, "=")
+				switch k {
+				case "calls":
+					n, _ = strconv.Atoi(v)
+				case "rejected_calls":
+					rejected, _ = strconv.Atoi(v)
+				}
+			}
+		}
+	}
+	return n, rejected
+}
+
+// TestListRateLimited: the live agents are listed at most once a third of
+// an announcement's lifetime, by a reader meeting a value of a format no
+// live agent reads again and again, and by a writer whose lists fail (the
+// store refuses them: here an ACL, standing for a store that is down),
+// which writes the oldest format meanwhile. A list runs the announcement
+// script, whose ZREMRANGEBYSCORE Redis counts.
+func TestListRateLimited(t *testing.T) {
+	b := newBed(t)
+	ctx := context.Background()
+	reader := b.agent(t)
+	store.ReadUpTo(reader, 2)
+	before, _ := calls(t, b.raw, "zremrangebyscore")
+	b.raw.HSet(ctx, b.k, "v", "\x03"+string(make([]byte, store.Overhead)))
+	for range 10 {
+		if _, err := reader.Get(ctx, "oidc", "crm"); !errors.Is(err, store.ErrSealed) {
+			t.Error(err)
+		}
+	}
+	if n, _ := calls(t, b.raw, "zremrangebyscore"); n-before > 1 {
+		t.Errorf("10 reads of a value of a format no one reads listed the agents %d times, want at most 1", n-before)
+	}
+
+	writer := b.agent(t)
+	store.ReadUpTo(writer, 3)
+	if err := b.raw.Do(ctx, "ACL", "SETUSER", "default", "-zremrangebyscore").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if err := put(t, writer, "oidc", "crm", []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		if b.format(t) != 2 {
+			t.Fatalf("written in format %d with the live agents unknown, want 2", b.format(t))
+		}
+	}
+	if _, rejected := calls(t, b.raw, "zremrangebyscore"); rejected != 1 {
+		t.Errorf("10 writes tried to list the agents %d times while the store refused, want 1", rejected)
+	}
+}
+
+// TestAnnounceDoesNotWait: Announce returns while the store does not
+// answer (paused), its first announcement made in the background once it
+// does; and Withdraw, at the same time as Announce, stops it (run with
+// -race: the two share the announcing goroutine's channels).
+func TestAnnounceDoesNotWait(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := store.NewSealer(key(1))
+	r := openStore(t, srv.URL(), store.Options{Sealer: s, Timeout: time.Minute})
+	srv.Pause()
+	first := r.Announce() // with the store's timeout of a minute
+	select {
+	case err := <-first:
+		t.Fatalf("announced to a paused store: %v", err)
+	default:
+	}
+	srv.Resume()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if f := r.Formats(); len(f.Agents) != 1 {
+		t.Fatalf("after the first announcement: %+v", f)
+	}
+	for range 20 {
+		r := openStore(t, srv.URL(), store.Options{Sealer: s})
+		go r.Announce()
+		r.Withdraw()
 	}
 }

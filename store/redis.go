@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -148,33 +149,53 @@ func (b *redisBackend) get(ctx context.Context, data string, max int) ([]byte, e
 // putScript writes a value only for the lease's holder (the fence): an
 // agent whose lease expired while it was paused cannot overwrite what the
 // next holder wrote. KEYS: the record, its lease (one hash tag: one slot).
-// ARGV: owner, value ("" deletes), ttl in ms (0: none). A key that is not
-// a record is replaced.
+// ARGV: owner, value ("" deletes), ttl in ms (0: none), whether to compare
+// ("1": the record must still hold ARGV[5], "" for none; a key that is no
+// record counts as none), the value read. A key that is not a record is
+// replaced. 0: not the holder; 2: the record changed since it was read (a
+// record rewritten in another format, convert.go, which takes no lease).
 var putScript = redis.NewScript(`
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+local t = redis.call('TYPE', KEYS[1])['ok']
+if ARGV[4] == '1' then
+  local cur = ''
+  if t == 'hash' then cur = redis.call('HGET', KEYS[1], 'v') or '' end
+  if cur ~= ARGV[5] then return 2 end
+end
 if ARGV[2] == '' then redis.call('DEL', KEYS[1]) return 1 end
-if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then redis.call('DEL', KEYS[1]) end
+if t ~= 'hash' then redis.call('DEL', KEYS[1]) end
 redis.call('HSET', KEYS[1], 'v', ARGV[2])
 redis.call('HINCRBY', KEYS[1], 'ver', 1)
 if tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) else redis.call('PERSIST', KEYS[1]) end
 return 1`)
 
-func (b *redisBackend) put(ctx context.Context, data, lease, owner string, value []byte, ttl time.Duration) error {
-	return b.write(ctx, data, lease, owner, value, ttl)
+// put writes value at data for owner, when the record still holds read
+// (nil: no comparison; empty: none, or no record).
+func (b *redisBackend) put(ctx context.Context, data, lease, owner string, read, value []byte, ttl time.Duration) error {
+	return b.write(ctx, data, lease, owner, read, value, ttl)
 }
 
 func (b *redisBackend) del(ctx context.Context, data, lease, owner string) error {
-	return b.write(ctx, data, lease, owner, nil, 0)
+	return b.write(ctx, data, lease, owner, nil, nil, 0)
 }
 
 // write runs putScript: value at data (none deletes it) for ttl, when
-// owner holds lease; then waits for the replicas.
-func (b *redisBackend) write(ctx context.Context, data, lease, owner string, value []byte, ttl time.Duration) error {
-	put, err := putScript.Run(ctx, b.rdb, []string{data, lease}, owner, value, ttl.Milliseconds()).Int64()
+// owner holds lease and (read not nil) the record still holds read; then
+// waits for the replicas.
+func (b *redisBackend) write(ctx context.Context, data, lease, owner string, read, value []byte, ttl time.Duration) error {
+	compare := ""
+	if read != nil {
+		compare = "1"
+	}
+	put, err := putScript.Run(ctx, b.rdb, []string{data, lease}, owner, value, ttl.Milliseconds(), compare, read).Int64()
 	if err != nil {
 		return b.unavailable(err)
 	}
-	if put != 1 {
+	switch put {
+	case 1:
+	case 2:
+		return errChanged
+	default:
 		return ErrFenced
 	}
 	return b.replicate(ctx, data)
@@ -268,11 +289,23 @@ func (b *redisBackend) requests(ctx context.Context, key string, n int) ([]strin
 	return v, b.unavailable(err)
 }
 
-func (b *redisBackend) scan(ctx context.Context, match string, f func(string)) error {
+// scan runs SCAN on every node that holds records (a cluster's masters at
+// once: f is called by one at a time), until f says stop.
+func (b *redisBackend) scan(ctx context.Context, match string, f func(string) bool) error {
+	var mu sync.Mutex
+	stopped := false
 	return b.unavailable(b.nodes(ctx, func(ctx context.Context, c *redis.Client) error {
 		it := c.Scan(ctx, 0, match, 256).Iterator()
 		for it.Next(ctx) {
-			f(it.Val())
+			mu.Lock()
+			if !stopped {
+				stopped = !f(it.Val())
+			}
+			stop := stopped
+			mu.Unlock()
+			if stop {
+				return nil
+			}
 		}
 		return it.Err()
 	}))

@@ -69,6 +69,9 @@ type Shared struct {
 	gens     generations
 	fmts     formats
 	observe  atomic.Pointer[func(op, result string)]
+	// beforeWrite, set by a test (export_test.go), runs once between a
+	// Put's read and its write: what another agent does in between.
+	beforeWrite func()
 }
 
 var _ Records = (*Shared)(nil)
@@ -187,12 +190,12 @@ func (s *Shared) Get(ctx context.Context, kind, id string) (v []byte, err error)
 	if err != nil {
 		return nil, err
 	}
-	plain, gen, err := s.open(kind, id, sealed)
+	plain, gen, err := s.open(ctx, kind, id, sealed)
 	if fe := (*FormatError)(nil); errors.As(err, &fe) {
 		if sealed, err = s.awaitOlder(ctx, data, fe); err != nil {
 			return nil, err
 		}
-		plain, gen, err = s.open(kind, id, sealed)
+		plain, gen, err = s.open(ctx, kind, id, sealed)
 	}
 	if err != nil {
 		return nil, err
@@ -221,26 +224,47 @@ func (s *Shared) Put(ctx context.Context, kind, id string, plain []byte, ttl tim
 	if err != nil {
 		return err
 	}
-	// The record's generation: the lease keeps the other agents from
-	// writing until this write is done.
+	// A record rewritten in another format meanwhile (convert.go, without
+	// the lease) is read again, once: written over, it would look to the
+	// agents that read it rewritten like a rollback.
+	for attempt := 1; ; attempt++ {
+		err := s.put(ctx, format, kind, id, plain, ttl, data, lease, owner)
+		if !errors.Is(err, errChanged) || attempt == 2 {
+			return err
+		}
+	}
+}
+
+// put is one of Put's attempts: it reads the record's generation (the
+// lease keeps the other agents from writing until this write is done) and
+// writes the next one, only while the record is still the one read.
+func (s *Shared) put(ctx context.Context, format int, kind, id string, plain []byte, ttl time.Duration, data, lease, owner string) error {
 	var cur uint64
+	var read []byte // nil: not compared (a value over the bound, not read)
 	switch sealed, err := s.read(ctx, data); {
 	case err == nil:
-		_, g, err := s.open(kind, id, sealed)
+		read = sealed
+		_, g, err := s.open(ctx, kind, id, sealed)
 		if fe := (*FormatError)(nil); errors.As(err, &fe) {
 			return err
 		}
 		if err == nil {
 			cur = g
 		}
+	case errors.Is(err, ErrTooLarge):
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrSealed):
 		// None that opens: this agent's highest and its clock.
+		read = []byte{}
 	default:
 		return err
 	}
 	gen := s.gens.next(data, cur, time.Now())
 	value := s.seal(format, kind, id, gen, plain, ttl)
-	if err := s.write(ctx, func(ctx context.Context) error { return s.b.put(ctx, data, lease, owner, value, ttl) }); err != nil {
+	if f := s.beforeWrite; f != nil {
+		s.beforeWrite = nil
+		f()
+	}
+	if err := s.write(ctx, func(ctx context.Context) error { return s.b.put(ctx, data, lease, owner, read, value, ttl) }); err != nil {
 		return err
 	}
 	s.gens.raise(data, gen)
@@ -286,16 +310,29 @@ func (s *Shared) holder(held Lease, lease string) (string, error) {
 }
 
 // open opens a value kept for kind and id in any format this process
-// reads; a *FormatError when it is of a newer one.
-func (s *Shared) open(kind, id string, sealed []byte) ([]byte, uint64, error) {
-	switch {
-	case len(sealed) >= Overhead && int(sealed[0]) > s.fmts.newest && sealed[0] <= maxFormat:
-		return nil, 0, &FormatError{Format: int(sealed[0]), Reads: s.fmts.newest}
+// reads; a *FormatError when it is of a newer one that a live agent
+// announces reading (one no live agent reads is no record: ErrSealed, so
+// that a value forged with a newer format's first byte is replaced by a
+// sign-in, not answered store_format_newer for good).
+func (s *Shared) open(ctx context.Context, kind, id string, sealed []byte) ([]byte, uint64, error) {
+	switch f := int(sealed0(sealed)); {
+	case len(sealed) >= Overhead && f > s.fmts.newest && f <= maxFormat:
+		if !s.announced(ctx, f) {
+			return nil, 0, fmt.Errorf("%w: it says format %d, which no live agent reads", ErrSealed, f)
+		}
+		return nil, 0, &FormatError{Format: f, Reads: s.fmts.newest}
 	case len(sealed) > 0 && sealed[0] == format3:
 		_, plain, gen, _, err := s.sealer.open3(kind, s.sealer.Name(kind, id), sealed)
 		return plain, gen, err
 	}
 	return s.sealer.Open(kind, id, sealed)
+}
+
+func sealed0(sealed []byte) byte {
+	if len(sealed) == 0 {
+		return 0
+	}
+	return sealed[0]
 }
 
 // seal seals plain for kind and id in format, expiring after ttl (0:

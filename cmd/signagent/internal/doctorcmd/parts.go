@@ -124,8 +124,6 @@ func (d *run) store(ctx context.Context) *store.Shared {
 	d.add("store", OK, u+" answers")
 	looked, foreign, err := shared.KeyCheck(pctx, 100)
 	switch {
-	case errors.Is(err, store.ErrNotScanned):
-		d.add("store key", Warn, "not checked: a Redis Cluster's records are not looked through")
 	case err != nil:
 		d.add("store key", Fail, oneLine(err))
 	case looked == 0:
