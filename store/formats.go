@@ -32,9 +32,7 @@ const baseFormat = formatVersion
 // maxFormat is the highest first byte taken for a format: a value that
 // starts with a higher one (or is shorter than any sealed value) is no
 // record of any release (forged, or not signagent's), not a newer one, and
-// does not open (ErrSealed). Nor is one of a format no live agent
-// announces reading (Shared.open): anyone with write access to the store
-// could otherwise make an identity answer store_format_newer for good.
+// does not open (ErrSealed).
 const maxFormat = 16
 
 // DefaultAnnounceTTL is how long an agent's announcement lives without
@@ -210,16 +208,6 @@ func (s *Shared) writeFormat(ctx context.Context) int {
 		return baseFormat
 	}
 	return int(s.fmts.write.Load())
-}
-
-// announced says whether a live agent announced reading format f, as
-// last listed (listed again when that is due).
-func (s *Shared) announced(ctx context.Context, f int) bool {
-	if s.someoneReads(f) || !s.listDue() {
-		return s.someoneReads(f)
-	}
-	s.list(ctx, s.isAnnouncing())
-	return s.someoneReads(f)
 }
 
 // someoneReads says whether a live agent announced reading format f.

@@ -310,16 +310,15 @@ func (s *Shared) holder(held Lease, lease string) (string, error) {
 }
 
 // open opens a value kept for kind and id in any format this process
-// reads; a *FormatError when it is of a newer one that a live agent
-// announces reading (one no live agent reads is no record: ErrSealed, so
-// that a value forged with a newer format's first byte is replaced by a
-// sign-in, not answered store_format_newer for good).
+// reads; a *FormatError when it is of a newer one, whether or not an agent
+// that reads it is live: a rollback that stopped every newer agent must
+// not sign anyone out (docs/upgrading.md). A value forged with a newer
+// format's first byte thus answers store_format_newer until it is
+// removed (signagent logout); whoever can write the store can remove
+// records anyway.
 func (s *Shared) open(ctx context.Context, kind, id string, sealed []byte) ([]byte, uint64, error) {
 	switch f := int(sealed0(sealed)); {
 	case len(sealed) >= Overhead && f > s.fmts.newest && f <= maxFormat:
-		if !s.announced(ctx, f) {
-			return nil, 0, fmt.Errorf("%w: it says format %d, which no live agent reads", ErrSealed, f)
-		}
 		return nil, 0, &FormatError{Format: f, Reads: s.fmts.newest}
 	case len(sealed) > 0 && sealed[0] == format3:
 		_, plain, gen, _, err := s.sealer.open3(kind, s.sealer.Name(kind, id), sealed)
