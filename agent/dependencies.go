@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/signagent/signagent/agent/metrics"
@@ -38,10 +40,20 @@ type depState struct {
 // dependencies is the state of each shared dependency: the store's from
 // its probe (probeStore), the service's and the identity provider's from
 // the calls made to them (a passive check: a dependency not called yet is
-// not reported).
+// not reported). Every proxied call reports the service, so the state is
+// a snapshot read without a lock and replaced only when it changes: the
+// calls of a fleet's busiest path do not meet on one mutex.
 type dependencies struct {
-	mu   sync.Mutex
-	seen map[string]depState
+	mu   sync.Mutex // serializes the writers
+	seen atomic.Pointer[map[string]depState]
+}
+
+// snapshot is the state as last written (nil before anything was seen).
+func (d *dependencies) snapshot() map[string]depState {
+	if p := d.seen.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // set records dependency name as up (err nil) or down for err's reason.
@@ -50,35 +62,40 @@ func (d *dependencies) set(name string, err error) {
 	if err != nil {
 		s.reason = firstLine(err.Error())
 	}
+	if cur, ok := d.snapshot()[name]; ok && cur == s {
+		return // as already seen: nothing to write
+	}
+	d.change(func(m map[string]depState) { m[name] = s })
+}
+
+// change replaces the snapshot with a copy that f changed.
+func (d *dependencies) change(f func(map[string]depState)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.seen == nil {
-		d.seen = map[string]depState{}
+	next := maps.Clone(d.snapshot())
+	if next == nil {
+		next = map[string]depState{}
 	}
-	d.seen[name] = s
+	f(next)
+	d.seen.Store(&next)
 }
 
 // forget drops what was seen of name (a store no longer configured).
 func (d *dependencies) forget(name string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.seen, name)
+	d.change(func(m map[string]depState) { delete(m, name) })
 }
 
 // get is what was last seen of name, and whether anything was.
 func (d *dependencies) get(name string) (depState, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	s, ok := d.seen[name]
+	s, ok := d.snapshot()[name]
 	return s, ok
 }
 
 // up reports each dependency seen, for the metrics.
 func (d *dependencies) up() map[string]bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make(map[string]bool, len(d.seen))
-	for k, s := range d.seen {
+	seen := d.snapshot()
+	out := make(map[string]bool, len(seen))
+	for k, s := range seen {
 		out[k] = s.up
 	}
 	return out
