@@ -92,6 +92,11 @@ for f in client-secret user-password; do od -An -N12 -tx1 /dev/urandom | tr -d '
 hash=$("$tmp/signagent-emulator" --hash-password < "$sec/user-password")
 cp "$sec/client-secret" "$sec/emulator/client-secret"
 sample_world "$hash" > "$sec/emulator/emulator.yaml"
+# The store's password as deploy/compose.yaml's head comment makes it:
+# the agents' file, and Redis's ACL file with its SHA-256 only.
+od -An -N24 -tx1 /dev/urandom | tr -d ' \n' > "$sec/store-password"
+mkdir -p "$sec/redis"
+printf 'user default on #%s ~* &* +@all\n' "$(sha256sum < "$sec/store-password" | cut -d' ' -f1)" > "$sec/redis/users.acl"
 chown -R 65532:65532 "$sec" "$tmp/run"
 chmod 0700 "$sec" "$sec/emulator" "$tmp/run"/*
 err=$(podman run --rm --network none --no-healthcheck -v "$sec:/s" --entrypoint /usr/bin/signagent "$image" store-key --out /s/store-key 2>&1) ||
@@ -121,6 +126,8 @@ compose() { docker-compose -p $project -f deploy/compose.yaml "$@"; }
 
 compose --profile emulator up -d redis emulator 2>"$tmp/compose.err" || fail "compose up redis emulator: $(cat "$tmp/compose.err")"
 for _ in $(seq 600); do curl -s -o /dev/null "$emu/_emulator/stats" && break; sleep 0.1; done
+for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping 2>&1 | grep -q NOAUTH && break; sleep 0.1; done
+redis-cli -p "$REDIS_PORT" ping 2>&1 | grep -q NOAUTH || fail "Redis answers without the password: $(redis-cli -p "$REDIS_PORT" ping 2>&1)"
 curl -sf -o /dev/null "$emu/_emulator/stats" || fail "the emulator did not start: $(podman logs ${project}_emulator_1 2>&1 | tail -3)"
 
 # The profile signed in once, into Redis: login shows a code in its log,
@@ -160,6 +167,12 @@ tokens=$(curl -sS "$emu/_emulator/stats" | sed -n 's/.*"accessTokens":\([0-9]*\)
 if [ "$hc" != null ] && [ -n "$hc" ] && grep -q probe <<<"$hc"; then
 	podman healthcheck run ${project}_agent1_1 >/dev/null || fail "agent1: the health check fails on a ready agent"
 fi
+
+# A body past 256 KiB is held in a temporary file: the agents' read-only
+# root needs a tmpfs on /tmp (docker gives none; podman's --read-only adds
+# one of its own, so a big body cannot tell here): the file declares it.
+n=$(compose config 2>/dev/null | grep -c -- '- /tmp$' || true)
+[ "$n" -ge 4 ] || fail "deploy/compose.yaml gives $n of the agents and login a tmpfs on /tmp, want 4"
 
 # One agent killed: the other two serve.
 podman kill ${project}_agent2_1 >/dev/null
