@@ -25,7 +25,7 @@ IMAGE_DEPS := buildah podman runc skopeo docker-compose
 # build the GOST test token and OpenSSL's gost engine to verify its
 # signatures independently, and libgcrypt's headers for the token's key
 # agreement and GOST 28147 side (nettle's and GMP's for the tests' second
-# VKO), and the smart-card rig of hsmtest/card.go
+# VKO), and the smart-card rig of pkcs11/pkcs11test/card.go
 # (pcscd with vsmartcard's vpcd reader driver, a card emulated by libcacard
 # over an NSS database that certutil makes, in namespaces set up with
 # iproute2; pcsc-tools to look at it by hand), and duktape (the JavaScript

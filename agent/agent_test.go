@@ -19,7 +19,7 @@ import (
 	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
-	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer"
 )
 
@@ -507,7 +507,7 @@ func TestShutdownWithRequestsInFlight(t *testing.T) {
 // /readyz too; with its own token back it signs again. At start it warned
 // that the token is chosen by label alone, naming the URI with serial=.
 func TestCardSwapped(t *testing.T) {
-	other := hsmtest.NewWith(t, hsmtest.Options{ForProcesses: true}) // made before the agent loads SoftHSM
+	other := pkcs11test.NewWith(t, pkcs11test.Options{ForProcesses: true}) // made before the agent loads SoftHSM
 	other.SetPIN(t, "654321")
 	h := start(t, options{})
 	ctx := context.Background()

@@ -16,12 +16,13 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/api"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
 )
 
 // BenchmarkAgent serves the agent on a real Unix socket in this process and
@@ -63,7 +64,7 @@ func BenchmarkAgent(b *testing.B) {
 // directory moved back after a second away) to the first signature that
 // succeeds (target: under 3 seconds).
 func BenchmarkTokenReturn(b *testing.B) {
-	tk := hsmtest.New(b)
+	tk := pkcs11test.New(b)
 	sel := tk.Selection(tk.RSA.Label)
 	tm, err := tokenq.New(tokenq.Options{Log: zerolog.Nop(),
 		Open: func(ctx context.Context, want *pkcs11.Identity) (tokenq.Token, error) {

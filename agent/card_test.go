@@ -24,8 +24,9 @@ import (
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/api"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/signer/signertest"
 )
 
 // The agent on the card rig: a card behind pcscd and OpenSC (issue 37).
@@ -36,7 +37,7 @@ import (
 type cardAgent struct {
 	d      *agent.Daemon
 	c      *agentclient.Client
-	logs   *hsmtest.LogBuffer
+	logs   *pkcs11test.LogBuffer
 	cfg    agent.Config
 	sock   string
 	closed bool
@@ -45,7 +46,7 @@ type cardAgent struct {
 // startCardAgent starts the agent on card with the PIN in pinFile (the
 // card's own when empty), its configuration changed by each of opts. An
 // error is Start's.
-func startCardAgent(t testing.TB, card *hsmtest.Card, pinFile string, opts ...func(*agent.Config)) (*cardAgent, error) {
+func startCardAgent(t testing.TB, card *pkcs11test.Card, pinFile string, opts ...func(*agent.Config)) (*cardAgent, error) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "sc") // short: a socket path has ~100 bytes at most
 	if err != nil {
@@ -57,7 +58,7 @@ func startCardAgent(t testing.TB, card *hsmtest.Card, pinFile string, opts ...fu
 		sel.PIN.File = pinFile
 	}
 	sel.Timeout = 10 * time.Second
-	a := &cardAgent{logs: &hsmtest.LogBuffer{}, sock: filepath.Join(dir, "a.sock")}
+	a := &cardAgent{logs: &pkcs11test.LogBuffer{}, sock: filepath.Join(dir, "a.sock")}
 	a.cfg = agent.Config{
 		Listen: []string{"unix:" + a.sock}, AuditLog: os.DevNull, Token: sel, TokenConcurrency: 1, QueueSize: 64,
 		APIKey: apiKey, SessionTTL: time.Hour, RequestDeadline: 10 * time.Second, MaxBody: 1 << 16,
@@ -126,7 +127,7 @@ func (a *cardAgent) waitReady(t *testing.T, want bool, what string) time.Duratio
 
 // signVerified signs through the agent and verifies the CMS signature
 // with OpenSSL against the card's certificate.
-func (a *cardAgent) signVerified(t *testing.T, card *hsmtest.Card) {
+func (a *cardAgent) signVerified(t *testing.T, card *pkcs11test.Card) {
 	t.Helper()
 	res, err := a.sign()
 	if err != nil {
@@ -136,22 +137,22 @@ func (a *cardAgent) signVerified(t *testing.T, card *hsmtest.Card) {
 	if err != nil || res.Canonical == "" {
 		t.Fatalf("the answer holds no signature and signed text: %v %+v", err, res)
 	}
-	if ok, out := hsmtest.OpenSSLVerify(t, der, []byte(res.Canonical), card.Certs[:1]); !ok {
+	if ok, out := signertest.OpenSSLVerify(t, der, []byte(res.Canonical), card.Certs[:1]); !ok {
 		t.Fatalf("openssl cms -verify rejected the card's signature against its certificate:\n%s", out)
 	}
-	if ok, _ := hsmtest.OpenSSLVerify(t, der, []byte(res.Canonical+" "), card.Certs[:1]); ok {
+	if ok, _ := signertest.OpenSSLVerify(t, der, []byte(res.Canonical+" "), card.Certs[:1]); ok {
 		t.Fatal("openssl accepted the signature over another text")
 	}
 }
 
 // wrongPINs counts the wrong PINs the card was sent so far.
-func wrongPINs(t *testing.T, card *hsmtest.Card) int {
+func wrongPINs(t *testing.T, card *pkcs11test.Card) int {
 	return strings.Count(card.BridgeLog(t), "wrong PIN")
 }
 
 // checkNoPINSpent fails unless the card has all its tries and never saw a
 // wrong PIN.
-func checkNoPINSpent(t *testing.T, card *hsmtest.Card) {
+func checkNoPINSpent(t *testing.T, card *pkcs11test.Card) {
 	t.Helper()
 	if n, w := card.TriesLeft(t), wrongPINs(t, card); n != 3 || w != 0 {
 		t.Fatalf("the card has %d PIN tries left (want 3) and was sent %d wrong PINs (want 0)", n, w)
@@ -180,7 +181,7 @@ func cardCycles() int {
 // signature, reset by another process, and shared with another process
 // signing in a loop.
 func TestCardAgent(t *testing.T) {
-	card := hsmtest.NewCard(t, hsmtest.CardOptions{LogAPDUs: true})
+	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{LogAPDUs: true})
 	a, err := startCardAgent(t, card, "")
 	if err != nil {
 		t.Fatal(err)
@@ -377,7 +378,7 @@ func TestCardAgent(t *testing.T) {
 }
 
 // cardSlot is the slot in which OpenSC, in this process, shows the card.
-func cardSlot(t *testing.T, card *hsmtest.Card) uint {
+func cardSlot(t *testing.T, card *pkcs11test.Card) uint {
 	t.Helper()
 	slot, ok := cardSlotNow(card)
 	if !ok {
@@ -388,7 +389,7 @@ func cardSlot(t *testing.T, card *hsmtest.Card) uint {
 }
 
 // cardSlotNow is the slot of the one token labelled as card, if there is one.
-func cardSlotNow(card *hsmtest.Card) (uint, bool) {
+func cardSlotNow(card *pkcs11test.Card) (uint, bool) {
 	toks, err := pkcs11.ListTokens(context.Background(), card.Module)
 	if err != nil || len(toks) != 1 || toks[0].Label != card.Label {
 		return 0, false
@@ -403,7 +404,7 @@ func isTokenNotReady(err error) bool {
 }
 
 // waitLog waits until the bridge's log past from holds s.
-func waitLog(t *testing.T, card *hsmtest.Card, from int, s string, within time.Duration) {
+func waitLog(t *testing.T, card *pkcs11test.Card, from int, s string, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !strings.Contains(card.BridgeLog(t)[from:], s) {
@@ -418,7 +419,7 @@ func waitLog(t *testing.T, card *hsmtest.Card, from int, s string, within time.D
 // again, at start and when the card comes back; a blocked PIN (6983) is
 // one clear line and no further try.
 func TestCardAgentPIN(t *testing.T) {
-	card := hsmtest.NewCard(t, hsmtest.CardOptions{LogAPDUs: true})
+	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{LogAPDUs: true})
 	wrong := filepath.Join(t.TempDir(), "pin")
 	if err := os.WriteFile(wrong, []byte("654321\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -530,7 +531,7 @@ func TestCardAgentPIN(t *testing.T) {
 // start and when it comes back, never again: a general failure of C_Login
 // is not a token gone away (the agent sent it every second before).
 func TestCardAgentLoginFailure(t *testing.T) {
-	card := hsmtest.NewCard(t, hsmtest.CardOptions{LibcacardWords: true, LogAPDUs: true})
+	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{LibcacardWords: true, LogAPDUs: true})
 	// A VERIFY with a PIN in it (8 bytes, padded).
 	verifies := func() int { return strings.Count(card.BridgeLog(t), "APDU 00 20 00 00 (13 bytes)") }
 	pin := filepath.Join(t.TempDir(), "pin")
@@ -584,7 +585,7 @@ func TestCardAgentLoginFailure(t *testing.T) {
 // line (no reader, pcscd), and it serves once pcscd is back; no PIN is
 // sent meanwhile.
 func TestCardAgentNoPCSCD(t *testing.T) {
-	card := hsmtest.NewCard(t, hsmtest.CardOptions{LogAPDUs: true})
+	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{LogAPDUs: true})
 	card.StopPCSCD(t)
 	start := time.Now()
 	a, err := startCardAgent(t, card, "")
@@ -626,7 +627,7 @@ func TestCardAgentSlow(t *testing.T) {
 		deadline = 2500 * time.Millisecond
 		callers  = 12 // 3.6 s of signatures: more than one deadline's worth
 	)
-	card := hsmtest.NewCard(t, hsmtest.CardOptions{LogAPDUs: true})
+	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{LogAPDUs: true})
 	a, err := startCardAgent(t, card, "", func(c *agent.Config) { c.Token.Timeout, c.RequestDeadline = tokenTO, deadline })
 	if err != nil {
 		t.Fatal(err)
@@ -732,7 +733,7 @@ func TestCardAgentSlow(t *testing.T) {
 //
 //	go test -run '^$' -bench CardSignRate -benchtime 1x ./agent
 func BenchmarkCardSignRate(b *testing.B) {
-	card := hsmtest.NewCard(b, hsmtest.CardOptions{})
+	card := pkcs11test.NewCard(b, pkcs11test.CardOptions{})
 	a, err := startCardAgent(b, card, "")
 	if err != nil {
 		b.Fatal(err)

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/legacy"
+	"github.com/signagent/signagent/signer/signertest"
 )
 
 // TestCertificateLoginDocumentWindows: a hostile business API sends, as
@@ -49,7 +49,7 @@ func TestCertificateLoginDocumentWindows(t *testing.T) {
 			challengesSent.Add(1)
 			cur = next % len(windows)
 			next++
-			w.Write(hsmtest.EnvelopeWindow(t, der, 16, windows[cur].off, windows[cur].n))
+			w.Write(signertest.EnvelopeWindow(t, der, 16, windows[cur].off, windows[cur].n))
 		case "/V3/AuthenticateConfirm":
 			confirms++
 			got, _ := base64.StdEncoding.DecodeString(r.URL.Query().Get("token"))
@@ -70,7 +70,7 @@ func TestCertificateLoginDocumentWindows(t *testing.T) {
 	clk.Store(time.Now().UnixNano())
 	now := func() time.Time { return time.Unix(0, clk.Load()) }
 	h := start(t, options{legacy: true, apiURL: "emu", legacyAPI: api.URL, legacyNow: now})
-	der = hsmtest.OpenSSLEncryptRSA(t, doc, h.tk.RSA.Cert)
+	der = signertest.OpenSSLEncryptRSA(t, doc, h.tk.RSA.Cert)
 	for i := range 2 * len(windows) {
 		clk.Add(int64(legacy.FloorMax))
 		var code int

@@ -19,16 +19,16 @@ import (
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/schemes"
 )
 
 // daemonConfig is a daemon on a fresh SoftHSM token, a temporary socket
 // and an audit file; no service.
 func daemonConfig(t testing.TB) (agent.Config, *atomic.Int64) {
-	tk := hsmtest.New(t)
+	tk := pkcs11test.New(t)
 	dir, err := os.MkdirTemp("", "sd")
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +40,7 @@ func daemonConfig(t testing.TB) (agent.Config, *atomic.Int64) {
 		AuditLog: filepath.Join(dir, "audit.log"),
 		Token:    tk.Selection(tk.RSA.Label), TokenConcurrency: 2, QueueSize: 64,
 		APIKey: apiKey, SessionTTL: time.Hour, RequestDeadline: 10 * time.Second, MaxBody: 1 << 16,
-		Log: zerolog.New(&hsmtest.LogBuffer{}),
+		Log: zerolog.New(&pkcs11test.LogBuffer{}),
 		Open: func(ctx context.Context, sel pkcs11.Selection, log zerolog.Logger) (tokenq.Token, error) {
 			opens.Add(1)
 			return pkcs11.Open(ctx, sel, log)

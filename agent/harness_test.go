@@ -21,12 +21,13 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/schemes"
+	"github.com/signagent/signagent/signer/signertest"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -35,15 +36,15 @@ const apiKey = "0F6C2E5B-9D4A-4C1E-8A2B-7E3D1F0A9B8C"
 // harness is a SoftHSM token, the emulator, and an agent serving on a Unix
 // socket, with a client.
 type harness struct {
-	tk     *hsmtest.Token
+	tk     *pkcs11test.Token
 	emu    *emulator.Server
 	d      *agent.Daemon
 	cfg    agent.Config // as last started or reloaded
 	sock   string
 	tcp    string // tcp:HOST:PORT, with options.bearer
 	client *agentclient.Client
-	logs   *hsmtest.LogBuffer
-	audit  *hsmtest.LogBuffer
+	logs   *pkcs11test.LogBuffer
+	audit  *pkcs11test.LogBuffer
 	opens  *atomic.Int64
 	store  oidc.Store
 	offset atomic.Int64 // the emulator's clock runs this far ahead
@@ -114,8 +115,8 @@ const (
 
 func start(t testing.TB, o options) *harness {
 	t.Helper()
-	tk := hsmtest.New(t)
-	logs, audit := &hsmtest.LogBuffer{}, &hsmtest.LogBuffer{}
+	tk := pkcs11test.New(t)
+	logs, audit := &pkcs11test.LogBuffer{}, &pkcs11test.LogBuffer{}
 	log := zerolog.New(logs)
 	h := &harness{tk: tk, logs: logs, audit: audit, opens: &atomic.Int64{}}
 
@@ -134,7 +135,7 @@ func start(t testing.TB, o options) *harness {
 		o.idp(&idp)
 	}
 	emu := emulatortest.NewWith(t, &emulator.Config{
-		Partners:   []emulator.Partner{{Name: "p", APIKey: apiKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}, CanLinkByPhone: true}},
+		Partners:   []emulator.Partner{{Name: "p", APIKey: apiKey, Certificates: []string{string(signertest.PEM(tk.RSA.Cert))}, CanLinkByPhone: true}},
 		Developers: []emulator.Developer{{Name: "crm", Key: devKey}},
 		Users:      users,
 		OIDC:       idp,

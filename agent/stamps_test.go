@@ -16,9 +16,9 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/signer/signertest"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -110,7 +110,7 @@ func TestDaemonReloadKeepsStamps(t *testing.T) {
 	cert := key.Certificate()
 	key.Close()
 	emu := emulatortest.New(t, &emulator.Config{
-		Partners: []emulator.Partner{{Name: "p", APIKey: apiKey, Certificates: []string{string(hsmtest.PEM(cert))}}},
+		Partners: []emulator.Partner{{Name: "p", APIKey: apiKey, Certificates: []string{string(signertest.PEM(cert))}}},
 		Users:    []emulator.User{{ID: "u1", Phone: "9161234567", Linked: []string{"p:crm-42"}}},
 	}).Server
 	fixed := time.Now().UTC().Truncate(time.Second)

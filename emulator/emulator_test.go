@@ -15,7 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/canonical"
-	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/signer/signertest"
 )
 
 // The emulator's tests run in parallel: each starts its own server on a
@@ -28,7 +28,7 @@ import (
 func TestOpenSSLSignatures(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	ossl := hsmtest.NeedTool(t, "openssl")
+	ossl := signertest.NeedTool(t, "openssl")
 	key, crt := filepath.Join(dir, "k.pem"), filepath.Join(dir, "c.pem")
 	if out, err := exec.Command(ossl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", crt,
 		"-subj", "/CN=partner", "-days", "2").CombinedOutput(); err != nil {
@@ -138,7 +138,7 @@ func TestLoadConfigErrors(t *testing.T) {
 
 func selfSignedPEM(t *testing.T) ([]byte, error) {
 	dir := t.TempDir()
-	out, err := exec.Command(hsmtest.NeedTool(t, "openssl"), "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+	out, err := exec.Command(signertest.NeedTool(t, "openssl"), "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
 		"-nodes", "-keyout", filepath.Join(dir, "k"), "-subj", "/CN=x", "-days", "1").Output()
 	return out, err
 }

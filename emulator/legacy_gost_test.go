@@ -20,9 +20,9 @@ import (
 
 	"github.com/signagent/signagent/emulator/directory"
 	"github.com/signagent/signagent/envelope"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/signer/signertest"
 )
 
 // gostCert makes a GOST key with OpenSSL's gost engine and its self-signed
@@ -35,7 +35,7 @@ func gostCert(t *testing.T, conf string, bits int) (keyFile, certFile string, ce
 		{"genpkey", "-algorithm", fmt.Sprintf("gost2012_%d", bits), "-pkeyopt", "paramset:A", "-out", keyFile},
 		{"req", "-new", "-x509", "-key", keyFile, "-out", certFile, "-days", "2", fmt.Sprintf("-md_gost12_%d", bits), "-subj", "/CN=carol"},
 	} {
-		cmd := exec.Command(hsmtest.NeedTool(t, "openssl"), args...)
+		cmd := exec.Command(signertest.NeedTool(t, "openssl"), args...)
 		cmd.Env = append(os.Environ(), "OPENSSL_CONF="+conf)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("openssl %s: %v\n%s", args[0], err, out)
@@ -54,7 +54,7 @@ func gostCert(t *testing.T, conf string, bits int) (keyFile, certFile string, ce
 // nobody here's code, opens it to the random AuthenticateConfirm takes.
 func TestV3CertificateChallengeGOST(t *testing.T) {
 	t.Parallel()
-	conf := hsmtest.GOSTEngineConf(t)
+	conf := signertest.GOSTEngineConf(t)
 	for _, bits := range []int{256, 512} {
 		keyFile, certFile, cert := gostCert(t, conf, bits)
 		thumb := directory.Thumbprint(cert.Raw)
@@ -84,7 +84,7 @@ func TestV3CertificateChallengeGOST(t *testing.T) {
 				dir := t.TempDir()
 				in, out := filepath.Join(dir, "challenge.der"), filepath.Join(dir, "random")
 				os.WriteFile(in, a.body, 0o600)
-				cmd := exec.Command(hsmtest.NeedTool(t, "openssl"), "cms", "-decrypt", "-binary", "-inform", "DER", "-in", in,
+				cmd := exec.Command(signertest.NeedTool(t, "openssl"), "cms", "-decrypt", "-binary", "-inform", "DER", "-in", in,
 					"-recip", certFile, "-inkey", keyFile, "-out", out, "-debug_decrypt")
 				cmd.Env = append(os.Environ(), "OPENSSL_CONF="+conf)
 				if o, err := cmd.CombinedOutput(); err != nil {

@@ -21,7 +21,8 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/envelope"
-	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/signer/signertest"
 	"github.com/signagent/signagent/softhsm"
 )
 
@@ -49,7 +50,7 @@ func (k *countingKey) Decrypt(r io.Reader, msg []byte, opts crypto.DecrypterOpts
 // error after exactly one decryption, and nothing of their plaintext is
 // returned.
 func TestOpenRefusesWhatIsNotAChallenge(t *testing.T) {
-	tk := hsmtest.New(t)
+	tk := pkcs11test.New(t)
 	key := tk.Open(t, "rsa")
 	defer key.Close()
 	cert := key.Certificate()
@@ -279,14 +280,14 @@ func (s spec) der(t *testing.T) []byte {
 // -aes256) to the certificates, each with the -keyopt values given, as a
 // service could.
 func openssl(t *testing.T, content []byte, to []*x509.Certificate, cipher string, keyopts ...string) []byte {
-	ossl := hsmtest.NeedTool(t, "openssl")
+	ossl := signertest.NeedTool(t, "openssl")
 	dir := t.TempDir()
 	in, out := filepath.Join(dir, "in"), filepath.Join(dir, "env.der")
 	os.WriteFile(in, content, 0o600)
 	args := []string{"cms", "-encrypt", "-binary", cipher, "-in", in, "-outform", "DER", "-out", out}
 	for i, c := range to {
 		f := filepath.Join(dir, fmt.Sprintf("cert%d.pem", i))
-		os.WriteFile(f, hsmtest.PEM(c), 0o600)
+		os.WriteFile(f, signertest.PEM(c), 0o600)
 		args = append(args, "-recip", f)
 		for _, o := range keyopts { // -keyopt applies to the -recip before it
 			args = append(args, "-keyopt", o)

@@ -14,8 +14,9 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/envelope"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/signer/signertest"
 	"github.com/signagent/signagent/softhsm"
 )
 
@@ -24,7 +25,7 @@ import (
 // and OAEP, AES-256-CBC) and by `openssl cms -encrypt` (AES-256-CBC and
 // AES-128-CBC, PKCS#1 v1.5 and OAEP), as the service's would be.
 func TestOpenOnSoftHSM(t *testing.T) {
-	tk := hsmtest.NewWith(t, hsmtest.Options{Extra: []softhsm.KeySpec{{Type: softhsm.RSA2048, Label: "sign-only", ID: []byte{9}, NoDecrypt: true}}})
+	tk := pkcs11test.NewWith(t, pkcs11test.Options{Extra: []softhsm.KeySpec{{Type: softhsm.RSA2048, Label: "sign-only", ID: []byte{9}, NoDecrypt: true}}})
 	key := tk.Open(t, "rsa")
 	defer key.Close()
 	cert := key.Certificate()
@@ -37,10 +38,10 @@ func TestOpenOnSoftHSM(t *testing.T) {
 		}
 		sealed[map[bool]string{false: "Seal PKCS#1 v1.5", true: "Seal OAEP"}[oaep]] = der
 	}
-	ossl := hsmtest.NeedTool(t, "openssl")
+	ossl := signertest.NeedTool(t, "openssl")
 	dir := t.TempDir()
 	certFile, in := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "in")
-	os.WriteFile(certFile, hsmtest.PEM(cert), 0o600)
+	os.WriteFile(certFile, signertest.PEM(cert), 0o600)
 	os.WriteFile(in, secret, 0o600)
 	for name, args := range map[string][]string{
 		"openssl aes256":      {"-aes256"},

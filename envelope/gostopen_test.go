@@ -53,7 +53,7 @@ func oid(t *testing.T, der []byte) asn1.ObjectIdentifier {
 // seeds are OpenSSL's envelopes (the committed fixtures) and the
 // emulator's.
 func FuzzOpenGOST(f *testing.F) {
-	dir := filepath.Join("..", "hsmtest", "testdata", "gostcms")
+	dir := filepath.Join("..", "signer", "signertest", "testdata", "gostcms")
 	cert, err := pkcs11.ReadCertificate(filepath.Join(dir, "cert256.pem"))
 	if err != nil {
 		f.Fatal(err)

@@ -13,10 +13,10 @@ import (
 	"testing"
 
 	"github.com/signagent/signagent/envelope"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/internal/gosttoken"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/signer/signertest"
 )
 
 // gostRecipient is a GOST key and its self-signed certificate in files,
@@ -38,7 +38,7 @@ func newOpenSSLRecipient(t testing.TB, conf string, bits int) gostRecipient {
 		{"req", "-new", "-x509", "-key", r.keyFile, "-out", r.certFile, "-days", "2", fmt.Sprintf("-md_gost12_%d", bits),
 			"-subj", fmt.Sprintf("/CN=GOST %d recipient", bits)},
 	} {
-		cmd := exec.Command(hsmtest.NeedTool(t, "openssl"), args...)
+		cmd := exec.Command(signertest.NeedTool(t, "openssl"), args...)
 		cmd.Env = append(os.Environ(), "OPENSSL_CONF="+conf)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("openssl %s: %v\n%s", args[0], err, out)
@@ -58,7 +58,7 @@ func newCerttoolRecipient(t testing.TB, bits int) gostRecipient {
 	// load ("unsupported"): about one key in 256 (CI failed on one). Such a
 	// key is made again; the module itself reads either length.
 	for try := 0; ; try++ {
-		out, err := exec.Command(hsmtest.NeedTool(t, "certtool"), "--generate-privkey", "--key-type", fmt.Sprintf("gost12-%d", bits), "--outfile", r.keyFile).CombinedOutput()
+		out, err := exec.Command(signertest.NeedTool(t, "certtool"), "--generate-privkey", "--key-type", fmt.Sprintf("gost12-%d", bits), "--outfile", r.keyFile).CombinedOutput()
 		if err != nil {
 			t.Fatalf("certtool: %v\n%s", err, out)
 		}
@@ -122,7 +122,7 @@ func opensslDecrypt(t *testing.T, conf string, r gostRecipient, der []byte) ([]b
 	if err := os.WriteFile(in, der, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(hsmtest.NeedTool(t, "openssl"), "cms", "-decrypt", "-binary", "-inform", "DER", "-in", in,
+	cmd := exec.Command(signertest.NeedTool(t, "openssl"), "cms", "-decrypt", "-binary", "-inform", "DER", "-in", in,
 		"-recip", r.certFile, "-inkey", r.keyFile, "-out", out, "-debug_decrypt")
 	cmd.Env = append(os.Environ(), "OPENSSL_CONF="+conf)
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -140,7 +140,7 @@ func opensslDecrypt(t *testing.T, conf string, r gostRecipient, der []byte) ([]b
 // at all (the MAC). signagent's reader (GOSTTransport) takes the 32-byte
 // challenges and refuses 3000 bytes (over its bound).
 func TestSealGOSTOpenSSLDecrypts(t *testing.T) {
-	conf := hsmtest.GOSTEngineConf(t)
+	conf := signertest.GOSTEngineConf(t)
 	recipients := map[string]gostRecipient{
 		"openssl 256":  newOpenSSLRecipient(t, conf, 256),
 		"openssl 512":  newOpenSSLRecipient(t, conf, 512),

@@ -21,13 +21,14 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/envelope"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/internal/gosttoken"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/signer/signertest"
 	"github.com/signagent/signagent/store"
 )
 
@@ -53,9 +54,9 @@ type cmsDoc struct {
 	block int // the content cipher's block (8: GOST 28147-89, 16: AES)
 }
 
-// cut is the window w of the document's envelope (hsmtest.EnvelopeWindow).
+// cut is the window w of the document's envelope (signertest.EnvelopeWindow).
 func (d cmsDoc) cut(t *testing.T, w window) []byte {
-	return hsmtest.EnvelopeWindow(t, d.der, d.block, w.off, w.len)
+	return signertest.EnvelopeWindow(t, d.der, d.block, w.off, w.len)
 }
 
 // countingKey is the token's key, counting the key transports it is asked
@@ -152,18 +153,18 @@ func TestCertificateLoginOpensNoDocument(t *testing.T) {
 	}
 	var subjects []subject
 	for _, bits := range []int{256, 512} {
-		g := hsmtest.NewGOST(t, bits, gosttoken.Options{})
+		g := pkcs11test.NewGOST(t, bits, gosttoken.Options{})
 		key, err := pkcs11.Open(context.Background(), g.Selection(), zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { key.Close() })
 		subjects = append(subjects, subject{fmt.Sprintf("GOST %d", bits), g.Cert, key,
-			cmsDoc{plain: doc, der: hsmtest.OpenSSLEncryptGOST(t, doc, g.Cert, false), block: 8}})
+			cmsDoc{plain: doc, der: signertest.OpenSSLEncryptGOST(t, doc, g.Cert, false), block: 8}})
 	}
-	tk := hsmtest.New(t)
+	tk := pkcs11test.New(t)
 	rsaKey := tk.Open(t, tk.RSA.Label)
-	subjects = append(subjects, subject{"RSA", tk.RSA.Cert, rsaKey, cmsDoc{plain: doc, der: hsmtest.OpenSSLEncryptRSA(t, doc, tk.RSA.Cert), block: 16}})
+	subjects = append(subjects, subject{"RSA", tk.RSA.Cert, rsaKey, cmsDoc{plain: doc, der: signertest.OpenSSLEncryptRSA(t, doc, tk.RSA.Cert), block: 16}})
 
 	srv := redistest.Start(t)
 	for _, s := range subjects {
@@ -279,7 +280,7 @@ func TestCertificateLoginFloor(t *testing.T) {
 // cofactor: VKO multiplies it away and the token would unwrap it) is the
 // same key transport: refused as a replay without asking the token.
 func TestCertificateLoginSameWrapOtherEphemeral(t *testing.T) {
-	g := hsmtest.NewGOST(t, 256, gosttoken.Options{})
+	g := pkcs11test.NewGOST(t, 256, gosttoken.Options{})
 	pk, err := pkcs11.Open(context.Background(), g.Selection(), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -288,9 +289,9 @@ func TestCertificateLoginSameWrapOtherEphemeral(t *testing.T) {
 	key := &countingKey{Key: pk}
 	random := make([]byte, envelope.ChallengeSize)
 	rand.Read(random)
-	first := hsmtest.OpenSSLEncryptGOST(t, random, g.Cert, false)
+	first := signertest.OpenSSLEncryptGOST(t, random, g.Cert, false)
 	e := readGOSTEnv(t, first)
-	e.kt.Kids[1].Kids[1] = readGOSTEnv(t, hsmtest.OpenSSLEncryptGOST(t, random, g.Cert, false)).ephemeral()
+	e.kt.Kids[1].Kids[1] = readGOSTEnv(t, signertest.OpenSSLEncryptGOST(t, random, g.Cert, false)).ephemeral()
 	answers := [][]byte{first, e.der()}
 	var mu sync.Mutex
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -23,11 +23,12 @@ import (
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/envelope"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer"
+	"github.com/signagent/signagent/signer/signertest"
 	"github.com/signagent/signagent/softhsm"
 	"github.com/signagent/signagent/trusted"
 )
@@ -42,24 +43,24 @@ const (
 // bed is a SoftHSM token whose RSA key may decrypt (and one that may not),
 // the in-process emulator knowing its certificate, and a client.
 type bed struct {
-	tk     *hsmtest.Token
+	tk     *pkcs11test.Token
 	key    *pkcs11.Key
 	emu    *emulator.Server
 	client *legacy.Client
-	logs   *hsmtest.LogBuffer
+	logs   *pkcs11test.LogBuffer
 	now    atomic.Pointer[time.Time]
 }
 
 func newBed(t testing.TB, edit func(*emulator.Config)) *bed {
 	t.Helper()
-	tk := hsmtest.NewWith(t, hsmtest.Options{Extra: []softhsm.KeySpec{{Type: softhsm.RSA2048, Label: "sign-only", ID: []byte{9}, NoDecrypt: true}}})
+	tk := pkcs11test.NewWith(t, pkcs11test.Options{Extra: []softhsm.KeySpec{{Type: softhsm.RSA2048, Label: "sign-only", ID: []byte{9}, NoDecrypt: true}}})
 	key := tk.Open(t, tk.RSA.Label)
 	hash, err := emulator.HashPassword([]byte(password))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := &emulator.Config{
-		Partners:   []emulator.Partner{{Name: "crm", APIKey: apiKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}}},
+		Partners:   []emulator.Partner{{Name: "crm", APIKey: apiKey, Certificates: []string{string(signertest.PEM(tk.RSA.Cert))}}},
 		Developers: []emulator.Developer{{Name: "crm", Key: devKey}},
 		Organizations: []emulator.Organization{{ID: "org-1", Inn: "6663003127", FullName: "Horns and Hooves LLC",
 			Boxes: []emulator.Box{{GUID: boxGUID, Title: "main"}}}},
@@ -69,7 +70,7 @@ func newBed(t testing.TB, edit func(*emulator.Config)) *bed {
 	if edit != nil {
 		edit(cfg)
 	}
-	b := &bed{tk: tk, key: key, logs: &hsmtest.LogBuffer{}}
+	b := &bed{tk: tk, key: key, logs: &pkcs11test.LogBuffer{}}
 	now := time.Now()
 	b.now.Store(&now)
 	b.emu = emulatortest.NewWith(t, cfg, emulatortest.Options{Log: b.logs, Now: func() time.Time { return *b.now.Load() }}).Server

@@ -20,27 +20,28 @@ import (
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/envelope"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/gosttoken"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/signer/signertest"
 )
 
 // gostEnv is an envelope's fields a test changes: the key transport is an
 // OCTET STRING holding DER, parsed as a tree of its own.
 type gostEnv struct {
-	root, ed, recipients, ktri, eci, contentParams *hsmtest.TLV
-	kt                                             *hsmtest.TLV // GostR3410-KeyTransport
+	root, ed, recipients, ktri, eci, contentParams *signertest.TLV
+	kt                                             *signertest.TLV // GostR3410-KeyTransport
 }
 
 func readGOSTEnv(t *testing.T, der []byte) *gostEnv {
 	t.Helper()
-	e := &gostEnv{root: hsmtest.ParseTLV(t, der)}
+	e := &gostEnv{root: signertest.ParseTLV(t, der)}
 	e.ed = e.root.Kids[1].Kids[0]
 	e.recipients = e.ed.Kids[1]
 	e.ktri = e.recipients.Kids[0]
-	e.kt = hsmtest.ParseTLV(t, e.ktri.Kids[3].Value)
+	e.kt = signertest.ParseTLV(t, e.ktri.Kids[3].Value)
 	e.eci = e.ed.Kids[2]
 	e.contentParams = e.eci.Kids[1].Kids[1]
 	return e
@@ -52,11 +53,11 @@ func (e *gostEnv) der() []byte {
 }
 
 // Paths into GostR3410-KeyTransport.
-func (e *gostEnv) encKey() *hsmtest.TLV    { return e.kt.Kids[0].Kids[0] }
-func (e *gostEnv) mac() *hsmtest.TLV       { return e.kt.Kids[0].Kids[1] }
-func (e *gostEnv) wrapSet() *hsmtest.TLV   { return e.kt.Kids[1].Kids[0] }
-func (e *gostEnv) ephemeral() *hsmtest.TLV { return e.kt.Kids[1].Kids[1] }
-func (e *gostEnv) ukm() *hsmtest.TLV       { return e.kt.Kids[1].Kids[2] }
+func (e *gostEnv) encKey() *signertest.TLV    { return e.kt.Kids[0].Kids[0] }
+func (e *gostEnv) mac() *signertest.TLV       { return e.kt.Kids[0].Kids[1] }
+func (e *gostEnv) wrapSet() *signertest.TLV   { return e.kt.Kids[1].Kids[0] }
+func (e *gostEnv) ephemeral() *signertest.TLV { return e.kt.Kids[1].Kids[1] }
+func (e *gostEnv) ukm() *signertest.TLV       { return e.kt.Kids[1].Kids[2] }
 
 // The bad inputs of a GOST certificate login (issue 38): each is one clear
 // line of the challenge class, nothing sent to AuthenticateConfirm, no PIN
@@ -64,9 +65,9 @@ func (e *gostEnv) ukm() *hsmtest.TLV       { return e.kt.Kids[1].Kids[2] }
 // The envelopes are OpenSSL's (the gost engine), changed field by field,
 // served by a stand-in for the service (the emulator seals only good ones).
 func TestGOSTChallengeBadInput(t *testing.T) {
-	g := hsmtest.NewGOST(t, 256, gosttoken.Options{})
-	g512 := hsmtest.NewGOST(t, 512, gosttoken.Options{})
-	other := hsmtest.NewGOST(t, 256, gosttoken.Options{})
+	g := pkcs11test.NewGOST(t, 256, gosttoken.Options{})
+	g512 := pkcs11test.NewGOST(t, 512, gosttoken.Options{})
+	other := pkcs11test.NewGOST(t, 256, gosttoken.Options{})
 	key, err := pkcs11.Open(context.Background(), g.Selection(), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -74,8 +75,8 @@ func TestGOSTChallengeBadInput(t *testing.T) {
 	defer key.Close()
 	random := make([]byte, 32)
 	rand.Read(random)
-	fresh := func() *gostEnv { return readGOSTEnv(t, hsmtest.OpenSSLEncryptGOST(t, random, g.Cert, false)) }
-	env512 := readGOSTEnv(t, hsmtest.OpenSSLEncryptGOST(t, random, g512.Cert, false))
+	fresh := func() *gostEnv { return readGOSTEnv(t, signertest.OpenSSLEncryptGOST(t, random, g.Cert, false)) }
+	env512 := readGOSTEnv(t, signertest.OpenSSLEncryptGOST(t, random, g512.Cert, false))
 	cases := map[string]struct {
 		der  func() []byte
 		want error
@@ -112,20 +113,20 @@ func TestGOSTChallengeBadInput(t *testing.T) {
 		}, envelope.ErrNotChallenge, "it has 2 recipients; a challenge has one"},
 		"KeyAgreeRecipientInfo": {func() []byte {
 			e := fresh()
-			e.recipients.Kids[0] = &hsmtest.TLV{Tag: 0xa1, Kids: e.ktri.Kids}
+			e.recipients.Kids[0] = &signertest.TLV{Tag: 0xa1, Kids: e.ktri.Kids}
 			return e.der()
 		}, envelope.ErrNotChallenge, "a recipient that is not key transport"},
-		"not the token's certificate": {func() []byte { return hsmtest.OpenSSLEncryptGOST(t, random, other.Cert, false) }, envelope.ErrNotForUs, ""},
+		"not the token's certificate": {func() []byte { return signertest.OpenSSLEncryptGOST(t, random, other.Cert, false) }, envelope.ErrNotForUs, ""},
 		"content longer than a challenge": {func() []byte {
-			return hsmtest.OpenSSLEncryptGOST(t, bytes.Repeat([]byte{7}, envelope.ChallengeSize+1), g.Cert, false)
+			return signertest.OpenSSLEncryptGOST(t, bytes.Repeat([]byte{7}, envelope.ChallengeSize+1), g.Cert, false)
 		}, envelope.ErrNotChallenge, "the encrypted content is 33 bytes; a challenge's random is 32"},
 		"content shorter than a challenge": {func() []byte {
-			return hsmtest.OpenSSLEncryptGOST(t, bytes.Repeat([]byte{7}, envelope.ChallengeSize-1), g.Cert, false)
+			return signertest.OpenSSLEncryptGOST(t, bytes.Repeat([]byte{7}, envelope.ChallengeSize-1), g.Cert, false)
 		}, envelope.ErrNotChallenge, "the encrypted content is 31 bytes; a challenge's random is 32"},
 		"mask key present": {func() []byte {
 			e := fresh()
 			ek := e.kt.Kids[0]
-			ek.Kids = []*hsmtest.TLV{ek.Kids[0], {Tag: 0x80, Value: make([]byte, 32)}, ek.Kids[1]}
+			ek.Kids = []*signertest.TLV{ek.Kids[0], {Tag: 0x80, Value: make([]byte, 32)}, ek.Kids[1]}
 			return e.der()
 		}, envelope.ErrNotChallenge, "mask key (present"},
 	}
@@ -170,7 +171,7 @@ func TestGOSTChallengeBadInput(t *testing.T) {
 // and reported plainly; the next login asks for a fresh challenge and
 // works.
 func TestGOSTChallengeContentChanged(t *testing.T) {
-	g := hsmtest.NewGOST(t, 256, gosttoken.Options{})
+	g := pkcs11test.NewGOST(t, 256, gosttoken.Options{})
 	key, err := pkcs11.Open(context.Background(), g.Selection(), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)

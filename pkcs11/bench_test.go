@@ -14,16 +14,17 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/rs/zerolog"
+
 	"github.com/signagent/signagent/canonical"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer"
 )
 
 // benchSetup opens the RSA-2048 key of a fresh SoftHSM token and returns it,
 // a CMS signer over it, a signed text with its timestamp and its digest.
 func benchSetup(b *testing.B) (*pkcs11.Key, *signer.CMS, []byte, []byte, time.Time) {
-	tk := hsmtest.New(b)
+	tk := pkcs11test.New(b)
 	key := tk.Open(b, tk.RSA.Label)
 	ts := canonical.Now()
 	text := canonical.Text("0F6C2E5B-9D4A-4C1E-8A2B-7E3D1F0A9B8C", canonical.Credential{Kind: canonical.Phone, Value: "9161234567"}, ts)
@@ -108,7 +109,7 @@ type rawSigner struct {
 	h   p11.ObjectHandle
 }
 
-func newRawSigner(b *testing.B, tk *hsmtest.Token) *rawSigner {
+func newRawSigner(b *testing.B, tk *pkcs11test.Token) *rawSigner {
 	ctx, release, err := pkcs11.OpenRaw(tk.Module)
 	if err != nil {
 		b.Fatal(err)
@@ -156,7 +157,7 @@ func (r *rawSigner) sign(digest []byte) error {
 // RSA-2048 key, so both see the same load; it reports each rate and the
 // layer's as a percentage of raw (target: at least 97%).
 func BenchmarkLayerVsRaw(b *testing.B) {
-	tk := hsmtest.New(b)
+	tk := pkcs11test.New(b)
 	key := tk.Open(b, "rsa")
 	d := sha256.Sum256([]byte("text"))
 	for _, n := range []int{1, 2} {
@@ -202,7 +203,7 @@ func BenchmarkLayerVsRaw(b *testing.B) {
 // its certificate), and reports Open as a multiple of the least (target:
 // under 1.2x).
 func BenchmarkOpen(b *testing.B) {
-	tk := hsmtest.New(b)
+	tk := pkcs11test.New(b)
 	var least, open time.Duration
 	ctx := context.Background()
 	for b.Loop() {

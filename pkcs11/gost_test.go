@@ -14,14 +14,15 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/canonical"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/internal/gosttoken"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer"
+	"github.com/signagent/signagent/signer/signertest"
 )
 
-func openGOST(t *testing.T, g *hsmtest.GOSTToken) *pkcs11.Key {
+func openGOST(t *testing.T, g *pkcs11test.GOSTToken) *pkcs11.Key {
 	t.Helper()
 	k, err := pkcs11.Open(context.Background(), g.Selection(), zerolog.Nop())
 	if err != nil {
@@ -41,7 +42,7 @@ func TestGOSTSignatures(t *testing.T) {
 		for _, raw := range []bool{false, true} {
 			name := map[bool]string{false: "hashing", true: "raw"}[raw]
 			t.Run(name+"-"+map[int]string{256: "256", 512: "512"}[bits], func(t *testing.T) {
-				g := hsmtest.NewGOST(t, bits, gosttoken.Options{RawOnly: raw})
+				g := pkcs11test.NewGOST(t, bits, gosttoken.Options{RawOnly: raw})
 				// The text's timestamp, as the trusted flow writes it, after
 				// the certificate's notBefore.
 				ts := time.Now().UTC().Truncate(time.Second)
@@ -86,7 +87,7 @@ func TestGOSTSignatures(t *testing.T) {
 					if _, err := signer.Verify(der, append(text, 'x'), nil); !errors.Is(err, signer.ErrBadSignature) {
 						t.Fatalf("a changed text verified: %v", err)
 					}
-					hsmtest.RequireGOSTExternalVerify(t, der, text, g.Cert)
+					signertest.RequireGOSTExternalVerify(t, der, text, g.Cert)
 				}
 				// crypto.Signer over a hash made elsewhere, with the raw
 				// mechanism both builds offer.
@@ -106,9 +107,9 @@ func TestGOSTSignatures(t *testing.T) {
 // with and without signed attributes: the verifier is checked against an
 // implementation nobody here wrote.
 func TestGOSTVerifiesCerttool(t *testing.T) {
-	bin := hsmtest.NeedTool(t, "certtool")
+	bin := signertest.NeedTool(t, "certtool")
 	for _, bits := range []int{256, 512} {
-		g := hsmtest.NewGOST(t, bits, gosttoken.Options{})
+		g := pkcs11test.NewGOST(t, bits, gosttoken.Options{})
 		content := filepath.Join(t.TempDir(), "text")
 		text := []byte("signed by certtool\r\n")
 		if err := os.WriteFile(content, text, 0o600); err != nil {
@@ -147,7 +148,7 @@ func TestGOSTBadInput(t *testing.T) {
 		return err
 	}
 	text := []byte("a\r\nb\r\n01.01.2026 00:00:00\r\n")
-	sign := func(t *testing.T, g *hsmtest.GOSTToken, noAttrs bool) error {
+	sign := func(t *testing.T, g *pkcs11test.GOSTToken, noAttrs bool) error {
 		k := openGOST(t, g)
 		_, err := (&signer.CMS{Key: k, Cert: k.Certificate(), Options: signer.Options{NoSignedAttributes: noAttrs}}).SignText(context.Background(), text, time.Now())
 		return err
@@ -168,7 +169,7 @@ func TestGOSTBadInput(t *testing.T) {
 	}
 
 	t.Run("certificate missing", func(t *testing.T) {
-		g := hsmtest.NewGOST(t, 256, gosttoken.Options{})
+		g := pkcs11test.NewGOST(t, 256, gosttoken.Options{})
 		os.Remove(g.CertFile())
 		err := open(g.Selection())
 		oneLine(t, err, "no certificate")
@@ -177,11 +178,11 @@ func TestGOSTBadInput(t *testing.T) {
 		}
 	})
 	t.Run("certificate of another algorithm", func(t *testing.T) {
-		g := hsmtest.NewGOST(t, 256, gosttoken.Options{})
-		tk := hsmtest.New(t)
+		g := pkcs11test.NewGOST(t, 256, gosttoken.Options{})
+		tk := pkcs11test.New(t)
 		sel := g.Selection()
 		sel.CertFile = filepath.Join(t.TempDir(), "rsa.pem")
-		os.WriteFile(sel.CertFile, hsmtest.PEM(tk.RSA.Cert), 0o600)
+		os.WriteFile(sel.CertFile, signertest.PEM(tk.RSA.Cert), 0o600)
 		err := open(sel)
 		oneLine(t, err, "another key")
 		if !errors.Is(err, pkcs11.ErrCertMismatch) {
@@ -189,8 +190,8 @@ func TestGOSTBadInput(t *testing.T) {
 		}
 	})
 	t.Run("certificate of another GOST key", func(t *testing.T) {
-		g := hsmtest.NewGOST(t, 256, gosttoken.Options{})
-		other := hsmtest.NewGOST(t, 256, gosttoken.Options{})
+		g := pkcs11test.NewGOST(t, 256, gosttoken.Options{})
+		other := pkcs11test.NewGOST(t, 256, gosttoken.Options{})
 		b, _ := os.ReadFile(other.CertFile())
 		os.WriteFile(g.CertFile(), b, 0o644)
 		err := open(g.Selection())
@@ -200,25 +201,25 @@ func TestGOSTBadInput(t *testing.T) {
 		}
 	})
 	t.Run("unknown parameter set", func(t *testing.T) {
-		g := hsmtest.NewGOST(t, 256, gosttoken.Options{})
+		g := pkcs11test.NewGOST(t, 256, gosttoken.Options{})
 		g.SetFaults("paramset=1.2.643.7.1.2.1.1.1") // TC26-256-A, twisted Edwards: not known here
 		oneLine(t, open(g.Selection()), "parameter set 1.2.643.7.1.2.1.1.1 is unknown")
 	})
 	t.Run("wrong signature length", func(t *testing.T) {
-		g := hsmtest.NewGOST(t, 512, gosttoken.Options{})
+		g := pkcs11test.NewGOST(t, 512, gosttoken.Options{})
 		g.SetFaults("short-signature")
 		err := sign(t, g, true)
 		oneLine(t, err, "returned a 127-byte signature", "makes 128")
 	})
 	t.Run("digest fails midway", func(t *testing.T) {
-		g := hsmtest.NewGOST(t, 256, gosttoken.Options{RawOnly: true})
+		g := pkcs11test.NewGOST(t, 256, gosttoken.Options{RawOnly: true})
 		g.SetFaults("digest-fail")
 		for _, noAttrs := range []bool{true, false} {
 			oneLine(t, sign(t, g, noAttrs), "CKR_FUNCTION_FAILED")
 		}
 	})
 	t.Run("neither way to sign", func(t *testing.T) {
-		g := hsmtest.NewGOST(t, 256, gosttoken.Options{})
+		g := pkcs11test.NewGOST(t, 256, gosttoken.Options{})
 		g.SetFaults("no-sign-mechanisms")
 		err := open(g.Selection())
 		oneLine(t, err, "GOSTR3410-WITH-GOSTR3411-12-256", "GOSTR3410")
@@ -227,7 +228,7 @@ func TestGOSTBadInput(t *testing.T) {
 		}
 	})
 	t.Run("wrong PIN spends one try", func(t *testing.T) {
-		g := hsmtest.NewGOST(t, 256, gosttoken.Options{})
+		g := pkcs11test.NewGOST(t, 256, gosttoken.Options{})
 		sel := g.Selection()
 		sel.PIN = pkcs11.PINSource{Value: "0000"}
 		err := open(sel)

@@ -15,9 +15,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/envelope"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/gosttoken"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/signer/signertest"
 )
 
 // A challenge OpenSSL's gost engine seals to the token's certificate (256
@@ -31,7 +32,7 @@ func TestGOSTCertLoginWays(t *testing.T) {
 		for _, oneStep := range []bool{false, true} {
 			name := map[bool]string{false: "derive", true: "one-step"}[oneStep] + "-" + map[int]string{256: "256", 512: "512"}[bits]
 			t.Run(name, func(t *testing.T) {
-				g := hsmtest.NewGOST(t, bits, gosttoken.Options{OneStepUnwrap: oneStep})
+				g := pkcs11test.NewGOST(t, bits, gosttoken.Options{OneStepUnwrap: oneStep})
 				k := openGOST(t, g)
 				ways, err := k.GOSTLoginWays(context.Background())
 				if err != nil {
@@ -47,7 +48,7 @@ func TestGOSTCertLoginWays(t *testing.T) {
 				for _, cryptoProA := range []bool{false, true} {
 					random := make([]byte, 32)
 					rand.Read(random)
-					der := hsmtest.OpenSSLEncryptGOST(t, random, g.Cert, cryptoProA)
+					der := signertest.OpenSSLEncryptGOST(t, random, g.Cert, cryptoProA)
 					got, err := envelope.Open(der, g.Cert, k)
 					if err != nil || !bytes.Equal(got, random) {
 						t.Fatalf("content S-box CryptoPro-A %v: opened to %x, %v; want %x", cryptoProA, got, err, random)
@@ -70,7 +71,7 @@ func TestGOSTCertLoginWays(t *testing.T) {
 				if oneStep {
 					other = pkcs11.GOSTDeriveKDF4357
 				}
-				tr, err := envelope.GOSTTransport(hsmtest.OpenSSLEncryptGOST(t, make([]byte, 32), g.Cert, false), g.Cert)
+				tr, err := envelope.GOSTTransport(signertest.OpenSSLEncryptGOST(t, make([]byte, 32), g.Cert, false), g.Cert)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -89,11 +90,11 @@ func TestGOSTCertLoginWays(t *testing.T) {
 // module to the committed plaintext.
 func TestGOSTCertLoginFixtures(t *testing.T) {
 	for _, bits := range []string{"256", "512"} {
-		g := hsmtest.NewGOSTFixture(t, bits, gosttoken.Options{})
+		g := pkcs11test.NewGOSTFixture(t, bits, gosttoken.Options{})
 		k := openGOST(t, g)
-		plain := hsmtest.GOSTFixture(t, "plain"+bits+".bin")
+		plain := signertest.GOSTFixture(t, "plain"+bits+".bin")
 		for _, set := range []string{"z", "a"} {
-			got, err := envelope.Open(hsmtest.GOSTFixture(t, "env"+bits+"-"+set+".der"), g.Cert, k)
+			got, err := envelope.Open(signertest.GOSTFixture(t, "env"+bits+"-"+set+".der"), g.Cert, k)
 			if err != nil || !bytes.Equal(got, plain) {
 				t.Fatalf("env%s-%s.der: %x, %v", bits, set, got, err)
 			}
@@ -108,10 +109,10 @@ func TestGOSTCertLoginFixtures(t *testing.T) {
 // missing), a derive that takes no kdf signagent asks for, a decryption
 // that fails.
 func TestGOSTCertLoginFaults(t *testing.T) {
-	g := hsmtest.NewGOST(t, 256, gosttoken.Options{})
+	g := pkcs11test.NewGOST(t, 256, gosttoken.Options{})
 	random := make([]byte, 32)
 	rand.Read(random)
-	der := hsmtest.OpenSSLEncryptGOST(t, random, g.Cert, false)
+	der := signertest.OpenSSLEncryptGOST(t, random, g.Cert, false)
 	for _, tc := range []struct {
 		fault string
 		// before: CanOpenGOST's error names this; "" when it passes.
@@ -182,7 +183,7 @@ func BenchmarkCertLoginOpen(b *testing.B) {
 	}
 	for _, bits := range []int{256, 512} {
 		for _, oneStep := range []bool{false, true} {
-			g := hsmtest.NewGOST(b, bits, gosttoken.Options{OneStepUnwrap: oneStep})
+			g := pkcs11test.NewGOST(b, bits, gosttoken.Options{OneStepUnwrap: oneStep})
 			k, err := pkcs11.Open(context.Background(), g.Selection(), zerolog.Nop())
 			if err != nil {
 				b.Fatal(err)
@@ -199,7 +200,7 @@ func BenchmarkCertLoginOpen(b *testing.B) {
 			k.Close()
 		}
 	}
-	tk := hsmtest.New(b)
+	tk := pkcs11test.New(b)
 	key := tk.Open(b, tk.RSA.Label)
 	der, err := envelope.Seal(make([]byte, 32), key.Certificate(), false)
 	if err != nil {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/softhsm"
 )
 
@@ -20,7 +20,7 @@ import (
 // without a certificate leaves the token found and says why there is no
 // certificate.
 func TestPeekSelection(t *testing.T) {
-	tk := hsmtest.NewWith(t, hsmtest.Options{Extra: []softhsm.KeySpec{
+	tk := pkcs11test.NewWith(t, pkcs11test.Options{Extra: []softhsm.KeySpec{
 		{Type: softhsm.P256, Label: "expired", ID: []byte{0x12}, NotBefore: time.Now().AddDate(-2, 0, 0), NotAfter: time.Now().AddDate(-1, 0, 0)},
 		{Type: softhsm.P256, Label: "nocert", ID: []byte{0x13}, NoCert: true},
 	}})

@@ -23,17 +23,18 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/canonical"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer"
+	"github.com/signagent/signagent/signer/signertest"
 	"github.com/signagent/signagent/softhsm"
 )
 
-func TestSignOnToken(t *testing.T) { hsmtest.Each(t, testSignOnToken) }
+func TestSignOnToken(t *testing.T) { pkcs11test.Each(t, testSignOnToken) }
 
-func testSignOnToken(t *testing.T, tk *hsmtest.Token) {
+func testSignOnToken(t *testing.T, tk *pkcs11test.Token) {
 	text := canonical.Text("KEY", canonical.Credential{Kind: canonical.Phone, Value: "9161234567"}, canonical.Now())
-	for _, ref := range []hsmtest.KeyRef{tk.RSA, tk.EC} {
+	for _, ref := range []pkcs11test.KeyRef{tk.RSA, tk.EC} {
 		t.Run(ref.Label, func(t *testing.T) {
 			k := tk.Open(t, ref.Label)
 			if !k.Certificate().Equal(ref.Cert) {
@@ -66,26 +67,26 @@ func testSignOnToken(t *testing.T, tk *hsmtest.Token) {
 				if _, err := signer.Verify(der, text, nil); err != nil {
 					t.Fatal(err)
 				}
-				hsmtest.RequireExternalVerify(t, der, text, k.Certificate(), []*x509.Certificate{k.Certificate()})
+				signertest.RequireExternalVerify(t, der, text, k.Certificate(), []*x509.Certificate{k.Certificate()})
 			}
 		})
 	}
 }
 
 func TestP384OnToken(t *testing.T) {
-	tk := hsmtest.NewWith(t, hsmtest.Options{Extra: []softhsm.KeySpec{{Type: softhsm.P384, Label: "p384", ID: []byte{3}}}})
+	tk := pkcs11test.NewWith(t, pkcs11test.Options{Extra: []softhsm.KeySpec{{Type: softhsm.P384, Label: "p384", ID: []byte{3}}}})
 	k := tk.Open(t, "p384")
 	text := []byte("apikey=k\r\nid=1\r\ntimestamp=01.01.2026 00:00:00\r\n")
 	der, err := signer.Sign(text, k, k.Certificate(), signer.Options{Hash: crypto.SHA384})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hsmtest.RequireExternalVerify(t, der, text, k.Certificate(), []*x509.Certificate{k.Certificate()})
+	signertest.RequireExternalVerify(t, der, text, k.Certificate(), []*x509.Certificate{k.Certificate()})
 }
 
-func TestSelectionByURIAndID(t *testing.T) { hsmtest.Each(t, testSelection) }
+func TestSelectionByURIAndID(t *testing.T) { pkcs11test.Each(t, testSelection) }
 
-func testSelection(t *testing.T, tk *hsmtest.Token) {
+func testSelection(t *testing.T, tk *pkcs11test.Token) {
 	pctID := ""
 	for _, b := range tk.EC.ID {
 		pctID += fmt.Sprintf("%%%02x", b)
@@ -110,7 +111,7 @@ func testSelection(t *testing.T, tk *hsmtest.Token) {
 
 // requireOpenError opens the rsa key with the selection edited and requires
 // error want: one line naming inText, without the PIN.
-func requireOpenError(t *testing.T, tk *hsmtest.Token, edit func(*pkcs11.Selection), want error, inText string) {
+func requireOpenError(t *testing.T, tk *pkcs11test.Token, edit func(*pkcs11.Selection), want error, inText string) {
 	t.Helper()
 	sel := tk.Selection("rsa")
 	edit(&sel)
@@ -127,12 +128,12 @@ func requireOpenError(t *testing.T, tk *hsmtest.Token, edit func(*pkcs11.Selecti
 // TestOpenErrorsOnEachKind: the errors that make sense on any token, on
 // SoftHSM and on the TPM.
 func TestOpenErrorsOnEachKind(t *testing.T) {
-	hsmtest.Each(t, func(t *testing.T, tk *hsmtest.Token) {
+	pkcs11test.Each(t, func(t *testing.T, tk *pkcs11test.Token) {
 		dir := t.TempDir()
 		wrongPIN := filepath.Join(dir, "wrong-pin")
 		os.WriteFile(wrongPIN, []byte("000000\n"), 0o600)
 		otherCert := filepath.Join(dir, "other.pem")
-		os.WriteFile(otherCert, hsmtest.PEM(tk.RSA.Cert), 0o600)
+		os.WriteFile(otherCert, signertest.PEM(tk.RSA.Cert), 0o600)
 		for _, tc := range []struct {
 			name   string
 			edit   func(*pkcs11.Selection)
@@ -151,7 +152,7 @@ func TestOpenErrorsOnEachKind(t *testing.T) {
 }
 
 func TestOpenErrors(t *testing.T) {
-	tk := hsmtest.NewWith(t, hsmtest.Options{Extra: []softhsm.KeySpec{
+	tk := pkcs11test.NewWith(t, pkcs11test.Options{Extra: []softhsm.KeySpec{
 		{Type: softhsm.P256, Label: "twin", ID: []byte{0x10}},
 		{Type: softhsm.P256, Label: "twin", ID: []byte{0x11}},
 		{Type: softhsm.P256, Label: "expired", ID: []byte{0x12}, NotBefore: time.Now().AddDate(-2, 0, 0), NotAfter: time.Now().AddDate(-1, 0, 0)},
@@ -197,9 +198,9 @@ func TestOpenErrors(t *testing.T) {
 	})
 }
 
-func TestListing(t *testing.T) { hsmtest.Each(t, testListing) }
+func TestListing(t *testing.T) { pkcs11test.Each(t, testListing) }
 
-func testListing(t *testing.T, tk *hsmtest.Token) {
+func testListing(t *testing.T, tk *pkcs11test.Token) {
 	tokens, err := pkcs11.ListTokens(context.Background(), tk.Module)
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +254,7 @@ func testListing(t *testing.T, tk *hsmtest.Token) {
 // an owner reconnects), later ones fail at once, and once the token is back
 // a new Open finds it: Close initialized the module again.
 func TestTokenRemovedBetweenOpenAndSign(t *testing.T) {
-	tk := hsmtest.New(t)
+	tk := pkcs11test.New(t)
 	k, err := pkcs11.Open(context.Background(), tk.Selection("rsa"), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -281,7 +282,7 @@ func TestTokenRemovedBetweenOpenAndSign(t *testing.T) {
 // TestValidCertificateBeatsExpired: an expired certificate stored beside a
 // valid one under the same id and label is passed over.
 func TestValidCertificateBeatsExpired(t *testing.T) {
-	tk := hsmtest.New(t)
+	tk := pkcs11test.New(t)
 	k := tk.Open(t, "rsa")
 	old, err := softhsm.SelfSigned(k, "expired twin", time.Now().AddDate(-3, 0, 0), time.Now().AddDate(-1, 0, 0))
 	if err != nil {
@@ -317,7 +318,7 @@ func TestValidCertificateBeatsExpired(t *testing.T) {
 // TestDecryptOnSoftHSM: the development keys may decrypt (certificate
 // login), with PKCS#1 v1.5 and OAEP; a key made without CKA_DECRYPT says so.
 func TestDecryptOnSoftHSM(t *testing.T) {
-	tk := hsmtest.NewWith(t, hsmtest.Options{Extra: []softhsm.KeySpec{{Type: softhsm.RSA2048, Label: "sign-only", ID: []byte{9}, NoDecrypt: true}}})
+	tk := pkcs11test.NewWith(t, pkcs11test.Options{Extra: []softhsm.KeySpec{{Type: softhsm.RSA2048, Label: "sign-only", ID: []byte{9}, NoDecrypt: true}}})
 	k := tk.Open(t, "rsa")
 	pub := k.Public().(*rsa.PublicKey)
 	ct, _ := rsa.EncryptPKCS1v15(rand.Reader, pub, []byte("challenge"))
@@ -343,8 +344,8 @@ func TestDecryptOnSoftHSM(t *testing.T) {
 // pin-count-low); a stranger's serial on the agent's token is refused for
 // its key; the token itself opens again. SoftHSM tokens swapped in place.
 func TestExpectOnlyThatToken(t *testing.T) {
-	tk := hsmtest.New(t)
-	other := hsmtest.NewWith(t, hsmtest.Options{ForProcesses: true})
+	tk := pkcs11test.New(t)
+	other := pkcs11test.NewWith(t, pkcs11test.Options{ForProcesses: true})
 	other.SetPIN(t, "654321")
 	sel := tk.Selection(tk.RSA.Label)
 	sel.Token = pkcs11.TokenSelector{} // the only token

@@ -7,7 +7,7 @@
 # that package gives the system's pcscd (/etc/reader.conf.d/vpcd): with it,
 # the system's pcscd loads vpcd, which listens on every interface, and anyone
 # on the network could plug a virtual card into the machine's pcscd. The card
-# rig (hsmtest/card.go) needs none of it: its pcscd reads a configuration of
+# rig (pkcs11/pkcs11test/card.go) needs none of it: its pcscd reads a configuration of
 # its own, in namespaces of its own. dpkg keeps a removed conffile removed
 # through upgrades. $DEPS_ROOT (tests) stands for / there.
 set -euo pipefail

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/signer"
+	"github.com/signagent/signagent/signer/signertest"
 )
 
 var text = []byte("apikey=0f6c2e5b\r\nid=9161234567\r\ntimestamp=16.08.2026 14:03:10\r\n")
@@ -38,9 +38,9 @@ func softKeys(t *testing.T) map[string]crypto.Signer {
 func TestSignVerifies(t *testing.T) {
 	ts := time.Now().UTC().Truncate(time.Second)
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	ca := hsmtest.NewCert(t, caKey, hsmtest.CertOptions{CommonName: "test CA", IsCA: true})
+	ca := signertest.NewCert(t, caKey, signertest.CertOptions{CommonName: "test CA", IsCA: true})
 	for name, key := range softKeys(t) {
-		cert := hsmtest.NewCert(t, key, hsmtest.CertOptions{CommonName: name, Parent: ca, ParentKey: caKey})
+		cert := signertest.NewCert(t, key, signertest.CertOptions{CommonName: name, Parent: ca, ParentKey: caKey})
 		for _, h := range []crypto.Hash{crypto.SHA256, crypto.SHA384, crypto.SHA512} {
 			for _, noAttrs := range []bool{false, true} {
 				t.Run(name+"/"+h.String()+map[bool]string{true: "/no-attrs", false: "/attrs"}[noAttrs], func(t *testing.T) {
@@ -63,7 +63,7 @@ func TestSignVerifies(t *testing.T) {
 					if !v.Signer.Equal(cert) {
 						t.Fatal("wrong signer certificate")
 					}
-					hsmtest.RequireExternalVerify(t, der, text, cert, []*x509.Certificate{ca})
+					signertest.RequireExternalVerify(t, der, text, cert, []*x509.Certificate{ca})
 				})
 			}
 		}
@@ -72,14 +72,14 @@ func TestSignVerifies(t *testing.T) {
 
 func TestVerifyRejects(t *testing.T) {
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	cert := hsmtest.NewCert(t, key, hsmtest.CertOptions{})
+	cert := signertest.NewCert(t, key, signertest.CertOptions{})
 	der, err := signer.Sign(text, key, cert, signer.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lf := bytes.ReplaceAll(text, []byte("\r\n"), []byte("\n"))
 	otherKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	other := hsmtest.NewCert(t, otherKey, hsmtest.CertOptions{})
+	other := signertest.NewCert(t, otherKey, signertest.CertOptions{})
 	otherRoots := x509.NewCertPool()
 	otherRoots.AddCert(other)
 
@@ -101,14 +101,14 @@ func TestVerifyRejects(t *testing.T) {
 			}
 		})
 	}
-	if ok, _ := hsmtest.OpenSSLVerify(t, der, lf, nil); ok {
+	if ok, _ := signertest.OpenSSLVerify(t, der, lf, nil); ok {
 		t.Fatal("openssl accepted a signature over LF-only text")
 	}
 }
 
 func TestSignRefusesUnsupported(t *testing.T) {
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	cert := hsmtest.NewCert(t, key, hsmtest.CertOptions{})
+	cert := signertest.NewCert(t, key, signertest.CertOptions{})
 	if _, err := signer.Sign(text, key, cert, signer.Options{Hash: crypto.SHA1}); !errors.Is(err, signer.ErrUnsupported) {
 		t.Fatalf("SHA-1: err=%v", err)
 	}
@@ -121,7 +121,7 @@ func TestSignRefusesUnsupported(t *testing.T) {
 // in both of the encodings RFC 5652 prescribes.
 func TestSigningTimeIsTextSecond(t *testing.T) {
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	cert := hsmtest.NewCert(t, key, hsmtest.CertOptions{
+	cert := signertest.NewCert(t, key, signertest.CertOptions{
 		NotBefore: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), NotAfter: time.Date(2060, 1, 1, 0, 0, 0, 0, time.UTC)})
 	for _, ts := range []time.Time{
 		time.Date(2016, 8, 16, 14, 3, 10, 999_000_000, time.UTC), // fraction dropped
@@ -145,7 +145,7 @@ func TestSigningTimeIsTextSecond(t *testing.T) {
 // and without signed attributes, as the maker's RSA clients send them.
 func TestVerifyAcceptsOpenSSL(t *testing.T) {
 	dir := t.TempDir()
-	bin := hsmtest.NeedTool(t, "openssl")
+	bin := signertest.NeedTool(t, "openssl")
 	key := filepath.Join(dir, "k.pem")
 	crt := filepath.Join(dir, "c.pem")
 	if out, err := exec.Command(bin, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", crt,
@@ -186,7 +186,7 @@ func (n nullSigner) Sign(io.Reader, []byte, crypto.SignerOpts) ([]byte, error) {
 
 func BenchmarkEncode(b *testing.B) {
 	key, _ := rsa.GenerateKey(rand.Reader, 2048)
-	cert := hsmtest.NewCert(b, key, hsmtest.CertOptions{})
+	cert := signertest.NewCert(b, key, signertest.CertOptions{})
 	ns := nullSigner{key}
 	ts := time.Now()
 	for _, noAttrs := range []bool{false, true} {

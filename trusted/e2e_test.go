@@ -20,10 +20,11 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer"
+	"github.com/signagent/signagent/signer/signertest"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -39,11 +40,11 @@ const (
 
 // env is one SoftHSM token, the in-process emulator and a client.
 type env struct {
-	tk     *hsmtest.Token
+	tk     *pkcs11test.Token
 	key    *pkcs11.Key
 	emu    *emulator.Server
 	client *trusted.Client
-	logs   *hsmtest.LogBuffer
+	logs   *pkcs11test.LogBuffer
 	thumb  string
 }
 
@@ -52,13 +53,13 @@ func newEnv(t *testing.T, edit func(*trusted.Config)) *env { return newBenchEnv(
 // newBenchEnv is newEnv for tests and benchmarks alike.
 func newBenchEnv(t testing.TB, edit func(*trusted.Config)) *env {
 	t.Helper()
-	tk := hsmtest.New(t)
+	tk := pkcs11test.New(t)
 	key := tk.Open(t, tk.RSA.Label)
 	thumb := canonical.ThumbprintOf(key.Certificate())
 	cfg := &emulator.Config{
 		Partners: []emulator.Partner{
-			{Name: "partner", APIKey: apiKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}, CanLinkByPhone: true},
-			{Name: "no-link", APIKey: otherAPIKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}},
+			{Name: "partner", APIKey: apiKey, Certificates: []string{string(signertest.PEM(tk.RSA.Cert))}, CanLinkByPhone: true},
+			{Name: "no-link", APIKey: otherAPIKey, Certificates: []string{string(signertest.PEM(tk.RSA.Cert))}},
 		},
 		Users: []emulator.User{
 			{ID: "u1", Phone: userPhone, SNILS: userSNILS, Thumbprints: []string{thumb}},
@@ -68,7 +69,7 @@ func newBenchEnv(t testing.TB, edit func(*trusted.Config)) *env {
 			{ID: "u2", Phone: "9160000002", Linked: []string{"partner:taken"}},
 		},
 	}
-	logs := &hsmtest.LogBuffer{}
+	logs := &pkcs11test.LogBuffer{}
 	emu := emulatortest.NewWith(t, cfg, emulatortest.Options{Log: logs}).Server
 	e := &env{tk: tk, key: key, emu: emu, logs: logs, thumb: thumb}
 	e.client = e.newClient(t, edit)
@@ -283,7 +284,7 @@ func TestSignatureChecks(t *testing.T) {
 	cred := e.linked(t)
 	cms := &signer.CMS{Key: e.key, Cert: e.key.Certificate()}
 	soft, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	untrusted := &signer.CMS{Key: soft, Cert: hsmtest.NewCert(t, soft, hsmtest.CertOptions{CommonName: "stranger"})}
+	untrusted := &signer.CMS{Key: soft, Cert: signertest.NewCert(t, soft, signertest.CertOptions{CommonName: "stranger"})}
 	ecOnToken := e.tk.Open(t, e.tk.EC.Label) // on the token, but not registered with the partner
 	for _, tc := range []struct {
 		name string

@@ -17,8 +17,8 @@ import (
 
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/canonical"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer"
 )
 
@@ -60,7 +60,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // A signature goes through the queue and verifies; the state names the key.
 func TestSigns(t *testing.T) {
-	tk := hsmtest.New(t)
+	tk := pkcs11test.New(t)
 	m, err := tokenq.New(tokenq.Options{Open: opener(tk.Selection(tk.RSA.Label), nil), CheckEvery: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func TestSigns(t *testing.T) {
 // A full queue answers at once; a request whose deadline passes while it
 // waits is dropped, not signed later.
 func TestQueueBounds(t *testing.T) {
-	tk := hsmtest.New(t)
+	tk := pkcs11test.New(t)
 	m, err := tokenq.New(tokenq.Options{Open: opener(tk.Selection(tk.RSA.Label), nil), CheckEvery: -1,
 		Workers: 1, Backlog: 1, Delay: 300 * time.Millisecond})
 	if err != nil {
@@ -128,7 +128,7 @@ func TestQueueBounds(t *testing.T) {
 // A token taken away is noticed by the watch, answered at once with
 // ErrNotReady, and used again when it comes back.
 func TestTokenOutAndBack(t *testing.T) {
-	tk := hsmtest.New(t)
+	tk := pkcs11test.New(t)
 	m, err := tokenq.New(tokenq.Options{Open: opener(tk.Selection(tk.RSA.Label), nil), CheckEvery: 20 * time.Millisecond,
 		BackoffFirst: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, OpenTimeout: 5 * time.Second})
 	if err != nil {
@@ -153,7 +153,7 @@ func TestTokenOutAndBack(t *testing.T) {
 
 // A PIN the token refuses is tried once: New fails and nothing retries it.
 func TestWrongPINTriedOnce(t *testing.T) {
-	tk := hsmtest.New(t)
+	tk := pkcs11test.New(t)
 	sel := tk.Selection(tk.RSA.Label)
 	sel.PIN.File = filepath.Join(t.TempDir(), "pin")
 	if err := os.WriteFile(sel.PIN.File, []byte("000000\n"), 0o600); err != nil {
@@ -226,36 +226,36 @@ func TestLoginFailureNotRetried(t *testing.T) {
 func TestCardSwap(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		prepare func(t *testing.T, tk, other *hsmtest.Token)
-		want    func(tk, other *hsmtest.Token) string
+		prepare func(t *testing.T, tk, other *pkcs11test.Token)
+		want    func(tk, other *pkcs11test.Token) string
 	}{
-		{"same label, other serial, other PIN", func(t *testing.T, tk, other *hsmtest.Token) { other.SetPIN(t, "654321") },
-			func(tk, other *hsmtest.Token) string {
+		{"same label, other serial, other PIN", func(t *testing.T, tk, other *pkcs11test.Token) { other.SetPIN(t, "654321") },
+			func(tk, other *pkcs11test.Token) string {
 				return "a different token, serial " + other.Serial + ", is in the reader; this agent's is serial " + tk.Serial
 			}},
-		{"same label, other serial, same PIN", func(*testing.T, *hsmtest.Token, *hsmtest.Token) {},
-			func(tk, other *hsmtest.Token) string {
+		{"same label, other serial, same PIN", func(*testing.T, *pkcs11test.Token, *pkcs11test.Token) {},
+			func(tk, other *pkcs11test.Token) string {
 				return "a different token, serial " + other.Serial + ", is in the reader; this agent's is serial " + tk.Serial
 			}},
 		// Two cards of one serial (a batch; every libcacard card): the
 		// public-key objects, read without a login, tell them apart, so
 		// the other card gets no PIN either (with another PIN it would
 		// count a wrong try).
-		{"same serial, other key", func(t *testing.T, tk, other *hsmtest.Token) { other.SetSerial(t, tk.Serial) },
-			func(tk, other *hsmtest.Token) string {
+		{"same serial, other key", func(t *testing.T, tk, other *pkcs11test.Token) { other.SetSerial(t, tk.Serial) },
+			func(tk, other *pkcs11test.Token) string {
 				return "it has this agent's serial " + tk.Serial + ` and label "signagent-test", but not this agent's key; no PIN was sent to it`
 			}},
-		{"same serial, other key, other PIN", func(t *testing.T, tk, other *hsmtest.Token) {
+		{"same serial, other key, other PIN", func(t *testing.T, tk, other *pkcs11test.Token) {
 			other.SetSerial(t, tk.Serial)
 			other.SetPIN(t, "654321")
 		},
-			func(tk, other *hsmtest.Token) string {
+			func(tk, other *pkcs11test.Token) string {
 				return "it has this agent's serial " + tk.Serial + ` and label "signagent-test", but not this agent's key; no PIN was sent to it`
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tk := hsmtest.New(t)
-			other := hsmtest.NewWith(t, hsmtest.Options{ForProcesses: true}) // same label, its own keys and serial
+			tk := pkcs11test.New(t)
+			other := pkcs11test.NewWith(t, pkcs11test.Options{ForProcesses: true}) // same label, its own keys and serial
 			tc.prepare(t, tk, other)
 			m, err := tokenq.New(tokenq.Options{Open: opener(tk.Selection(tk.RSA.Label), nil), CheckEvery: 20 * time.Millisecond,
 				BackoffFirst: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, OpenTimeout: 5 * time.Second})

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/bench"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/oidc"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
 )
 
 // BenchmarkProxyBodiesRSS: 64 callers each post a 16 MiB body through the
@@ -41,7 +41,7 @@ func proxyBodiesRSS(b *testing.B, callers, size int) (peak int64, ok, busy int64
 		w.Write([]byte(`{"Organizations":[]}`))
 	}))
 	defer slow.Close()
-	tk := hsmtest.New(b)
+	tk := pkcs11test.New(b)
 	dir := shortDir(b)
 	store := oidc.Store{Dir: filepath.Join(dir, "state")}
 	now := time.Now()

@@ -11,9 +11,10 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/emulator"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/signer/signertest"
 )
 
 // The command line on the card rig: a card behind pcscd and OpenSC
@@ -21,24 +22,24 @@ import (
 // rig's pcscd socket in its environment.
 
 // cardArgs selects the card's first key with its PIN file.
-func cardArgs(card *hsmtest.Card, pinFile string) []string {
+func cardArgs(card *pkcs11test.Card, pinFile string) []string {
 	return []string{"--module", card.Module, "--token-label", card.Label, "--key-label", card.KeyLabel, "--pin-file", pinFile}
 }
 
 // cardEnv is the environment of a command on the card.
-func cardEnv(card *hsmtest.Card) []string {
+func cardEnv(card *pkcs11test.Card) []string {
 	return append([]string{"SIGNAGENT_API_KEY=" + testAPIKey}, card.Env...)
 }
 
 // cardWrongPINs counts the wrong PINs the card was sent so far.
-func cardWrongPINs(t *testing.T, card *hsmtest.Card) int {
+func cardWrongPINs(t *testing.T, card *pkcs11test.Card) int {
 	return strings.Count(card.BridgeLog(t), "wrong PIN")
 }
 
 // TestCardCLI: sign and session on the card, and serve through the card's
 // removal and return.
 func TestCardCLI(t *testing.T) {
-	card := hsmtest.NewCard(t, hsmtest.CardOptions{})
+	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{})
 
 	t.Run("sign: OpenSSL verifies with the card's certificate", func(t *testing.T) {
 		dir := t.TempDir()
@@ -56,14 +57,14 @@ func TestCardCLI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok, out := hsmtest.OpenSSLVerify(t, der, content, card.Certs[:1]); !ok {
+		if ok, out := signertest.OpenSSLVerify(t, der, content, card.Certs[:1]); !ok {
 			t.Fatalf("openssl cms -verify rejected the card's signature:\n%s", out)
 		}
 	})
 
 	t.Run("session: trusted authentication with the card's key", func(t *testing.T) {
 		emu := startEmulator(t, &emulator.Config{
-			Partners: []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(hsmtest.PEM(card.Cert))}}},
+			Partners: []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(signertest.PEM(card.Cert))}}},
 			Users:    []emulator.User{{ID: "u1", Phone: "9161234567", Linked: []string{"p:crm-42"}}},
 		})
 		var stdout strings.Builder
@@ -117,7 +118,7 @@ func TestCardCLI(t *testing.T) {
 // the final try is not spent without --allow-final-pin-try, and a blocked
 // card is one clear line.
 func TestCardCLIPIN(t *testing.T) {
-	card := hsmtest.NewCard(t, hsmtest.CardOptions{LogAPDUs: true})
+	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{LogAPDUs: true})
 	wrong := filepath.Join(t.TempDir(), "pin")
 	if err := os.WriteFile(wrong, []byte("654321\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -203,9 +204,9 @@ func TestCardCLIPIN(t *testing.T) {
 // slots and how to choose, before any PIN is sent; a pkcs11: URI's
 // slot-id chooses one, and only that card is sent the PIN.
 func TestCardCLITwoCards(t *testing.T) {
-	card := hsmtest.NewCard(t, hsmtest.CardOptions{LogAPDUs: true})
+	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{LogAPDUs: true})
 	two := card.AddCard(t)
-	verifies := func(c *hsmtest.Card) int { return strings.Count(c.BridgeLog(t), "APDU 00 20 00 00 (13 bytes)") }
+	verifies := func(c *pkcs11test.Card) int { return strings.Count(c.BridgeLog(t), "APDU 00 20 00 00 (13 bytes)") }
 
 	var stdout strings.Builder
 	cmd := signagent(t, cardEnv(card), "tokens", "--module", card.Module)
@@ -257,7 +258,7 @@ func TestCardCLITwoCards(t *testing.T) {
 
 // cardSlots are the slots in which OpenSC, in this process, shows tokens
 // labelled as card, in order.
-func cardSlots(t *testing.T, card *hsmtest.Card) []uint {
+func cardSlots(t *testing.T, card *pkcs11test.Card) []uint {
 	t.Helper()
 	toks, err := pkcs11.ListTokens(context.Background(), card.Module)
 	if err != nil {
@@ -279,7 +280,7 @@ func cardSlots(t *testing.T, card *hsmtest.Card) []uint {
 // reader at all) is one line saying so, exit 2 (the token is not there),
 // at once rather than at --token-timeout, and sends no PIN.
 func TestCardCLINoPCSCD(t *testing.T) {
-	card := hsmtest.NewCard(t, hsmtest.CardOptions{LogAPDUs: true})
+	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{LogAPDUs: true})
 	card.StopPCSCD(t)
 	pins := func() int { return strings.Count(card.BridgeLog(t), "APDU 00 20 00 00 (13 bytes)") } // a VERIFY with a PIN
 	before := pins()
@@ -305,7 +306,7 @@ func TestCardCLINoPCSCD(t *testing.T) {
 
 // checkNoPINSpentCLI fails unless the card has all its tries and never saw
 // a wrong PIN.
-func checkNoPINSpentCLI(t *testing.T, card *hsmtest.Card) {
+func checkNoPINSpentCLI(t *testing.T, card *pkcs11test.Card) {
 	t.Helper()
 	if n, w := card.TriesLeft(t), cardWrongPINs(t, card); n != 3 || w != 0 {
 		t.Fatalf("the card has %d PIN tries left (want 3), was sent %d wrong PINs (want 0)", n, w)

@@ -10,9 +10,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/gosttoken"
 	"github.com/signagent/signagent/internal/redistest"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/signer/signertest"
 )
 
 // TestCertificateLoginDocumentCLI: a hostile business API sends windows
@@ -25,10 +26,10 @@ import (
 // and longer windows are refused before the token. At most 32 bytes of the
 // 1 KiB document reach AuthenticateConfirm.
 func TestCertificateLoginDocumentCLI(t *testing.T) {
-	g := hsmtest.NewGOST(t, 256, gosttoken.Options{})
+	g := pkcs11test.NewGOST(t, 256, gosttoken.Options{})
 	doc := make([]byte, 1024)
 	rand.Read(doc)
-	der := hsmtest.OpenSSLEncryptGOST(t, doc, g.Cert, false)
+	der := signertest.OpenSSLEncryptGOST(t, doc, g.Cert, false)
 	type win struct{ off, n int }
 	windows := []win{{0, 32}, {512, 32}, {0, 16}, {512, 256}}
 	var mu sync.Mutex
@@ -38,7 +39,7 @@ func TestCertificateLoginDocumentCLI(t *testing.T) {
 		defer mu.Unlock()
 		switch r.URL.Path {
 		case "/V3/Authenticate":
-			w.Write(hsmtest.EnvelopeWindow(t, der, 8, windows[cur].off, windows[cur].n))
+			w.Write(signertest.EnvelopeWindow(t, der, 8, windows[cur].off, windows[cur].n))
 		case "/V3/AuthenticateConfirm":
 			got, _ := base64.StdEncoding.DecodeString(r.URL.Query().Get("token"))
 			for i := range min(len(got), windows[cur].n) {

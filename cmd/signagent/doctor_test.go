@@ -13,10 +13,11 @@ import (
 	"github.com/signagent/signagent/cmd/signagent/internal/doctorcmd"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/oidc"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/signer/signertest"
 	"github.com/signagent/signagent/store"
 )
 
@@ -30,7 +31,7 @@ const (
 // identity provider sides), with the files of a context that works: the
 // API key, developer key, client secret and PIN in files of mode 0600.
 type doctorRig struct {
-	tk   *hsmtest.Token
+	tk   *pkcs11test.Token
 	emu  *emulatortest.Server
 	dir  string
 	args []string // doctor's flags for the good context
@@ -38,9 +39,9 @@ type doctorRig struct {
 
 func newDoctorRig(t *testing.T) *doctorRig {
 	t.Helper()
-	tk := hsmtest.New(t)
+	tk := pkcs11test.New(t)
 	emu := emulatortest.New(t, &emulator.Config{
-		Partners:   []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}}},
+		Partners:   []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(signertest.PEM(tk.RSA.Cert))}}},
 		Developers: []emulator.Developer{{Name: "crm", Key: doctorDevKey}},
 		Users:      []emulator.User{{ID: "u1", Phone: "9161234567", Linked: []string{"p:crm-42"}}},
 		OIDC:       emulator.OIDCConfig{Clients: []emulator.OIDCClient{{ID: doctorClientID, Secret: doctorSecret, RedirectURIs: []string{"http://127.0.0.1:8765/callback"}}}},

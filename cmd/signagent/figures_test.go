@@ -24,8 +24,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/bench"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
 )
 
 // The figures of the daemon issue, measured on the real binary (this test
@@ -93,7 +93,7 @@ func agentRSSAfter(b *testing.B, n int, request func(int) string) int64 {
 // same token in the same run.
 func BenchmarkAgentCPUPerSignature(b *testing.B) {
 	const conc = 8
-	tk := hsmtest.New(b)
+	tk := pkcs11test.New(b)
 	key, err := pkcs11.Open(context.Background(), tk.Selection(tk.RSA.Label), zerolog.Nop())
 	if err != nil {
 		b.Fatal(err)

@@ -11,8 +11,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/gosttoken"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/signer/signertest"
 )
 
 // openSSLService stands in for the service with challenges OpenSSL's gost
@@ -59,9 +60,9 @@ func (s *openSSLService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestGOSTCertLoginOpenSSL(t *testing.T) {
 	for _, bits := range []string{"256", "512"} {
 		t.Run(bits, func(t *testing.T) {
-			g := hsmtest.NewGOSTFixture(t, bits, gosttoken.Options{})
-			fixtures := [][]byte{hsmtest.GOSTFixture(t, "env"+bits+"-z.der"), hsmtest.GOSTFixture(t, "env"+bits+"-a.der")}
-			plain := hsmtest.GOSTFixture(t, "plain"+bits+".bin")
+			g := pkcs11test.NewGOSTFixture(t, bits, gosttoken.Options{})
+			fixtures := [][]byte{signertest.GOSTFixture(t, "env"+bits+"-z.der"), signertest.GOSTFixture(t, "env"+bits+"-a.der")}
+			plain := signertest.GOSTFixture(t, "plain"+bits+".bin")
 			i := 0
 			svc := &openSSLService{next: func() ([]byte, []byte) {
 				// The two fixtures, then fresh envelopes of both S-boxes.
@@ -72,7 +73,7 @@ func TestGOSTCertLoginOpenSSL(t *testing.T) {
 				random := make([]byte, 32)
 				copy(random, []byte(strings.Repeat("fresh", 7)))
 				random[0] = byte(i)
-				return hsmtest.OpenSSLEncryptGOST(t, random, g.Cert, i%2 == 1), random
+				return signertest.OpenSSLEncryptGOST(t, random, g.Cert, i%2 == 1), random
 			}}
 			srv := httptest.NewServer(svc)
 			defer srv.Close()

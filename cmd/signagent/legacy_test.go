@@ -11,8 +11,9 @@ import (
 
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/envelope"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/signer/signertest"
 	"github.com/signagent/signagent/softhsm"
 )
 
@@ -23,14 +24,14 @@ import (
 // service: the emulator cannot be made to send one) is the service failing
 // (exit 4). Each is one line without a secret.
 func TestLegacyTokenKeyInputs(t *testing.T) {
-	tk := hsmtest.NewWith(t, hsmtest.Options{Extra: []softhsm.KeySpec{{Type: softhsm.RSA2048, Label: "sign-only", ID: []byte{9}, NoDecrypt: true}}})
+	tk := pkcs11test.NewWith(t, pkcs11test.Options{Extra: []softhsm.KeySpec{{Type: softhsm.RSA2048, Label: "sign-only", ID: []byte{9}, NoDecrypt: true}}})
 	const devKey = "testClient-77aa88bb99"
 	emu := startEmulator(t, &emulator.Config{Developers: []emulator.Developer{{Key: devKey}}})
 	t.Setenv("SIGNAGENT_DEVELOPER_KEY", devKey)
 	// Another party's certificate; its key is in memory because only the
 	// envelope addressed to it matters here.
 	otherKey, _ := rsa.GenerateKey(rand.Reader, 2048)
-	notForUs, err := envelope.Seal([]byte("random"), hsmtest.NewCert(t, otherKey, hsmtest.CertOptions{CommonName: "someone else"}), false)
+	notForUs, err := envelope.Seal([]byte("random"), signertest.NewCert(t, otherKey, signertest.CertOptions{CommonName: "someone else"}), false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,9 @@ import (
 
 	"github.com/signagent/signagent/cmd/signagent/internal/app"
 	"github.com/signagent/signagent/cmd/signagent/internal/clitest"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/signer/signertest"
 )
 
 func TestMain(m *testing.M) {
@@ -31,14 +32,14 @@ const testAPIKey = "0F6C2E5B-9D4A-4C1E-8A2B-7E3D1F0A9B8C"
 // a real SoftHSM token: each gives one error line, the right exit status, no
 // secret on stderr and no output file.
 func TestBadInput(t *testing.T) {
-	tk := hsmtest.New(t)
+	tk := pkcs11test.New(t)
 	dir := t.TempDir()
 	wrongPIN := filepath.Join(dir, "wrong-pin")
 	os.WriteFile(wrongPIN, []byte("654321\n"), 0o600)
 	notModule := filepath.Join(dir, "libnot.so")
 	os.WriteFile(notModule, []byte("not a library"), 0o600)
 	otherCert := filepath.Join(dir, "other.pem")
-	os.WriteFile(otherCert, hsmtest.PEM(tk.EC.Cert), 0o600)
+	os.WriteFile(otherCert, signertest.PEM(tk.EC.Cert), 0o600)
 	emptyKey := filepath.Join(dir, "empty-key")
 	os.WriteFile(emptyKey, []byte("\n"), 0o600)
 	openKey := filepath.Join(dir, "open-key")

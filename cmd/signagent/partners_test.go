@@ -13,7 +13,8 @@ import (
 
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/emulator"
-	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/signer/signertest"
 )
 
 // The identity the partner examples ask for: a user the emulator knows,
@@ -31,7 +32,7 @@ const (
 type partnerBed struct {
 	*agentProc
 	emu    *emulator.Server
-	tk     *hsmtest.Token
+	tk     *pkcs11test.Token
 	url    string // http://127.0.0.1:PORT
 	bearer string // the bearer token's file
 	dir    string
@@ -41,7 +42,7 @@ func newPartnerBed(t *testing.T, args ...string) *partnerBed {
 	t.Helper()
 	tk := procToken(t)
 	emu := startEmulator(t, &emulator.Config{
-		Partners:   []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}, CanLinkByPhone: true}},
+		Partners:   []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(signertest.PEM(tk.RSA.Cert))}, CanLinkByPhone: true}},
 		Developers: []emulator.Developer{{Name: "crm", Key: "testClient-0a1b2c3d4e"}},
 		Users: []emulator.User{{ID: "u1", Phone: partnerPhone, Linked: []string{"p:" + partnerUser}, Boxes: []string{partnerBox},
 			Thumbprints: []string{canonical.ThumbprintOf(tk.RSA.Cert)}}},

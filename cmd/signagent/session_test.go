@@ -9,15 +9,16 @@ import (
 
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/signer/signertest"
 )
 
 // linkedEmulator starts an emulator that trusts the test token's RSA
 // certificate, with user 9161234567 linked as crm-42.
-func linkedEmulator(t *testing.T) (*hsmtest.Token, *emulator.Server) {
+func linkedEmulator(t *testing.T) (*pkcs11test.Token, *emulator.Server) {
 	t.Helper()
-	tk := hsmtest.New(t)
+	tk := pkcs11test.New(t)
 	emu := linkedTo(t, tk)
 	t.Setenv("SIGNAGENT_API_KEY", testAPIKey)
 	return tk, emu
@@ -25,16 +26,16 @@ func linkedEmulator(t *testing.T) (*hsmtest.Token, *emulator.Server) {
 
 // linkedTo starts an emulator that trusts tk's RSA certificate, with user
 // 9161234567 linked as crm-42.
-func linkedTo(t *testing.T, tk *hsmtest.Token) *emulator.Server {
+func linkedTo(t *testing.T, tk *pkcs11test.Token) *emulator.Server {
 	t.Helper()
 	return startEmulator(t, &emulator.Config{
-		Partners: []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}}},
+		Partners: []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(signertest.PEM(tk.RSA.Cert))}}},
 		Users:    []emulator.User{{ID: "u1", Phone: "9161234567", Linked: []string{"p:crm-42"}}},
 	})
 }
 
 // runSession runs `signagent session` for crm-42 in process.
-func runSession(tk *hsmtest.Token, emu *emulator.Server, logLevel string, extra ...string) (int, string, string) {
+func runSession(tk *pkcs11test.Token, emu *emulator.Server, logLevel string, extra ...string) (int, string, string) {
 	var stdout, stderr bytes.Buffer
 	args := append([]string{"signagent", "--log-level", logLevel, "session", "--phone", "9161234567", "--service-user-id", "crm-42", "--base-url", emu.URL(),
 		"--module", tk.Module, "--token-label", tk.Label, "--key-label", tk.RSA.Label, "--pin-file", tk.PINFile}, extra...)

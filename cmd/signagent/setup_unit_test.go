@@ -17,7 +17,7 @@ import (
 
 	"github.com/signagent/signagent/cmd/signagent/internal/clitest"
 	"github.com/signagent/signagent/emulator"
-	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
 )
 
 // TestUserUnitServesSetupContext: after signagent setup, the per-user
@@ -148,10 +148,10 @@ func TestUserUnitServesSetupContext(t *testing.T) {
 
 // startLogged starts name args... with this process's environment, its
 // output kept for the failure messages, and kills it at the end.
-func startLogged(t *testing.T, name string, args ...string) *hsmtest.LogBuffer {
+func startLogged(t *testing.T, name string, args ...string) *pkcs11test.LogBuffer {
 	t.Helper()
 	cmd := exec.Command(name, args...)
-	out := &hsmtest.LogBuffer{}
+	out := &pkcs11test.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

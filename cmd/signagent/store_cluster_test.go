@@ -10,8 +10,9 @@ import (
 	"testing"
 
 	"github.com/signagent/signagent/emulator"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/redistest"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/signer/signertest"
 )
 
 // TestServeSharedStoreCluster: two `signagent serve` processes on a
@@ -32,7 +33,7 @@ func TestServeSharedStoreCluster(t *testing.T) {
 	// (TestTwoAgentsOnOneToken is about sharing one): twelve signatures
 	// asked of one SoftHSM token by two processes at once were once
 	// answered CKR_GENERAL_ERROR while the other process wrote its files.
-	tokens := [2]*hsmtest.Token{tk, tk.Twin(t)}
+	tokens := [2]*pkcs11test.Token{tk, tk.Twin(t)}
 	var agents [2]*agentProc
 	for i := range agents {
 		sock := filepath.Join(dir, fmt.Sprintf("a%d.sock", i))
@@ -107,14 +108,14 @@ func TestServeSharedStoreCluster(t *testing.T) {
 // trustedUsers is a token and an emulator whose partner "p" (that token's
 // certificate) has n users linked, u<i> with phone 93<i, 8 digits> as
 // crm-<i>, and a developer key testClient-0a1b2c3d4e for the legacy side.
-func trustedUsers(t *testing.T, n int) (*hsmtest.Token, *emulator.Server) {
+func trustedUsers(t *testing.T, n int) (*pkcs11test.Token, *emulator.Server) {
 	tk := procToken(t)
 	users := make([]emulator.User, n)
 	for i := range users {
 		users[i] = emulator.User{ID: fmt.Sprintf("u%d", i), Phone: fmt.Sprintf("93%08d", i), Linked: []string{fmt.Sprintf("p:crm-%d", i)}}
 	}
 	return tk, startEmulator(t, &emulator.Config{
-		Partners:   []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}}},
+		Partners:   []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(signertest.PEM(tk.RSA.Cert))}}},
 		Developers: []emulator.Developer{{Name: "crm", Key: "testClient-0a1b2c3d4e"}},
 		Users:      users,
 	})

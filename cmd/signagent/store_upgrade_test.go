@@ -22,8 +22,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/signagent/signagent/emulator"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/redistest"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/signer/signertest"
 	"github.com/signagent/signagent/store"
 )
 
@@ -111,7 +112,7 @@ func newRollingBed(t *testing.T, signInWith, first string) *rollingBed {
 		users = append(users, emulator.User{ID: fmt.Sprintf("u%d", i), Phone: fmt.Sprintf("93%08d", i), Linked: []string{fmt.Sprintf("p:crm-%d", i)}})
 	}
 	b.emu = startEmulator(t, &emulator.Config{
-		Partners:   []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(hsmtest.PEM(tk.RSA.Cert))}}},
+		Partners:   []emulator.Partner{{Name: "p", APIKey: testAPIKey, Certificates: []string{string(signertest.PEM(tk.RSA.Cert))}}},
 		Developers: []emulator.Developer{{Name: "crm", Key: "testClient-0a1b2c3d4e"}},
 		OIDC: emulator.OIDCConfig{Clients: []emulator.OIDCClient{{ID: "crm-app", Secret: "s3cret-of-the-app"}},
 			DeviceInterval: emulator.Duration(time.Second), AccessTokenTTL: emulator.Duration(4 * time.Second), RefreshRotation: "one-time"},
@@ -123,7 +124,7 @@ func newRollingBed(t *testing.T, signInWith, first string) *rollingBed {
 	dir := t.TempDir()
 	key := filepath.Join(dir, "store.key")
 	makeStoreKey(t, key)
-	tokens := []*hsmtest.Token{tk}
+	tokens := []*pkcs11test.Token{tk}
 	env := func(n int) []string {
 		for len(tokens) <= n {
 			tokens = append(tokens, tk.Twin(t))

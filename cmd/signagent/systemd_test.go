@@ -19,15 +19,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
 )
 
 // socketActivated starts `systemd-socket-activate -l addr signagent serve
 // args...` (Debian's systemd package): the real binary gets the listening
 // socket the way systemd passes it. The child starts at the first
 // connection, so callers should connect.
-func socketActivated(t *testing.T, env []string, addr string, args ...string) (*exec.Cmd, *hsmtest.LogBuffer, chan error) {
+func socketActivated(t *testing.T, env []string, addr string, args ...string) (*exec.Cmd, *pkcs11test.LogBuffer, chan error) {
 	t.Helper()
 	if _, err := exec.LookPath("systemd-socket-activate"); err != nil {
 		t.Fatal("systemd-socket-activate is missing (Debian package systemd; make test installs it)")
@@ -39,7 +39,7 @@ func socketActivated(t *testing.T, env []string, addr string, args ...string) (*
 		argv = append(argv, "-E", kv)
 	}
 	cmd := exec.Command("systemd-socket-activate", append(append(argv, "signagent", "serve"), args...)...)
-	stderr := &hsmtest.LogBuffer{}
+	stderr := &pkcs11test.LogBuffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

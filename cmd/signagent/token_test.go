@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/cmd/signagent/internal/clitest"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
 )
 
 // signagent returns a command that runs this test binary as the signagent
@@ -72,7 +72,7 @@ func oneLine(t testing.TB, stderr, want string) {
 func TestHungTokenBoundsTheCLI(t *testing.T) {
 	t.Parallel()
 	tk := procToken(t)
-	shim := hsmtest.Shim(t)
+	shim := pkcs11test.Shim(t)
 	hang := filepath.Join(t.TempDir(), "hang")
 	os.WriteFile(hang, nil, 0o600)
 	cmd := signagent(t, append(tk.Env(), "SHIM_REAL_MODULE="+tk.Module, "SHIM_HANG_FILE="+hang, "SIGNAGENT_API_KEY="+testAPIKey),
@@ -91,7 +91,7 @@ func TestHungTokenBoundsTheCLI(t *testing.T) {
 func TestBrokenModules(t *testing.T) {
 	t.Parallel()
 	tk := procToken(t)
-	shim := hsmtest.Shim(t)
+	shim := pkcs11test.Shim(t)
 	libm, _ := filepath.Glob("/usr/lib/*/libm.so.6")
 	if len(libm) == 0 {
 		libm, _ = filepath.Glob("/lib/*/libm.so.6")
@@ -128,7 +128,7 @@ func TestBrokenModules(t *testing.T) {
 // TestPINInputs: every bad PIN source is one clear line and exit 2, before
 // the token sees anything; the precedence is flag, environment, prompt.
 func TestPINInputs(t *testing.T) {
-	tk := hsmtest.New(t)
+	tk := pkcs11test.New(t)
 	dir := t.TempDir()
 	asDir := filepath.Join(dir, "pin-dir")
 	os.Mkdir(asDir, 0o700)
@@ -213,7 +213,7 @@ func TestPINInputs(t *testing.T) {
 type agentProc struct {
 	cmd    *exec.Cmd
 	sock   string
-	stderr *hsmtest.LogBuffer
+	stderr *pkcs11test.LogBuffer
 	done   chan struct{}
 	client *http.Client
 }
@@ -245,7 +245,7 @@ func (a *agentProc) tcpAddr(t testing.TB) string {
 // listens.
 func startServe(t testing.TB, cmd *exec.Cmd, sock string) *agentProc {
 	t.Helper()
-	a := &agentProc{cmd: cmd, sock: sock, stderr: &hsmtest.LogBuffer{}, done: make(chan struct{})}
+	a := &agentProc{cmd: cmd, sock: sock, stderr: &pkcs11test.LogBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = a.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -312,7 +312,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.
 }
 
 // serveEnv is the environment of an agent on tk.
-func serveEnv(tk *hsmtest.Token) []string {
+func serveEnv(tk *pkcs11test.Token) []string {
 	return append(tk.Env(), "SIGNAGENT_API_KEY="+testAPIKey, "SIGNAGENT_PIN_FILE="+tk.PINFile, "SIGNAGENT_TOKEN_LABEL="+tk.Label,
 		"SIGNAGENT_KEY_LABEL=rsa", "SIGNAGENT_PKCS11_MODULE="+tk.Module)
 }
@@ -456,7 +456,7 @@ func asNobody(t *testing.T, cmd *exec.Cmd, dirs ...string) {
 func TestServeHungToken(t *testing.T) {
 	t.Parallel()
 	tk := procToken(t)
-	shim := hsmtest.Shim(t)
+	shim := pkcs11test.Shim(t)
 	dir := shortDir(t)
 	hang := filepath.Join(dir, "hang")
 	sock := filepath.Join(dir, "a.sock")
@@ -531,7 +531,7 @@ func shortDir(t testing.TB) string {
 func TestPINPad(t *testing.T) {
 	t.Parallel()
 	tk := procToken(t)
-	shim := hsmtest.Shim(t)
+	shim := pkcs11test.Shim(t)
 	pad := filepath.Join(t.TempDir(), "keypad")
 	pin, _ := os.ReadFile(tk.PINFile)
 	os.WriteFile(pad, pin, 0o600)
@@ -564,6 +564,6 @@ func TestPINPad(t *testing.T) {
 // procToken is a SoftHSM token for the processes a parallel test starts
 // (they find it by tk.Env or serveEnv; the test's environment is left
 // alone).
-func procToken(t testing.TB) *hsmtest.Token {
-	return hsmtest.NewWith(t, hsmtest.Options{ForProcesses: true})
+func procToken(t testing.TB) *pkcs11test.Token {
+	return pkcs11test.NewWith(t, pkcs11test.Options{ForProcesses: true})
 }

@@ -16,10 +16,10 @@ import (
 	p11 "github.com/miekg/pkcs11"
 
 	"github.com/signagent/signagent/cmd/signagent/internal/tokencmd"
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/internal/gosttoken"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/softhsm"
 )
 
@@ -44,7 +44,7 @@ func wantLines(t *testing.T, out string, lines ...string) {
 }
 
 func TestTokenCheckSoftHSM(t *testing.T) {
-	tk := hsmtest.New(t)
+	tk := pkcs11test.New(t)
 	sel := []string{"--module", tk.Module, "--token-label", tk.Label, "--pin-file", tk.PINFile}
 	t.Run("rsa", func(t *testing.T) {
 		code, out, stderr := runTokenCheck(t, nil, append(sel, "--key-label", "rsa")...)
@@ -97,7 +97,7 @@ func TestTokenCheckGOST(t *testing.T) {
 				"derive+CKM_KDF_4357: not offered (no CKM_GOSTR3410_12_DERIVE)", "tried one-step: works", "tried derive+CKM_KDF_4357: fails: "}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := hsmtest.NewGOST(t, 256, tc.o)
+			g := pkcs11test.NewGOST(t, 256, tc.o)
 			code, out, stderr := runTokenCheck(t, nil, "--module", g.Module(), "--token-label", g.Label, "--key-label", g.Label, "--pin-file", g.PINFile())
 			if code != 0 {
 				t.Fatalf("exit %d: %s\n%s", code, stderr, out)
@@ -107,7 +107,7 @@ func TestTokenCheckGOST(t *testing.T) {
 		})
 	}
 	t.Run("wrong PIN", func(t *testing.T) {
-		g := hsmtest.NewGOST(t, 256, gosttoken.Options{})
+		g := pkcs11test.NewGOST(t, 256, gosttoken.Options{})
 		bad := filepath.Join(t.TempDir(), "pin")
 		os.WriteFile(bad, []byte("9999\n"), 0o600)
 		code, out, stderr := runTokenCheck(t, nil, "--module", g.Module(), "--token-label", g.Label, "--key-label", g.Label, "--pin-file", bad)
@@ -122,7 +122,7 @@ func TestTokenCheckGOST(t *testing.T) {
 }
 
 func TestTokenCheckBadInput(t *testing.T) {
-	tk := hsmtest.NewWith(t, hsmtest.Options{Extra: []softhsm.KeySpec{
+	tk := pkcs11test.NewWith(t, pkcs11test.Options{Extra: []softhsm.KeySpec{
 		{Type: softhsm.RSA2048, Label: "nocert", ID: []byte{3}, NoCert: true},
 		{Type: softhsm.RSA2048, Label: "nosign", ID: []byte{4}, CommonName: "no sign"},
 	}})
@@ -172,7 +172,7 @@ func TestTokenCheckBadInput(t *testing.T) {
 }
 
 // forbidSign sets CKA_SIGN false on the private key labelled label.
-func forbidSign(t *testing.T, tk *hsmtest.Token, label string) {
+func forbidSign(t *testing.T, tk *pkcs11test.Token, label string) {
 	t.Helper()
 	ctx, release, err := pkcs11.OpenRaw(tk.Module)
 	if err != nil {
@@ -214,7 +214,7 @@ func forbidSign(t *testing.T, tk *hsmtest.Token, label string) {
 
 func TestTokenCheckTPM(t *testing.T) {
 	start := time.Now()
-	tk := hsmtest.NewTPM(t)
+	tk := pkcs11test.NewTPM(t)
 	t.Logf("the TPM token took %v to make", time.Since(start))
 	code, out, stderr := runTokenCheck(t, nil, "--module", tk.Module, "--token-label", tk.Label, "--key-label", "rsa", "--pin-file", tk.PINFile)
 	if code != 0 {
@@ -229,7 +229,7 @@ func TestTokenCheckTPM(t *testing.T) {
 // card taken out when the command says to remove it and put back when it
 // says to reinsert it.
 func TestTokenCheckCard(t *testing.T) {
-	card := hsmtest.NewCard(t, hsmtest.CardOptions{})
+	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{})
 	sel := []string{"--module", card.Module, "--token-label", card.Label, "--key-label", card.KeyLabel, "--pin-file", card.PINFile}
 	code, out, stderr := runTokenCheck(t, card.Env, sel...)
 	if code != 0 {
@@ -280,7 +280,7 @@ func TestTokenCheckCard(t *testing.T) {
 // terminal, takes the card out when the command says to remove it and
 // puts it back when it says to reinsert it, and returns stdout and stderr.
 // It fails the test unless the command exits 0 having asked for both.
-func removalRun(t *testing.T, card *hsmtest.Card, args ...string) (string, string) {
+func removalRun(t *testing.T, card *pkcs11test.Card, args ...string) (string, string) {
 	t.Helper()
 	cmd := signagent(t, card.Env, append([]string{"token", "check", "--rounds", "1", "--removal", "--removal-timeout", "30s"}, args...)...)
 	var stdout bytes.Buffer

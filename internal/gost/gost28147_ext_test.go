@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/internal/gost"
+	"github.com/signagent/signagent/signer/signertest"
 )
 
 // OpenSSL's gost engine, nobody here wrote, encrypts 3000 bytes in GOST
@@ -18,8 +18,8 @@ import (
 // at 1024 and 2048 bytes included. Its gost-mac (IMIT, zero IV) agrees
 // with IMIT over one block, a short block and several.
 func TestCFBAndIMITAgainstOpenSSL(t *testing.T) {
-	bin := hsmtest.NeedTool(t, "openssl")
-	conf := hsmtest.GOSTEngineConf(t)
+	bin := signertest.NeedTool(t, "openssl")
+	conf := signertest.GOSTEngineConf(t)
 	base, err := os.ReadFile(conf)
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/cmd/signagent/internal/clitest"
-	"github.com/signagent/signagent/hsmtest"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/schemes"
 )
 
@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 // TestScripts runs the command-line scripts in testdata/script: each runs
 // the real binary in its own directory with its own SoftHSM token.
 func TestScripts(t *testing.T) {
-	softhsm := hsmtest.Module(t) // fail early and clearly without SoftHSM
+	softhsm := pkcs11test.Module(t) // fail early and clearly without SoftHSM
 	testscript.Run(t, testscript.Params{
 		Dir:  "testdata/script",
 		Cmds: scriptCmds,

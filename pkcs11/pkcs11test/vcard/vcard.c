@@ -59,7 +59,7 @@
  * is 6982, security status not satisfied (libcacard: 6985). A correct PIN
  * sets the count back to TRIES. The count lives in this process only.
  *
- * Built by the tests (hsmtest/card.go) with
+ * Built by the tests (pkcs11/pkcs11test/card.go) with
  *   gcc -O2 -o vcard vcard.c $(pkg-config --cflags --libs libcacard)
  */
 #define _GNU_SOURCE

@@ -1,4 +1,4 @@
-package hsmtest_test
+package pkcs11test_test
 
 import (
 	"bytes"
@@ -17,15 +17,16 @@ import (
 	p11 "github.com/miekg/pkcs11"
 	"github.com/rs/zerolog"
 
-	"github.com/signagent/signagent/hsmtest"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/signer/signertest"
 )
 
 // TestCard runs the card rig through the stack a real card goes through:
 // pkcs11-tool and, in this process, OpenSC loaded by the pkcs11 package,
 // both over the rig's pcscd.
 func TestCard(t *testing.T) {
-	card := hsmtest.NewCard(t, hsmtest.CardOptions{PIN: "4321", LogAPDUs: true})
+	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{PIN: "4321", LogAPDUs: true})
 	ctx, release, err := pkcs11.OpenRaw(card.Module)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +48,7 @@ func TestCard(t *testing.T) {
 			t.Fatalf("pkcs11-tool --sign: %v\n%s", err, out)
 		}
 		pub := filepath.Join(dir, "cert.pem")
-		if err := os.WriteFile(pub, hsmtest.PEM(card.Cert), 0o600); err != nil {
+		if err := os.WriteFile(pub, signertest.PEM(card.Cert), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		key, err := exec.Command("openssl", "x509", "-in", pub, "-pubkey", "-noout").Output()
@@ -236,7 +237,7 @@ func session(t *testing.T, ctx *p11.Ctx, slot uint, pin string) p11.SessionHandl
 
 // signIn signs in session sh with the card's first key and checks the
 // signature against the card's certificate.
-func signIn(t *testing.T, ctx *p11.Ctx, sh p11.SessionHandle, card *hsmtest.Card) {
+func signIn(t *testing.T, ctx *p11.Ctx, sh p11.SessionHandle, card *pkcs11test.Card) {
 	t.Helper()
 	if err := ctx.FindObjectsInit(sh, []*p11.Attribute{
 		p11.NewAttribute(p11.CKA_CLASS, p11.CKO_PRIVATE_KEY), p11.NewAttribute(p11.CKA_ID, card.KeyID)}); err != nil {
@@ -262,7 +263,7 @@ func signIn(t *testing.T, ctx *p11.Ctx, sh p11.SessionHandle, card *hsmtest.Card
 }
 
 // cardSlot is the slot of the rig's card, found by its label.
-func cardSlot(t *testing.T, ctx *p11.Ctx, card *hsmtest.Card) uint {
+func cardSlot(t *testing.T, ctx *p11.Ctx, card *pkcs11test.Card) uint {
 	t.Helper()
 	slots, err := ctx.GetSlotList(true)
 	if err != nil {

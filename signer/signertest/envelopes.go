@@ -1,4 +1,4 @@
-package hsmtest
+package signertest
 
 import (
 	"crypto/x509"

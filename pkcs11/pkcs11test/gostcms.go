@@ -1,78 +1,25 @@
-package hsmtest
+package pkcs11test
 
 import (
-	"crypto/x509"
-	"encoding/pem"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/signagent/signagent/internal/gosttoken"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/signer/signertest"
 )
 
 // GOSTFixtureDir is the directory of the committed GOST certificate-login
 // fixtures: test keys and the challenges OpenSSL's gost engine made to
 // their certificates (testdata/gostcms/README.md).
-func GOSTFixtureDir(t testing.TB) string {
-	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("no caller")
-	}
-	return filepath.Join(filepath.Dir(file), "testdata", "gostcms")
-}
-
 // GOSTFixture reads a committed fixture file.
-func GOSTFixture(t testing.TB, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(GOSTFixtureDir(t), name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // OpenSSLEncryptGOST has OpenSSL's gost engine seal content to cert as
 // `openssl cms -encrypt -gost89` does (VKO, the CryptoPro key wrap, GOST
 // 28147-89 CFB): with the engine's default content S-box (TC26-Z), or
 // CryptoPro-A when cryptoProA is set. It returns the DER envelope.
-func OpenSSLEncryptGOST(t testing.TB, content []byte, cert *x509.Certificate, cryptoProA bool) []byte {
-	t.Helper()
-	NeedTool(t, "openssl")
-	conf := GOSTEngineConf(t)
-	if cryptoProA {
-		b, err := os.ReadFile(conf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conf = writeTemp(t, "gost-a.cnf", []byte(strings.Replace(string(b), "default_algorithms = ALL\n",
-			"default_algorithms = ALL\nCRYPT_PARAMS = id-Gost28147-89-CryptoPro-A-ParamSet\n", 1)))
-	}
-	dir := t.TempDir()
-	in, certFile, out := filepath.Join(dir, "in"), filepath.Join(dir, "cert.pem"), filepath.Join(dir, "env.der")
-	if err := os.WriteFile(in, content, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("openssl", "cms", "-encrypt", "-binary", "-in", in, "-outform", "DER", "-out", out, "-gost89", certFile)
-	cmd.Env = append(os.Environ(), "OPENSSL_CONF="+conf)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("openssl cms -encrypt -gost89: %v\n%s", err, b)
-	}
-	der, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return der
-}
-
 // GOSTObjects is the number of session keys the GOST test module holds
 // now (the module writes it to "objects" in its directory).
 func (g *GOSTToken) GOSTObjects(t testing.TB) int {
@@ -96,12 +43,12 @@ func (g *GOSTToken) GOSTObjects(t testing.TB) int {
 // envelopes open on it.
 func NewGOSTFixture(t testing.TB, bits string, o gosttoken.Options) *GOSTToken {
 	t.Helper()
-	NeedTool(t, "certtool")
-	NeedTool(t, "gcc")
+	signertest.NeedTool(t, "certtool")
+	signertest.NeedTool(t, "gcc")
 	clearTokenEnv(t)
 	n, _ := strconv.Atoi(bits)
 	g := &GOSTToken{Token: gosttoken.Token{Dir: t.TempDir(), Bits: n, Label: "gost" + bits}}
-	dir := GOSTFixtureDir(t)
+	dir := signertest.GOSTFixtureDir(t)
 	o.Cached = true
 	pin, err := g.MakeWithKey("4321", filepath.Join(dir, "key"+bits+".pem"), filepath.Join(dir, "cert"+bits+".pem"), o)
 	if err != nil {

@@ -1,4 +1,4 @@
-package hsmtest
+package pkcs11test
 
 // The card rig's plumbing: its processes, stopped by their PIDs; the
 // bridge built from source; the NSS database the card reads; the tools it

@@ -1,4 +1,4 @@
-package hsmtest
+package pkcs11test
 
 import (
 	_ "embed"

@@ -1,4 +1,4 @@
-package hsmtest
+package pkcs11test
 
 import (
 	"bufio"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/signagent/signagent/signer/signertest"
 	"github.com/signagent/signagent/softhsm"
 )
 
@@ -39,7 +40,7 @@ func NewTPM(t testing.TB) *Token {
 		t.Fatal("tpm2-pkcs11 is not installed; `make test` installs it (libtpm2-pkcs11-1)")
 	}
 	for _, tool := range []string{"swtpm", "tpm2-abrmd", "dbus-daemon", "tpm2_ptool"} {
-		NeedTool(t, tool)
+		signertest.NeedTool(t, tool)
 	}
 	dir := t.TempDir()
 	tk := &Token{Module: module, Dir: dir, Label: "signagent-tpm", PIN: "123456", SOPIN: "12345678"}

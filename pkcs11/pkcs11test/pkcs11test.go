@@ -1,4 +1,4 @@
-// Package hsmtest gives each test its own SoftHSM token: a configuration and
+// Package pkcs11test gives each test its own SoftHSM token: a configuration and
 // token directory under t.TempDir(), selected through SOFTHSM2_CONF for the
 // duration of the test, with an RSA-2048 and a P-256 key generated on the
 // token (sensitive, not extractable) and certificates stored next to them.
@@ -9,7 +9,7 @@
 //
 // Tests that use it cannot run in parallel with each other: SoftHSM reads
 // SOFTHSM2_CONF when the module is initialized, once per process.
-package hsmtest
+package pkcs11test
 
 import (
 	"context"
