@@ -18,11 +18,11 @@ import (
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/internal/httpx"
-	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/schemes"
 	"github.com/signagent/signagent/store"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 // outagePlan is how long each fault of runStoreOutage lasts.
@@ -109,7 +109,7 @@ func runStoreOutage(t testing.TB, plan outagePlan) *outageFigures {
 		o.RefreshRotation = "one-time"
 		o.AccessTokenTTL = emulator.Duration(4 * time.Second)
 	}})
-	srv := redistest.Start(t, "appendonly yes", "appendfsync always")
+	srv := storetest.Start(t, "appendonly yes", "appendfsync always")
 	sealer, err := store.NewSealer([]byte(strings.Repeat("k", 32)))
 	if err != nil {
 		t.Fatal(err)
@@ -253,12 +253,12 @@ func runStoreOutage(t testing.TB, plan outagePlan) *outageFigures {
 	storeIs(true, "the store seen resumed")
 	time.Sleep(time.Second)
 
-	if got := redistest.Command(srv.Addr, "CONFIG", "SET", "min-replicas-to-write", "1"); got != "OK" {
+	if got := storetest.Command(srv.Addr, "CONFIG", "SET", "min-replicas-to-write", "1"); got != "OK" {
 		t.Fatalf("CONFIG SET min-replicas-to-write 1: %q", got)
 	}
 	storeIs(false, "the store seen refusing writes")
 	time.Sleep(plan.refusing)
-	redistest.Command(srv.Addr, "CONFIG", "SET", "min-replicas-to-write", "0")
+	storetest.Command(srv.Addr, "CONFIG", "SET", "min-replicas-to-write", "0")
 	storeIs(true, "the store seen taking writes again")
 	time.Sleep(time.Second)
 
@@ -347,7 +347,7 @@ func BenchmarkStoreOutage60s(b *testing.B) {
 
 // quickStore opens connections to srv's store, each closed with the test,
 // with a store deadline of 500 ms (a store down delays a call that long).
-func quickStore(t testing.TB, srv *redistest.Server, sealer *store.Sealer) func() *store.Shared {
+func quickStore(t testing.TB, srv *storetest.Server, sealer *store.Sealer) func() *store.Shared {
 	return func() *store.Shared {
 		r, err := store.Open(srv.URL(), store.Options{Sealer: sealer, Timeout: 500 * time.Millisecond})
 		if err != nil {

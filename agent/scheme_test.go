@@ -14,9 +14,9 @@ import (
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/errdefs"
-	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/schemes"
 	"github.com/signagent/signagent/store"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 // robotEntry is a fourth scheme (the project has three), made for
@@ -103,7 +103,7 @@ func TestFourthScheme(t *testing.T) {
 		t.Fatalf("robot without a store: %v", err)
 	}
 
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	sealer, _ := store.NewSealer(bytes.Repeat([]byte{5}, 32))
 	r, err := store.Open(srv.URL(), store.Options{Sealer: sealer})
 	if err != nil {

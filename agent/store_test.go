@@ -17,11 +17,11 @@ import (
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/internal/httpx"
-	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/schemes"
 	"github.com/signagent/signagent/store"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 // TestAgentSharedStore: an agent whose OpenID Connect records are in a
@@ -31,7 +31,7 @@ import (
 // with 503 store_unavailable rather than risk a spent refresh token.
 func TestAgentSharedStore(t *testing.T) {
 	h := start(t, options{oidc: true, apiURL: "emu"})
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	sealer, _ := store.NewSealer(bytes.Repeat([]byte{3}, 32))
 	r, err := store.Open(srv.URL(), store.Options{Sealer: sealer})
 	if err != nil {
@@ -94,7 +94,7 @@ func TestAgentSharedStore(t *testing.T) {
 // in itself (counted) rather than failing.
 func TestAgentsShareSessions(t *testing.T) {
 	h := start(t, options{users: 10})
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	sealer, _ := store.NewSealer(bytes.Repeat([]byte{5}, 32))
 	open := quickStore(t, srv, sealer)
 	h.reload(t, func(c *agent.Config) { c.SharedStore = open() })
@@ -189,7 +189,7 @@ func TestAgentsShareSessions(t *testing.T) {
 // login that the other then uses.
 func TestAgentsShareLegacyTokens(t *testing.T) {
 	h := start(t, options{legacy: true, floor: 0})
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	sealer, _ := store.NewSealer(bytes.Repeat([]byte{6}, 32))
 	open := func() *store.Shared {
 		r, err := store.Open(srv.URL(), store.Options{Sealer: sealer})
@@ -272,9 +272,9 @@ func TestAgentsShareLegacyTokens(t *testing.T) {
 // shareOIDC starts a real redis-server as a shared store (sealed with a key
 // of key's bytes), saves from's profile "default" in it, and reloads to
 // onto it: every scheme's records there, as serve hands the store over.
-func shareOIDC(t testing.TB, from, to *harness, key byte) (*redistest.Server, store.Records) {
+func shareOIDC(t testing.TB, from, to *harness, key byte) (*storetest.Server, store.Records) {
 	t.Helper()
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	sealer, _ := store.NewSealer(bytes.Repeat([]byte{key}, 32))
 	r, err := store.Open(srv.URL(), store.Options{Sealer: sealer})
 	if err != nil {
@@ -337,7 +337,7 @@ func BenchmarkCachedOIDCSharedStore(b *testing.B) {
 // value.
 func TestAgentSharedStoreTampered(t *testing.T) {
 	h := start(t, options{oidc: true})
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	sealer, _ := store.NewSealer(bytes.Repeat([]byte{8}, 32))
 	r, err := store.Open(srv.URL(), store.Options{Sealer: sealer})
 	if err != nil {
@@ -353,7 +353,7 @@ func TestAgentSharedStoreTampered(t *testing.T) {
 		c.Schemes.OIDC = &oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
 		c.SharedStore = r
 	})
-	if got := redistest.Command(srv.Addr, "HSET", "signagent:{"+sealer.Name("oidc", "default")+"}", "v", "forged-by-someone"); got != "0" {
+	if got := storetest.Command(srv.Addr, "HSET", "signagent:{"+sealer.Name("oidc", "default")+"}", "v", "forged-by-someone"); got != "0" {
 		t.Fatalf("HSET: %q", got)
 	}
 	for range 2 {
@@ -385,7 +385,7 @@ func sealerOf(t *testing.T, b byte) *store.Sealer {
 // client and the record's key in Redis.
 func sharedOIDC(t *testing.T, h *harness, sealer *store.Sealer) (*redis.Client, string) {
 	t.Helper()
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	r, err := store.Open(srv.URL(), store.Options{Sealer: sealer})
 	if err != nil {
 		t.Fatal(err)
@@ -502,7 +502,7 @@ func TestAgentSharedStoreRollback(t *testing.T) {
 func TestReadyzStoreReason(t *testing.T) {
 	h := start(t, options{})
 	const password = "s3cret-store-password"
-	srv := redistest.Start(t, "requirepass "+password)
+	srv := storetest.Start(t, "requirepass "+password)
 	sealer, _ := store.NewSealer(bytes.Repeat([]byte{3}, 32))
 	r, err := store.Open(srv.URL(), store.Options{Sealer: sealer, Password: password, Timeout: 500 * time.Millisecond})
 	if err != nil {
@@ -543,7 +543,7 @@ func TestReadyzStoreReason(t *testing.T) {
 // (here the store is paused: that probe fails): never "not checked yet".
 func TestReloadKeepsStoreState(t *testing.T) {
 	h := start(t, options{})
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	sealer, _ := store.NewSealer(bytes.Repeat([]byte{3}, 32))
 	// The first store leaves quickly once paused (its Close, in the
 	// reload); the second's probe waits its whole bound (a second).

@@ -24,12 +24,12 @@ import (
 	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/internal/gosttoken"
 	"github.com/signagent/signagent/internal/httpx"
-	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer/signertest"
 	"github.com/signagent/signagent/store"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 // A hostile or impersonated business API holds a document encrypted to
@@ -166,7 +166,7 @@ func TestCertificateLoginOpensNoDocument(t *testing.T) {
 	rsaKey := tk.Open(t, tk.RSA.Label)
 	subjects = append(subjects, subject{"RSA", tk.RSA.Cert, rsaKey, cmsDoc{plain: doc, der: signertest.OpenSSLEncryptRSA(t, doc, tk.RSA.Cert), block: 16}})
 
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	for _, s := range subjects {
 		for _, agents := range []int{1, 2} {
 			t.Run(fmt.Sprintf("%s, %d agents", s.name, agents), func(t *testing.T) {

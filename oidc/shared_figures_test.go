@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/emulator"
-	"github.com/signagent/signagent/internal/redistest"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 // TestFiguresSharedRefreshLoad: three agents (three token caches, each
@@ -34,7 +34,7 @@ func TestFiguresSharedRefreshLoad(t *testing.T) {
 		o.AccessTokenTTL = emulator.Duration(ttl)
 	})
 	c := b.client(t, nil)
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	login := sharedRecords(t, srv.URL(), 9)
 	var wg sync.WaitGroup
 	for i := range profiles {

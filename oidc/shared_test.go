@@ -11,8 +11,8 @@ import (
 
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/errdefs"
-	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/store"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 func sharedRecords(t *testing.T, url string, key byte, older ...byte) *Shared {
@@ -48,7 +48,7 @@ func TestSharedOneRefreshAcrossAgents(t *testing.T) {
 	rec.Profile = "crm"
 	rec.SignedInAt = time.Now().Add(-time.Hour)
 	rec.Expiry = time.Now().Add(10 * time.Second) // under the 60 s margin
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	if err := sharedRecords(t, srv.URL(), 1).Save(rec); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestSharedOneRefreshAcrossAgents(t *testing.T) {
 // rather than risking a spent refresh token.
 func TestSharedFaults(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	rec := testRecord("crm")
 	if err := sharedRecords(t, srv.URL(), 1).Save(rec); err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
-	"github.com/signagent/signagent/internal/redistest"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 func TestTokenProblem(t *testing.T) {
@@ -246,7 +246,7 @@ func TestStoredRecordTokenChecked(t *testing.T) {
 		want string
 	}{
 		{"file", file, ErrStore, file.Path("p") + " will not be used: its "},
-		{"shared", sharedRecords(t, redistest.Start(t).URL(), 1), ErrSignIn, `profile "p"'s record in the shared store will not be used: its `},
+		{"shared", sharedRecords(t, storetest.Start(t).URL(), 1), ErrSignIn, `profile "p"'s record in the shared store will not be used: its `},
 	} {
 		t.Run(st.name, func(t *testing.T) {
 			for name, edit := range bad {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/emulator"
-	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/store"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 // refusingSaves is a shared store whose Save fails while refuse is set:
@@ -37,7 +37,7 @@ func (r *refusingSaves) Save(rec *Record) error {
 type unsavedBed struct {
 	b   *bed
 	c   *Client
-	srv *redistest.Server
+	srv *storetest.Server
 	rec *Record
 }
 
@@ -48,7 +48,7 @@ func newUnsavedBed(t *testing.T) *unsavedBed {
 	rec.Profile = "crm"
 	rec.SignedInAt = time.Now().Add(-time.Hour)
 	rec.Expiry = time.Now().Add(10 * time.Second) // under the 60 s margin: due
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	if err := sharedRecords(t, srv.URL(), 1).Save(rec); err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/internal/redistest"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 // TestRefreshedRecordTheStoreRefused: the store takes the refresh's lease
@@ -26,7 +26,7 @@ func TestRefreshedRecordTheStoreRefused(t *testing.T) {
 		if on {
 			n = "1"
 		}
-		if got := redistest.Command(srv.Addr, "CONFIG", "SET", "min-replicas-to-write", n); got != "OK" {
+		if got := storetest.Command(srv.Addr, "CONFIG", "SET", "min-replicas-to-write", n); got != "OK" {
 			t.Fatalf("CONFIG SET min-replicas-to-write %s: %q", n, got)
 		}
 	}

@@ -14,9 +14,9 @@ import (
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
-	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/store"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 // refusingSaves is a shared store whose Save fails while refuse is set:
@@ -84,7 +84,7 @@ func TestOIDCReloadKeepsTheUnsavedRecord(t *testing.T) {
 	rec.Profile = "crm"
 	rec.SignedInAt = time.Now().Add(-time.Hour)
 	rec.Expiry = time.Now().Add(10 * time.Second) // under the 60 s margin: due
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	if err := openShared(t, srv.URL()).Save(rec); err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/store"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 // TestCluster: a store on a real three-master Redis Cluster
@@ -24,7 +24,7 @@ import (
 // master does not answer.
 func TestCluster(t *testing.T) {
 	t.Parallel()
-	c := redistest.StartCluster(t, 3)
+	c := storetest.StartCluster(t, 3)
 	addrs := make([]string, len(c.Masters))
 	for i, m := range c.Masters {
 		addrs[i] = m.Addr
@@ -32,13 +32,13 @@ func TestCluster(t *testing.T) {
 	raw := func() *redis.ClusterClient { return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}) }
 	flush := func() {
 		for _, m := range c.Masters {
-			redistest.Command(m.Addr, "FLUSHALL")
+			storetest.Command(m.Addr, "FLUSHALL")
 		}
 	}
 	keys := func() []string {
 		var all []string
 		for _, m := range c.Masters {
-			all = append(all, strings.Fields(redistest.Command(m.Addr, "KEYS", "*"))...)
+			all = append(all, strings.Fields(storetest.Command(m.Addr, "KEYS", "*"))...)
 		}
 		return all
 	}
@@ -62,11 +62,11 @@ func TestCluster(t *testing.T) {
 		}
 		holding := 0
 		for _, m := range c.Masters {
-			here := strings.Fields(redistest.Command(m.Addr, "KEYS", "*"))
+			here := strings.Fields(storetest.Command(m.Addr, "KEYS", "*"))
 			records := 0
 			for _, k := range here {
 				if data, ok := strings.CutSuffix(k, ":lease"); ok {
-					if redistest.Command(m.Addr, "EXISTS", data) != "1" {
+					if storetest.Command(m.Addr, "EXISTS", data) != "1" {
 						t.Errorf("%s: the lease %s is here, its record is not", m.Addr, k)
 					}
 				} else {
@@ -124,7 +124,7 @@ func TestCluster(t *testing.T) {
 		if err := put(t, b.r, "oidc", "crm", []byte("after the move")); err != nil {
 			t.Fatalf("a write after the move: %v", err)
 		}
-		if v := redistest.Command(to.Addr, "HGET", b.k, "v"); v == "" || redistest.Command(from.Addr, "EXISTS", b.k) == "1" {
+		if v := storetest.Command(to.Addr, "HGET", b.k, "v"); v == "" || storetest.Command(from.Addr, "EXISTS", b.k) == "1" {
 			t.Fatalf("the record is not on the master its slot moved to")
 		}
 		if v, err := b.agent(t).Get(ctx, "oidc", "crm"); err != nil || string(v) != "after the move" {
@@ -168,10 +168,10 @@ func TestCluster(t *testing.T) {
 // moveSlot moves key's slot, and the keys in it, from one master to
 // another as redis-cli --cluster reshard does: importing and migrating,
 // MIGRATE, then the slot's new owner told to every master.
-func moveSlot(t *testing.T, c *redistest.Cluster, key string, from, to *redistest.Server) {
+func moveSlot(t *testing.T, c *storetest.Cluster, key string, from, to *storetest.Server) {
 	t.Helper()
-	slot := redistest.Command(from.Addr, "CLUSTER", "KEYSLOT", key)
-	fromID, toID := redistest.Command(from.Addr, "CLUSTER", "MYID"), redistest.Command(to.Addr, "CLUSTER", "MYID")
+	slot := storetest.Command(from.Addr, "CLUSTER", "KEYSLOT", key)
+	fromID, toID := storetest.Command(from.Addr, "CLUSTER", "MYID"), storetest.Command(to.Addr, "CLUSTER", "MYID")
 	for _, step := range []struct {
 		addr string
 		args []string
@@ -179,20 +179,20 @@ func moveSlot(t *testing.T, c *redistest.Cluster, key string, from, to *redistes
 		{to.Addr, []string{"CLUSTER", "SETSLOT", slot, "IMPORTING", fromID}},
 		{from.Addr, []string{"CLUSTER", "SETSLOT", slot, "MIGRATING", toID}},
 	} {
-		if got := redistest.Command(step.addr, step.args...); got != "OK" {
+		if got := storetest.Command(step.addr, step.args...); got != "OK" {
 			t.Fatalf("%v: %q", step.args, got)
 		}
 	}
 	host, port, _ := net.SplitHostPort(to.Addr)
-	moving := strings.Fields(redistest.Command(from.Addr, "CLUSTER", "GETKEYSINSLOT", slot, "100"))
+	moving := strings.Fields(storetest.Command(from.Addr, "CLUSTER", "GETKEYSINSLOT", slot, "100"))
 	if len(moving) == 0 {
 		t.Fatalf("slot %s holds no key", slot)
 	}
-	if got := redistest.Command(from.Addr, append([]string{"MIGRATE", host, port, "", "0", "5000", "KEYS"}, moving...)...); got != "OK" {
+	if got := storetest.Command(from.Addr, append([]string{"MIGRATE", host, port, "", "0", "5000", "KEYS"}, moving...)...); got != "OK" {
 		t.Fatalf("MIGRATE %q: %q", moving, got)
 	}
 	for _, m := range c.Masters {
-		if got := redistest.Command(m.Addr, "CLUSTER", "SETSLOT", slot, "NODE", toID); got != "OK" {
+		if got := storetest.Command(m.Addr, "CLUSTER", "SETSLOT", slot, "NODE", toID); got != "OK" {
 			t.Fatalf("SETSLOT NODE on %s: %q", m.Addr, got)
 		}
 	}

@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/signagent/signagent/errdefs"
-	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/store"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 // formatAgent is an agent on the bed's store that reads up to newest and
@@ -312,7 +313,7 @@ func TestListRateLimited(t *testing.T) {
 // does; and Withdraw, at the same time as Announce, stops it (run with
 // -race: the two share the announcing goroutine's channels).
 func TestAnnounceDoesNotWait(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	s, _ := store.NewSealer(key(1))
 	r := openStore(t, srv.URL(), store.Options{Sealer: s, Timeout: time.Minute})
 	srv.Pause()

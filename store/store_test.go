@@ -15,8 +15,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/store"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 func key(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
@@ -211,7 +211,7 @@ func openStore(t *testing.T, url string, o store.Options) *store.Shared {
 // over cannot write; values are sealed in Redis and named by HMAC.
 func TestLeaseAndFence(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer raw.Close()
 	testLeaseAndFence(t, srv.URL(), raw, func() []string { return raw.Keys(context.Background(), "*").Val() })
@@ -284,7 +284,7 @@ func testLeaseAndFence(t *testing.T, url string, raw redis.UniversalClient, keys
 
 // TestLeaseTakeOver: an agent that dies holding a lease (it stops renewing)
 // delays the next one by at most the lease's time to live.
-func TestLeaseTakeOver(t *testing.T) { testLeaseTakeOver(t, redistest.Start(t).URL()) }
+func TestLeaseTakeOver(t *testing.T) { testLeaseTakeOver(t, storetest.Start(t).URL()) }
 
 func testLeaseTakeOver(t *testing.T, url string) {
 	ctx := context.Background()
@@ -319,7 +319,7 @@ func testLeaseTakeOver(t *testing.T, url string) {
 func TestStoreFaults(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := redistest.Start(t, "requirepass right-password")
+	srv := storetest.Start(t, "requirepass right-password")
 	wrong := openStore(t, srv.URL(), store.Options{Password: "wrong-password", Timeout: 300 * time.Millisecond})
 	if err := wrong.Ping(ctx); !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "WRONGPASS") || strings.Contains(err.Error(), "password\"") {
 		t.Fatalf("wrong password: %v", err)
@@ -351,7 +351,7 @@ func TestStoreFaults(t *testing.T) {
 		t.Fatalf("stopped: %v", err)
 	}
 	// Any TCP port that is not Redis.
-	notRedis := redistest.NotRedis(t)
+	notRedis := storetest.NotRedis(t)
 	other := openStore(t, "redis://"+notRedis, store.Options{Timeout: 300 * time.Millisecond})
 	if err := other.Ping(ctx); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("not Redis: %v", err)
@@ -365,7 +365,7 @@ func TestStoreFaults(t *testing.T) {
 // sent to the demoted node) once the failover is done.
 func TestSentinelFailover(t *testing.T) {
 	t.Parallel()
-	set := redistest.StartSentinel(t)
+	set := storetest.StartSentinel(t)
 	ctx := context.Background()
 	r := openStore(t, set.URL(), store.Options{Timeout: time.Second, LeaseTTL: time.Second})
 	write := func(v string) error {
@@ -380,7 +380,7 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The replica has it as soon as the write returns (WAIT 1).
-	if n := redistest.Command(set.Replica.Addr, "DBSIZE"); n != "1" {
+	if n := storetest.Command(set.Replica.Addr, "DBSIZE"); n != "1" {
 		t.Fatalf("the replica holds %s keys right after the write, want 1", n)
 	}
 	// A replica that does not answer: the write waits for it (half the

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/store"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 // TestRedisTLS: rediss:// reaches a redis-server that speaks TLS alone,
@@ -17,8 +17,8 @@ import (
 // server's certificate is refused, and the store is unavailable.
 func TestRedisTLS(t *testing.T) {
 	t.Parallel()
-	x := redistest.NewTLS(t)
-	srv := redistest.StartTLS(t, x.Cert, x.Key)
+	x := storetest.NewTLS(t)
+	srv := storetest.StartTLS(t, x.Cert, x.Key)
 	url := "rediss://" + srv.Addr
 	r := openStore(t, url, store.Options{CAFile: x.CA, Timeout: time.Second})
 	if err := r.Ping(context.Background()); err != nil {
@@ -45,19 +45,19 @@ func TestRedisTLS(t *testing.T) {
 // plain schemes reach none of it; without the CA nothing is trusted.
 func TestRedisTLSSentinelAndCluster(t *testing.T) {
 	t.Parallel()
-	x := redistest.NewTLS(t)
+	x := storetest.NewTLS(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name   string
-		url    func(t *testing.T) (tlsURL, plainURL string, masters []*redistest.Server)
+		url    func(t *testing.T) (tlsURL, plainURL string, masters []*storetest.Server)
 		owners bool
 	}{
-		{"sentinel", func(t *testing.T) (string, string, []*redistest.Server) {
-			set := redistest.StartSentinelTLS(t, x)
-			return set.URL(), strings.Replace(set.URL(), "rediss+", "redis+", 1), []*redistest.Server{set.Master}
+		{"sentinel", func(t *testing.T) (string, string, []*storetest.Server) {
+			set := storetest.StartSentinelTLS(t, x)
+			return set.URL(), strings.Replace(set.URL(), "rediss+", "redis+", 1), []*storetest.Server{set.Master}
 		}, false},
-		{"cluster", func(t *testing.T) (string, string, []*redistest.Server) {
-			c := redistest.StartClusterTLS(t, 3, x)
+		{"cluster", func(t *testing.T) (string, string, []*storetest.Server) {
+			c := storetest.StartClusterTLS(t, 3, x)
 			return c.URL(), strings.Replace(c.URL(), "rediss+", "redis+", 1), c.Masters
 		}, true},
 	} {

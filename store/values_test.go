@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/store"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 // results counts a store's operations by "op result".
@@ -68,7 +68,7 @@ type bed struct {
 }
 
 func newBed(t *testing.T) *bed {
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	return bedOn(t, srv.URL(), redis.NewClient(&redis.Options{Addr: srv.Addr}))
 }
 
@@ -321,7 +321,7 @@ func testRollback(t *testing.T, b *bed) {
 // returns the older generation after it).
 func TestRollbackNotRaced(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	ctx := context.Background()
 	a := openStore(t, srv.URL(), store.Options{})
 	counted := observe(a)

@@ -11,9 +11,9 @@ import (
 	"testing"
 
 	"github.com/signagent/signagent/internal/gosttoken"
-	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer/signertest"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 // TestCertificateLoginDocumentCLI: a hostile business API sends windows
@@ -52,7 +52,7 @@ func TestCertificateLoginDocumentCLI(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	redis := redistest.Start(t)
+	redis := storetest.Start(t)
 	key := filepath.Join(t.TempDir(), "store.key")
 	makeStoreKey(t, key)
 	env := []string{"SIGNAGENT_PKCS11_MODULE=" + g.Module(), "SIGNAGENT_PIN_FILE=" + g.PINFile(), "SIGNAGENT_TOKEN_LABEL=" + g.Label,

@@ -14,11 +14,11 @@ import (
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/internal/cmdutil"
-	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer/signertest"
 	"github.com/signagent/signagent/store"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 const (
@@ -264,7 +264,7 @@ func writeSecret(t *testing.T, dir, name, v string) string {
 // fails its check. Nothing is written to the store.
 func TestDoctorStore(t *testing.T) {
 	r := newDoctorRig(t)
-	rs := redistest.Start(t)
+	rs := storetest.Start(t)
 	keyA, keyB := filepath.Join(r.dir, "store-a.key"), filepath.Join(r.dir, "store-b.key")
 	for _, k := range []string{keyA, keyB} {
 		if err := store.NewKeyFile(k); err != nil {
@@ -285,7 +285,7 @@ func TestDoctorStore(t *testing.T) {
 	if err := (&oidc.Shared{S: st, Name: rs.URL()}).Save(rec); err != nil {
 		t.Fatal(err)
 	}
-	before := redistest.Dump(t, rs.Addr)
+	before := storetest.Dump(t, rs.Addr)
 
 	code, checks, stderr := r.doctor(t, "--store", rs.URL(), "--store-key-file", keyA)
 	want(t, checks, "store-key-file", "ok", `store-a\.key holds a store key`)
@@ -301,7 +301,7 @@ func TestDoctorStore(t *testing.T) {
 	if code != cmdutil.ExitFailure {
 		t.Fatalf("exit %d", code)
 	}
-	if after := redistest.Dump(t, rs.Addr); after != before {
+	if after := storetest.Dump(t, rs.Addr); after != before {
 		t.Fatalf("doctor wrote to the store:\nbefore %s\nafter  %s", before, after)
 	}
 

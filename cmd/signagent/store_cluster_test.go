@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/signagent/signagent/emulator"
-	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer/signertest"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 // TestServeSharedStoreCluster: two `signagent serve` processes on a
@@ -25,7 +25,7 @@ func TestServeSharedStoreCluster(t *testing.T) {
 	t.Parallel()
 	const identities = 6
 	tk, emu := trustedUsers(t, identities)
-	cluster := redistest.StartCluster(t, 3)
+	cluster := storetest.StartCluster(t, 3)
 	dir := t.TempDir()
 	key := filepath.Join(dir, "store.key")
 	makeStoreKey(t, key)
@@ -91,7 +91,7 @@ func TestServeSharedStoreCluster(t *testing.T) {
 	}
 	var dump strings.Builder
 	for _, m := range cluster.Masters {
-		dump.WriteString(redistest.Dump(t, m.Addr))
+		dump.WriteString(storetest.Dump(t, m.Addr))
 	}
 	if !strings.Contains(dump.String(), "signagent:{") {
 		t.Fatalf("no record in the cluster:\n%s", dump.String())

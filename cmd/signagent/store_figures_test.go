@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/internal/redistest"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 // TestFiguresSharedStoreSessions: three `signagent serve` processes on one
@@ -25,7 +25,7 @@ func TestFiguresSharedStoreSessions(t *testing.T) {
 	t.Parallel()
 	const identities, agents = 1000, 3
 	tk, emu := trustedUsers(t, identities)
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	dir := t.TempDir()
 	key := filepath.Join(dir, "store.key")
 	makeStoreKey(t, key)

@@ -15,8 +15,8 @@ import (
 
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/internal/cmdutil"
-	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/oidc"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 // TestSharedStoreAcrossProcesses: an operator signs a profile in once
@@ -33,7 +33,7 @@ func TestSharedStoreAcrossProcesses(t *testing.T) {
 			DeviceInterval: emulator.Duration(time.Second), AccessTokenTTL: emulator.Duration(4 * time.Second), RefreshRotation: "one-time"},
 		Users: []emulator.User{{ID: "alice", Login: "alice@example.com", PasswordHash: hash}},
 	})
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	key := filepath.Join(t.TempDir(), "store.key")
 	makeStoreKey(t, key)
 	env := func() []string {
@@ -172,7 +172,7 @@ func TestSharedStoreBadInput(t *testing.T) {
 		t.Errorf("--store-insecure: exit %d, %q", code, stderr)
 	}
 	// A store that does not answer: exit 4 (unreachable), in time.
-	code, stderr, _ = runBinary(t, signagent(t, append(base, "SIGNAGENT_STORE=redis://"+redistest.NotRedis(t), "SIGNAGENT_STORE_KEY_FILE="+good), "token"))
+	code, stderr, _ = runBinary(t, signagent(t, append(base, "SIGNAGENT_STORE=redis://"+storetest.NotRedis(t), "SIGNAGENT_STORE_KEY_FILE="+good), "token"))
 	if code != cmdutil.ExitTransport || !strings.Contains(stderr, "shared token store is unavailable") {
 		t.Errorf("not Redis: exit %d, %q", code, stderr)
 	}
@@ -181,7 +181,7 @@ func TestSharedStoreBadInput(t *testing.T) {
 // redisDump is every key and hash field of a Redis, as text.
 func redisDump(t *testing.T, addr string) string {
 	t.Helper()
-	return redistest.Dump(t, addr)
+	return storetest.Dump(t, addr)
 }
 
 // TestSessionThroughSharedStore: `signagent session --store` and an agent
@@ -190,7 +190,7 @@ func redisDump(t *testing.T, addr string) string {
 // opening the token), and the emulator issues one auth.sid.
 func TestSessionThroughSharedStore(t *testing.T) {
 	tk, emu := linkedEmulator(t)
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	key := filepath.Join(t.TempDir(), "store.key")
 	makeStoreKey(t, key)
 	t.Setenv("SIGNAGENT_STORE", srv.URL())
@@ -228,7 +228,7 @@ func TestLegacyTokenThroughSharedStore(t *testing.T) {
 	hash, _ := emulator.HashPassword([]byte(browserPassword))
 	emu := startEmulator(t, &emulator.Config{Developers: []emulator.Developer{{Key: devKey}},
 		Users: []emulator.User{{ID: "alice", Login: "alice@example.com", PasswordHash: hash}}})
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	key := filepath.Join(t.TempDir(), "store.key")
 	makeStoreKey(t, key)
 	t.Setenv("SIGNAGENT_DEVELOPER_KEY", devKey)

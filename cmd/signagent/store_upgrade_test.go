@@ -22,10 +22,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/signagent/signagent/emulator"
-	"github.com/signagent/signagent/internal/redistest"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer/signertest"
 	"github.com/signagent/signagent/store"
+	"github.com/signagent/signagent/store/storetest"
 )
 
 // builds are this test's binary and the same code built the other way:
@@ -118,7 +118,7 @@ func newRollingBed(t *testing.T, signInWith, first string) *rollingBed {
 			DeviceInterval: emulator.Duration(time.Second), AccessTokenTTL: emulator.Duration(4 * time.Second), RefreshRotation: "one-time"},
 		Users: users,
 	})
-	srv := redistest.Start(t)
+	srv := storetest.Start(t)
 	b.raw = redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { b.raw.Close() })
 	dir := t.TempDir()

@@ -1,6 +1,6 @@
-// Package redistest starts real redis-server processes for tests: on a
+// Package storetest starts real redis-server processes for tests: on a
 // free loopback port, in a temporary directory, without persistence.
-package redistest
+package storetest
 
 import (
 	"bufio"
@@ -146,7 +146,7 @@ func (s *Server) Restart(t testing.TB) {
 	select {
 	case <-s.exited:
 	default:
-		t.Fatal("redistest: Restart of a server that is running; Stop it first")
+		t.Fatal("storetest: Restart of a server that is running; Stop it first")
 	}
 	var err error
 	for range 50 { // the old socket may linger a moment
