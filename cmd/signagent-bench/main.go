@@ -6,8 +6,8 @@
 package main
 
 import (
-	"github.com/signagent/signagent/internal/benchcmd"
-	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/benchcmd"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".

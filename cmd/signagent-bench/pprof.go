@@ -7,6 +7,6 @@ package main
 // the agent (signagent built with -tags pprof, $PPROF_ADDR) can be
 // profiled under the same load.
 
-import "github.com/signagent/signagent/internal/pprofserve"
+import "github.com/signagent/signagent/cmd/internal/pprofserve"
 
 func init() { pprofserve.When("floor", "PPROF_FLOOR_ADDR") }

@@ -4,6 +4,6 @@
 // partners install signagent alone.
 package main
 
-import "github.com/signagent/signagent/internal/emulatorcmd"
+import "github.com/signagent/signagent/cmd/internal/emulatorcmd"
 
 func main() { emulatorcmd.Main() }

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
 )
 
 // tcpAgent starts serve on a Unix socket and a loopback port with a bearer

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
 )
 
 // TestAgentOfAnotherUserRefused: an agent socket served by another user's

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/emulator"
-	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer/signertest"

@@ -8,9 +8,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
-	"github.com/signagent/signagent/internal/cmdutil"
-	"github.com/signagent/signagent/internal/settings"
 )
 
 // TestSettingsPrecedence pins flag > environment > file > default.

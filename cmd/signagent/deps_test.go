@@ -5,13 +5,15 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
 )
 
 // TestShippedBinaryHoldsNoEmulator: the signagent that is shipped holds no
-// package of the emulator, nor the benchmark that starts one in its
+// test rig (no package named *test),
+// no package of the emulator, nor the benchmark that starts one in its
 // process: they are signagent-emulator's and signagent-bench's. (`go
 // version -m bin/signagent` lists modules, and the emulator is in this
 // module: the packages are what the go command builds the binary from.)
@@ -34,7 +36,10 @@ func TestShippedBinaryHoldsNoEmulator(t *testing.T) {
 		if !ours {
 			continue
 		}
-		for _, not := range []string{"emulator", "bench", "internal/emulatorcmd", "internal/benchcmd"} {
+		if strings.HasSuffix(path.Base(rel), "test") {
+			t.Errorf("signagent holds the test rig %s", p)
+		}
+		for _, not := range []string{"emulator", "bench", "cmd/internal/emulatorcmd", "cmd/internal/benchcmd"} {
 			if rel == not || strings.HasPrefix(rel, not+"/") {
 				t.Errorf("signagent holds %s", p)
 			}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/cmd/internal/benchcmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/app"
-	"github.com/signagent/signagent/internal/benchcmd"
 )
 
 // TestDocCommands: every signagent command line shown in the README and

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
 )
 
 // TestDoctorAgentFilesAsServe: doctor --agent-config judges the agent's

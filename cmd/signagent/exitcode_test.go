@@ -7,8 +7,8 @@ import (
 
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/errdefs"
-	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/service"

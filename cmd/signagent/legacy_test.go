@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/envelope"
-	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer/signertest"
 	"github.com/signagent/signagent/softhsm"

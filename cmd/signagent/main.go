@@ -4,8 +4,8 @@
 package main
 
 import (
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/signagent/internal/app"
-	"github.com/signagent/signagent/internal/cmdutil"
 )
 
 // version and commit are set at build time with -ldflags "-X

@@ -10,9 +10,9 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/signagent/internal/app"
 	"github.com/signagent/signagent/cmd/signagent/internal/clitest"
-	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer/signertest"
 )

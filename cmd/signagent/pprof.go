@@ -11,7 +11,7 @@ package main
 // with -tags pprof too), so that the two can be profiled under the same
 // load.
 
-import "github.com/signagent/signagent/internal/pprofserve"
+import "github.com/signagent/signagent/cmd/internal/pprofserve"
 
 // The agent only: signagent-bench starts it with serve.
 func init() { pprofserve.When("serve", "PPROF_ADDR") }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/go-jose/go-jose/v4"
 
-	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/oidc"
 )
 

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/emulator"
-	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/store/storetest"
 )

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 )
 

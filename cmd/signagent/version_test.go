@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
 )
 
 func TestReadBuildInfo(t *testing.T) {

@@ -15,8 +15,8 @@ import (
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
-	"github.com/signagent/signagent/internal/cmdutil"
 )
 
 // agentCommand asks a running agent how it is and what it holds, as

@@ -1,6 +1,6 @@
 package agentcmd
 
-import "github.com/signagent/signagent/internal/cmdutil"
+import "github.com/signagent/signagent/cmd/internal/cmdutil"
 
 // Family is the agent's commands: serve, asking a running agent, and the
 // shared store's key.

@@ -21,9 +21,9 @@ import (
 
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agentclient"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
-	"github.com/signagent/signagent/internal/cmdutil"
-	"github.com/signagent/signagent/internal/settings"
 )
 
 func serveCommand(e *cmdutil.Env) *cli.Command {

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/signagent/internal/agentcmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/configcmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/doctorcmd"
@@ -21,7 +22,6 @@ import (
 	"github.com/signagent/signagent/cmd/signagent/internal/setupcmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/tokencmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/trustedcmd"
-	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/pkcs11"
 )

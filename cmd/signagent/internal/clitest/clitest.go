@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/signagent/signagent/cmd/internal/benchcmd"
+	"github.com/signagent/signagent/cmd/internal/emulatorcmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/app"
-	"github.com/signagent/signagent/internal/benchcmd"
-	"github.com/signagent/signagent/internal/emulatorcmd"
 )
 
 // Commands are the programs a test binary runs as when testscript.Main

@@ -1,6 +1,6 @@
 package configcmd
 
-import "github.com/signagent/signagent/internal/cmdutil"
+import "github.com/signagent/signagent/cmd/internal/cmdutil"
 
 // Family is the commands about signagent itself: its settings file,
 // version, completion and manual page.

@@ -11,9 +11,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
-	"github.com/signagent/signagent/internal/cmdutil"
-	"github.com/signagent/signagent/internal/settings"
 )
 
 // Family is doctor, beside setup: the command that says whether what setup

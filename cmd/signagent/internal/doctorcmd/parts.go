@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
-	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/store"

@@ -12,8 +12,8 @@ import (
 
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agent/auditlog"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
-	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/legacy"

@@ -12,9 +12,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/agent"
-	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/internal/httpx"
-	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/signer"

@@ -15,9 +15,9 @@ import (
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/errdefs"
-	"github.com/signagent/signagent/internal/cmdutil"
-	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/legacy"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/signagent/signagent/internal/cmdutil"
-	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/trusted"

@@ -7,12 +7,12 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/errdefs"
-	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/internal/secret"
-	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/schemes"
 )

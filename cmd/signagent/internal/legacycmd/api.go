@@ -14,11 +14,11 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/errdefs"
-	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/internal/secret"
-	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/schemes"
 	"github.com/signagent/signagent/service"

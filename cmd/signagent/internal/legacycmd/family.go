@@ -1,6 +1,6 @@
 package legacycmd
 
-import "github.com/signagent/signagent/internal/cmdutil"
+import "github.com/signagent/signagent/cmd/internal/cmdutil"
 
 // Family is the legacy scheme's commands and signagent api, the business
 // call with any scheme's header.

@@ -1,6 +1,6 @@
 package oidccmd
 
-import "github.com/signagent/signagent/internal/cmdutil"
+import "github.com/signagent/signagent/cmd/internal/cmdutil"
 
 // Family is the OpenID Connect commands: signing in and out, the access
 // token and the profile's status.

@@ -1,6 +1,6 @@
 package setupcmd
 
-import "github.com/signagent/signagent/internal/cmdutil"
+import "github.com/signagent/signagent/cmd/internal/cmdutil"
 
 // Family is setup, which writes a settings context that works.
 func Family(e *cmdutil.Env) cmdutil.Family {

@@ -16,11 +16,11 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/cmd/signagent/internal/configcmd"
-	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/internal/secret"
-	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
-	"github.com/signagent/signagent/internal/cmdutil"
-	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/signer"
 )

@@ -11,7 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/signagent/signagent/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/softhsm"
 )

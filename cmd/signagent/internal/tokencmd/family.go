@@ -1,6 +1,6 @@
 package tokencmd
 
-import "github.com/signagent/signagent/internal/cmdutil"
+import "github.com/signagent/signagent/cmd/internal/cmdutil"
 
 // Family is the token commands: the tokens and keys there are, and a
 // development token.

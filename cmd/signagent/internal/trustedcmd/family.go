@@ -1,6 +1,6 @@
 package trustedcmd
 
-import "github.com/signagent/signagent/internal/cmdutil"
+import "github.com/signagent/signagent/cmd/internal/cmdutil"
 
 // Family is the trusted-authentication commands: the signed text, its
 // signature, linking a user and the auth.sid.

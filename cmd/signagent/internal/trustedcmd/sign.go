@@ -12,10 +12,10 @@ import (
 	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/errdefs"
-	"github.com/signagent/signagent/internal/cmdutil"
-	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/signer"
 )

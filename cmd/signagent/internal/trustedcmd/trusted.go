@@ -10,10 +10,10 @@ import (
 
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
-	"github.com/signagent/signagent/internal/cmdutil"
 	"github.com/signagent/signagent/internal/secret"
-	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/store"
 	"github.com/signagent/signagent/trusted"

@@ -5,9 +5,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/secret"
-	"github.com/signagent/signagent/internal/settings"
 	"github.com/signagent/signagent/pkcs11"
 )
 

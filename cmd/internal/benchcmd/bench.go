@@ -18,8 +18,8 @@ import (
 
 	"github.com/signagent/signagent/bench"
 	"github.com/signagent/signagent/canonical"
-	"github.com/signagent/signagent/internal/cmdutil"
-	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/safefile"
 )

@@ -7,7 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/cmd/internal/settings"
 )
 
 // Every command's settings file: the flags that choose it and its context,

@@ -7,7 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/signagent/signagent/internal/settings"
+	"github.com/signagent/signagent/cmd/internal/settings"
 )
 
 // Need is a setting a command cannot do without, and where it may come
