@@ -20,8 +20,8 @@ import (
 	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/devtoken/gosttoken"
 	"github.com/signagent/signagent/errdefs"
-	"github.com/signagent/signagent/internal/gosttoken"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/signer"
 )

@@ -19,8 +19,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/signer"
-	"github.com/signagent/signagent/softhsm"
 )
 
 // stepOne is an emulator with one partner whose key is in memory (the

@@ -20,10 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer/signertest"
-	"github.com/signagent/signagent/softhsm"
 )
 
 // document is what a hostile service would have the token decrypt: 87

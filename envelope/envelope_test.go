@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer/signertest"
-	"github.com/signagent/signagent/softhsm"
 )
 
 // TestOpenOnSoftHSM opens challenges addressed to the token's certificate

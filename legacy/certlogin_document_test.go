@@ -20,9 +20,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/devtoken/gosttoken"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/internal/gost"
-	"github.com/signagent/signagent/internal/gosttoken"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"

@@ -20,6 +20,7 @@ import (
 
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/envelope"
@@ -29,7 +30,6 @@ import (
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/signer/signertest"
-	"github.com/signagent/signagent/softhsm"
 	"github.com/signagent/signagent/trusted"
 )
 

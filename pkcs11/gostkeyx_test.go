@@ -14,8 +14,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/devtoken/gosttoken"
 	"github.com/signagent/signagent/envelope"
-	"github.com/signagent/signagent/internal/gosttoken"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer/signertest"

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
-	"github.com/signagent/signagent/softhsm"
 )
 
 // TestPeekSelection: on a real SoftHSM token, without a login, the token

@@ -23,11 +23,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/signer/signertest"
-	"github.com/signagent/signagent/softhsm"
 )
 
 func TestSignOnToken(t *testing.T) { pkcs11test.Each(t, testSignOnToken) }

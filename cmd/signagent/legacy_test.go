@@ -10,11 +10,11 @@ import (
 	"testing"
 
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
+	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer/signertest"
-	"github.com/signagent/signagent/softhsm"
 )
 
 // TestLegacyTokenKeyInputs drives certificate login through run() against

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/signagent/signagent/internal/gosttoken"
+	"github.com/signagent/signagent/devtoken/gosttoken"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/signer/signertest"
 )

@@ -22,8 +22,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/pkcs11"
-	"github.com/signagent/signagent/softhsm"
 )
 
 // KeyRef names a key on the test token.

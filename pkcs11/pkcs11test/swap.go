@@ -10,8 +10,8 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 
+	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/pkcs11"
-	"github.com/signagent/signagent/softhsm"
 )
 
 // A card swapped under a running agent, as SoftHSM can be made to show

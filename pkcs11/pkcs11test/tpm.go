@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/signer/signertest"
-	"github.com/signagent/signagent/softhsm"
 )
 
 // TPMModules are where Debian's libtpm2-pkcs11-1 puts the module.

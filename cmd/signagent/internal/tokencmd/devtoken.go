@@ -12,8 +12,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
+	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/pkcs11"
-	"github.com/signagent/signagent/softhsm"
 )
 
 // defaultDevDir is where dev-token keeps a token of kind: today's place for

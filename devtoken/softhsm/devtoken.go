@@ -11,7 +11,8 @@ import (
 	"strings"
 
 	"github.com/rs/zerolog"
-	"github.com/signagent/signagent/internal/gosttoken"
+
+	"github.com/signagent/signagent/devtoken/gosttoken"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/safefile"
 )
@@ -54,7 +55,7 @@ var ErrOtherKind = errors.New("holds a development token of another kind")
 // DevToken is a development token: a SoftHSM configuration, a token with an
 // RSA-2048 key (and a P-256 one with EC) or a P-256 key (Kind ec-p256) and
 // a self-signed certificate, and its random PIN in Dir/pin (0600). For the
-// GOST kinds it is the GOST test module (internal/gosttoken) built for Dir:
+// GOST kinds it is the GOST test module (devtoken/gosttoken) built for Dir:
 // no software token implements GOST.
 type DevToken struct {
 	Dir, Label, Module string
