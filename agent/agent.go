@@ -31,7 +31,7 @@ import (
 	"github.com/signagent/signagent/agent/metrics"
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agent/tokenq"
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/store"
 	"github.com/signagent/signagent/trusted"
@@ -145,11 +145,11 @@ func (a *Agent) handler(auth Authenticator) http.Handler {
 			}
 			slices.Sort(allow)
 			w.Header().Set("Allow", strings.Join(allow, ", "))
-			writeError(w, http.StatusMethodNotAllowed, APIError{Code: api.CodeMethodNotAllowed, Message: r.Method + " is not allowed on " + path + "; use " + strings.Join(allow, " or ")})
+			writeError(w, http.StatusMethodNotAllowed, APIError{Code: agentapi.CodeMethodNotAllowed, Message: r.Method + " is not allowed on " + path + "; use " + strings.Join(allow, " or ")})
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, APIError{Code: api.CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
+		writeError(w, http.StatusNotFound, APIError{Code: agentapi.CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})
 	return a.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if proxy.Is(r) {
@@ -283,7 +283,7 @@ func (a *Agent) wrap(mux http.Handler, auth Authenticator) http.Handler {
 		}()
 		if !a.routeAllowed(r, route) {
 			sw.Header().Set("Connection", "close")
-			writeError(sw, http.StatusForbidden, APIError{Code: api.CodeForbidden, Message: fmt.Sprintf("%s is not open to %s (route rules)", route, caller)})
+			writeError(sw, http.StatusForbidden, APIError{Code: agentapi.CodeForbidden, Message: fmt.Sprintf("%s is not open to %s (route rules)", route, caller)})
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), a.cfg.RequestDeadline)

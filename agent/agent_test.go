@@ -16,14 +16,14 @@ import (
 
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agent/listen"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/agentclient"
-	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer"
 )
 
-var phone = api.Credential{Phone: "+7 916 123-45-67"}
+var phone = agentapi.Credential{Phone: "+7 916 123-45-67"}
 
 // raw sends a request over the socket and returns status, headers and body.
 // raw sends a request to the agent on sock, a Unix socket's path or
@@ -55,7 +55,7 @@ func TestEndpoints(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("signatures", func(t *testing.T) {
-		s, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone})
+		s, err := h.client.Sign(ctx, agentapi.SignatureRequest{Credential: phone})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,14 +76,14 @@ func TestEndpoints(t *testing.T) {
 			t.Fatal("signed by the wrong certificate")
 		}
 		// With a given timestamp.
-		s, err = h.client.Sign(ctx, api.SignatureRequest{Credential: api.Credential{SNILS: "112-233-445 95"}, Timestamp: "16.08.2026 14:03:10"})
+		s, err = h.client.Sign(ctx, agentapi.SignatureRequest{Credential: agentapi.Credential{SNILS: "112-233-445 95"}, Timestamp: "16.08.2026 14:03:10"})
 		if err != nil || s.Timestamp != "16.08.2026 14:03:10" || !strings.Contains(s.Canonical, "id=11223344595\r\n") {
 			t.Fatalf("%+v %v", s, err)
 		}
 	})
 
 	t.Run("sessions", func(t *testing.T) {
-		req := api.SessionRequest{Credential: phone, ServiceUserID: "crm-42"}
+		req := agentapi.SessionRequest{Credential: phone, ServiceUserID: "crm-42"}
 		first, err := h.client.Session(ctx, req)
 		if err != nil {
 			t.Fatal(err)
@@ -111,7 +111,7 @@ func TestEndpoints(t *testing.T) {
 		if err != nil || dropped {
 			t.Fatalf("drop again: %v %v", dropped, err)
 		}
-		after, err := h.client.Session(ctx, api.SessionRequest{Credential: phone, ServiceUserID: "crm-42"})
+		after, err := h.client.Session(ctx, agentapi.SessionRequest{Credential: phone, ServiceUserID: "crm-42"})
 		if err != nil || after.Cached {
 			t.Fatalf("after drop: %+v %v", after, err)
 		}
@@ -121,7 +121,7 @@ func TestEndpoints(t *testing.T) {
 		if err := h.client.Link(ctx, "crm-7", "8 916 123 45 67"); err != nil {
 			t.Fatal(err)
 		}
-		if s, err := h.client.Session(ctx, api.SessionRequest{Credential: api.Credential{SNILS: "11223344595"}, ServiceUserID: "crm-7"}); err != nil || s.Sid == "" {
+		if s, err := h.client.Session(ctx, agentapi.SessionRequest{Credential: agentapi.Credential{SNILS: "11223344595"}, ServiceUserID: "crm-7"}); err != nil || s.Sid == "" {
 			t.Fatalf("session after link: %v", err)
 		}
 	})
@@ -163,23 +163,23 @@ func TestErrorStatuses(t *testing.T) {
 		status                   int
 		code                     string
 	}{
-		{"bad JSON", "POST", "/v1/signatures", `{"phone":`, 400, api.CodeBadInput},
-		{"unknown field", "POST", "/v1/signatures", `{"phone":"9161234567","pin":"1234"}`, 400, api.CodeBadInput},
-		{"two credentials", "POST", "/v1/signatures", `{"phone":"9161234567","snils":"11223344595"}`, 400, api.CodeBadInput},
-		{"no credential", "POST", "/v1/signatures", `{}`, 400, api.CodeBadInput},
-		{"bad timestamp", "POST", "/v1/signatures", `{"phone":"9161234567","timestamp":"1.2.2024 3:04:05"}`, 400, api.CodeBadInput},
-		{"bad SNILS", "POST", "/v1/sessions", `{"snils":"11223344594","serviceUserId":"x"}`, 400, api.CodeBadInput},
-		{"no serviceUserId", "POST", "/v1/sessions", `{"phone":"9161234567"}`, 400, api.CodeBadInput},
-		{"drop without credential", "DELETE", "/v1/sessions?serviceUserId=x", ``, 400, api.CodeBadInput},
-		{"serviceUserId with a newline", "POST", "/v1/sessions", `{"phone":"9161234567","serviceUserId":"crm-42\n{\"outcome\":\"ok\"}"}`, 400, api.CodeBadInput},
-		{"serviceUserId with an escape", "POST", "/v1/links", `{"phone":"9161234567","serviceUserId":"crm\u001b[2J"}`, 400, api.CodeBadInput},
-		{"serviceUserId too long", "POST", "/v1/sessions", `{"phone":"9161234567","serviceUserId":"` + strings.Repeat("x", 257) + `"}`, 400, api.CodeBadInput},
-		{"drop with a control character", "DELETE", "/v1/sessions?phone=9161234567&serviceUserId=crm%0D%0A42", ``, 400, api.CodeBadInput},
-		{"too large", "POST", "/v1/signatures", `{"phone":"` + strings.Repeat("9", 70<<10) + `"}`, 413, api.CodeTooLarge},
-		{"unknown path", "GET", "/v2/nothing", ``, 404, api.CodeNotFound},
-		{"wrong method", "GET", "/v1/signatures", ``, 405, api.CodeMethodNotAllowed},
-		{"service refused", "POST", "/v1/sessions", `{"phone":"9160000000","serviceUserId":"crm-42"}`, 422, api.CodeServiceRefused},
-		{"link refused", "POST", "/v1/links", `{"phone":"9160000000","serviceUserId":"x"}`, 422, api.CodeServiceRefused},
+		{"bad JSON", "POST", "/v1/signatures", `{"phone":`, 400, agentapi.CodeBadInput},
+		{"unknown field", "POST", "/v1/signatures", `{"phone":"9161234567","pin":"1234"}`, 400, agentapi.CodeBadInput},
+		{"two credentials", "POST", "/v1/signatures", `{"phone":"9161234567","snils":"11223344595"}`, 400, agentapi.CodeBadInput},
+		{"no credential", "POST", "/v1/signatures", `{}`, 400, agentapi.CodeBadInput},
+		{"bad timestamp", "POST", "/v1/signatures", `{"phone":"9161234567","timestamp":"1.2.2024 3:04:05"}`, 400, agentapi.CodeBadInput},
+		{"bad SNILS", "POST", "/v1/sessions", `{"snils":"11223344594","serviceUserId":"x"}`, 400, agentapi.CodeBadInput},
+		{"no serviceUserId", "POST", "/v1/sessions", `{"phone":"9161234567"}`, 400, agentapi.CodeBadInput},
+		{"drop without credential", "DELETE", "/v1/sessions?serviceUserId=x", ``, 400, agentapi.CodeBadInput},
+		{"serviceUserId with a newline", "POST", "/v1/sessions", `{"phone":"9161234567","serviceUserId":"crm-42\n{\"outcome\":\"ok\"}"}`, 400, agentapi.CodeBadInput},
+		{"serviceUserId with an escape", "POST", "/v1/links", `{"phone":"9161234567","serviceUserId":"crm\u001b[2J"}`, 400, agentapi.CodeBadInput},
+		{"serviceUserId too long", "POST", "/v1/sessions", `{"phone":"9161234567","serviceUserId":"` + strings.Repeat("x", 257) + `"}`, 400, agentapi.CodeBadInput},
+		{"drop with a control character", "DELETE", "/v1/sessions?phone=9161234567&serviceUserId=crm%0D%0A42", ``, 400, agentapi.CodeBadInput},
+		{"too large", "POST", "/v1/signatures", `{"phone":"` + strings.Repeat("9", 70<<10) + `"}`, 413, agentapi.CodeTooLarge},
+		{"unknown path", "GET", "/v2/nothing", ``, 404, agentapi.CodeNotFound},
+		{"wrong method", "GET", "/v1/signatures", ``, 405, agentapi.CodeMethodNotAllowed},
+		{"service refused", "POST", "/v1/sessions", `{"phone":"9160000000","serviceUserId":"crm-42"}`, 422, agentapi.CodeServiceRefused},
+		{"link refused", "POST", "/v1/links", `{"phone":"9160000000","serviceUserId":"x"}`, 422, agentapi.CodeServiceRefused},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, hdr, body := raw(t, h.sock, tc.method, tc.path, tc.body)
@@ -197,7 +197,7 @@ func TestErrorStatuses(t *testing.T) {
 		}
 	})
 	t.Run("service code carried", func(t *testing.T) {
-		_, err := h.client.Session(context.Background(), api.SessionRequest{Credential: api.Credential{Phone: "9160000000"}, ServiceUserID: "crm-42"})
+		_, err := h.client.Session(context.Background(), agentapi.SessionRequest{Credential: agentapi.Credential{Phone: "9160000000"}, ServiceUserID: "crm-42"})
 		e := apiErr(t, err)
 		if e.Body.ServiceCode != "UserNotFound" || e.Body.Step != "authenticate-by-truster" {
 			t.Fatalf("%+v", e.Body)
@@ -213,33 +213,33 @@ func TestErrorStatuses(t *testing.T) {
 func TestServiceFailures(t *testing.T) {
 	h := start(t, options{timeout: 300 * time.Millisecond})
 	ctx := context.Background()
-	req := api.SessionRequest{Credential: phone, ServiceUserID: "crm-42"}
+	req := agentapi.SessionRequest{Credential: phone, ServiceUserID: "crm-42"}
 
 	// Slow: the service takes longer than the client's time limit, twice.
 	h.emu.InjectFaults("authenticate-by-truster", emuDelay(2*time.Second), emuDelay(2*time.Second), emuDelay(2*time.Second))
-	if e := apiErr(t, err2(h.client.Session(ctx, req))); e.Status != 504 || e.Body.Code != api.CodeServiceTimeout {
+	if e := apiErr(t, err2(h.client.Session(ctx, req))); e.Status != 504 || e.Body.Code != agentapi.CodeServiceTimeout {
 		t.Fatalf("slow service: %+v", e)
 	}
 	// Failing: 500 on every try.
 	h.emu.InjectFaults("authenticate-by-truster", emuStatus(500), emuStatus(500), emuStatus(500))
-	if e := apiErr(t, err2(h.client.Session(ctx, req))); e.Status != 502 || e.Body.Code != api.CodeServiceError {
+	if e := apiErr(t, err2(h.client.Session(ctx, req))); e.Status != 502 || e.Body.Code != agentapi.CodeServiceError {
 		t.Fatalf("failing service: %+v", e)
 	}
 	// Gone.
 	h.emu.Close(ctx)
-	if e := apiErr(t, err2(h.client.Session(ctx, req))); e.Status != 502 || e.Body.Code != api.CodeServiceUnreachable {
+	if e := apiErr(t, err2(h.client.Session(ctx, req))); e.Status != 502 || e.Body.Code != agentapi.CodeServiceUnreachable {
 		t.Fatalf("unreachable service: %+v", e)
 	}
 }
 
 func TestNoServiceConfigured(t *testing.T) {
 	h := start(t, options{noService: true})
-	_, err := h.client.Session(context.Background(), api.SessionRequest{Credential: phone, ServiceUserID: "x"})
-	if e := apiErr(t, err); e.Status != 503 || e.Body.Code != api.CodeNotConfigured {
+	_, err := h.client.Session(context.Background(), agentapi.SessionRequest{Credential: phone, ServiceUserID: "x"})
+	if e := apiErr(t, err); e.Status != 503 || e.Body.Code != agentapi.CodeNotConfigured {
 		t.Fatalf("%+v", e)
 	}
 	// Signatures need only the token and the API key.
-	if _, err := h.client.Sign(context.Background(), api.SignatureRequest{Credential: phone}); err != nil {
+	if _, err := h.client.Sign(context.Background(), agentapi.SignatureRequest{Credential: phone}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -327,8 +327,8 @@ func TestConcurrentSessions(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			u := i % 20
-			s, err := h.client.Session(context.Background(), api.SessionRequest{
-				Credential: api.Credential{Phone: fmt.Sprintf("92000000%02d", u)}, ServiceUserID: fmt.Sprintf("suid%d", u)})
+			s, err := h.client.Session(context.Background(), agentapi.SessionRequest{
+				Credential: agentapi.Credential{Phone: fmt.Sprintf("92000000%02d", u)}, ServiceUserID: fmt.Sprintf("suid%d", u)})
 			if err == nil {
 				sids[i] = s.Sid
 			}
@@ -376,7 +376,7 @@ func TestQueueFull(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			start := time.Now()
-			_, err := h.client.Sign(context.Background(), api.SignatureRequest{Credential: phone})
+			_, err := h.client.Sign(context.Background(), agentapi.SignatureRequest{Credential: phone})
 			a := answer{status: 200, elapsed: time.Since(start)}
 			if err != nil {
 				e := apiErr(t, err)
@@ -414,11 +414,11 @@ func TestQueueFull(t *testing.T) {
 // is dropped before it reaches the token.
 func TestDeadlinePassedInQueue(t *testing.T) {
 	h := start(t, options{workers: 1, delay: 300 * time.Millisecond})
-	go h.client.Sign(context.Background(), api.SignatureRequest{Credential: phone}) // holds the token
+	go h.client.Sign(context.Background(), agentapi.SignatureRequest{Credential: phone}) // holds the token
 	eventually(t, 5*time.Second, "the first request to hold the token", func() bool { return h.queue(t).Depth == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if _, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone}); err == nil {
+	if _, err := h.client.Sign(ctx, agentapi.SignatureRequest{Credential: phone}); err == nil {
 		t.Fatal("signed after its deadline")
 	}
 	eventually(t, 2*time.Second, "the expired request to be dropped", func() bool { return h.queue(t).Dropped == 1 })
@@ -430,17 +430,17 @@ func TestDeadlinePassedInQueue(t *testing.T) {
 func TestTokenRemoval(t *testing.T) {
 	h := start(t, options{})
 	ctx := context.Background()
-	if _, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone}); err != nil {
+	if _, err := h.client.Sign(ctx, agentapi.SignatureRequest{Credential: phone}); err != nil {
 		t.Fatal(err)
 	}
 	h.tk.Remove(t)
-	_, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone})
-	if e := apiErr(t, err); e.Status != 503 || e.Body.Code != api.CodeTokenNotReady || e.RetryAfter != time.Second {
+	_, err := h.client.Sign(ctx, agentapi.SignatureRequest{Credential: phone})
+	if e := apiErr(t, err); e.Status != 503 || e.Body.Code != agentapi.CodeTokenNotReady || e.RetryAfter != time.Second {
 		t.Fatalf("first failure: %+v", e)
 	}
 	for range 5 {
 		start := time.Now()
-		_, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone})
+		_, err := h.client.Sign(ctx, agentapi.SignatureRequest{Credential: phone})
 		if e := apiErr(t, err); e.Status != 503 || e.RetryAfter != time.Second {
 			t.Fatalf("while out: %+v", e)
 		}
@@ -468,7 +468,7 @@ func TestTokenRemoval(t *testing.T) {
 	if m := h.metric(t, "signagent_token_ready"); m != "1" {
 		t.Fatalf("signagent_token_ready = %s after the token came back", m)
 	}
-	if _, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone}); err != nil {
+	if _, err := h.client.Sign(ctx, agentapi.SignatureRequest{Credential: phone}); err != nil {
 		t.Fatalf("after the token came back: %v", err)
 	}
 }
@@ -483,7 +483,7 @@ func TestShutdownWithRequestsInFlight(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := h.client.Sign(context.Background(), api.SignatureRequest{Credential: phone})
+			_, err := h.client.Sign(context.Background(), agentapi.SignatureRequest{Credential: phone})
 			errs <- err
 		}()
 	}
@@ -526,14 +526,14 @@ func TestCardSwapped(t *testing.T) {
 	if e := apiErr(t, err); e.Status != 503 || r.Token.Ready || r.Token.PINRejected || !strings.Contains(r.Token.Reason, line) {
 		t.Fatalf("readyz with another token in: %+v %+v", e, r.Token)
 	}
-	_, err = h.client.Sign(ctx, api.SignatureRequest{Credential: phone})
-	if e := apiErr(t, err); e.Status != 503 || e.Body.Code != api.CodeTokenNotReady || !strings.Contains(e.Body.Message, line) || strings.Contains(e.Body.Message, "\n") {
+	_, err = h.client.Sign(ctx, agentapi.SignatureRequest{Credential: phone})
+	if e := apiErr(t, err); e.Status != 503 || e.Body.Code != agentapi.CodeTokenNotReady || !strings.Contains(e.Body.Message, line) || strings.Contains(e.Body.Message, "\n") {
 		t.Fatalf("signing with another token in: %+v", e)
 	}
 	h.tk.TakeOut(t)
 	h.tk.Insert(t)
 	eventually(t, 10*time.Second, "the agent to be ready again", func() bool { return h.d.Ready() })
-	if _, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone}); err != nil {
+	if _, err := h.client.Sign(ctx, agentapi.SignatureRequest{Credential: phone}); err != nil {
 		t.Fatalf("with the agent's token back: %v", err)
 	}
 }
@@ -544,14 +544,14 @@ func TestNoSecretsInLogs(t *testing.T) {
 	h := start(t, options{})
 	ctx := context.Background()
 	var secrets []string
-	s, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone})
+	s, err := h.client.Sign(ctx, agentapi.SignatureRequest{Credential: phone})
 	if err != nil {
 		t.Fatal(err)
 	}
 	secrets = append(secrets, s.Signature, s.Signature[:40])
-	for _, r := range []api.SessionRequest{
+	for _, r := range []agentapi.SessionRequest{
 		{Credential: phone, ServiceUserID: "crm-42"}, {Credential: phone, ServiceUserID: "crm-42"},
-		{Credential: api.Credential{Phone: "9160000000"}, ServiceUserID: "crm-42"},
+		{Credential: agentapi.Credential{Phone: "9160000000"}, ServiceUserID: "crm-42"},
 	} {
 		if sess, err := h.client.Session(ctx, r); err == nil {
 			secrets = append(secrets, sess.Sid)
@@ -560,7 +560,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 	h.client.Link(ctx, "x", "9160000000")
 	raw(t, h.sock, "POST", "/v1/signatures", `{"phone":"123"}`)
 	h.tk.Remove(t)
-	h.client.Sign(ctx, api.SignatureRequest{Credential: phone})
+	h.client.Sign(ctx, agentapi.SignatureRequest{Credential: phone})
 	h.tk.Insert(t)
 	for name, log := range map[string]string{"diagnostic": h.logs.String(), "audit": h.audit.String()} {
 		if log == "" {
@@ -583,7 +583,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 // check that agentclient's error type is what callers branch on.
 var _ interface{ Temporary() bool } = (*agentclient.Error)(nil)
 
-func signReq() api.SignatureRequest { return api.SignatureRequest{Credential: phone} }
+func signReq() agentapi.SignatureRequest { return agentapi.SignatureRequest{Credential: phone} }
 
 // TestCanonicalHiddenByDefault: the signed text holds the partner's API
 // key; callers get it only when the operator says so.

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/signagent/signagent/agent/listen"
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 )
 
 // Authenticator decides whether a request's caller may use the API. It
@@ -77,7 +77,7 @@ func (p *PeerAuth) Set(uids, gids []int) {
 func (p *PeerAuth) Authenticate(r *http.Request) (string, int, APIError) {
 	cred, ok := r.Context().Value(peerKey).(PeerCred)
 	if !ok {
-		return "unix:unknown", http.StatusForbidden, APIError{Code: api.CodeForbidden, Message: "the caller's credentials could not be read"}
+		return "unix:unknown", http.StatusForbidden, APIError{Code: agentapi.CodeForbidden, Message: "the caller's credentials could not be read"}
 	}
 	name := fmt.Sprintf("uid=%d gid=%d pid=%d", cred.UID, cred.GID, cred.PID)
 	uids, gids := *p.UIDs.Load(), *p.GIDs.Load()
@@ -87,7 +87,7 @@ func (p *PeerAuth) Authenticate(r *http.Request) (string, int, APIError) {
 	if slices.Contains(uids, cred.UID) || slices.Contains(gids, cred.GID) {
 		return name, 0, APIError{}
 	}
-	return name, http.StatusForbidden, APIError{Code: api.CodeForbidden, Message: fmt.Sprintf("uid %d (gid %d) is not allowed to use this agent", cred.UID, cred.GID)}
+	return name, http.StatusForbidden, APIError{Code: agentapi.CodeForbidden, Message: fmt.Sprintf("uid %d (gid %d) is not allowed to use this agent", cred.UID, cred.GID)}
 }
 
 // BearerAuth admits TCP callers that send Authorization: Bearer <token>.
@@ -119,12 +119,12 @@ func (b *BearerAuth) Authenticate(r *http.Request) (string, int, APIError) {
 	h := r.Header.Get("Authorization")
 	scheme, tok, ok := strings.Cut(h, " ")
 	if h == "" || !ok || !strings.EqualFold(scheme, "Bearer") {
-		return caller, http.StatusUnauthorized, APIError{Code: api.CodeUnauthorized, Message: "send Authorization: Bearer <token> (the token is in the agent's bearer token file)"}
+		return caller, http.StatusUnauthorized, APIError{Code: agentapi.CodeUnauthorized, Message: "send Authorization: Bearer <token> (the token is in the agent's bearer token file)"}
 	}
 	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 	want := b.sum.Load()
 	if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-		return caller, http.StatusUnauthorized, APIError{Code: api.CodeUnauthorized, Message: "the bearer token is not the agent's"}
+		return caller, http.StatusUnauthorized, APIError{Code: agentapi.CodeUnauthorized, Message: "the bearer token is not the agent's"}
 	}
 	return caller, 0, APIError{}
 }

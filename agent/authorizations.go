@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/schemes"
@@ -29,8 +29,8 @@ var errCertificateLoginOff = errdefs.New(errdefs.ErrForbidden, "certificate logi
 func (a *Agent) authorization(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	entry := entryFor(r, "authorization")
-	var req api.AuthorizationRequest
-	resp, err := func() (*api.AuthorizationResponse, error) {
+	var req agentapi.AuthorizationRequest
+	resp, err := func() (*agentapi.AuthorizationResponse, error) {
 		if err := decode(r, &req); err != nil {
 			return nil, err
 		}
@@ -52,7 +52,7 @@ func (a *Agent) authorization(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, err
 		}
-		return &api.AuthorizationResponse{Authorization: h.Value, ExpiresAt: h.ExpiresAt, Cached: h.Cached}, nil
+		return &agentapi.AuthorizationResponse{Authorization: h.Value, ExpiresAt: h.ExpiresAt, Cached: h.Cached}, nil
 	}()
 	a.finish(w, r, entry, start, resp, err)
 }
@@ -131,7 +131,7 @@ func (a *Agent) lend(st *state, timeout time.Duration) schemes.Deps {
 // service no longer takes is dropped from it. The selector is checked: it
 // has a credential and a serviceUserId.
 func (a *Agent) trustedSid(st *state, req authz.Selector) (schemes.Sid, error) {
-	cred, err := parseCredential(api.Credential(*req.Credential), a.cfg.LegacySNILS)
+	cred, err := parseCredential(agentapi.Credential(*req.Credential), a.cfg.LegacySNILS)
 	if err != nil {
 		return schemes.Sid{}, err
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/agent"
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/schemes"
 )
 
@@ -29,8 +29,8 @@ func (h *harness) business(t *testing.T, header string) int {
 func TestLegacyAuthorizations(t *testing.T) {
 	h := start(t, options{legacy: true})
 	ctx := context.Background()
-	snils := &api.Credential{SNILS: "11223344595"}
-	for name, req := range map[string]api.AuthorizationRequest{
+	snils := &agentapi.Credential{SNILS: "11223344595"}
+	for name, req := range map[string]agentapi.AuthorizationRequest{
 		"password":    {Scheme: "legacy", By: "password", Login: "alice@example.com"},
 		"certificate": {Scheme: "legacy", By: "certificate"},
 		"sid chain":   {Scheme: "legacy", By: "sid", Credential: snils, ServiceUserID: "crm-42"},
@@ -59,12 +59,12 @@ func TestLegacyAuthorizations(t *testing.T) {
 	}
 	// The sid that the sid chain obtained is the session cache's: a
 	// /v1/sessions for the same user is answered from it.
-	s, err := h.client.Session(ctx, api.SessionRequest{Credential: *snils, ServiceUserID: "crm-42"})
+	s, err := h.client.Session(ctx, agentapi.SessionRequest{Credential: *snils, ServiceUserID: "crm-42"})
 	if err != nil || !s.Cached {
 		t.Fatalf("session after the chain: %+v %v", s, err)
 	}
 	// A given sid.
-	a, err := h.client.Authorization(ctx, api.AuthorizationRequest{Scheme: "legacy", By: "sid", Sid: s.Sid})
+	a, err := h.client.Authorization(ctx, agentapi.AuthorizationRequest{Scheme: "legacy", By: "sid", Sid: s.Sid})
 	if err != nil || h.business(t, a.Authorization) != 200 {
 		t.Fatalf("given sid: %v", err)
 	}
@@ -88,7 +88,7 @@ func TestLegacyAuthorizationsSingleFlight(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := h.client.Authorization(context.Background(), api.AuthorizationRequest{Scheme: "legacy", By: "certificate"}); err != nil {
+			if _, err := h.client.Authorization(context.Background(), agentapi.AuthorizationRequest{Scheme: "legacy", By: "certificate"}); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -110,20 +110,20 @@ func TestLegacyAuthorizationRefusals(t *testing.T) {
 	served := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 	for _, tc := range []struct {
 		name   string
-		req    api.AuthorizationRequest
+		req    agentapi.AuthorizationRequest
 		status int
 		want   string
 	}{
-		{"unknown scheme", api.AuthorizationRequest{Scheme: "kerberos"}, 400, `scheme "kerberos": want ` + served},
-		{"unknown scheme with a way in", api.AuthorizationRequest{Scheme: "kerberos", By: "password"}, 400, "kerberos password does not take by"},
-		{"unknown way", api.AuthorizationRequest{Scheme: "legacy", By: "telepathy"}, 400, "not a way to authenticate"},
-		{"login not configured", api.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "carol@example.com"}, 400, "no password for login"},
-		{"wrong password configured", api.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "bob@example.com"}, 422, "Wrong password"},
-		{"sid and credential", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Sid: "x", Credential: &api.Credential{Phone: "9161234567"}}, 400, "not both"},
-		{"sid chain without user id", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Credential: &api.Credential{Phone: "9161234567"}}, 400, "by sid needs sid, or credential and serviceUserId"},
-		{"sid chain with a long user id", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Credential: &api.Credential{Phone: "9161234567"}, ServiceUserID: strings.Repeat("y", 300)}, 400, "longer than 256 bytes"},
-		{"sid chain with a control character", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Credential: &api.Credential{Phone: "9161234567"}, ServiceUserID: "crm\r\n42"}, 400, "control characters"},
-		{"unknown sid", api.AuthorizationRequest{Scheme: "legacy", By: "sid", Sid: "no-such-sid"}, 422, "Auth.InvalidSid"},
+		{"unknown scheme", agentapi.AuthorizationRequest{Scheme: "kerberos"}, 400, `scheme "kerberos": want ` + served},
+		{"unknown scheme with a way in", agentapi.AuthorizationRequest{Scheme: "kerberos", By: "password"}, 400, "kerberos password does not take by"},
+		{"unknown way", agentapi.AuthorizationRequest{Scheme: "legacy", By: "telepathy"}, 400, "not a way to authenticate"},
+		{"login not configured", agentapi.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "carol@example.com"}, 400, "no password for login"},
+		{"wrong password configured", agentapi.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "bob@example.com"}, 422, "Wrong password"},
+		{"sid and credential", agentapi.AuthorizationRequest{Scheme: "legacy", By: "sid", Sid: "x", Credential: &agentapi.Credential{Phone: "9161234567"}}, 400, "not both"},
+		{"sid chain without user id", agentapi.AuthorizationRequest{Scheme: "legacy", By: "sid", Credential: &agentapi.Credential{Phone: "9161234567"}}, 400, "by sid needs sid, or credential and serviceUserId"},
+		{"sid chain with a long user id", agentapi.AuthorizationRequest{Scheme: "legacy", By: "sid", Credential: &agentapi.Credential{Phone: "9161234567"}, ServiceUserID: strings.Repeat("y", 300)}, 400, "longer than 256 bytes"},
+		{"sid chain with a control character", agentapi.AuthorizationRequest{Scheme: "legacy", By: "sid", Credential: &agentapi.Credential{Phone: "9161234567"}, ServiceUserID: "crm\r\n42"}, 400, "control characters"},
+		{"unknown sid", agentapi.AuthorizationRequest{Scheme: "legacy", By: "sid", Sid: "no-such-sid"}, 422, "Auth.InvalidSid"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := h.client.Authorization(ctx, tc.req)
@@ -138,7 +138,7 @@ func TestLegacyAuthorizationRefusals(t *testing.T) {
 	}
 	// Without the legacy scheme configured.
 	h.reload(t, func(c *agent.Config) { c.Schemes.Legacy = nil })
-	_, err := h.client.Authorization(ctx, api.AuthorizationRequest{Scheme: "legacy", By: "certificate"})
+	_, err := h.client.Authorization(ctx, agentapi.AuthorizationRequest{Scheme: "legacy", By: "certificate"})
 	if e := apiErr(t, err); e.Status != 503 || !strings.Contains(e.Body.Message, "--api-url") {
 		t.Fatalf("%d %q", e.Status, e.Body.Message)
 	}

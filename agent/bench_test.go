@@ -20,7 +20,7 @@ import (
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agent/tokenq"
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 )
@@ -32,7 +32,7 @@ import (
 func BenchmarkAgent(b *testing.B) {
 	h := start(b, options{})
 	ctx := context.Background()
-	req := api.SessionRequest{Credential: phone, ServiceUserID: "crm-42"}
+	req := agentapi.SessionRequest{Credential: phone, ServiceUserID: "crm-42"}
 	if _, err := h.client.Session(ctx, req); err != nil {
 		b.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func BenchmarkAgent(b *testing.B) {
 	})
 	b.Run("signature", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := h.client.Sign(ctx, api.SignatureRequest{Credential: phone}); err != nil {
+			if _, err := h.client.Sign(ctx, agentapi.SignatureRequest{Credential: phone}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -113,16 +113,16 @@ func BenchmarkTokenReturn(b *testing.B) {
 // BenchmarkCachedAuthorization: a cached legacy header from the agent
 // against /readyz over the same socket.
 func BenchmarkCachedAuthorization(b *testing.B) {
-	benchAuthorization(b, options{legacy: true}, api.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "alice@example.com"})
+	benchAuthorization(b, options{legacy: true}, agentapi.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "alice@example.com"})
 }
 
 // BenchmarkCachedOIDCAuthorization: a signed-in profile's Bearer header
 // (a fresh token in the store) against /readyz over the same socket.
 func BenchmarkCachedOIDCAuthorization(b *testing.B) {
-	benchAuthorization(b, options{oidc: true}, api.AuthorizationRequest{Scheme: "oidc"})
+	benchAuthorization(b, options{oidc: true}, agentapi.AuthorizationRequest{Scheme: "oidc"})
 }
 
-func benchAuthorization(b *testing.B, o options, req api.AuthorizationRequest) {
+func benchAuthorization(b *testing.B, o options, req agentapi.AuthorizationRequest) {
 	h := start(b, o)
 	ctx := context.Background()
 	if _, err := h.client.Authorization(ctx, req); err != nil {
@@ -160,7 +160,7 @@ func median(ds []time.Duration) time.Duration {
 // target at most 2).
 func BenchmarkProxy(b *testing.B) {
 	h := start(b, options{oidc: true, apiURL: "emu"})
-	a, err := h.client.Authorization(context.Background(), api.AuthorizationRequest{Scheme: "oidc"})
+	a, err := h.client.Authorization(context.Background(), agentapi.AuthorizationRequest{Scheme: "oidc"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -22,8 +22,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/agentclient"
-	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer/signertest"
@@ -88,10 +88,10 @@ func (a *cardAgent) shutdown() {
 }
 
 // sign asks the agent for a signature.
-func (a *cardAgent) sign() (*api.SignatureResponse, error) {
+func (a *cardAgent) sign() (*agentapi.SignatureResponse, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	return a.c.Sign(ctx, api.SignatureRequest{Credential: api.Credential{Phone: "9161234567"}})
+	return a.c.Sign(ctx, agentapi.SignatureRequest{Credential: agentapi.Credential{Phone: "9161234567"}})
 }
 
 // ready is what /readyz answers: true for 200, false for 503.
@@ -400,7 +400,7 @@ func cardSlotNow(card *pkcs11test.Card) (uint, bool) {
 // isTokenNotReady reports whether err is the agent's 503 token_not_ready.
 func isTokenNotReady(err error) bool {
 	var e *agentclient.Error
-	return errors.As(err, &e) && e.Status == 503 && e.Body.Code == api.CodeTokenNotReady
+	return errors.As(err, &e) && e.Status == 503 && e.Body.Code == agentapi.CodeTokenNotReady
 }
 
 // waitLog waits until the bridge's log past from holds s.
@@ -682,7 +682,7 @@ func TestCardAgentSlow(t *testing.T) {
 			switch {
 			case an.err == nil:
 				ok++
-			case errors.As(an.err, &e) && e.Status == 504 && e.Body.Code == api.CodeTokenTimeout:
+			case errors.As(an.err, &e) && e.Status == 504 && e.Body.Code == agentapi.CodeTokenTimeout:
 				late++
 			default:
 				t.Errorf("a caller got %v, want a signature or 504 token_timeout", an.err)

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/agentclient"
-	"github.com/signagent/signagent/api"
 )
 
 // BenchmarkDaemonSignatures drives a whole daemon (agent.Start: audit file,
@@ -26,7 +26,7 @@ func BenchmarkDaemonSignatures(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, err := c.Sign(context.Background(), api.SignatureRequest{Credential: api.Credential{Phone: "9161234567"}}); err != nil {
+			if _, err := c.Sign(context.Background(), agentapi.SignatureRequest{Credential: agentapi.Credential{Phone: "9161234567"}}); err != nil {
 				b.Error(err)
 				return
 			}

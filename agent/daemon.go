@@ -20,7 +20,7 @@ import (
 	"github.com/signagent/signagent/agent/auditlog"
 	"github.com/signagent/signagent/agent/listen"
 	"github.com/signagent/signagent/agent/tokenq"
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/schemes"
 	"github.com/signagent/signagent/trusted"
@@ -214,7 +214,7 @@ func (d *Daemon) MetricsAddr() string {
 
 // Ready says whether the agent is ready now (degraded is: a shared
 // dependency failing does not take it out of service).
-func (d *Daemon) Ready() bool { return d.agent.readiness().Status != api.StatusNotReady }
+func (d *Daemon) Ready() bool { return d.agent.readiness().Status != agentapi.StatusNotReady }
 
 // Failed delivers an error when a listener stops serving on its own.
 func (d *Daemon) Failed() <-chan error { return d.servers.errs }

@@ -15,8 +15,8 @@ import (
 
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agent/tokenq"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/agentclient"
-	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/legacy"
@@ -57,7 +57,7 @@ func TestDaemonLifecycle(t *testing.T) {
 	}
 	c := agentclient.NewUnix(sock)
 	sign := func() error {
-		_, err := c.Sign(context.Background(), api.SignatureRequest{Credential: api.Credential{Phone: "9161234567"}})
+		_, err := c.Sign(context.Background(), agentapi.SignatureRequest{Credential: agentapi.Credential{Phone: "9161234567"}})
 		return err
 	}
 	if err := sign(); err != nil {
@@ -237,8 +237,8 @@ func TestDaemonLegacyReload(t *testing.T) {
 	}
 	defer d.Shutdown(context.Background())
 	c := agentclient.NewUnix(strings.TrimPrefix(cfg.Listen[0], "unix:"))
-	ask := func() (*api.AuthorizationResponse, error) {
-		return c.Authorization(context.Background(), api.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "alice@example.com"})
+	ask := func() (*agentapi.AuthorizationResponse, error) {
+		return c.Authorization(context.Background(), agentapi.AuthorizationRequest{Scheme: "legacy", By: "password", Login: "alice@example.com"})
 	}
 	if a, err := ask(); err != nil || a.Cached {
 		t.Fatalf("first: %+v %v", a, err)
@@ -292,7 +292,7 @@ func TestAuditLineForEveryRequest(t *testing.T) {
 				if i == 3 {
 					started <- struct{}{}
 				}
-				_, err := c.Sign(context.Background(), api.SignatureRequest{Credential: api.Credential{Phone: "9161234567"}})
+				_, err := c.Sign(context.Background(), agentapi.SignatureRequest{Credential: agentapi.Credential{Phone: "9161234567"}})
 				if err != nil {
 					return // the agent is shutting down
 				}

@@ -11,12 +11,12 @@ import (
 
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agent/tokenq"
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/errdefs"
 )
 
 // APIError is the body of an error answer.
-type APIError = api.Error
+type APIError = agentapi.Error
 
 // errNotConfigured is returned by session and link calls when no service
 // base URL is configured.
@@ -30,19 +30,19 @@ var kindAnswers = map[error]struct {
 	status int
 	code   string
 }{
-	errdefs.ErrForbidden:        {http.StatusForbidden, api.CodeForbidden},
-	errdefs.ErrSignIn:           {http.StatusConflict, api.CodeSignInRequired},
-	errdefs.ErrStoreUnavailable: {http.StatusServiceUnavailable, api.CodeStoreUnavailable},
-	errdefs.ErrStoreFormatNewer: {http.StatusServiceUnavailable, api.CodeStoreFormatNewer},
-	errdefs.ErrTokenNotReady:    {http.StatusServiceUnavailable, api.CodeTokenNotReady},
-	errdefs.ErrTryAgain:         {http.StatusTooManyRequests, api.CodeQueueFull},
-	errdefs.ErrBackoff:          {http.StatusTooManyRequests, api.CodeLoginBackoff},
-	errdefs.ErrInvalidInput:     {http.StatusBadRequest, api.CodeBadInput},
-	errdefs.ErrNotConfigured:    {http.StatusServiceUnavailable, api.CodeNotConfigured},
-	errdefs.ErrTimeout:          {http.StatusGatewayTimeout, api.CodeServiceTimeout},
-	errdefs.ErrUnreachable:      {http.StatusBadGateway, api.CodeServiceUnreachable},
-	errdefs.ErrFailing:          {http.StatusBadGateway, api.CodeServiceError},
-	errdefs.ErrRefused:          {http.StatusUnprocessableEntity, api.CodeServiceRefused},
+	errdefs.ErrForbidden:        {http.StatusForbidden, agentapi.CodeForbidden},
+	errdefs.ErrSignIn:           {http.StatusConflict, agentapi.CodeSignInRequired},
+	errdefs.ErrStoreUnavailable: {http.StatusServiceUnavailable, agentapi.CodeStoreUnavailable},
+	errdefs.ErrStoreFormatNewer: {http.StatusServiceUnavailable, agentapi.CodeStoreFormatNewer},
+	errdefs.ErrTokenNotReady:    {http.StatusServiceUnavailable, agentapi.CodeTokenNotReady},
+	errdefs.ErrTryAgain:         {http.StatusTooManyRequests, agentapi.CodeQueueFull},
+	errdefs.ErrBackoff:          {http.StatusTooManyRequests, agentapi.CodeLoginBackoff},
+	errdefs.ErrInvalidInput:     {http.StatusBadRequest, agentapi.CodeBadInput},
+	errdefs.ErrNotConfigured:    {http.StatusServiceUnavailable, agentapi.CodeNotConfigured},
+	errdefs.ErrTimeout:          {http.StatusGatewayTimeout, agentapi.CodeServiceTimeout},
+	errdefs.ErrUnreachable:      {http.StatusBadGateway, agentapi.CodeServiceUnreachable},
+	errdefs.ErrFailing:          {http.StatusBadGateway, agentapi.CodeServiceError},
+	errdefs.ErrRefused:          {http.StatusUnprocessableEntity, agentapi.CodeServiceRefused},
 }
 
 // classify maps an error to its HTTP status and body: the agent's own
@@ -53,9 +53,9 @@ func classify(err error) (int, APIError) {
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.Is(err, proxy.ErrBusy):
-		return http.StatusServiceUnavailable, APIError{Code: api.CodeBusy, Message: err.Error()}
+		return http.StatusServiceUnavailable, APIError{Code: agentapi.CodeBusy, Message: err.Error()}
 	case errors.As(err, &mbe):
-		return http.StatusRequestEntityTooLarge, APIError{Code: api.CodeTooLarge, Message: err.Error()}
+		return http.StatusRequestEntityTooLarge, APIError{Code: agentapi.CodeTooLarge, Message: err.Error()}
 	}
 	if a, ok := kindAnswers[errdefs.Kind(err)]; ok {
 		e := APIError{Code: a.code, Message: forHTTP.Replace(err.Error())}
@@ -66,9 +66,9 @@ func classify(err error) (int, APIError) {
 		return a.status, e
 	}
 	if errors.Is(err, tokenq.ErrExpired) || errors.Is(err, context.DeadlineExceeded) {
-		return http.StatusGatewayTimeout, APIError{Code: api.CodeTokenTimeout, Message: "the request's deadline passed before the token signed"}
+		return http.StatusGatewayTimeout, APIError{Code: agentapi.CodeTokenTimeout, Message: "the request's deadline passed before the token signed"}
 	}
-	return http.StatusInternalServerError, APIError{Code: api.CodeInternal, Message: firstLine(err.Error())}
+	return http.StatusInternalServerError, APIError{Code: agentapi.CodeInternal, Message: firstLine(err.Error())}
 }
 
 // forHTTP puts, in the messages the agent answers, the HTTP route a caller
@@ -102,7 +102,7 @@ func writeError(w http.ResponseWriter, status int, e APIError) {
 	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="signagent"`)
 	}
-	writeJSON(w, status, api.ErrorBody{Error: e})
+	writeJSON(w, status, agentapi.ErrorBody{Error: e})
 }
 
 // retryAfter sets Retry-After from an error that says how long to wait (a

@@ -10,7 +10,7 @@ import (
 
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agent/tokenq"
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/errdefs"
@@ -44,28 +44,28 @@ func TestClassify(t *testing.T) {
 		code   string
 		step   string
 	}{
-		{"bad credential", fmt.Errorf("phone: %w", canonical.ErrInvalidCredential), 400, api.CodeBadInput, ""},
-		{"bad JSON", errBadJSON, 400, api.CodeBadInput, ""},
-		{"trusted refusal", &trusted.ServiceError{Step: trusted.StepAuthenticate, Status: 403, Code: trusted.CodeUserNotFound}, 422, api.CodeServiceRefused, "authenticate-by-truster"},
-		{"trusted failing", &trusted.ServiceError{Step: trusted.StepApprove, Status: 503}, 502, api.CodeServiceError, "approve-truster"},
-		{"trusted reused signature", &trusted.ServiceError{Step: trusted.StepAuthenticate, Status: 409, Code: trusted.CodeSignatureReused}, 429, api.CodeQueueFull, "authenticate-by-truster"},
-		{"trusted timeout", &httpx.TransportError{Step: string(trusted.StepLink), Timeout: true, Err: context.DeadlineExceeded}, 504, api.CodeServiceTimeout, "register-external-service-id"},
-		{"trusted unreachable", &httpx.TransportError{Step: string(trusted.StepLink), Err: errors.New("refused")}, 502, api.CodeServiceUnreachable, "register-external-service-id"},
-		{"legacy refusal", &legacy.ServiceError{Call: "Authenticate (V3) type=password", Status: 401, Code: "Http.Auth"}, 422, api.CodeServiceRefused, "Authenticate (V3) type=password"},
-		{"legacy timeout", &httpx.TransportError{Step: "AuthenticateConfirm", Timeout: true, Err: context.DeadlineExceeded}, 504, api.CodeServiceTimeout, "AuthenticateConfirm"},
-		{"not a challenge", fmt.Errorf("challenge: %w", envelope.ErrMalformed), 502, api.CodeServiceUnreachable, ""},
-		{"sign in", fmt.Errorf("profile crm: %w", oidc.ErrSignIn), 409, api.CodeSignInRequired, ""},
-		{"provider refusal", &oidc.ProviderError{Step: "token (refresh_token)", Status: 400, Code: "invalid_client"}, 422, api.CodeServiceRefused, "token (refresh_token)"},
-		{"store down", fmt.Errorf("%w: dial", oidc.ErrStoreUnavailable), 503, api.CodeStoreUnavailable, ""},
-		{"queue full", tokenq.ErrQueueFull, 429, api.CodeQueueFull, ""},
-		{"token not ready", fmt.Errorf("%w: reconnecting", tokenq.ErrNotReady), 503, api.CodeTokenNotReady, ""},
-		{"PIN refused", &pkcs11.TokenError{Op: "log in", Kind: pkcs11.ErrPINIncorrect, Err: errors.New("CKR_PIN_INCORRECT")}, 503, api.CodeTokenNotReady, ""},
-		{"no API key", errNoAPIKey, 503, api.CodeNotConfigured, ""},
-		{"policy", errCertificateLoginOff, 403, api.CodeForbidden, ""},
-		{"body budget", proxy.ErrBusy, 503, api.CodeBusy, ""},
-		{"body too large", &http.MaxBytesError{Limit: 1}, 413, api.CodeTooLarge, ""},
-		{"deadline in the queue", tokenq.ErrExpired, 504, api.CodeTokenTimeout, ""},
-		{"anything else", errors.New("boom\nsecond line"), 500, api.CodeInternal, ""},
+		{"bad credential", fmt.Errorf("phone: %w", canonical.ErrInvalidCredential), 400, agentapi.CodeBadInput, ""},
+		{"bad JSON", errBadJSON, 400, agentapi.CodeBadInput, ""},
+		{"trusted refusal", &trusted.ServiceError{Step: trusted.StepAuthenticate, Status: 403, Code: trusted.CodeUserNotFound}, 422, agentapi.CodeServiceRefused, "authenticate-by-truster"},
+		{"trusted failing", &trusted.ServiceError{Step: trusted.StepApprove, Status: 503}, 502, agentapi.CodeServiceError, "approve-truster"},
+		{"trusted reused signature", &trusted.ServiceError{Step: trusted.StepAuthenticate, Status: 409, Code: trusted.CodeSignatureReused}, 429, agentapi.CodeQueueFull, "authenticate-by-truster"},
+		{"trusted timeout", &httpx.TransportError{Step: string(trusted.StepLink), Timeout: true, Err: context.DeadlineExceeded}, 504, agentapi.CodeServiceTimeout, "register-external-service-id"},
+		{"trusted unreachable", &httpx.TransportError{Step: string(trusted.StepLink), Err: errors.New("refused")}, 502, agentapi.CodeServiceUnreachable, "register-external-service-id"},
+		{"legacy refusal", &legacy.ServiceError{Call: "Authenticate (V3) type=password", Status: 401, Code: "Http.Auth"}, 422, agentapi.CodeServiceRefused, "Authenticate (V3) type=password"},
+		{"legacy timeout", &httpx.TransportError{Step: "AuthenticateConfirm", Timeout: true, Err: context.DeadlineExceeded}, 504, agentapi.CodeServiceTimeout, "AuthenticateConfirm"},
+		{"not a challenge", fmt.Errorf("challenge: %w", envelope.ErrMalformed), 502, agentapi.CodeServiceUnreachable, ""},
+		{"sign in", fmt.Errorf("profile crm: %w", oidc.ErrSignIn), 409, agentapi.CodeSignInRequired, ""},
+		{"provider refusal", &oidc.ProviderError{Step: "token (refresh_token)", Status: 400, Code: "invalid_client"}, 422, agentapi.CodeServiceRefused, "token (refresh_token)"},
+		{"store down", fmt.Errorf("%w: dial", oidc.ErrStoreUnavailable), 503, agentapi.CodeStoreUnavailable, ""},
+		{"queue full", tokenq.ErrQueueFull, 429, agentapi.CodeQueueFull, ""},
+		{"token not ready", fmt.Errorf("%w: reconnecting", tokenq.ErrNotReady), 503, agentapi.CodeTokenNotReady, ""},
+		{"PIN refused", &pkcs11.TokenError{Op: "log in", Kind: pkcs11.ErrPINIncorrect, Err: errors.New("CKR_PIN_INCORRECT")}, 503, agentapi.CodeTokenNotReady, ""},
+		{"no API key", errNoAPIKey, 503, agentapi.CodeNotConfigured, ""},
+		{"policy", errCertificateLoginOff, 403, agentapi.CodeForbidden, ""},
+		{"body budget", proxy.ErrBusy, 503, agentapi.CodeBusy, ""},
+		{"body too large", &http.MaxBytesError{Limit: 1}, 413, agentapi.CodeTooLarge, ""},
+		{"deadline in the queue", tokenq.ErrExpired, 504, agentapi.CodeTokenTimeout, ""},
+		{"anything else", errors.New("boom\nsecond line"), 500, agentapi.CodeInternal, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -8,14 +8,14 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/agent/tokenq"
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/trusted"
 )
 
 // credential parses the request's credential and records it, masked, in
 // the audit entry.
-func (a *Agent) credential(c api.Credential, entry *auditEntry) (canonical.Credential, error) {
+func (a *Agent) credential(c agentapi.Credential, entry *auditEntry) (canonical.Credential, error) {
 	cred, err := parseCredential(c, a.cfg.LegacySNILS)
 	if err == nil {
 		entry.kind, entry.credential = cred.Kind.String(), cred.Masked()
@@ -24,15 +24,15 @@ func (a *Agent) credential(c api.Credential, entry *auditEntry) (canonical.Crede
 }
 
 // parseCredential returns the one credential c gives.
-func parseCredential(c api.Credential, legacy bool) (canonical.Credential, error) {
+func parseCredential(c agentapi.Credential, legacy bool) (canonical.Credential, error) {
 	return canonical.ParseOne(c.Phone, c.SNILS, c.Thumbprint, canonical.Options{AllowLegacySNILS: legacy})
 }
 
 func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	entry := entryFor(r, "sign")
-	var req api.SignatureRequest
-	resp, err := func() (*api.SignatureResponse, error) {
+	var req agentapi.SignatureRequest
+	resp, err := func() (*agentapi.SignatureResponse, error) {
 		if err := decode(r, &req); err != nil {
 			return nil, err
 		}
@@ -61,7 +61,7 @@ func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
 		}
 		thumb := canonical.ThumbprintOf(cert)
 		entry.thumbprint = thumb
-		resp := &api.SignatureResponse{Signature: base64.StdEncoding.EncodeToString(der),
+		resp := &agentapi.SignatureResponse{Signature: base64.StdEncoding.EncodeToString(der),
 			Timestamp: canonical.FormatTimestamp(ts), CertificateThumbprint: thumb}
 		if a.now().policy.ExposeCanonical {
 			resp.Canonical = string(text)
@@ -92,8 +92,8 @@ func (a *Agent) stamp(apiKey string, cred canonical.Credential, ts time.Time) ti
 func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	entry := entryFor(r, "session")
-	var req api.SessionRequest
-	resp, err := func() (*api.SessionResponse, error) {
+	var req agentapi.SessionRequest
+	resp, err := func() (*agentapi.SessionResponse, error) {
 		if err := decode(r, &req); err != nil {
 			return nil, err
 		}
@@ -120,7 +120,7 @@ func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
 		if cert := a.tm.Certificate(); cert != nil {
 			entry.thumbprint = canonical.ThumbprintOf(cert)
 		}
-		return &api.SessionResponse{Sid: s.Sid, ObtainedAt: s.ObtainedAt, Cached: cached}, nil
+		return &agentapi.SessionResponse{Sid: s.Sid, ObtainedAt: s.ObtainedAt, Cached: cached}, nil
 	}()
 	a.finish(w, r, entry, start, resp, err)
 }
@@ -130,8 +130,8 @@ func (a *Agent) dropSession(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	entry := entryFor(r, "drop-session")
 	q := r.URL.Query()
-	resp, err := func() (*api.DropResponse, error) {
-		cred, err := a.credential(api.Credential{Phone: q.Get("phone"), SNILS: q.Get("snils"), Thumbprint: q.Get("thumbprint")}, &entry)
+	resp, err := func() (*agentapi.DropResponse, error) {
+		cred, err := a.credential(agentapi.Credential{Phone: q.Get("phone"), SNILS: q.Get("snils"), Thumbprint: q.Get("thumbprint")}, &entry)
 		if err != nil {
 			return nil, err
 		}
@@ -139,7 +139,7 @@ func (a *Agent) dropSession(w http.ResponseWriter, r *http.Request) {
 		if err := trusted.CheckServiceUserID(id); err != nil {
 			return nil, err
 		}
-		return &api.DropResponse{Dropped: a.cache.Drop(trusted.SessionKey{Kind: cred.Kind, Value: cred.Value, ServiceUserID: id})}, nil
+		return &agentapi.DropResponse{Dropped: a.cache.Drop(trusted.SessionKey{Kind: cred.Kind, Value: cred.Value, ServiceUserID: id})}, nil
 	}()
 	a.finish(w, r, entry, start, resp, err)
 }
@@ -147,8 +147,8 @@ func (a *Agent) dropSession(w http.ResponseWriter, r *http.Request) {
 func (a *Agent) link(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	entry := entryFor(r, "link")
-	var req api.LinkRequest
-	resp, err := func() (*api.LinkResponse, error) {
+	var req agentapi.LinkRequest
+	resp, err := func() (*agentapi.LinkResponse, error) {
 		if err := decode(r, &req); err != nil {
 			return nil, err
 		}
@@ -164,7 +164,7 @@ func (a *Agent) link(w http.ResponseWriter, r *http.Request) {
 		if err := c.Link(r.Context(), req.ServiceUserID, phone); err != nil {
 			return nil, err
 		}
-		return &api.LinkResponse{Linked: true}, nil
+		return &agentapi.LinkResponse{Linked: true}, nil
 	}()
 	a.finish(w, r, entry, start, resp, err)
 }

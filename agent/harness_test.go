@@ -16,8 +16,8 @@ import (
 
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agent/tokenq"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/agentclient"
-	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
@@ -288,7 +288,7 @@ func (h *harness) second(t testing.TB) *harness {
 }
 
 // queue is the token's queue as /readyz reports it.
-func (h *harness) queue(t testing.TB) api.QueueState {
+func (h *harness) queue(t testing.TB) agentapi.QueueState {
 	t.Helper()
 	r, err := h.client.Ready(context.Background())
 	if err != nil || r.Queue == nil {

@@ -5,21 +5,21 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/schemes"
 	"github.com/signagent/signagent/store"
 )
 
 // healthz (and /livez) is the process check: the agent serves at all.
 func (a *Agent) healthz(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, api.HealthResponse{Status: "ok"})
+	writeJSON(w, http.StatusOK, agentapi.HealthResponse{Status: "ok"})
 }
 
 // readyz is 200 while the agent can serve (ready, or degraded: a shared
 // dependency fails), 503 when one of its own parts cannot.
 func (a *Agent) readyz(w http.ResponseWriter, r *http.Request) {
 	resp := a.readiness()
-	if resp.Status != api.StatusNotReady {
+	if resp.Status != agentapi.StatusNotReady {
 		writeJSON(w, http.StatusOK, resp)
 		return
 	}
@@ -35,13 +35,13 @@ func (a *Agent) readyz(w http.ResponseWriter, r *http.Request) {
 // not ready: a dependency fails every agent alike, and an agent that
 // leaves the Service for it serves no one (each still answers what it
 // holds); it makes the agent degraded.
-func (a *Agent) readiness() api.ReadyResponse {
-	resp := api.ReadyResponse{Status: api.StatusReady, Checks: map[string]api.Check{}}
+func (a *Agent) readiness() agentapi.ReadyResponse {
+	resp := agentapi.ReadyResponse{Status: agentapi.StatusReady, Checks: map[string]agentapi.Check{}}
 	if a.tm != nil {
 		st := a.tm.State()
-		resp.Token = api.TokenState(st)
-		resp.Checks["token"] = api.Check{Ready: st.Ready, Reason: st.Reason}
-		resp.Queue = &api.QueueState{Depth: a.tm.QueueDepth(), Dropped: int(a.tm.Dropped())}
+		resp.Token = agentapi.TokenState(st)
+		resp.Checks["token"] = agentapi.Check{Ready: st.Ready, Reason: st.Reason}
+		resp.Queue = &agentapi.QueueState{Depth: a.tm.QueueDepth(), Dropped: int(a.tm.Dropped())}
 	}
 
 	st := a.now()
@@ -52,34 +52,34 @@ func (a *Agent) readiness() api.ReadyResponse {
 		// Each scheme that can say, under its name (one not configured
 		// cannot, and is left out).
 		if ch, ok := sc.(schemes.Checker); ok {
-			c := api.Check{Ready: true}
+			c := agentapi.Check{Ready: true}
 			if err := ch.Check(); err != nil {
-				c = api.Check{Reason: err.Error()}
+				c = agentapi.Check{Reason: err.Error()}
 			}
 			resp.Checks[sc.Name()] = c
 		}
 	}
 	for _, c := range resp.Checks {
 		if !c.Ready {
-			resp.Status = api.StatusNotReady
+			resp.Status = agentapi.StatusNotReady
 		}
 	}
 
 	if st.shared != nil {
-		c := api.Check{Ready: false, Reason: "the shared store is not checked yet", Dependency: true}
+		c := agentapi.Check{Ready: false, Reason: "the shared store is not checked yet", Dependency: true}
 		if s, ok := a.deps.get(depStore); ok {
-			c = api.Check{Ready: s.up, Reason: s.reason, Dependency: true}
+			c = agentapi.Check{Ready: s.up, Reason: s.reason, Dependency: true}
 		}
 		resp.Checks[depStore] = c
 	}
 	for _, name := range []string{depService, depIdP} {
 		if s, ok := a.deps.get(name); ok {
-			resp.Checks[name] = api.Check{Ready: s.up, Reason: s.reason, Dependency: true}
+			resp.Checks[name] = agentapi.Check{Ready: s.up, Reason: s.reason, Dependency: true}
 		}
 	}
 	for _, c := range resp.Checks {
-		if !c.Ready && c.Dependency && resp.Status == api.StatusReady {
-			resp.Status = api.StatusDegraded
+		if !c.Ready && c.Dependency && resp.Status == agentapi.StatusReady {
+			resp.Status = agentapi.StatusDegraded
 		}
 	}
 	return resp
@@ -103,11 +103,11 @@ func (a *Agent) refreshExpiries() map[string]time.Time {
 
 // storeFormats are the formats a shared store reads and writes (nil for
 // a store that cannot say).
-func storeFormats(r store.Records) *api.StoreFormats {
+func storeFormats(r store.Records) *agentapi.StoreFormats {
 	f, ok := r.(interface{ Formats() store.Formats })
 	if !ok {
 		return nil
 	}
 	got := f.Formats()
-	return &api.StoreFormats{Read: got.Read, Write: got.Write, Agents: got.Agents}
+	return &agentapi.StoreFormats{Read: got.Read, Write: got.Write, Agents: got.Agents}
 }

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/internal/secret"
 )
@@ -26,7 +26,7 @@ type held struct {
 // heldEntry is an identity and its current header, masked only when
 // listed (a mask per request would cost every call).
 type heldEntry struct {
-	api.Identity
+	agentapi.Identity
 	value string
 }
 
@@ -48,7 +48,7 @@ func (h *held) note(scheme, identity string, hdr authz.Header, now time.Time) {
 		if len(h.m) >= maxHeld {
 			h.evict(now)
 		}
-		e = &heldEntry{Identity: api.Identity{Scheme: scheme, Identity: identity}}
+		e = &heldEntry{Identity: agentapi.Identity{Scheme: scheme, Identity: identity}}
 		h.m[k] = e
 	}
 	e.value, e.ExpiresAt, e.LastUsed = hdr.Value, hdr.ExpiresAt, now
@@ -87,10 +87,10 @@ func (h *held) evict(now time.Time) {
 
 // list is the index now, without the expired entries, by scheme and
 // identity.
-func (h *held) list(now time.Time) []api.Identity {
+func (h *held) list(now time.Time) []agentapi.Identity {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := []api.Identity{}
+	out := []agentapi.Identity{}
 	for k, e := range h.m {
 		if !e.ExpiresAt.IsZero() && !e.ExpiresAt.After(now) {
 			delete(h.m, k)
@@ -100,7 +100,7 @@ func (h *held) list(now time.Time) []api.Identity {
 		id.Header = secret.Mask(e.value)
 		out = append(out, id)
 	}
-	slices.SortFunc(out, func(a, b api.Identity) int {
+	slices.SortFunc(out, func(a, b agentapi.Identity) int {
 		return cmp.Or(cmp.Compare(a.Scheme, b.Scheme), cmp.Compare(a.Identity, b.Identity))
 	})
 	return out
@@ -108,5 +108,5 @@ func (h *held) list(now time.Time) []api.Identity {
 
 // identities serves GET /v1/identities.
 func (a *Agent) identities(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, api.IdentitiesResponse{Identities: a.held.list(time.Now())})
+	writeJSON(w, http.StatusOK, agentapi.IdentitiesResponse{Identities: a.held.list(time.Now())})
 }

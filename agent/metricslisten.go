@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/signagent/signagent/agent/listen"
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 )
 
 // The metrics listener (--metrics-listen): a TCP socket of its own serving
@@ -74,10 +74,10 @@ func (a *Agent) metricsHandler() http.Handler {
 		h, ok := handlers[r.URL.Path]
 		switch {
 		case !ok:
-			writeError(w, http.StatusNotFound, APIError{Code: api.CodeNotFound, Message: "no such endpoint on the metrics listener: " + r.Method + " " + r.URL.Path + " (it serves " + strings.Join(metricsPaths, ", ") + ")"})
+			writeError(w, http.StatusNotFound, APIError{Code: agentapi.CodeNotFound, Message: "no such endpoint on the metrics listener: " + r.Method + " " + r.URL.Path + " (it serves " + strings.Join(metricsPaths, ", ") + ")"})
 		case r.Method != http.MethodGet && r.Method != http.MethodHead:
 			w.Header().Set("Allow", "GET, HEAD")
-			writeError(w, http.StatusMethodNotAllowed, APIError{Code: api.CodeMethodNotAllowed, Message: r.Method + " is not allowed on " + r.URL.Path + "; use GET"})
+			writeError(w, http.StatusMethodNotAllowed, APIError{Code: agentapi.CodeMethodNotAllowed, Message: r.Method + " is not allowed on " + r.URL.Path + "; use GET"})
 		default:
 			h(w, r)
 		}

@@ -19,7 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 )
 
 const monitoringDir = "../deploy/monitoring"
@@ -182,7 +182,7 @@ func liveMetricFamilies(t *testing.T) map[string]string {
 	h := start(t, options{oidc: true, apiURL: "emu", metrics: true})
 	shareOIDC(t, h, h, 5)
 	ctx := context.Background()
-	if _, err := h.client.Sign(ctx, api.SignatureRequest{Credential: api.Credential{Phone: "9161234567"}}); err != nil {
+	if _, err := h.client.Sign(ctx, agentapi.SignatureRequest{Credential: agentapi.Credential{Phone: "9161234567"}}); err != nil {
 		t.Fatal(err)
 	}
 	// Refused once: the agent refreshes and sends it again (a retry).

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 )
 
 // TestAgentWithoutToken: an agent started for OpenID Connect and legacy
@@ -17,7 +17,7 @@ import (
 func TestAgentWithoutToken(t *testing.T) {
 	h := start(t, options{noToken: true, oidc: true, legacy: true, apiURL: "emu"})
 	code, _, body := raw(t, h.sock, "GET", "/readyz", "")
-	var ready api.ReadyResponse
+	var ready agentapi.ReadyResponse
 	if err := json.Unmarshal([]byte(body), &ready); err != nil || code != 200 || ready.Status != "ready" ||
 		len(ready.Checks) != 2 || !ready.Checks["oidc"].Ready || !ready.Checks["legacy"].Ready || strings.Contains(body, `"token"`) {
 		t.Fatalf("readyz %d %s", code, body)

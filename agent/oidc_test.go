@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/agentclient"
-	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/oidc"
 )
 
@@ -83,7 +83,7 @@ const oidcRedirect = "http://127.0.0.1:1/callback"
 func TestOIDCAuthorization(t *testing.T) {
 	h := start(t, options{oidc: true})
 	ctx := context.Background()
-	req := api.AuthorizationRequest{Scheme: "oidc"}
+	req := agentapi.AuthorizationRequest{Scheme: "oidc"}
 	a, err := h.client.Authorization(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -116,9 +116,9 @@ func TestOIDCSignInRequired(t *testing.T) {
 	ctx := context.Background()
 	wantConflict := func(t *testing.T, profile, text string) {
 		t.Helper()
-		_, err := h.client.Authorization(ctx, api.AuthorizationRequest{Scheme: "oidc", Profile: profile})
+		_, err := h.client.Authorization(ctx, agentapi.AuthorizationRequest{Scheme: "oidc", Profile: profile})
 		var ae *agentclient.Error
-		if !errors.As(err, &ae) || ae.Status != http.StatusConflict || ae.Body.Code != api.CodeSignInRequired || !strings.Contains(ae.Body.Message, text) {
+		if !errors.As(err, &ae) || ae.Status != http.StatusConflict || ae.Body.Code != agentapi.CodeSignInRequired || !strings.Contains(ae.Body.Message, text) {
 			t.Fatalf("err = %v", err)
 		}
 	}
@@ -138,13 +138,13 @@ func TestOIDCSignInRequired(t *testing.T) {
 	// configuration, not the user's sign-in: 503, naming the fix.
 	t.Run("store readable by others", func(t *testing.T) {
 		os.Chmod(h.store.Path("default"), 0o644)
-		_, err := h.client.Authorization(ctx, api.AuthorizationRequest{Scheme: "oidc", Profile: "default"})
+		_, err := h.client.Authorization(ctx, agentapi.AuthorizationRequest{Scheme: "oidc", Profile: "default"})
 		var ae *agentclient.Error
-		if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || ae.Body.Code != api.CodeNotConfigured || !strings.Contains(ae.Body.Message, "chmod 0600") {
+		if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || ae.Body.Code != agentapi.CodeNotConfigured || !strings.Contains(ae.Body.Message, "chmod 0600") {
 			t.Fatalf("err = %v", err)
 		}
 	})
-	_, err := h.client.Authorization(ctx, api.AuthorizationRequest{Scheme: "oidc", Profile: "../etc"})
+	_, err := h.client.Authorization(ctx, agentapi.AuthorizationRequest{Scheme: "oidc", Profile: "../etc"})
 	var ae *agentclient.Error
 	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
 		t.Fatalf("bad profile name: %v", err)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agent/proxy"
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 )
 
 type openapiDoc struct {
@@ -58,10 +58,10 @@ func TestOpenAPIMatchesCode(t *testing.T) {
 	}
 
 	for name, typ := range map[string]any{
-		"Credential": api.Credential{}, "SignatureRequest": api.SignatureRequest{}, "SignatureResponse": api.SignatureResponse{},
-		"SessionRequest": api.SessionRequest{}, "SessionResponse": api.SessionResponse{}, "DropResponse": api.DropResponse{},
-		"LinkRequest": api.LinkRequest{}, "LinkResult": api.LinkResponse{}, "HealthResponse": api.HealthResponse{},
-		"TokenState": api.TokenState{}, "ReadyResponse": api.ReadyResponse{}, "Check": api.Check{},
+		"Credential": agentapi.Credential{}, "SignatureRequest": agentapi.SignatureRequest{}, "SignatureResponse": agentapi.SignatureResponse{},
+		"SessionRequest": agentapi.SessionRequest{}, "SessionResponse": agentapi.SessionResponse{}, "DropResponse": agentapi.DropResponse{},
+		"LinkRequest": agentapi.LinkRequest{}, "LinkResult": agentapi.LinkResponse{}, "HealthResponse": agentapi.HealthResponse{},
+		"TokenState": agentapi.TokenState{}, "ReadyResponse": agentapi.ReadyResponse{}, "Check": agentapi.Check{},
 	} {
 		s, ok := doc.Components.Schemas[name]
 		if !ok {
@@ -94,9 +94,9 @@ func TestOpenAPIMatchesCode(t *testing.T) {
 		}
 	}
 
-	for _, code := range []string{api.CodeBadInput, api.CodeUnauthorized, api.CodeForbidden, api.CodeNotFound, api.CodeMethodNotAllowed,
-		api.CodeTooLarge, api.CodeServiceRefused, api.CodeQueueFull, api.CodeInternal, api.CodeServiceError, api.CodeServiceUnreachable,
-		api.CodeTokenNotReady, api.CodeNotConfigured, api.CodeServiceTimeout, api.CodeTokenTimeout} {
+	for _, code := range []string{agentapi.CodeBadInput, agentapi.CodeUnauthorized, agentapi.CodeForbidden, agentapi.CodeNotFound, agentapi.CodeMethodNotAllowed,
+		agentapi.CodeTooLarge, agentapi.CodeServiceRefused, agentapi.CodeQueueFull, agentapi.CodeInternal, agentapi.CodeServiceError, agentapi.CodeServiceUnreachable,
+		agentapi.CodeTokenNotReady, agentapi.CodeNotConfigured, agentapi.CodeServiceTimeout, agentapi.CodeTokenTimeout} {
 		if !regexp.MustCompile(`[\s\[]` + code + `[,\]]`).Match(b) {
 			t.Errorf("error code %s is not in the document", code)
 		}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agent/proxy"
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
@@ -183,7 +183,7 @@ func runStoreOutage(t testing.TB, plan outagePlan) *outageFigures {
 					case err != nil:
 						answer = "transport: " + err.Error()
 					case code != 200:
-						var e api.ErrorBody
+						var e agentapi.ErrorBody
 						json.Unmarshal([]byte(body), &e)
 						answer += " " + e.Error.Code
 						if code == 503 && hdr.Get("Retry-After") == "" {
@@ -209,7 +209,7 @@ func runStoreOutage(t testing.TB, plan outagePlan) *outageFigures {
 			}
 			for _, c := range cs {
 				code, _, body, err := call(c, "GET", "/readyz", "", "")
-				var r api.ReadyResponse
+				var r agentapi.ReadyResponse
 				json.Unmarshal([]byte(body), &r)
 				f.mu.Lock()
 				if err != nil {
@@ -228,7 +228,7 @@ func runStoreOutage(t testing.TB, plan outagePlan) *outageFigures {
 		for _, c := range probes {
 			eventually(t, 15*time.Second, why, func() bool {
 				_, _, body, _ := call(c, "GET", "/readyz", "", "")
-				var r api.ReadyResponse
+				var r agentapi.ReadyResponse
 				json.Unmarshal([]byte(body), &r)
 				return r.Checks["store"].Ready == up
 			})

@@ -7,7 +7,7 @@ import (
 
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agent/proxy"
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/internal/httpx/headtest"
 )
 
@@ -31,10 +31,10 @@ func TestProxyHeadBounds(t *testing.T) {
 	}
 	url := headtest.Serve(t, func(path string) string { return answers[path] })
 	h.reload(t, func(c *agent.Config) { c.APIURL = url })
-	call := func(method string) (int, string, api.Error) {
+	call := func(method string) (int, string, agentapi.Error) {
 		t.Helper()
 		resp, body := h.call(t, "GET", "/v1/service/"+method, aliceOIDC, nil, "")
-		var eb api.ErrorBody
+		var eb agentapi.ErrorBody
 		if resp.StatusCode != 200 {
 			if err := json.Unmarshal([]byte(body), &eb); err != nil || resp.Header.Get(proxy.ErrorHeader) != eb.Error.Code {
 				t.Fatalf("%s: %d %q, not the agent's JSON error", method, resp.StatusCode, body)
@@ -57,7 +57,7 @@ func TestProxyHeadBounds(t *testing.T) {
 		{"Lone101", 502, "the business call: could not reach the service: the service answered 101, which the proxy does not pass on"},
 	} {
 		status, body, e := call(tc.method)
-		if status != tc.status || (status == 502 && (e.Code != api.CodeServiceUnreachable || e.Message != tc.msg)) || (status == 200 && body != "ok") {
+		if status != tc.status || (status == 502 && (e.Code != agentapi.CodeServiceUnreachable || e.Message != tc.msg)) || (status == 200 && body != "ok") {
 			t.Errorf("%s: %d %+v %.80q, want %d %q", tc.method, status, e, body, tc.status, tc.msg)
 		}
 		// An answer refused is an answer: the service is not down.

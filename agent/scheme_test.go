@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/agent"
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/errdefs"
@@ -96,8 +96,8 @@ func TestFourthScheme(t *testing.T) {
 		t.Fatalf("the robot's series before any call: %q", m)
 	}
 	ctx := context.Background()
-	ask := func() (*api.AuthorizationResponse, error) {
-		return h.client.Authorization(ctx, api.AuthorizationRequest{Scheme: "robot"})
+	ask := func() (*agentapi.AuthorizationResponse, error) {
+		return h.client.Authorization(ctx, agentapi.AuthorizationRequest{Scheme: "robot"})
 	}
 	if _, err := ask(); apiErr(t, err).Status != 503 {
 		t.Fatalf("robot without a store: %v", err)
@@ -143,7 +143,7 @@ func TestFourthScheme(t *testing.T) {
 	}
 
 	// A scheme the agent does not serve is named with those it does.
-	_, err = h.client.Authorization(ctx, api.AuthorizationRequest{Scheme: "kerberos"})
+	_, err = h.client.Authorization(ctx, agentapi.AuthorizationRequest{Scheme: "kerberos"})
 	var names []string
 	for _, e := range schemes.List() {
 		names = append(names, e.Name)

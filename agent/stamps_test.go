@@ -11,8 +11,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/agentclient"
-	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
@@ -37,7 +37,7 @@ func TestAgentSessionsOneCredentialOneSecond(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"crm-42", "crm-43"} {
-		if _, err := h.client.Session(ctx, api.SessionRequest{Credential: api.Credential{Phone: "9161234567"}, ServiceUserID: id}); err != nil {
+		if _, err := h.client.Session(ctx, agentapi.SessionRequest{Credential: agentapi.Credential{Phone: "9161234567"}, ServiceUserID: id}); err != nil {
 			t.Fatalf("%s: %v", id, err)
 		}
 	}
@@ -60,11 +60,11 @@ func (g givenSignature) SignText(context.Context, []byte, time.Time) ([]byte, er
 func TestAgentSignatureThenSession(t *testing.T) {
 	h := start(t, options{})
 	ctx := context.Background()
-	cred := api.Credential{Phone: "9161234567"}
+	cred := agentapi.Credential{Phone: "9161234567"}
 	for try := 1; ; try++ {
 		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 5*time.Millisecond)))
 		second := time.Now().Truncate(time.Second)
-		sig, err := h.client.Sign(ctx, api.SignatureRequest{Credential: cred})
+		sig, err := h.client.Sign(ctx, agentapi.SignatureRequest{Credential: cred})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +87,7 @@ func TestAgentSignatureThenSession(t *testing.T) {
 			}
 			continue
 		}
-		if _, err := h.client.Session(ctx, api.SessionRequest{Credential: cred, ServiceUserID: "crm-42", Refresh: true}); err != nil {
+		if _, err := h.client.Session(ctx, agentapi.SessionRequest{Credential: cred, ServiceUserID: "crm-42", Refresh: true}); err != nil {
 			t.Fatal(err)
 		}
 		break
@@ -123,7 +123,7 @@ func TestDaemonReloadKeepsStamps(t *testing.T) {
 	c := agentclient.NewUnix(strings.TrimPrefix(cfg.Listen[0], "unix:"))
 	session := func() {
 		t.Helper()
-		if _, err := c.Session(context.Background(), api.SessionRequest{Credential: api.Credential{Phone: "9161234567"}, ServiceUserID: "crm-42", Refresh: true}); err != nil {
+		if _, err := c.Session(context.Background(), agentapi.SessionRequest{Credential: agentapi.Credential{Phone: "9161234567"}, ServiceUserID: "crm-42", Refresh: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -144,7 +144,7 @@ func TestDaemonReloadKeepsStamps(t *testing.T) {
 func TestStaleTimestampIsTheClock(t *testing.T) {
 	h := start(t, options{})
 	h.advance(10 * time.Minute)
-	_, err := h.client.Session(context.Background(), api.SessionRequest{Credential: api.Credential{Phone: "9161234567"}, ServiceUserID: "crm-42"})
+	_, err := h.client.Session(context.Background(), agentapi.SessionRequest{Credential: agentapi.Credential{Phone: "9161234567"}, ServiceUserID: "crm-42"})
 	e := apiErr(t, err)
 	// Date is to the second: the request may cross one.
 	if e.Status != 422 || e.Body.ServiceCode != trusted.CodeStaleTimestamp ||

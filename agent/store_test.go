@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/signagent/signagent/agent"
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
@@ -55,9 +55,9 @@ func TestAgentSharedStore(t *testing.T) {
 	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "oidc", nil, ""); resp.StatusCode != 200 {
 		t.Fatalf("through the shared store: %d %s", resp.StatusCode, body)
 	}
-	ready := func() (int, api.ReadyResponse) {
+	ready := func() (int, agentapi.ReadyResponse) {
 		code, _, body := raw(t, h.sock, "GET", "/readyz", "")
-		var r api.ReadyResponse
+		var r agentapi.ReadyResponse
 		json.Unmarshal([]byte(body), &r)
 		return code, r
 	}
@@ -116,7 +116,7 @@ func TestAgentsShareSessions(t *testing.T) {
 				t.Errorf("session %d: %d %s", i, code, resp)
 				return
 			}
-			var s api.SessionResponse
+			var s agentapi.SessionResponse
 			json.Unmarshal([]byte(resp), &s)
 			sids[i] = s.Sid
 		})
@@ -306,7 +306,7 @@ func BenchmarkCachedOIDCSharedStore(b *testing.B) {
 	shared := local.second(b)
 	shareOIDC(b, local, shared, 4)
 	ctx := context.Background()
-	req := api.AuthorizationRequest{Scheme: "oidc"}
+	req := agentapi.AuthorizationRequest{Scheme: "oidc"}
 	for _, h := range []*harness{local, shared} {
 		if _, err := h.client.Authorization(ctx, req); err != nil {
 			b.Fatal(err)
@@ -512,7 +512,7 @@ func TestReadyzStoreReason(t *testing.T) {
 	h.reload(t, func(c *agent.Config) { c.SharedStore = r })
 	reason := func() string {
 		_, _, body := raw(t, h.sock, "GET", "/readyz", "")
-		var r api.ReadyResponse
+		var r agentapi.ReadyResponse
 		json.Unmarshal([]byte(body), &r)
 		if c, ok := r.Checks["store"]; ok && !c.Ready {
 			return c.Reason
@@ -556,9 +556,9 @@ func TestReloadKeepsStoreState(t *testing.T) {
 		return r
 	}
 	h.reload(t, func(c *agent.Config) { c.SharedStore = open(100 * time.Millisecond) })
-	check := func() api.Check {
+	check := func() agentapi.Check {
 		_, _, body := raw(t, h.sock, "GET", "/readyz", "")
-		var r api.ReadyResponse
+		var r agentapi.ReadyResponse
 		json.Unmarshal([]byte(body), &r)
 		return r.Checks["store"]
 	}

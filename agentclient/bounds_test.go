@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/internal/httpx"
 )
 
@@ -131,7 +131,7 @@ func TestSilentAgentBounded(t *testing.T) {
 		tr.ResponseHeaderTimeout = 200 * time.Millisecond
 		done := make(chan error, 1)
 		go func() {
-			_, err := c.Sign(context.Background(), api.SignatureRequest{Credential: api.Credential{Phone: "9161234567"}})
+			_, err := c.Sign(context.Background(), agentapi.SignatureRequest{Credential: agentapi.Credential{Phone: "9161234567"}})
 			done <- err
 		}()
 		select {

@@ -8,7 +8,7 @@
 // API key or a scheme's secrets. The agent's refusals are an *Error.
 //
 //	c := agentclient.NewUnix("/run/user/1000/signagent/agent.sock")
-//	s, err := c.Session(ctx, api.SessionRequest{Credential: api.Credential{Phone: "9161234567"}, ServiceUserID: "crm-42"})
+//	s, err := c.Session(ctx, agentapi.SessionRequest{Credential: agentapi.Credential{Phone: "9161234567"}, ServiceUserID: "crm-42"})
 package agentclient
 
 import (
@@ -27,7 +27,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/internal/httpx"
 )
 
@@ -115,7 +115,7 @@ type Error struct {
 	Status int // HTTP status
 	// Body is the agent's error: Code, Message, and for refusals by the
 	// service its ServiceCode and Step.
-	Body api.Error
+	Body agentapi.Error
 	// RetryAfter is the agent's Retry-After, for 429 and 503.
 	RetryAfter time.Duration
 }
@@ -131,14 +131,14 @@ func (e *Error) Temporary() bool {
 }
 
 // Sign asks for a detached signature of the text for a credential.
-func (c *Client) Sign(ctx context.Context, req api.SignatureRequest) (*api.SignatureResponse, error) {
-	var out api.SignatureResponse
+func (c *Client) Sign(ctx context.Context, req agentapi.SignatureRequest) (*agentapi.SignatureResponse, error) {
+	var out agentapi.SignatureResponse
 	return &out, c.do(ctx, http.MethodPost, "/v1/signatures", req, &out)
 }
 
 // Session asks for an auth.sid (from the agent's cache when it has one).
-func (c *Client) Session(ctx context.Context, req api.SessionRequest) (*api.SessionResponse, error) {
-	var out api.SessionResponse
+func (c *Client) Session(ctx context.Context, req agentapi.SessionRequest) (*agentapi.SessionResponse, error) {
+	var out agentapi.SessionResponse
 	return &out, c.do(ctx, http.MethodPost, "/v1/sessions", req, &out)
 }
 
@@ -146,34 +146,34 @@ func (c *Client) Session(ctx context.Context, req api.SessionRequest) (*api.Sess
 // (legacy scheme: ServiceAuth ddauth_api_client_id=...,ddauth_token=...),
 // from the agent's cache when it has one. Set Refresh after the service
 // answered 401 to the value.
-func (c *Client) Authorization(ctx context.Context, req api.AuthorizationRequest) (*api.AuthorizationResponse, error) {
-	var out api.AuthorizationResponse
+func (c *Client) Authorization(ctx context.Context, req agentapi.AuthorizationRequest) (*agentapi.AuthorizationResponse, error) {
+	var out agentapi.AuthorizationResponse
 	return &out, c.do(ctx, http.MethodPost, "/v1/authorizations", req, &out)
 }
 
 // DropSession makes the agent forget a cached auth.sid, e.g. one the service
 // rejected. It reports whether one was cached.
-func (c *Client) DropSession(ctx context.Context, cred api.Credential, serviceUserID string) (bool, error) {
+func (c *Client) DropSession(ctx context.Context, cred agentapi.Credential, serviceUserID string) (bool, error) {
 	q := url.Values{"serviceUserId": {serviceUserID}}
 	for k, v := range map[string]string{"phone": cred.Phone, "snils": cred.SNILS, "thumbprint": cred.Thumbprint} {
 		if v != "" {
 			q.Set(k, v)
 		}
 	}
-	var out api.DropResponse
+	var out agentapi.DropResponse
 	return out.Dropped, c.do(ctx, http.MethodDelete, "/v1/sessions?"+q.Encode(), nil, &out)
 }
 
 // Link asks the service, through the agent, to link a user by phone.
 func (c *Client) Link(ctx context.Context, serviceUserID, phone string) error {
-	var out api.LinkResponse
-	return c.do(ctx, http.MethodPost, "/v1/links", api.LinkRequest{ServiceUserID: serviceUserID, Phone: phone}, &out)
+	var out agentapi.LinkResponse
+	return c.do(ctx, http.MethodPost, "/v1/links", agentapi.LinkRequest{ServiceUserID: serviceUserID, Phone: phone}, &out)
 }
 
 // Ready returns the token's state; err is an *Error with status 503 while
 // the token is not ready.
-func (c *Client) Ready(ctx context.Context) (*api.ReadyResponse, error) {
-	var out api.ReadyResponse
+func (c *Client) Ready(ctx context.Context) (*agentapi.ReadyResponse, error) {
+	var out agentapi.ReadyResponse
 	err := c.do(ctx, http.MethodGet, "/readyz", nil, &out)
 	return &out, err
 }
@@ -234,11 +234,11 @@ func (c *Client) Call(ctx context.Context, method, path string, query url.Values
 	if err != nil {
 		return nil, fmt.Errorf("signagent agent: %w", err)
 	}
-	var eb api.ErrorBody
+	var eb agentapi.ErrorBody
 	agentOwn := resp.Header.Get(ErrorHeader) != "" ||
 		(resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) && json.Unmarshal(data, &eb) == nil && eb.Error.Code != ""
 	if agentOwn {
-		e := &Error{Status: resp.StatusCode, Body: api.Error{Code: resp.Header.Get(ErrorHeader), Message: http.StatusText(resp.StatusCode)}}
+		e := &Error{Status: resp.StatusCode, Body: agentapi.Error{Code: resp.Header.Get(ErrorHeader), Message: http.StatusText(resp.StatusCode)}}
 		if json.Unmarshal(data, &eb) == nil && eb.Error.Code != "" {
 			e.Body = eb.Error
 		}
@@ -298,13 +298,13 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	}
 	if resp.StatusCode/100 != 2 {
 		e := &Error{Status: resp.StatusCode}
-		var eb api.ErrorBody
+		var eb agentapi.ErrorBody
 		if json.Unmarshal(data, &eb) == nil && eb.Error.Code != "" {
 			e.Body = eb.Error
 		} else if path == "/readyz" && json.Unmarshal(data, out) == nil {
-			e.Body = api.Error{Code: api.CodeTokenNotReady, Message: "the token is not ready"}
+			e.Body = agentapi.Error{Code: agentapi.CodeTokenNotReady, Message: "the token is not ready"}
 		} else {
-			e.Body = api.Error{Code: "http_error", Message: http.StatusText(resp.StatusCode)}
+			e.Body = agentapi.Error{Code: "http_error", Message: http.StatusText(resp.StatusCode)}
 		}
 		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
 			e.RetryAfter = time.Duration(s) * time.Second
@@ -315,8 +315,8 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 }
 
 // Identities lists the identities the agent holds a header for (masked).
-func (c *Client) Identities(ctx context.Context) ([]api.Identity, error) {
-	var out api.IdentitiesResponse
+func (c *Client) Identities(ctx context.Context) ([]agentapi.Identity, error) {
+	var out agentapi.IdentitiesResponse
 	err := c.do(ctx, http.MethodGet, "/v1/identities", nil, &out)
 	return out.Identities, err
 }

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/agentclient"
-	"github.com/signagent/signagent/api"
 )
 
 // A partner system obtains an auth.sid for its user over the agent's socket,
@@ -20,11 +20,11 @@ func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	req := api.SessionRequest{Credential: api.Credential{SNILS: "112-233-445 95"}, ServiceUserID: "crm-user-42"}
+	req := agentapi.SessionRequest{Credential: agentapi.Credential{SNILS: "112-233-445 95"}, ServiceUserID: "crm-user-42"}
 	s, err := c.Session(ctx, req)
 	var e *agentclient.Error
 	switch {
-	case errors.As(err, &e) && e.Body.Code == api.CodeServiceRefused:
+	case errors.As(err, &e) && e.Body.Code == agentapi.CodeServiceRefused:
 		log.Fatalf("the service refused (%s at %s): %s", e.Body.ServiceCode, e.Body.Step, e.Body.Message)
 	case errors.As(err, &e) && e.Temporary():
 		log.Fatalf("try again in %v: %s", e.RetryAfter, e.Body.Message)
@@ -46,7 +46,7 @@ func ExampleNewTCP() {
 		log.Fatal(err)
 	}
 	c := agentclient.NewTCP("http://127.0.0.1:8700", strings.TrimSpace(string(token)), nil)
-	sig, err := c.Sign(context.Background(), api.SignatureRequest{Credential: api.Credential{Phone: "+7 916 123-45-67"}})
+	sig, err := c.Sign(context.Background(), agentapi.SignatureRequest{Credential: agentapi.Credential{Phone: "+7 916 123-45-67"}})
 	if err != nil {
 		log.Fatal(err)
 	}

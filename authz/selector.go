@@ -8,7 +8,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
 )
@@ -247,7 +247,7 @@ func (s Selector) Text() (string, bool) {
 
 // OfRequest is the body of the agent's POST /v1/authorizations as the
 // selector it means, normalized (Check is the caller's).
-func OfRequest(req api.AuthorizationRequest) Selector {
+func OfRequest(req agentapi.AuthorizationRequest) Selector {
 	sel := Selector{Scheme: req.Scheme, Profile: req.Profile, By: req.By, Login: req.Login, Sid: req.Sid, ServiceUserID: req.ServiceUserID}
 	if req.Credential != nil {
 		c := Credential(*req.Credential)

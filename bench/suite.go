@@ -17,8 +17,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/agentclient"
-	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/devtoken/gosttoken"
 	"github.com/signagent/signagent/errdefs"
@@ -289,7 +289,7 @@ func (o *Options) agentRows(ctx context.Context, client *agentclient.Client, pid
 		return rows
 	}
 	o.say("/v1/sessions, cold and cached...")
-	req := api.SessionRequest{Credential: api.Credential{Phone: "9161234567"}, ServiceUserID: "bench-user-0"}
+	req := agentapi.SessionRequest{Credential: agentapi.Credential{Phone: "9161234567"}, ServiceUserID: "bench-user-0"}
 	var n atomic.Int64
 	r := RunContext(ctx, "agent /v1/sessions cold", 1, o.Each, func(ctx context.Context) string {
 		cold := req
@@ -306,7 +306,7 @@ func (o *Options) agentRows(ctx context.Context, client *agentclient.Client, pid
 
 func signOp(client *agentclient.Client) func(context.Context) string {
 	return func(ctx context.Context) string {
-		_, err := client.Sign(ctx, api.SignatureRequest{Credential: api.Credential{Phone: "9161234567"}})
+		_, err := client.Sign(ctx, agentapi.SignatureRequest{Credential: agentapi.Credential{Phone: "9161234567"}})
 		return errKind(err)
 	}
 }

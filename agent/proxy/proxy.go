@@ -18,11 +18,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/business"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
-	"github.com/signagent/signagent/service"
 )
 
 // IdentityHeader names the identity a proxied call is made for.
@@ -186,7 +186,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	call := &Call{Start: time.Now(), Method: "other", rec: p.agent.Begin(r)}
 	if r.Method != http.MethodGet && r.Method != http.MethodPost {
 		w.Header().Set("Allow", "GET, POST")
-		call.rec.Refused(w, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, r.Method+" is not allowed on "+Prefix+"{method}; use GET or POST")
+		call.rec.Refused(w, http.StatusMethodNotAllowed, agentapi.CodeMethodNotAllowed, r.Method+" is not allowed on "+Prefix+"{method}; use GET or POST")
 		return
 	}
 	out, target, au, err := p.prepare(r, call)
@@ -217,7 +217,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the request to the business API: the caller's request itself, whose
 // headers are changed in place (the handler is their last reader).
 func (p *Proxy) prepare(r *http.Request, call *Call) (*http.Request, *Target, authz.Authorizer, error) {
-	path, err := service.Path(strings.TrimPrefix(r.URL.EscapedPath(), strings.TrimSuffix(Prefix, "/")))
+	path, err := business.Path(strings.TrimPrefix(r.URL.EscapedPath(), strings.TrimSuffix(Prefix, "/")))
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/pkcs11"
@@ -55,7 +55,7 @@ var ErrNotReady = errdefs.New(errdefs.ErrTokenNotReady, "the token is not ready"
 var ErrNoToken = errdefs.New(errdefs.ErrNotConfigured, "this agent has no token: it was started for OpenID Connect or legacy passwords alone (signing needs the partner API key and a token: --api-key-file, --module or --key)")
 
 // State is the token's state as /readyz reports it.
-type State = api.TokenState
+type State = agentapi.TokenState
 
 // conn is one open token: the key, its CMS signer, and the signatures in
 // flight on it, so that a replaced connection is closed only once they are

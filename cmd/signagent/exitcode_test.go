@@ -6,12 +6,12 @@ import (
 	"testing"
 
 	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/business"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
-	"github.com/signagent/signagent/service"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -41,8 +41,8 @@ func TestExitCode(t *testing.T) {
 		{"refused twice", &authz.RefusedError{Identity: "oidc crm", Status: 401}, cmdutil.ExitRefused},
 		{"failing", &trusted.ServiceError{Status: 500}, cmdutil.ExitTransport},
 		{"reused", &trusted.ServiceError{Status: 409, Code: trusted.CodeSignatureReused}, cmdutil.ExitRetry},
-		{"business 429", &service.Error{Method: "/GetMyOrganizations", Status: 429}, cmdutil.ExitTransport},
-		{"business 403", &service.Error{Method: "/GetMyEmployee", Status: 403}, cmdutil.ExitRefused},
+		{"business 429", &business.Error{Method: "/GetMyOrganizations", Status: 429}, cmdutil.ExitTransport},
+		{"business 403", &business.Error{Method: "/GetMyEmployee", Status: 403}, cmdutil.ExitRefused},
 		{"sign in", oidc.ErrSignIn, cmdutil.ExitSignIn},
 		{"store down", oidc.ErrStoreUnavailable, cmdutil.ExitTransport},
 		{"no kind", errors.New("boom"), cmdutil.ExitFailure},

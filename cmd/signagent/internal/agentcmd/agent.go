@@ -13,8 +13,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/agentclient"
-	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 )
@@ -103,7 +103,7 @@ func agentStatus(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client) error {
 	}
 	if c.Bool("json") {
 		doc := map[string]any{"socket": path, "status": ready.Status, "checks": ready.Checks, "identities": counts}
-		if ready.Token != (api.TokenState{}) {
+		if ready.Token != (agentapi.TokenState{}) {
 			doc["token"] = ready.Token
 		}
 		if ready.Queue != nil {

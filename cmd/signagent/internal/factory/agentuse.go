@@ -11,8 +11,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/agentclient"
-	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
@@ -102,7 +102,7 @@ func AgentError(err error) error {
 	switch {
 	case ae.Body.ServiceCode != "":
 		kind = errdefs.ErrRefused
-	case ae.Body.Code == api.CodeSignInRequired:
+	case ae.Body.Code == agentapi.CodeSignInRequired:
 		kind = errdefs.ErrSignIn
 	case ae.Status == http.StatusBadRequest || ae.Status == http.StatusUnprocessableEntity:
 		kind = errdefs.ErrInvalidInput
@@ -120,7 +120,7 @@ func AgentError(err error) error {
 
 // AgentAuthorization asks the agent for the Authorization header of the
 // identity the flags name (scheme as --scheme gives it).
-func AgentAuthorization(ctx context.Context, cl *agentclient.Client, c *cli.Context, scheme string) (*api.AuthorizationResponse, error) {
+func AgentAuthorization(ctx context.Context, cl *agentclient.Client, c *cli.Context, scheme string) (*agentapi.AuthorizationResponse, error) {
 	req, err := AgentAuthRequest(c, settings.Of(c), scheme)
 	if err != nil {
 		return nil, err
@@ -137,9 +137,9 @@ func AgentAuthorization(ctx context.Context, cl *agentclient.Client, c *cli.Cont
 // login, the certificate, an auth.sid from its sources or a trusted
 // Credential for the legacy scheme. No password leaves this process: the
 // agent holds the passwords it may use.
-func AgentAuthRequest(c *cli.Context, s *settings.Settings, scheme string) (api.AuthorizationRequest, error) {
+func AgentAuthRequest(c *cli.Context, s *settings.Settings, scheme string) (agentapi.AuthorizationRequest, error) {
 	sel := authz.Selector{Scheme: scheme, By: c.String("by")}.Normalize()
-	req := api.AuthorizationRequest{Scheme: sel.Scheme}
+	req := agentapi.AuthorizationRequest{Scheme: sel.Scheme}
 	if sel.Scheme != authz.SchemeLegacy {
 		req.Profile = s.String("profile")
 		return req, nil
@@ -176,8 +176,8 @@ func AgentAuthRequest(c *cli.Context, s *settings.Settings, scheme string) (api.
 }
 
 // APICredential is a checked credential as the agent's API takes it.
-func APICredential(cred canonical.Credential) *api.Credential {
-	out := &api.Credential{}
+func APICredential(cred canonical.Credential) *agentapi.Credential {
+	out := &agentapi.Credential{}
 	switch cred.Kind {
 	case canonical.Phone:
 		out.Phone = cred.Value
@@ -194,7 +194,7 @@ func APICredential(cred canonical.Credential) *api.Credential {
 // refused it.
 type AgentAuthorizer struct {
 	Client  *agentclient.Client
-	Request api.AuthorizationRequest
+	Request agentapi.AuthorizationRequest
 	refresh bool
 }
 

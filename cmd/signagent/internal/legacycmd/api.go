@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/business"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
@@ -21,7 +22,6 @@ import (
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/schemes"
-	"github.com/signagent/signagent/service"
 )
 
 func apiCommand(e *cmdutil.Env) *cli.Command {
@@ -62,7 +62,7 @@ func apiArgs(c *cli.Context) (string, string, url.Values, error) {
 	if err != nil {
 		return "", "", nil, cmdutil.UsageErr(fmt.Errorf("the query of %q: %w", args[0], err))
 	}
-	if _, err := service.Path(path); err != nil {
+	if _, err := business.Path(path); err != nil {
 		return "", "", nil, err
 	}
 	return method, path, q, nil
@@ -102,7 +102,7 @@ func callAPI(c *cli.Context, e *cmdutil.Env) error {
 			if err != nil {
 				return factory.AgentError(err)
 			}
-			return answer(c, e, path, q, &service.Response{Status: ans.Status, Header: ans.Header, Body: ans.Body})
+			return answer(c, e, path, q, &business.Response{Status: ans.Status, Header: ans.Header, Body: ans.Body})
 		}
 		a = &factory.AgentAuthorizer{Client: cl, Request: req}
 	} else {
@@ -114,7 +114,7 @@ func callAPI(c *cli.Context, e *cmdutil.Env) error {
 		}
 	}
 	defer done()
-	svc, err := service.New(service.Config{APIURL: s.String("api-url"), AllowInsecureHTTP: s.Bool("insecure-http"),
+	svc, err := business.New(business.Config{APIURL: s.String("api-url"), AllowInsecureHTTP: s.Bool("insecure-http"),
 		Timeout: s.Duration("request-timeout"), UserAgent: "signagent/" + cmdutil.Version}, a)
 	if err != nil {
 		return err
@@ -128,12 +128,12 @@ func callAPI(c *cli.Context, e *cmdutil.Env) error {
 
 // answer prints the service's answer; a status other than 2xx is the
 // command's error.
-func answer(c *cli.Context, e *cmdutil.Env, path string, q url.Values, r *service.Response) error {
+func answer(c *cli.Context, e *cmdutil.Env, path string, q url.Values, r *business.Response) error {
 	printAnswer(e, r, c.Bool("include"))
 	if r.Status >= 300 {
 		// The answer's text is on stdout already: the error line says
 		// the status and code once, not the text again.
-		se := service.AsError(strings.TrimPrefix(path, "/"), r, q.Get("boxId"))
+		se := business.AsError(strings.TrimPrefix(path, "/"), r, q.Get("boxId"))
 		se.Message = ""
 		return se
 	}
@@ -155,7 +155,7 @@ func readInput(e *cmdutil.Env, f string) ([]byte, error) {
 
 // printAnswer writes the body (indented JSON on a terminal), after the
 // status line and headers with --include.
-func printAnswer(e *cmdutil.Env, r *service.Response, include bool) {
+func printAnswer(e *cmdutil.Env, r *business.Response, include bool) {
 	if include {
 		fmt.Fprintf(e.Stdout, "HTTP %d %s\n", r.Status, http.StatusText(r.Status))
 		r.Header.Write(e.Stdout)

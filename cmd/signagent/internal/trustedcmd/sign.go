@@ -9,8 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/agentclient"
-	"github.com/signagent/signagent/api"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/internal/settings"
@@ -170,7 +170,7 @@ func signWithAgent(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client, outs 
 		return err
 	}
 	stamp := canonical.FormatTimestamp(ts)
-	resp, err := cl.Sign(c.Context, api.SignatureRequest{Credential: *factory.APICredential(cred), Timestamp: stamp})
+	resp, err := cl.Sign(c.Context, agentapi.SignatureRequest{Credential: *factory.APICredential(cred), Timestamp: stamp})
 	if err != nil {
 		return factory.AgentError(err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/signagent/signagent/api"
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/internal/settings"
@@ -72,7 +72,7 @@ func sessionCommand(e *cmdutil.Env) *cli.Command {
 					return err
 				}
 				// The agent's session for the user: its cache, its token.
-				resp, err := cl.Session(c.Context, api.SessionRequest{Credential: *factory.APICredential(cred), ServiceUserID: c.String("service-user-id")})
+				resp, err := cl.Session(c.Context, agentapi.SessionRequest{Credential: *factory.APICredential(cred), ServiceUserID: c.String("service-user-id")})
 				if err != nil {
 					return factory.AgentError(err)
 				}

@@ -1,8 +1,8 @@
-// Package api holds the JSON types of the signagent agent's HTTP API
+// Package agentapi holds the JSON types of the signagent agent's HTTP API
 // (docs/openapi.yaml), shared by the agent and by agentclient. It imports
 // nothing of the agent, so a partner's program that uses agentclient does
 // not build PKCS#11 code.
-package api
+package agentapi
 
 import "time"
 

@@ -1,9 +1,9 @@
-// Package service calls the service's business methods with the
+// Package business calls the service's business methods with the
 // Authorization header of any scheme (an authz.Authorizer): typed
 // GetMyOrganizations and GetMyEmployee, and a raw call for any other
 // method. On a 401 it asks the authorizer for a fresh value once and
 // tries once more (authz.Do).
-package service
+package business
 
 import (
 	"bytes"
