@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/agent"
-	"github.com/signagent/signagent/internal/httpx/headtest"
+	"github.com/signagent/signagent/internal/httpx/httpxtest"
 )
 
 // BenchmarkProxyHostileHeads: 16 callers at once whose business call is
@@ -38,7 +38,7 @@ func BenchmarkProxyHostileHeads(b *testing.B) {
 	head.WriteString("Content-Length: 2\r\n\r\nok")
 	answer := head.String()
 	h := start(b, options{oidc: true})
-	url := headtest.Serve(b, func(string) string { return answer })
+	url := httpxtest.Serve(b, func(string) string { return answer })
 	h.reload(b, func(c *agent.Config) { c.APIURL = url })
 
 	statuses := map[string]int{}

@@ -8,7 +8,7 @@ import (
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agentapi"
-	"github.com/signagent/signagent/internal/httpx/headtest"
+	"github.com/signagent/signagent/internal/httpx/httpxtest"
 )
 
 // TestProxyHeadBounds: a business API's answer head is read up to
@@ -19,17 +19,17 @@ import (
 func TestProxyHeadBounds(t *testing.T) {
 	h := start(t, options{oidc: true})
 	answers := map[string]string{
-		"/Fields100":    headtest.Fields(100),
-		"/Fields110":    headtest.Fields(110),
-		"/Fields150":    headtest.Fields(150),
-		"/Tiny100000":   headtest.TinyFields(100000),
-		"/Head65KiB":    headtest.BigHead(65 << 10),
-		"/HeadFourKiB":  headtest.BigHead(4 << 10),
-		"/Interim150":   "HTTP/1.1 103 Early Hints\r\n" + strings.Repeat("Link: </a>\r\n", 150) + "\r\n" + headtest.Fields(2),
-		"/WithinBounds": headtest.Fields(2),
+		"/Fields100":    httpxtest.Fields(100),
+		"/Fields110":    httpxtest.Fields(110),
+		"/Fields150":    httpxtest.Fields(150),
+		"/Tiny100000":   httpxtest.TinyFields(100000),
+		"/Head65KiB":    httpxtest.BigHead(65 << 10),
+		"/HeadFourKiB":  httpxtest.BigHead(4 << 10),
+		"/Interim150":   "HTTP/1.1 103 Early Hints\r\n" + strings.Repeat("Link: </a>\r\n", 150) + "\r\n" + httpxtest.Fields(2),
+		"/WithinBounds": httpxtest.Fields(2),
 		"/Lone101":      "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
 	}
-	url := headtest.Serve(t, func(path string) string { return answers[path] })
+	url := httpxtest.Serve(t, func(path string) string { return answers[path] })
 	h.reload(t, func(c *agent.Config) { c.APIURL = url })
 	call := func(method string) (int, string, agentapi.Error) {
 		t.Helper()

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/signagent/signagent/internal/httpx"
-	"github.com/signagent/signagent/internal/httpx/headtest"
+	"github.com/signagent/signagent/internal/httpx/httpxtest"
 )
 
 // TestHostileHeadRefused: an identity provider's answer head of 100,000
@@ -15,15 +15,15 @@ import (
 // bounds, 100 fields and 64 KiB), in one line naming the bound (before:
 // up to 1 MiB in any number of fields).
 func TestHostileHeadRefused(t *testing.T) {
-	for name, answer := range headtest.Hostile() {
-		url := headtest.Serve(t, func(string) string { return answer })
+	for name, answer := range httpxtest.Hostile() {
+		url := httpxtest.Serve(t, func(string) string { return answer })
 		c, err := New(Config{AuthURL: url, ClientID: testClient, ClientSecret: testSecret, Space: SpaceStaging})
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, err = c.Discover(context.Background())
 		var he *httpx.HeadError
-		if !errors.As(err, &he) || !headtest.Refused(err) || strings.Contains(err.Error(), testSecret) {
+		if !errors.As(err, &he) || !httpxtest.Refused(err) || strings.Contains(err.Error(), testSecret) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		t.Logf("%s: %v", name, err)

@@ -15,12 +15,12 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/errdefs"
-	"github.com/signagent/signagent/internal/httpx/headtest"
+	"github.com/signagent/signagent/internal/httpx/httpxtest"
 )
 
 // rawPeer answers each request with answers[N] for the path /N.
 func rawPeer(t testing.TB, ln net.Listener, answers ...string) string {
-	return headtest.ServeOn(t, ln, func(path string) string {
+	return httpxtest.ServeOn(t, ln, func(path string) string {
 		n, _ := strconv.Atoi(strings.TrimPrefix(path, "/"))
 		return answers[min(n, len(answers)-1)]
 	})

@@ -1,8 +1,8 @@
-// Package headtest is a peer on raw TCP that answers with any head,
+// Package httpxtest is a peer on raw TCP that answers with any head,
 // well-formed or hostile (net/http's server writes neither a head of
 // 100,000 tiny fields nor a cut one), for the tests of the clients that
 // bound the heads they read (httpx.HeadLimits).
-package headtest
+package httpxtest
 
 import (
 	"bufio"
