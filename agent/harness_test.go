@@ -46,7 +46,7 @@ type harness struct {
 	logs   *pkcs11test.LogBuffer
 	audit  *pkcs11test.LogBuffer
 	opens  *atomic.Int64
-	store  oidc.Store
+	store  oidc.Files
 	offset atomic.Int64 // the emulator's clock runs this far ahead
 }
 

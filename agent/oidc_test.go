@@ -33,7 +33,7 @@ func (h *harness) oidcClient(t testing.TB) *oidc.Client {
 // tokens as profile "default". (The device flow waits its poll interval,
 // a second; the code flow does not: one second off each of the package's
 // many OIDC tests. oidc's and cmd/signagent's tests drive both flows.)
-func (h *harness) signInOIDC(t testing.TB) oidc.Store {
+func (h *harness) signInOIDC(t testing.TB) oidc.Files {
 	t.Helper()
 	ctx := context.Background()
 	c, err := oidc.New(oidc.Config{AuthURL: h.emu.URL(), ClientID: oidcClientID, ClientSecret: oidcSecret, Space: oidc.SpaceStaging,
@@ -69,7 +69,7 @@ func (h *harness) signInOIDC(t testing.TB) oidc.Store {
 		t.Fatal(err)
 	}
 	rec.Profile = "default"
-	s := oidc.Store{Dir: t.TempDir() + "/signagent"}
+	s := oidc.Files{Dir: t.TempDir() + "/signagent"}
 	if err := s.Save(rec); err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func TestAgentSharedStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	shared := &oidc.Shared{S: r, Name: srv.URL()}
+	shared := &oidc.InStore{S: r, Name: srv.URL()}
 	rec, err := h.store.Load("default")
 	if err != nil {
 		t.Fatal(err)
@@ -281,7 +281,7 @@ func shareOIDC(t testing.TB, from, to *harness, key byte) (*storetest.Server, st
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	sh := &oidc.Shared{S: r, Name: srv.URL()}
+	sh := &oidc.InStore{S: r, Name: srv.URL()}
 	rec, err := from.store.Load("default")
 	if err != nil {
 		t.Fatal(err)
@@ -345,7 +345,7 @@ func TestAgentSharedStoreTampered(t *testing.T) {
 	}
 	defer r.Close()
 	rec, _ := h.store.Load("default")
-	sh := &oidc.Shared{S: r, Name: srv.URL()}
+	sh := &oidc.InStore{S: r, Name: srv.URL()}
 	if err := sh.Save(rec); err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +395,7 @@ func sharedOIDC(t *testing.T, h *harness, sealer *store.Sealer) (*redis.Client, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh := &oidc.Shared{S: r, Name: srv.URL()}
+	sh := &oidc.InStore{S: r, Name: srv.URL()}
 	if err := sh.Save(rec); err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func (s proxySetup) start(ctx context.Context, name, exe string) (*proxyAgent, e
 	rec := &oidc.Record{Profile: "bench", AuthURL: "http://127.0.0.1:9", ClientID: "bench", AccessToken: s.token, TokenType: "Bearer",
 		Expiry: time.Now().Add(24 * time.Hour), Scopes: []string{"openid", "Service.PublicAPI.Staging"}, Subject: "bench",
 		SignedInAt: time.Now()}
-	if err := (oidc.Store{Dir: state}).Save(rec); err != nil {
+	if err := (oidc.Files{Dir: state}).Save(rec); err != nil {
 		return nil, err
 	}
 	addr, err := freePort()

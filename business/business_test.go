@@ -96,7 +96,7 @@ func (b *bed) oidcAuth(t *testing.T) authz.Authorizer {
 		t.Fatal(err)
 	}
 	rec.Profile = "p"
-	s := oidc.Store{Dir: t.TempDir() + "/s"}
+	s := oidc.Files{Dir: t.TempDir() + "/s"}
 	if err := s.Save(rec); err != nil {
 		t.Fatal(err)
 	}

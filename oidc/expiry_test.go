@@ -17,7 +17,7 @@ func TestRefreshExpiries(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
 	now := t0.Add(40 * 24 * time.Hour)
 	life := 10 * 24 * time.Hour
-	st := Store{Dir: filepath.Join(t.TempDir(), "tokens")}
+	st := Files{Dir: filepath.Join(t.TempDir(), "tokens")}
 	tok := &Tokens{Store: st, RefreshLifetime: life, Now: func() time.Time { return now }}
 	rec := func(profile, refresh string, refreshedAt time.Time) *Record {
 		return &Record{Version: recordVersion, Profile: profile, AuthURL: "https://idp.example", ClientID: "crm", Subject: "s",

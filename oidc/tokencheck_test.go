@@ -187,7 +187,7 @@ func TestHostileTokenAnswer(t *testing.T) {
 			})
 			t.Run("refresh", func(t *testing.T) {
 				t.Parallel()
-				s := Store{Dir: filepath.Join(t.TempDir(), "state")}
+				s := Files{Dir: filepath.Join(t.TempDir(), "state")}
 				stale := *signedIn
 				stale.SignedInAt, stale.Expiry = time.Now().Add(-2*time.Hour).UTC(), time.Now().Add(-time.Hour).UTC()
 				if err := s.Save(&stale); err != nil {
@@ -238,7 +238,7 @@ func TestStoredRecordTokenChecked(t *testing.T) {
 			t.Fatalf("err = %q", msg)
 		}
 	}
-	file := Store{Dir: filepath.Join(t.TempDir(), "state")}
+	file := Files{Dir: filepath.Join(t.TempDir(), "state")}
 	for _, st := range []struct {
 		name string
 		s    Records

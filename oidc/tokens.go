@@ -281,7 +281,7 @@ func (t *Tokens) loadFrom(profile string) (*Record, string, error) {
 	c, hit := t.cache[profile]
 	t.mu.Unlock()
 	var id fileID
-	if fs, local := t.Store.(Store); local {
+	if fs, local := t.Store.(Files); local {
 		// The file is read again only when it changed (another process
 		// refreshed or signed in): a stat at most every restatAfter.
 		if hit && time.Since(c.checked) < restatAfter && t.fresh(c.rec) {

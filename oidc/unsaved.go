@@ -75,8 +75,8 @@ func (t *Tokens) keepUnsaved(profile string, u unsaved) {
 // replaces) held: its lease is carried over to this Tokens' store.
 func (t *Tokens) adoptUnsaved(profile string, u unsaved, from Records) {
 	if u.unlock != nil {
-		ns, ok1 := t.Store.(interface{ shared() *Shared })
-		os, ok2 := from.(interface{ shared() *Shared })
+		ns, ok1 := t.Store.(interface{ shared() *InStore })
+		os, ok2 := from.(interface{ shared() *InStore })
 		if ok1 && ok2 && ns.shared() != os.shared() {
 			if unlock, ok := ns.shared().adoptLease(os.shared(), profile); ok {
 				u.unlock = unlock

@@ -21,7 +21,7 @@ import (
 // refuses both), so the failure is injected here; everything else is the
 // real store.
 type refusingSaves struct {
-	*Shared
+	*InStore
 	refuse atomic.Bool
 }
 
@@ -29,7 +29,7 @@ func (r *refusingSaves) Save(rec *Record) error {
 	if r.refuse.Load() {
 		return unavailable(errors.New("connection reset (injected by the test)"))
 	}
-	return r.Shared.Save(rec)
+	return r.InStore.Save(rec)
 }
 
 // unsavedBed is a profile due for a refresh in a real redis-server, with
@@ -63,7 +63,7 @@ func (u *unsavedBed) clientFor(*Record) (*Client, error) { return u.c, nil }
 // is unsaved in a.
 func (u *unsavedBed) refusingAgent(t *testing.T) (rs *refusingSaves, a *Tokens, got *Record) {
 	t.Helper()
-	rs = &refusingSaves{Shared: sharedRecords(t, u.srv.URL(), 1)}
+	rs = &refusingSaves{InStore: sharedRecords(t, u.srv.URL(), 1)}
 	rs.refuse.Store(true)
 	a = &Tokens{Store: rs, Client: u.clientFor}
 	return rs, a, u.refreshUnsaved(t, a)

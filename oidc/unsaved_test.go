@@ -42,7 +42,7 @@ func TestRefreshedRecordTheStoreRefused(t *testing.T) {
 	if err != nil || from != FromRefresh || got.RefreshToken == rec.RefreshToken {
 		t.Fatalf("the refresh whose write was refused: %v, from %s, %v", got, from, err)
 	}
-	if stored, err := a.Store.(*Shared).Load("crm"); err != nil || stored.RefreshToken != rec.RefreshToken {
+	if stored, err := a.Store.(*InStore).Load("crm"); err != nil || stored.RefreshToken != rec.RefreshToken {
 		t.Fatalf("the store took the write it was to refuse: %v %v", stored, err)
 	}
 	// Served from memory; a forced refresh waits for the store.

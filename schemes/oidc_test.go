@@ -24,7 +24,7 @@ import (
 // redis-server cannot fail that one write and take the lease's release);
 // everything else is the real store.
 type refusingSaves struct {
-	*oidc.Shared
+	*oidc.InStore
 	refuse atomic.Bool
 }
 
@@ -32,10 +32,10 @@ func (r *refusingSaves) Save(rec *oidc.Record) error {
 	if r.refuse.Load() {
 		return errors.Join(oidc.ErrStoreUnavailable, errors.New("connection reset (injected by the test)"))
 	}
-	return r.Shared.Save(rec)
+	return r.InStore.Save(rec)
 }
 
-func openShared(t *testing.T, url string) *oidc.Shared {
+func openShared(t *testing.T, url string) *oidc.InStore {
 	t.Helper()
 	sealer, err := store.NewSealer(bytes.Repeat([]byte{1}, 32))
 	if err != nil {
@@ -46,7 +46,7 @@ func openShared(t *testing.T, url string) *oidc.Shared {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return &oidc.Shared{S: s, Name: url}
+	return &oidc.InStore{S: s, Name: url}
 }
 
 // TestOIDCReloadKeepsTheUnsavedRecord: an agent refreshed a profile and
@@ -90,7 +90,7 @@ func TestOIDCReloadKeepsTheUnsavedRecord(t *testing.T) {
 	}
 	client := func(*oidc.Record) (*oidc.Client, error) { return c, nil }
 
-	was := &refusingSaves{Shared: openShared(t, srv.URL())}
+	was := &refusingSaves{InStore: openShared(t, srv.URL())}
 	was.refuse.Store(true)
 	first, err := Build(nil, Settings{OIDC: &oidc.Tokens{Store: was, Client: client}}, Deps{})
 	if err != nil {

@@ -43,7 +43,7 @@ func proxyBodiesRSS(b *testing.B, callers, size int) (peak int64, ok, busy int64
 	defer slow.Close()
 	tk := pkcs11test.New(b)
 	dir := shortDir(b)
-	store := oidc.Store{Dir: filepath.Join(dir, "state")}
+	store := oidc.Files{Dir: filepath.Join(dir, "state")}
 	now := time.Now()
 	if err := store.Save(&oidc.Record{Version: 1, Profile: "default", AuthURL: "http://127.0.0.1:1", ClientID: "bench",
 		Subject: "u1", Scopes: []string{"openid"}, AccessToken: "0123456789abcdef", TokenType: "Bearer",

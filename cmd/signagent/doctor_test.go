@@ -282,7 +282,7 @@ func TestDoctorStore(t *testing.T) {
 	defer st.Close()
 	rec := &oidc.Record{Profile: "default", AuthURL: r.emu.URL(), ClientID: doctorClientID, Subject: "u1", AccessToken: "at-of-u1",
 		TokenType: "Bearer", Expiry: time.Now().Add(time.Hour), RefreshToken: "rt-of-u1", SignedInAt: time.Now()}
-	if err := (&oidc.Shared{S: st, Name: rs.URL()}).Save(rec); err != nil {
+	if err := (&oidc.InStore{S: st, Name: rs.URL()}).Save(rec); err != nil {
 		t.Fatal(err)
 	}
 	before := storetest.Dump(t, rs.Addr)

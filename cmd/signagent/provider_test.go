@@ -109,7 +109,7 @@ func TestTokenRefreshEndlessKeySet(t *testing.T) {
 	rec := &oidc.Record{Profile: "default", AuthURL: p.url, ClientID: "crm-app", Subject: "alice", Scopes: []string{"openid", "offline_access", "staging"},
 		AccessToken: strings.Repeat("o", 64), TokenType: "Bearer", Expiry: time.Now().Add(-time.Hour), RefreshToken: "rt1",
 		SignedInAt: time.Now().Add(-2 * time.Hour)}
-	if err := (oidc.Store{Dir: state}).Save(rec); err != nil {
+	if err := (oidc.Files{Dir: state}).Save(rec); err != nil {
 		t.Fatal(err)
 	}
 	var stdout bytes.Buffer

@@ -28,7 +28,7 @@ func (d *run) files() {
 			dir, _ = oidc.DefaultDir()
 		}
 		if dir != "" {
-			d.result("token-store", oidc.Store{Dir: dir}.Check(), dir+" is this user's and closed to others (or not made yet)")
+			d.result("token-store", oidc.Files{Dir: dir}.Check(), dir+" is this user's and closed to others (or not made yet)")
 		}
 	}
 	if d.agent {
@@ -171,11 +171,11 @@ func (d *run) oidc(ctx context.Context, shared *store.Shared) {
 	}
 	var records oidc.Records
 	if shared != nil {
-		records = &oidc.Shared{S: shared, Name: d.s.String("store")}
+		records = &oidc.InStore{S: shared, Name: d.s.String("store")}
 	} else if dir := d.s.String("token-store"); dir != "" {
-		records = oidc.Store{Dir: dir}
+		records = oidc.Files{Dir: dir}
 	} else if dir, err := oidc.DefaultDir(); err == nil {
-		records = oidc.Store{Dir: dir}
+		records = oidc.Files{Dir: dir}
 	} else {
 		d.add("oidc profile", Fail, oneLine(err))
 		return

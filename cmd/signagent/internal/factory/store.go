@@ -103,13 +103,13 @@ func TokenStore(s *settings.Settings) (records oidc.Records, done func(), err er
 // else in --token-store, else in the default directory.
 func oidcRecords(s *settings.Settings, st *store.Shared) (oidc.Records, error) {
 	if st != nil {
-		return &oidc.Shared{S: st, Name: s.String("store")}, nil
+		return &oidc.InStore{S: st, Name: s.String("store")}, nil
 	}
 	if d := s.String("token-store"); d != "" {
-		return oidc.Store{Dir: d}, nil
+		return oidc.Files{Dir: d}, nil
 	}
 	d, err := oidc.DefaultDir()
-	return oidc.Store{Dir: d}, err
+	return oidc.Files{Dir: d}, err
 }
 
 // joinErrors is errs on one line, "; " between them (errors.Join puts a

@@ -192,7 +192,7 @@ func logout(c *cli.Context, e *cmdutil.Env) error {
 // statusAll lists every profile of the local token store with its state,
 // as gh auth status lists its hosts.
 func statusAll(c *cli.Context, e *cmdutil.Env, store oidc.Records) error {
-	local, ok := store.(oidc.Store)
+	local, ok := store.(oidc.Files)
 	if !ok {
 		return cmdutil.UsageErr(errors.New("--all lists the local token store's profiles; a shared store is asked one profile at a time (--profile)"))
 	}

@@ -21,7 +21,7 @@ func testRecord(profile string) *Record {
 
 func TestStoreRoundTrip(t *testing.T) {
 	t.Parallel()
-	s := Store{Dir: filepath.Join(t.TempDir(), "state", "signagent")}
+	s := Files{Dir: filepath.Join(t.TempDir(), "state", "signagent")}
 	if _, err := s.Load("default"); !errors.Is(err, ErrSignIn) || !strings.Contains(err.Error(), "signagent login") {
 		t.Fatalf("missing: %v", err)
 	}
@@ -50,22 +50,22 @@ func TestStoreRefuses(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name  string
-		spoil func(t *testing.T, s Store)
+		spoil func(t *testing.T, s Files)
 		want  string
 	}{
-		{"corrupt", func(t *testing.T, s Store) { writeFile(t, s.Path("p"), "{\"version\":1,", 0o600) }, "corrupt"},
-		{"not a record", func(t *testing.T, s Store) { writeFile(t, s.Path("p"), "{\"version\":1,\"profile\":\"p\"}", 0o600) }, "corrupt"},
-		{"another profile's", func(t *testing.T, s Store) {
+		{"corrupt", func(t *testing.T, s Files) { writeFile(t, s.Path("p"), "{\"version\":1,", 0o600) }, "corrupt"},
+		{"not a record", func(t *testing.T, s Files) { writeFile(t, s.Path("p"), "{\"version\":1,\"profile\":\"p\"}", 0o600) }, "corrupt"},
+		{"another profile's", func(t *testing.T, s Files) {
 			b, _ := os.ReadFile(s.Path("p"))
 			writeFile(t, s.Path("p"), strings.Replace(string(b), `"profile": "p"`, `"profile": "q"`, 1), 0o600)
 		}, "corrupt"},
-		{"readable by others", func(t *testing.T, s Store) { os.Chmod(s.Path("p"), 0o644) }, "chmod 0600"},
-		{"directory open to others", func(t *testing.T, s Store) { os.Chmod(s.Dir, 0o755) }, "chmod 0700"},
-		{"a symlink", func(t *testing.T, s Store) {
+		{"readable by others", func(t *testing.T, s Files) { os.Chmod(s.Path("p"), 0o644) }, "chmod 0600"},
+		{"directory open to others", func(t *testing.T, s Files) { os.Chmod(s.Dir, 0o755) }, "chmod 0700"},
+		{"a symlink", func(t *testing.T, s Files) {
 			os.Rename(s.Path("p"), s.Path("p")+".real")
 			os.Symlink(s.Path("p")+".real", s.Path("p"))
 		}, "symbolic link"},
-		{"of another user", func(t *testing.T, s Store) {
+		{"of another user", func(t *testing.T, s Files) {
 			if os.Geteuid() != 0 {
 				t.Skip("needs root to give the file to another user (CI runs as root)")
 			}
@@ -73,7 +73,7 @@ func TestStoreRefuses(t *testing.T) {
 		}, "not to you"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := Store{Dir: filepath.Join(t.TempDir(), "signagent")}
+			s := Files{Dir: filepath.Join(t.TempDir(), "signagent")}
 			if err := s.Save(testRecord("p")); err != nil {
 				t.Fatal(err)
 			}
@@ -102,7 +102,7 @@ func TestProfileNames(t *testing.T) {
 
 func TestTokensFreshNeedsNoProvider(t *testing.T) {
 	t.Parallel()
-	s := Store{Dir: t.TempDir() + "/s"}
+	s := Files{Dir: t.TempDir() + "/s"}
 	s.Save(testRecord("p"))
 	tk := &Tokens{Store: s, Client: func(*Record) (*Client, error) { t.Fatal("a fresh token asked for a client"); return nil, nil }}
 	rec, cached, err := tk.Token(t.Context(), "p")
@@ -122,7 +122,7 @@ func TestTokensOneRefresh(t *testing.T) {
 	rec.Profile = "p"
 	rec.SignedInAt = time.Now().Add(-time.Hour)   // an hour-long token...
 	rec.Expiry = time.Now().Add(30 * time.Second) // ...under the 60 s margin
-	s := Store{Dir: t.TempDir() + "/s"}
+	s := Files{Dir: t.TempDir() + "/s"}
 	if err := s.Save(rec); err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestTokensRefusedRefresh(t *testing.T) {
 	rec.Profile = "p"
 	rec.Expiry = time.Now().Add(-time.Minute)
 	rec.RefreshToken = "rotated-away"
-	s := Store{Dir: t.TempDir() + "/s"}
+	s := Files{Dir: t.TempDir() + "/s"}
 	s.Save(rec)
 	var result string
 	tk := &Tokens{Store: s, Client: func(*Record) (*Client, error) { return c, nil }, OnRefresh: func(_, r string) { result = r }}

@@ -12,8 +12,8 @@ import (
 	"github.com/signagent/signagent/store"
 )
 
-// Records is where profiles' records are kept: the local files (Store) or
-// a store shared by several agents (Shared).
+// Records is where profiles' records are kept: the local files (Files) or
+// a store shared by several agents (InStore).
 type Records interface {
 	Load(profile string) (*Record, error)
 	Save(r *Record) error
@@ -32,10 +32,10 @@ var ErrStoreUnavailable = errdefs.New(errdefs.ErrStoreUnavailable, "the shared t
 // recordKind is the records' kind in the shared store.
 const recordKind = "oidc"
 
-// Shared keeps the records in a shared store (Redis), sealed, so that
+// InStore keeps the records in a shared store (Redis), sealed, so that
 // every agent on it serves the profiles signed in once, with one refresh
 // at a time across all of them.
-type Shared struct {
+type InStore struct {
 	S store.Records
 	// Name is how messages name the store (its URL, without secrets), as
 	// the user would give it to signagent login --store.
@@ -45,14 +45,14 @@ type Shared struct {
 	leases map[string]store.Lease // the profiles this process holds
 }
 
-func (s *Shared) ctx() (context.Context, context.CancelFunc) {
+func (s *InStore) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 2*store.DefaultTimeout)
 }
 
 // Load reads profile's record. A record the store does not have, or
 // whose value does not open with the key (tampered, or sealed with another
 // key), asks to sign in again; it is never used.
-func (s *Shared) Load(profile string) (*Record, error) {
+func (s *InStore) Load(profile string) (*Record, error) {
 	if err := CheckProfile(profile); err != nil {
 		return nil, err
 	}
@@ -90,7 +90,7 @@ func (s *Shared) Load(profile string) (*Record, error) {
 
 // Save writes r, under the profile's lease (taken for the write when this
 // process does not hold it).
-func (s *Shared) Save(r *Record) error {
+func (s *InStore) Save(r *Record) error {
 	if err := CheckProfile(r.Profile); err != nil {
 		return err
 	}
@@ -105,7 +105,7 @@ func (s *Shared) Save(r *Record) error {
 }
 
 // Remove deletes profile's record; it says whether there was one.
-func (s *Shared) Remove(profile string) (bool, error) {
+func (s *InStore) Remove(profile string) (bool, error) {
 	if err := CheckProfile(profile); err != nil {
 		return false, err
 	}
@@ -123,7 +123,7 @@ func (s *Shared) Remove(profile string) (bool, error) {
 
 // underLease runs f with profile's lease: the one this process holds, or
 // one taken for f alone.
-func (s *Shared) underLease(profile string, f func(context.Context, store.Lease) error) error {
+func (s *InStore) underLease(profile string, f func(context.Context, store.Lease) error) error {
 	ctx, cancel := s.ctx()
 	defer cancel()
 	s.mu.Lock()
@@ -146,7 +146,7 @@ func (s *Shared) underLease(profile string, f func(context.Context, store.Lease)
 }
 
 // Lock takes profile's lease, waiting while another agent holds it.
-func (s *Shared) Lock(ctx context.Context, profile string) (func(), error) {
+func (s *InStore) Lock(ctx context.Context, profile string) (func(), error) {
 	if err := CheckProfile(profile); err != nil {
 		return nil, err
 	}
@@ -159,7 +159,7 @@ func (s *Shared) Lock(ctx context.Context, profile string) (func(), error) {
 
 // hold registers l as the profile's lease this process holds (Save and
 // Remove write under it) and returns what gives it up.
-func (s *Shared) hold(profile string, l store.Lease) func() {
+func (s *InStore) hold(profile string, l store.Lease) func() {
 	s.mu.Lock()
 	if s.leases == nil {
 		s.leases = map[string]store.Lease{}
@@ -178,12 +178,12 @@ func (s *Shared) hold(profile string, l store.Lease) func() {
 
 // shared is s: a Records that wraps a Shared has it too, for the
 // hand-over of its leases (adoptLease).
-func (s *Shared) shared() *Shared { return s }
+func (s *InStore) shared() *InStore { return s }
 
 // adoptLease takes over profile's lease from, another Shared on the same
 // store (the one a reload replaces), holds it and returns what gives it
 // up; false when from holds none or the store cannot carry it over.
-func (s *Shared) adoptLease(from *Shared, profile string) (func(), bool) {
+func (s *InStore) adoptLease(from *InStore, profile string) (func(), bool) {
 	from.mu.Lock()
 	l := from.leases[profile]
 	from.mu.Unlock()
@@ -208,4 +208,4 @@ func unavailable(err error) error {
 // Check says nothing more than the shared store would: the records need
 // nothing beyond it, and its readiness is checked on its own (the agent's
 // "store" check, which pings it once).
-func (s *Shared) Check() error { return nil }
+func (s *InStore) Check() error { return nil }

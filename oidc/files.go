@@ -61,9 +61,9 @@ func (r *Record) MarshalZerologObject(e *zerolog.Event) {
 		Time("expiresAt", r.Expiry).Bool("refreshToken", r.RefreshToken != "")
 }
 
-// Store keeps one file per profile in a directory of its own (0700; the
+// Files keeps one file per profile in a directory of its own (0700; the
 // files 0600, written whole).
-type Store struct{ Dir string }
+type Files struct{ Dir string }
 
 // DefaultDir is $XDG_STATE_HOME/signagent, else ~/.local/state/signagent.
 func DefaultDir() (string, error) {
@@ -104,13 +104,13 @@ func CheckProfile(name string) error {
 }
 
 // Path is the profile's file.
-func (s Store) Path(profile string) string { return filepath.Join(s.Dir, profile+".json") }
+func (s Files) Path(profile string) string { return filepath.Join(s.Dir, profile+".json") }
 
 const maxRecord = 64 << 10
 
 // Load reads a profile's record. A missing one wraps ErrSignIn; one that
 // is not ours, readable by others or not a record wraps ErrStore.
-func (s Store) Load(profile string) (*Record, error) {
+func (s Files) Load(profile string) (*Record, error) {
 	if err := CheckProfile(profile); err != nil {
 		return nil, err
 	}
@@ -145,7 +145,7 @@ func (s Store) Load(profile string) (*Record, error) {
 
 // Save writes a record atomically (a temporary file renamed over the old
 // one), creating the directory 0700 when it is missing.
-func (s Store) Save(r *Record) error {
+func (s Files) Save(r *Record) error {
 	if err := CheckProfile(r.Profile); err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func (s Store) Save(r *Record) error {
 }
 
 // Remove deletes a profile's record; it reports whether there was one.
-func (s Store) Remove(profile string) (bool, error) {
+func (s Files) Remove(profile string) (bool, error) {
 	if err := CheckProfile(profile); err != nil {
 		return false, err
 	}
@@ -183,11 +183,11 @@ func (s Store) Remove(profile string) (bool, error) {
 // Check says whether the store can be used: its directory, when it
 // exists, is a directory of ours closed to other users (what /readyz
 // reports).
-func (s Store) Check() error { return s.checkDir(false) }
+func (s Files) Check() error { return s.checkDir(false) }
 
 // Profiles lists the profiles the store holds a record for (valid
 // names only), sorted; none when the directory is not there.
-func (s Store) Profiles() ([]string, error) {
+func (s Files) Profiles() ([]string, error) {
 	entries, err := os.ReadDir(s.Dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -205,7 +205,7 @@ func (s Store) Profiles() ([]string, error) {
 	return out, nil
 }
 
-func (s Store) checkDir(create bool) error {
+func (s Files) checkDir(create bool) error {
 	st, err := os.Lstat(s.Dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		if !create {
@@ -242,7 +242,7 @@ func checkOwned(path string, st fs.FileInfo, want fs.FileMode) error {
 // Lock takes the profile's refresh lock (an exclusive flock on
 // <profile>.lock), waiting until ctx is done. One refresh at a time per
 // profile, across processes.
-func (s Store) Lock(ctx context.Context, profile string) (unlock func(), err error) {
+func (s Files) Lock(ctx context.Context, profile string) (unlock func(), err error) {
 	if err := CheckProfile(profile); err != nil {
 		return nil, err
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/signagent/signagent/store/storetest"
 )
 
-func sharedRecords(t *testing.T, url string, key byte, older ...byte) *Shared {
+func sharedRecords(t *testing.T, url string, key byte, older ...byte) *InStore {
 	t.Helper()
 	var old [][]byte
 	for _, o := range older {
@@ -30,7 +30,7 @@ func sharedRecords(t *testing.T, url string, key byte, older ...byte) *Shared {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	return &Shared{S: r, Name: url}
+	return &InStore{S: r, Name: url}
 }
 
 // TestSharedOneRefreshAcrossAgents: three agents (three Tokens, each with
@@ -89,10 +89,10 @@ func TestSharedOneRefreshAcrossAgents(t *testing.T) {
 	for _, dir := range []string{t.TempDir() + "/a", t.TempDir() + "/b"} {
 		old := *saved
 		old.SignedInAt, old.RefreshedAt, old.Expiry = time.Now().Add(-time.Hour), time.Time{}, time.Now().Add(10*time.Second)
-		if err := (Store{Dir: dir}).Save(&old); err != nil {
+		if err := (Files{Dir: dir}).Save(&old); err != nil {
 			t.Fatal(err)
 		}
-		(&Tokens{Store: Store{Dir: dir}, Client: func(*Record) (*Client, error) { return c, nil }}).Token(t.Context(), "crm")
+		(&Tokens{Store: Files{Dir: dir}, Client: func(*Record) (*Client, error) { return c, nil }}).Token(t.Context(), "crm")
 	}
 	if b.s.Stats().RefreshReuses != 1 {
 		t.Fatalf("the emulator did not see the reuse of separate stores: %+v", b.s.Stats().RefreshReuses)
@@ -145,7 +145,7 @@ func TestSharedFaults(t *testing.T) {
 	}
 	// Readiness: the store's own check says it is down (the agent pings
 	// it once); the records add nothing to say.
-	if err := tk.Store.(*Shared).S.Ping(context.Background()); !errors.Is(err, store.ErrUnavailable) {
+	if err := tk.Store.(*InStore).S.Ping(context.Background()); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("ping: %v", err)
 	}
 	if err := tk.Store.Check(); err != nil {
