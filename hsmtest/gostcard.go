@@ -173,19 +173,7 @@ func (g *GOSTCard) personalise(t testing.TB) {
 	t.Helper()
 	reader := strconv.Itoa(g.reader)
 	// pcscd sees a new card at its next poll (about 0.4 s).
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		cmd := exec.Command("opensc-tool", "--reader", reader, "--atr")
-		cmd.Env = append(os.Environ(), g.Env...)
-		out, err := cmd.CombinedOutput()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("card rig: pcscd did not see the GOST card within 10 s: %v\n%s", err, out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	g.waitReader(t, true)
 	pins := []string{"--pin", "env:SIGNAGENT_RIG_PIN", "--so-pin", "env:SIGNAGENT_RIG_SO_PIN"}
 	for _, args := range [][]string{
 		{"--erase-card"},
@@ -232,15 +220,38 @@ func (c *Card) startGOSTCard(t testing.TB) {
 
 // Restart stops the card's process and starts it again on its state file:
 // a card taken out and put back after a while, or a card that lost power.
-// Delays set since the start are lost (the options' come back).
+// It returns once pcscd has seen the card go and come back. Delays set
+// since the start are lost (the options' come back).
 func (g *GOSTCard) Restart(t testing.TB) {
 	t.Helper()
+	g.Remove(t)
+	g.waitReader(t, false)
 	g.rig.mu.Lock()
 	p := g.bridge
 	g.rig.mu.Unlock()
 	p.stop()
 	os.Remove(g.control())
 	g.startBridge(t)
+	g.waitReader(t, true)
+}
+
+// waitReader waits (at most 10 s) until pcscd sees the card in its reader,
+// or sees the reader empty.
+func (g *GOSTCard) waitReader(t testing.TB, present bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cmd := exec.Command("opensc-tool", "--reader", strconv.Itoa(g.reader), "--atr")
+		cmd.Env = append(os.Environ(), g.Env...)
+		out, err := cmd.CombinedOutput()
+		if (err == nil) == present {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("card rig: pcscd did not see the GOST card present=%v within 10 s: %v\n%s", present, err, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // CardPublicKey asks the card (not OpenSC) for its key's public half.
