@@ -110,10 +110,14 @@ func NewGOSTCard(t testing.TB, o GOSTCardOptions) *GOSTCard {
 	c := &Card{Module: openSCModule(t), PIN: o.PIN, KeyID: GOSTCardKeyID, KeyLabel: GOSTCardKeyLabel,
 		rig: &cardRig{}, name: "bridge", opts: CardOptions{Delay: o.Delay, SignDelay: o.SignDelay, LogAPDUs: o.LogAPDUs}}
 	c.startRig(t)
+	rig := time.Since(start)
 	g := &GOSTCard{Card: c, SOPIN: o.SOPIN}
 	c.gost = &gostCard{bin: buildGOSTCard(t, c.Dir), label: o.Label}
+	built := time.Since(start)
 	g.insertNew(t, o.Serial, 1)
-	t.Logf("GOST card rig up in %v (%s)", time.Since(start).Round(time.Millisecond), c.Dir)
+	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	t.Logf("GOST card rig up in %v: pcscd %v, the card built %v, inserted and personalised %v (%s)",
+		ms(time.Since(start)), ms(rig), ms(built-rig), ms(time.Since(start)-built), c.Dir)
 	return g
 }
 

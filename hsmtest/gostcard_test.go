@@ -217,7 +217,7 @@ func TestGOSTCardTwo(t *testing.T) {
 	}
 }
 
-func pkcs11Tool(t *testing.T, card *hsmtest.GOSTCard, args ...string) string {
+func pkcs11Tool(t testing.TB, card *hsmtest.GOSTCard, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("pkcs11-tool", append([]string{"--module", card.Module, "--token-label", card.Label}, args...)...)
 	cmd.Env = append(os.Environ(), card.Env...)
@@ -231,7 +231,7 @@ func pkcs11Tool(t *testing.T, card *hsmtest.GOSTCard, args ...string) string {
 
 // pkcs11ToolSign signs hash with `pkcs11-tool --login --sign -m GOSTR3410`
 // (the PIN from the environment) and returns the signature (s then r).
-func pkcs11ToolSign(t *testing.T, card *hsmtest.GOSTCard, hash []byte) []byte {
+func pkcs11ToolSign(t testing.TB, card *hsmtest.GOSTCard, hash []byte) []byte {
 	t.Helper()
 	dir := t.TempDir()
 	in, out := filepath.Join(dir, "hash"), filepath.Join(dir, "sig")
@@ -346,4 +346,64 @@ func openSSLVerifyGOST2001(t *testing.T, pub *gost.PublicKey, hash, sig []byte) 
 	cmd.Env = append(os.Environ(), "OPENSSL_CONF="+hsmtest.GOSTEngineConf(t))
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// BenchmarkGOSTCard measures signatures per second on the GOST card at
+// full speed and as a card taking 300 ms a signature: pkcs11-tool (a
+// process, OpenSC's bind and a login each time) and C_Sign in this process
+// (logged in once; OpenSC still verifies the PIN before each signature).
+func BenchmarkGOSTCard(b *testing.B) {
+	card := hsmtest.NewGOSTCard(b, hsmtest.GOSTCardOptions{})
+	ctx, release, err := pkcs11.OpenRaw(card.Module)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer release()
+	var slot uint
+	slots, err := ctx.GetSlotList(true)
+	if err != nil || len(slots) != 1 {
+		b.Fatalf("slots: %v %v", slots, err)
+	}
+	slot = slots[0]
+	sh, err := ctx.OpenSession(slot, p11.CKF_SERIAL_SESSION)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ctx.CloseSession(sh)
+	if err := ctx.Login(sh, p11.CKU_USER, card.PIN); err != nil {
+		b.Fatal(err)
+	}
+	if err := ctx.FindObjectsInit(sh, []*p11.Attribute{p11.NewAttribute(p11.CKA_CLASS, p11.CKO_PRIVATE_KEY)}); err != nil {
+		b.Fatal(err)
+	}
+	keys, _, err := ctx.FindObjects(sh, 1)
+	ctx.FindObjectsFinal(sh)
+	if err != nil || len(keys) != 1 {
+		b.Fatalf("the private key: %v", err)
+	}
+	hash := make([]byte, 32)
+	for _, delay := range []time.Duration{0, 300 * time.Millisecond} {
+		card.SetSignDelay(b, delay)
+		name := "native"
+		if delay > 0 {
+			name = delay.String()
+		}
+		b.Run("pkcs11-tool/"+name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				pkcs11ToolSign(b, card, hash)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "sigs/s")
+		})
+		b.Run("C_Sign/"+name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if err := ctx.SignInit(sh, []*p11.Mechanism{p11.NewMechanism(p11.CKM_GOSTR3410, nil)}, keys[0]); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := ctx.Sign(sh, hash); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "sigs/s")
+		})
+	}
 }
