@@ -106,7 +106,7 @@ func NewGOSTCard(t testing.TB, o GOSTCardOptions) *GOSTCard {
 	if len(o.PIN) < 4 || len(o.PIN) > 32 || len(o.SOPIN) < 8 || len(o.SOPIN) > 32 {
 		t.Fatal("a rig GOST card's PIN is 4 to 32 characters, its SO PIN 8 to 32 (OpenSC's rutoken_ecp profile)")
 	}
-	needCardTools(t, []struct{ name, pkg string }{{"pkcs15-init", "opensc"}})
+	needCardTools(t, []struct{ name, pkg string }{{"pkcs15-init", "opensc"}, {"opensc-tool", "opensc"}})
 	c := &Card{Module: openSCModule(t), PIN: o.PIN, KeyID: GOSTCardKeyID, KeyLabel: GOSTCardKeyLabel,
 		rig: &cardRig{}, name: "bridge", opts: CardOptions{Delay: o.Delay, SignDelay: o.SignDelay, LogAPDUs: o.LogAPDUs}}
 	c.startRig(t)
