@@ -137,8 +137,11 @@ func TestGOSTCard(t *testing.T) {
 			t.Fatalf("a signature after the restart: %v", err)
 		}
 		st, err := os.Stat(filepath.Join(card.Dir, "bridge.state"))
-		if err != nil || st.Mode().Perm() != 0o600 {
-			t.Fatalf("the card's state file: %v %v, want mode 0600", st.Mode(), err)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Fatalf("the card's state file has mode %v, want 0600", st.Mode())
 		}
 	})
 
