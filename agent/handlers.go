@@ -120,7 +120,7 @@ func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
 		if cert := a.tm.Certificate(); cert != nil {
 			entry.thumbprint = canonical.ThumbprintOf(cert)
 		}
-		return &api.SessionResponse{Sid: s.Sid, ObtainedAt: s.ObtainedAt, Cached: cached}, nil
+		return &api.SessionResponse{Sid: s.Sid, ObtainedAt: api.At(s.ObtainedAt), Cached: cached}, nil
 	}()
 	a.finish(w, r, entry, start, resp, err)
 }
