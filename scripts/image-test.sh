@@ -190,17 +190,20 @@ chmod 0755 "$tmp/rootrun/agent2"
 SIGNAGENT_RUN=$tmp/rootrun docker-compose -p ${project}r -f deploy/compose.yaml up -d --no-deps agent2 2>"$tmp/compose.err" ||
 	fail "compose up of an agent on a root-owned run directory: $(cat "$tmp/compose.err")"
 rootrun=
+errline='^signagent: |"level":"error"'
 for _ in $(seq 300); do
 	rootrun=$(podman logs ${project}r_agent2_1 2>&1 || true)
-	grep -q '^signagent: ' <<<"$rootrun" && break
+	grep -qE "$errline" <<<"$rootrun" && break
 	sleep 0.1
 done
-line=$(grep -m1 '^signagent: ' <<<"$rootrun" || true)
-rc=$(podman inspect --format '{{.State.ExitCode}}' ${project}r_agent2_1 2>/dev/null || true)
 SIGNAGENT_RUN=$tmp/rootrun docker-compose -p ${project}r -f deploy/compose.yaml down -v -t 1 >/dev/null 2>&1 || true
-[ "$rc" = 2 ] && grep -qF 'give /run/signagent to uid 65532 (chown 65532 /run/signagent)' <<<"$line" ||
-	fail "an agent on a root-owned run directory: exit $rc, want 2 and a line naming the directory and the chown: $rootrun"
-[ "$(grep -v '^{' <<<"$rootrun" | sort -u | grep -c .)" = 1 ] || fail "an agent on a root-owned run directory says more than its one line: $rootrun"
+# The file logs JSON: the error is one line at level error with the exit
+# status (restart: on-failure repeats it, the same line each time).
+line=$(grep -m1 -E "$errline" <<<"$rootrun" || true)
+grep -q '"exit":2' <<<"$line" && grep -qF 'give /run/signagent to uid 65532 (chown 65532 /run/signagent)' <<<"$line" ||
+	fail "an agent on a root-owned run directory: want exit 2 and a line naming the directory and the chown: $rootrun"
+[ "$(grep -E "$errline" <<<"$rootrun" | sed 's/"time":"[^"]*",//' | sort -u | grep -c .)" = 1 ] ||
+	fail "an agent on a root-owned run directory: more than its one error line: $rootrun"
 [ -e "$tmp/rootrun/agent2/agent.sock" ] && fail "an agent on a root-owned run directory made its socket"
 
 call() { # call AGENT: the status of GetMyOrganizations for the profile through AGENT
