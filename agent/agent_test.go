@@ -95,7 +95,7 @@ func TestEndpoints(t *testing.T) {
 			t.Fatal("the service does not know the sid")
 		}
 		again, err := h.client.Session(ctx, req)
-		if err != nil || !again.Cached || again.Sid != first.Sid || !again.ObtainedAt.Equal(first.ObtainedAt) {
+		if err != nil || !again.Cached || again.Sid != first.Sid || !again.ObtainedAt.Equal(first.ObtainedAt.Time) {
 			t.Fatalf("second: %+v %v", again, err)
 		}
 		req.Refresh = true

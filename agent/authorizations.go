@@ -52,7 +52,7 @@ func (a *Agent) authorization(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, err
 		}
-		return &agentapi.AuthorizationResponse{Authorization: h.Value, ExpiresAt: h.ExpiresAt, Cached: h.Cached}, nil
+		return &agentapi.AuthorizationResponse{Authorization: h.Value, ExpiresAt: agentapi.At(h.ExpiresAt), Cached: h.Cached}, nil
 	}()
 	a.finish(w, r, entry, start, resp, err)
 }

@@ -256,7 +256,7 @@ func TestDaemonLegacyReload(t *testing.T) {
 	if err := d.Reload(changed); err != nil {
 		t.Fatal(err)
 	}
-	if a, err := ask(); err != nil || a.Cached || time.Until(a.ExpiresAt) > time.Hour {
+	if a, err := ask(); err != nil || a.Cached || time.Until(a.ExpiresAt.Time) > time.Hour {
 		t.Fatalf("after a changed reload: %+v %v", a, err)
 	}
 	off := changed

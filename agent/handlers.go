@@ -120,7 +120,7 @@ func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
 		if cert := a.tm.Certificate(); cert != nil {
 			entry.thumbprint = canonical.ThumbprintOf(cert)
 		}
-		return &agentapi.SessionResponse{Sid: s.Sid, ObtainedAt: s.ObtainedAt, Cached: cached}, nil
+		return &agentapi.SessionResponse{Sid: s.Sid, ObtainedAt: agentapi.At(s.ObtainedAt), Cached: cached}, nil
 	}()
 	a.finish(w, r, entry, start, resp, err)
 }

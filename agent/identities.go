@@ -51,7 +51,7 @@ func (h *held) note(scheme, identity string, hdr authz.Header, now time.Time) {
 		e = &heldEntry{Identity: agentapi.Identity{Scheme: scheme, Identity: identity}}
 		h.m[k] = e
 	}
-	e.value, e.ExpiresAt, e.LastUsed = hdr.Value, hdr.ExpiresAt, now
+	e.value, e.ExpiresAt, e.LastUsed = hdr.Value, agentapi.At(hdr.ExpiresAt), agentapi.At(now)
 	if hdr.Subject != "" {
 		e.Subject = hdr.Subject
 	}
@@ -75,7 +75,7 @@ func (h *held) evict(now time.Time) {
 			delete(h.m, k)
 			continue
 		}
-		if oldest == nil || e.LastUsed.Before(h.m[*oldest].LastUsed) {
+		if oldest == nil || e.LastUsed.Before(h.m[*oldest].LastUsed.Time) {
 			k := k
 			oldest = &k
 		}

@@ -88,7 +88,7 @@ func TestOIDCAuthorization(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(a.Authorization, "Bearer ") || !a.Cached || time.Until(a.ExpiresAt) < time.Hour {
+	if !strings.HasPrefix(a.Authorization, "Bearer ") || !a.Cached || time.Until(a.ExpiresAt.Time) < time.Hour {
 		t.Fatalf("%+v", a)
 	}
 	if st := h.business(t, a.Authorization); st != 200 {

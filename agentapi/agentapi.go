@@ -4,8 +4,6 @@
 // not build PKCS#11 code.
 package agentapi
 
-import "time"
-
 // Credential is the credential of a request: exactly one field is set.
 type Credential struct {
 	Phone      string `json:"phone,omitempty"`
@@ -38,9 +36,9 @@ type SessionRequest struct {
 
 // SessionResponse is the answer of POST /v1/sessions.
 type SessionResponse struct {
-	Sid        string    `json:"sid"`
-	ObtainedAt time.Time `json:"obtainedAt"`
-	Cached     bool      `json:"cached"`
+	Sid        string `json:"sid"`
+	ObtainedAt Time   `json:"obtainedAt"`
+	Cached     bool   `json:"cached"`
 }
 
 // DropResponse is the answer of DELETE /v1/sessions.
@@ -66,11 +64,11 @@ type HealthResponse struct {
 
 // TokenState is the token's state.
 type TokenState struct {
-	Ready      bool      `json:"ready"`
-	Reason     string    `json:"reason,omitempty"`
-	Since      time.Time `json:"since"`
-	Key        string    `json:"key,omitempty"`
-	Thumbprint string    `json:"certificateThumbprint,omitempty"`
+	Ready      bool   `json:"ready"`
+	Reason     string `json:"reason,omitempty"`
+	Since      Time   `json:"since"`
+	Key        string `json:"key,omitempty"`
+	Thumbprint string `json:"certificateThumbprint,omitempty"`
 	// PINRejected means the token refused the PIN: the agent does not try
 	// again on its own (a card locks after a few tries); fix the PIN and
 	// send SIGHUP.
@@ -197,10 +195,10 @@ type Identity struct {
 	// Subject is whom the header speaks for, when the scheme learnt it.
 	Subject string `json:"subject,omitempty"`
 	// Header is the header value masked: its first and last characters.
-	Header    string    `json:"header"`
-	ExpiresAt time.Time `json:"expiresAt"`
-	LastUsed  time.Time `json:"lastUsed"`
-	Uses      int       `json:"uses"`
+	Header    string `json:"header"`
+	ExpiresAt Time   `json:"expiresAt"`
+	LastUsed  Time   `json:"lastUsed"`
+	Uses      int    `json:"uses"`
 }
 
 // IdentitiesResponse is the answer of GET /v1/identities.
@@ -211,7 +209,7 @@ type IdentitiesResponse struct {
 // AuthorizationResponse is the Authorization header value of a business
 // call and until when the agent takes it to be valid.
 type AuthorizationResponse struct {
-	Authorization string    `json:"authorization"`
-	ExpiresAt     time.Time `json:"expiresAt"`
-	Cached        bool      `json:"cached"`
+	Authorization string `json:"authorization"`
+	ExpiresAt     Time   `json:"expiresAt"`
+	Cached        bool   `json:"cached"`
 }

@@ -6,7 +6,8 @@
 # 65532), the binary built as the release builds it, then buildah bud of
 # deploy/container/Containerfile and an OCI archive in dist/.
 #
-#   scripts/image.sh                 the image localhost/signagent:VERSION and dist/signagent_VERSION_ARCH.oci.tar
+#   scripts/image.sh                 the image localhost/signagent:VERSION and dist/signagent_VERSION_ARCH.oci.tar,
+#                                    and localhost/signagent-emulator:VERSION (deploy/compose.yaml's emulator)
 #   scripts/image.sh --rootfs FILE   only the base root's tar (goreleaser's before hook)
 #
 # Repeatable: the root's tar is sorted, owned by numbers and dated by the
@@ -159,5 +160,16 @@ mkdir -p dist
 out=dist/signagent_${version#v}_$arch.oci.tar
 rm -f dist/signagent_*.oci.tar
 buildah --log-level error push --quiet "$image" "oci-archive:$out:signagent:$version"
+# The emulator of the service, for deploy/compose.yaml's profile emulator:
+# the same root with signagent-emulator beside signagent, not in the
+# shipped image nor in the archive.
+$GO build -trimpath -ldflags "-s -w" -o "$work/signagent-emulator" ./cmd/signagent-emulator
+emulator=localhost/signagent-emulator:$version
+c=$(buildah from --quiet "$image")
+buildah copy --quiet "$c" "$work/signagent-emulator" /usr/bin/signagent-emulator >/dev/null
+buildah config --healthcheck '' --entrypoint '["/usr/bin/signagent-emulator"]' --cmd '[]' \
+	--label org.opencontainers.image.title=signagent-emulator "$c"
+buildah commit --quiet --rm --timestamp "$SOURCE_DATE_EPOCH" "$c" "$emulator" >/dev/null
 echo "$image"
 echo "$out"
+echo "$emulator"

@@ -30,6 +30,9 @@ type UnixSocket struct {
 func ListenUnix(s UnixSocket) (net.Listener, error) {
 	dir := filepath.Dir(s.Path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
+		if e := notWritable(dir, err); e != err {
+			return nil, e
+		}
 		return nil, fmt.Errorf("could not create the socket's directory: %w", err)
 	}
 	if st, err := os.Lstat(s.Path); err == nil {
@@ -54,6 +57,9 @@ func ListenUnix(s UnixSocket) (net.Listener, error) {
 	l, err := net.Listen("unix", tmp)
 	umask(old)
 	if err != nil {
+		if e := notWritable(dir, err); e != err {
+			return nil, e
+		}
 		return nil, fmt.Errorf("could not listen on %s: %w", s.Path, err)
 	}
 	l.(*net.UnixListener).SetUnlinkOnClose(false)

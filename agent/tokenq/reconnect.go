@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/pkcs11"
 )
 
@@ -66,7 +67,7 @@ func (m *Manager) fail(c *conn, err error) {
 		return
 	}
 	m.cur = nil
-	m.state = State{Reason: err.Error(), Since: time.Now()}
+	m.state = State{Reason: err.Error(), Since: agentapi.At(time.Now())}
 	m.mu.Unlock()
 	m.log.Error().Err(err).Msg("lost the token; answering 503 until it is back")
 	go c.tok.Close() // the key is lost: its operations fail at once; do not hold up callers

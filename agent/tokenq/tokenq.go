@@ -144,7 +144,7 @@ func New(o Options) (*Manager, error) {
 	m := &Manager{open: o.Open, id: o.ID, opts: o.Signature, log: o.Log, q: newQueue(o.Workers, o.Backlog),
 		backoff: [2]time.Duration{o.BackoffFirst, o.BackoffMax}, delay: o.Delay, onSign: o.OnSign,
 		timeout: o.OpenTimeout, every: o.CheckEvery, stop: make(chan struct{})}
-	m.state = State{Reason: "starting", Since: time.Now()}
+	m.state = State{Reason: "starting", Since: agentapi.At(time.Now())}
 	if err := m.connect(); err != nil {
 		if !canWaitFor(err) {
 			m.q.close()
@@ -192,7 +192,7 @@ func (m *Manager) connect() error {
 	m.mu.RUnlock()
 	c, err := m.openConn(open, want)
 	if err != nil {
-		m.setState(State{Reason: err.Error(), Since: time.Now(), PINRejected: isPINError(err)})
+		m.setState(State{Reason: err.Error(), Since: agentapi.At(time.Now()), PINRejected: isPINError(err)})
 		return err
 	}
 	return m.install(c)
@@ -213,7 +213,7 @@ func (m *Manager) install(c *conn) error {
 		id := t.Identity()
 		m.pinned = &id
 	}
-	m.state = State{Ready: true, Since: time.Now(), Key: c.tok.Label(), Thumbprint: canonical.ThumbprintOf(c.tok.Certificate())}
+	m.state = State{Ready: true, Since: agentapi.At(time.Now()), Key: c.tok.Label(), Thumbprint: canonical.ThumbprintOf(c.tok.Certificate())}
 	m.mu.Unlock()
 	if old != nil {
 		go old.close()
@@ -357,7 +357,7 @@ func (m *Manager) Reopen(open Opener, id string) error {
 	m.mu.Unlock()
 	if err != nil {
 		if !ready {
-			m.setState(State{Reason: err.Error(), Since: time.Now(), PINRejected: isPINError(err)})
+			m.setState(State{Reason: err.Error(), Since: agentapi.At(time.Now()), PINRejected: isPINError(err)})
 			if canWaitFor(err) {
 				m.startReconnect(err)
 			}
@@ -378,7 +378,7 @@ func (m *Manager) Close() error {
 	if first {
 		m.closed, m.cur = true, nil
 		close(m.stop)
-		m.state = State{Reason: "shutting down", Since: time.Now()}
+		m.state = State{Reason: "shutting down", Since: agentapi.At(time.Now())}
 	}
 	m.mu.Unlock()
 	if !first {

@@ -12,13 +12,14 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/signer"
 )
 
-// JSONTime is the one time format of the JSON signagent prints: RFC 3339
-// with milliseconds, in UTC.
-func JSONTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+// JSONTime is the one time format of the JSON signagent prints, the
+// agent's (agentapi.TimeFormat): RFC 3339 in UTC with milliseconds.
+func JSONTime(t time.Time) string { return t.UTC().Format(agentapi.TimeFormat) }
 
 // IsTerminal says whether w is a terminal.
 func IsTerminal(w io.Writer) bool {

@@ -31,6 +31,7 @@ import (
 //	approve-device [-deny] FILE LOGIN PASSWORD
 //	exitcode N PROGRAM [ARGS...]
 //	envfile VAR FILE
+//	jsontimes
 var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []string){
 	"waitfile":       waitFile,
 	"waitlines":      waitLines,
@@ -39,6 +40,7 @@ var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []str
 	"approve-device": approveDevice,
 	"exitcode":       expectExit,
 	"envfile":        envFile,
+	"jsontimes":      jsonTimes,
 }
 
 // patience bounds every wait of the script commands: what they wait for

@@ -205,7 +205,7 @@ func (a *AgentAuthorizer) Header(ctx context.Context) (authz.Header, error) {
 	if err != nil {
 		return authz.Header{}, AgentError(err)
 	}
-	return authz.Header{Value: resp.Authorization, ExpiresAt: resp.ExpiresAt, Cached: resp.Cached, Source: "agent"}, nil
+	return authz.Header{Value: resp.Authorization, ExpiresAt: resp.ExpiresAt.Time, Cached: resp.Cached, Source: "agent"}, nil
 }
 
 func (a *AgentAuthorizer) Reject(string)        { a.refresh = true }

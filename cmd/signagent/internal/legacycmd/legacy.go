@@ -57,7 +57,7 @@ func legacyTokenCommand(e *cmdutil.Env) *cli.Command {
 			}
 			if c.Bool("json") {
 				return cmdutil.WriteJSON(e, map[string]string{"token": tok.Value, "by": string(tok.By),
-					"obtainedAt": tok.ObtainedAt.Format(time.RFC3339), "expiresAt": tok.ExpiresAt.Format(time.RFC3339)})
+					"obtainedAt": cmdutil.JSONTime(tok.ObtainedAt), "expiresAt": cmdutil.JSONTime(tok.ExpiresAt)})
 			}
 			_, err = fmt.Fprintln(e.Stdout, tok.Value)
 			return err
@@ -77,7 +77,7 @@ func legacyTokenFromAgent(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client
 		return errdefs.Mark(errors.New("the agent's legacy header has no ddauth_token"), errdefs.ErrUnreachable)
 	}
 	if c.Bool("json") {
-		return cmdutil.WriteJSON(e, map[string]string{"token": tok, "by": c.String("by"), "expiresAt": resp.ExpiresAt.Format(time.RFC3339)})
+		return cmdutil.WriteJSON(e, map[string]string{"token": tok, "by": c.String("by"), "expiresAt": cmdutil.JSONTime(resp.ExpiresAt.Time)})
 	}
 	_, err = fmt.Fprintln(e.Stdout, tok)
 	return err
@@ -113,7 +113,7 @@ func headerCommand(e *cmdutil.Env) *cli.Command {
 				if err != nil {
 					return err
 				}
-				return emit(resp.Authorization, resp.ExpiresAt)
+				return emit(resp.Authorization, resp.ExpiresAt.Time)
 			}
 			// Here, from the schemes of the list as api builds them.
 			s := settings.Of(c)

@@ -62,7 +62,7 @@ func oidcTokenHereOrAgent(c *cli.Context, e *cmdutil.Env) (*oidc.Record, error) 
 	if !ok {
 		return nil, errdefs.Mark(errors.New("the agent's OpenID Connect header is not a bearer token"), errdefs.ErrUnreachable)
 	}
-	return &oidc.Record{Profile: settings.Of(c).String("profile"), AccessToken: tok, Expiry: resp.ExpiresAt}, nil
+	return &oidc.Record{Profile: settings.Of(c).String("profile"), AccessToken: tok, Expiry: resp.ExpiresAt.Time}, nil
 }
 
 func statusCommand(e *cmdutil.Env) *cli.Command {

@@ -67,7 +67,7 @@ func keysCommand(e *cmdutil.Env) *cli.Command {
 				return err
 			}
 			if c.Bool("json") {
-				return cmdutil.WriteJSON(e, map[string]any{"objects": cmdutil.NonNil(objs)})
+				return cmdutil.WriteJSON(e, map[string]any{"objects": objectsJSON(objs)})
 			}
 			return pkcs11.WriteObjectTable(e.Stdout, objs)
 		},
@@ -100,4 +100,23 @@ func probedModule(c *cli.Context, e *cmdutil.Env) (pkcs11.Module, error) {
 		err = pkcs11.Probe(c.Context, mod.Path)
 	}
 	return mod, err
+}
+
+// objectJSON is an object as --json prints it: its certificate's end in
+// the one time format of signagent's JSON (cmdutil.JSONTime).
+type objectJSON struct {
+	pkcs11.Object
+	NotAfter string `json:"notAfter,omitempty"`
+}
+
+func objectsJSON(objs []pkcs11.Object) []objectJSON {
+	out := make([]objectJSON, 0, len(objs))
+	for _, o := range objs {
+		j := objectJSON{Object: o}
+		if !o.NotAfter.IsZero() {
+			j.NotAfter = cmdutil.JSONTime(o.NotAfter)
+		}
+		out = append(out, j)
+	}
+	return out
 }

@@ -76,7 +76,7 @@ func sessionCommand(e *cmdutil.Env) *cli.Command {
 				if err != nil {
 					return factory.AgentError(err)
 				}
-				return printSession(c, e, &trusted.Session{Sid: resp.Sid, Kind: cred.Kind, ObtainedAt: resp.ObtainedAt})
+				return printSession(c, e, &trusted.Session{Sid: resp.Sid, Kind: cred.Kind, ObtainedAt: resp.ObtainedAt.Time})
 			}
 			if err := cmdutil.Missing(cmdutil.APIKeySecret.Need(settings.Of(c)), cmdutil.FlagNeed(c, "base-url")); err != nil {
 				return err
@@ -128,7 +128,7 @@ func sessionCommand(e *cmdutil.Env) *cli.Command {
 // printSession prints the auth.sid, or with --json the session.
 func printSession(c *cli.Context, e *cmdutil.Env, s *trusted.Session) error {
 	if c.Bool("json") {
-		return cmdutil.WriteJSON(e, map[string]string{"sid": s.Sid, "kind": s.Kind.String(), "obtainedAt": s.ObtainedAt.Format(time.RFC3339)})
+		return cmdutil.WriteJSON(e, map[string]string{"sid": s.Sid, "kind": s.Kind.String(), "obtainedAt": cmdutil.JSONTime(s.ObtainedAt)})
 	}
 	_, err := fmt.Fprintln(e.Stdout, s.Sid)
 	return err
