@@ -28,7 +28,8 @@ IMAGE_DEPS := buildah podman runc skopeo docker-compose
 # VKO), and the smart-card rig of pkcs11/pkcs11test/card.go
 # (pcscd with vsmartcard's vpcd reader driver, a card emulated by libcacard
 # over an NSS database that certutil makes, in namespaces set up with
-# iproute2; pcsc-tools to look at it by hand), and duktape (the JavaScript
+# iproute2; pcsc-tools to look at it by hand; the GOST card of
+# pkcs11/pkcs11test/gostcard.go, personalised by opensc's pkcs15-init), and duktape (the JavaScript
 # engine polkitd links) to check the package's polkit rule, logrotate to run
 # its logrotate snippet, and mmdebstrap
 # for the Debian 12 root podman boots systemd in to install, upgrade and

@@ -291,9 +291,18 @@ func TestDoctorStore(t *testing.T) {
 	want(t, checks, "store-key-file", "ok", `store-a\.key holds a store key`)
 	want(t, checks, "store", "ok", `^redis://.* answers$`)
 	want(t, checks, "store key", "ok", `^the 1 records looked at are sealed with a key in .*store-a\.key$`)
-	want(t, checks, "oidc profile", "ok", `^profile default \(u1\), signed in .*: a refresh token is held`)
+	want(t, checks, "oidc profile", "ok", `^profile default \(u1\), signed in .*: a refresh token is held .*it lapses by .* at the earliest \(--refresh-token-lifetime 720h0m0s\)$`)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	// The refresh token's lifetime (the provider does not say it): within
+	// 7 days a warning, past it a failure, naming the sign-in to run.
+	_, checks, _ = r.doctor(t, "--store", rs.URL(), "--store-key-file", keyA, "--refresh-token-lifetime", "72h")
+	want(t, checks, "oidc profile", "warn", `: the refresh token lapses by .* \(within 7 days\); sign in again before then: signagent login --profile default$`)
+	code, checks, _ = r.doctor(t, "--store", rs.URL(), "--store-key-file", keyA, "--refresh-token-lifetime", "1ms")
+	want(t, checks, "oidc profile", "fail", `: the refresh token lapsed by .* \(--refresh-token-lifetime 1ms from its last use\); sign in again: signagent login --profile default$`)
+	if code != 1 {
+		t.Fatalf("a lapsed refresh token: exit %d, want 1", code)
 	}
 
 	code, checks, _ = r.doctor(t, "--store", rs.URL(), "--store-key-file", keyB)

@@ -106,6 +106,7 @@ type Card struct {
 	name   string   // the bridge's name: its log and control socket
 	reader int      // the reader the card starts in
 	opts   CardOptions
+	gost   *gostCard // the GOST card's own (nil: the CAC card)
 }
 
 // cardRig is what the cards of a rig share: its network namespace and its
@@ -135,9 +136,24 @@ func NewCard(t testing.TB, o CardOptions) *Card {
 	}
 	c := &Card{Module: openSCModule(t), PIN: o.PIN, Serial: CardSerial, KeyID: CardKeyID, KeyLabel: CardKeyLabel,
 		rig: &cardRig{}, name: "bridge", opts: o}
-	needCardTools(t)
-	clearTokenEnv(t)
+	needCardTools(t, cacTools)
+	c.startRig(t)
+	c.Certs = cardDatabase(t, filepath.Join(c.Dir, "db"), c.PIN)
+	c.Cert = c.Certs[0]
+	c.Label = c.Cert.Subject.CommonName
+	buildBridge(t, c.Dir)
+	c.startBridge(t)
+	c.waitListed(t, 1, 20*time.Second)
+	t.Logf("card rig up in %v (%s)", time.Since(start).Round(time.Millisecond), c.Dir)
+	return c
+}
 
+// startRig makes the rig's directory (with c.PIN's file) and starts its
+// network namespace and its pcscd, the card's reader; the card is the
+// caller's to start. Everything is stopped when the test ends.
+func (c *Card) startRig(t testing.TB) {
+	t.Helper()
+	clearTokenEnv(t)
 	dir, err := os.MkdirTemp("", "vcard")
 	if err != nil {
 		t.Fatal(err)
@@ -153,10 +169,6 @@ func NewCard(t testing.TB, o CardOptions) *Card {
 	if err := os.WriteFile(c.PINFile, []byte(c.PIN+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c.Certs = cardDatabase(t, filepath.Join(dir, "db"), c.PIN)
-	c.Cert = c.Certs[0]
-	c.Label = c.Cert.Subject.CommonName
-	buildBridge(t, dir)
 	conf := fmt.Sprintf("FRIENDLYNAME \"Virtual PCD\"\nDEVICENAME /dev/null:%d\nLIBPATH %s\nCHANNELID %d\n", cardPort, vpcdDriver, cardPort)
 	if err := os.WriteFile(filepath.Join(dir, "conf", "vpcd"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
@@ -186,10 +198,6 @@ func NewCard(t testing.TB, o CardOptions) *Card {
 		t.Fatalf("card rig: bring up loopback in its network namespace: %v: %s", err, out)
 	}
 	c.StartPCSCD(t)
-	c.startBridge(t)
-	c.waitListed(t, 1, 20*time.Second)
-	t.Logf("card rig up in %v (%s)", time.Since(start).Round(time.Millisecond), dir)
-	return c
 }
 
 // AddCard puts a second card into reader 1 of c's rig, made from c's NSS
@@ -219,9 +227,14 @@ func (c *Card) AddCard(t testing.TB) *Card {
 	return &two
 }
 
-// startBridge starts the card's bridge (built in the rig's directory).
+// startBridge starts the card's bridge (built in the rig's directory), or
+// the GOST card's process.
 func (c *Card) startBridge(t testing.TB) {
 	t.Helper()
+	if c.gost != nil {
+		c.startGOSTCard(t)
+		return
+	}
 	o := c.opts
 	args := []string{"-t", c.pid(c.rig.netns), "-n", filepath.Join(c.Dir, "vcard"), "-D", filepath.Join(c.Dir, "db"),
 		"-p", strconv.Itoa(cardPort), "-r", strconv.Itoa(c.reader), "-c", c.control(), "-T", strconv.Itoa(o.Tries),

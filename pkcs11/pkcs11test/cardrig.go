@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -197,13 +198,19 @@ func openSCModule(t testing.TB) string {
 	return ""
 }
 
+// The tools the card rig needs (and the packages that have them), besides
+// the card's own.
+var (
+	rigTools = []struct{ name, pkg string }{
+		{"pcscd", "pcscd"}, {"pkcs11-tool", "opensc"}, {"unshare", "util-linux"}, {"nsenter", "util-linux"}, {"ip", "iproute2"},
+	}
+	cacTools = []struct{ name, pkg string }{{"certutil", "libnss3-tools"}, {"gcc", "gcc"}, {"pkg-config", "pkg-config"}}
+)
+
 // needCardTools fails the test when the rig cannot be made here.
-func needCardTools(t testing.TB) {
+func needCardTools(t testing.TB, cardTools []struct{ name, pkg string }) {
 	t.Helper()
-	for _, tool := range []struct{ name, pkg string }{
-		{"pcscd", "pcscd"}, {"certutil", "libnss3-tools"}, {"pkcs11-tool", "opensc"}, {"gcc", "gcc"},
-		{"pkg-config", "pkg-config"}, {"unshare", "util-linux"}, {"nsenter", "util-linux"}, {"ip", "iproute2"},
-	} {
+	for _, tool := range append(slices.Clone(rigTools), cardTools...) {
 		if _, err := exec.LookPath(tool.name); err != nil {
 			t.Fatalf("%s is not installed: the card rig needs it; `make test` installs it (scripts/deps.sh %s)", tool.name, tool.pkg)
 		}

@@ -9,6 +9,13 @@
 //
 // Tests that use it cannot run in parallel with each other: SoftHSM reads
 // SOFTHSM2_CONF when the module is initialized, once per process.
+//
+// It also starts cards behind pcscd and OpenSC (the card rig): NewCard, a
+// CAC card with RSA keys (libcacard), and NewGOSTCard, a Rutoken ECP with a
+// GOST key on CryptoPro-A that OpenSC signs with through raw CKM_GOSTR3410
+// only (package rutoken; gostcard.go says what a test gets: the module,
+// the token label and serial, the PIN and its file, Selection, the public
+// key, removal, a slow card, two cards).
 package pkcs11test
 
 import (

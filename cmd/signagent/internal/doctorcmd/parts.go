@@ -201,7 +201,36 @@ func (d *run) oidc(ctx context.Context, shared *store.Shared) {
 	case rec.RefreshToken == "":
 		d.add("oidc profile", Warn, who+": no refresh token (offline_access not granted): sign in again after "+rec.Expiry.UTC().Format(time.RFC3339))
 	default:
-		d.add("oidc profile", OK, who+": a refresh token is held (last used "+rec.ObtainedAt().UTC().Format(time.RFC3339)+
-			"); the provider does not say when it expires: an unused one lapses after the provider's refresh lifetime")
+		d.addRefreshExpiry(who, profile, rec, now)
+	}
+}
+
+// addRefreshExpiry says when the profile's refresh token lapses. The
+// provider does not say; --refresh-token-lifetime does (the agent's
+// signagent_oidc_refresh_expiry_timestamp_seconds reads the same). The
+// record tells when the access token was last obtained, not whether the
+// provider issued a new refresh token then: so the latest the token can
+// last is from the last refresh, and the earliest from the sign-in (a
+// provider that keeps the first refresh token). Past the latest: fail;
+// the earliest within 7 days: warn, naming both.
+func (d *run) addRefreshExpiry(who, profile string, rec *oidc.Record, now time.Time) {
+	life := d.s.Duration("refresh-token-lifetime")
+	if life <= 0 {
+		life = oidc.DefaultRefreshLifetime
+	}
+	latest, earliest := rec.ObtainedAt().Add(life), rec.SignedInAt.Add(life)
+	stamp := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+	switch {
+	case !now.Before(latest):
+		d.add("oidc profile", Fail, who+": the refresh token lapsed by "+stamp(latest)+" (--refresh-token-lifetime "+life.String()+
+			" from its last use); sign in again: signagent login --profile "+profile)
+	case earliest.Sub(now) < 7*24*time.Hour && earliest.Before(latest):
+		d.add("oidc profile", Warn, who+": the refresh token lapses by "+stamp(latest)+", or by "+stamp(earliest)+
+			" if the provider keeps the sign-in's refresh token; sign in again before then if calls start asking: signagent login --profile "+profile)
+	case earliest.Sub(now) < 7*24*time.Hour:
+		d.add("oidc profile", Warn, who+": the refresh token lapses by "+stamp(latest)+" (within 7 days); sign in again before then: signagent login --profile "+profile)
+	default:
+		d.add("oidc profile", OK, who+": a refresh token is held (last used "+stamp(rec.ObtainedAt())+"); it lapses by "+stamp(earliest)+
+			" at the earliest (--refresh-token-lifetime "+life.String()+")")
 	}
 }
