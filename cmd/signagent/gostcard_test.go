@@ -83,9 +83,25 @@ func TestGOSTCardCLI(t *testing.T) {
 		dir := t.TempDir()
 		sig, text := filepath.Join(dir, "sig.der"), filepath.Join(dir, "text")
 		cmd := signagent(t, r.env(), append([]string{"sign", "--phone", "9161234567", "--out", sig, "--text-out", text}, r.args(r.card.PINFile)...)...)
+		before := len(r.card.BridgeLog(t))
 		if code, stderr, took := runBinary(t, cmd); code != cmdutil.ExitOK {
 			t.Fatalf("sign on the GOST card: exit %d after %v: %s", code, took, stderr)
 		}
+		// One signature: the card shows its public key, so the
+		// certificate is checked against it, not by a signature.
+		apdus := r.card.BridgeLog(t)[before:]
+		if n := strings.Count(apdus, "APDU 00 2A 9E 9A [32] "); n != 1 {
+			t.Fatalf("%d PSO signatures for one sign, want 1:\n%s", n, apdus)
+		}
+		var sigAPDUs []string // the signature's: VERIFY, the key's SELECT, MSE, PSO, LOGOUT
+		for _, l := range strings.Split(apdus, "\n") {
+			for _, p := range []string{"APDU 00 20 ", "APDU 00 A4 08 00 [8] 10001000", "APDU 00 22 ", "APDU 00 2A ", "APDU 80 40 "} {
+				if strings.Contains(l, p) {
+					sigAPDUs = append(sigAPDUs, l[strings.Index(l, "APDU"):])
+				}
+			}
+		}
+		t.Logf("the APDUs of the signature of signagent sign on the card:\n%s", strings.Join(sigAPDUs, "\n"))
 		der, _ := os.ReadFile(sig)
 		content, _ := os.ReadFile(text)
 		r.verifyCMS(t, der, content)
@@ -275,8 +291,8 @@ func TestGOSTCardAgent(t *testing.T) {
 		go func() { code, _ := a.sign(); done <- code }()
 		waitFor(t, 10*time.Second, "the signature sent to the card", func() bool { return psos() > before })
 		r.card.Remove(t)
-		if code := <-done; code == 200 {
-			t.Fatal("a signature whose card was removed before it answered succeeded")
+		if code := <-done; code != 503 {
+			t.Fatalf("a signature whose card was removed before it answered: HTTP %d, want 503 (the token is not ready)", code)
 		}
 		r.card.SetSignDelay(t, 0)
 		r.card.Insert(t)
@@ -326,6 +342,8 @@ func TestGOSTCardAgent(t *testing.T) {
 func TestGOSTCardAgentTwoCards(t *testing.T) {
 	r := newGOSTCardRig(t, pkcs11test.GOSTCardOptions{Serial: "0a0b0c01", LogAPDUs: true})
 	two := r.card.AddGOSTCard(t, "0a0b0c02")
+	pins := func() int { return strings.Count(two.BridgeLog(t), "[8 bytes hidden]") }
+	personalised := pins() // pkcs15-init's
 	a := r.serve(t, "--token-serial", r.card.Serial)
 	ready := func() bool { code, _ := a.do("GET", "/readyz", ""); return code == 200 }
 	r.signOK(t, a, "at start")
@@ -341,7 +359,7 @@ func TestGOSTCardAgentTwoCards(t *testing.T) {
 	if n := pscos(); n != 0 {
 		t.Fatalf("the other card (serial %s) was asked to sign %d times", two.Serial, n)
 	}
-	if n := strings.Count(two.BridgeLog(t), "[8 bytes hidden]"); n != 0 {
+	if n := pins() - personalised; n != 0 {
 		t.Fatalf("the other card was sent the PIN %d times", n)
 	}
 }
