@@ -96,7 +96,10 @@ func TestGOSTRawOnlyTrusted(t *testing.T) {
 
 	sock := filepath.Join(dir, "a.sock")
 	// The audit lines on stderr ("-"): a file's are written in batches.
-	a := startServe(t, signagent(t, env, "serve", "--listen", "unix:"+sock, "--audit-log", "-", "--base-url", emu.URL()), sock)
+	// serve takes the certificate's file from its settings file.
+	cfg := filepath.Join(dir, "config.yaml")
+	os.WriteFile(cfg, []byte("certificate-file: "+cert+"\n"), 0o600)
+	a := startServe(t, signagent(t, env[:len(env)-1], "serve", "--config", cfg, "--listen", "unix:"+sock, "--audit-log", "-", "--base-url", emu.URL()), sock)
 	code, body := a.do("POST", "/v1/signatures", `{"phone":"9161234567"}`)
 	if code != 200 || !strings.Contains(body, `"certificateThumbprint":"`+thumb+`"`) {
 		t.Fatalf("/v1/signatures: %d %s\n%s", code, body, a.stderr.String())
