@@ -38,12 +38,19 @@ func (k *Key) findKey(ctx context.Context, sh p11.SessionHandle) error {
 		return fmt.Errorf("%w: %d private keys %s on token %q: %s; choose one with --key-label or --key-id", ErrKeyAmbiguous, len(found), what, k.token.Label, listKeys(found))
 	}
 	ki := found[0]
+	if ki.pub == nil && isGOSTKeyType(ki.keyType) && k.sel.CertFile != "" {
+		pub, err := k.publicFromCertificate(ki) // proven by a signature in findCert
+		if err != nil {
+			return err
+		}
+		ki.pub, k.pubFromCert = pub, true
+	}
 	if ki.pub == nil && isGOSTKeyType(ki.keyType) {
 		why := ki.why
 		if why == nil {
 			why = errors.New("it has no public key object with its id beside it")
 		}
-		return fmt.Errorf("%w: GOST key %q (id %s) on token %q cannot be used: %v", ErrTokenRefused, ki.label, hex.EncodeToString(ki.id), k.token.Label, why)
+		return fmt.Errorf("%w: GOST key %q (id %s) on token %q cannot be used: %v; give its certificate with --certificate-file PATH", ErrTokenRefused, ki.label, hex.EncodeToString(ki.id), k.token.Label, why)
 	}
 	if ki.pub == nil {
 		return fmt.Errorf("%w: key %q (id %s) is neither RSA, EC nor GOST R 34.10-2012 with a public key beside it; signagent signs with RSA, ECDSA and GOST keys", ErrTokenRefused, ki.label, hex.EncodeToString(ki.id))
@@ -60,18 +67,24 @@ func (k *Key) privateKeys(ctx context.Context, sh p11.SessionHandle) ([]keyInfo,
 	return found, nil
 }
 
-// findCert chooses the key's certificate: --cert when given, else the one
+// findCert chooses the key's certificate: --certificate-file when given
+// (proven by a signature when the token shows no public key), else the one
 // certificate on the token, among those with the key's id or label, whose
 // public key is the key's. A valid one beats an expired one; two valid ones
 // are an error that lists them.
 func (k *Key) findCert(ctx context.Context, sh p11.SessionHandle) error {
 	if k.sel.CertFile != "" {
-		cert, err := ReadCertificate(k.sel.CertFile)
+		cert, err := readKeyCertificate(k.sel.CertFile)
 		if err != nil {
 			return err
 		}
 		if !samePublicKey(CertificatePublicKey(cert), k.pub) {
-			return fmt.Errorf("%w: certificate %q (thumbprint %s) is for another key than %q", ErrCertMismatch, cert.Subject.String(), canonical.ThumbprintOf(cert), k.label)
+			return fmt.Errorf("%w: certificate %q (thumbprint %s) is for another key than %q (id %s) on token %q", ErrCertMismatch, cert.Subject.String(), canonical.ThumbprintOf(cert), k.label, hex.EncodeToString(k.id), k.token.Label)
+		}
+		if k.pubFromCert {
+			if err := k.provePublic(ctx, sh, cert); err != nil {
+				return err
+			}
 		}
 		k.setCert(cert)
 		return nil
@@ -96,13 +109,13 @@ func keyCertificate(b Backend, sh p11.SessionHandle, id []byte, label string, pu
 	}
 	cert, err := chooseCert(certs, pub, time.Now())
 	if errors.Is(err, ErrCertNotFound) {
-		return nil, fmt.Errorf("%w: no certificate with id %s or label %q on token %q; store one on the token or give --cert FILE", ErrCertNotFound, hex.EncodeToString(id), label, token)
+		return nil, fmt.Errorf("%w: no certificate with id %s or label %q on token %q; store one on the token or give --certificate-file PATH", ErrCertNotFound, hex.EncodeToString(id), label, token)
 	}
 	if errors.Is(err, ErrCertMismatch) {
-		return nil, fmt.Errorf("%w: the certificates with id %s or label %q on token %q are for another key; store the right one or give --cert FILE", ErrCertMismatch, hex.EncodeToString(id), label, token)
+		return nil, fmt.Errorf("%w: the certificates with id %s or label %q on token %q are for another key; store the right one or give --certificate-file PATH", ErrCertMismatch, hex.EncodeToString(id), label, token)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w (key %q); give --cert FILE to choose", err, label)
+		return nil, fmt.Errorf("%w (key %q); give --certificate-file PATH to choose", err, label)
 	}
 	return cert, nil
 }

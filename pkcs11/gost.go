@@ -41,7 +41,8 @@ func gostBits(keyType uint) int {
 
 // gostWays is how a GOST key signs on its token, chosen once from the
 // mechanism list: with the hashing mechanism where the token has it,
-// otherwise Streebog on the token (C_Digest) and the raw mechanism over it.
+// otherwise Streebog on the token (C_Digest) and the raw mechanism over it,
+// otherwise Streebog here and the raw mechanism (gostraw.go).
 type gostWays struct {
 	bits   int
 	hashed uint // CKM_GOSTR3410_WITH_GOSTR3411_12_*, or 0
@@ -90,17 +91,8 @@ func chooseGOSTWays(bits int, offered []uint, token, key string) (gostWays, erro
 	if has(digest) {
 		w.digest = digest
 	}
-	if w.hashed == 0 && (w.raw == 0 || w.digest == 0) {
-		missing := MechanismName(hashed)
-		switch {
-		case w.raw == 0 && w.digest == 0:
-			missing += ", or both " + MechanismName(digest) + " and " + MechanismName(raw)
-		case w.raw == 0:
-			missing += " or " + MechanismName(raw)
-		default:
-			missing += " or " + MechanismName(digest)
-		}
-		return w, fmt.Errorf("%w: token %q cannot sign with the GOST R 34.10-2012 %d-bit key %q: it offers neither way (missing %s)", ErrKeyUsage, token, bits, key, missing)
+	if w.hashed == 0 && w.raw == 0 {
+		return w, fmt.Errorf("%w: token %q cannot sign with the GOST %d-bit key %q: it offers no GOST signature mechanism (neither %s nor %s)", ErrKeyUsage, token, bits, key, MechanismName(hashed), MechanismName(raw))
 	}
 	return w, nil
 }
@@ -141,7 +133,8 @@ func CertificatePublicKey(c *x509.Certificate) crypto.PublicKey {
 func (k *Key) IsGOST() bool { return isGOSTKeyType(k.keyType) }
 
 // SignMessage signs msg with a GOST key, hashing on the token: with the
-// hashing mechanism, or C_Digest and the raw mechanism, in one session. The
+// hashing mechanism, or C_Digest and the raw mechanism, in one session; on
+// a token that offers only the raw mechanism, hashing here (gostraw.go). The
 // value is s then r, as CMS carries it. It implements crypto.MessageSigner.
 // RSA and EC keys hash msg here with opts' hash and sign the digest, as
 // crypto.SignMessage would (crypto/x509 calls SignMessage when a key has it).
@@ -166,14 +159,7 @@ func (k *Key) SignMessageContext(ctx context.Context, msg []byte, opts crypto.Si
 	}
 	w := k.gost
 	sig, err := k.do(ctx, fmt.Sprintf("sign with key %q", k.label), func(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) ([]byte, error) {
-		if w.hashed != 0 {
-			return signOn(b, sh, h, w.hashed, msg)
-		}
-		sum, err := digestOn(b, sh, w.digest, msg)
-		if err != nil {
-			return nil, err
-		}
-		return signOn(b, sh, h, w.raw, sum)
+		return w.signMessage(b, sh, h, msg)
 	})
 	if err != nil {
 		return nil, err
@@ -265,10 +251,10 @@ func (k *Key) chooseGOST(ctx context.Context) error {
 		return err
 	}
 	k.gost = w
-	how := MechanismName(w.hashed)
-	if w.hashed == 0 {
-		how = MechanismName(w.digest) + " then " + MechanismName(w.raw)
+	ev := k.log.Debug()
+	if w.inSignagent() {
+		ev = k.log.Info() // not what a GOST token usually does: say so
 	}
-	k.log.Debug().Str("key", k.label).Str("mechanism", how).Msg("GOST key signs on the token")
+	ev.Str("key", k.label).Str("way", w.describe()).Msg("how the GOST key signs")
 	return nil
 }

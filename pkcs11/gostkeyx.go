@@ -88,10 +88,32 @@ func gostLoginNeeds(w GOSTLoginWay) []struct{ code, flag uint } {
 	return []struct{ code, flag uint }{derive, unwrap, decrypt}
 }
 
+// NotOfferedGOSTLogin is what token check says of certificate login on a
+// GOST token that offers no key agreement at all.
+const NotOfferedGOSTLogin = "not offered by this token (no GOST key agreement; a vendor module is needed, see docs/tokens.md)"
+
+// ErrNoGOSTKeyAgreement: the token lists none of the mechanisms of any
+// way (GOSTLoginWays), so a GOST certificate login cannot be opened
+// on it whatever else it offers (OpenSC's GOST cards). It is an
+// ErrKeyUsage.
+var ErrNoGOSTKeyAgreement error = noKeyAgreement{}
+
+type noKeyAgreement struct{}
+
+func (noKeyAgreement) Error() string { return "certificate login is " + NotOfferedGOSTLogin }
+func (noKeyAgreement) Unwrap() error { return ErrKeyUsage }
+
 // gostLoginOffered lists the ways the token's mechanisms (code -> flags)
 // and the key's attributes allow, in order of preference, or an error that
 // names what is missing.
 func gostLoginOffered(flags map[uint]uint, derive, unwrap bool, token, key string) ([]GOSTLoginWay, error) {
+	if !slices.ContainsFunc(GOSTLoginWays, func(w GOSTLoginWay) bool {
+		return slices.ContainsFunc(gostLoginNeeds(w), func(n struct{ code, flag uint }) bool { return flags[n.code] != 0 })
+	}) {
+		// None of what any way needs (a card behind OpenSC: no open driver
+		// does GOST key agreement).
+		return nil, fmt.Errorf("token %q, key %q: %w", token, key, ErrNoGOSTKeyAgreement)
+	}
 	var ways []GOSTLoginWay
 	var missing []string
 	for _, w := range GOSTLoginWays {

@@ -7,6 +7,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -325,11 +326,13 @@ func (k *Key) Capabilities(mechs []Mechanism) []Capability {
 	case "GOST":
 		// Open chose the way (chooseGOST) or failed: hashing on the token
 		// with the signature, else C_Digest then the raw mechanism.
-		if k.gost.hashed != 0 {
-			trusted.Uses = fmt.Sprintf("%s: the token hashes (Streebog-%d) and signs", mechanismName(k.gost.hashed), k.gost.bits)
+		trusted.Uses = k.gost.describe()
+		switch {
+		case k.gost.hashed != 0:
 			offer(&trusted, k.gost.hashed, p11.CKF_SIGN, "signing")
-		} else {
-			trusted.Uses = fmt.Sprintf("%s on the token (C_Digest), then %s over the hash", mechanismName(k.gost.digest), mechanismName(k.gost.raw))
+		case k.gost.inSignagent():
+			offer(&trusted, k.gost.raw, p11.CKF_SIGN, "signing")
+		default:
 			offer(&trusted, k.gost.raw, p11.CKF_SIGN, "signing")
 			offer(&trusted, k.gost.digest, p11.CKF_DIGEST, "digest")
 		}
@@ -355,6 +358,11 @@ func (k *Key) Capabilities(mechs []Mechanism) []Capability {
 		}
 		login.Allowed = true
 		ways, err := gostLoginOffered(flags, true, true, k.token.Label, k.label)
+		if errors.Is(err, ErrNoGOSTKeyAgreement) {
+			// Not a failure of the token: it does not do this at all.
+			login.Allowed, login.Why = false, NotOfferedGOSTLogin
+			break
+		}
 		if err != nil {
 			login.Why = err.Error()
 		} else {

@@ -29,12 +29,15 @@ type Key struct {
 	keyType uint     // CKK_RSA, CKK_EC, CKK_GOSTR3410 or CKK_GOSTR3410_512
 	gost    gostWays // how a GOST key signs on this token
 	pub     crypto.PublicKey
-	cert    *x509.Certificate
-	sign    bool // CKA_SIGN
-	decrypt bool // CKA_DECRYPT
-	sel     Selection
-	timeout time.Duration
-	log     zerolog.Logger
+	// pubFromCert: the token shows no public key; pub is the
+	// --certificate-file's, proven by a signature (gostraw.go).
+	pubFromCert bool
+	cert        *x509.Certificate
+	sign        bool // CKA_SIGN
+	decrypt     bool // CKA_DECRYPT
+	sel         Selection
+	timeout     time.Duration
+	log         zerolog.Logger
 
 	free  chan p11.SessionHandle // idle sessions
 	slots chan struct{}          // one token per session that exists

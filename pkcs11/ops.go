@@ -170,7 +170,7 @@ func (k *Key) relookup(ctx context.Context, sh p11.SessionHandle) (p11.ObjectHan
 	if len(found) != 1 {
 		return 0, fmt.Errorf("%w: key %q (id %s) is no longer on token %q", ErrTokenLost, k.label, hex.EncodeToString(k.id), k.token.Label)
 	}
-	if !samePublicKey(k.pub, found[0].pub) {
+	if !samePublicKey(k.pub, found[0].pub) && !(k.pubFromCert && found[0].pub == nil) {
 		return 0, fmt.Errorf("%w: the key %q found again is not the one the certificate is for", ErrCertMismatch, k.label)
 	}
 	k.mu.Lock()

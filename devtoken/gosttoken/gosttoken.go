@@ -305,7 +305,11 @@ func Build(dir, out string, o Options) error {
 
 // SetFaults makes the token misbehave as a test asks: the words of
 // gosttoken.c's header; none restores it. Signing: short-signature,
-// digest-fail, no-sign-mechanisms, paramset=OID, delay=MS. Decrypting a key
+// digest-fail, no-sign-mechanisms, paramset=OID, delay=MS. Looking like a
+// GOST card behind OpenSC (gost-card-opensc.md): raw-mechanism-only (only
+// CKM_GOSTR3410(_512) listed: no Streebog, no hashing signature, no key
+// agreement), no-certificate and no-public-key (those objects hidden).
+// Decrypting a key
 // transport: no-derive (CKM_GOSTR3410_12_DERIVE not listed and refused),
 // no-kdf4357 (CKM_KDF_4357 likewise; the derive's kdf CKD_KDF_4357 still
 // works), kdf=NAME[,NAME] (the derive takes only these kdf, of 2012-256 and

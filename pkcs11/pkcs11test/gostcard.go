@@ -33,7 +33,9 @@ import (
 // Card's methods work on it as on the CAC card: Remove, Insert,
 // InsertInto, SetDelay, SetSignDelay (the slow card: a wait before each
 // signature's answer), TriesLeft (the user PIN's), StopPCSCD, StartPCSCD,
-// BridgeLog (with LogAPDUs, every APDU, PINs hidden). Restart stops the
+// BridgeLog (with LogAPDUs, every APDU, PINs hidden). SetFault makes the
+// card answer 6A82 to its key's SELECT, or takes it out right after a
+// VERIFY (before the signature). Restart stops the
 // card process and starts it again on its state file (0600, in the rig's
 // directory): files, PINs with their counters and keys survive it, as a
 // card's memory does. AddGOSTCard puts a second card, personalised the
@@ -256,6 +258,36 @@ func (g *GOSTCard) waitReader(t testing.TB, present bool) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// GOST card faults, for SetFault.
+const (
+	// GOSTFaultSelectKey6A82: every SELECT of the private key (by FID or
+	// path) answers 6A82, file not found, as a card whose key was deleted
+	// by another program would; the key, the PIN and its counter are
+	// untouched. Until cleared.
+	GOSTFaultSelectKey6A82 = "select-key 6A82"
+	// GOSTFaultRemoveAfterVerify: the card is taken out (as by Remove)
+	// right after it answers 9000 to the next VERIFY with a PIN, before the
+	// key's SELECT, MSE and PSO reach it: a card pulled between the login
+	// and the signature. Once; Insert puts it back.
+	GOSTFaultRemoveAfterVerify = "remove-after-verify"
+	// GOSTFaultClear clears both.
+	GOSTFaultClear = "clear"
+)
+
+// SetFault sets a fault of the card (GOSTFaultSelectKey6A82,
+// GOSTFaultRemoveAfterVerify, GOSTFaultClear): the card's control command
+// "fault".
+func (g *GOSTCard) SetFault(t testing.TB, fault string) {
+	t.Helper()
+	g.command(t, "fault "+fault)
+}
+
+// Faults is the card's faults set: "none", or e.g. "select-key=6A82".
+func (g *GOSTCard) Faults(t testing.TB) string {
+	t.Helper()
+	return g.command(t, "fault")
 }
 
 // CardPublicKey asks the card (not OpenSC) for its key's public half.

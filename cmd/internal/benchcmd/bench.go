@@ -233,10 +233,13 @@ func runBench(c *cli.Context, e *cmdutil.Env) error {
 		QueueSize: c.Int("queue-size"), NoTools: c.Bool("no-tools"), Socket: c.String("socket"), AgentPID: c.Int("agent-pid"),
 		Executable: agent, Duration: c.Duration("duration"), SoakCallers: c.Int("soak-concurrency"),
 		Version: cmdutil.Version, Stdout: e.Stdout, Stderr: e.Stderr, JSON: c.Bool("json")}
-	for _, f := range []string{"module", "token-label", "token-serial", "key", "key-label", "key-id", "cert"} {
+	for _, f := range []string{"module", "token-label", "token-serial", "key", "key-label", "key-id", "certificate-file"} {
 		if v := c.String(f); v != "" && c.IsSet(f) {
 			o.ServeArgs = append(o.ServeArgs, "--"+f, v)
 		}
+	}
+	if v := c.String("cert"); v != "" && c.IsSet("cert") && !c.IsSet("certificate-file") {
+		o.ServeArgs = append(o.ServeArgs, "--certificate-file", v) // its old name
 	}
 	// SIGTERM or Ctrl-C ends the run and the agent it started.
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)

@@ -94,6 +94,7 @@ static int kx_load(gnutls_privkey_t key) {
 /* The mechanisms this half offers, with the faults that take them away. */
 static int kx_mechanisms(CK_MECHANISM_TYPE *out) {
 	int n = 0;
+	if (fault("raw-mechanism-only", NULL, 0)) return 0; /* as OpenSC: no GOST key agreement */
 #ifdef ONE_STEP_UNWRAP
 	if (!fault("no-unwrap-mechanism", NULL, 0)) out[n++] = CKM_GOSTR3410_KEY_WRAP;
 #else

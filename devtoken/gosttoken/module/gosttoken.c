@@ -17,7 +17,12 @@
  * a test asks: short-signature, digest-fail, no-sign-mechanisms,
  * paramset=OID, and delay=MS (each signature takes MS milliseconds more,
  * as a card's does; the card does one thing at a time, so it holds the
- * module's lock).
+ * module's lock). Words that make it look like a card behind OpenSC's
+ * opensc-pkcs11.so (gost-card-opensc.md): raw-mechanism-only (it lists
+ * CKM_GOSTR3410(_512) and nothing else: no Streebog, no hashing signature,
+ * no key agreement), no-certificate (the certificate object is not shown,
+ * as OpenSC drops a GOST-2012 one) and no-public-key (nor the public key
+ * object).
  *
  * Decryption of a GOST key transport (gostkeyx.c, over libgcrypt), as the
  * session objects real GOST tokens make: CKM_GOSTR3410_12_DERIVE (VKO on
@@ -264,6 +269,11 @@ static CK_RV load(void) {
 /* The mechanisms offered, by the key's size. */
 static int mechanisms(CK_MECHANISM_TYPE *out) {
 	int n = 0;
+	if (fault("raw-mechanism-only", NULL, 0)) {
+		if (!fault("no-sign-mechanisms", NULL, 0))
+			out[n++] = bits == 512 ? CKM_GOSTR3410_512 : CKM_GOSTR3410;
+		return n;
+	}
 	out[n++] = bits == 512 ? CKM_GOSTR3411_2012_512 : CKM_GOSTR3411_2012_256;
 	if (!fault("no-sign-mechanisms", NULL, 0)) {
 		out[n++] = bits == 512 ? CKM_GOSTR3410_512 : CKM_GOSTR3410;
@@ -366,8 +376,11 @@ static const void *attribute(int h, CK_ATTRIBUTE_TYPE t, CK_ULONG *len) {
 	return NULL;
 }
 
-static int visible(int h) { return h != H_PRIV || logged_in; }
-static int has_cert(void) { return certder_len > 0; }
+static int visible(int h) {
+	if (h == H_PUB) return !fault("no-public-key", NULL, 0);
+	return h != H_PRIV || logged_in;
+}
+static int has_cert(void) { return certder_len > 0 && !fault("no-certificate", NULL, 0); }
 
 #define LOCKED(body)                                   \
 	do {                                           \

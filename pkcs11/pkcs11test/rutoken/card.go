@@ -66,6 +66,9 @@ type Card struct {
 	envKey   byte
 	envOp    byte
 	chain    []byte
+	// selectKeyFault, when not 0, is the status word every SELECT of a
+	// private key object by FID or path answers (SetSelectKeyFault).
+	selectKeyFault int
 }
 
 // New makes a card from st; save (if not nil) is called with the state after
@@ -111,6 +114,24 @@ func (c *Card) TriesLeft(ref byte) int {
 	return -1
 }
 
+// SetSelectKeyFault makes every SELECT of a private key object (by FID or
+// by path; not the file listing) answer sw, as a card whose key was deleted
+// or is damaged would (6A82: file not found), until it is called with 0.
+// Nothing else changes: the key is still there, the PINs and their
+// counters are untouched.
+func (c *Card) SetSelectKeyFault(sw int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.selectKeyFault = sw
+}
+
+// SelectKeyFault is the status word set by SetSelectKeyFault (0: none).
+func (c *Card) SelectKeyFault() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.selectKeyFault
+}
+
 // PublicKey is the value of the public key with reference ref (x then y,
 // little-endian) and its parameter set, or nil.
 func (c *Card) PublicKey(ref byte) (*gost.PublicKey, error) {
@@ -131,6 +152,13 @@ func (c *Card) PublicKey(ref byte) (*gost.PublicKey, error) {
 // the slow card's delay.
 func IsSignature(cmd []byte) bool {
 	return len(cmd) >= 4 && cmd[1] == 0x2A && cmd[2] == 0x9E && cmd[3] == 0x9A
+}
+
+// IsVerifyWithPIN tells whether cmd is a VERIFY carrying a PIN (not the
+// driver's empty VERIFY that asks for the tries left).
+func IsVerifyWithPIN(cmd []byte) bool {
+	a, ok := parse(cmd)
+	return ok && a.cla&0xEF == 0 && a.ins == 0x20 && len(a.data) > 0
 }
 
 type command struct {
@@ -274,6 +302,7 @@ func (c *Card) selectFile(a command) []byte {
 		return word(swNotFound)
 	}
 	var f *File
+	direct := false // by FID or path, not the listing's first or next
 	switch {
 	case a.p1 == 0x00 && a.p2 == 0x02 && len(a.data) == 2:
 		// The next file after FID in the current DF (the file listing).
@@ -289,6 +318,7 @@ func (c *Card) selectFile(a command) []byte {
 			f = c.curDF.Kids[0]
 		}
 	case a.p1 == 0x00 && len(a.data) == 2:
+		direct = true
 		id := binary.BigEndian.Uint16(a.data)
 		switch {
 		case id == mfID:
@@ -312,11 +342,15 @@ func (c *Card) selectFile(a command) []byte {
 			ids[i] = binary.BigEndian.Uint16(a.data[2*i:])
 		}
 		f = c.st.MF.walk(ids)
+		direct = true
 	default:
 		return word(swWrongP1P2)
 	}
 	if f == nil {
 		return word(swNotFound)
+	}
+	if direct && c.selectKeyFault != 0 && f.Desc == descInternal && isKey(f) && !isPublicKey(f) {
+		return word(c.selectKeyFault)
 	}
 	c.choose(f)
 	if a.p2&0x0C == 0x0C {

@@ -27,6 +27,13 @@
 // changes and unblocking. It signs in about a millisecond; a slow card is
 // the server's delays.
 //
+// Faults, set on the control socket (Server; "fault ..."), make it
+// misbehave as a real card can: SetSelectKeyFault makes every SELECT of a
+// private key object by FID or path answer a status word (6A82: the key
+// deleted by another program) until cleared; remove-after-verify takes the
+// card out right after it answers 9000 to the next VERIFY with a PIN,
+// before the key's SELECT, MSE and PSO reach it (once).
+//
 // The state (serial, files, PINs with their counters, keys) is saved to a
 // file after every change, 0600, and read back at start: a restarted card
 // is the same card.

@@ -43,6 +43,10 @@ type Server struct {
 	conn      *link // nil when not connected
 	delay     time.Duration
 	signDelay time.Duration
+	// removeAfterVerify: take the card out right after the next VERIFY
+	// with a PIN that the card answers 9000 (the fault
+	// remove-after-verify), once.
+	removeAfterVerify bool
 }
 
 // link is one connection to vpcd: one insertion of the card.
@@ -193,6 +197,7 @@ func (s *Server) serve(l *link) error {
 			s.Log.Print(describe(msg, resp))
 		}
 		sign := IsSignature(msg)
+		verified := IsVerifyWithPIN(msg) && len(resp) == 2 && resp[0] == 0x90 && resp[1] == 0x00
 		clear(msg) // a VERIFY's PIN does not stay in memory
 		s.mu.Lock()
 		wait := s.delay
@@ -210,7 +215,27 @@ func (s *Server) serve(l *link) error {
 		if err := writeMsg(l, resp); err != nil {
 			return err
 		}
+		if verified && s.takeRemoveAfterVerify() {
+			// The answer is on its way to vpcd; the card goes out before
+			// the next command (the key's SELECT, MSE, PSO) reaches it.
+			s.remove("card removed right after a VERIFY (fault remove-after-verify)")
+			return fmt.Errorf("removed after a VERIFY")
+		}
 	}
+}
+
+// takeRemoveAfterVerify disarms the fault remove-after-verify and tells
+// whether it was armed; when it was, the card is marked out, as by the
+// command remove.
+func (s *Server) takeRemoveAfterVerify() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.removeAfterVerify {
+		return false
+	}
+	s.removeAfterVerify = false
+	s.inserted = false
+	return true
 }
 
 // describe is an APDU's log line: the header, the data (hidden for VERIFY
@@ -252,6 +277,16 @@ func describe(cmd, resp []byte) string {
 //	pubkey [REF]    key REF's (1) public key: its curve's name and x||y
 //	                little-endian in hex
 //	status          "inserted|removed connected|waiting reader=N tries=N"
+//	fault select-key SW
+//	                every SELECT of a private key object (by FID or path)
+//	                answers SW (4 hex digits, e.g. 6A82) until cleared
+//	fault remove-after-verify
+//	                take the card out (as remove) right after it answers
+//	                9000 to the next VERIFY with a PIN, before the next
+//	                command reaches it; once
+//	fault clear     no faults
+//	fault           the faults set: "none", or e.g. "select-key=6A82
+//	                remove-after-verify"
 func (s *Server) controlLoop(ln net.Listener) {
 	for {
 		c, err := ln.Accept()
@@ -271,6 +306,9 @@ func (s *Server) control(line string) string {
 	f := strings.Fields(line)
 	if len(f) == 0 {
 		return "error: empty command"
+	}
+	if f[0] == "fault" {
+		return s.fault(f[1:])
 	}
 	arg := -1
 	if len(f) == 2 {
@@ -344,4 +382,43 @@ func (s *Server) control(line string) string {
 		return fmt.Sprintf("%s %s reader=%d tries=%d", in, conn, s.reader, max(s.Card.TriesLeft(2), 0))
 	}
 	return "error: unknown command " + strconv.Quote(line)
+}
+
+// fault answers the control command fault (its words after "fault").
+func (s *Server) fault(f []string) string {
+	switch {
+	case len(f) == 2 && f[0] == "select-key":
+		sw, err := strconv.ParseUint(f[1], 16, 16)
+		if err != nil || len(f[1]) != 4 || sw>>8 < 0x61 || sw>>8 > 0x6F {
+			return "error: " + strconv.Quote(f[1]) + " is not an error status word (61XX to 6FXX in hex)"
+		}
+		s.Card.SetSelectKeyFault(int(sw))
+		return "ok"
+	case len(f) == 1 && f[0] == "remove-after-verify":
+		s.mu.Lock()
+		s.removeAfterVerify = true
+		s.mu.Unlock()
+		return "ok"
+	case len(f) == 1 && f[0] == "clear":
+		s.Card.SetSelectKeyFault(0)
+		s.mu.Lock()
+		s.removeAfterVerify = false
+		s.mu.Unlock()
+		return "ok"
+	case len(f) == 0:
+		var set []string
+		if sw := s.Card.SelectKeyFault(); sw != 0 {
+			set = append(set, fmt.Sprintf("select-key=%04X", sw))
+		}
+		s.mu.Lock()
+		if s.removeAfterVerify {
+			set = append(set, "remove-after-verify")
+		}
+		s.mu.Unlock()
+		if len(set) == 0 {
+			return "none"
+		}
+		return strings.Join(set, " ")
+	}
+	return "error: unknown fault " + strconv.Quote(strings.Join(f, " ")) + " (select-key SW, remove-after-verify, clear)"
 }

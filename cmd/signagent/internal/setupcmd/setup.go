@@ -30,7 +30,7 @@ import (
 // flag of setup (for --non-interactive) and a key of the context it
 // writes.
 var setupKeys = []string{"space", "base-url", "api-url", "auth-url", "client-id", "client-secret-file",
-	"api-key-file", "developer-key-file", "module", "softhsm2-conf", "key", "pin-file"}
+	"api-key-file", "developer-key-file", "module", "softhsm2-conf", "key", "certificate-file", "pin-file"}
 
 // setupVars are the variables the other commands read for setup's keys:
 // setup offers their values (and --non-interactive takes them), so that
@@ -41,6 +41,7 @@ var setupVars = map[string]string{
 	"client-secret-file": cmdutil.ClientSecretSecret.Env + "_FILE", "api-key-file": cmdutil.APIKeySecret.Env + "_FILE",
 	"developer-key-file": cmdutil.DeveloperKeySecret.Env + "_FILE", "module": pkcs11.ModuleEnv,
 	"softhsm2-conf": settings.EnvKeys["softhsm2-conf"], "key": "SIGNAGENT_KEY_URI", "pin-file": cmdutil.PINSecret.Env + "_FILE",
+	"certificate-file": "SIGNAGENT_CERTIFICATE_FILE",
 }
 
 // setupPaths are the keys that name a file: kept as absolute paths, as
@@ -48,7 +49,7 @@ var setupVars = map[string]string{
 // works from any directory (a relative path would name another file in
 // each one); a leading ~/ is this user's home, which a prompt's answer and
 // a --flag=~/x do not get from the shell.
-var setupPaths = []string{"client-secret-file", "api-key-file", "developer-key-file", "module", "softhsm2-conf", "pin-file"}
+var setupPaths = []string{"client-secret-file", "api-key-file", "developer-key-file", "module", "softhsm2-conf", "pin-file", "certificate-file"}
 
 func setupCommand(e *cmdutil.Env) *cli.Command {
 	str := func(name, usage string) cli.Flag {
@@ -85,6 +86,7 @@ func setupCommand(e *cmdutil.Env) *cli.Command {
 			str("softhsm2-conf", "SoftHSM's configuration `FILE`, which says where its tokens are (with a SoftHSM module)"),
 			str("key", "the signing key's pkcs11: `URI` (interactive: picked from a list)"),
 			str("pin-file", "`FILE` holding the token's PIN"),
+			str("certificate-file", "the key's certificate `PATH` (PEM or DER), asked when the token shows none for the key"),
 			&cli.BoolFlag{Name: "insecure-http", Category: "Answers", Usage: "accept plain http addresses beyond loopback (tests)"},
 			cmdutil.Pick(cmdutil.TokenFlags(), "token-timeout")[0],
 		},

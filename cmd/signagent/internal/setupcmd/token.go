@@ -81,6 +81,9 @@ func (r *setupRun) tokenAnswers() error {
 	if r.answers["key"] == "" {
 		return nil
 	}
+	if err := r.certificateFile(module); err != nil {
+		return err
+	}
 	if _, err := r.answer("pin-file", "File holding the token's PIN (pin-file)", true,
 		secretFile("the PIN", pkcs11.PINSecret("").Parse)); err != nil {
 		return err
@@ -122,9 +125,11 @@ func (r *setupRun) softHSMConf(module string) error {
 	return os.Setenv(settings.EnvKeys["softhsm2-conf"], v)
 }
 
-// keyChoice is a certificate on a token, whose key may sign.
+// keyChoice is a certificate on a token, whose key may sign, or a key
+// whose token shows no certificate for it (noCert: its file is asked).
 type keyChoice struct {
 	uri, token, label string
+	noCert            bool
 }
 
 // keyChoices lists the certificates on the module's initialized tokens,
@@ -147,10 +152,16 @@ func (r *setupRun) keyChoices(module string, show bool) ([]keyChoice, error) {
 			if o.Class != "certificate" {
 				continue
 			}
-			out = append(out, keyChoice{strings.TrimSuffix(pkcs11.ObjectURI(t, o), ";type=cert"), t.Label, o.Label})
+			out = append(out, keyChoice{strings.TrimSuffix(pkcs11.ObjectURI(t, o), ";type=cert"), t.Label, o.Label, false})
 			if show {
 				fmt.Fprintf(r.e.Stderr, "  %d. token %q: %s (%s %d, expires %s, %s)\n", len(out), t.Label, o.Label, o.KeyType, o.Bits,
 					o.NotAfter.Format(time.DateOnly), o.Subject)
+			}
+		}
+		for _, o := range uncertified(objs) {
+			out = append(out, keyChoice{strings.TrimSuffix(pkcs11.ObjectURI(t, o), ";type=public"), t.Label, o.Label, true})
+			if show {
+				fmt.Fprintf(r.e.Stderr, "  %d. token %q: %s (%s %d, no certificate on the token: its file is asked next)\n", len(out), t.Label, o.Label, o.KeyType, o.Bits)
 			}
 		}
 	}
@@ -231,7 +242,7 @@ func (r *setupRun) trySignature() error {
 		fmt.Fprintln(r.e.Stderr, "  no API key file: the signature is not tried")
 		return nil
 	}
-	for _, k := range []string{"module", "key", "pin-file", "api-key-file"} {
+	for _, k := range []string{"module", "key", "certificate-file", "pin-file", "api-key-file"} {
 		if v := r.answers[k]; v != "" {
 			if err := r.c.Set(k, v); err != nil {
 				return err

@@ -89,6 +89,8 @@ type checkCert struct {
 	Thumbprint string `json:"thumbprint"`
 	CommonName string `json:"commonName"`
 	NotAfter   string `json:"notAfter"`
+	// Source is where it came from: "token", or the --certificate-file's path.
+	Source string `json:"source"`
 }
 
 // checkFunction is a capability and what trying it showed.
@@ -150,7 +152,10 @@ func tokenCheck(c *cli.Context, e *cmdutil.Env) error {
 	if certErr != nil {
 		r.CertError = certErr.Error()
 	} else {
-		r.Certificate = &checkCert{Thumbprint: canonical.ThumbprintOf(cert), CommonName: cert.Subject.CommonName, NotAfter: cmdutil.JSONTime(cert.NotAfter)}
+		r.Certificate = &checkCert{Thumbprint: canonical.ThumbprintOf(cert), CommonName: cert.Subject.CommonName, NotAfter: cmdutil.JSONTime(cert.NotAfter), Source: "token"}
+		if sel.CertFile != "" {
+			r.Certificate.Source = sel.CertFile
+		}
 	}
 	op := func(fn func(context.Context) error) (*checkTimes, error) {
 		return timeRounds(c.Context, rounds, sel.Timeout, fn)
@@ -329,7 +334,7 @@ func writeCheck(w io.Writer, mod pkcs11.Module, r CheckReport) error {
 	fmt.Fprintf(w, "token: %q (serial %s, slot %d)\n", r.Token.Label, r.Token.Serial, r.Token.Slot)
 	fmt.Fprintf(w, "key: %q (id %s): %s; may sign: %s, may decrypt: %s\n", k.Label, k.ID, shape, yesNo(k.Sign), yesNo(k.Decrypt))
 	if c := r.Certificate; c != nil {
-		fmt.Fprintf(w, "certificate: %q, thumbprint %s, valid until %s\n", c.CommonName, c.Thumbprint, c.NotAfter[:10])
+		fmt.Fprintf(w, "certificate: %q, thumbprint %s, valid until %s, %s\n", c.CommonName, c.Thumbprint, c.NotAfter[:10], certSource(c))
 	} else {
 		fmt.Fprintf(w, "certificate: none: %s\n", r.CertError)
 	}
@@ -338,6 +343,9 @@ func writeCheck(w io.Writer, mod pkcs11.Module, r CheckReport) error {
 		switch {
 		case fn.Works:
 			tried := "a signature verified against the certificate"
+			if c := r.Certificate; c != nil && c.Source != "token" {
+				tried += " " + certSource(c) // the file's: a token may show none
+			}
 			if fn.Function == pkcs11.FunctionCertLogin {
 				tried = "32 random bytes encrypted to the certificate, decrypted on the token"
 				if r.Key.Type == "GOST" {
@@ -346,6 +354,8 @@ func writeCheck(w io.Writer, mod pkcs11.Module, r CheckReport) error {
 			}
 			fmt.Fprintf(w, "%s: yes (%s, %s); %s: median %.1f ms of %d (%.1f to %.1f)\n", fn.Function, shape, fn.Uses, tried,
 				fn.Timing.MedianMS, fn.Timing.Rounds, fn.Timing.MinMS, fn.Timing.MaxMS)
+		case fn.Why == pkcs11.NotOfferedGOSTLogin:
+			fmt.Fprintf(w, "%s: %s\n", fn.Function, fn.Why) // not a failure
 		default:
 			fmt.Fprintf(w, "%s: no: %s\n", fn.Function, whyNot(fn))
 		}
@@ -376,6 +386,14 @@ func writeResult(w io.Writer, r CheckReport) error {
 	}
 	_, err := fmt.Fprintf(w, "result: %s\n", map[bool]string{true: "every function the key allows works", false: "FAILED"}[r.OK])
 	return err
+}
+
+// certSource says where the certificate came from.
+func certSource(c *checkCert) string {
+	if c.Source == "token" {
+		return "from the token"
+	}
+	return "from " + c.Source
 }
 
 func yesNo(b bool) string { return map[bool]string{true: "yes", false: "no"}[b] }

@@ -9,7 +9,10 @@
 //
 // The state file (0600) keeps the card's files, PINs and keys across
 // restarts; a missing one is a blank card, personalised by OpenSC's
-// pkcs15-init. RUTOKEN_CARD_DEBUG=1 logs every APDU (PINs and key material
+// pkcs15-init. The control socket takes one line a connection (remove,
+// insert, delay, signdelay, tries, pubkey, status, and the faults: fault
+// select-key SW, fault remove-after-verify, fault clear; rutoken.Server).
+// RUTOKEN_CARD_DEBUG=1 logs every APDU (PINs and key material
 // hidden) and its answer to stderr. SIGTERM ends it.
 package main
 
