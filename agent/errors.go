@@ -20,7 +20,7 @@ type APIError = agentapi.Error
 
 // errNotConfigured is returned by session and link calls when no service
 // base URL is configured.
-var errNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "no service base URL is configured (--base-url)")
+var errNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "no service base URL is configured (--trusted-url)")
 
 // errNoAPIKey is returned by signature calls when no API key is configured.
 var errNoAPIKey = errdefs.New(errdefs.ErrNotConfigured, "no partner API key is configured (SIGNAGENT_API_KEY or --api-key-file)")

@@ -418,7 +418,7 @@ func TestProxyServiceTrouble(t *testing.T) {
 
 	// No business API configured: 503.
 	h.reload(t, func(c *agent.Config) { c.APIURL = "" })
-	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, ""); resp.StatusCode != 503 || !strings.Contains(body, "--api-url") {
+	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, ""); resp.StatusCode != 503 || !strings.Contains(body, "--business-url") {
 		t.Fatalf("not configured: %d %s", resp.StatusCode, body)
 	}
 }

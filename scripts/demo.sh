@@ -61,9 +61,9 @@ start_emulator() {
 }
 start_emulator
 trap 'kill $emu 2>/dev/null; wait $emu 2>/dev/null || true' EXIT
-export SIGNAGENT_BASE_URL="$(cat "$demo/emulator.url")"
-export SIGNAGENT_API_URL="$SIGNAGENT_BASE_URL"
-echo "emulator at $SIGNAGENT_BASE_URL"
+export SIGNAGENT_TRUSTED_URL="$(cat "$demo/emulator.url")"
+export SIGNAGENT_BUSINESS_URL="$SIGNAGENT_TRUSTED_URL"
+echo "emulator at $SIGNAGENT_TRUSTED_URL"
 
 step "3. Text signed for the sample user (CR LF shown as \\r, API key masked)"
 $bin sign --phone '+7 916 123-45-67' --out "$demo/signature.der" --text-out "$demo/text"
@@ -87,7 +87,7 @@ $bin header --scheme legacy --by sid --sid-file "$demo/sid" |
   sed -E 's/(ddauth_api_client_id=.{4})[^,]*/\1…(masked)/; s/(ddauth_token=.{4}).*/\1…(masked)/'
 
 step "8. OpenID Connect device flow: login shows a code; the demo approves it on the emulator's /device page, as the user would"
-export XDG_STATE_HOME="$PWD/$demo/state" SIGNAGENT_AUTH_URL="$SIGNAGENT_BASE_URL" SIGNAGENT_CLIENT_ID=demo-app \
+export XDG_STATE_HOME="$PWD/$demo/state" SIGNAGENT_OIDC_URL="$SIGNAGENT_TRUSTED_URL" SIGNAGENT_CLIENT_ID=demo-app \
   SIGNAGENT_CLIENT_SECRET_FILE="$demo/client-secret" SIGNAGENT_SPACE=staging
 # login_approved ARGS: signagent login ARGS, approved on the emulator's
 # /device page as ivanov@example.com.
@@ -98,7 +98,7 @@ login_approved() {
   code=$(sed -n 's/.*enter the code \([A-Z]*\)$/\1/p' "$demo/login.out")
   [ -n "$code" ] || { cat "$demo/login.out" >&2; echo "login printed no code" >&2; exit 1; }
   status=$(curl -sS -o /dev/null -w '%{http_code}' --data-urlencode "user_code=$code" --data-urlencode login=ivanov@example.com \
-    --data-urlencode "password@$demo/user-password" --data-urlencode decision=allow "$SIGNAGENT_AUTH_URL/device")
+    --data-urlencode "password@$demo/user-password" --data-urlencode decision=allow "$SIGNAGENT_OIDC_URL/device")
   echo "POST /device as ivanov@example.com, code $code: HTTP $status"
   [ "$status" = 200 ] || { kill $login; echo "the approval failed" >&2; exit 1; }
   wait $login
@@ -109,7 +109,7 @@ tok=$($bin token)
 printf 'access token: %s…(masked, %d characters), expires %s\n' "${tok:0:4}" "${#tok}" \
   "$($bin status --json | sed -n 's/.*"accessTokenExpiresAt": "\(.*\)".*/\1/p')"
 printf 'GetMyOrganizations with it: HTTP %s\n' \
-  "$(curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $tok" "$SIGNAGENT_API_URL/GetMyOrganizations?autoRegister=false")"
+  "$(curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $tok" "$SIGNAGENT_BUSINESS_URL/GetMyOrganizations?autoRegister=false")"
 
 step "9. signagent api for the OpenID Connect user: GetMyOrganizations"
 $bin api GET "/GetMyOrganizations?autoRegister=false"

@@ -57,7 +57,7 @@ func newBrowserBed(t *testing.T) *browserBed {
 		shots = t.TempDir()
 	}
 	return &browserBed{emu: emu, redirect: redirect, shots: shots, env: []string{
-		"XDG_STATE_HOME=" + t.TempDir(), "SIGNAGENT_AUTH_URL=" + emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
+		"XDG_STATE_HOME=" + t.TempDir(), "SIGNAGENT_OIDC_URL=" + emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
 		"SIGNAGENT_CLIENT_SECRET=s3cret-of-the-app", "SIGNAGENT_SPACE=staging", "DISPLAY=", "WAYLAND_DISPLAY=", "BROWSER="}}
 }
 

@@ -69,7 +69,7 @@ func TestCardCLI(t *testing.T) {
 		})
 		var stdout strings.Builder
 		cmd := signagent(t, cardEnv(card), append([]string{"session", "--phone", "9161234567", "--service-user-id", "crm-42",
-			"--base-url", emu.URL()}, cardArgs(card, card.PINFile)...)...)
+			"--trusted-url", emu.URL()}, cardArgs(card, card.PINFile)...)...)
 		cmd.Stdout = &stdout
 		if code, stderr, _ := runBinary(t, cmd); code != cmdutil.ExitOK || len(strings.TrimSpace(stdout.String())) != 43 {
 			t.Fatalf("session on the card: exit %d, stdout %q: %s", code, stdout.String(), stderr)

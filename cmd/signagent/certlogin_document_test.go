@@ -56,7 +56,7 @@ func TestCertificateLoginDocumentCLI(t *testing.T) {
 	key := filepath.Join(t.TempDir(), "store.key")
 	makeStoreKey(t, key)
 	env := []string{"SIGNAGENT_PKCS11_MODULE=" + g.Module(), "SIGNAGENT_PIN_FILE=" + g.PINFile(), "SIGNAGENT_TOKEN_LABEL=" + g.Label,
-		"SIGNAGENT_DEVELOPER_KEY=testClient-77aa88bb99", "SIGNAGENT_API_URL=" + srv.URL,
+		"SIGNAGENT_DEVELOPER_KEY=testClient-77aa88bb99", "SIGNAGENT_BUSINESS_URL=" + srv.URL,
 		"SIGNAGENT_STORE=" + redis.URL(), "SIGNAGENT_STORE_KEY_FILE=" + key, "SIGNAGENT_LOG_LEVEL=warn"}
 	want := []struct {
 		code int

@@ -75,7 +75,7 @@ func TestBrowserGetsNoSecrets(t *testing.T) {
 	if err := os.WriteFile(browser, []byte("#!/bin/sh\nenv > "+rec+".part && mv "+rec+".part "+rec+"\n"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	env := append(secretEnv(), "XDG_STATE_HOME="+t.TempDir(), "SIGNAGENT_AUTH_URL="+emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
+	env := append(secretEnv(), "XDG_STATE_HOME="+t.TempDir(), "SIGNAGENT_OIDC_URL="+emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
 		"SIGNAGENT_SPACE=staging", "BROWSER="+browser,
 		// The client secret itself, as a user gives it.
 		secret.ClientSecretEnv+"=secret-of-"+secret.ClientSecretEnv, secret.ClientSecretEnv+"_FILE=")

@@ -78,7 +78,7 @@ func TestGOSTCertLoginOpenSSL(t *testing.T) {
 			srv := httptest.NewServer(svc)
 			defer srv.Close()
 			env := []string{"SIGNAGENT_PKCS11_MODULE=" + g.Module(), "SIGNAGENT_PIN_FILE=" + g.PINFile(), "SIGNAGENT_TOKEN_LABEL=" + g.Label,
-				"SIGNAGENT_DEVELOPER_KEY=testClient-77aa88bb99", "SIGNAGENT_API_URL=" + srv.URL}
+				"SIGNAGENT_DEVELOPER_KEY=testClient-77aa88bb99", "SIGNAGENT_BUSINESS_URL=" + srv.URL}
 			for _, args := range [][]string{{"legacy-token", "--by", "certificate"}, {"header", "--scheme", "legacy", "--by", "certificate"},
 				{"legacy-token", "--by", "certificate"}, {"legacy-token", "--by", "certificate"}} {
 				out, err := signagent(t, env, args...).Output()

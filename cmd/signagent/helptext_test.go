@@ -91,7 +91,7 @@ func TestCLIReference(t *testing.T) {
 // a missing setting, not at a usage error.
 func TestHelpExamplesParse(t *testing.T) {
 	t.Chdir(t.TempDir())
-	for _, v := range []string{"SIGNAGENT_API_KEY", "SIGNAGENT_API_KEY_FILE", "SIGNAGENT_BASE_URL", "SIGNAGENT_API_URL", "SIGNAGENT_AUTH_URL",
+	for _, v := range []string{"SIGNAGENT_API_KEY", "SIGNAGENT_API_KEY_FILE", "SIGNAGENT_TRUSTED_URL", "SIGNAGENT_BUSINESS_URL", "SIGNAGENT_OIDC_URL",
 		"SIGNAGENT_CLIENT_ID", "SIGNAGENT_PIN", "SIGNAGENT_PIN_FILE", "SIGNAGENT_DEVELOPER_KEY"} {
 		t.Setenv(v, "")
 	}

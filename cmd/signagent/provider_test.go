@@ -93,7 +93,7 @@ func (p *hostileProvider) setDevice(m map[string]any) {
 }
 
 func (p *hostileProvider) env(t *testing.T) []string {
-	return []string{"XDG_STATE_HOME=" + t.TempDir(), "SIGNAGENT_AUTH_URL=" + p.url, "SIGNAGENT_CLIENT_ID=crm-app",
+	return []string{"XDG_STATE_HOME=" + t.TempDir(), "SIGNAGENT_OIDC_URL=" + p.url, "SIGNAGENT_CLIENT_ID=crm-app",
 		"SIGNAGENT_CLIENT_SECRET=s3cret-of-the-app", "SIGNAGENT_SPACE=staging", "DISPLAY=", "WAYLAND_DISPLAY=", "BROWSER="}
 }
 

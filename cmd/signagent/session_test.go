@@ -37,7 +37,7 @@ func linkedTo(t *testing.T, tk *pkcs11test.Token) *emulator.Server {
 // runSession runs `signagent session` for crm-42 in process.
 func runSession(tk *pkcs11test.Token, emu *emulator.Server, logLevel string, extra ...string) (int, string, string) {
 	var stdout, stderr bytes.Buffer
-	args := append([]string{"signagent", "--log-level", logLevel, "session", "--phone", "9161234567", "--service-user-id", "crm-42", "--base-url", emu.URL(),
+	args := append([]string{"signagent", "--log-level", logLevel, "session", "--phone", "9161234567", "--service-user-id", "crm-42", "--trusted-url", emu.URL(),
 		"--module", tk.Module, "--token-label", tk.Label, "--key-label", tk.RSA.Label, "--pin-file", tk.PINFile}, extra...)
 	code := run(args, strings.NewReader(""), &stdout, &stderr)
 	return code, stdout.String(), stderr.String()

@@ -78,7 +78,7 @@ func TestUserUnitServesSetupContext(t *testing.T) {
 	t.Cleanup(func() { emu.Close(context.Background()) })
 	u := emu.URL()
 	run(append(shell, "SIGNAGENT_API_KEY_FILE=apikey"), "setup", "--non-interactive", "--context", "work", "--space", "staging",
-		"--base-url", u, "--api-url", u, "--auth-url", u, "--client-id", "crm-app", "--client-secret-file", "secret", "--developer-key-file", "devkey")
+		"--trusted-url", u, "--business-url", u, "--oidc-url", u, "--client-id", "crm-app", "--client-secret-file", "secret", "--developer-key-file", "devkey")
 
 	listen := unitLine(t, "signagent.socket", "ListenStream")
 	exec := strings.Fields(unitLine(t, "signagent.service", "ExecStart"))

@@ -37,7 +37,7 @@ func TestSharedStoreAcrossProcesses(t *testing.T) {
 	key := filepath.Join(t.TempDir(), "store.key")
 	makeStoreKey(t, key)
 	env := func() []string {
-		return []string{"XDG_STATE_HOME=" + t.TempDir(), "SIGNAGENT_AUTH_URL=" + emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
+		return []string{"XDG_STATE_HOME=" + t.TempDir(), "SIGNAGENT_OIDC_URL=" + emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
 			"SIGNAGENT_CLIENT_SECRET=s3cret-of-the-app", "SIGNAGENT_SPACE=staging", "SIGNAGENT_STORE=" + srv.URL(),
 			"SIGNAGENT_STORE_KEY_FILE=" + key, "SIGNAGENT_PROFILE=crm", "SIGNAGENT_LOG_LEVEL=warn"}
 	}
@@ -156,7 +156,7 @@ func TestSharedStoreBadInput(t *testing.T) {
 		// token (OpenID Connect records), and api with the legacy scheme
 		// (lent the store as every scheme is).
 		for _, args := range [][]string{{"token"}, {"api", "--scheme", "legacy", "--by", "password", "--login", "a@example.com",
-			"--api-url", "http://127.0.0.1:1", "/GetMyOrganizations"}} {
+			"--business-url", "http://127.0.0.1:1", "/GetMyOrganizations"}} {
 			env := append(slices.Clone(base), "SIGNAGENT_DEVELOPER_KEY=testClient-5a6b7c8d9e", "SIGNAGENT_PASSWORD=pw")
 			code, stderr, _ := runBinary(t, signagent(t, append(env, tc.env...), args...))
 			if code != cmdutil.ExitBadInput || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "hunter2") {
@@ -201,7 +201,7 @@ func TestSessionThroughSharedStore(t *testing.T) {
 	}
 	// The second names a PIN file that does not exist: it is not needed.
 	var stdout, errOut bytes.Buffer
-	code = run([]string{"signagent", "--log-level", "error", "session", "--phone", "9161234567", "--service-user-id", "crm-42", "--base-url", emu.URL(),
+	code = run([]string{"signagent", "--log-level", "error", "session", "--phone", "9161234567", "--service-user-id", "crm-42", "--trusted-url", emu.URL(),
 		"--module", tk.Module, "--token-label", tk.Label, "--key-label", tk.RSA.Label, "--pin-file", filepath.Join(t.TempDir(), "no-pin")}, strings.NewReader(""), &stdout, &errOut)
 	if code != 0 || stdout.String() != first {
 		t.Fatalf("second session: %d %q (first %q) %s", code, stdout.String(), first, errOut.String())
@@ -209,7 +209,7 @@ func TestSessionThroughSharedStore(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "a.sock")
 	a := startServe(t, signagent(t, append(serveEnv(tk), "SIGNAGENT_STORE="+srv.URL(), "SIGNAGENT_STORE_KEY_FILE="+key, "XDG_STATE_HOME="+dir),
-		"serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull, "--base-url", emu.URL()), sock)
+		"serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull, "--trusted-url", emu.URL()), sock)
 	eventuallyReady(t, a)
 	code, body := a.do("POST", "/v1/sessions", `{"phone":"9161234567","serviceUserId":"crm-42"}`)
 	if code != 200 || !strings.Contains(body, `"sid":"`+strings.TrimSpace(first)+`"`) {
@@ -238,7 +238,7 @@ func TestLegacyTokenThroughSharedStore(t *testing.T) {
 	tokens := make([]string, 2)
 	for i := range tokens {
 		var stdout, stderr bytes.Buffer
-		code := run([]string{"signagent", "--log-level", "error", "legacy-token", "--by", "password", "--login", "alice@example.com", "--api-url", emu.URL()},
+		code := run([]string{"signagent", "--log-level", "error", "legacy-token", "--by", "password", "--login", "alice@example.com", "--business-url", emu.URL()},
 			strings.NewReader(""), &stdout, &stderr)
 		if code != 0 {
 			t.Fatalf("legacy-token %d: %d %s", i, code, stderr.String())
@@ -252,9 +252,9 @@ func TestLegacyTokenThroughSharedStore(t *testing.T) {
 	// (schemes.Deps.Store): their legacy scheme takes the token
 	// legacy-token kept there.
 	for i, args := range [][]string{
-		{"api", "--scheme", "legacy", "--by", "password", "--login", "alice@example.com", "--api-url", emu.URL(), "/GetMyOrganizations?autoRegister=false"},
-		{"api", "--scheme", "legacy", "--by", "password", "--login", "alice@example.com", "--api-url", emu.URL(), "/GetMyOrganizations?autoRegister=false"},
-		{"header", "--scheme", "legacy", "--by", "password", "--login", "alice@example.com", "--api-url", emu.URL()},
+		{"api", "--scheme", "legacy", "--by", "password", "--login", "alice@example.com", "--business-url", emu.URL(), "/GetMyOrganizations?autoRegister=false"},
+		{"api", "--scheme", "legacy", "--by", "password", "--login", "alice@example.com", "--business-url", emu.URL(), "/GetMyOrganizations?autoRegister=false"},
+		{"header", "--scheme", "legacy", "--by", "password", "--login", "alice@example.com", "--business-url", emu.URL()},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(append([]string{"signagent", "--log-level", "error"}, args...), strings.NewReader(""), &stdout, &stderr)
@@ -271,7 +271,7 @@ func TestLegacyTokenThroughSharedStore(t *testing.T) {
 	// A refused login through the store is refused (exit 3), with nothing
 	// on stdout: the login's error was once dropped on this path.
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"signagent", "--log-level", "error", "legacy-token", "--by", "password", "--login", "nobody@example.com", "--api-url", emu.URL()},
+	code := run([]string{"signagent", "--log-level", "error", "legacy-token", "--by", "password", "--login", "nobody@example.com", "--business-url", emu.URL()},
 		strings.NewReader(""), &stdout, &stderr)
 	if code != cmdutil.ExitRefused || stdout.Len() != 0 {
 		t.Fatalf("unknown login through the store: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
@@ -292,7 +292,7 @@ func TestServeWithStoreDown(t *testing.T) {
 	makeStoreKey(t, key)
 	sock := filepath.Join(dir, "a.sock")
 	a := startServe(t, signagent(t, append(serveEnv(tk), "SIGNAGENT_STORE=redis://"+closedAddr(t), "SIGNAGENT_STORE_KEY_FILE="+key, "XDG_STATE_HOME="+dir),
-		"serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull, "--base-url", emu.URL()), sock)
+		"serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull, "--trusted-url", emu.URL()), sock)
 	var code int
 	var body string
 	deadline := time.Now().Add(10 * time.Second)

@@ -42,7 +42,7 @@ func environment(app *cli.App) [][2]string {
 	add := func(flags []cli.Flag) {
 		for _, fl := range flags {
 			ev, ok := fl.(interface{ GetEnvVars() []string })
-			if !ok {
+			if !ok || !visible(fl) { // an old spelling is not documented
 				continue
 			}
 			for _, v := range ev.GetEnvVars() {
@@ -56,6 +56,9 @@ func environment(app *cli.App) [][2]string {
 	var walkCmds func([]*cli.Command)
 	walkCmds = func(cmds []*cli.Command) {
 		for _, c := range cmds {
+			if c.Hidden {
+				continue
+			}
 			add(c.Flags)
 			walkCmds(c.Subcommands)
 		}

@@ -28,8 +28,8 @@ func configCommand(e *cmdutil.Env) *cli.Command {
 			"context (contexts: {NAME: {...}}, chosen by --context, SIGNAGENT_CONTEXT or current-context).\n" +
 			"A flag or variable beats the file. It never holds a secret: name the secret's file\n" +
 			"(pin-file, api-key-file, client-secret-file, ...). It is written atomically, mode 0600.\n\n" +
-			cmdutil.Examples("signagent config set --context staging api-url https://api.staging.example",
-				"signagent config use-context staging", "signagent config get api-url", "signagent config contexts"),
+			cmdutil.Examples("signagent config set --context staging business-url https://api.staging.example",
+				"signagent config use-context staging", "signagent config get business-url", "signagent config contexts"),
 		Subcommands: []*cli.Command{
 			{Name: "view", Usage: "print the settings file", Flags: cmdutil.SettingsFlags(true), Action: func(c *cli.Context) error { return configView(c, e) }},
 			{Name: "get", Usage: "print a setting's value in the file, for the chosen context", ArgsUsage: "KEY", Flags: cmdutil.SettingsFlags(true),

@@ -44,7 +44,7 @@ func (d *run) signing() bool {
 			return true
 		}
 	}
-	return d.s.String("base-url") != ""
+	return d.s.String("trusted-url") != ""
 }
 
 // token is the light part of token check, without a login: the module
@@ -141,7 +141,7 @@ func (d *run) store(ctx context.Context) *store.Shared {
 // sign-in, without refreshing: in the shared store, a record that opens
 // with the key is the key's check.
 func (d *run) oidc(ctx context.Context, shared *store.Shared) {
-	authURL, clientID := d.s.String("auth-url"), d.s.String("client-id")
+	authURL, clientID := d.s.String("oidc-url"), d.s.String("client-id")
 	if authURL == "" {
 		return
 	}

@@ -114,7 +114,7 @@ func callAPI(c *cli.Context, e *cmdutil.Env) error {
 		}
 	}
 	defer done()
-	svc, err := business.New(business.Config{APIURL: s.String("api-url"), AllowInsecureHTTP: s.Bool("insecure-http"),
+	svc, err := business.New(business.Config{APIURL: s.String("business-url"), AllowInsecureHTTP: s.Bool("insecure-http"),
 		Timeout: s.Duration("request-timeout"), UserAgent: "signagent/" + cmdutil.Version}, a)
 	if err != nil {
 		return err
@@ -178,10 +178,10 @@ func printAnswer(e *cmdutil.Env, r *business.Response, include bool) {
 // API address; the developer key for the legacy scheme; the API key and
 // the auth address too for trusted authentication.
 func apiNeeds(c *cli.Context, s *settings.Settings) []cmdutil.Need {
-	needs := []cmdutil.Need{cmdutil.FlagNeed(c, "api-url")}
+	needs := []cmdutil.Need{cmdutil.FlagNeed(c, "business-url")}
 	switch strings.ToLower(c.String("scheme")) {
 	case authz.SchemeTrusted:
-		needs = append(needs, cmdutil.DeveloperKeySecret.Need(s), cmdutil.APIKeySecret.Need(s), cmdutil.FlagNeed(c, "base-url"))
+		needs = append(needs, cmdutil.DeveloperKeySecret.Need(s), cmdutil.APIKeySecret.Need(s), cmdutil.FlagNeed(c, "trusted-url"))
 	case authz.SchemeLegacy:
 		needs = append(needs, cmdutil.DeveloperKeySecret.Need(s))
 	}
@@ -192,7 +192,7 @@ func apiNeeds(c *cli.Context, s *settings.Settings) []cmdutil.Need {
 // scheme: the legacy scheme logs in (the API address, the developer key).
 func headerNeeds(c *cli.Context, s *settings.Settings) []cmdutil.Need {
 	if strings.EqualFold(c.String("scheme"), authz.SchemeLegacy) {
-		return []cmdutil.Need{cmdutil.FlagNeed(c, "api-url"), cmdutil.DeveloperKeySecret.Need(s)}
+		return []cmdutil.Need{cmdutil.FlagNeed(c, "business-url"), cmdutil.DeveloperKeySecret.Need(s)}
 	}
 	return nil
 }

@@ -54,7 +54,7 @@ func login(c *cli.Context, e *cmdutil.Env) error {
 	if flow != "device" && flow != "code" {
 		return cmdutil.UsageErr(fmt.Errorf("--flow %q: want device or code", flow))
 	}
-	if err := cmdutil.Missing(cmdutil.FlagNeed(c, "space"), cmdutil.FlagNeed(c, "auth-url"), cmdutil.FlagNeed(c, "client-id"), cmdutil.ClientSecretSecret.Need(s)); err != nil {
+	if err := cmdutil.Missing(cmdutil.FlagNeed(c, "space"), cmdutil.FlagNeed(c, "oidc-url"), cmdutil.FlagNeed(c, "client-id"), cmdutil.ClientSecretSecret.Need(s)); err != nil {
 		return err
 	}
 	store, done, err := factory.TokenStore(s)
@@ -62,7 +62,7 @@ func login(c *cli.Context, e *cmdutil.Env) error {
 		return err
 	}
 	defer done()
-	client, err := factory.OIDCClient(s, e, s.String("auth-url"), s.String("client-id"))
+	client, err := factory.OIDCClient(s, e, s.String("oidc-url"), s.String("client-id"))
 	if err != nil {
 		return err
 	}

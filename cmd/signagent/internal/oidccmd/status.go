@@ -12,7 +12,6 @@ import (
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
-	"github.com/signagent/signagent/cmd/signagent/internal/tokencmd"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/oidc"
 )
@@ -21,15 +20,10 @@ func tokenCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.SecretOutput("the access token") + cmdutil.Examples("curl -H \"Authorization: Bearer $(signagent token)\" URL", "signagent token --json"),
 		Name:        "token",
-		Args:        true, // checked by the command itself (its subcommands, or its own arguments)
 		Usage:       "print the profile's access token, refreshed when it has less than --refresh-before left",
 		UsageText:   "curl -H \"Authorization: Bearer $(signagent token)\" ...",
 		Flags:       cmdutil.Concat(factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag(), cmdutil.JSONFlag(`{"accessToken","expiresAt","profile"}`)}, factory.AgentUseFlags()),
-		Subcommands: []*cli.Command{tokencmd.TokenCheckCommand(e)}, // the PKCS#11 token's self-test
 		Action: func(c *cli.Context) error {
-			if err := cmdutil.NoArgs(c); err != nil { // not in main's Before: "check" is an argument there
-				return err
-			}
 			rec, err := oidcTokenHereOrAgent(c, e)
 			if err != nil {
 				return err

@@ -33,9 +33,9 @@ func defaultDevDir(kind string) string {
 	return "signagent-" + name
 }
 
-func devTokenCommand(e *cmdutil.Env) *cli.Command {
+func devCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
-		Name:  "dev-token",
+		Name:  "dev",
 		Usage: "make a development token (SoftHSM with an RSA-2048 or P-256 key, or the GOST test module) with a self-signed certificate, and print the environment to use it",
 		Description: "Prints shell `export` lines on stdout, so that\n\n   eval \"$(signagent dev-token)\"\n\n" +
 			"points the other commands at the token. The PIN is random and kept in DIR/pin (mode 0600).\n" +

@@ -14,10 +14,10 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 )
 
-func tokensCommand(e *cmdutil.Env) *cli.Command {
+func listCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent tokens", "signagent tokens --module /usr/lib/librtpkcs11ecp.so"),
-		Name:        "tokens",
+		Name:        "list",
 		Usage:       "list the tokens the PKCS#11 module sees",
 		Flags: []cli.Flag{
 			cmdutil.Pick(cmdutil.TokenFlags(), "module")[0],

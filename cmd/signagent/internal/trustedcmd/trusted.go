@@ -24,7 +24,7 @@ func linkCommand(e *cmdutil.Env) *cli.Command {
 		Description: cmdutil.Examples("signagent link --phone 9161234567 --service-user-id crm-42"),
 		Name:        "link",
 		Usage:       "link the service's user (found by phone) to a user of the trusted system (step 0)",
-		UsageText:   "signagent link --service-user-id ID --phone P [--base-url URL]",
+		UsageText:   "signagent link --service-user-id ID --phone P [--trusted-url URL]",
 		Flags:       cmdutil.Concat(factory.ServiceFlags(), cmdutil.Pick(cmdutil.CredentialFlags(), "phone"), []cli.Flag{cmdutil.JSONFlag(`{"linked","serviceUserId","credential"}`)}),
 		Action: func(c *cli.Context) error {
 			if !c.IsSet("phone") {
@@ -78,7 +78,7 @@ func sessionCommand(e *cmdutil.Env) *cli.Command {
 				}
 				return printSession(c, e, &trusted.Session{Sid: resp.Sid, Kind: cred.Kind, ObtainedAt: resp.ObtainedAt})
 			}
-			if err := cmdutil.Missing(cmdutil.APIKeySecret.Need(settings.Of(c)), cmdutil.FlagNeed(c, "base-url")); err != nil {
+			if err := cmdutil.Missing(cmdutil.APIKeySecret.Need(settings.Of(c)), cmdutil.FlagNeed(c, "trusted-url")); err != nil {
 				return err
 			}
 			key, err := cmdutil.APIKey(c)
