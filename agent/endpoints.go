@@ -175,7 +175,7 @@ func bearerToken(path string, log zerolog.Logger) (string, error) {
 // ReadBearerToken reads the bearer token file as the agent does when it
 // starts (checked like every secret file: regular, not readable by every
 // user; a token of at least 16 characters), without creating it: an
-// error wrapping os.ErrNotExist when it is not there. signagent doctor
+// error wrapping os.ErrNotExist when it is not there. signagent config doctor
 // checks the file with it.
 func ReadBearerToken(path string) (string, error) {
 	b, err := safefile.ReadSecret(path, 4096, 0)

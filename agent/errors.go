@@ -75,7 +75,7 @@ func classify(err error) (int, APIError) {
 // uses where the scheme packages name the command an operator types (the
 // same advice, in the caller's terms; the API document's names).
 var forHTTP = strings.NewReplacer(
-	"(signagent link)", "(POST /v1/links)",
+	"(signagent trusted link)", "(POST /v1/links)",
 	"pass --service-user-id", "give serviceUserId",
 )
 

@@ -162,9 +162,9 @@ func TestProxyRefusals(t *testing.T) {
 	if resp.Header.Get("WWW-Authenticate") != "" {
 		t.Fatal("a service 401 must not look like the agent's own")
 	}
-	// Not signed in (OpenID Connect): 409 naming signagent login.
+	// Not signed in (OpenID Connect): 409 naming signagent oidc login.
 	resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "oidc profile=nobody", nil, "")
-	if resp.StatusCode != 409 || !strings.Contains(body, "signagent login --profile nobody") {
+	if resp.StatusCode != 409 || !strings.Contains(body, "signagent oidc login --profile nobody") {
 		t.Fatalf("not signed in: %d %s", resp.StatusCode, body)
 	}
 }

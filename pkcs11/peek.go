@@ -10,7 +10,7 @@ import (
 )
 
 // Peek is what a selection names that a token shows without a login
-// (signagent doctor): the token Open would choose, and the key's
+// (signagent config doctor): the token Open would choose, and the key's
 // certificate as Open would find it.
 type Peek struct {
 	Token TokenInfo

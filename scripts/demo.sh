@@ -89,7 +89,7 @@ $bin header --scheme legacy --by sid --sid-file "$demo/sid" |
 step "8. OpenID Connect device flow: login shows a code; the demo approves it on the emulator's /device page, as the user would"
 export XDG_STATE_HOME="$PWD/$demo/state" SIGNAGENT_OIDC_URL="$SIGNAGENT_TRUSTED_URL" SIGNAGENT_CLIENT_ID=demo-app \
   SIGNAGENT_CLIENT_SECRET_FILE="$demo/client-secret" SIGNAGENT_SPACE=staging
-# login_approved ARGS: signagent login ARGS, approved on the emulator's
+# login_approved ARGS: signagent oidc login ARGS, approved on the emulator's
 # /device page as ivanov@example.com.
 login_approved() {
   $bin login --no-qr "$@" > "$demo/login.out" 2>&1 &

@@ -108,7 +108,7 @@ func openFile(path string) (*os.File, error) {
 }
 
 // Check refuses the audit log at path as Open would, without opening or
-// making it (signagent doctor): an error wrapping os.ErrNotExist when it
+// making it (signagent config doctor): an error wrapping os.ErrNotExist when it
 // is not there, which Open makes.
 func Check(path string) error {
 	st, err := os.Lstat(path)

@@ -77,12 +77,12 @@ func browser(t *testing.T) context.Context {
 	return ctx
 }
 
-// login runs signagent login and returns the lines it prints on stdout
+// login runs signagent oidc login and returns the lines it prints on stdout
 // (the result) and stderr (the instructions), as they come, and a channel
 // with its exit status and stderr.
 func (b *browserBed) login(t *testing.T, args ...string) (<-chan string, <-chan [2]string) {
 	t.Helper()
-	cmd := signagent(t, b.env, append([]string{"login"}, args...)...)
+	cmd := signagent(t, b.env, append([]string{"oidc", "login"}, args...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

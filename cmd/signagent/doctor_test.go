@@ -63,13 +63,13 @@ func newDoctorRig(t *testing.T) *doctorRig {
 	return r
 }
 
-// doctor runs `signagent doctor --json` in process with the rig's
+// doctor runs `signagent config doctor --json` in process with the rig's
 // context and extra flags after it, and returns the exit status, the
 // checks by name and stderr.
 func (r *doctorRig) doctor(t *testing.T, extra ...string) (int, map[string]doctorcmd.Check, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	args := append(append([]string{"signagent", "doctor", "--json"}, r.args...), extra...)
+	args := append(append([]string{"signagent", "config", "doctor", "--json"}, r.args...), extra...)
 	code := run(args, strings.NewReader(""), &stdout, &stderr)
 	var list []doctorcmd.Check
 	if err := json.Unmarshal(stdout.Bytes(), &list); err != nil {
@@ -138,7 +138,7 @@ func TestDoctor(t *testing.T) {
 
 	t.Run("text", func(t *testing.T) {
 		var stdout, stderr bytes.Buffer
-		code := run(append([]string{"signagent", "doctor"}, r.args...), strings.NewReader(""), &stdout, &stderr)
+		code := run(append([]string{"signagent", "config", "doctor"}, r.args...), strings.NewReader(""), &stdout, &stderr)
 		if code != 0 || !regexp.MustCompile(`(?m)^ok    clock: this machine's clock .*\n`).MatchString(stdout.String()) ||
 			!regexp.MustCompile(`(?m)^warn  oidc profile: `).MatchString(stdout.String()) {
 			t.Fatalf("exit %d\n%s%s", code, stdout.String(), stderr.String())

@@ -79,8 +79,8 @@ func TestGOSTCertLoginOpenSSL(t *testing.T) {
 			defer srv.Close()
 			env := []string{"SIGNAGENT_PKCS11_MODULE=" + g.Module(), "SIGNAGENT_PIN_FILE=" + g.PINFile(), "SIGNAGENT_TOKEN_LABEL=" + g.Label,
 				"SIGNAGENT_DEVELOPER_KEY=testClient-77aa88bb99", "SIGNAGENT_BUSINESS_URL=" + srv.URL}
-			for _, args := range [][]string{{"legacy-token", "--by", "certificate"}, {"header", "--scheme", "legacy", "--by", "certificate"},
-				{"legacy-token", "--by", "certificate"}, {"legacy-token", "--by", "certificate"}} {
+			for _, args := range [][]string{{"legacy", "token", "--by", "certificate"}, {"header", "--scheme", "legacy", "--by", "certificate"},
+				{"legacy", "token", "--by", "certificate"}, {"legacy", "token", "--by", "certificate"}} {
 				out, err := signagent(t, env, args...).Output()
 				if err != nil || !strings.Contains(string(out), "openssl-sealed-") {
 					t.Fatalf("%v: %v: %s", args, err, out)

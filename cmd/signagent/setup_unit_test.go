@@ -50,9 +50,9 @@ func TestUserUnitServesSetupContext(t *testing.T) {
 		return string(out)
 	}
 	base := []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}
-	// eval "$(signagent dev-token --dir hsm)", as an operator starts.
+	// eval "$(signagent token dev --dir hsm)", as an operator starts.
 	shell := append([]string{}, base...)
-	for _, l := range strings.Split(run(base, "dev-token", "--dir", "hsm"), "\n") {
+	for _, l := range strings.Split(run(base, "token", "dev", "--dir", "hsm"), "\n") {
 		if kv, ok := strings.CutPrefix(l, "export "); ok {
 			k, v, _ := strings.Cut(kv, "=")
 			shell = append(shell, k+"="+strings.Trim(v, "'"))

@@ -20,7 +20,7 @@ import (
 )
 
 // TestSharedStoreAcrossProcesses: an operator signs a profile in once
-// (signagent login --store redis://...), and separate processes, each with
+// (signagent oidc login --store redis://...), and separate processes, each with
 // its own state directory as on separate machines, use it: when its
 // one-time refresh token must be used, two at once make exactly one
 // refresh, print the same token, and the provider sees no spent refresh
@@ -43,11 +43,11 @@ func TestSharedStoreAcrossProcesses(t *testing.T) {
 	}
 
 	// Sign in once, through the device flow, into the shared store.
-	signIn(t, signagent(t, env(), "login", "--no-qr"), emu.URL())
+	signIn(t, signagent(t, env(), "oidc", "login", "--no-qr"), emu.URL())
 
 	// Another machine: status from the store.
 	var status bytes.Buffer
-	st := signagent(t, env(), "status")
+	st := signagent(t, env(), "oidc", "status")
 	st.Stdout = &status
 	if code, stderr, _ := runBinary(t, st); code != 0 || !strings.Contains(status.String(), "alice") {
 		t.Fatalf("status: %d %q %s", code, status.String(), stderr)
@@ -62,7 +62,7 @@ func TestSharedStoreAcrossProcesses(t *testing.T) {
 	for i := range tokens {
 		wg.Go(func() {
 			var stdout bytes.Buffer
-			cmd := signagent(t, env(), "token")
+			cmd := signagent(t, env(), "oidc", "token")
 			cmd.Stdout = &stdout
 			if code, stderr, _ := runBinary(t, cmd); code != 0 {
 				t.Errorf("token %d: exit %d %s", i, code, stderr)
@@ -98,18 +98,18 @@ func TestSharedStoreAcrossProcesses(t *testing.T) {
 	rtFile := filepath.Join(t.TempDir(), "refresh-token")
 	os.WriteFile(rtFile, []byte(issued.RefreshToken+"\n"), 0o600)
 	robot := append(env(), "SIGNAGENT_PROFILE=robot")
-	if code, stderr, _ := runBinary(t, signagent(t, robot, "login", "--refresh-token-file", rtFile)); code != 0 {
+	if code, stderr, _ := runBinary(t, signagent(t, robot, "oidc", "login", "--refresh-token-file", rtFile)); code != 0 {
 		t.Fatalf("login --refresh-token-file: %d %s", code, stderr)
 	}
 	var robotTok bytes.Buffer
-	rt := signagent(t, robot, "token")
+	rt := signagent(t, robot, "oidc", "token")
 	rt.Stdout = &robotTok
 	if code, stderr, _ := runBinary(t, rt); code != 0 || len(strings.TrimSpace(robotTok.String())) != 64 {
 		t.Fatalf("token for the robot: %d %q %s", code, robotTok.String(), stderr)
 	}
 	// The given token was spent by that refresh (one-time): starting from
 	// it again asks to sign in, exit 5.
-	if code, stderr, _ := runBinary(t, signagent(t, robot, "login", "--refresh-token-file", rtFile)); code != cmdutil.ExitSignIn || strings.Contains(stderr, issued.RefreshToken) {
+	if code, stderr, _ := runBinary(t, signagent(t, robot, "oidc", "login", "--refresh-token-file", rtFile)); code != cmdutil.ExitSignIn || strings.Contains(stderr, issued.RefreshToken) {
 		t.Fatalf("a spent refresh token: %d %s", code, stderr)
 	}
 
@@ -184,7 +184,7 @@ func redisDump(t *testing.T, addr string) string {
 	return storetest.Dump(t, addr)
 }
 
-// TestSessionThroughSharedStore: `signagent session --store` and an agent
+// TestSessionThroughSharedStore: `signagent trusted session --store` and an agent
 // on the same store log a user in once between them: the second command
 // and the agent get the session the first one stored (the second without
 // opening the token), and the emulator issues one auth.sid.
@@ -201,7 +201,7 @@ func TestSessionThroughSharedStore(t *testing.T) {
 	}
 	// The second names a PIN file that does not exist: it is not needed.
 	var stdout, errOut bytes.Buffer
-	code = run([]string{"signagent", "--log-level", "error", "session", "--phone", "9161234567", "--service-user-id", "crm-42", "--trusted-url", emu.URL(),
+	code = run([]string{"signagent", "--log-level", "error", "trusted", "session", "--phone", "9161234567", "--service-user-id", "crm-42", "--trusted-url", emu.URL(),
 		"--module", tk.Module, "--token-label", tk.Label, "--key-label", tk.RSA.Label, "--pin-file", filepath.Join(t.TempDir(), "no-pin")}, strings.NewReader(""), &stdout, &errOut)
 	if code != 0 || stdout.String() != first {
 		t.Fatalf("second session: %d %q (first %q) %s", code, stdout.String(), first, errOut.String())
@@ -220,7 +220,7 @@ func TestSessionThroughSharedStore(t *testing.T) {
 	}
 }
 
-// TestLegacyTokenThroughSharedStore: `signagent legacy-token --store` run
+// TestLegacyTokenThroughSharedStore: `signagent legacy token --store` run
 // twice logs in once: the second prints the token the first stored; api
 // and header after them call with it.
 func TestLegacyTokenThroughSharedStore(t *testing.T) {
@@ -238,7 +238,7 @@ func TestLegacyTokenThroughSharedStore(t *testing.T) {
 	tokens := make([]string, 2)
 	for i := range tokens {
 		var stdout, stderr bytes.Buffer
-		code := run([]string{"signagent", "--log-level", "error", "legacy-token", "--by", "password", "--login", "alice@example.com", "--business-url", emu.URL()},
+		code := run([]string{"signagent", "--log-level", "error", "legacy", "token", "--by", "password", "--login", "alice@example.com", "--business-url", emu.URL()},
 			strings.NewReader(""), &stdout, &stderr)
 		if code != 0 {
 			t.Fatalf("legacy-token %d: %d %s", i, code, stderr.String())
@@ -271,7 +271,7 @@ func TestLegacyTokenThroughSharedStore(t *testing.T) {
 	// A refused login through the store is refused (exit 3), with nothing
 	// on stdout: the login's error was once dropped on this path.
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"signagent", "--log-level", "error", "legacy-token", "--by", "password", "--login", "nobody@example.com", "--business-url", emu.URL()},
+	code := run([]string{"signagent", "--log-level", "error", "legacy", "token", "--by", "password", "--login", "nobody@example.com", "--business-url", emu.URL()},
 		strings.NewReader(""), &stdout, &stderr)
 	if code != cmdutil.ExitRefused || stdout.Len() != 0 {
 		t.Fatalf("unknown login through the store: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())

@@ -340,7 +340,7 @@ func stopAgent(ts *testscript.TestScript, name string) int {
 var userCode = regexp.MustCompile(`enter the code ([A-Z]+)`)
 
 // approveDevice is approve-device [-deny] FILE LOGIN PASSWORD: it waits up
-// to 10 s for signagent login's instructions in FILE, then answers the
+// to 10 s for signagent oidc login's instructions in FILE, then answers the
 // emulator's /device page at $SIGNAGENT_OIDC_URL as the user would, with
 // LOGIN and PASSWORD, allowing (or denying) the code; the page must
 // answer 200.

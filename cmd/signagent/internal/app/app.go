@@ -101,7 +101,15 @@ func NewApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 				return cmdutil.UsageErr(errors.New("the benchmark is a command of its own: signagent-bench (make build puts it in bin/)"))
 			}
 			msg := fmt.Sprintf("%q is not a signagent command", name)
-			if s := cmdutil.Suggest(name, cmdutil.CommandNames(c.App.Commands)); s != "" {
+			olds := oldSpellings()
+			names := cmdutil.CommandNames(c.App.Commands)
+			for old := range olds {
+				names = append(names, old)
+			}
+			if s := cmdutil.Suggest(name, names); s != "" {
+				if now, ok := olds[s]; ok { // a command's name before the nouns, mistyped
+					s = now
+				}
 				msg += fmt.Sprintf("; did you mean %q?", s)
 			}
 			return cmdutil.UsageErr(errors.New(msg + " (signagent --help lists them)"))

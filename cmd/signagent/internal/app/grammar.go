@@ -37,6 +37,8 @@ type branch struct {
 	// level). It is made, with usage, unless a command of another family
 	// has its name (config).
 	noun, usage string
+	// examples are the noun's help's examples.
+	examples []string
 	// top are the family's commands kept at the top level, each with its
 	// category.
 	top map[string]string
@@ -48,18 +50,22 @@ type branch struct {
 // within a category.
 var tree = []branch{
 	{family: trustedcmd.Family, noun: "trusted", usage: "auth.sid by trusted authentication: the signed text, its signature, linking a user, the session",
-		top: map[string]string{"verify": catTokens},
-		old: map[string]string{"canonical": "canonical", "sign": "sign", "link": "link", "session": "session"}},
+		examples: []string{"signagent trusted session --phone 9161234567 --service-user-id crm-42", "signagent trusted sign --phone 9161234567 --out sig.der"},
+		top:      map[string]string{"verify": catTokens},
+		old:      map[string]string{"canonical": "canonical", "sign": "sign", "link": "link", "session": "session"}},
 	{family: legacycmd.Family, noun: "legacy", usage: "the legacy scheme: its authorization token (Authenticate V3) by password, certificate or auth.sid",
-		top: map[string]string{"header": catCalls, "api": catCalls},
-		old: map[string]string{"token": "legacy-token"}},
+		examples: []string{"signagent legacy token --by certificate", "signagent legacy token --by password --login alice --password-file pw"},
+		top:      map[string]string{"header": catCalls, "api": catCalls},
+		old:      map[string]string{"token": "legacy-token"}},
 	{family: oidccmd.Family, noun: "oidc", usage: "OpenID Connect sign-in: log in and out, the profile's status and access token",
+		examples: []string{"signagent oidc login", "signagent oidc status", "signagent oidc token"},
 		// `token` alone is now the PKCS#11 noun: for this release it still
 		// prints the access token (tokenNoun), so it has no hidden command.
 		old: map[string]string{"login": "login", "logout": "logout", "status": "status"}},
 	{family: agentcmd.Family},
 	{family: tokencmd.Family, noun: "token", usage: "PKCS#11 tokens: list them and their keys, check one on what signagent needs, make a development token",
-		old: map[string]string{"list": "tokens", "keys": "keys", "dev": "dev-token"}},
+		examples: []string{"signagent token list", "signagent token keys --token-label partner", "signagent token check --json"},
+		old:      map[string]string{"list": "tokens", "keys": "keys", "dev": "dev-token"}},
 	{family: setupcmd.Family},
 	{family: configcmd.Family},
 	// doctor checks what config holds and setup writes: `signagent config
@@ -108,7 +114,7 @@ func commands(e *cmdutil.Env) (top []*cli.Command, wired []placed) {
 			if n == nil {
 				// Args: its subcommands are its arguments (wire's action
 				// names the one meant of a word that is none).
-				n = &cli.Command{Name: b.noun, Usage: b.usage, Category: f.Category, HideHelpCommand: true, Args: true}
+				n = &cli.Command{Name: b.noun, Usage: b.usage, Description: cmdutil.Examples(b.examples...), Category: f.Category, HideHelpCommand: true, Args: true}
 				nouns[b.noun] = n
 				top = append(top, n)
 				if b.noun != "token" { // token reads settings for the access token it prints alone
@@ -167,4 +173,16 @@ func sayOld(cmd *cli.Command, old, now string) {
 		settings.SayRenamed(c.App.ErrWriter, old, now)
 		return before(c)
 	}
+}
+
+// oldSpellings are the top-level names of commands before the nouns, each
+// with its path now (session: trusted session).
+func oldSpellings() map[string]string {
+	out := map[string]string{}
+	for _, b := range tree {
+		for now, old := range b.old {
+			out[old] = b.noun + " " + now
+		}
+	}
+	return out
 }

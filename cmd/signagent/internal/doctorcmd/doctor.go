@@ -1,4 +1,4 @@
-// Package doctorcmd is `signagent doctor`: every part of a configuration
+// Package doctorcmd is `signagent config doctor`: every part of a configuration
 // checked end to end, read-only, one line per check.
 package doctorcmd
 
@@ -60,8 +60,8 @@ func command(e *cmdutil.Env) *cli.Command {
 			"identity provider (discovery) and the profile's sign-in. Nothing is refreshed, logged in, registered or\n" +
 			"written. One line per check: ok, warn or fail, with what to do. Exit 0 when no check fails, 1 when one\n" +
 			"does, 2 for bad flags.\n\n" +
-			cmdutil.Examples("signagent doctor", "signagent doctor --context prod --json",
-				"signagent doctor --agent-config /etc/signagent/agent.yaml"),
+			cmdutil.Examples("signagent config doctor", "signagent config doctor --context prod --json",
+				"signagent config doctor --agent-config /etc/signagent/agent.yaml"),
 		Flags: cmdutil.Concat([]cli.Flag{
 			&cli.StringFlag{Name: "agent-config", Category: "Settings", Usage: "check the agent's settings `FILE` (serve --config) instead of the settings file's context"},
 			cmdutil.JSONFlag(`[{"name","status","detail"}]`),

@@ -197,7 +197,7 @@ func (d *run) oidc(ctx context.Context, shared *store.Shared) {
 	who := fmt.Sprintf("profile %s (%s), signed in %s", profile, factory.Who(rec), rec.SignedInAt.UTC().Format(time.RFC3339))
 	switch {
 	case rec.RefreshToken == "" && !now.Before(rec.Expiry):
-		d.add("oidc profile", Fail, who+": the access token expired at "+rec.Expiry.UTC().Format(time.RFC3339)+" and there is no refresh token; sign in again: signagent login --profile "+profile)
+		d.add("oidc profile", Fail, who+": the access token expired at "+rec.Expiry.UTC().Format(time.RFC3339)+" and there is no refresh token; sign in again: signagent oidc login --profile "+profile)
 	case rec.RefreshToken == "":
 		d.add("oidc profile", Warn, who+": no refresh token (offline_access not granted): sign in again after "+rec.Expiry.UTC().Format(time.RFC3339))
 	default:

@@ -62,7 +62,7 @@ func setupCommand(e *cmdutil.Env) *cli.Command {
 			"(the module's tokens and certificates are listed to pick from, each key by a URI with the token's serial,\n" +
 			"so that no other card of the same label is taken), and tries a signature. Each answer is\n" +
 			"checked as it is given; nothing is written until all are valid. The values offered are the flags' and\n" +
-			"variables' (SIGNAGENT_PIN_FILE, ... as after eval \"$(signagent dev-token)\"), else the context's.\n" +
+			"variables' (SIGNAGENT_PIN_FILE, ... as after eval \"$(signagent token dev)\"), else the context's.\n" +
 			"Files are kept as absolute paths, and SoftHSM's configuration file with a SoftHSM module, so that the\n" +
 			"context works from any directory with no variable set, for every command and the per-user agent.\n" +
 			"--non-interactive takes the answers from the flags and variables and reports every bad one at once.\n\n" +
