@@ -55,7 +55,7 @@ func (s *openSSLService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Certificate login with challenges OpenSSL's gost engine sealed to the
 // token's certificate (256 and 512-bit keys; content S-box TC26-Z and
 // CryptoPro-A; the committed fixtures and fresh ones), opened on the GOST
-// test module by the CLI (legacy-token, header) and by the agent
+// test module by the CLI (legacy token, header) and by the agent
 // (/v1/authorizations).
 func TestGOSTCertLoginOpenSSL(t *testing.T) {
 	for _, bits := range []string{"256", "512"} {

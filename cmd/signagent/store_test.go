@@ -241,7 +241,7 @@ func TestLegacyTokenThroughSharedStore(t *testing.T) {
 		code := run([]string{"signagent", "--log-level", "error", "legacy", "token", "--by", "password", "--login", "alice@example.com", "--business-url", emu.URL()},
 			strings.NewReader(""), &stdout, &stderr)
 		if code != 0 {
-			t.Fatalf("legacy-token %d: %d %s", i, code, stderr.String())
+			t.Fatalf("legacy token %d: %d %s", i, code, stderr.String())
 		}
 		tokens[i] = stdout.String()
 	}
@@ -250,7 +250,7 @@ func TestLegacyTokenThroughSharedStore(t *testing.T) {
 	}
 	// signagent api and header are lent the same store
 	// (schemes.Deps.Store): their legacy scheme takes the token
-	// legacy-token kept there.
+	// legacy token kept there.
 	for i, args := range [][]string{
 		{"api", "--scheme", "legacy", "--by", "password", "--login", "alice@example.com", "--business-url", emu.URL(), "/GetMyOrganizations?autoRegister=false"},
 		{"api", "--scheme", "legacy", "--by", "password", "--login", "alice@example.com", "--business-url", emu.URL(), "/GetMyOrganizations?autoRegister=false"},

@@ -236,7 +236,7 @@ func apiAuthorizer(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.
 // do not configure says what it lacks when used. The command opens --store
 // once and lends it as the agent lends its own: the schemes keep their
 // records there (the OpenID Connect records, and the legacy tokens that
-// legacy-token and the agents share); it also lends a password from its
+// legacy token and the agents share); it also lends a password from its
 // sources, the token (opened when asked) and an auth.sid from the flags.
 // A login or refresh is bounded by the schemes' own limits (a legacy
 // login 2 minutes, a refresh 60 s), not by --request-timeout, which

@@ -16,7 +16,7 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 )
 
-// defaultDevDir is where dev-token keeps a token of kind: today's place for
+// defaultDevDir is where token dev keeps a token of kind: today's place for
 // the default RSA token, a directory of its own for each other kind, so
 // that they live side by side.
 func defaultDevDir(kind string) string {
@@ -50,7 +50,7 @@ func devCommand(e *cmdutil.Env) *cli.Command {
 			&cli.StringFlag{Name: "key-type", Value: softhsm.KindRSA, Usage: "the key: `KIND` " + strings.Join(softhsm.Kinds, ", ")},
 			&cli.StringFlag{Name: "label", Value: "signagent-dev", Usage: "token and key `LABEL`"},
 			cmdutil.Pick(cmdutil.TokenFlags(), "module")[0],
-			&cli.BoolFlag{Name: "force", Usage: "discard an existing token in DIR and make a new one (in a directory dev-token did not make: replace its files there, saying which)"},
+			&cli.BoolFlag{Name: "force", Usage: "discard an existing token in DIR and make a new one (in a directory token dev did not make: replace its files there, saying which)"},
 			&cli.BoolFlag{Name: "ec", Usage: "with --key-type rsa2048, also generate a P-256 key labelled LABEL-ec (id 02), for benchmarks"},
 		},
 		Action: func(c *cli.Context) error {
@@ -85,7 +85,7 @@ func devCommand(e *cmdutil.Env) *cli.Command {
 					return err
 				}
 				if !strings.Contains(filepath.Base(mod.Path), "softhsm") {
-					return cmdutil.UsageErr(fmt.Errorf("dev-token needs the SoftHSM module, not %s; install softhsm2 or give --module", mod.Path))
+					return cmdutil.UsageErr(fmt.Errorf("token dev needs the SoftHSM module, not %s; install softhsm2 or give --module", mod.Path))
 				}
 				dt.Module = mod.Path
 			} else if c.IsSet("module") {
