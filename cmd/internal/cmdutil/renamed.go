@@ -93,3 +93,13 @@ func HideFlags(flags []cli.Flag) {
 		}
 	}
 }
+
+// NewKey is key as the settings file's keys are named now: a renamed
+// key's new name, with the line naming it on w; any other key as it is.
+func NewKey(w io.Writer, key string) string {
+	if now, ok := settings.Renamed[key]; ok {
+		settings.SayRenamed(w, key, now)
+		return now
+	}
+	return key
+}
