@@ -66,11 +66,18 @@ func FlagSuggestion(err error, flags []cli.Flag) string {
 // UnknownSubcommand is the action of a command made of subcommands (config,
 // agent): without one, its help; with a word that names none, one line
 // naming the one meant, and exit 2, not urfave's "No help topic" and exit 1.
+//
+// A word close to no name is not echoed: it may be a secret typed in the
+// wrong place (signagent token 0F6C2E5B...).
 func UnknownSubcommand(c *cli.Context) error {
 	if !c.Args().Present() {
 		return cli.ShowSubcommandHelp(c)
 	}
-	return notASubcommand(c, c.Args().First())
+	name := c.Args().First()
+	if Suggest(name, CommandNames(c.Command.Subcommands)) == "" {
+		return UsageErr(fmt.Errorf("that is not a subcommand of signagent %s (signagent %s --help lists them)", c.Command.Name, c.Command.Name))
+	}
+	return notASubcommand(c, name)
 }
 
 func notASubcommand(c *cli.Context, name string) error {
