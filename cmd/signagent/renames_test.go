@@ -276,4 +276,3 @@ func TestOldNamesHidden(t *testing.T) {
 		t.Errorf("signagent token --help shows oidc token's flags:\n%s", pages["signagent token --help"])
 	}
 }
-
