@@ -130,9 +130,9 @@ func commands(e *cmdutil.Env) (top []*cli.Command, wired []placed) {
 			}
 		}
 	}
-	t, print := nouns["token"], oidcToken(e)
-	cmdutil.HideFlags(print.Flags)
-	t.Flags, t.Action = print.Flags, tokenNoun(print.Action)
+	t, printer := nouns["token"], oidcToken(e)
+	cmdutil.HideFlags(printer.Flags)
+	t.Flags, t.Action = printer.Flags, tokenNoun(printer.Action)
 	wired = append(wired, placed{cmd: t, use: cmdutil.ApplySettings, old: "token", now: "signagent oidc token"})
 	return append(top, hidden...), wired
 }
