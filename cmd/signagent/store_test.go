@@ -155,7 +155,7 @@ func TestSharedStoreBadInput(t *testing.T) {
 	} {
 		// token (OpenID Connect records), and api with the legacy scheme
 		// (lent the store as every scheme is).
-		for _, args := range [][]string{{"token"}, {"api", "--scheme", "legacy", "--by", "password", "--login", "a@example.com",
+		for _, args := range [][]string{{"oidc", "token"}, {"api", "--scheme", "legacy", "--by", "password", "--login", "a@example.com",
 			"--business-url", "http://127.0.0.1:1", "/GetMyOrganizations"}} {
 			env := append(slices.Clone(base), "SIGNAGENT_DEVELOPER_KEY=testClient-5a6b7c8d9e", "SIGNAGENT_PASSWORD=pw")
 			code, stderr, _ := runBinary(t, signagent(t, append(env, tc.env...), args...))
@@ -167,12 +167,12 @@ func TestSharedStoreBadInput(t *testing.T) {
 	// --store-insecure (here its variable) allows it: the store is then
 	// dialed (a test address no one answers at: unreachable).
 	code, stderr, _ := runBinary(t, signagent(t, append(base, "SIGNAGENT_STORE=redis://192.0.2.7:6379", "SIGNAGENT_STORE_KEY_FILE="+good,
-		"SIGNAGENT_STORE_PASSWORD=hunter2", "SIGNAGENT_STORE_INSECURE=1"), "token"))
+		"SIGNAGENT_STORE_PASSWORD=hunter2", "SIGNAGENT_STORE_INSECURE=1"), "oidc", "token"))
 	if code != cmdutil.ExitTransport || strings.Contains(stderr, "in clear") {
 		t.Errorf("--store-insecure: exit %d, %q", code, stderr)
 	}
 	// A store that does not answer: exit 4 (unreachable), in time.
-	code, stderr, _ = runBinary(t, signagent(t, append(base, "SIGNAGENT_STORE=redis://"+storetest.NotRedis(t), "SIGNAGENT_STORE_KEY_FILE="+good), "token"))
+	code, stderr, _ = runBinary(t, signagent(t, append(base, "SIGNAGENT_STORE=redis://"+storetest.NotRedis(t), "SIGNAGENT_STORE_KEY_FILE="+good), "oidc", "token"))
 	if code != cmdutil.ExitTransport || !strings.Contains(stderr, "shared token store is unavailable") {
 		t.Errorf("not Redis: exit %d, %q", code, stderr)
 	}
