@@ -139,7 +139,7 @@ func TestLegacyAuthorizationRefusals(t *testing.T) {
 	// Without the legacy scheme configured.
 	h.reload(t, func(c *agent.Config) { c.Schemes.Legacy = nil })
 	_, err := h.client.Authorization(ctx, agentapi.AuthorizationRequest{Scheme: "legacy", By: "certificate"})
-	if e := apiErr(t, err); e.Status != 503 || !strings.Contains(e.Body.Message, "--api-url") {
+	if e := apiErr(t, err); e.Status != 503 || !strings.Contains(e.Body.Message, "--business-url") {
 		t.Fatalf("%d %q", e.Status, e.Body.Message)
 	}
 }

@@ -214,7 +214,7 @@ func (c *Config) validate() error {
 	}
 	if c.APIURL != "" {
 		if _, err := httpx.ParseBaseURL(c.APIURL, c.AllowInsecureAPI); err != nil {
-			return badConfig(fmt.Errorf("--api-url: %w", err))
+			return badConfig(fmt.Errorf("--business-url: %w", err))
 		}
 	}
 	c.RefreshFloor = cmp.Or(c.RefreshFloor, DefaultRefreshFloor)

@@ -174,7 +174,7 @@ func (d *Daemon) state(cfg Config) (*state, error) {
 func (d *Daemon) serviceClient(cfg Config) (*trusted.Client, error) {
 	if cfg.Service == nil {
 		if !cfg.NoToken {
-			d.log.Warn().Msg("no --base-url: /v1/sessions and /v1/links answer 503 until one is configured")
+			d.log.Warn().Msg("no --trusted-url: /v1/sessions and /v1/links answer 503 until one is configured")
 		}
 		return nil, nil
 	}

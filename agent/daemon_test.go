@@ -222,7 +222,7 @@ func TestDaemonStartFailsCleanly(t *testing.T) {
 
 // TestDaemonLegacyReload: a reload that leaves the legacy settings alone
 // keeps the cached tokens; one that changes them (a new token lifetime)
-// starts a new cache; one without --api-url turns the route off (503).
+// starts a new cache; one without --business-url turns the route off (503).
 func TestDaemonLegacyReload(t *testing.T) {
 	cfg, _ := daemonConfig(t)
 	hash, _ := emulator.HashPassword([]byte(alicePassword))
@@ -265,7 +265,7 @@ func TestDaemonLegacyReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := ask(); apiErr(t, err).Status != 503 {
-		t.Fatalf("without --api-url: %v", err)
+		t.Fatalf("without --business-url: %v", err)
 	}
 }
 

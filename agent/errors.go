@@ -20,7 +20,7 @@ type APIError = agentapi.Error
 
 // errNotConfigured is returned by session and link calls when no service
 // base URL is configured.
-var errNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "no service base URL is configured (--base-url)")
+var errNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "no service base URL is configured (--trusted-url)")
 
 // errNoAPIKey is returned by signature calls when no API key is configured.
 var errNoAPIKey = errdefs.New(errdefs.ErrNotConfigured, "no partner API key is configured (SIGNAGENT_API_KEY or --api-key-file)")
@@ -75,7 +75,7 @@ func classify(err error) (int, APIError) {
 // uses where the scheme packages name the command an operator types (the
 // same advice, in the caller's terms; the API document's names).
 var forHTTP = strings.NewReplacer(
-	"(signagent link)", "(POST /v1/links)",
+	"(signagent trusted link)", "(POST /v1/links)",
 	"pass --service-user-id", "give serviceUserId",
 )
 

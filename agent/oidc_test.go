@@ -122,14 +122,14 @@ func TestOIDCSignInRequired(t *testing.T) {
 			t.Fatalf("err = %v", err)
 		}
 	}
-	t.Run("never signed in", func(t *testing.T) { wantConflict(t, "nobody", "signagent login --profile nobody") })
+	t.Run("never signed in", func(t *testing.T) { wantConflict(t, "nobody", "signagent oidc login --profile nobody") })
 	t.Run("refresh token refused", func(t *testing.T) {
 		rec, _ := h.store.Load("default")
 		rec.Expiry, rec.RefreshToken = time.Now().Add(-time.Minute), "revoked-refresh-token"
 		if err := h.store.Save(rec); err != nil {
 			t.Fatal(err)
 		}
-		wantConflict(t, "default", "sign in again: signagent login --profile default")
+		wantConflict(t, "default", "sign in again: signagent oidc login --profile default")
 		if strings.Contains(h.logs.String(), "revoked-refresh-token") {
 			t.Fatal("the refresh token is in the log")
 		}

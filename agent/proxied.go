@@ -94,7 +94,7 @@ func (a *Agent) proxyTarget(cfg Config) (*proxy.Target, error) {
 	t, err := proxy.TargetFor(a.now().target, cfg.APIURL, cfg.AllowInsecureAPI,
 		httpx.HeadLimits{Fields: cfg.ServiceMaxHeaderFields, Bytes: cfg.ServiceMaxHeaderBytes})
 	if err != nil {
-		return nil, badConfig(fmt.Errorf("--api-url: %w", err))
+		return nil, badConfig(fmt.Errorf("--business-url: %w", err))
 	}
 	return t, nil
 }

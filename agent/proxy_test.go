@@ -162,9 +162,9 @@ func TestProxyRefusals(t *testing.T) {
 	if resp.Header.Get("WWW-Authenticate") != "" {
 		t.Fatal("a service 401 must not look like the agent's own")
 	}
-	// Not signed in (OpenID Connect): 409 naming signagent login.
+	// Not signed in (OpenID Connect): 409 naming signagent oidc login.
 	resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", "oidc profile=nobody", nil, "")
-	if resp.StatusCode != 409 || !strings.Contains(body, "signagent login --profile nobody") {
+	if resp.StatusCode != 409 || !strings.Contains(body, "signagent oidc login --profile nobody") {
 		t.Fatalf("not signed in: %d %s", resp.StatusCode, body)
 	}
 }
@@ -418,7 +418,7 @@ func TestProxyServiceTrouble(t *testing.T) {
 
 	// No business API configured: 503.
 	h.reload(t, func(c *agent.Config) { c.APIURL = "" })
-	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, ""); resp.StatusCode != 503 || !strings.Contains(body, "--api-url") {
+	if resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, ""); resp.StatusCode != 503 || !strings.Contains(body, "--business-url") {
 		t.Fatalf("not configured: %d %s", resp.StatusCode, body)
 	}
 }

@@ -181,7 +181,7 @@ type AuthorizationRequest struct {
 	Credential    *Credential `json:"credential,omitempty"`
 	ServiceUserID string      `json:"serviceUserId,omitempty"`
 	// Profile is the token store's profile of scheme oidc (default
-	// "default"), signed in with signagent login.
+	// "default"), signed in with signagent oidc login.
 	Profile string `json:"profile,omitempty"`
 	// Refresh skips the cache, e.g. after the service answered 401.
 	Refresh bool `json:"refresh,omitempty"`

@@ -73,7 +73,7 @@ func (a *Agent) start(ctx context.Context, o *Options, cert *x509.Certificate) e
 		return err
 	}
 	a.Socket = filepath.Join(dir, "agent.sock")
-	args := append([]string{"--log-level", "warn", "serve", "--listen", "unix:" + a.Socket, "--base-url", emu.URL(),
+	args := append([]string{"--log-level", "warn", "serve", "--listen", "unix:" + a.Socket, urlFlag(o.Executable, "--trusted-url"), emu.URL(),
 		"--token-concurrency", strconv.Itoa(o.Workers), "--queue-size", strconv.Itoa(max(o.QueueSize, 1)),
 		"--audit-log", filepath.Join(dir, "audit.log"), "--token-delay", o.TokenDelay.String()}, o.ServeArgs...)
 	cmd := exec.Command(o.Executable, args...)

@@ -55,8 +55,8 @@ func (s proxySetup) start(ctx context.Context, name, exe string) (*proxyAgent, e
 	}
 	a := &proxyAgent{addr: addr, sock: filepath.Join(dir, "a.sock")}
 	a.cmd = exec.CommandContext(ctx, exe, "--log-level", "error", "serve", "--listen", "unix:"+a.sock, "--listen", "tcp:"+addr,
-		"--bearer-token-file", filepath.Join(s.dir, "bearer"), "--audit-log", filepath.Join(dir, "audit.log"), "--api-url", s.upURL,
-		"--auth-url", "http://127.0.0.1:9", "--client-id", "bench", "--client-secret-file", filepath.Join(s.dir, "client-secret"),
+		"--bearer-token-file", filepath.Join(s.dir, "bearer"), "--audit-log", filepath.Join(dir, "audit.log"), urlFlag(exe, "--business-url"), s.upURL,
+		urlFlag(exe, "--oidc-url"), "http://127.0.0.1:9", "--client-id", "bench", "--client-secret-file", filepath.Join(s.dir, "client-secret"),
 		"--token-store", state, "--config", os.DevNull)
 	a.cmd.Env = cleanEnv()
 	a.cmd.Stderr = s.stderr

@@ -46,11 +46,11 @@ type Client struct {
 // New checks cfg; a is the identity's authorizer.
 func New(cfg Config, a authz.Authorizer) (*Client, error) {
 	if strings.TrimSpace(cfg.APIURL) == "" {
-		return nil, fmt.Errorf("%w: give the business API address with --api-url or SIGNAGENT_API_URL", errdefs.ErrInvalidInput)
+		return nil, fmt.Errorf("%w: give the business API address with --business-url or SIGNAGENT_BUSINESS_URL", errdefs.ErrInvalidInput)
 	}
 	base, err := httpx.ParseBaseURL(cfg.APIURL, cfg.AllowInsecureHTTP)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --api-url: %w", errdefs.ErrInvalidInput, err)
+		return nil, fmt.Errorf("%w: --business-url: %w", errdefs.ErrInvalidInput, err)
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second

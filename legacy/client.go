@@ -132,7 +132,7 @@ func New(cfg Config) (*Client, error) {
 // only to loopback, or when allowed), no user info, query or fragment.
 func ParseAPIURL(raw string, allowHTTP bool) (*url.URL, error) {
 	if strings.TrimSpace(raw) == "" {
-		return nil, fmt.Errorf("%w: no service API URL: give --api-url or set SIGNAGENT_API_URL", errdefs.ErrInvalidInput)
+		return nil, fmt.Errorf("%w: no service API URL: give --business-url or set SIGNAGENT_BUSINESS_URL", errdefs.ErrInvalidInput)
 	}
 	u, err := httpx.ParseBaseURL(raw, allowHTTP)
 	if err != nil {

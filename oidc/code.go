@@ -48,7 +48,7 @@ func (c *Client) FinishCode(ctx context.Context, r *CodeRequest, q url.Values) (
 		return nil, pe
 	}
 	if q.Get("state") != r.state {
-		return nil, fmt.Errorf("%w: it was not sent by this sign-in (or was tampered with); start signagent login again", ErrState)
+		return nil, fmt.Errorf("%w: it was not sent by this sign-in (or was tampered with); start signagent oidc login again", ErrState)
 	}
 	code := q.Get("code")
 	if code == "" {

@@ -122,10 +122,10 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: give the client secret in SIGNAGENT_CLIENT_SECRET or a file named by --client-secret-file", errdefs.ErrInvalidInput)
 	}
 	if strings.TrimSpace(c.AuthURL) == "" {
-		return fmt.Errorf("%w: give the identity provider's address with --auth-url or SIGNAGENT_AUTH_URL", errdefs.ErrInvalidInput)
+		return fmt.Errorf("%w: give the identity provider's address with --oidc-url or SIGNAGENT_OIDC_URL", errdefs.ErrInvalidInput)
 	}
 	if _, err := httpx.ParseBaseURL(c.AuthURL, c.AllowInsecureHTTP); err != nil {
-		return fmt.Errorf("%w: --auth-url: %w", errdefs.ErrInvalidInput, err)
+		return fmt.Errorf("%w: --oidc-url: %w", errdefs.ErrInvalidInput, err)
 	}
 	if _, err := c.Scopes(); err != nil {
 		return err

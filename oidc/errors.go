@@ -44,7 +44,7 @@ func (e *ProviderError) hint() string {
 	case "access_denied":
 		return "the user (or the provider) did not grant access"
 	case "expired_token":
-		return "the user did not approve in time; run signagent login again"
+		return "the user did not approve in time; run signagent oidc login again"
 	case "invalid_scope":
 		return "the client may not ask for this scope (check --space and --scope)"
 	}

@@ -120,7 +120,7 @@ func (s Files) Load(profile string) (*Record, error) {
 	p := s.Path(profile)
 	st, err := os.Lstat(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, noRecord{fmt.Errorf("%w: profile %q is not signed in; run signagent login --profile %s", ErrSignIn, profile, profile)}
+		return nil, noRecord{fmt.Errorf("%w: profile %q is not signed in; run signagent oidc login --profile %s", ErrSignIn, profile, profile)}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStore, err)
@@ -135,10 +135,10 @@ func (s Files) Load(profile string) (*Record, error) {
 	var r Record
 	if err := json.Unmarshal(b, &r); err != nil || r.Version != recordVersion || r.Profile != profile ||
 		r.AccessToken == "" || r.AuthURL == "" || r.ClientID == "" {
-		return nil, fmt.Errorf("%w: %s is not a signagent token record (corrupt or from another version); run signagent logout --profile %s and sign in again", ErrStore, p, profile)
+		return nil, fmt.Errorf("%w: %s is not a signagent OpenID Connect token record (corrupt or from another version); run signagent oidc logout --profile %s and sign in again", ErrStore, p, profile)
 	}
 	if bad := r.tokensProblem(); bad != "" {
-		return nil, fmt.Errorf("%w: %s will not be used: %s; run signagent logout --profile %s and sign in again", ErrStore, p, bad, profile)
+		return nil, fmt.Errorf("%w: %s will not be used: %s; run signagent oidc logout --profile %s and sign in again", ErrStore, p, bad, profile)
 	}
 	return &r, nil
 }

@@ -22,7 +22,7 @@ func testRecord(profile string) *Record {
 func TestStoreRoundTrip(t *testing.T) {
 	t.Parallel()
 	s := Files{Dir: filepath.Join(t.TempDir(), "state", "signagent")}
-	if _, err := s.Load("default"); !errors.Is(err, ErrSignIn) || !strings.Contains(err.Error(), "signagent login") {
+	if _, err := s.Load("default"); !errors.Is(err, ErrSignIn) || !strings.Contains(err.Error(), "signagent oidc login") {
 		t.Fatalf("missing: %v", err)
 	}
 	r := testRecord("default")
@@ -175,7 +175,7 @@ func TestTokensRefusedRefresh(t *testing.T) {
 	var result string
 	tk := &Tokens{Store: s, Client: func(*Record) (*Client, error) { return c, nil }, OnRefresh: func(_, r string) { result = r }}
 	_, _, err := tk.Token(t.Context(), "p")
-	if !errors.Is(err, ErrSignIn) || !strings.Contains(err.Error(), "signagent login --profile p") || result != "refused" {
+	if !errors.Is(err, ErrSignIn) || !strings.Contains(err.Error(), "signagent oidc login --profile p") || result != "refused" {
 		t.Fatalf("err = %v, result %q", err, result)
 	}
 }

@@ -38,7 +38,7 @@ const recordKind = "oidc"
 type InStore struct {
 	S store.Records
 	// Name is how messages name the store (its URL, without secrets), as
-	// the user would give it to signagent login --store.
+	// the user would give it to signagent oidc login --store.
 	Name string
 
 	mu     sync.Mutex
@@ -64,25 +64,25 @@ func (s *InStore) Load(profile string) (*Record, error) {
 		// A good record a newer agent wrote: nothing to sign in again for.
 		return nil, fmt.Errorf("profile %q's record in the shared store was %w", profile, err)
 	case errors.Is(err, store.ErrNotFound):
-		return nil, noRecord{fmt.Errorf("%w: profile %q is not signed in to the shared store; sign in: signagent login --store %s --profile %s", ErrSignIn, profile, s.Name, profile)}
+		return nil, noRecord{fmt.Errorf("%w: profile %q is not signed in to the shared store; sign in: signagent oidc login --store %s --profile %s", ErrSignIn, profile, s.Name, profile)}
 	case errors.Is(err, store.ErrTooLarge), errors.Is(err, store.ErrRollback):
 		// Not a key problem: the record was made huge, or an older one put
 		// back, by someone who can write to Redis.
-		return nil, fmt.Errorf("%w: profile %q's record in the shared store is not used (%v); sign in again: signagent login --store %s --profile %s",
+		return nil, fmt.Errorf("%w: profile %q's record in the shared store is not used (%v); sign in again: signagent oidc login --store %s --profile %s",
 			ErrSignIn, profile, err, s.Name, profile)
 	case errors.Is(err, store.ErrSealed):
-		return nil, fmt.Errorf("%w: profile %q's record in the shared store does not open with the store key (%v); sign in again: signagent login --store %s --profile %s",
+		return nil, fmt.Errorf("%w: profile %q's record in the shared store does not open with the store key (%v); sign in again: signagent oidc login --store %s --profile %s",
 			ErrSignIn, profile, err, s.Name, profile)
 	case err != nil:
 		return nil, unavailable(err)
 	}
 	var r Record
 	if err := json.Unmarshal(b, &r); err != nil || r.Version != recordVersion || r.Profile != profile {
-		return nil, fmt.Errorf("%w: profile %q's record in the shared store is not a record of this version; sign in again: signagent login --store %s --profile %s",
+		return nil, fmt.Errorf("%w: profile %q's record in the shared store is not a record of this version; sign in again: signagent oidc login --store %s --profile %s",
 			ErrSignIn, profile, s.Name, profile)
 	}
 	if bad := r.tokensProblem(); bad != "" {
-		return nil, fmt.Errorf("%w: profile %q's record in the shared store will not be used: %s; sign in again: signagent login --store %s --profile %s",
+		return nil, fmt.Errorf("%w: profile %q's record in the shared store will not be used: %s; sign in again: signagent oidc login --store %s --profile %s",
 			ErrSignIn, profile, bad, s.Name, profile)
 	}
 	return &r, nil

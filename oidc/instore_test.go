@@ -128,7 +128,7 @@ func TestSharedFaults(t *testing.T) {
 	if err := sharedRecords(t, srv.URL(), 1).Save(rec); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sharedRecords(t, srv.URL(), 1).Load("nobody"); !errors.Is(err, ErrSignIn) || !strings.Contains(err.Error(), "signagent login --store "+srv.URL()+" --profile nobody") {
+	if _, err := sharedRecords(t, srv.URL(), 1).Load("nobody"); !errors.Is(err, ErrSignIn) || !strings.Contains(err.Error(), "signagent oidc login --store "+srv.URL()+" --profile nobody") {
 		t.Fatalf("absent: %v", err)
 	}
 	tk := &Tokens{Store: sharedRecords(t, srv.URL(), 1), Client: func(*Record) (*Client, error) { t.Error("refresh asked for"); return nil, errors.New("no") }}

@@ -54,7 +54,7 @@ func (c *Client) discover(ctx context.Context) (*provider, error) {
 		c.cfg.Log.Debug().Str("authUrl", base).Msg("the identity provider has no discovery document; using the /connect/* paths")
 	}
 	if strings.TrimRight(pc.IssuerURL, "/") != base {
-		return nil, fmt.Errorf("%w: the provider at %s names its issuer %q; give that as --auth-url", errdefs.ErrInvalidInput, base, httpx.Printable(pc.IssuerURL, 100))
+		return nil, fmt.Errorf("%w: the provider at %s names its issuer %q; give that as --oidc-url", errdefs.ErrInvalidInput, base, httpx.Printable(pc.IssuerURL, 100))
 	}
 	for _, u := range []string{pc.AuthURL, pc.TokenURL, pc.JWKSURL, revocation} {
 		if u == "" {

@@ -3,7 +3,7 @@ package oidc
 import "github.com/signagent/signagent/authz"
 
 // Scheme is the OpenID Connect scheme as an authz.Scheme: a selector's
-// profile ("default" when it names none), signed in with signagent login,
+// profile ("default" when it names none), signed in with signagent oidc login,
 // its access token from Tokens.
 type Scheme struct{ Tokens *Tokens }
 

@@ -438,7 +438,7 @@ func (t *Tokens) refresh(ctx context.Context, profile string) (*Record, bool, er
 		if errors.Is(err, ErrSignIn) {
 			result = "refused"
 			t.noteSignOut(profile)
-			err = fmt.Errorf("%w; sign in again: signagent login --profile %s", err, profile)
+			err = fmt.Errorf("%w; sign in again: signagent oidc login --profile %s", err, profile)
 		}
 		t.report(profile, result)
 		return nil, false, err

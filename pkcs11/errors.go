@@ -149,11 +149,11 @@ func kindOf(code p11.Error) (hint string, kind error) {
 	case p11.CKR_PIN_LOCKED, p11.CKR_PIN_EXPIRED:
 		return "unblock the PIN with the security officer PIN (for SoftHSM: softhsm2-util or pkcs11-tool --unlock-pin)", ErrPINLocked
 	case p11.CKR_TOKEN_NOT_PRESENT, p11.CKR_DEVICE_REMOVED, p11.CKR_TOKEN_NOT_RECOGNIZED, p11.CKR_SLOT_ID_INVALID:
-		return "insert the card or reconnect the HSM; `signagent tokens` lists what the module sees", ErrDeviceRemoved
+		return "insert the card or reconnect the HSM; `signagent token list` lists what the module sees", ErrDeviceRemoved
 	case p11.CKR_SESSION_HANDLE_INVALID, p11.CKR_SESSION_CLOSED:
 		return "the session will be reopened; if this repeats, check the token's connection", ErrSessionClosed
 	case p11.CKR_OBJECT_HANDLE_INVALID, p11.CKR_KEY_HANDLE_INVALID:
-		return "the key was deleted or the token was reset; `signagent keys` lists the keys", ErrObjectInvalid
+		return "the key was deleted or the token was reset; `signagent token keys` lists the keys", ErrObjectInvalid
 	case p11.CKR_DEVICE_ERROR, p11.CKR_DEVICE_MEMORY, p11.CKR_GENERAL_ERROR, p11.CKR_FUNCTION_FAILED:
 		return "check the reader and the token; reconnecting it often helps", ErrDeviceError
 	case p11.CKR_CRYPTOKI_NOT_INITIALIZED:
@@ -161,7 +161,7 @@ func kindOf(code p11.Error) (hint string, kind error) {
 	case p11.CKR_USER_NOT_LOGGED_IN, p11.CKR_USER_PIN_NOT_INITIALIZED:
 		return "the token needs a PIN: set SIGNAGENT_PIN or --pin-file", ErrPINMissing
 	}
-	return "the key or token may not support this operation; `signagent keys` shows the key's type", ErrTokenRefused
+	return "the key or token may not support this operation; `signagent token keys` shows the key's type", ErrTokenRefused
 }
 
 // Recoverable reports whether err means the token went away or its session

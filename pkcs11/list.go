@@ -175,7 +175,7 @@ func chooseToken(tokens []TokenInfo, sel TokenSelector) (TokenInfo, error) {
 	case len(found) == 1:
 		return found[0], nil
 	case len(found) == 0 && (sel.Label != "" || sel.Serial != "" || sel.HasSlot):
-		return TokenInfo{}, fmt.Errorf("%w: token %s is not there; %s (`signagent tokens` lists them)", ErrTokenNotFound, sel, seen)
+		return TokenInfo{}, fmt.Errorf("%w: token %s is not there; %s (`signagent token list` lists them)", ErrTokenNotFound, sel, seen)
 	case len(found) == 0:
 		return TokenInfo{}, fmt.Errorf("%w: %s", ErrTokenNotFound, seen)
 	}
@@ -209,7 +209,7 @@ func ambiguous(found []TokenInfo, sel TokenSelector) error {
 	if sel == (TokenSelector{}) {
 		what = "and none was chosen"
 	}
-	return fmt.Errorf("%w %s: %s; %s (`signagent tokens` lists them)", ErrTokenAmbiguous, what, strings.Join(names, ", "), how)
+	return fmt.Errorf("%w %s: %s; %s (`signagent token list` lists them)", ErrTokenAmbiguous, what, strings.Join(names, ", "), how)
 }
 
 // Object describes a key or certificate on a token.

@@ -19,7 +19,7 @@ type LegacySettings struct {
 }
 
 // errLegacyNotConfigured answers legacy authorizations without a client.
-var errLegacyNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "the legacy scheme is not configured (--api-url and the developer key)")
+var errLegacyNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "the legacy scheme is not configured (--business-url and the developer key)")
 
 // Legacy is the ServiceAuth header of an identity by password, by the
 // token's certificate (Deps.Decrypter) or by auth.sid (given, or lent by

@@ -12,8 +12,8 @@ private_dir "$dir"
 # The GOST key's rows run on the GOST test module (software, built by
 # dev-token with gcc against GnuTLS), beside the SoftHSM token.
 gost="$(cd "$dir" && pwd)/gost"
-$bin --log-level warn dev-token --key-type gost2012-256 --dir "$gost" --force >/dev/null
-eval "$($bin --log-level warn dev-token --dir "$dir/hsm" --ec --force)"
+$bin --log-level warn token dev --key-type gost2012-256 --dir "$gost" --force >/dev/null
+eval "$($bin --log-level warn token dev --dir "$dir/hsm" --ec --force)"
 $bench --log-level warn --ec-key-label signagent-dev-ec \
   --gost-key "pkcs11:token=signagent-dev;object=signagent-dev?module-path=$gost/libgosttoken.so&pin-source=file:$gost/pin" \
   "$@" | tee "$dir/result.txt"

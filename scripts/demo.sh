@@ -11,8 +11,8 @@ private_dir "$demo"
 step() { printf '\n==> %s\n' "$*"; }
 
 step "1. SoftHSM development token in $demo/hsm"
-eval "$($bin dev-token --dir "$demo/hsm")"
-$bin tokens
+eval "$($bin token dev --dir "$demo/hsm")"
+$bin token list
 
 # A sample partner API key, kept in a 0600 file and never on a command line.
 if [ ! -s "$demo/api-key" ]; then
@@ -61,25 +61,25 @@ start_emulator() {
 }
 start_emulator
 trap 'kill $emu 2>/dev/null; wait $emu 2>/dev/null || true' EXIT
-export SIGNAGENT_BASE_URL="$(cat "$demo/emulator.url")"
-export SIGNAGENT_API_URL="$SIGNAGENT_BASE_URL"
-echo "emulator at $SIGNAGENT_BASE_URL"
+export SIGNAGENT_TRUSTED_URL="$(cat "$demo/emulator.url")"
+export SIGNAGENT_BUSINESS_URL="$SIGNAGENT_TRUSTED_URL"
+echo "emulator at $SIGNAGENT_TRUSTED_URL"
 
 step "3. Text signed for the sample user (CR LF shown as \\r, API key masked)"
-$bin sign --phone '+7 916 123-45-67' --out "$demo/signature.der" --text-out "$demo/text"
+$bin trusted sign --phone '+7 916 123-45-67' --out "$demo/signature.der" --text-out "$demo/text"
 sed -e 's/\r$/\\r/' -e 's/^apikey=\(....\).*\\r$/apikey=\1…(masked)\\r/' "$demo/text"
 openssl cms -verify -binary -inform DER -in "$demo/signature.der" -content "$demo/text" -noverify -out /dev/null
 
 step "4. Link the user (PUT register-external-service-id)"
-$bin link --phone '+7 916 123-45-67' --service-user-id crm-user-42
+$bin trusted link --phone '+7 916 123-45-67' --service-user-id crm-user-42
 
 step "5. authenticate-by-truster with a fresh signature, then approve-truster: the auth.sid"
-sid=$($bin session --phone '+7 916 123-45-67' --service-user-id crm-user-42)
+sid=$($bin trusted session --phone '+7 916 123-45-67' --service-user-id crm-user-42)
 # The auth.sid is a secret (whoever holds it acts as the user): shown masked.
 echo "auth.sid: ${sid:0:4}…(masked, ${#sid} characters)"
 
 step "6. The same with the SNILS, as JSON"
-$bin session --snils '112-233-445 95' --service-user-id crm-user-42 --json | sed -E 's/("sid": "....)[^"]*/\1…(masked)/'
+$bin trusted session --snils '112-233-445 95' --service-user-id crm-user-42 --json | sed -E 's/("sid": "....)[^"]*/\1…(masked)/'
 
 step "7. The auth.sid exchanged for a legacy token (Authenticate V3 type=sid); the business header, masked"
 (umask 077; printf '%s\n' "$sid" > "$demo/sid")
@@ -87,29 +87,29 @@ $bin header --scheme legacy --by sid --sid-file "$demo/sid" |
   sed -E 's/(ddauth_api_client_id=.{4})[^,]*/\1…(masked)/; s/(ddauth_token=.{4}).*/\1…(masked)/'
 
 step "8. OpenID Connect device flow: login shows a code; the demo approves it on the emulator's /device page, as the user would"
-export XDG_STATE_HOME="$PWD/$demo/state" SIGNAGENT_AUTH_URL="$SIGNAGENT_BASE_URL" SIGNAGENT_CLIENT_ID=demo-app \
+export XDG_STATE_HOME="$PWD/$demo/state" SIGNAGENT_OIDC_URL="$SIGNAGENT_TRUSTED_URL" SIGNAGENT_CLIENT_ID=demo-app \
   SIGNAGENT_CLIENT_SECRET_FILE="$demo/client-secret" SIGNAGENT_SPACE=staging
-# login_approved ARGS: signagent login ARGS, approved on the emulator's
+# login_approved ARGS: signagent oidc login ARGS, approved on the emulator's
 # /device page as ivanov@example.com.
 login_approved() {
-  $bin login --no-qr "$@" > "$demo/login.out" 2>&1 &
+  $bin oidc login --no-qr "$@" > "$demo/login.out" 2>&1 &
   local login=$! code status
   for _ in $(seq 600); do grep -q 'enter the code' "$demo/login.out" && break; sleep 0.05; done
   code=$(sed -n 's/.*enter the code \([A-Z]*\)$/\1/p' "$demo/login.out")
   [ -n "$code" ] || { cat "$demo/login.out" >&2; echo "login printed no code" >&2; exit 1; }
   status=$(curl -sS -o /dev/null -w '%{http_code}' --data-urlencode "user_code=$code" --data-urlencode login=ivanov@example.com \
-    --data-urlencode "password@$demo/user-password" --data-urlencode decision=allow "$SIGNAGENT_AUTH_URL/device")
+    --data-urlencode "password@$demo/user-password" --data-urlencode decision=allow "$SIGNAGENT_OIDC_URL/device")
   echo "POST /device as ivanov@example.com, code $code: HTTP $status"
   [ "$status" = 200 ] || { kill $login; echo "the approval failed" >&2; exit 1; }
   wait $login
   cat "$demo/login.out"
 }
 login_approved
-tok=$($bin token)
+tok=$($bin oidc token)
 printf 'access token: %s…(masked, %d characters), expires %s\n' "${tok:0:4}" "${#tok}" \
-  "$($bin status --json | sed -n 's/.*"accessTokenExpiresAt": "\(.*\)".*/\1/p')"
+  "$($bin oidc status --json | sed -n 's/.*"accessTokenExpiresAt": "\(.*\)".*/\1/p')"
 printf 'GetMyOrganizations with it: HTTP %s\n' \
-  "$(curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $tok" "$SIGNAGENT_API_URL/GetMyOrganizations?autoRegister=false")"
+  "$(curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $tok" "$SIGNAGENT_BUSINESS_URL/GetMyOrganizations?autoRegister=false")"
 
 step "9. signagent api for the OpenID Connect user: GetMyOrganizations"
 $bin api GET "/GetMyOrganizations?autoRegister=false"
@@ -187,8 +187,8 @@ fresh() {
   shift
   (cd / && env -i HOME="$HOME" PATH="$PATH" SIGNAGENT_CONFIG="$root/$demo/config.yaml" "$root/$cmd" "$@")
 }
-fresh $bin link --phone '+7 916 123-45-67' --service-user-id crm-user-42
-fresh $bin session --phone '+7 916 123-45-67' --service-user-id crm-user-42 | sed -E 's/^(....).*/auth.sid: \1…(masked)/'
+fresh $bin trusted link --phone '+7 916 123-45-67' --service-user-id crm-user-42
+fresh $bin trusted session --phone '+7 916 123-45-67' --service-user-id crm-user-42 | sed -E 's/^(....).*/auth.sid: \1…(masked)/'
 fresh $bin header --scheme legacy --by certificate | sed -E 's/(ddauth_api_client_id=.{4})[^,]*/\1…(masked)/; s/(ddauth_token=.{4}).*/\1…(masked)/'
 fresh $bin api --scheme legacy --by certificate '/GetMyOrganizations?autoRegister=false'
 echo
@@ -204,12 +204,12 @@ To go on by hand with the demo's token, files and settings, from any directory:
   $PWD/$emubin --listen 127.0.0.1:$eport --config $PWD/$demo/emulator.yaml &
   export SIGNAGENT_CONFIG=$PWD/$demo/config.yaml   # the context "demo" that setup wrote
   export SIGNAGENT_TOKEN_STORE=$PWD/$demo/state     # OpenID Connect sign-ins stay in the demo's directory
-  $PWD/$bin link --phone '+7 916 123-45-67' --service-user-id crm-user-42
-  $PWD/$bin session --phone '+7 916 123-45-67' --service-user-id crm-user-42    # prints the auth.sid (a secret)
+  $PWD/$bin trusted link --phone '+7 916 123-45-67' --service-user-id crm-user-42
+  $PWD/$bin trusted session --phone '+7 916 123-45-67' --service-user-id crm-user-42    # prints the auth.sid (a secret)
   $PWD/$bin header --scheme legacy --by certificate                           # the ServiceAuth header
   $PWD/$bin header --scheme legacy --by sid --phone '+7 916 123-45-67' --service-user-id crm-user-42
   $PWD/$bin api --scheme legacy --by certificate '/GetMyOrganizations?autoRegister=false'   # GET by default
-  $PWD/$bin login --no-qr &     # OpenID Connect: then approve the code it prints as the demo user:
+  $PWD/$bin oidc login --no-qr &     # OpenID Connect: then approve the code it prints as the demo user:
   curl --data-urlencode user_code=CODE --data-urlencode login=ivanov@example.com \\
        --data-urlencode password@$PWD/$demo/user-password --data-urlencode decision=allow http://127.0.0.1:$eport/device
   $PWD/$bin api '/GetMyOrganizations?autoRegister=false'                       # --scheme oidc

@@ -60,8 +60,8 @@ fi
 
 # A shared store without its key: one line, exit 2, before anything starts.
 set +e
-err=$(podman run --rm --network none --no-healthcheck -e SIGNAGENT_STORE=redis://127.0.0.1:1 -e SIGNAGENT_API_URL=http://127.0.0.1:1 \
-	-e SIGNAGENT_AUTH_URL=http://127.0.0.1:1 -e SIGNAGENT_CLIENT_ID=x -e SIGNAGENT_CLIENT_SECRET=y "$image" 2>&1 >/dev/null)
+err=$(podman run --rm --network none --no-healthcheck -e SIGNAGENT_STORE=redis://127.0.0.1:1 -e SIGNAGENT_BUSINESS_URL=http://127.0.0.1:1 \
+	-e SIGNAGENT_OIDC_URL=http://127.0.0.1:1 -e SIGNAGENT_CLIENT_ID=x -e SIGNAGENT_CLIENT_SECRET=y "$image" 2>&1 >/dev/null)
 rc=$?
 set -e
 [ $rc = 2 ] || fail "an agent with a shared store and no key: exit $rc, want 2 ($err)"
@@ -95,7 +95,7 @@ free_port() {
 export REDIS_PORT=$(free_port 26400) EMULATOR_PORT=$(free_port 18400)
 export AGENT1_PORT=$(free_port $((EMULATOR_PORT + 1))) AGENT1_METRICS_PORT=$(free_port $((EMULATOR_PORT + 2)))
 export REDIS_IMAGE=localhost/signagent-redis:$project \
-	SIGNAGENT_API_URL=http://127.0.0.1:$EMULATOR_PORT SIGNAGENT_AUTH_URL=http://127.0.0.1:$EMULATOR_PORT
+	SIGNAGENT_BUSINESS_URL=http://127.0.0.1:$EMULATOR_PORT SIGNAGENT_OIDC_URL=http://127.0.0.1:$EMULATOR_PORT
 emu=http://127.0.0.1:$EMULATOR_PORT
 
 # podman's Docker API on a socket of the test's own, for docker-compose.

@@ -104,7 +104,7 @@ done
 # client secret in /etc/signagent, no PIN and no API key file. The
 # logrotate conffile edited, as an administrator may.
 ex sh -c 'umask 077 && printf "pkgtest-client-secret\n" > /etc/signagent/client-secret' || fail "writing the client secret failed"
-printf 'api-url: http://127.0.0.1:9/\nauth-url: http://127.0.0.1:9/\nclient-id: pkgtest\n' |
+printf 'business-url: http://127.0.0.1:9/\noidc-url: http://127.0.0.1:9/\nclient-id: pkgtest\n' |
 	podman exec -i $name sh -c 'cat > /etc/signagent/agent.yaml && chown root:signagent /etc/signagent/agent.yaml && chmod 0640 /etc/signagent/agent.yaml' ||
 	fail "writing agent.yaml failed"
 ex sh -c 'echo "# kept: the administrator'\''s edit" >> /etc/logrotate.d/signagent'

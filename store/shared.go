@@ -314,7 +314,7 @@ func (s *Shared) holder(held Lease, lease string) (string, error) {
 // that reads it is live: a rollback that stopped every newer agent must
 // not sign anyone out (docs/upgrading.md). A value forged with a newer
 // format's first byte thus answers store_format_newer until it is
-// removed (signagent logout); whoever can write the store can remove
+// removed (signagent oidc logout); whoever can write the store can remove
 // records anyway.
 func (s *Shared) open(ctx context.Context, kind, id string, sealed []byte) ([]byte, uint64, error) {
 	switch f := int(sealed0(sealed)); {

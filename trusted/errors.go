@@ -42,7 +42,7 @@ var explanations = map[string]string{
 	CodeForbiddenForTargetUser: "the target user is an administrator of the organization, and signing in as an administrator this way is forbidden; use a non-administrator account",
 	CodeInvalidAPIKey:          "the service does not accept this API key (or the key lacks the permission this call needs); check the key file and ask the service's support which permissions the key carries",
 	CodeNotID:                  "no trusted-system user identifier was given; pass --service-user-id",
-	CodeUserNotFound:           "no user of the service matches this credential, or the user is not linked to this trusted-system id; check the credential or link the user first (signagent link)",
+	CodeUserNotFound:           "no user of the service matches this credential, or the user is not linked to this trusted-system id; check the credential or link the user first (signagent trusted link)",
 	CodeUserNotUniq:            "more than one user of the service matches this credential; identify the user by another credential (SNILS or certificate thumbprint)",
 	CodeUnknownError:           "the service failed without saying why; try again later, and contact the service's support if it persists",
 	CodeSignatureReused:        "the service refused a signature it had already seen: another process signed the same text (this API key and credential, the same second) a moment ago; try again after a second",

@@ -259,7 +259,7 @@ func (sh *sharedSessions) drop(ctx context.Context, k SessionKey) {
 }
 
 // SharedSession is the trusted session the agents on s share for apiKey,
-// cred and serviceUserID (what `signagent session --store` uses, so that
+// cred and serviceUserID (what `signagent trusted session --store` uses, so that
 // the command line and the agents log in once between them): the store's
 // when it has one younger than ttl, else flow's, run under the identity's
 // lease and kept for ttl. fromStore reports that flow did not run.

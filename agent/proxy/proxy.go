@@ -41,7 +41,7 @@ const requestIDHeader = "X-Request-Id"
 const Prefix = "/v1/service/"
 
 // errNoAPI answers proxied calls when the agent has no business API address.
-var errNoAPI = errdefs.New(errdefs.ErrNotConfigured, "no business API address is configured (--api-url)")
+var errNoAPI = errdefs.New(errdefs.ErrNotConfigured, "no business API address is configured (--business-url)")
 
 // Agent is what the proxy needs of the agent that serves it.
 type Agent interface {

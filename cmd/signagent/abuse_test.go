@@ -191,7 +191,7 @@ func TestSignOutputs(t *testing.T) {
 	dir := t.TempDir()
 	env := serveEnv(tk)
 	sign := func(args ...string) (int, string, string) {
-		cmd := signagent(t, env, append([]string{"sign", "--phone", "9161234567", "--format", "base64"}, args...)...)
+		cmd := signagent(t, env, append([]string{"trusted", "sign", "--phone", "9161234567", "--format", "base64"}, args...)...)
 		var stdout strings.Builder
 		cmd.Stdout = &stdout
 		code, stderr, _ := runBinary(t, cmd)

@@ -31,7 +31,7 @@ func TestAgentOfAnotherUserRefused(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("agent-sock: "+sock+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	session := []string{"session", "--snils", "11223344595", "--service-user-id", "crm-42"}
+	session := []string{"trusted", "session", "--snils", "11223344595", "--service-user-id", "crm-42"}
 	for _, tc := range []struct {
 		name string
 		env  []string

@@ -52,7 +52,7 @@ func proxyBodiesRSS(b *testing.B, callers, size int) (peak int64, ok, busy int64
 	}
 	sock := filepath.Join(dir, "a.sock")
 	a := startServe(b, signagent(b, append(serveEnv(tk), "SIGNAGENT_TOKEN_STORE="+store.Dir), "serve",
-		"--listen", "unix:"+sock, "--audit-log", os.DevNull, "--api-url", slow.URL, "--request-deadline", "60s"), sock)
+		"--listen", "unix:"+sock, "--audit-log", os.DevNull, "--business-url", slow.URL, "--request-deadline", "60s"), sock)
 	body := bytes.Repeat([]byte("x"), size)
 	var wg sync.WaitGroup
 	var nok, nbusy atomic.Int64

@@ -57,7 +57,7 @@ func newBrowserBed(t *testing.T) *browserBed {
 		shots = t.TempDir()
 	}
 	return &browserBed{emu: emu, redirect: redirect, shots: shots, env: []string{
-		"XDG_STATE_HOME=" + t.TempDir(), "SIGNAGENT_AUTH_URL=" + emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
+		"XDG_STATE_HOME=" + t.TempDir(), "SIGNAGENT_OIDC_URL=" + emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
 		"SIGNAGENT_CLIENT_SECRET=s3cret-of-the-app", "SIGNAGENT_SPACE=staging", "DISPLAY=", "WAYLAND_DISPLAY=", "BROWSER="}}
 }
 
@@ -77,12 +77,12 @@ func browser(t *testing.T) context.Context {
 	return ctx
 }
 
-// login runs signagent login and returns the lines it prints on stdout
+// login runs signagent oidc login and returns the lines it prints on stdout
 // (the result) and stderr (the instructions), as they come, and a channel
 // with its exit status and stderr.
 func (b *browserBed) login(t *testing.T, args ...string) (<-chan string, <-chan [2]string) {
 	t.Helper()
-	cmd := signagent(t, b.env, append([]string{"login"}, args...)...)
+	cmd := signagent(t, b.env, append([]string{"oidc", "login"}, args...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

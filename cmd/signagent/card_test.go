@@ -44,7 +44,7 @@ func TestCardCLI(t *testing.T) {
 	t.Run("sign: OpenSSL verifies with the card's certificate", func(t *testing.T) {
 		dir := t.TempDir()
 		sig, text := filepath.Join(dir, "sig.der"), filepath.Join(dir, "text")
-		cmd := signagent(t, cardEnv(card), append([]string{"sign", "--phone", "9161234567", "--out", sig, "--text-out", text},
+		cmd := signagent(t, cardEnv(card), append([]string{"trusted", "sign", "--phone", "9161234567", "--out", sig, "--text-out", text},
 			cardArgs(card, card.PINFile)...)...)
 		if code, stderr, took := runBinary(t, cmd); code != cmdutil.ExitOK {
 			t.Fatalf("sign on the card: exit %d after %v: %s", code, took, stderr)
@@ -68,8 +68,8 @@ func TestCardCLI(t *testing.T) {
 			Users:    []emulator.User{{ID: "u1", Phone: "9161234567", Linked: []string{"p:crm-42"}}},
 		})
 		var stdout strings.Builder
-		cmd := signagent(t, cardEnv(card), append([]string{"session", "--phone", "9161234567", "--service-user-id", "crm-42",
-			"--base-url", emu.URL()}, cardArgs(card, card.PINFile)...)...)
+		cmd := signagent(t, cardEnv(card), append([]string{"trusted", "session", "--phone", "9161234567", "--service-user-id", "crm-42",
+			"--trusted-url", emu.URL()}, cardArgs(card, card.PINFile)...)...)
 		cmd.Stdout = &stdout
 		if code, stderr, _ := runBinary(t, cmd); code != cmdutil.ExitOK || len(strings.TrimSpace(stdout.String())) != 43 {
 			t.Fatalf("session on the card: exit %d, stdout %q: %s", code, stdout.String(), stderr)
@@ -140,7 +140,7 @@ func TestCardCLIPIN(t *testing.T) {
 		return code, stderr
 	}
 	sign := func(pinFile string, extra ...string) (int, string) {
-		cmd := signagent(t, cardEnv(card), append(append([]string{"sign", "--phone", "9161234567", "--format", "base64"},
+		cmd := signagent(t, cardEnv(card), append(append([]string{"trusted", "sign", "--phone", "9161234567", "--format", "base64"},
 			cardArgs(card, pinFile)...), extra...)...)
 		cmd.Stdout = nil
 		code, stderr, _ := runBinary(t, cmd)
@@ -209,7 +209,7 @@ func TestCardCLITwoCards(t *testing.T) {
 	verifies := func(c *pkcs11test.Card) int { return strings.Count(c.BridgeLog(t), "APDU 00 20 00 00 (13 bytes)") }
 
 	var stdout strings.Builder
-	cmd := signagent(t, cardEnv(card), "tokens", "--module", card.Module)
+	cmd := signagent(t, cardEnv(card), "token", "list", "--module", card.Module)
 	cmd.Stdout = &stdout
 	if code, stderr, _ := runBinary(t, cmd); code != cmdutil.ExitOK {
 		t.Fatalf("tokens with two cards: exit %d: %s", code, stderr)
@@ -221,7 +221,7 @@ func TestCardCLITwoCards(t *testing.T) {
 	slots := cardSlots(t, card)
 
 	sign := func(args ...string) (int, string) {
-		cmd := signagent(t, cardEnv(card), append([]string{"sign", "--phone", "9161234567", "--format", "base64", "--module", card.Module,
+		cmd := signagent(t, cardEnv(card), append([]string{"trusted", "sign", "--phone", "9161234567", "--format", "base64", "--module", card.Module,
 			"--pin-file", card.PINFile}, args...)...)
 		cmd.Stdout = nil
 		code, stderr, _ := runBinary(t, cmd)
@@ -284,7 +284,7 @@ func TestCardCLINoPCSCD(t *testing.T) {
 	card.StopPCSCD(t)
 	pins := func() int { return strings.Count(card.BridgeLog(t), "APDU 00 20 00 00 (13 bytes)") } // a VERIFY with a PIN
 	before := pins()
-	cmd := signagent(t, cardEnv(card), append([]string{"sign", "--phone", "9161234567", "--format", "base64", "--token-timeout", "30s"},
+	cmd := signagent(t, cardEnv(card), append([]string{"trusted", "sign", "--phone", "9161234567", "--format", "base64", "--token-timeout", "30s"},
 		cardArgs(card, card.PINFile)...)...)
 	cmd.Stdout = nil
 	code, stderr, took := runBinary(t, cmd)

@@ -18,7 +18,7 @@ import (
 
 // TestCertificateLoginDocumentCLI: a hostile business API sends windows
 // of a document sealed by OpenSSL to the GOST card's certificate as
-// challenges to `signagent legacy-token --by certificate` (issue 45, item
+// challenges to `signagent legacy token --by certificate` (issue 45, item
 // 0), one command after another on one shared store, as a cron job or
 // several hosts would run it. The first window of a challenge's length
 // opens (nothing tells it from a challenge); the next, with the same key
@@ -56,7 +56,7 @@ func TestCertificateLoginDocumentCLI(t *testing.T) {
 	key := filepath.Join(t.TempDir(), "store.key")
 	makeStoreKey(t, key)
 	env := []string{"SIGNAGENT_PKCS11_MODULE=" + g.Module(), "SIGNAGENT_PIN_FILE=" + g.PINFile(), "SIGNAGENT_TOKEN_LABEL=" + g.Label,
-		"SIGNAGENT_DEVELOPER_KEY=testClient-77aa88bb99", "SIGNAGENT_API_URL=" + srv.URL,
+		"SIGNAGENT_DEVELOPER_KEY=testClient-77aa88bb99", "SIGNAGENT_BUSINESS_URL=" + srv.URL,
 		"SIGNAGENT_STORE=" + redis.URL(), "SIGNAGENT_STORE_KEY_FILE=" + key, "SIGNAGENT_LOG_LEVEL=warn"}
 	want := []struct {
 		code int
@@ -71,7 +71,7 @@ func TestCertificateLoginDocumentCLI(t *testing.T) {
 		mu.Lock()
 		cur = i
 		mu.Unlock()
-		code, stderr, _ := runBinary(t, signagent(t, env, "legacy-token", "--by", "certificate"))
+		code, stderr, _ := runBinary(t, signagent(t, env, "legacy", "token", "--by", "certificate"))
 		if code != w.code || !strings.Contains(stderr, w.line) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
 			t.Fatalf("window %v: exit %d, want %d and %q:\n%s", windows[i], code, w.code, w.line, stderr)
 		}

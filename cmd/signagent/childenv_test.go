@@ -75,11 +75,11 @@ func TestBrowserGetsNoSecrets(t *testing.T) {
 	if err := os.WriteFile(browser, []byte("#!/bin/sh\nenv > "+rec+".part && mv "+rec+".part "+rec+"\n"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	env := append(secretEnv(), "XDG_STATE_HOME="+t.TempDir(), "SIGNAGENT_AUTH_URL="+emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
+	env := append(secretEnv(), "XDG_STATE_HOME="+t.TempDir(), "SIGNAGENT_OIDC_URL="+emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
 		"SIGNAGENT_SPACE=staging", "BROWSER="+browser,
 		// The client secret itself, as a user gives it.
 		secret.ClientSecretEnv+"=secret-of-"+secret.ClientSecretEnv, secret.ClientSecretEnv+"_FILE=")
-	cmd := signagent(t, env, "login", "--flow", "code", "--redirect-uri", redirect, "--login-timeout", "60s")
+	cmd := signagent(t, env, "oidc", "login", "--flow", "code", "--redirect-uri", redirect, "--login-timeout", "60s")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -139,7 +139,7 @@ __attribute__((constructor)) static void record(void) {
 	if out, err := exec.Command(gcc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
-	cmd := signagent(t, append(secretEnv(), "RECORD_TO="+rec), "tokens", "--module", lib)
+	cmd := signagent(t, append(secretEnv(), "RECORD_TO="+rec), "token", "list", "--module", lib)
 	code, stderr, _ := runBinary(t, cmd)
 	if code == 0 || !strings.Contains(stderr, lib) {
 		t.Fatalf("exit %d: %s", code, stderr)

@@ -43,7 +43,7 @@ func TestDoctorAgentFilesAsServe(t *testing.T) {
 		}
 		return writeSecret(t, dir, "agent.yaml", strings.Join([]string{
 			"bearer-token-file: " + bearer, "tls-cert: " + cert, "tls-key: " + key, `audit-log: "-"`,
-			"api-url: " + r.emu.URL(), "developer-key-file: " + writeSecret(t, dir, "developer-key", doctorDevKey),
+			"business-url: " + r.emu.URL(), "developer-key-file: " + writeSecret(t, dir, "developer-key", doctorDevKey),
 			"legacy-password-file: [crm=" + pw + "]"}, "\n"))
 	}
 	serve := func(cfg, sock string) []string {

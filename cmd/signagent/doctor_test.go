@@ -56,7 +56,7 @@ func newDoctorRig(t *testing.T) *doctorRig {
 	}
 	t.Setenv("SIGNAGENT_API_KEY", "")
 	r := &doctorRig{tk: tk, emu: emu, dir: dir}
-	r.args = []string{"--base-url", emu.URL(), "--api-url", emu.URL(), "--auth-url", emu.URL(), "--client-id", doctorClientID,
+	r.args = []string{"--trusted-url", emu.URL(), "--business-url", emu.URL(), "--oidc-url", emu.URL(), "--client-id", doctorClientID,
 		"--api-key-file", write("api-key", testAPIKey), "--developer-key-file", write("developer-key", doctorDevKey),
 		"--client-secret-file", write("client-secret", doctorSecret), "--token-store", filepath.Join(dir, "state"),
 		"--module", tk.Module, "--token-label", tk.Label, "--key-label", tk.RSA.Label, "--pin-file", tk.PINFile}
@@ -117,7 +117,7 @@ func TestDoctor(t *testing.T) {
 		want(t, checks, "settings", "ok", `settings file`)
 		want(t, checks, "api-key", "ok", `^read from the file .*api-key \(--api-key-file\)$`)
 		want(t, checks, "pin", "ok", `not tried`)
-		for _, name := range []string{"base-url", "api-url", "auth-url"} {
+		for _, name := range []string{"trusted-url", "business-url", "oidc-url"} {
 			want(t, checks, name, "ok", `^http://127\.0\.0\.1:\d+ answered HTTP \d+ in .*plain http`)
 		}
 		want(t, checks, "clock", "ok", `^this machine's clock (agrees with the service's to the second|is 1s (behind|ahead of) the service's) \(within 5s\)$`)
@@ -182,10 +182,10 @@ func TestDoctor(t *testing.T) {
 	})
 
 	t.Run("unreachable identity provider", func(t *testing.T) {
-		code, checks, _ := r.doctor(t, "--auth-url", "http://127.0.0.1:1")
-		want(t, checks, "auth-url", "fail", `^could not reach the identity provider at http://127\.0\.0\.1:1: .*refused; check the address`)
+		code, checks, _ := r.doctor(t, "--oidc-url", "http://127.0.0.1:1")
+		want(t, checks, "oidc-url", "fail", `^could not reach the identity provider at http://127\.0\.0\.1:1: .*refused; check the address`)
 		want(t, checks, "oidc discovery", "fail", `127\.0\.0\.1:1`)
-		want(t, checks, "base-url", "ok", `answered`)
+		want(t, checks, "trusted-url", "ok", `answered`)
 		if code != cmdutil.ExitFailure {
 			t.Fatalf("exit %d", code)
 		}
@@ -298,9 +298,9 @@ func TestDoctorStore(t *testing.T) {
 	// The refresh token's lifetime (the provider does not say it): within
 	// 7 days a warning, past it a failure, naming the sign-in to run.
 	_, checks, _ = r.doctor(t, "--store", rs.URL(), "--store-key-file", keyA, "--refresh-token-lifetime", "72h")
-	want(t, checks, "oidc profile", "warn", `: the refresh token lapses by .* \(within 7 days\); sign in again before then: signagent login --profile default$`)
+	want(t, checks, "oidc profile", "warn", `: the refresh token lapses by .* \(within 7 days\); sign in again before then: signagent oidc login --profile default$`)
 	code, checks, _ = r.doctor(t, "--store", rs.URL(), "--store-key-file", keyA, "--refresh-token-lifetime", "1ms")
-	want(t, checks, "oidc profile", "fail", `: the refresh token lapsed by .* \(--refresh-token-lifetime 1ms from its last use\); sign in again: signagent login --profile default$`)
+	want(t, checks, "oidc profile", "fail", `: the refresh token lapsed by .* \(--refresh-token-lifetime 1ms from its last use\); sign in again: signagent oidc login --profile default$`)
 	if code != 1 {
 		t.Fatalf("a lapsed refresh token: exit %d, want 1", code)
 	}

@@ -55,7 +55,7 @@ func (s *openSSLService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Certificate login with challenges OpenSSL's gost engine sealed to the
 // token's certificate (256 and 512-bit keys; content S-box TC26-Z and
 // CryptoPro-A; the committed fixtures and fresh ones), opened on the GOST
-// test module by the CLI (legacy-token, header) and by the agent
+// test module by the CLI (legacy token, header) and by the agent
 // (/v1/authorizations).
 func TestGOSTCertLoginOpenSSL(t *testing.T) {
 	for _, bits := range []string{"256", "512"} {
@@ -78,9 +78,9 @@ func TestGOSTCertLoginOpenSSL(t *testing.T) {
 			srv := httptest.NewServer(svc)
 			defer srv.Close()
 			env := []string{"SIGNAGENT_PKCS11_MODULE=" + g.Module(), "SIGNAGENT_PIN_FILE=" + g.PINFile(), "SIGNAGENT_TOKEN_LABEL=" + g.Label,
-				"SIGNAGENT_DEVELOPER_KEY=testClient-77aa88bb99", "SIGNAGENT_API_URL=" + srv.URL}
-			for _, args := range [][]string{{"legacy-token", "--by", "certificate"}, {"header", "--scheme", "legacy", "--by", "certificate"},
-				{"legacy-token", "--by", "certificate"}, {"legacy-token", "--by", "certificate"}} {
+				"SIGNAGENT_DEVELOPER_KEY=testClient-77aa88bb99", "SIGNAGENT_BUSINESS_URL=" + srv.URL}
+			for _, args := range [][]string{{"legacy", "token", "--by", "certificate"}, {"header", "--scheme", "legacy", "--by", "certificate"},
+				{"legacy", "token", "--by", "certificate"}, {"legacy", "token", "--by", "certificate"}} {
 				out, err := signagent(t, env, args...).Output()
 				if err != nil || !strings.Contains(string(out), "openssl-sealed-") {
 					t.Fatalf("%v: %v: %s", args, err, out)

@@ -43,7 +43,7 @@ func TestGOSTCardFaultsCLI(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "sig.der")
 			r.card.SetFault(t, c.fault)
 			verifies, psos, before := r.verifies(t), r.psos(t), len(r.card.BridgeLog(t))
-			cmd := signagent(t, r.env(), append([]string{"sign", "--phone", "9161234567", "--out", out}, r.args(r.card.PINFile)...)...)
+			cmd := signagent(t, r.env(), append([]string{"trusted", "sign", "--phone", "9161234567", "--out", out}, r.args(r.card.PINFile)...)...)
 			code, stderr, _ := runBinary(t, cmd)
 			log := r.card.BridgeLog(t)[before:]
 			if code != cmdutil.ExitFailure {

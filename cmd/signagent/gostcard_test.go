@@ -82,7 +82,7 @@ func TestGOSTCardCLI(t *testing.T) {
 	t.Run("sign: OpenSSL's gost engine verifies the CMS", func(t *testing.T) {
 		dir := t.TempDir()
 		sig, text := filepath.Join(dir, "sig.der"), filepath.Join(dir, "text")
-		cmd := signagent(t, r.env(), append([]string{"sign", "--phone", "9161234567", "--out", sig, "--text-out", text}, r.args(r.card.PINFile)...)...)
+		cmd := signagent(t, r.env(), append([]string{"trusted", "sign", "--phone", "9161234567", "--out", sig, "--text-out", text}, r.args(r.card.PINFile)...)...)
 		before := len(r.card.BridgeLog(t))
 		if code, stderr, took := runBinary(t, cmd); code != cmdutil.ExitOK {
 			t.Fatalf("sign on the GOST card: exit %d after %v: %s", code, took, stderr)
@@ -113,7 +113,7 @@ func TestGOSTCardCLI(t *testing.T) {
 			Users:    []emulator.User{{ID: "u1", Phone: "9161234567", Linked: []string{"p:crm-42"}}},
 		})
 		var stdout strings.Builder
-		cmd := signagent(t, r.env(), append([]string{"session", "--phone", "9161234567", "--service-user-id", "crm-42", "--base-url", emu.URL()},
+		cmd := signagent(t, r.env(), append([]string{"trusted", "session", "--phone", "9161234567", "--service-user-id", "crm-42", "--trusted-url", emu.URL()},
 			r.args(r.card.PINFile)...)...)
 		cmd.Stdout = &stdout
 		if code, stderr, _ := runBinary(t, cmd); code != cmdutil.ExitOK || len(strings.TrimSpace(stdout.String())) != 43 {
@@ -137,7 +137,7 @@ func TestGOSTCardCLI(t *testing.T) {
 
 	t.Run("certificate login asked of the card: not offered, no PIN sent", func(t *testing.T) {
 		before := strings.Count(r.card.BridgeLog(t), "APDU 00 20 00 02 [8 bytes hidden]")
-		cmd := signagent(t, r.env("SIGNAGENT_DEVELOPER_KEY=testClient-77aa88bb99", "SIGNAGENT_API_URL=http://127.0.0.1:9"),
+		cmd := signagent(t, r.env("SIGNAGENT_DEVELOPER_KEY=testClient-77aa88bb99", "SIGNAGENT_BUSINESS_URL=http://127.0.0.1:9"),
 			append([]string{"header", "--scheme", "legacy", "--by", "certificate"}, r.args(r.card.PINFile)...)...)
 		code, stderr, _ := runBinary(t, cmd)
 		if code == cmdutil.ExitOK {
@@ -153,7 +153,7 @@ func TestGOSTCardCLI(t *testing.T) {
 		other := pkcs11test.NewGOST(t, 256, gosttoken.Options{})
 		args := r.args(r.card.PINFile)
 		args[len(args)-1] = other.CertFile()
-		cmd := signagent(t, r.env(), append([]string{"sign", "--phone", "9161234567", "--format", "base64"}, args...)...)
+		cmd := signagent(t, r.env(), append([]string{"trusted", "sign", "--phone", "9161234567", "--format", "base64"}, args...)...)
 		code, stderr, _ := runBinary(t, cmd)
 		if code != cmdutil.ExitBadInput {
 			t.Fatalf("exit %d, want %d: %s", code, cmdutil.ExitBadInput, stderr)
@@ -174,7 +174,7 @@ func TestGOSTCardCLIPIN(t *testing.T) {
 	wrong := filepath.Join(t.TempDir(), "pin")
 	os.WriteFile(wrong, []byte("00000000\n"), 0o600)
 	sign := func(pinFile string, extra ...string) (int, string) {
-		cmd := signagent(t, r.env(), append(append([]string{"sign", "--phone", "9161234567", "--format", "base64"}, r.args(pinFile)...), extra...)...)
+		cmd := signagent(t, r.env(), append(append([]string{"trusted", "sign", "--phone", "9161234567", "--format", "base64"}, r.args(pinFile)...), extra...)...)
 		code, stderr, _ := runBinary(t, cmd)
 		return code, stderr
 	}

@@ -82,14 +82,14 @@ func TestGOSTRawOnlyTrusted(t *testing.T) {
 
 	dir := t.TempDir()
 	sig, text := filepath.Join(dir, "sig.der"), filepath.Join(dir, "text")
-	if code, stderr, _ := runBinary(t, signagent(t, env, "sign", "--phone", "9161234567", "--out", sig, "--text-out", text)); code != 0 {
+	if code, stderr, _ := runBinary(t, signagent(t, env, "trusted", "sign", "--phone", "9161234567", "--out", sig, "--text-out", text)); code != 0 {
 		t.Fatalf("sign: exit %d: %s", code, stderr)
 	}
 	der, _ := os.ReadFile(sig)
 	content, _ := os.ReadFile(text)
 	signertest.RequireGOSTExternalVerify(t, der, content, g.Cert)
 
-	out, err := signagent(t, env, "session", "--phone", "9161234567", "--service-user-id", "crm-42", "--base-url", emu.URL()).Output()
+	out, err := signagent(t, env, "trusted", "session", "--phone", "9161234567", "--service-user-id", "crm-42", "--trusted-url", emu.URL()).Output()
 	if err != nil || len(strings.TrimSpace(string(out))) != 43 {
 		t.Fatalf("session: %v: %q", err, out)
 	}
@@ -99,7 +99,7 @@ func TestGOSTRawOnlyTrusted(t *testing.T) {
 	// serve takes the certificate's file from its settings file.
 	cfg := filepath.Join(dir, "config.yaml")
 	os.WriteFile(cfg, []byte("certificate-file: "+cert+"\n"), 0o600)
-	a := startServe(t, signagent(t, env[:len(env)-1], "serve", "--config", cfg, "--listen", "unix:"+sock, "--audit-log", "-", "--base-url", emu.URL()), sock)
+	a := startServe(t, signagent(t, env[:len(env)-1], "serve", "--config", cfg, "--listen", "unix:"+sock, "--audit-log", "-", "--trusted-url", emu.URL()), sock)
 	code, body := a.do("POST", "/v1/signatures", `{"phone":"9161234567"}`)
 	if code != 200 || !strings.Contains(body, `"certificateThumbprint":"`+thumb+`"`) {
 		t.Fatalf("/v1/signatures: %d %s\n%s", code, body, a.stderr.String())
@@ -182,7 +182,7 @@ func TestGOSTRawOnlyBadInput(t *testing.T) {
 		})
 	}
 	t.Run("certificate login", func(t *testing.T) {
-		code, stderr, _ := runBinary(t, signagent(t, append(env, "SIGNAGENT_CERTIFICATE_FILE="+cert, "SIGNAGENT_DEVELOPER_KEY=testClient-77aa88bb99", "SIGNAGENT_API_URL=http://127.0.0.1:9"),
+		code, stderr, _ := runBinary(t, signagent(t, append(env, "SIGNAGENT_CERTIFICATE_FILE="+cert, "SIGNAGENT_DEVELOPER_KEY=testClient-77aa88bb99", "SIGNAGENT_BUSINESS_URL=http://127.0.0.1:9"),
 			"header", "--scheme", "legacy", "--by", "certificate"))
 		if code == 0 {
 			t.Fatal("certificate login on a raw-only token succeeded")

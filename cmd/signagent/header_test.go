@@ -40,7 +40,7 @@ func TestHeaderLoginRetries(t *testing.T) {
 	}()
 	env := []string{"SIGNAGENT_DEVELOPER_KEY=testClient-5a6b7c8d9e", "SIGNAGENT_PASSWORD=pw"}
 	code, stderr, _ := runBinary(t, signagent(t, env, "header", "--no-agent", "--scheme", "legacy", "--by", "password", "--login", "a@example.com",
-		"--api-url", "http://"+ln.Addr().String(), "--request-timeout", "1s", "--attempts", "2"))
+		"--business-url", "http://"+ln.Addr().String(), "--request-timeout", "1s", "--attempts", "2"))
 	if code != cmdutil.ExitTransport || strings.Count(strings.TrimSpace(stderr), "\n") > 1 {
 		t.Fatalf("exit %d, want %d: %s", code, cmdutil.ExitTransport, stderr)
 	}

@@ -21,6 +21,9 @@ func TestFlagPlaceholders(t *testing.T) {
 			if _, isBool := f.(*cli.BoolFlag); isBool {
 				continue
 			}
+			if v, ok := f.(cli.VisibleFlag); ok && !v.IsVisible() {
+				continue // an old spelling, never shown
+			}
 			d, ok := f.(cli.DocGenerationFlag)
 			if !ok {
 				continue
@@ -31,9 +34,33 @@ func TestFlagPlaceholders(t *testing.T) {
 		}
 	}
 	check("signagent", app.Flags)
-	for _, c := range app.Commands {
-		check(c.Name, c.Flags)
+	for _, c := range commandsOf(app) {
+		check(c.path, c.Flags)
 	}
+}
+
+// aCommand is a command of the tree with its path (oidc login).
+type aCommand struct {
+	*cli.Command
+	path string
+}
+
+// commandsOf are app's commands shown in help, each followed by its
+// subcommands; the hidden old spellings aside.
+func commandsOf(app *cli.App) []aCommand {
+	var out []aCommand
+	var walk func(prefix string, cmds []*cli.Command)
+	walk = func(prefix string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			if c.Hidden {
+				continue
+			}
+			out = append(out, aCommand{c, prefix + c.Name})
+			walk(prefix+c.Name+" ", c.Subcommands)
+		}
+	}
+	walk("", app.Commands)
+	return out
 }
 
 // TestRootHelpGroups: the root help lists the commands by job, in the
@@ -45,8 +72,7 @@ func TestRootHelpGroups(t *testing.T) {
 	}
 	help := out.String()
 	last := -1
-	for _, g := range []string{"Auth.sid by trusted authentication:", "Business calls and the legacy scheme:", "OpenID Connect sign-in:",
-		"Running the agent:", "Smart cards and tokens:", "This program:"} {
+	for _, g := range []string{"Authentication schemes:", "Business calls:", "Running the agent:", "Smart cards and tokens:", "This program:"} {
 		i := strings.Index(help, "\n   "+g+"\n")
 		if i < 0 || i < last {
 			t.Fatalf("the group %q is missing or out of order:\n%s", g, help)
@@ -91,7 +117,7 @@ func TestCLIReference(t *testing.T) {
 // a missing setting, not at a usage error.
 func TestHelpExamplesParse(t *testing.T) {
 	t.Chdir(t.TempDir())
-	for _, v := range []string{"SIGNAGENT_API_KEY", "SIGNAGENT_API_KEY_FILE", "SIGNAGENT_BASE_URL", "SIGNAGENT_API_URL", "SIGNAGENT_AUTH_URL",
+	for _, v := range []string{"SIGNAGENT_API_KEY", "SIGNAGENT_API_KEY_FILE", "SIGNAGENT_TRUSTED_URL", "SIGNAGENT_BUSINESS_URL", "SIGNAGENT_OIDC_URL",
 		"SIGNAGENT_CLIENT_ID", "SIGNAGENT_PIN", "SIGNAGENT_PIN_FILE", "SIGNAGENT_DEVELOPER_KEY"} {
 		t.Setenv(v, "")
 	}
@@ -99,10 +125,10 @@ func TestHelpExamplesParse(t *testing.T) {
 	t.Setenv("XDG_STATE_HOME", t.TempDir())
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir()) // config set's example writes there
 	n := 0
-	for _, c := range app.NewApp(strings.NewReader(""), io.Discard, io.Discard).Commands {
+	for _, c := range commandsOf(app.NewApp(strings.NewReader(""), io.Discard, io.Discard)) {
 		for _, line := range strings.Split(c.Description, "\n") {
 			line = strings.TrimSpace(line)
-			if !strings.HasPrefix(line, "signagent "+c.Name) {
+			if !strings.HasPrefix(line, "signagent "+c.path) {
 				continue
 			}
 			line, _, _ = strings.Cut(line, " | ") // the shell's part of the example
@@ -110,7 +136,7 @@ func TestHelpExamplesParse(t *testing.T) {
 			line, _, _ = strings.Cut(line, " && ")
 			n++
 			args := strings.Fields(strings.ReplaceAll(line, "'", ""))
-			if c.Name == "serve" || c.Name == "dev-token" {
+			if c.path == "serve" || c.path == "token dev" {
 				// These would serve or make a token: parsed only, as
 				// --help parses every flag before it shows the help.
 				args = append(args, "--help")
@@ -129,12 +155,17 @@ func TestHelpExamplesParse(t *testing.T) {
 	}
 }
 
-// TestEveryCommandHasExamples: each command's help ends with examples.
+// TestEveryCommandHasExamples: each command's help ends with examples:
+// the top level's, the nouns' and the commands under them (agent's and
+// config's subcommands share their parent's).
 func TestEveryCommandHasExamples(t *testing.T) {
 	t.Parallel()
-	for _, c := range app.NewApp(strings.NewReader(""), io.Discard, io.Discard).Commands {
+	for _, c := range commandsOf(app.NewApp(strings.NewReader(""), io.Discard, io.Discard)) {
+		if parent, _, sub := strings.Cut(c.path, " "); sub && (parent == "agent" || parent == "config") {
+			continue
+		}
 		if !strings.Contains(c.Description, "Examples:\n") {
-			t.Errorf("signagent %s --help has no examples (cmdutil.Examples)", c.Name)
+			t.Errorf("signagent %s --help has no examples (cmdutil.Examples)", c.path)
 		}
 	}
 }

@@ -54,7 +54,7 @@ func TestLegacyTokenKeyInputs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			code := run([]string{"signagent", "legacy-token", "--by", "certificate", "--api-url", tc.url, "--module", tk.Module,
+			code := run([]string{"signagent", "legacy", "token", "--by", "certificate", "--business-url", tc.url, "--module", tk.Module,
 				"--token-label", tk.Label, "--key-label", tc.key, "--pin-file", tk.PINFile, "--attempts", "1"}, strings.NewReader(""), &stdout, &stderr)
 			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 			last := lines[len(lines)-1]

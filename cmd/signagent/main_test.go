@@ -87,7 +87,7 @@ func TestBadInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("SIGNAGENT_API_KEY", tc.apiKey)
 			var stdout, stderr bytes.Buffer
-			args := append(append([]string{"signagent", "sign"}, base...), tc.args...)
+			args := append(append([]string{"signagent", "trusted", "sign"}, base...), tc.args...)
 			code := run(args, strings.NewReader(""), &stdout, &stderr)
 			if code != tc.code {
 				t.Fatalf("exit %d, want %d; stderr: %s", code, tc.code, stderr.String())

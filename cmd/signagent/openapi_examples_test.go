@@ -202,7 +202,7 @@ func TestOpenAPIExamplesMatchAgent(t *testing.T) {
 	sock := filepath.Join(dir, "w.sock")
 	waiting := startServe(t, signagent(t, append(serveEnv(b.tk), "SIGNAGENT_TOKEN_LABEL=crm-token", "XDG_STATE_HOME="+dir,
 		"SIGNAGENT_DEVELOPER_KEY=testClient-0a1b2c3d4e"), "serve",
-		"--listen", "unix:"+sock, "--audit-log", os.DevNull, "--base-url", b.emu.URL(), "--api-url", b.emu.URL(),
+		"--listen", "unix:"+sock, "--audit-log", os.DevNull, "--trusted-url", b.emu.URL(), "--business-url", b.emu.URL(),
 		"--log-level", "error"), sock)
 	code, text := waiting.do("GET", "/readyz", "")
 	answers = append(answers, liveAnswer{"GET /readyz 503", code, text})

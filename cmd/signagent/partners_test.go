@@ -55,7 +55,7 @@ func newPartnerBed(t *testing.T, args ...string) *partnerBed {
 	env := append(serveEnv(tk), "SIGNAGENT_DEVELOPER_KEY=testClient-0a1b2c3d4e", "XDG_STATE_HOME="+dir)
 	b.agentProc = startServe(t, signagent(t, env, append([]string{"serve", "--listen", "unix:" + sock,
 		"--listen", "tcp:127.0.0.1:0", "--bearer-token-file", b.bearer, "--audit-log", os.DevNull,
-		"--base-url", emu.URL(), "--api-url", emu.URL(), "--expose-legacy-header", "--log-level", "info"}, args...)...), sock)
+		"--trusted-url", emu.URL(), "--business-url", emu.URL(), "--expose-legacy-header", "--log-level", "info"}, args...)...), sock)
 	b.url = "http://" + b.agentProc.tcpAddr(t)
 	eventuallyReady(t, b.agentProc)
 	return b

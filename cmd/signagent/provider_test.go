@@ -93,11 +93,11 @@ func (p *hostileProvider) setDevice(m map[string]any) {
 }
 
 func (p *hostileProvider) env(t *testing.T) []string {
-	return []string{"XDG_STATE_HOME=" + t.TempDir(), "SIGNAGENT_AUTH_URL=" + p.url, "SIGNAGENT_CLIENT_ID=crm-app",
+	return []string{"XDG_STATE_HOME=" + t.TempDir(), "SIGNAGENT_OIDC_URL=" + p.url, "SIGNAGENT_CLIENT_ID=crm-app",
 		"SIGNAGENT_CLIENT_SECRET=s3cret-of-the-app", "SIGNAGENT_SPACE=staging", "DISPLAY=", "WAYLAND_DISPLAY=", "BROWSER="}
 }
 
-// TestTokenRefreshEndlessKeySet: `signagent token` refreshing an expired
+// TestTokenRefreshEndlessKeySet: `signagent oidc token` refreshing an expired
 // access token meets a provider whose key set never ends; it fails in one
 // line (exit 4) after reading about a megabyte of it, not the 64 MiB
 // offered.
@@ -113,7 +113,7 @@ func TestTokenRefreshEndlessKeySet(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout bytes.Buffer
-	cmd := signagent(t, env, "token")
+	cmd := signagent(t, env, "oidc", "token")
 	cmd.Stdout = &stdout
 	code, stderr, _ := runBinary(t, cmd)
 	if code != cmdutil.ExitTransport || stdout.Len() != 0 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 ||
@@ -143,7 +143,7 @@ func TestLoginDeviceHostileText(t *testing.T) {
 			edit(device)
 			p.setDevice(device)
 			var stdout bytes.Buffer
-			cmd := signagent(t, p.env(t), "login", "--no-qr")
+			cmd := signagent(t, p.env(t), "oidc", "login", "--no-qr")
 			cmd.Stdout = &stdout
 			code, stderr, _ := runBinary(t, cmd)
 			if code != cmdutil.ExitTransport || strings.ContainsAny(stdout.String()+stderr, "\x1b\x07") ||
@@ -154,7 +154,7 @@ func TestLoginDeviceHostileText(t *testing.T) {
 	}
 	p.setDevice(map[string]any{"device_code": "dc", "user_code": "ABCDEFGH", "verification_uri": p.url + "/device",
 		"expires_in": 3, "interval": int64(1e10)})
-	cmd := signagent(t, p.env(t), "login", "--no-qr")
+	cmd := signagent(t, p.env(t), "oidc", "login", "--no-qr")
 	code, stderr, _ := runBinary(t, cmd)
 	if code != cmdutil.ExitSignIn || p.devicePolls.Load() != 0 {
 		t.Fatalf("exit %d (want %d), %d polls: %s", code, cmdutil.ExitSignIn, p.devicePolls.Load(), stderr)

@@ -34,10 +34,10 @@ func linkedTo(t *testing.T, tk *pkcs11test.Token) *emulator.Server {
 	})
 }
 
-// runSession runs `signagent session` for crm-42 in process.
+// runSession runs `signagent trusted session` for crm-42 in process.
 func runSession(tk *pkcs11test.Token, emu *emulator.Server, logLevel string, extra ...string) (int, string, string) {
 	var stdout, stderr bytes.Buffer
-	args := append([]string{"signagent", "--log-level", logLevel, "session", "--phone", "9161234567", "--service-user-id", "crm-42", "--base-url", emu.URL(),
+	args := append([]string{"signagent", "--log-level", logLevel, "trusted", "session", "--phone", "9161234567", "--service-user-id", "crm-42", "--trusted-url", emu.URL(),
 		"--module", tk.Module, "--token-label", tk.Label, "--key-label", tk.RSA.Label, "--pin-file", tk.PINFile}, extra...)
 	code := run(args, strings.NewReader(""), &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
@@ -45,7 +45,7 @@ func runSession(tk *pkcs11test.Token, emu *emulator.Server, logLevel string, ext
 
 // TestSessionSignatureReused: when the service refuses a step-1 signature
 // as one it has already seen (another process signed the same text in the
-// same second), `signagent session --attempts 1` exits 6 with one line that
+// same second), `signagent trusted session --attempts 1` exits 6 with one line that
 // says so and to retry after a second, not "a required parameter is
 // missing"; with the default attempts it signs again a second later and
 // succeeds. The emulator is told to answer SignatureReused (a fault): two

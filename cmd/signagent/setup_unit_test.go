@@ -50,9 +50,9 @@ func TestUserUnitServesSetupContext(t *testing.T) {
 		return string(out)
 	}
 	base := []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}
-	// eval "$(signagent dev-token --dir hsm)", as an operator starts.
+	// eval "$(signagent token dev --dir hsm)", as an operator starts.
 	shell := append([]string{}, base...)
-	for _, l := range strings.Split(run(base, "dev-token", "--dir", "hsm"), "\n") {
+	for _, l := range strings.Split(run(base, "token", "dev", "--dir", "hsm"), "\n") {
 		if kv, ok := strings.CutPrefix(l, "export "); ok {
 			k, v, _ := strings.Cut(kv, "=")
 			shell = append(shell, k+"="+strings.Trim(v, "'"))
@@ -78,7 +78,7 @@ func TestUserUnitServesSetupContext(t *testing.T) {
 	t.Cleanup(func() { emu.Close(context.Background()) })
 	u := emu.URL()
 	run(append(shell, "SIGNAGENT_API_KEY_FILE=apikey"), "setup", "--non-interactive", "--context", "work", "--space", "staging",
-		"--base-url", u, "--api-url", u, "--auth-url", u, "--client-id", "crm-app", "--client-secret-file", "secret", "--developer-key-file", "devkey")
+		"--trusted-url", u, "--business-url", u, "--oidc-url", u, "--client-id", "crm-app", "--client-secret-file", "secret", "--developer-key-file", "devkey")
 
 	listen := unitLine(t, "signagent.socket", "ListenStream")
 	exec := strings.Fields(unitLine(t, "signagent.service", "ExecStart"))

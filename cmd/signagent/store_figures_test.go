@@ -35,7 +35,7 @@ func TestFiguresSharedStoreSessions(t *testing.T) {
 		env := append(serveEnv(tk), "SIGNAGENT_STORE="+srv.URL(), "SIGNAGENT_STORE_KEY_FILE="+key, "XDG_STATE_HOME="+dir,
 			"SIGNAGENT_DEVELOPER_KEY=testClient-0a1b2c3d4e")
 		procs = append(procs, startServe(t, signagent(t, env, "serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull,
-			"--base-url", emu.URL(), "--api-url", emu.URL(), "--log-level", "warn"), sock))
+			"--trusted-url", emu.URL(), "--business-url", emu.URL(), "--log-level", "warn"), sock))
 	}
 	for _, a := range procs {
 		eventuallyReady(t, a)

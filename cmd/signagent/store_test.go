@@ -20,7 +20,7 @@ import (
 )
 
 // TestSharedStoreAcrossProcesses: an operator signs a profile in once
-// (signagent login --store redis://...), and separate processes, each with
+// (signagent oidc login --store redis://...), and separate processes, each with
 // its own state directory as on separate machines, use it: when its
 // one-time refresh token must be used, two at once make exactly one
 // refresh, print the same token, and the provider sees no spent refresh
@@ -37,17 +37,17 @@ func TestSharedStoreAcrossProcesses(t *testing.T) {
 	key := filepath.Join(t.TempDir(), "store.key")
 	makeStoreKey(t, key)
 	env := func() []string {
-		return []string{"XDG_STATE_HOME=" + t.TempDir(), "SIGNAGENT_AUTH_URL=" + emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
+		return []string{"XDG_STATE_HOME=" + t.TempDir(), "SIGNAGENT_OIDC_URL=" + emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
 			"SIGNAGENT_CLIENT_SECRET=s3cret-of-the-app", "SIGNAGENT_SPACE=staging", "SIGNAGENT_STORE=" + srv.URL(),
 			"SIGNAGENT_STORE_KEY_FILE=" + key, "SIGNAGENT_PROFILE=crm", "SIGNAGENT_LOG_LEVEL=warn"}
 	}
 
 	// Sign in once, through the device flow, into the shared store.
-	signIn(t, signagent(t, env(), "login", "--no-qr"), emu.URL())
+	signIn(t, signagent(t, env(), "oidc", "login", "--no-qr"), emu.URL())
 
 	// Another machine: status from the store.
 	var status bytes.Buffer
-	st := signagent(t, env(), "status")
+	st := signagent(t, env(), "oidc", "status")
 	st.Stdout = &status
 	if code, stderr, _ := runBinary(t, st); code != 0 || !strings.Contains(status.String(), "alice") {
 		t.Fatalf("status: %d %q %s", code, status.String(), stderr)
@@ -62,7 +62,7 @@ func TestSharedStoreAcrossProcesses(t *testing.T) {
 	for i := range tokens {
 		wg.Go(func() {
 			var stdout bytes.Buffer
-			cmd := signagent(t, env(), "token")
+			cmd := signagent(t, env(), "oidc", "token")
 			cmd.Stdout = &stdout
 			if code, stderr, _ := runBinary(t, cmd); code != 0 {
 				t.Errorf("token %d: exit %d %s", i, code, stderr)
@@ -98,18 +98,18 @@ func TestSharedStoreAcrossProcesses(t *testing.T) {
 	rtFile := filepath.Join(t.TempDir(), "refresh-token")
 	os.WriteFile(rtFile, []byte(issued.RefreshToken+"\n"), 0o600)
 	robot := append(env(), "SIGNAGENT_PROFILE=robot")
-	if code, stderr, _ := runBinary(t, signagent(t, robot, "login", "--refresh-token-file", rtFile)); code != 0 {
+	if code, stderr, _ := runBinary(t, signagent(t, robot, "oidc", "login", "--refresh-token-file", rtFile)); code != 0 {
 		t.Fatalf("login --refresh-token-file: %d %s", code, stderr)
 	}
 	var robotTok bytes.Buffer
-	rt := signagent(t, robot, "token")
+	rt := signagent(t, robot, "oidc", "token")
 	rt.Stdout = &robotTok
 	if code, stderr, _ := runBinary(t, rt); code != 0 || len(strings.TrimSpace(robotTok.String())) != 64 {
 		t.Fatalf("token for the robot: %d %q %s", code, robotTok.String(), stderr)
 	}
 	// The given token was spent by that refresh (one-time): starting from
 	// it again asks to sign in, exit 5.
-	if code, stderr, _ := runBinary(t, signagent(t, robot, "login", "--refresh-token-file", rtFile)); code != cmdutil.ExitSignIn || strings.Contains(stderr, issued.RefreshToken) {
+	if code, stderr, _ := runBinary(t, signagent(t, robot, "oidc", "login", "--refresh-token-file", rtFile)); code != cmdutil.ExitSignIn || strings.Contains(stderr, issued.RefreshToken) {
 		t.Fatalf("a spent refresh token: %d %s", code, stderr)
 	}
 
@@ -155,8 +155,8 @@ func TestSharedStoreBadInput(t *testing.T) {
 	} {
 		// token (OpenID Connect records), and api with the legacy scheme
 		// (lent the store as every scheme is).
-		for _, args := range [][]string{{"token"}, {"api", "--scheme", "legacy", "--by", "password", "--login", "a@example.com",
-			"--api-url", "http://127.0.0.1:1", "/GetMyOrganizations"}} {
+		for _, args := range [][]string{{"oidc", "token"}, {"api", "--scheme", "legacy", "--by", "password", "--login", "a@example.com",
+			"--business-url", "http://127.0.0.1:1", "/GetMyOrganizations"}} {
 			env := append(slices.Clone(base), "SIGNAGENT_DEVELOPER_KEY=testClient-5a6b7c8d9e", "SIGNAGENT_PASSWORD=pw")
 			code, stderr, _ := runBinary(t, signagent(t, append(env, tc.env...), args...))
 			if code != cmdutil.ExitBadInput || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "hunter2") {
@@ -167,12 +167,12 @@ func TestSharedStoreBadInput(t *testing.T) {
 	// --store-insecure (here its variable) allows it: the store is then
 	// dialed (a test address no one answers at: unreachable).
 	code, stderr, _ := runBinary(t, signagent(t, append(base, "SIGNAGENT_STORE=redis://192.0.2.7:6379", "SIGNAGENT_STORE_KEY_FILE="+good,
-		"SIGNAGENT_STORE_PASSWORD=hunter2", "SIGNAGENT_STORE_INSECURE=1"), "token"))
+		"SIGNAGENT_STORE_PASSWORD=hunter2", "SIGNAGENT_STORE_INSECURE=1"), "oidc", "token"))
 	if code != cmdutil.ExitTransport || strings.Contains(stderr, "in clear") {
 		t.Errorf("--store-insecure: exit %d, %q", code, stderr)
 	}
 	// A store that does not answer: exit 4 (unreachable), in time.
-	code, stderr, _ = runBinary(t, signagent(t, append(base, "SIGNAGENT_STORE=redis://"+storetest.NotRedis(t), "SIGNAGENT_STORE_KEY_FILE="+good), "token"))
+	code, stderr, _ = runBinary(t, signagent(t, append(base, "SIGNAGENT_STORE=redis://"+storetest.NotRedis(t), "SIGNAGENT_STORE_KEY_FILE="+good), "oidc", "token"))
 	if code != cmdutil.ExitTransport || !strings.Contains(stderr, "shared token store is unavailable") {
 		t.Errorf("not Redis: exit %d, %q", code, stderr)
 	}
@@ -184,7 +184,7 @@ func redisDump(t *testing.T, addr string) string {
 	return storetest.Dump(t, addr)
 }
 
-// TestSessionThroughSharedStore: `signagent session --store` and an agent
+// TestSessionThroughSharedStore: `signagent trusted session --store` and an agent
 // on the same store log a user in once between them: the second command
 // and the agent get the session the first one stored (the second without
 // opening the token), and the emulator issues one auth.sid.
@@ -201,7 +201,7 @@ func TestSessionThroughSharedStore(t *testing.T) {
 	}
 	// The second names a PIN file that does not exist: it is not needed.
 	var stdout, errOut bytes.Buffer
-	code = run([]string{"signagent", "--log-level", "error", "session", "--phone", "9161234567", "--service-user-id", "crm-42", "--base-url", emu.URL(),
+	code = run([]string{"signagent", "--log-level", "error", "trusted", "session", "--phone", "9161234567", "--service-user-id", "crm-42", "--trusted-url", emu.URL(),
 		"--module", tk.Module, "--token-label", tk.Label, "--key-label", tk.RSA.Label, "--pin-file", filepath.Join(t.TempDir(), "no-pin")}, strings.NewReader(""), &stdout, &errOut)
 	if code != 0 || stdout.String() != first {
 		t.Fatalf("second session: %d %q (first %q) %s", code, stdout.String(), first, errOut.String())
@@ -209,7 +209,7 @@ func TestSessionThroughSharedStore(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "a.sock")
 	a := startServe(t, signagent(t, append(serveEnv(tk), "SIGNAGENT_STORE="+srv.URL(), "SIGNAGENT_STORE_KEY_FILE="+key, "XDG_STATE_HOME="+dir),
-		"serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull, "--base-url", emu.URL()), sock)
+		"serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull, "--trusted-url", emu.URL()), sock)
 	eventuallyReady(t, a)
 	code, body := a.do("POST", "/v1/sessions", `{"phone":"9161234567","serviceUserId":"crm-42"}`)
 	if code != 200 || !strings.Contains(body, `"sid":"`+strings.TrimSpace(first)+`"`) {
@@ -220,7 +220,7 @@ func TestSessionThroughSharedStore(t *testing.T) {
 	}
 }
 
-// TestLegacyTokenThroughSharedStore: `signagent legacy-token --store` run
+// TestLegacyTokenThroughSharedStore: `signagent legacy token --store` run
 // twice logs in once: the second prints the token the first stored; api
 // and header after them call with it.
 func TestLegacyTokenThroughSharedStore(t *testing.T) {
@@ -238,10 +238,10 @@ func TestLegacyTokenThroughSharedStore(t *testing.T) {
 	tokens := make([]string, 2)
 	for i := range tokens {
 		var stdout, stderr bytes.Buffer
-		code := run([]string{"signagent", "--log-level", "error", "legacy-token", "--by", "password", "--login", "alice@example.com", "--api-url", emu.URL()},
+		code := run([]string{"signagent", "--log-level", "error", "legacy", "token", "--by", "password", "--login", "alice@example.com", "--business-url", emu.URL()},
 			strings.NewReader(""), &stdout, &stderr)
 		if code != 0 {
-			t.Fatalf("legacy-token %d: %d %s", i, code, stderr.String())
+			t.Fatalf("legacy token %d: %d %s", i, code, stderr.String())
 		}
 		tokens[i] = stdout.String()
 	}
@@ -250,11 +250,11 @@ func TestLegacyTokenThroughSharedStore(t *testing.T) {
 	}
 	// signagent api and header are lent the same store
 	// (schemes.Deps.Store): their legacy scheme takes the token
-	// legacy-token kept there.
+	// legacy token kept there.
 	for i, args := range [][]string{
-		{"api", "--scheme", "legacy", "--by", "password", "--login", "alice@example.com", "--api-url", emu.URL(), "/GetMyOrganizations?autoRegister=false"},
-		{"api", "--scheme", "legacy", "--by", "password", "--login", "alice@example.com", "--api-url", emu.URL(), "/GetMyOrganizations?autoRegister=false"},
-		{"header", "--scheme", "legacy", "--by", "password", "--login", "alice@example.com", "--api-url", emu.URL()},
+		{"api", "--scheme", "legacy", "--by", "password", "--login", "alice@example.com", "--business-url", emu.URL(), "/GetMyOrganizations?autoRegister=false"},
+		{"api", "--scheme", "legacy", "--by", "password", "--login", "alice@example.com", "--business-url", emu.URL(), "/GetMyOrganizations?autoRegister=false"},
+		{"header", "--scheme", "legacy", "--by", "password", "--login", "alice@example.com", "--business-url", emu.URL()},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(append([]string{"signagent", "--log-level", "error"}, args...), strings.NewReader(""), &stdout, &stderr)
@@ -271,7 +271,7 @@ func TestLegacyTokenThroughSharedStore(t *testing.T) {
 	// A refused login through the store is refused (exit 3), with nothing
 	// on stdout: the login's error was once dropped on this path.
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"signagent", "--log-level", "error", "legacy-token", "--by", "password", "--login", "nobody@example.com", "--api-url", emu.URL()},
+	code := run([]string{"signagent", "--log-level", "error", "legacy", "token", "--by", "password", "--login", "nobody@example.com", "--business-url", emu.URL()},
 		strings.NewReader(""), &stdout, &stderr)
 	if code != cmdutil.ExitRefused || stdout.Len() != 0 {
 		t.Fatalf("unknown login through the store: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
@@ -292,7 +292,7 @@ func TestServeWithStoreDown(t *testing.T) {
 	makeStoreKey(t, key)
 	sock := filepath.Join(dir, "a.sock")
 	a := startServe(t, signagent(t, append(serveEnv(tk), "SIGNAGENT_STORE=redis://"+closedAddr(t), "SIGNAGENT_STORE_KEY_FILE="+key, "XDG_STATE_HOME="+dir),
-		"serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull, "--base-url", emu.URL()), sock)
+		"serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull, "--trusted-url", emu.URL()), sock)
 	var code int
 	var body string
 	deadline := time.Now().Add(10 * time.Second)

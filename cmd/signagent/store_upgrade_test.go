@@ -125,23 +125,39 @@ func newRollingBed(t *testing.T, signInWith, first string) *rollingBed {
 	key := filepath.Join(dir, "store.key")
 	makeStoreKey(t, key)
 	tokens := []*pkcs11test.Token{tk}
-	env := func(n int) []string {
+	// The previous release spells the identity provider's address, the
+	// trusted service's and the business API's as they were before the
+	// rename (--auth-url, --base-url, --api-url) and signs in with login.
+	previous := func(bin string) bool { return filepath.Base(bin) == previousName }
+	env := func(n int, bin string) []string {
 		for len(tokens) <= n {
 			tokens = append(tokens, tk.Twin(t))
 		}
+		oidcURL := "SIGNAGENT_OIDC_URL="
+		if previous(bin) {
+			oidcURL = "SIGNAGENT_AUTH_URL="
+		}
 		return append(serveEnv(tokens[n]), "SIGNAGENT_STORE="+srv.URL(), "SIGNAGENT_STORE_KEY_FILE="+key, "XDG_STATE_HOME="+dir,
-			"SIGNAGENT_DEVELOPER_KEY=testClient-0a1b2c3d4e", "SIGNAGENT_AUTH_URL="+b.emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
+			"SIGNAGENT_DEVELOPER_KEY=testClient-0a1b2c3d4e", oidcURL+b.emu.URL(), "SIGNAGENT_CLIENT_ID=crm-app",
 			"SIGNAGENT_CLIENT_SECRET=s3cret-of-the-app", "SIGNAGENT_SPACE=staging")
 	}
-	signIn(t, binary(signInWith, append(env(0), "SIGNAGENT_PROFILE=crm", "SIGNAGENT_LOG_LEVEL=warn"), "login", "--no-qr"), b.emu.URL())
+	login := []string{"oidc", "login", "--no-qr"}
+	if previous(signInWith) {
+		login = []string{"login", "--no-qr"}
+	}
+	signIn(t, binary(signInWith, append(env(0, signInWith), "SIGNAGENT_PROFILE=crm", "SIGNAGENT_LOG_LEVEL=warn"), login...), b.emu.URL())
 
 	started := 0
 	b.start = func(bin string) *agentProc {
 		n := started
 		started++
 		sock := filepath.Join(dir, fmt.Sprintf("a%d.sock", n))
-		a := startServe(t, binary(bin, env(n%rollingSize), "serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull,
-			"--base-url", b.emu.URL(), "--api-url", b.emu.URL(), "--log-level", "warn"), sock)
+		trustedURL, businessURL := "--trusted-url", "--business-url"
+		if previous(bin) {
+			trustedURL, businessURL = "--base-url", "--api-url"
+		}
+		a := startServe(t, binary(bin, env(n%rollingSize, bin), "serve", "--listen", "unix:"+sock, "--audit-log", os.DevNull,
+			trustedURL, b.emu.URL(), businessURL, b.emu.URL(), "--log-level", "warn"), sock)
 		eventuallyReady(t, a)
 		return a
 	}
@@ -278,6 +294,9 @@ func TestRollingFormatUpgrade(t *testing.T) {
 // main of the round before.
 const previousRelease = "a5cdd2a666c54fff65dd43f575e901c6919bf403"
 
+// previousName is the file name of the previous release's binary.
+const previousName = "signagent-previous"
+
 // buildPrevious builds signagent at previousRelease from this checkout's
 // history (git archive, go build): the test fails, not skips, without it.
 func buildPrevious(t *testing.T) string {
@@ -291,7 +310,7 @@ func buildPrevious(t *testing.T) string {
 	if out, err := archive.CombinedOutput(); err != nil {
 		t.Fatalf("git archive %s (a clone without that commit cannot run this test): %v\n%s", previousRelease[:7], err, out)
 	}
-	bin := filepath.Join(t.TempDir(), "signagent-previous")
+	bin := filepath.Join(t.TempDir(), previousName)
 	build := exec.Command("go", "build", "-o", bin, "./cmd/signagent")
 	build.Dir = src
 	if out, err := build.CombinedOutput(); err != nil {

@@ -76,7 +76,7 @@ func TestHungTokenBoundsTheCLI(t *testing.T) {
 	hang := filepath.Join(t.TempDir(), "hang")
 	os.WriteFile(hang, nil, 0o600)
 	cmd := signagent(t, append(tk.Env(), "SHIM_REAL_MODULE="+tk.Module, "SHIM_HANG_FILE="+hang, "SIGNAGENT_API_KEY="+testAPIKey),
-		"sign", "--module", shim, "--token-label", tk.Label, "--key-label", "rsa", "--pin-file", tk.PINFile,
+		"trusted", "sign", "--module", shim, "--token-label", tk.Label, "--key-label", "rsa", "--pin-file", tk.PINFile,
 		"--phone", "9161234567", "--token-timeout", "2s")
 	code, stderr, took := runBinary(t, cmd)
 	// The bound leaves room for starting a race-built binary and opening
@@ -108,8 +108,8 @@ func TestBrokenModules(t *testing.T) {
 		{"a library, not PKCS#11", libm[0], nil, "could not be loaded as a shared library with C_GetFunctionList"},
 	} {
 		for _, args := range [][]string{
-			{"sign", "--phone", "9161234567"},
-			{"tokens"},
+			{"trusted", "sign", "--phone", "9161234567"},
+			{"token", "list"},
 		} {
 			t.Run(tc.name+"/"+args[0], func(t *testing.T) {
 				env := append([]string{"SHIM_REAL_MODULE=" + tk.Module, "SIGNAGENT_API_KEY=" + testAPIKey}, tc.env...)
@@ -144,7 +144,7 @@ func TestPINInputs(t *testing.T) {
 	os.WriteFile(nul, []byte("1234\x0056\n"), 0o600)
 	wrong := filepath.Join(dir, "pin-wrong")
 	os.WriteFile(wrong, []byte("999999\n"), 0o600)
-	base := []string{"signagent", "sign", "--module", tk.Module, "--token-label", tk.Label, "--key-label", "rsa", "--phone", "9161234567"}
+	base := []string{"signagent", "trusted", "sign", "--module", tk.Module, "--token-label", tk.Label, "--key-label", "rsa", "--phone", "9161234567"}
 	for _, tc := range []struct {
 		name string
 		file string
@@ -536,7 +536,7 @@ func TestPINPad(t *testing.T) {
 	pin, _ := os.ReadFile(tk.PINFile)
 	os.WriteFile(pad, pin, 0o600)
 	env := append(tk.Env(), "SHIM_REAL_MODULE="+tk.Module, "SHIM_PINPAD_FILE="+pad, "SIGNAGENT_API_KEY="+testAPIKey)
-	args := []string{"sign", "--module", shim, "--token-label", tk.Label, "--key-label", "rsa", "--phone", "9161234567", "--format", "base64"}
+	args := []string{"trusted", "sign", "--module", shim, "--token-label", tk.Label, "--key-label", "rsa", "--phone", "9161234567", "--format", "base64"}
 	code, stderr, _ := runBinary(t, signagent(t, env, args...))
 	if code != 0 || !strings.Contains(stderr, "enter the PIN on the reader's keypad") || strings.Contains(stderr, "PIN for token") {
 		t.Fatalf("exit %d: %s", code, stderr)

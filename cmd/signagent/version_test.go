@@ -60,9 +60,9 @@ func TestVersionAndUnknownCommands(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"sesion"}, `signagent: "sesion" is not a signagent command; did you mean "session"? (signagent --help lists them)` + "\n"},
+		{[]string{"sesion"}, `signagent: "sesion" is not a signagent command; did you mean "trusted session"? (signagent --help lists them)` + "\n"},
 		{[]string{"xyzzy"}, `signagent: "xyzzy" is not a signagent command (signagent --help lists them)` + "\n"},
-		{[]string{"sign", "--phon", "9161234567"}, `signagent: flag provided but not defined: -phon; did you mean "--phone"?` + "\n"},
+		{[]string{"trusted", "sign", "--phon", "9161234567"}, `signagent: flag provided but not defined: -phon; did you mean "--phone"?` + "\n"},
 		{[]string{"-v"}, "signagent: flag provided but not defined: -v\n"},
 		{[]string{"version", "--jsn"}, `signagent: flag provided but not defined: -jsn; did you mean "--json"?` + "\n"},
 	} {

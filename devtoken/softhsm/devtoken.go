@@ -157,7 +157,7 @@ func (d DevToken) writeMarker() error {
 	if err := os.MkdirAll(d.Dir, 0o700); err != nil {
 		return fmt.Errorf("could not create %s: %w", d.Dir, err)
 	}
-	return os.WriteFile(filepath.Join(d.Dir, DevMarker), []byte("made by signagent dev-token; it removes only its own files here\n"), 0o600)
+	return os.WriteFile(filepath.Join(d.Dir, DevMarker), []byte("made by signagent token dev; it removes only its own files here\n"), 0o600)
 }
 
 // make makes the token in the claimed directory; if making it fails, what

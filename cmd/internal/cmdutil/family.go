@@ -2,8 +2,9 @@ package cmdutil
 
 import "github.com/urfave/cli/v2"
 
-// A Family is the commands of one job, listed together under Category in
-// the root help. Each command says what the wiring in main must know of
+// A Family is the commands of one job: under Category in the root help,
+// at the top level or under the family's noun (signagent oidc login), as
+// the app's tree places them. Each command says what the wiring in main must know of
 // it in its own cli.Command (Args: it takes positional arguments and
 // checks them itself; without it, any is refused) and in Settings.
 type Family struct {

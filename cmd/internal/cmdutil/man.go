@@ -42,7 +42,7 @@ func environment(app *cli.App) [][2]string {
 	add := func(flags []cli.Flag) {
 		for _, fl := range flags {
 			ev, ok := fl.(interface{ GetEnvVars() []string })
-			if !ok {
+			if !ok || !visible(fl) { // an old spelling is not documented
 				continue
 			}
 			for _, v := range ev.GetEnvVars() {
@@ -56,6 +56,9 @@ func environment(app *cli.App) [][2]string {
 	var walkCmds func([]*cli.Command)
 	walkCmds = func(cmds []*cli.Command) {
 		for _, c := range cmds {
+			if c.Hidden {
+				continue
+			}
 			add(c.Flags)
 			walkCmds(c.Subcommands)
 		}
@@ -120,7 +123,7 @@ the service refused (its code and step are in the error line)
 the service or the agent could not be reached, timed out, or failed after the retries
 .TP
 .B ` + strconv.Itoa(ExitSignIn) + `
-OpenID Connect: sign in (again) with \fBsignagent login\fP
+OpenID Connect: sign in (again) with \fBsignagent oidc login\fP
 .TP
 .B ` + strconv.Itoa(ExitRetry) + `
 try again in a second: the service saw this signed text already
@@ -130,11 +133,11 @@ interrupted (Ctrl-C)
 .SH EXAMPLES
 .EX
 signagent setup
-signagent login
+signagent oidc login
 signagent header
 curl \-H "Authorization: $(signagent header)" https://api.example/GetMyOrganizations
 signagent api /GetMyOrganizations
-signagent session \-\-phone 9161234567 \-\-service\-user\-id crm\-42
+signagent trusted session \-\-phone 9161234567 \-\-service\-user\-id crm\-42
 signagent serve \-\-print\-env
 .EE
 .SH SEE ALSO

@@ -14,8 +14,8 @@ import (
 // from: every one missing is named at once, in one line, before anything
 // else is done.
 type Need struct {
-	what    string // "base-url", "the API key"
-	where   string // "--base-url, $SIGNAGENT_BASE_URL or base-url in the settings file"
+	what    string // "trusted-url", "the API key"
+	where   string // "--trusted-url, $SIGNAGENT_TRUSTED_URL or trusted-url in the settings file"
 	present bool
 }
 

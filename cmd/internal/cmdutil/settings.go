@@ -90,6 +90,9 @@ func ReadSettings(c *cli.Context, use SettingsUse) error {
 	if err != nil {
 		return UsageErr(err)
 	}
+	if use != OwnSettings { // serve's own reading names them (settings.Load)
+		f.SayRenamedKeys(c.App.ErrWriter)
+	}
 	settings.Attach(c.App, f)
 	if use != OfferSettings { // setup exports what it is given
 		if err := f.Export(); err != nil {

@@ -31,11 +31,14 @@ func Suggest(name string, candidates []string) string {
 	return best
 }
 
-// CommandNames are the names and aliases of cmds.
+// CommandNames are the names and aliases of cmds, the hidden old
+// spellings aside (the new one is what to suggest).
 func CommandNames(cmds []*cli.Command) []string {
 	var out []string
 	for _, c := range cmds {
-		out = append(out, c.Names()...)
+		if !c.Hidden {
+			out = append(out, c.Names()...)
+		}
 	}
 	return out
 }
@@ -50,7 +53,9 @@ func FlagSuggestion(err error, flags []cli.Flag) string {
 	name = strings.TrimLeft(name, "-")
 	var names []string
 	for _, f := range flags {
-		names = append(names, f.Names()...)
+		if visible(f) {
+			names = append(names, f.Names()...)
+		}
 	}
 	if s := Suggest(name, names); s != "" {
 		return `; did you mean "--` + s + `"?`
@@ -61,11 +66,18 @@ func FlagSuggestion(err error, flags []cli.Flag) string {
 // UnknownSubcommand is the action of a command made of subcommands (config,
 // agent): without one, its help; with a word that names none, one line
 // naming the one meant, and exit 2, not urfave's "No help topic" and exit 1.
+//
+// A word close to no name is not echoed: it may be a secret typed in the
+// wrong place (signagent token 0F6C2E5B...).
 func UnknownSubcommand(c *cli.Context) error {
 	if !c.Args().Present() {
 		return cli.ShowSubcommandHelp(c)
 	}
-	return notASubcommand(c, c.Args().First())
+	name := c.Args().First()
+	if Suggest(name, CommandNames(c.Command.Subcommands)) == "" {
+		return UsageErr(fmt.Errorf("that is not a subcommand of signagent %s (signagent %s --help lists them)", c.Command.Name, c.Command.Name))
+	}
+	return notASubcommand(c, name)
 }
 
 func notASubcommand(c *cli.Context, name string) error {
@@ -74,4 +86,11 @@ func notASubcommand(c *cli.Context, name string) error {
 		msg += fmt.Sprintf("; did you mean %q?", s)
 	}
 	return UsageErr(errors.New(msg + fmt.Sprintf(" (signagent %s --help lists them)", c.Command.Name)))
+}
+
+// visible says whether a flag is shown (in help, completion, the manual
+// page and suggestions): not an old spelling kept hidden.
+func visible(f cli.Flag) bool {
+	v, ok := f.(cli.VisibleFlag)
+	return !ok || v.IsVisible()
 }

@@ -20,10 +20,10 @@ import (
 //	current-context: staging
 //	contexts:
 //	  staging:
-//	    api-url: https://api.staging.example
+//	    business-url: https://api.staging.example
 //	    api-key-file: /home/op/.config/signagent/staging.key
 //	  production:
-//	    api-url: https://api.example
+//	    business-url: https://api.example
 //
 // A key of the chosen context beats the same key at the top. A file never
 // holds a secret: the keys that would (pin, api-key, ...) are refused;
@@ -37,8 +37,11 @@ type File struct {
 	Current string
 	// Contexts are the contexts' names, in the file's order.
 	Contexts []string
-	values   map[string]any
-	lines    map[string]int
+	// Renamed are the old keys the file holds (see Renamed), read as
+	// their new ones.
+	Renamed []string
+	values  map[string]any
+	lines   map[string]int
 }
 
 // Keys of a file that are not settings.
@@ -141,6 +144,12 @@ func ReadFile(path, context string, must bool, known func(key string) bool) (*Fi
 	if err := checkContext(f, context); err != nil {
 		return nil, err
 	}
+	met := renamedKeys(top, topLines)
+	for name, m := range contexts {
+		met = append(met, renamedKeys(m, ctxLines[name])...)
+	}
+	slices.Sort(met)
+	f.Renamed = slices.Compact(met)
 	for k, v := range top {
 		f.values[k], f.lines[k] = v, topLines[k]
 	}
@@ -200,7 +209,11 @@ func checkKey(path string, k *yaml.Node, known func(string) bool) error {
 	if file, secret := SecretKeys[k.Value]; secret {
 		return bad(fmt.Errorf("%s:%d: %q would put a secret in the settings file, which never holds one: keep it in a file only you can read and name that file with %s", path, k.Line, k.Value, file))
 	}
-	if known != nil && !known(k.Value) {
+	key := k.Value
+	if now, ok := Renamed[key]; ok {
+		key = now
+	}
+	if known != nil && !known(key) {
 		return bad(fmt.Errorf("%s:%d: unknown setting %q: the keys are the flags' names without the dashes (signagent COMMAND --help lists them), and contexts and current-context", path, k.Line, k.Value))
 	}
 	return nil

@@ -37,7 +37,7 @@ func TestReadFileRefusesAnotherUsersFile(t *testing.T) {
 // The chosen context's keys beat the top's; the top serves every context.
 func TestReadFileContexts(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "config.yaml")
-	body := "api-url: https://top.example\nspace: all\ncurrent-context: a\ncontexts:\n  a:\n    api-url: https://a.example\n  b: {}\n"
+	body := "business-url: https://top.example\nspace: all\ncurrent-context: a\ncontexts:\n  a:\n    business-url: https://a.example\n  b: {}\n"
 	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -46,15 +46,15 @@ func TestReadFileContexts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v, _ := f.Value("api-url"); v != tc.want {
-			t.Errorf("context %q: api-url %v, want %s", tc.ctx, v, tc.want)
+		if v, _ := f.Value("business-url"); v != tc.want {
+			t.Errorf("context %q: business-url %v, want %s", tc.ctx, v, tc.want)
 		}
 		if v, _ := f.Value("space"); v != "all" {
 			t.Errorf("context %q: space %v, want the top's", tc.ctx, v)
 		}
 	}
-	if f, _ := ReadFile(p, "b", true, nil); f.Where("api-url") != p+":1" {
-		t.Errorf("where: %s", f.Where("api-url"))
+	if f, _ := ReadFile(p, "b", true, nil); f.Where("business-url") != p+":1" {
+		t.Errorf("where: %s", f.Where("business-url"))
 	}
 }
 
@@ -124,8 +124,8 @@ func TestReadFileChecksWhatItReads(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "config.yaml")
 	good, open := filepath.Join(dir, "good"), filepath.Join(dir, "open")
-	os.WriteFile(good, []byte("api-url: https://good.example\n"), 0o600)
-	os.WriteFile(open, []byte("api-url: https://planted.example\n"), 0o666)
+	os.WriteFile(good, []byte("business-url: https://good.example\n"), 0o600)
+	os.WriteFile(open, []byte("business-url: https://planted.example\n"), 0o666)
 	os.Chmod(open, 0o666)
 	os.Link(good, p)
 	stop := make(chan struct{})
@@ -165,7 +165,7 @@ func TestReadFileChecksWhatItReads(t *testing.T) {
 			continue
 		}
 		reads++
-		if v, _ := f.Value("api-url"); v != "https://good.example" {
+		if v, _ := f.Value("business-url"); v != "https://good.example" {
 			t.Fatalf("read %d (after %d refusals) returned %v: the file read is not the file checked", reads, refused, v)
 		}
 	}

@@ -62,11 +62,15 @@ func Of(c *cli.Context) *Settings {
 }
 
 // Load reads a settings file for c (see ReadFile: context "" is its
-// current one) and returns c's settings over it.
+// current one) and returns c's settings over it. An old key in the file
+// is named on the app's stderr.
 func Load(c *cli.Context, path, context string, must bool, known func(string) bool) (*Settings, error) {
 	f, err := ReadFile(path, context, must, known)
 	if err != nil {
 		return nil, err
+	}
+	if c.App != nil && c.App.ErrWriter != nil {
+		f.SayRenamedKeys(c.App.ErrWriter)
 	}
 	return &Settings{c: c, file: f.values}, nil
 }

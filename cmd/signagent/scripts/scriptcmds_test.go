@@ -169,7 +169,7 @@ func waitLines(ts *testscript.TestScript, neg bool, args []string) {
 
 // emulatorCmd is emulator FILE [VAR...]: it serves the emulator configured
 // by FILE on a loopback port for the rest of the script (its log in
-// emulator.log), and sets $EMU_URL and each VAR (SIGNAGENT_API_URL, ...)
+// emulator.log), and sets $EMU_URL and each VAR (SIGNAGENT_BUSINESS_URL, ...)
 // to its address. emulator -restart starts it again from FILE on the same
 // address with nothing remembered (a service that forgot its tokens);
 // emulator -stop stops it (a service that went away).
@@ -342,8 +342,8 @@ func stopAgent(ts *testscript.TestScript, name string) int {
 var userCode = regexp.MustCompile(`enter the code ([A-Z]+)`)
 
 // approveDevice is approve-device [-deny] FILE LOGIN PASSWORD: it waits up
-// to 10 s for signagent login's instructions in FILE, then answers the
-// emulator's /device page at $SIGNAGENT_AUTH_URL as the user would, with
+// to 10 s for signagent oidc login's instructions in FILE, then answers the
+// emulator's /device page at $SIGNAGENT_OIDC_URL as the user would, with
 // LOGIN and PASSWORD, allowing (or denying) the code; the page must
 // answer 200.
 func approveDevice(ts *testscript.TestScript, neg bool, args []string) {
@@ -368,9 +368,9 @@ func approveDevice(ts *testscript.TestScript, neg bool, args []string) {
 	}) {
 		ts.Fatalf("no user code in %s within 10s:\n%s", args[0], ts.ReadFile(args[0]))
 	}
-	base := ts.Getenv("SIGNAGENT_AUTH_URL")
+	base := ts.Getenv("SIGNAGENT_OIDC_URL")
 	if base == "" {
-		ts.Fatalf("approve-device: SIGNAGENT_AUTH_URL is not set")
+		ts.Fatalf("approve-device: SIGNAGENT_OIDC_URL is not set")
 	}
 	resp, err := http.PostForm(strings.TrimRight(base, "/")+"/device",
 		url.Values{"user_code": {code}, "login": {args[1]}, "password": {args[2]}, "decision": {decision}})

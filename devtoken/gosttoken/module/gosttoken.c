@@ -2,7 +2,7 @@
  * gosttoken: a PKCS#11 module FOR TESTS AND DEVELOPMENT ONLY.
  *
  * No software PKCS#11 token implements GOST R 34.10-2012, so signagent's
- * tests and `signagent dev-token --key-type gost2012-256|gost2012-512` use
+ * tests and `signagent token dev --key-type gost2012-256|gost2012-512` use
  * this one: a single slot with one token holding one GOST key pair and its
  * certificate, made by certtool, signing with GnuTLS. The private key sits
  * in a file of the token's directory (TOKEN_DIR, fixed at build time, or,

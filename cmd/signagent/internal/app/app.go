@@ -14,14 +14,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
-	"github.com/signagent/signagent/cmd/signagent/internal/agentcmd"
-	"github.com/signagent/signagent/cmd/signagent/internal/configcmd"
-	"github.com/signagent/signagent/cmd/signagent/internal/doctorcmd"
-	"github.com/signagent/signagent/cmd/signagent/internal/legacycmd"
-	"github.com/signagent/signagent/cmd/signagent/internal/oidccmd"
-	"github.com/signagent/signagent/cmd/signagent/internal/setupcmd"
-	"github.com/signagent/signagent/cmd/signagent/internal/tokencmd"
-	"github.com/signagent/signagent/cmd/signagent/internal/trustedcmd"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/pkcs11"
 )
@@ -64,7 +56,7 @@ func init() {
 // NewApp is the command tree writing to the streams given.
 func NewApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	e := &cmdutil.Env{Stdin: stdin, Stdout: stdout, Stderr: stderr, Log: zerolog.Nop()}
-	commands, uses := familyCommands(e)
+	top, wired := commands(e)
 	app := &cli.App{
 		Name:    "signagent",
 		Usage:   "the service's authentication agent: auth.sid, legacy and OpenID Connect headers from a PKCS#11 token, on the command line and for partner systems",
@@ -92,7 +84,7 @@ func NewApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			}
 			return cmdutil.UsageErr(fmt.Errorf("%w%s", err, cmdutil.FlagSuggestion(err, flags)))
 		},
-		Commands: commands,
+		Commands: top,
 		// Without a command: the help. With a word that is no command:
 		// one line naming the one meant, and exit 2 (the README's bad
 		// input), not urfave's "No help topic" with exit 1.
@@ -109,38 +101,27 @@ func NewApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 				return cmdutil.UsageErr(errors.New("the benchmark is a command of its own: signagent-bench (make build puts it in bin/)"))
 			}
 			msg := fmt.Sprintf("%q is not a signagent command", name)
-			if s := cmdutil.Suggest(name, cmdutil.CommandNames(c.App.Commands)); s != "" {
+			olds := oldSpellings()
+			names := cmdutil.CommandNames(c.App.Commands)
+			for old := range olds {
+				names = append(names, old)
+			}
+			if s := cmdutil.Suggest(name, names); s != "" {
+				if now, ok := olds[s]; ok { // a command's name before the nouns, mistyped
+					s = now
+				}
 				msg += fmt.Sprintf("; did you mean %q?", s)
 			}
 			return cmdutil.UsageErr(errors.New(msg + " (signagent --help lists them)"))
 		},
 	}
-	for _, cmd := range app.Commands {
-		wire(e, cmd, uses[cmd], app.OnUsageError)
-	}
-	return app
-}
-
-// families are signagent's commands by the job they belong to, in the
-// order help lists them (urfave sorts the help's groups by name: the
-// names are chosen to read in this order; setup and config share theirs).
-var families = []func(*cmdutil.Env) cmdutil.Family{trustedcmd.Family, legacycmd.Family, oidccmd.Family,
-	agentcmd.Family, tokencmd.Family, setupcmd.Family, doctorcmd.Family, configcmd.Family}
-
-// familyCommands are the families' commands, each in its family's help
-// category, and how each reads the settings file.
-func familyCommands(e *cmdutil.Env) ([]*cli.Command, map[*cli.Command]cmdutil.SettingsUse) {
-	var all []*cli.Command
-	uses := map[*cli.Command]cmdutil.SettingsUse{}
-	for _, family := range families {
-		f := family(e)
-		for _, c := range f.Commands {
-			c.Category = f.Category
-			all = append(all, c.Command)
-			uses[c.Command] = c.Settings
+	for _, p := range wired {
+		wire(e, p.cmd, p.use, app.OnUsageError)
+		if p.old != "" {
+			sayOld(p.cmd, p.old, p.now)
 		}
 	}
-	return all, uses
+	return app
 }
 
 // wire gives a command what every command has: the logging flags after
@@ -152,8 +133,10 @@ func wire(e *cmdutil.Env, cmd *cli.Command, use cmdutil.SettingsUse, onUsageErro
 	// (config contexts --json printed the whole help, exit 1).
 	setUsageError(cmd.Subcommands, onUsageError)
 	// The logging flags are accepted after the command too, where
-	// operators tend to put them (signagent sign --log-level debug).
+	// operators tend to put them (signagent trusted sign --log-level debug).
 	cmd.Flags = append(cmd.Flags, cmdutil.LogFlags("Logging")...)
+	// A renamed flag's old spelling, hidden, for one release.
+	cmd.Flags = append(cmd.Flags, cmdutil.OldFlags(cmd.Flags)...)
 	// serve's --config is its own: reloaded on SIGHUP.
 	if use != cmdutil.NoSettings {
 		cmd.Flags = append(cmd.Flags, cmdutil.SettingsFlags(use != cmdutil.OwnSettings)...)
@@ -163,6 +146,9 @@ func wire(e *cmdutil.Env, cmd *cli.Command, use cmdutil.SettingsUse, onUsageErro
 		cmd.Action = cmdutil.UnknownSubcommand
 	}
 	cmd.Before = func(c *cli.Context) error {
+		if err := cmdutil.UseOldFlags(c, e.Stderr); err != nil {
+			return err
+		}
 		if !c.Command.Args {
 			if err := cmdutil.NoArgs(c); err != nil {
 				return err

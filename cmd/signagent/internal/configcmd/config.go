@@ -28,8 +28,8 @@ func configCommand(e *cmdutil.Env) *cli.Command {
 			"context (contexts: {NAME: {...}}, chosen by --context, SIGNAGENT_CONTEXT or current-context).\n" +
 			"A flag or variable beats the file. It never holds a secret: name the secret's file\n" +
 			"(pin-file, api-key-file, client-secret-file, ...). It is written atomically, mode 0600.\n\n" +
-			cmdutil.Examples("signagent config set --context staging api-url https://api.staging.example",
-				"signagent config use-context staging", "signagent config get api-url", "signagent config contexts"),
+			cmdutil.Examples("signagent config set --context staging business-url https://api.staging.example",
+				"signagent config use-context staging", "signagent config get business-url", "signagent config contexts"),
 		Subcommands: []*cli.Command{
 			{Name: "view", Usage: "print the settings file", Flags: cmdutil.SettingsFlags(true), Action: func(c *cli.Context) error { return configView(c, e) }},
 			{Name: "get", Usage: "print a setting's value in the file, for the chosen context", ArgsUsage: "KEY", Flags: cmdutil.SettingsFlags(true),
@@ -99,6 +99,7 @@ func configGet(c *cli.Context, e *cmdutil.Env) error {
 	if err != nil {
 		return err
 	}
+	a[0] = cmdutil.NewKey(e.Stderr, a[0])
 	if !cmdutil.KnownKeys(c.App)(a[0]) {
 		return cmdutil.UsageErr(fmt.Errorf("unknown setting %q: the keys are the flags' names without the dashes", a[0]))
 	}
@@ -180,7 +181,7 @@ func configSet(c *cli.Context, e *cmdutil.Env, unset bool) error {
 	if err != nil {
 		return err
 	}
-	key := a[0]
+	key := cmdutil.NewKey(e.Stderr, a[0])
 	if file, secret := settings.SecretKeys[key]; secret {
 		return cmdutil.UsageErr(fmt.Errorf("%q is a secret, which the settings file never holds: keep it in a file only you can read and set %s to that file's path", key, file))
 	}
@@ -214,8 +215,11 @@ func configSet(c *cli.Context, e *cmdutil.Env, unset bool) error {
 	if f.Context != "" {
 		m = Mapping(Mapping(m, "contexts"), f.Context)
 	}
+	// A renamed key's old spelling goes with it: set writes the new one
+	// alone, unset removes either.
+	removedOld := Remove(m, settings.OldName(key))
 	if unset {
-		if !Remove(m, key) {
+		if !Remove(m, key) && !removedOld {
 			return fmt.Errorf("%s is not set there", key)
 		}
 	} else {

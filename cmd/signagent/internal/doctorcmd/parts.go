@@ -44,7 +44,7 @@ func (d *run) signing() bool {
 			return true
 		}
 	}
-	return d.s.String("base-url") != ""
+	return d.s.String("trusted-url") != ""
 }
 
 // token is the light part of token check, without a login: the module
@@ -141,7 +141,7 @@ func (d *run) store(ctx context.Context) *store.Shared {
 // sign-in, without refreshing: in the shared store, a record that opens
 // with the key is the key's check.
 func (d *run) oidc(ctx context.Context, shared *store.Shared) {
-	authURL, clientID := d.s.String("auth-url"), d.s.String("client-id")
+	authURL, clientID := d.s.String("oidc-url"), d.s.String("client-id")
 	if authURL == "" {
 		return
 	}
@@ -197,7 +197,7 @@ func (d *run) oidc(ctx context.Context, shared *store.Shared) {
 	who := fmt.Sprintf("profile %s (%s), signed in %s", profile, factory.Who(rec), rec.SignedInAt.UTC().Format(time.RFC3339))
 	switch {
 	case rec.RefreshToken == "" && !now.Before(rec.Expiry):
-		d.add("oidc profile", Fail, who+": the access token expired at "+rec.Expiry.UTC().Format(time.RFC3339)+" and there is no refresh token; sign in again: signagent login --profile "+profile)
+		d.add("oidc profile", Fail, who+": the access token expired at "+rec.Expiry.UTC().Format(time.RFC3339)+" and there is no refresh token; sign in again: signagent oidc login --profile "+profile)
 	case rec.RefreshToken == "":
 		d.add("oidc profile", Warn, who+": no refresh token (offline_access not granted): sign in again after "+rec.Expiry.UTC().Format(time.RFC3339))
 	default:
@@ -223,12 +223,12 @@ func (d *run) addRefreshExpiry(who, profile string, rec *oidc.Record, now time.T
 	switch {
 	case !now.Before(latest):
 		d.add("oidc profile", Fail, who+": the refresh token lapsed by "+stamp(latest)+" (--refresh-token-lifetime "+life.String()+
-			" from its last use); sign in again: signagent login --profile "+profile)
+			" from its last use); sign in again: signagent oidc login --profile "+profile)
 	case earliest.Sub(now) < 7*24*time.Hour && earliest.Before(latest):
 		d.add("oidc profile", Warn, who+": the refresh token lapses by "+stamp(latest)+", or by "+stamp(earliest)+
-			" if the provider keeps the sign-in's refresh token; sign in again before then if calls start asking: signagent login --profile "+profile)
+			" if the provider keeps the sign-in's refresh token; sign in again before then if calls start asking: signagent oidc login --profile "+profile)
 	case earliest.Sub(now) < 7*24*time.Hour:
-		d.add("oidc profile", Warn, who+": the refresh token lapses by "+stamp(latest)+" (within 7 days); sign in again before then: signagent login --profile "+profile)
+		d.add("oidc profile", Warn, who+": the refresh token lapses by "+stamp(latest)+" (within 7 days); sign in again before then: signagent oidc login --profile "+profile)
 	default:
 		d.add("oidc profile", OK, who+": a refresh token is held (last used "+stamp(rec.ObtainedAt())+"); it lapses by "+stamp(earliest)+
 			" at the earliest (--refresh-token-lifetime "+life.String()+")")

@@ -51,8 +51,8 @@ func (d *run) secrets() keys {
 		return got.Value, d.result(name, nil, "read from "+got.From)
 	}
 	need := ""
-	if d.s.String("base-url") != "" {
-		need = "none given, and --base-url needs one: set SIGNAGENT_API_KEY or give --api-key-file"
+	if d.s.String("trusted-url") != "" {
+		need = "none given, and --trusted-url needs one: set SIGNAGENT_API_KEY or give --api-key-file"
 	}
 	if _, ok := read("api-key", cmdutil.APIKeySecret.Source(d.s), need); ok {
 		var err error
@@ -66,7 +66,7 @@ func (d *run) secrets() keys {
 			d.checks[len(d.checks)-1] = Check{"developer-key", Fail, oneLine(err)}
 		}
 	}
-	if _, ok := read("client-secret", cmdutil.ClientSecretSecret.Source(d.s), ""); !ok && d.s.String("auth-url") != "" && !cmdutil.ClientSecretSecret.Source(d.s).Given() {
+	if _, ok := read("client-secret", cmdutil.ClientSecretSecret.Source(d.s), ""); !ok && d.s.String("oidc-url") != "" && !cmdutil.ClientSecretSecret.Source(d.s).Given() {
 		d.add("client-secret", Warn, "none given: an access token is not refreshed without it (set SIGNAGENT_CLIENT_SECRET or give --client-secret-file)")
 	}
 	read("store-password", cmdutil.StorePassword.Source(d.s), "")
@@ -92,9 +92,9 @@ func (d *run) secrets() keys {
 // for the clock: the trusted service's timestamps are what the clock
 // spoils.
 var services = []struct{ setting, peer string }{
-	{"base-url", "the service"},
-	{"api-url", "the business API"},
-	{"auth-url", "the identity provider"},
+	{"trusted-url", "the service"},
+	{"business-url", "the business API"},
+	{"oidc-url", "the identity provider"},
 }
 
 // addresses reaches each address the settings give over HTTPS (plain http
@@ -183,7 +183,7 @@ func (d *run) anyAddress() bool {
 // developer key, by calls that change nothing (trusted.CheckAPIKey,
 // legacy.CheckKey), each sent once.
 func (d *run) serviceKeys(ctx context.Context, k keys) {
-	if k.apiKey != "" && d.s.String("base-url") != "" {
+	if k.apiKey != "" && d.s.String("trusted-url") != "" {
 		cfg, err := factory.ServiceConfig(d.s, d.e, k.apiKey)
 		var c *trusted.Client
 		if err == nil {
@@ -195,7 +195,7 @@ func (d *run) serviceKeys(ctx context.Context, k keys) {
 		}
 		d.keyResult("api-key accepted", err, "the service accepts the API key (step 1 without a credential answered 400, not InvalidApiKey)")
 	}
-	if k.developerKey != "" && d.s.String("api-url") != "" {
+	if k.developerKey != "" && d.s.String("business-url") != "" {
 		cfg, err := factory.LegacyConfig(d.s, d.e)
 		var c *legacy.Client
 		if err == nil {

@@ -70,7 +70,7 @@ func ReadAgentConfig(s *settings.Settings, e *cmdutil.Env) (agent.Config, error)
 		SessionTTL: s.Duration("session-ttl"), RequestDeadline: s.Duration("request-deadline"), MaxBody: int64(s.Int("max-body")),
 		ShutdownGrace: s.Duration("shutdown-grace"), LegacySNILS: s.Bool("legacy-snils"),
 		Policy: agent.Policy{ExposeCanonical: s.Bool("expose-canonical"), ExposeLegacyHeader: s.Bool("expose-legacy-header"), NoCertificateLogin: !s.Bool("certificate-login")},
-		APIURL: s.String("api-url"), AllowInsecureAPI: s.Bool("insecure-http"), ServiceMaxBody: int64(s.Int("service-max-body")),
+		APIURL: s.String("business-url"), AllowInsecureAPI: s.Bool("insecure-http"), ServiceMaxBody: int64(s.Int("service-max-body")),
 		ServiceBodyBudget: int64(s.Int("service-body-budget")), ServiceMaxHeaderFields: s.Int("service-max-header-fields"),
 		ServiceMaxHeaderBytes: int64(s.Int("service-max-header-bytes"))}
 	var errs [9]error // all are reported, not only the first (and the store's)
@@ -86,16 +86,16 @@ func ReadAgentConfig(s *settings.Settings, e *cmdutil.Env) (agent.Config, error)
 		cfg.APIKey, errs[3] = cmdutil.APIKeyFrom(s) // needed for signatures and sessions alike
 	}
 	errs[7] = oidcSettingsComplete(s)
-	if cfg.NoToken && !hasDeveloperKey(s) && s.String("auth-url") == "" && s.String("client-id") == "" {
+	if cfg.NoToken && !hasDeveloperKey(s) && s.String("oidc-url") == "" && s.String("client-id") == "" {
 		errs[8] = cmdutil.UsageErr(errors.New("nothing to serve: give the partner API key (SIGNAGENT_API_KEY or --api-key-file) and a token for signatures and sessions, " +
-			"--api-url with a developer key for the legacy scheme, or --auth-url and --client-id for OpenID Connect"))
+			"--business-url with a developer key for the legacy scheme, or --oidc-url and --client-id for OpenID Connect"))
 	}
-	if s.String("base-url") != "" {
+	if s.String("trusted-url") != "" {
 		cfg.Service, errs[4] = ServiceConfig(s, e, cfg.APIKey)
 	}
 	switch {
-	case s.String("api-url") == "":
-		e.Log.Info().Msg("no --api-url: legacy authorizations and the business proxy answer 503 until one is configured")
+	case s.String("business-url") == "":
+		e.Log.Info().Msg("no --business-url: legacy authorizations and the business proxy answer 503 until one is configured")
 	case !hasDeveloperKey(s):
 		// The proxy serves OpenID Connect profiles without it.
 		e.Log.Warn().Msg("no developer key (SIGNAGENT_DEVELOPER_KEY or --developer-key-file): the legacy and trusted schemes answer 503")
@@ -117,13 +117,13 @@ func ReadAgentConfig(s *settings.Settings, e *cmdutil.Env) (agent.Config, error)
 	return cfg, err
 }
 
-// signingWanted says whether the agent signs: an API key, --base-url or a
+// signingWanted says whether the agent signs: an API key, --trusted-url or a
 // token named in any way (module, URI, token or key) asks for it.
 func signingWanted(s *settings.Settings) bool {
 	if cmdutil.APIKeySecret.Source(s).Given() || os.Getenv(pkcs11.ModuleEnv) != "" {
 		return true
 	}
-	for _, name := range []string{"base-url", "module", "key", "token-label", "token-serial", "key-label", "key-id"} {
+	for _, name := range []string{"trusted-url", "module", "key", "token-label", "token-serial", "key-label", "key-id"} {
 		if s.String(name) != "" {
 			return true
 		}
@@ -134,7 +134,7 @@ func signingWanted(s *settings.Settings) bool {
 // oidcSettingsComplete says, in one error, what OpenID Connect still
 // needs when one of its settings is given.
 func oidcSettingsComplete(s *settings.Settings) error {
-	given := map[string]bool{"--auth-url (SIGNAGENT_AUTH_URL)": s.String("auth-url") != "", "--client-id (SIGNAGENT_CLIENT_ID)": s.String("client-id") != "",
+	given := map[string]bool{"--oidc-url (SIGNAGENT_OIDC_URL)": s.String("oidc-url") != "", "--client-id (SIGNAGENT_CLIENT_ID)": s.String("client-id") != "",
 		"the client secret (SIGNAGENT_CLIENT_SECRET or --client-secret-file)": cmdutil.ClientSecretSecret.Source(s).Given()}
 	var missing []string
 	some := false

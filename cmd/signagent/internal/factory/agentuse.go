@@ -23,7 +23,7 @@ import (
 
 // The CLI through a running agent, the ssh-agent idiom: when
 // SIGNAGENT_AGENT_SOCK (--agent-sock, or agent-sock in the settings file)
-// names the agent's socket, sign, session, header, token, legacy-token
+// names the agent's socket, sign, session, header, token, legacy token
 // and api ask the agent instead of opening the token or logging in here,
 // so that the agent's caches serve them and one process holds the card.
 

@@ -129,7 +129,7 @@ func (f *Factory) Certificate() (*x509.Certificate, crypto.Decrypter, error) {
 // gives it the token's signer, opened when it first signs (a session a
 // store holds costs no PIN), each signature bounded by --token-timeout.
 func (f *Factory) Trusted(sign bool) (*trusted.Client, error) {
-	if err := cmdutil.Missing(cmdutil.APIKeySecret.Need(f.Settings), cmdutil.FlagNeed(f.Context, "base-url")); err != nil {
+	if err := cmdutil.Missing(cmdutil.APIKeySecret.Need(f.Settings), cmdutil.FlagNeed(f.Context, "trusted-url")); err != nil {
 		return nil, err
 	}
 	key, err := cmdutil.APIKey(f.Context)

@@ -23,7 +23,7 @@ const CatLegacy = "Legacy scheme"
 // key calls it; the agent takes them too.
 func LegacyServiceFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "api-url", Category: CatLegacy, EnvVars: []string{"SIGNAGENT_API_URL"}, Usage: "the service's business API `URL` (Authenticate is at URL/V3/Authenticate)"},
+		&cli.StringFlag{Name: "business-url", Category: CatLegacy, EnvVars: []string{"SIGNAGENT_BUSINESS_URL"}, Usage: "the service's business API `URL` (Authenticate is at URL/V3/Authenticate)"},
 		cmdutil.DeveloperKeySecret.FlagWith(CatLegacy, ""),
 		&cli.DurationFlag{Name: "legacy-token-ttl", Category: CatLegacy, Value: legacy.DefaultTokenTTL, EnvVars: []string{"SIGNAGENT_LEGACY_TOKEN_TTL"}, Usage: "`DURATION` a legacy token lives (the service's 24h); caches reuse it until a margin before"},
 		&cli.IntFlag{Name: "legacy-challenge-size", Category: CatLegacy, Value: envelope.ChallengeSize, EnvVars: []string{"SIGNAGENT_LEGACY_CHALLENGE_SIZE"},
@@ -31,7 +31,7 @@ func LegacyServiceFlags() []cli.Flag {
 	}
 }
 
-// LegacyClient builds the client from --api-url and the developer key.
+// LegacyClient builds the client from --business-url and the developer key.
 func LegacyClient(s *settings.Settings, e *cmdutil.Env) (*legacy.Client, error) {
 	cfg, err := LegacyConfig(s, e)
 	if err != nil {
@@ -47,13 +47,13 @@ func LegacyConfig(s *settings.Settings, e *cmdutil.Env) (*legacy.Config, error) 
 	if err != nil {
 		return nil, err
 	}
-	if s.String("api-url") == "" {
-		return nil, cmdutil.UsageErr(errors.New("give the service's business API address with --api-url or SIGNAGENT_API_URL"))
+	if s.String("business-url") == "" {
+		return nil, cmdutil.UsageErr(errors.New("give the service's business API address with --business-url or SIGNAGENT_BUSINESS_URL"))
 	}
-	if _, err := legacy.ParseAPIURL(s.String("api-url"), s.Bool("insecure-http")); err != nil {
+	if _, err := legacy.ParseAPIURL(s.String("business-url"), s.Bool("insecure-http")); err != nil {
 		return nil, err
 	}
-	cfg := &legacy.Config{APIURL: s.String("api-url"), AllowInsecureHTTP: s.Bool("insecure-http"), DeveloperKey: key,
+	cfg := &legacy.Config{APIURL: s.String("business-url"), AllowInsecureHTTP: s.Bool("insecure-http"), DeveloperKey: key,
 		TokenTTL: s.Duration("legacy-token-ttl"), ChallengeSize: s.Int("legacy-challenge-size"), Log: e.Log,
 		Settings: httpx.Settings{Timeout: s.Duration("request-timeout"), Attempts: s.Int("attempts"), UserAgent: "signagent/" + cmdutil.Version}}
 	return cfg, s.Err()

@@ -24,7 +24,7 @@ const (
 // are kept; the agent takes them too.
 func OIDCFlags() []cli.Flag {
 	return append(StoreFlags(), []cli.Flag{
-		&cli.StringFlag{Name: "auth-url", Category: CatOIDC, EnvVars: []string{"SIGNAGENT_AUTH_URL"}, Usage: "the identity provider's `URL` ({auth_url}; /connect/* is below it)"},
+		&cli.StringFlag{Name: "oidc-url", Category: CatOIDC, EnvVars: []string{"SIGNAGENT_OIDC_URL"}, Usage: "the identity provider's `URL` ({auth_url}; /connect/* is below it)"},
 		&cli.StringFlag{Name: "client-id", Category: CatOIDC, EnvVars: []string{"SIGNAGENT_CLIENT_ID"}, Usage: "the application's `CLIENT_ID`"},
 		cmdutil.ClientSecretSecret.FlagWith(CatOIDC, ""),
 		TokenStoreFlag(),
@@ -126,9 +126,9 @@ func OIDCTokens(s *settings.Settings, e *cmdutil.Env, shared *store.Shared) (*oi
 }
 
 // RefreshClient is the client that refreshes rec: its provider and
-// client_id; a different --auth-url or --client-id is a mistake.
+// client_id; a different --oidc-url or --client-id is a mistake.
 func RefreshClient(s *settings.Settings, e *cmdutil.Env, rec *oidc.Record, sec string) (*oidc.Client, error) {
-	for _, f := range []struct{ flag, want string }{{"auth-url", rec.AuthURL}, {"client-id", rec.ClientID}} {
+	for _, f := range []struct{ flag, want string }{{"oidc-url", rec.AuthURL}, {"client-id", rec.ClientID}} {
 		if v := s.String(f.flag); v != "" && strings.TrimRight(v, "/") != f.want {
 			return nil, fmt.Errorf("%w: profile %q was signed in with --%s %s, not %s; sign in again to change it",
 				errdefs.ErrInvalidInput, rec.Profile, f.flag, f.want, v)

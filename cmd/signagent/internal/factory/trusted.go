@@ -14,13 +14,13 @@ import (
 
 // ServiceConfig is the trusted service's settings.
 func ServiceConfig(s *settings.Settings, e *cmdutil.Env, apiKey string) (*trusted.Config, error) {
-	if s.String("base-url") == "" {
-		return nil, cmdutil.UsageErr(errors.New("give the service's address with --base-url or SIGNAGENT_BASE_URL"))
+	if s.String("trusted-url") == "" {
+		return nil, cmdutil.UsageErr(errors.New("give the service's address with --trusted-url or SIGNAGENT_TRUSTED_URL"))
 	}
 	if s.Int("attempts") < 1 {
 		return nil, cmdutil.UsageErr(errors.New("--attempts must be at least 1"))
 	}
-	return &trusted.Config{BaseURL: s.String("base-url"), AllowInsecureHTTP: s.Bool("insecure-http"), APIKey: apiKey,
+	return &trusted.Config{BaseURL: s.String("trusted-url"), AllowInsecureHTTP: s.Bool("insecure-http"), APIKey: apiKey,
 		Settings: httpx.Settings{Timeout: s.Duration("request-timeout"), Attempts: s.Int("attempts"), UserAgent: "signagent/" + cmdutil.Version}, Log: e.Log}, s.Err()
 }
 
@@ -34,7 +34,7 @@ func SignFlags() []cli.Flag {
 
 func ServiceFlags() []cli.Flag {
 	return append(cmdutil.APIKeyFlags(),
-		&cli.StringFlag{Name: "base-url", Category: cmdutil.CatService, EnvVars: []string{"SIGNAGENT_BASE_URL"}, Usage: "the service's auth base `URL` (endpoints are below URL/auth/v5.16/)"},
+		&cli.StringFlag{Name: "trusted-url", Category: cmdutil.CatService, EnvVars: []string{"SIGNAGENT_TRUSTED_URL"}, Usage: "the service's auth base `URL` (endpoints are below URL/auth/v5.16/)"},
 		&cli.BoolFlag{Name: "insecure-http", Category: cmdutil.CatService, EnvVars: []string{"SIGNAGENT_INSECURE_HTTP"}, Usage: "allow plain http to a non-loopback base URL"},
 		&cli.DurationFlag{Name: "request-timeout", Category: cmdutil.CatService, Value: 15 * time.Second, EnvVars: []string{"SIGNAGENT_REQUEST_TIMEOUT"}, Usage: "give up on one request after `DURATION`"},
 		&cli.IntFlag{Name: "attempts", Category: cmdutil.CatService, Value: 3, EnvVars: []string{"SIGNAGENT_ATTEMPTS"}, Usage: "`N` tries of a request that failed in transport or with 5xx"},

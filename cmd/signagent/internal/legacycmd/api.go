@@ -114,7 +114,7 @@ func callAPI(c *cli.Context, e *cmdutil.Env) error {
 		}
 	}
 	defer done()
-	svc, err := business.New(business.Config{APIURL: s.String("api-url"), AllowInsecureHTTP: s.Bool("insecure-http"),
+	svc, err := business.New(business.Config{APIURL: s.String("business-url"), AllowInsecureHTTP: s.Bool("insecure-http"),
 		Timeout: s.Duration("request-timeout"), UserAgent: "signagent/" + cmdutil.Version}, a)
 	if err != nil {
 		return err
@@ -178,10 +178,10 @@ func printAnswer(e *cmdutil.Env, r *business.Response, include bool) {
 // API address; the developer key for the legacy scheme; the API key and
 // the auth address too for trusted authentication.
 func apiNeeds(c *cli.Context, s *settings.Settings) []cmdutil.Need {
-	needs := []cmdutil.Need{cmdutil.FlagNeed(c, "api-url")}
+	needs := []cmdutil.Need{cmdutil.FlagNeed(c, "business-url")}
 	switch strings.ToLower(c.String("scheme")) {
 	case authz.SchemeTrusted:
-		needs = append(needs, cmdutil.DeveloperKeySecret.Need(s), cmdutil.APIKeySecret.Need(s), cmdutil.FlagNeed(c, "base-url"))
+		needs = append(needs, cmdutil.DeveloperKeySecret.Need(s), cmdutil.APIKeySecret.Need(s), cmdutil.FlagNeed(c, "trusted-url"))
 	case authz.SchemeLegacy:
 		needs = append(needs, cmdutil.DeveloperKeySecret.Need(s))
 	}
@@ -192,7 +192,7 @@ func apiNeeds(c *cli.Context, s *settings.Settings) []cmdutil.Need {
 // scheme: the legacy scheme logs in (the API address, the developer key).
 func headerNeeds(c *cli.Context, s *settings.Settings) []cmdutil.Need {
 	if strings.EqualFold(c.String("scheme"), authz.SchemeLegacy) {
-		return []cmdutil.Need{cmdutil.FlagNeed(c, "api-url"), cmdutil.DeveloperKeySecret.Need(s)}
+		return []cmdutil.Need{cmdutil.FlagNeed(c, "business-url"), cmdutil.DeveloperKeySecret.Need(s)}
 	}
 	return nil
 }
@@ -236,7 +236,7 @@ func apiAuthorizer(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.
 // do not configure says what it lacks when used. The command opens --store
 // once and lends it as the agent lends its own: the schemes keep their
 // records there (the OpenID Connect records, and the legacy tokens that
-// legacy-token and the agents share); it also lends a password from its
+// legacy token and the agents share); it also lends a password from its
 // sources, the token (opened when asked) and an auth.sid from the flags.
 // A login or refresh is bounded by the schemes' own limits (a legacy
 // login 2 minutes, a refresh 60 s), not by --request-timeout, which

@@ -37,12 +37,12 @@ func legacyCommandFlags(extra ...cli.Flag) []cli.Flag {
 
 func legacyTokenCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
-		Description: cmdutil.SecretOutput("the legacy token") + cmdutil.Examples("signagent legacy-token --by password --login alice --password-file pw", "signagent legacy-token --by certificate", "signagent legacy-token --by sid --sid-file sid"),
-		Name:        "legacy-token",
+		Description: cmdutil.SecretOutput("the legacy token") + cmdutil.Examples("signagent legacy token --by password --login alice --password-file pw", "signagent legacy token --by certificate", "signagent legacy token --by sid --sid-file sid"),
+		Name:        "token",
 		Usage:       "obtain a legacy authorization token (Authenticate V3) by password, certificate or auth.sid; print it",
-		UsageText: "signagent legacy-token --by password --login L\n" +
-			"signagent legacy-token --by certificate [token flags]\n" +
-			"signagent legacy-token --by sid [--sid-file F | --snils S --service-user-id ID]",
+		UsageText: "signagent legacy token --by password --login L\n" +
+			"signagent legacy token --by certificate [token flags]\n" +
+			"signagent legacy token --by sid [--sid-file F | --snils S --service-user-id ID]",
 		Flags: cmdutil.Concat(legacyCommandFlags(&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print {\"token\",\"by\",\"obtainedAt\",\"expiresAt\"} (through the agent, no obtainedAt)"}), factory.StoreFlags(), factory.AgentUseFlags()),
 		Action: func(c *cli.Context) error {
 			if cl, err := factory.AgentFor(c, e); err != nil || cl != nil {
@@ -172,7 +172,7 @@ func obtainLegacy(c *cli.Context, e *cmdutil.Env) (legacy.Token, *legacy.Client,
 	if err != nil {
 		return legacy.Token{}, nil, err
 	}
-	if err := cmdutil.Missing(cmdutil.FlagNeed(c, "api-url"), cmdutil.DeveloperKeySecret.Need(s)); err != nil {
+	if err := cmdutil.Missing(cmdutil.FlagNeed(c, "business-url"), cmdutil.DeveloperKeySecret.Need(s)); err != nil {
 		return legacy.Token{}, nil, err
 	}
 	client, err := factory.LegacyClient(s, e)

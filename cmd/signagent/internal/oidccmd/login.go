@@ -25,11 +25,11 @@ import (
 
 func loginCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
-		Description: cmdutil.Examples("signagent login", "signagent login --flow code", "signagent login --profile robot --refresh-token-file rt"),
+		Description: cmdutil.Examples("signagent oidc login", "signagent oidc login --flow code", "signagent oidc login --profile robot --refresh-token-file rt"),
 		Name:        "login",
 		Usage:       "sign a user in with OpenID Connect (device or authorization-code flow) and keep the tokens",
-		UsageText: "signagent login --space staging|production [--flow device] [--no-qr]\n" +
-			"signagent login --flow code --redirect-uri http://127.0.0.1:PORT/callback [--no-browser]",
+		UsageText: "signagent oidc login --space staging|production [--flow device] [--no-qr]\n" +
+			"signagent oidc login --flow code --redirect-uri http://127.0.0.1:PORT/callback [--no-browser]",
 		Flags: cmdutil.Concat(factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag(),
 			&cli.StringFlag{Name: "space", Category: factory.CatOIDC, EnvVars: []string{"SIGNAGENT_SPACE"}, Usage: "`SPACE` of the service: staging (Service.PublicAPI.Staging) or production (Service.PublicAPI)"},
 			&cli.StringSliceFlag{Name: "scope", Category: factory.CatOIDC, Usage: "ask for `SCOPE` too (besides openid profile email offline_access and the space's)"},
@@ -54,7 +54,7 @@ func login(c *cli.Context, e *cmdutil.Env) error {
 	if flow != "device" && flow != "code" {
 		return cmdutil.UsageErr(fmt.Errorf("--flow %q: want device or code", flow))
 	}
-	if err := cmdutil.Missing(cmdutil.FlagNeed(c, "space"), cmdutil.FlagNeed(c, "auth-url"), cmdutil.FlagNeed(c, "client-id"), cmdutil.ClientSecretSecret.Need(s)); err != nil {
+	if err := cmdutil.Missing(cmdutil.FlagNeed(c, "space"), cmdutil.FlagNeed(c, "oidc-url"), cmdutil.FlagNeed(c, "client-id"), cmdutil.ClientSecretSecret.Need(s)); err != nil {
 		return err
 	}
 	store, done, err := factory.TokenStore(s)
@@ -62,7 +62,7 @@ func login(c *cli.Context, e *cmdutil.Env) error {
 		return err
 	}
 	defer done()
-	client, err := factory.OIDCClient(s, e, s.String("auth-url"), s.String("client-id"))
+	client, err := factory.OIDCClient(s, e, s.String("oidc-url"), s.String("client-id"))
 	if err != nil {
 		return err
 	}

@@ -12,24 +12,18 @@ import (
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
-	"github.com/signagent/signagent/cmd/signagent/internal/tokencmd"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/oidc"
 )
 
 func tokenCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
-		Description: cmdutil.SecretOutput("the access token") + cmdutil.Examples("curl -H \"Authorization: Bearer $(signagent token)\" URL", "signagent token --json"),
+		Description: cmdutil.SecretOutput("the access token") + cmdutil.Examples("curl -H \"Authorization: Bearer $(signagent oidc token)\" URL", "signagent oidc token --json"),
 		Name:        "token",
-		Args:        true, // checked by the command itself (its subcommands, or its own arguments)
 		Usage:       "print the profile's access token, refreshed when it has less than --refresh-before left",
-		UsageText:   "curl -H \"Authorization: Bearer $(signagent token)\" ...",
+		UsageText:   "curl -H \"Authorization: Bearer $(signagent oidc token)\" ...",
 		Flags:       cmdutil.Concat(factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag(), cmdutil.JSONFlag(`{"accessToken","expiresAt","profile"}`)}, factory.AgentUseFlags()),
-		Subcommands: []*cli.Command{tokencmd.TokenCheckCommand(e)}, // the PKCS#11 token's self-test
 		Action: func(c *cli.Context) error {
-			if err := cmdutil.NoArgs(c); err != nil { // not in main's Before: "check" is an argument there
-				return err
-			}
 			rec, err := oidcTokenHereOrAgent(c, e)
 			if err != nil {
 				return err
@@ -67,7 +61,7 @@ func oidcTokenHereOrAgent(c *cli.Context, e *cmdutil.Env) (*oidc.Record, error) 
 
 func statusCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
-		Description: cmdutil.Examples("signagent status", "signagent status --json"),
+		Description: cmdutil.Examples("signagent oidc status", "signagent oidc status --json"),
 		Name:        "status",
 		Usage:       "show who the profile is signed in as, the scopes and space, and when the tokens expire (no token is shown)",
 		Flags: cmdutil.Concat([]cli.Flag{factory.ProfileFlag(), factory.TokenStoreFlag(),
@@ -130,7 +124,7 @@ func logoutCommand(e *cmdutil.Env) *cli.Command {
 		Description: "The provider is asked to revoke the refresh token first (RFC 7009, when its discovery document\n" +
 			"publishes a revocation endpoint), as oidc-agent does, so that a copy of it is worth nothing; when it cannot\n" +
 			"be asked, nothing is removed and the command fails: --local-only removes the tokens here without asking.\n\n" +
-			cmdutil.Examples("signagent logout --profile robot", "signagent logout --local-only"),
+			cmdutil.Examples("signagent oidc logout --profile robot", "signagent oidc logout --local-only"),
 		Name:  "logout",
 		Usage: "revoke the profile's refresh token at the provider and remove its tokens from the token store",
 		Flags: cmdutil.Concat(factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag(),
@@ -157,7 +151,7 @@ func logout(c *cli.Context, e *cmdutil.Env) error {
 		case errors.Is(err, oidc.ErrSignIn):
 			// Nothing to revoke; removed below if a record is there at all.
 		case err != nil:
-			return fmt.Errorf("%w (signagent logout --local-only removes it without asking the provider)", err)
+			return fmt.Errorf("%w (signagent oidc logout --local-only removes it without asking the provider)", err)
 		default:
 			sec, err := factory.ClientSecret(s)
 			if err != nil {
@@ -169,7 +163,7 @@ func logout(c *cli.Context, e *cmdutil.Env) error {
 			}
 			ok, err := client.Revoke(c.Context, rec)
 			if err != nil {
-				return fmt.Errorf("the refresh token of profile %s was not revoked and nothing was removed: %w (signagent logout --local-only removes the tokens here without asking)", profile, err)
+				return fmt.Errorf("the refresh token of profile %s was not revoked and nothing was removed: %w (signagent oidc logout --local-only removes the tokens here without asking)", profile, err)
 			}
 			revoked = "; the provider publishes no revocation endpoint: the refresh token stays valid there until it expires"
 			if ok {
@@ -222,7 +216,7 @@ func statusAll(c *cli.Context, e *cmdutil.Env, store oidc.Records) error {
 	if c.Bool("json") {
 		return cmdutil.WriteJSON(e, rows)
 	}
-	w := cmdutil.Table(e, len(rows), "No profile is signed in (signagent login).", "PROFILE\tSIGNED IN AS\tSPACE\tACCESS TOKEN EXPIRES\tREFRESH TOKEN")
+	w := cmdutil.Table(e, len(rows), "No profile is signed in (signagent oidc login).", "PROFILE\tSIGNED IN AS\tSPACE\tACCESS TOKEN EXPIRES\tREFRESH TOKEN")
 	if w == nil {
 		return nil
 	}

@@ -29,15 +29,15 @@ import (
 // setupKeys are the settings setup asks for, in its order; each is a
 // flag of setup (for --non-interactive) and a key of the context it
 // writes.
-var setupKeys = []string{"space", "base-url", "api-url", "auth-url", "client-id", "client-secret-file",
+var setupKeys = []string{"space", "trusted-url", "business-url", "oidc-url", "client-id", "client-secret-file",
 	"api-key-file", "developer-key-file", "module", "softhsm2-conf", "key", "certificate-file", "pin-file"}
 
 // setupVars are the variables the other commands read for setup's keys:
 // setup offers their values (and --non-interactive takes them), so that
 // what works in this shell is what the context keeps.
 var setupVars = map[string]string{
-	"space": "SIGNAGENT_SPACE", "base-url": "SIGNAGENT_BASE_URL", "api-url": "SIGNAGENT_API_URL",
-	"auth-url": "SIGNAGENT_AUTH_URL", "client-id": "SIGNAGENT_CLIENT_ID",
+	"space": "SIGNAGENT_SPACE", "trusted-url": "SIGNAGENT_TRUSTED_URL", "business-url": "SIGNAGENT_BUSINESS_URL",
+	"oidc-url": "SIGNAGENT_OIDC_URL", "client-id": "SIGNAGENT_CLIENT_ID",
 	"client-secret-file": cmdutil.ClientSecretSecret.Env + "_FILE", "api-key-file": cmdutil.APIKeySecret.Env + "_FILE",
 	"developer-key-file": cmdutil.DeveloperKeySecret.Env + "_FILE", "module": pkcs11.ModuleEnv,
 	"softhsm2-conf": settings.EnvKeys["softhsm2-conf"], "key": "SIGNAGENT_KEY_URI", "pin-file": cmdutil.PINSecret.Env + "_FILE",
@@ -63,21 +63,21 @@ func setupCommand(e *cmdutil.Env) *cli.Command {
 			"(the module's tokens and certificates are listed to pick from, each key by a URI with the token's serial,\n" +
 			"so that no other card of the same label is taken), and tries a signature. Each answer is\n" +
 			"checked as it is given; nothing is written until all are valid. The values offered are the flags' and\n" +
-			"variables' (SIGNAGENT_PIN_FILE, ... as after eval \"$(signagent dev-token)\"), else the context's.\n" +
+			"variables' (SIGNAGENT_PIN_FILE, ... as after eval \"$(signagent token dev)\"), else the context's.\n" +
 			"Files are kept as absolute paths, and SoftHSM's configuration file with a SoftHSM module, so that the\n" +
 			"context works from any directory with no variable set, for every command and the per-user agent.\n" +
 			"--non-interactive takes the answers from the flags and variables and reports every bad one at once.\n\n" +
 			cmdutil.Examples("signagent setup --context staging",
-				"signagent setup --context ci --non-interactive --space staging --api-url https://api.example --api-key-file key",
+				"signagent setup --context ci --non-interactive --space staging --business-url https://api.example --api-key-file key",
 				"signagent setup --context ci --non-interactive --module /usr/lib/x86_64-linux-gnu/opensc-pkcs11.so --key 'pkcs11:token=partner;serial=0123456789abcdef;object=signing' --pin-file pin"),
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "non-interactive", Category: "Answers", Usage: "take the answers from the flags; ask nothing"},
 			&cli.BoolFlag{Name: "use", Category: "Answers", Usage: "make the context the current one (asked when interactive; default when there is none)"},
 			&cli.BoolFlag{Name: "no-signature", Category: "Answers", Usage: "do not try a signature (the PIN may not be at hand)"},
 			str("space", "`SPACE`: staging or production"),
-			str("base-url", "the trusted authentication address `URL`"),
-			str("api-url", "the business API `URL`"),
-			str("auth-url", "the identity provider's `URL`"),
+			str("trusted-url", "the trusted authentication address `URL`"),
+			str("business-url", "the business API `URL`"),
+			str("oidc-url", "the identity provider's `URL`"),
 			str("client-id", "the application's `CLIENT_ID`"),
 			str("client-secret-file", "`FILE` holding the client secret"),
 			str("api-key-file", "`FILE` holding the partner API key"),
@@ -280,9 +280,9 @@ func (r *setupRun) answersFor() error {
 			}
 			return nil
 		}},
-		{"base-url", "Trusted authentication address (base-url)", true, url},
-		{"api-url", "Business API address (api-url)", true, url},
-		{"auth-url", "Identity provider address (auth-url)", true, url},
+		{"trusted-url", "Trusted authentication address (trusted-url)", true, url},
+		{"business-url", "Business API address (business-url)", true, url},
+		{"oidc-url", "Identity provider address (oidc-url)", true, url},
 	}
 	for _, s := range steps {
 		if _, err := r.answer(s.key, s.question, s.optional, s.check); err != nil {
@@ -297,7 +297,7 @@ func (r *setupRun) answersFor() error {
 		secretFile("the developer key", legacy.CheckDeveloperKey)); err != nil {
 		return err
 	}
-	if r.answers["auth-url"] != "" {
+	if r.answers["oidc-url"] != "" {
 		if err := r.oidcAnswers(insecure); err != nil {
 			return err
 		}
@@ -324,7 +324,7 @@ func (r *setupRun) oidcAnswers(insecure bool) error {
 		return nil
 	}
 	sec, _ := secret.Source{What: "the client secret", File: r.answers["client-secret-file"], Parse: oidc.CheckSecret}.Resolve()
-	client, err := oidc.New(oidc.Config{AuthURL: r.answers["auth-url"], AllowInsecureHTTP: insecure, ClientID: r.answers["client-id"],
+	client, err := oidc.New(oidc.Config{AuthURL: r.answers["oidc-url"], AllowInsecureHTTP: insecure, ClientID: r.answers["client-id"],
 		ClientSecret: sec.Value, Space: r.answers["space"], Timeout: 15 * time.Second, Log: r.e.Log})
 	if err == nil {
 		var found bool
@@ -333,15 +333,15 @@ func (r *setupRun) oidcAnswers(insecure bool) error {
 			if !found {
 				how = "no discovery document: the /connect/* paths will be used"
 			}
-			fmt.Fprintf(r.e.Stderr, "  identity provider: %s (%s)\n", r.answers["auth-url"], how)
+			fmt.Fprintf(r.e.Stderr, "  identity provider: %s (%s)\n", r.answers["oidc-url"], how)
 			return nil
 		}
 	}
 	if !r.ask {
-		r.problems = append(r.problems, fmt.Sprintf("--auth-url: %v", err))
+		r.problems = append(r.problems, fmt.Sprintf("--oidc-url: %v", err))
 		return nil
 	}
-	return fmt.Errorf("setup: the identity provider at %s: %w", r.answers["auth-url"], err)
+	return fmt.Errorf("setup: the identity provider at %s: %w", r.answers["oidc-url"], err)
 }
 
 // write puts the answers in the context (the keys setup asks for and not

@@ -23,11 +23,9 @@ import (
 	"github.com/signagent/signagent/signer"
 )
 
-// TokenCheckCommand is `signagent token check`: a self-test a user runs on
-// their own card, and what they attach to a bug report. It is a
-// subcommand of `token` (which prints the OpenID Connect access token) as
-// the issue names it; `signagent token` alone is unchanged.
-func TokenCheckCommand(e *cmdutil.Env) *cli.Command {
+// checkCommand is `signagent token check`: a self-test a user runs on
+// their own card, and what they attach to a bug report.
+func checkCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
 		Name:            "check",
 		HideHelpCommand: true,
@@ -49,23 +47,7 @@ func TokenCheckCommand(e *cmdutil.Env) *cli.Command {
 			&cli.BoolFlag{Name: "removal", Category: catRemoval, Usage: "then ask for the card to be removed and put back, and time how fast the module reports each"},
 			&cli.DurationFlag{Name: "removal-timeout", Value: time.Minute, Category: catRemoval, Usage: "with --removal, watch at most `DURATION` for the removal, and as long for the card's return (1s to 1h)"},
 			cmdutil.JSONFlag(`{"module","token","key","certificate","mechanisms","functions","pin","removal","ok"}`),
-		}, cmdutil.SettingsFlags(true), cmdutil.LogFlags("Logging")),
-		Before: func(c *cli.Context) error {
-			if err := cmdutil.NoArgs(c); err != nil {
-				return err
-			}
-			if err := cmdutil.LoadSettings(c); err != nil {
-				return err
-			}
-			if c.IsSet("log-level") || c.IsSet("log-format") || c.IsSet("quiet") || c.IsSet("verbose") {
-				log, err := cmdutil.NewLogger(e.Stderr, cmdutil.LogLevel(c, "token"), c.String("log-format"))
-				if err != nil {
-					return err
-				}
-				e.Log = log
-			}
-			return nil
-		},
+		}),
 		Action: func(c *cli.Context) error { return tokenCheck(c, e) },
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 )
 
-// defaultDevDir is where dev-token keeps a token of kind: today's place for
+// defaultDevDir is where token dev keeps a token of kind: today's place for
 // the default RSA token, a directory of its own for each other kind, so
 // that they live side by side.
 func defaultDevDir(kind string) string {
@@ -33,24 +33,24 @@ func defaultDevDir(kind string) string {
 	return "signagent-" + name
 }
 
-func devTokenCommand(e *cmdutil.Env) *cli.Command {
+func devCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
-		Name:  "dev-token",
+		Name:  "dev",
 		Usage: "make a development token (SoftHSM with an RSA-2048 or P-256 key, or the GOST test module) with a self-signed certificate, and print the environment to use it",
-		Description: "Prints shell `export` lines on stdout, so that\n\n   eval \"$(signagent dev-token)\"\n\n" +
+		Description: "Prints shell `export` lines on stdout, so that\n\n   eval \"$(signagent token dev)\"\n\n" +
 			"points the other commands at the token. The PIN is random and kept in DIR/pin (mode 0600).\n" +
 			"--key-type gost2012-256 or gost2012-512 makes a GOST R 34.10-2012 key with certtool and builds the GOST\n" +
 			"test module with gcc (gnutls-bin, gcc, libgnutls28-dev and libgcrypt20-dev needed): a software stand-in for a Rutoken or\n" +
 			"JaCarta card, for development only (its key is a file in DIR).\n" +
 			"Run again to reuse the token; --force makes a new one. It only ever removes what it made (it marks\n" +
 			"its directory with " + softhsm.DevMarker + "), and refuses a non-empty directory it did not make unless --force.\n\n" +
-			cmdutil.Examples("signagent dev-token", "signagent dev-token --key-type gost2012-256", "signagent dev-token --force"),
+			cmdutil.Examples("signagent token dev", "signagent token dev --key-type gost2012-256", "signagent token dev --force"),
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dir", DefaultText: "$XDG_DATA_HOME/signagent/dev-token[-KIND], else ~/.local/share/signagent/dev-token[-KIND]", Usage: "`DIR` for the token, its configuration and PIN"},
 			&cli.StringFlag{Name: "key-type", Value: softhsm.KindRSA, Usage: "the key: `KIND` " + strings.Join(softhsm.Kinds, ", ")},
 			&cli.StringFlag{Name: "label", Value: "signagent-dev", Usage: "token and key `LABEL`"},
 			cmdutil.Pick(cmdutil.TokenFlags(), "module")[0],
-			&cli.BoolFlag{Name: "force", Usage: "discard an existing token in DIR and make a new one (in a directory dev-token did not make: replace its files there, saying which)"},
+			&cli.BoolFlag{Name: "force", Usage: "discard an existing token in DIR and make a new one (in a directory token dev did not make: replace its files there, saying which)"},
 			&cli.BoolFlag{Name: "ec", Usage: "with --key-type rsa2048, also generate a P-256 key labelled LABEL-ec (id 02), for benchmarks"},
 		},
 		Action: func(c *cli.Context) error {
@@ -85,7 +85,7 @@ func devTokenCommand(e *cmdutil.Env) *cli.Command {
 					return err
 				}
 				if !strings.Contains(filepath.Base(mod.Path), "softhsm") {
-					return cmdutil.UsageErr(fmt.Errorf("dev-token needs the SoftHSM module, not %s; install softhsm2 or give --module", mod.Path))
+					return cmdutil.UsageErr(fmt.Errorf("token dev needs the SoftHSM module, not %s; install softhsm2 or give --module", mod.Path))
 				}
 				dt.Module = mod.Path
 			} else if c.IsSet("module") {

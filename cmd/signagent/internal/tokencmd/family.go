@@ -2,12 +2,13 @@ package tokencmd
 
 import "github.com/signagent/signagent/cmd/internal/cmdutil"
 
-// Family is the token commands: the tokens and keys there are, and a
-// development token.
+// Family is the PKCS#11 token commands (signagent token ...): the tokens
+// and keys there are, the self-test of one, and a development token.
 func Family(e *cmdutil.Env) cmdutil.Family {
 	return cmdutil.Family{Category: "Smart cards and tokens", Commands: []cmdutil.Command{
-		{Command: tokensCommand(e)},
+		{Command: listCommand(e)},
 		{Command: keysCommand(e)},
-		{Command: devTokenCommand(e)},
+		{Command: checkCommand(e)},
+		{Command: devCommand(e)},
 	}}
 }

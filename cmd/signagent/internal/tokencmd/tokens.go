@@ -14,10 +14,10 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 )
 
-func tokensCommand(e *cmdutil.Env) *cli.Command {
+func listCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
-		Description: cmdutil.Examples("signagent tokens", "signagent tokens --module /usr/lib/librtpkcs11ecp.so"),
-		Name:        "tokens",
+		Description: cmdutil.Examples("signagent token list", "signagent token list --module /usr/lib/librtpkcs11ecp.so"),
+		Name:        "list",
 		Usage:       "list the tokens the PKCS#11 module sees",
 		Flags: []cli.Flag{
 			cmdutil.Pick(cmdutil.TokenFlags(), "module")[0],
@@ -43,7 +43,7 @@ func tokensCommand(e *cmdutil.Env) *cli.Command {
 
 func keysCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
-		Description: cmdutil.Examples("signagent keys --token-label partner --pin-file pin --json"),
+		Description: cmdutil.Examples("signagent token keys --token-label partner --pin-file pin --json"),
 		Name:        "keys",
 		Usage:       "list the keys and certificates on a token (private keys only with a PIN)",
 		Flags:       append(cmdutil.Pick(cmdutil.TokenFlags(), "module", "token-label", "token-serial", "pin-file"), &cli.BoolFlag{Name: "json", Usage: "print JSON"}),

@@ -22,10 +22,10 @@ import (
 
 func canonicalCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
-		Description: cmdutil.Examples("signagent canonical --phone 9161234567 | od -c | head"),
+		Description: cmdutil.Examples("signagent trusted canonical --phone 9161234567 | od -c | head"),
 		Name:        "canonical",
 		Usage:       "write the exact text that is signed for a credential (it contains the API key: treat it as secret)",
-		UsageText:   "signagent canonical --phone P | --snils S | --thumbprint T [--timestamp \"dd.MM.yyyy HH:mm:ss\"]",
+		UsageText:   "signagent trusted canonical --phone P | --snils S | --thumbprint T [--timestamp \"dd.MM.yyyy HH:mm:ss\"]",
 		Flags:       append(cmdutil.CredentialFlags(), cmdutil.APIKeyFlags()...),
 		Action: func(c *cli.Context) error {
 			text, _, _, err := buildText(c)
@@ -56,10 +56,10 @@ func buildText(c *cli.Context) ([]byte, canonical.Credential, string, error) {
 
 func signCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
-		Description: cmdutil.Examples("signagent sign --phone 9161234567 --out sig.der", "signagent sign --snils 11223344595 --format base64", "signagent sign --phone 9161234567 --json"),
+		Description: cmdutil.Examples("signagent trusted sign --phone 9161234567 --out sig.der", "signagent trusted sign --snils 11223344595 --format base64", "signagent trusted sign --phone 9161234567 --json"),
 		Name:        "sign",
 		Usage:       "sign the text for a credential on the token: a detached CMS SignedData",
-		UsageText:   "signagent sign --phone P | --snils S | --thumbprint T [--timestamp T] [--out FILE] [--format der|pem|base64] [--json]",
+		UsageText:   "signagent trusted sign --phone P | --snils S | --thumbprint T [--timestamp T] [--out FILE] [--format der|pem|base64] [--json]",
 		Flags: cmdutil.Concat(cmdutil.CredentialFlags(), cmdutil.APIKeyFlags(), cmdutil.TokenFlags(), factory.SignFlags(), []cli.Flag{
 			&cli.StringFlag{Name: "out", Category: cmdutil.CatOutput, Usage: "write the signature to `FILE` (atomically) instead of stdout"},
 			&cli.StringFlag{Name: "text-out", Category: cmdutil.CatOutput, Usage: "also write the signed text to `FILE` (mode 0600: it holds the API key)"},

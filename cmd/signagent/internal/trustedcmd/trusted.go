@@ -21,10 +21,10 @@ import (
 
 func linkCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
-		Description: cmdutil.Examples("signagent link --phone 9161234567 --service-user-id crm-42"),
+		Description: cmdutil.Examples("signagent trusted link --phone 9161234567 --service-user-id crm-42"),
 		Name:        "link",
 		Usage:       "link the service's user (found by phone) to a user of the trusted system (step 0)",
-		UsageText:   "signagent link --service-user-id ID --phone P [--base-url URL]",
+		UsageText:   "signagent trusted link --service-user-id ID --phone P [--trusted-url URL]",
 		Flags:       cmdutil.Concat(factory.ServiceFlags(), cmdutil.Pick(cmdutil.CredentialFlags(), "phone"), []cli.Flag{cmdutil.JSONFlag(`{"linked","serviceUserId","credential"}`)}),
 		Action: func(c *cli.Context) error {
 			if !c.IsSet("phone") {
@@ -54,10 +54,10 @@ func linkCommand(e *cmdutil.Env) *cli.Command {
 
 func sessionCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
-		Description: cmdutil.SecretOutput("the auth.sid") + cmdutil.Examples("signagent session --phone 9161234567 --service-user-id crm-42", "signagent session --snils 11223344595 --service-user-id crm-42 --json"),
+		Description: cmdutil.SecretOutput("the auth.sid") + cmdutil.Examples("signagent trusted session --phone 9161234567 --service-user-id crm-42", "signagent trusted session --snils 11223344595 --service-user-id crm-42 --json"),
 		Name:        "session",
 		Usage:       "sign on the token and run authenticate-by-truster and approve-truster; print the auth.sid",
-		UsageText:   "signagent session --phone P | --snils S | --thumbprint T --service-user-id ID [--json]",
+		UsageText:   "signagent trusted session --phone P | --snils S | --thumbprint T --service-user-id ID [--json]",
 		Flags: cmdutil.Concat(cmdutil.Pick(cmdutil.CredentialFlags(), "phone", "snils", "thumbprint", "legacy-snils"), factory.ServiceFlags(), cmdutil.TokenFlags(), factory.SignFlags(), factory.StoreFlags(), []cli.Flag{
 			&cli.DurationFlag{Name: "session-ttl", Category: factory.CatStore, Value: 12 * time.Hour, EnvVars: []string{"SIGNAGENT_SESSION_TTL"}, Usage: "with --store: use a session the store holds when it is younger than `DURATION`, and keep a new one that long"},
 			&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print {\"sid\",\"kind\",\"obtainedAt\"}"},
@@ -78,7 +78,7 @@ func sessionCommand(e *cmdutil.Env) *cli.Command {
 				}
 				return printSession(c, e, &trusted.Session{Sid: resp.Sid, Kind: cred.Kind, ObtainedAt: resp.ObtainedAt.Time})
 			}
-			if err := cmdutil.Missing(cmdutil.APIKeySecret.Need(settings.Of(c)), cmdutil.FlagNeed(c, "base-url")); err != nil {
+			if err := cmdutil.Missing(cmdutil.APIKeySecret.Need(settings.Of(c)), cmdutil.FlagNeed(c, "trusted-url")); err != nil {
 				return err
 			}
 			key, err := cmdutil.APIKey(c)

@@ -14,10 +14,10 @@ import (
 
 func verifyCommand(e *cmdutil.Env) *cli.Command {
 	return &cli.Command{
-		Description: cmdutil.Examples("signagent verify --signature sig.der --content text", "signagent verify --signature sig.der --content text --ca ca.pem --json"),
+		Description: cmdutil.Examples("signagent trusted verify --signature sig.der --content text", "signagent trusted verify --signature sig.der --content text --ca ca.pem --json"),
 		Name:        "verify",
 		Usage:       "check a detached CMS signature over a content file",
-		UsageText:   "signagent verify --signature FILE --content FILE [--ca FILE]",
+		UsageText:   "signagent trusted verify --signature FILE --content FILE [--ca FILE]",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "signature", Required: true, Usage: "signature `FILE`: DER, PEM or base64"},
 			&cli.StringFlag{Name: "content", Required: true, Usage: "the signed `FILE`"},
