@@ -55,9 +55,9 @@ func useModule(ctx context.Context, path string) (*module, func(), error) {
 	return m, release, nil
 }
 
-// OpenRaw gives provisioning code (package softhsm) the module as loaded
+// ProvisioningContext gives provisioning code (package softhsm) the module as loaded
 // for this process. Call the returned function to release it.
-func OpenRaw(path string) (*p11.Ctx, func(), error) {
+func ProvisioningContext(path string) (*p11.Ctx, func(), error) {
 	m, release, err := useModule(context.Background(), path)
 	if err != nil {
 		return nil, nil, err
