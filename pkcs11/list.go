@@ -55,8 +55,13 @@ func useModule(ctx context.Context, path string) (*module, func(), error) {
 	return m, release, nil
 }
 
-// ProvisioningContext gives provisioning code (package softhsm) the module as loaded
-// for this process. Call the returned function to release it.
+// ProvisioningContext is for provisioning only (devtoken/softhsm, the
+// test rigs): it hands out the miekg/pkcs11 context of the module as loaded
+// for this process, to create and destroy objects. It bypasses the Backend
+// seam: no deadline bounds its calls, no fault is injected into them, and
+// no key is marked lost by them. Signing, decrypting and looking at tokens
+// go through Open and the Backend. Call the returned function to release
+// the module.
 func ProvisioningContext(path string) (*p11.Ctx, func(), error) {
 	m, release, err := useModule(context.Background(), path)
 	if err != nil {
