@@ -21,21 +21,21 @@ import (
 
 // findKey finds exactly one private key that the selection names and
 // reads what is public about it.
-func (k *Key) findKey(ctx context.Context, sh p11.SessionHandle) error {
-	found, err := k.privateKeys(ctx, sh)
+func (t *Token) findKey(ctx context.Context, sh p11.SessionHandle) (*Key, error) {
+	found, err := t.privateKeys(ctx, sh)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	label, id := k.sel.KeyLabel, k.sel.KeyID
+	label, id := t.sel.KeyLabel, t.sel.KeyID
 	what := describeSel(label, id)
 	switch {
 	case len(found) == 0:
-		all, _ := call(ctx, k.mod, func(b Backend) ([]keyInfo, error) { return findKeys(b, sh, "", nil) }, nil)
-		return fmt.Errorf("%w: no private key %s on token %q; the token has %s", ErrKeyNotFound, what, k.token.Label, listKeys(all))
+		all, _ := call(ctx, t.mod, func(b Backend) ([]keyInfo, error) { return findKeys(b, sh, "", nil) }, nil)
+		return nil, fmt.Errorf("%w: no private key %s on token %q; the token has %s", ErrKeyNotFound, what, t.info.Label, listKeys(all))
 	case len(found) > 1 && label == "" && len(id) == 0:
-		return fmt.Errorf("%w: token %q has %d private keys and none was chosen: %s; choose one with --key-label or --key-id", ErrKeyAmbiguous, k.token.Label, len(found), listKeys(found))
+		return nil, fmt.Errorf("%w: token %q has %d private keys and none was chosen: %s; choose one with --key-label or --key-id", ErrKeyAmbiguous, t.info.Label, len(found), listKeys(found))
 	case len(found) > 1:
-		return fmt.Errorf("%w: %d private keys %s on token %q: %s; choose one with --key-label or --key-id", ErrKeyAmbiguous, len(found), what, k.token.Label, listKeys(found))
+		return nil, fmt.Errorf("%w: %d private keys %s on token %q: %s; choose one with --key-label or --key-id", ErrKeyAmbiguous, len(found), what, t.info.Label, listKeys(found))
 	}
 	ki := found[0]
 	if ki.pub == nil && isGOSTKeyType(ki.keyType) {
@@ -43,17 +43,16 @@ func (k *Key) findKey(ctx context.Context, sh p11.SessionHandle) error {
 		if why == nil {
 			why = errors.New("it has no public key object with its id beside it")
 		}
-		return fmt.Errorf("%w: GOST key %q (id %s) on token %q cannot be used: %v", ErrTokenRefused, ki.label, hex.EncodeToString(ki.id), k.token.Label, why)
+		return nil, fmt.Errorf("%w: GOST key %q (id %s) on token %q cannot be used: %v", ErrTokenRefused, ki.label, hex.EncodeToString(ki.id), t.info.Label, why)
 	}
 	if ki.pub == nil {
-		return fmt.Errorf("%w: key %q (id %s) is neither RSA, EC nor GOST R 34.10-2012 with a public key beside it; signagent signs with RSA, ECDSA and GOST keys", ErrTokenRefused, ki.label, hex.EncodeToString(ki.id))
+		return nil, fmt.Errorf("%w: key %q (id %s) is neither RSA, EC nor GOST R 34.10-2012 with a public key beside it; signagent signs with RSA, ECDSA and GOST keys", ErrTokenRefused, ki.label, hex.EncodeToString(ki.id))
 	}
-	k.handle, k.label, k.id, k.keyType, k.pub, k.sign, k.decrypt = ki.h, ki.label, ki.id, ki.keyType, ki.pub, ki.sign, ki.decrypt
-	return nil
+	return &Key{tok: t, handle: ki.h, label: ki.label, id: ki.id, keyType: ki.keyType, pub: ki.pub, sign: ki.sign, decrypt: ki.decrypt}, nil
 }
 
-func (k *Key) privateKeys(ctx context.Context, sh p11.SessionHandle) ([]keyInfo, error) {
-	found, err := call(ctx, k.mod, func(b Backend) ([]keyInfo, error) { return findKeys(b, sh, k.sel.KeyLabel, k.sel.KeyID) }, nil)
+func (t *Token) privateKeys(ctx context.Context, sh p11.SessionHandle) ([]keyInfo, error) {
+	found, err := call(ctx, t.mod, func(b Backend) ([]keyInfo, error) { return findKeys(b, sh, t.sel.KeyLabel, t.sel.KeyID) }, nil)
 	if err != nil {
 		return nil, classify("look for the key", err)
 	}
@@ -64,25 +63,25 @@ func (k *Key) privateKeys(ctx context.Context, sh p11.SessionHandle) ([]keyInfo,
 // certificate on the token, among those with the key's id or label, whose
 // public key is the key's. A valid one beats an expired one; two valid ones
 // are an error that lists them.
-func (k *Key) findCert(ctx context.Context, sh p11.SessionHandle) error {
-	if k.sel.CertFile != "" {
-		cert, err := ReadCertificate(k.sel.CertFile)
+func (t *Token) findCert(ctx context.Context, sh p11.SessionHandle, k *Key) error {
+	if t.sel.CertFile != "" {
+		cert, err := ReadCertificate(t.sel.CertFile)
 		if err != nil {
 			return err
 		}
 		if !samePublicKey(CertificatePublicKey(cert), k.pub) {
 			return fmt.Errorf("%w: certificate %q (thumbprint %s) is for another key than %q", ErrCertMismatch, cert.Subject.String(), canonical.ThumbprintOf(cert), k.label)
 		}
-		k.setCert(cert)
+		t.setCert(k, cert)
 		return nil
 	}
-	cert, err := call(ctx, k.mod, func(b Backend) (*x509.Certificate, error) {
-		return keyCertificate(b, sh, k.id, k.label, k.pub, k.token.Label)
+	cert, err := call(ctx, t.mod, func(b Backend) (*x509.Certificate, error) {
+		return keyCertificate(b, sh, k.id, k.label, k.pub, t.info.Label)
 	}, nil)
 	if err != nil {
 		return err
 	}
-	k.setCert(cert)
+	t.setCert(k, cert)
 	return nil
 }
 
@@ -107,12 +106,12 @@ func keyCertificate(b Backend, sh p11.SessionHandle, id []byte, label string, pu
 	return cert, nil
 }
 
-func (k *Key) setCert(cert *x509.Certificate) {
+func (t *Token) setCert(k *Key, cert *x509.Certificate) {
 	k.cert = cert
 	if now := time.Now(); now.After(cert.NotAfter) {
-		k.log.Warn().Time("notAfter", cert.NotAfter).Str("key", k.label).Msgf("the certificate expired on %s; the service will likely refuse its signatures", cert.NotAfter.UTC().Format("2006-01-02"))
+		t.log.Warn().Time("notAfter", cert.NotAfter).Str("key", k.label).Msgf("the certificate expired on %s; the service will likely refuse its signatures", cert.NotAfter.UTC().Format("2006-01-02"))
 	} else if now.Before(cert.NotBefore) {
-		k.log.Warn().Time("notBefore", cert.NotBefore).Msgf("the certificate is not valid before %s", cert.NotBefore.UTC().Format(time.RFC3339))
+		t.log.Warn().Time("notBefore", cert.NotBefore).Msgf("the certificate is not valid before %s", cert.NotBefore.UTC().Format(time.RFC3339))
 	}
 }
 

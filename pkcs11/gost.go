@@ -146,7 +146,7 @@ func (k *Key) IsGOST() bool { return isGOSTKeyType(k.keyType) }
 // RSA and EC keys hash msg here with opts' hash and sign the digest, as
 // crypto.SignMessage would (crypto/x509 calls SignMessage when a key has it).
 func (k *Key) SignMessage(_ io.Reader, msg []byte, opts crypto.SignerOpts) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), k.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), k.tok.timeout)
 	defer cancel()
 	return k.SignMessageContext(ctx, msg, opts)
 }
@@ -186,7 +186,7 @@ func (k *Key) SignMessageContext(ctx context.Context, msg []byte, opts crypto.Si
 func (k *Key) signGOSTDigest(ctx context.Context, digest []byte) ([]byte, error) {
 	w := k.gost
 	if w.raw == 0 {
-		return nil, fmt.Errorf("%w: token %q signs GOST only over the data it hashes itself (%s), not over a given hash", ErrKeyUsage, k.token.Label, MechanismName(w.hashed))
+		return nil, fmt.Errorf("%w: token %q signs GOST only over the data it hashes itself (%s), not over a given hash", ErrKeyUsage, k.tok.info.Label, MechanismName(w.hashed))
 	}
 	if len(digest) != w.bits/8 {
 		return nil, fmt.Errorf("%w: the hash is %d bytes, a GOST %d-bit key signs %d", ErrKeyUsage, len(digest), w.bits, w.bits/8)
@@ -202,7 +202,7 @@ func (k *Key) signGOSTDigest(ctx context.Context, digest []byte) ([]byte, error)
 
 func (k *Key) checkGOSTLength(sig []byte) ([]byte, error) {
 	if want := k.gost.bits / 4; len(sig) != want {
-		return nil, fmt.Errorf("%w: token %q returned a %d-byte signature; a GOST R 34.10-2012 %d-bit key makes %d", ErrTokenRefused, k.token.Label, len(sig), k.gost.bits, want)
+		return nil, fmt.Errorf("%w: token %q returned a %d-byte signature; a GOST R 34.10-2012 %d-bit key makes %d", ErrTokenRefused, k.tok.info.Label, len(sig), k.gost.bits, want)
 	}
 	return sig, nil
 }
@@ -213,7 +213,7 @@ var ErrNoDigest = fmt.Errorf("%w: the token offers no Streebog digest mechanism"
 // Digest returns Streebog of msg (the key's size) computed on the token,
 // within the selection's timeout.
 func (k *Key) Digest(msg []byte) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), k.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), k.tok.timeout)
 	defer cancel()
 	return k.DigestContext(ctx, msg)
 }
@@ -230,7 +230,7 @@ func (k *Key) DigestContext(ctx context.Context, msg []byte) ([]byte, error) {
 		return nil, err
 	}
 	if len(sum) != k.gost.bits/8 {
-		return nil, fmt.Errorf("%w: token %q returned a %d-byte Streebog-%d hash", ErrTokenRefused, k.token.Label, len(sum), k.gost.bits)
+		return nil, fmt.Errorf("%w: token %q returned a %d-byte Streebog-%d hash", ErrTokenRefused, k.tok.info.Label, len(sum), k.gost.bits)
 	}
 	return sum, nil
 }
@@ -251,8 +251,8 @@ func digestOn(b Backend, sh p11.SessionHandle, mech uint, msg []byte) ([]byte, e
 
 // chooseGOST asks the token's mechanism list once and picks how the key
 // signs.
-func (k *Key) chooseGOST(ctx context.Context) error {
-	mechs, err := call(ctx, k.mod, func(b Backend) ([]*p11.Mechanism, error) { return b.GetMechanismList(k.token.Slot) }, nil)
+func (t *Token) chooseGOST(ctx context.Context, k *Key) error {
+	mechs, err := call(ctx, t.mod, func(b Backend) ([]*p11.Mechanism, error) { return b.GetMechanismList(t.info.Slot) }, nil)
 	if err != nil {
 		return classify("list the token's mechanisms", err)
 	}
@@ -260,7 +260,7 @@ func (k *Key) chooseGOST(ctx context.Context) error {
 	for i, m := range mechs {
 		offered[i] = m.Mechanism
 	}
-	w, err := chooseGOSTWays(gostBits(k.keyType), offered, k.token.Label, k.label)
+	w, err := chooseGOSTWays(gostBits(k.keyType), offered, t.info.Label, k.label)
 	if err != nil {
 		return err
 	}
@@ -269,6 +269,6 @@ func (k *Key) chooseGOST(ctx context.Context) error {
 	if w.hashed == 0 {
 		how = MechanismName(w.digest) + " then " + MechanismName(w.raw)
 	}
-	k.log.Debug().Str("key", k.label).Str("mechanism", how).Msg("GOST key signs on the token")
+	t.log.Debug().Str("key", k.label).Str("mechanism", how).Msg("GOST key signs on the token")
 	return nil
 }

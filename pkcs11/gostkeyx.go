@@ -150,14 +150,14 @@ func (k *Key) gostLogin(ctx context.Context) ([]GOSTLoginWay, error) {
 	flags := map[uint]uint{}
 	var derive, unwrap bool
 	_, err = k.do(ctx, fmt.Sprintf("read what key %q may do", k.label), func(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) ([]byte, error) {
-		list, err := b.GetMechanismList(k.token.Slot)
+		list, err := b.GetMechanismList(k.tok.info.Slot)
 		if err != nil {
 			return nil, err
 		}
 		for _, m := range list {
 			switch m.Mechanism {
 			case CKM_GOSTR3410_12_DERIVE, CKM_KDF_4357, CKM_GOSTR3410_KEY_WRAP, CKM_GOST28147_KEY_WRAP, CKM_GOST28147:
-				info, err := b.GetMechanismInfo(k.token.Slot, []*p11.Mechanism{p11.NewMechanism(m.Mechanism, nil)})
+				info, err := b.GetMechanismInfo(k.tok.info.Slot, []*p11.Mechanism{p11.NewMechanism(m.Mechanism, nil)})
 				if err != nil {
 					return nil, err
 				}
@@ -182,12 +182,12 @@ func (k *Key) gostLogin(ctx context.Context) ([]GOSTLoginWay, error) {
 	if err != nil {
 		return nil, err // not cached: the token may answer next time
 	}
-	ways, err = gostLoginOffered(flags, derive, unwrap, k.token.Label, k.label)
+	ways, err = gostLoginOffered(flags, derive, unwrap, k.tok.info.Label, k.label)
 	k.mu.Lock()
 	k.gostLoginWays, k.gostLoginErr, k.gostLoginProbed = ways, err, true
 	k.mu.Unlock()
 	if err == nil {
-		k.log.Debug().Str("key", k.label).Str("way", ways[0].Short()).Msg("GOST key opens certificate-login challenges on the token")
+		k.tok.log.Debug().Str("key", k.label).Str("way", ways[0].Short()).Msg("GOST key opens certificate-login challenges on the token")
 	}
 	return ways, err
 }
@@ -195,7 +195,7 @@ func (k *Key) gostLogin(ctx context.Context) ([]GOSTLoginWay, error) {
 // CanOpenGOST says, after asking the token what it offers (once), why the
 // key cannot open a GOST certificate login's challenge, or nil.
 func (k *Key) CanOpenGOST() error {
-	ctx, cancel := context.WithTimeout(context.Background(), k.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), k.tok.timeout)
 	defer cancel()
 	return k.CanOpenGOSTContext(ctx)
 }
@@ -212,7 +212,7 @@ func (k *Key) GOSTLoginWays(ctx context.Context) ([]GOSTLoginWay, error) { retur
 // OpenGOST opens a GOST key transport and its content on the token, the
 // preferred way, and returns the content.
 func (k *Key) OpenGOST(t *gost.Transport) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), k.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), k.tok.timeout)
 	defer cancel()
 	return k.OpenGOSTContext(ctx, t)
 }

@@ -78,8 +78,8 @@ func TestGOSTCertLoginWays(t *testing.T) {
 				if _, err := k.OpenGOSTWay(context.Background(), other, tr); err == nil {
 					t.Fatalf("%s worked on a build without it", other.Short())
 				}
-				if n := g.GOSTObjects(t); n != 0 || k.Lost() != nil {
-					t.Fatalf("%d session keys left; lost: %v", n, k.Lost())
+				if n := g.GOSTObjects(t); n != 0 || k.Token().Lost() != nil {
+					t.Fatalf("%d session keys left; lost: %v", n, k.Token().Lost())
 				}
 			})
 		}
@@ -161,7 +161,7 @@ func TestGOSTCertLoginFaults(t *testing.T) {
 				// The challenge's fault, not the device's: the key stays in use.
 				g.SetFaults()
 				if got, err := envelope.Open(der, g.Cert, k); err != nil || !bytes.Equal(got, random) {
-					t.Fatalf("after the fault: %x, %v (lost: %v)", got, err, k.Lost())
+					t.Fatalf("after the fault: %x, %v (lost: %v)", got, err, k.Token().Lost())
 				}
 			}
 		})

@@ -122,15 +122,15 @@ func (m Mechanism) Can(use uint) bool { return m.flags&use != 0 }
 // C_GetMechanismInfo (a mechanism whose information the module will not
 // give is listed with no flags).
 func (k *Key) Mechanisms(ctx context.Context) ([]Mechanism, error) {
-	out, err := call(ctx, k.mod, func(b Backend) ([]Mechanism, error) {
-		list, err := b.GetMechanismList(k.token.Slot)
+	out, err := call(ctx, k.tok.mod, func(b Backend) ([]Mechanism, error) {
+		list, err := b.GetMechanismList(k.tok.info.Slot)
 		if err != nil {
 			return nil, err
 		}
 		out := make([]Mechanism, 0, len(list))
 		for _, m := range list {
 			x := Mechanism{Code: m.Mechanism, Name: mechanismName(m.Mechanism), Flags: []string{}}
-			if info, err := b.GetMechanismInfo(k.token.Slot, []*p11.Mechanism{p11.NewMechanism(m.Mechanism, nil)}); err == nil {
+			if info, err := b.GetMechanismInfo(k.tok.info.Slot, []*p11.Mechanism{p11.NewMechanism(m.Mechanism, nil)}); err == nil {
 				x.MinKeySize, x.MaxKeySize, x.flags = info.MinKeySize, info.MaxKeySize, info.Flags
 				x.Flags = mechanismFlags(info.Flags)
 			}
@@ -223,12 +223,12 @@ func (k *Key) FindCertificate(ctx context.Context) (*x509.Certificate, error) {
 	if k.cert != nil {
 		return k.cert, nil
 	}
-	sh, err := k.session(ctx)
+	sh, err := k.tok.session(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { k.free <- sh }()
-	if err := k.findCert(ctx, sh); err != nil {
+	defer func() { k.tok.free <- sh }()
+	if err := k.tok.findCert(ctx, sh, k); err != nil {
 		return nil, err
 	}
 	return k.cert, nil
@@ -244,7 +244,7 @@ type PINState struct {
 
 // PINState reads the token's flags now (C_GetTokenInfo).
 func (k *Key) PINState(ctx context.Context) (PINState, error) {
-	ti, err := call(ctx, k.mod, func(b Backend) (p11.TokenInfo, error) { return b.GetTokenInfo(k.token.Slot) }, nil)
+	ti, err := call(ctx, k.tok.mod, func(b Backend) (p11.TokenInfo, error) { return b.GetTokenInfo(k.tok.info.Slot) }, nil)
 	if err != nil {
 		return PINState{}, classify("read the token's flags", err)
 	}
@@ -354,7 +354,7 @@ func (k *Key) Capabilities(mechs []Mechanism) []Capability {
 			flags[m.Code] |= m.flags
 		}
 		login.Allowed = true
-		ways, err := gostLoginOffered(flags, true, true, k.token.Label, k.label)
+		ways, err := gostLoginOffered(flags, true, true, k.tok.info.Label, k.label)
 		if err != nil {
 			login.Why = err.Error()
 		} else {
@@ -399,11 +399,11 @@ type Presence struct {
 
 // WatchPresence starts following the key's token; Close ends it.
 func (k *Key) WatchPresence(ctx context.Context) (*Presence, error) {
-	m, err := k.mod.reg.acquire(ctx, k.mod.path)
+	m, err := k.tok.mod.reg.acquire(ctx, k.tok.mod.path)
 	if err != nil {
 		return nil, err
 	}
-	return &Presence{m: m, token: k.token}, nil
+	return &Presence{m: m, token: k.tok.info}, nil
 }
 
 // Close releases the module (the last user finalizes it).

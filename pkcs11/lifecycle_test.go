@@ -90,8 +90,8 @@ func TestTokenFailuresMarkTheKeyLost(t *testing.T) {
 			}
 			f.set(tc.set)
 			_, err := k.Sign(nil, digest, crypto.SHA256)
-			if !errors.Is(err, tc.want) || !Recoverable(err) || k.Lost() == nil {
-				t.Fatalf("err = %v (recoverable %v, lost %v); want %v", err, Recoverable(err), k.Lost(), tc.want)
+			if !errors.Is(err, tc.want) || !Recoverable(err) || k.Token().Lost() == nil {
+				t.Fatalf("err = %v (recoverable %v, lost %v); want %v", err, Recoverable(err), k.Token().Lost(), tc.want)
 			}
 			signs := f.count("SignInit")
 			if _, err := k.Sign(nil, digest, crypto.SHA256); !errors.Is(err, ErrTokenUnavailable) || f.count("SignInit") != signs {
@@ -113,8 +113,8 @@ func TestStaleHandleIsLookedUpAgainOnce(t *testing.T) {
 	f.set(func(f *fakeToken) { f.fail["SignInit"] = p11.Error(p11.CKR_OBJECT_HANDLE_INVALID) })
 	finds := f.count("FindObjectsInit")
 	sig, err := k.Sign(nil, digest, crypto.SHA256)
-	if err != nil || k.Lost() != nil {
-		t.Fatalf("err = %v, lost = %v", err, k.Lost())
+	if err != nil || k.Token().Lost() != nil {
+		t.Fatalf("err = %v, lost = %v", err, k.Token().Lost())
 	}
 	if err := rsa.VerifyPKCS1v15(&f.key.PublicKey, crypto.SHA256, digest, sig); err != nil {
 		t.Fatal(err)
@@ -301,8 +301,8 @@ func TestBusySessionsAreNotATokenFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, err := k.SignContext(ctx, digest, crypto.SHA256)
-	if err == nil || Recoverable(err) || !errors.Is(err, context.DeadlineExceeded) || k.Lost() != nil {
-		t.Fatalf("err = %v (recoverable %v), lost = %v", err, Recoverable(err), k.Lost())
+	if err == nil || Recoverable(err) || !errors.Is(err, context.DeadlineExceeded) || k.Token().Lost() != nil {
+		t.Fatalf("err = %v (recoverable %v), lost = %v", err, Recoverable(err), k.Token().Lost())
 	}
 	close(release)
 	for range 2 {
@@ -418,13 +418,13 @@ func TestCheckBehindABusyToken(t *testing.T) {
 	if _, err := k.Sign(nil, digest, crypto.SHA256); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; !errors.Is(err, ErrTokenBusy) || Recoverable(err) || k.Lost() != nil {
-		t.Fatalf("check behind a busy token: %v (lost: %v)", err, k.Lost())
+	if err := <-done; !errors.Is(err, ErrTokenBusy) || Recoverable(err) || k.Token().Lost() != nil {
+		t.Fatalf("check behind a busy token: %v (lost: %v)", err, k.Token().Lost())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	if err := k.Check(ctx); !errors.Is(err, ErrTokenTimeout) || k.Lost() == nil {
-		t.Fatalf("check with no answer at all: %v (lost: %v)", err, k.Lost())
+	if err := k.Check(ctx); !errors.Is(err, ErrTokenTimeout) || k.Token().Lost() == nil {
+		t.Fatalf("check with no answer at all: %v (lost: %v)", err, k.Token().Lost())
 	}
 	f.set(func(f *fakeToken) { delete(f.hang, "GetSlotInfo") })
 	close(hold)

@@ -33,7 +33,7 @@ func TestPeekSelection(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if p.Token.Slot != k.Token().Slot || p.Token.Label != tk.Label || p.Token.Serial != tk.Serial {
+				if p.Token.Slot != k.Token().Info().Slot || p.Token.Label != tk.Label || p.Token.Serial != tk.Serial {
 					t.Errorf("token %+v, Open chose %+v", p.Token, k.Token())
 				}
 				if p.CertErr != nil || !p.Cert.Equal(k.Certificate()) {

@@ -262,7 +262,7 @@ func TestTokenRemovedBetweenOpenAndSign(t *testing.T) {
 	digest := sha256.Sum256([]byte("x"))
 	tk.Remove(t)
 	_, err = k.Sign(nil, digest[:], crypto.SHA256)
-	if !pkcs11.Recoverable(err) || !errors.Is(err, pkcs11.ErrTokenLost) || k.Lost() == nil {
+	if !pkcs11.Recoverable(err) || !errors.Is(err, pkcs11.ErrTokenLost) || k.Token().Lost() == nil {
 		t.Fatalf("err = %v", err)
 	}
 	if _, err := k.Sign(nil, digest[:], crypto.SHA256); !errors.Is(err, pkcs11.ErrTokenUnavailable) {

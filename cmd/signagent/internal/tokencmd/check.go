@@ -142,7 +142,7 @@ func tokenCheck(c *cli.Context, e *cmdutil.Env) error {
 		return err
 	}
 	defer key.Close()
-	r.Token, r.Key = key.Token(), key.Facts()
+	r.Token, r.Key = key.Token().Info(), key.Facts()
 	if r.Mechanisms, err = key.Mechanisms(ctx); err != nil {
 		return err
 	}

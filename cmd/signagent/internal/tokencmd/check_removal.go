@@ -86,7 +86,7 @@ func (rc *removalCheck) run(ctx context.Context, key *pkcs11.Key) (*checkRemoval
 		return nil, err
 	}
 	defer w.Close()
-	tok := key.Token()
+	tok := key.Token().Info()
 	key.Close()
 
 	r.Removed.Tried = true
