@@ -85,6 +85,24 @@ func (t *Token) findCert(ctx context.Context, sh p11.SessionHandle, k *Key) erro
 	return nil
 }
 
+// FindCertificate looks for the key's certificate as Open does (--cert,
+// else the one on the token), for a key opened with NoCertificate: a
+// check reports a key without a certificate rather than failing on it.
+func (k *Key) FindCertificate(ctx context.Context) (*x509.Certificate, error) {
+	if k.cert != nil {
+		return k.cert, nil
+	}
+	sh, err := k.tok.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { k.tok.free <- sh }()
+	if err := k.tok.findCert(ctx, sh, k); err != nil {
+		return nil, err
+	}
+	return k.cert, nil
+}
+
 // keyCertificate finds the certificate on the token of the key of id,
 // label and public half pub (findCerts, chooseCert), with what to do when
 // there is none or more than one.

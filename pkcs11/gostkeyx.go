@@ -29,6 +29,10 @@ import (
 // settled (docs/tokens.md): `signagent token check` tries each way the
 // token offers on a challenge sealed to the token's own certificate.
 const (
+	CKM_GOSTR3410_12_DERIVE    = 0xD4321007                 // TC26's (vendor base 0xD4321000)
+	CKM_GOSTR3410_KEY_WRAP     = p11.CKM_GOSTR3410_KEY_WRAP // 0x1203
+	CKM_GOST28147              = p11.CKM_GOST28147          // 0x1222
+	CKM_GOST28147_KEY_WRAP     = p11.CKM_GOST28147_KEY_WRAP // 0x1224
 	CKM_KDF_4357               = 0xD4321025
 	CKD_KDF_4357               = 0xD4321025 // the kdf of CK_GOSTR3410_DERIVE_PARAMS: VKO, then RFC 4357 6.5
 	CKD_KDF_GOSTR3411_2012_256 = 0xD4321026 // VKO_GOSTR3410_2012_256: Streebog-256 of the point
@@ -74,33 +78,42 @@ func (w GOSTLoginWay) Short() string {
 	return "none"
 }
 
-// gostLoginNeeds lists, for each way, the mechanisms and the flag each needs.
-func gostLoginNeeds(w GOSTLoginWay) []struct{ code, flag uint } {
-	decrypt := struct{ code, flag uint }{CKM_GOST28147, p11.CKF_DECRYPT}
-	unwrap := struct{ code, flag uint }{CKM_GOST28147_KEY_WRAP, p11.CKF_UNWRAP}
-	derive := struct{ code, flag uint }{CKM_GOSTR3410_12_DERIVE, p11.CKF_DERIVE}
+// MechanismUse is a mechanism and the CKF_ flag a use of it needs.
+type MechanismUse struct{ Code, Flag uint }
+
+// Needs lists the mechanisms the way uses and the flag each needs.
+func (w GOSTLoginWay) Needs() []MechanismUse {
+	decrypt := MechanismUse{CKM_GOST28147, p11.CKF_DECRYPT}
+	unwrap := MechanismUse{CKM_GOST28147_KEY_WRAP, p11.CKF_UNWRAP}
+	derive := MechanismUse{CKM_GOSTR3410_12_DERIVE, p11.CKF_DERIVE}
 	switch w {
 	case GOSTOneStep:
-		return []struct{ code, flag uint }{{CKM_GOSTR3410_KEY_WRAP, p11.CKF_UNWRAP}, decrypt}
+		return []MechanismUse{{CKM_GOSTR3410_KEY_WRAP, p11.CKF_UNWRAP}, decrypt}
 	case GOSTDeriveKDF4357:
-		return []struct{ code, flag uint }{derive, {CKM_KDF_4357, p11.CKF_DERIVE}, unwrap, decrypt}
+		return []MechanismUse{derive, {CKM_KDF_4357, p11.CKF_DERIVE}, unwrap, decrypt}
 	}
-	return []struct{ code, flag uint }{derive, unwrap, decrypt}
+	return []MechanismUse{derive, unwrap, decrypt}
 }
 
-// gostLoginOffered lists the ways the token's mechanisms (code -> flags)
+// loginMechanismNames names the mechanisms of the ways (Needs).
+var loginMechanismNames = map[uint]string{
+	CKM_GOSTR3410_12_DERIVE: "CKM_GOSTR3410_12_DERIVE", CKM_GOSTR3410_KEY_WRAP: "CKM_GOSTR3410_KEY_WRAP",
+	CKM_GOST28147: "CKM_GOST28147", CKM_GOST28147_KEY_WRAP: "CKM_GOST28147_KEY_WRAP", CKM_KDF_4357: "CKM_KDF_4357",
+}
+
+// GOSTLoginOffered lists the ways the token's mechanisms (code -> flags)
 // and the key's attributes allow, in order of preference, or an error that
 // names what is missing.
-func gostLoginOffered(flags map[uint]uint, derive, unwrap bool, token, key string) ([]GOSTLoginWay, error) {
+func GOSTLoginOffered(flags map[uint]uint, derive, unwrap bool, token, key string) ([]GOSTLoginWay, error) {
 	var ways []GOSTLoginWay
 	var missing []string
 	for _, w := range GOSTLoginWays {
 		ok := true
-		for _, n := range gostLoginNeeds(w) {
-			f, has := flags[n.code]
-			if !has || f&n.flag == 0 {
+		for _, n := range w.Needs() {
+			f, has := flags[n.Code]
+			if !has || f&n.Flag == 0 {
 				ok = false
-				missing = append(missing, mechanismName(n.code))
+				missing = append(missing, loginMechanismNames[n.Code])
 			}
 		}
 		if ok {
@@ -182,7 +195,7 @@ func (k *Key) gostLogin(ctx context.Context) ([]GOSTLoginWay, error) {
 	if err != nil {
 		return nil, err // not cached: the token may answer next time
 	}
-	ways, err = gostLoginOffered(flags, derive, unwrap, k.tok.info.Label, k.label)
+	ways, err = GOSTLoginOffered(flags, derive, unwrap, k.tok.info.Label, k.label)
 	k.mu.Lock()
 	k.gostLoginWays, k.gostLoginErr, k.gostLoginProbed = ways, err, true
 	k.mu.Unlock()

@@ -55,15 +55,15 @@ func (k *Key) Identity() Identity {
 func (t *Token) pickToken(tokens []TokenInfo) (TokenInfo, error) {
 	want := t.sel.Expect
 	if want == nil {
-		return chooseToken(tokens, t.sel.Token)
+		return ChooseToken(tokens, t.sel.Token)
 	}
 	ours := t.sel.Token
 	ours.Label, ours.Serial = want.Label, want.Serial
-	tok, err := chooseToken(tokens, ours)
+	tok, err := ChooseToken(tokens, ours)
 	if !errors.Is(err, ErrTokenNotFound) {
 		return tok, err
 	}
-	other, oerr := chooseToken(tokens, t.sel.Token)
+	other, oerr := ChooseToken(tokens, t.sel.Token)
 	if oerr != nil {
 		return TokenInfo{}, err // nothing in its place: the token is out
 	}
@@ -83,7 +83,7 @@ func (t *Token) checkPublic(ctx context.Context, sh p11.SessionHandle) error {
 		return nil
 	}
 	pubs, err := call(ctx, t.mod, func(b Backend) ([]crypto.PublicKey, error) {
-		hs, err := findAll(b, sh, template(p11.CKO_PUBLIC_KEY, t.sel.KeyLabel, t.sel.KeyID))
+		hs, err := FindObjects(b, sh, template(p11.CKO_PUBLIC_KEY, t.sel.KeyLabel, t.sel.KeyID))
 		var out []crypto.PublicKey
 		for _, h := range hs {
 			if _, _, pub := publicHalf(b, sh, h); pub != nil {
@@ -124,7 +124,7 @@ func (k *Key) SerialAdvice() string {
 	if k.tok.sel.Token.Serial != "" || k.tok.info.Serial == "" {
 		return ""
 	}
-	uri := ObjectURI(k.tok.info, Object{Class: "private-key", Label: k.label, ID: hex.EncodeToString(k.id)})
+	uri := ObjectURI(k.tok.info, "private", k.label, k.id)
 	return fmt.Sprintf("the token is chosen without its serial, so any token labelled %q would be taken at start; name it by its serial: --key '%s' (or --token-serial %s)",
 		k.tok.info.Label, uri, k.tok.info.Serial)
 }

@@ -164,6 +164,14 @@ func (k *Key) Token() *Token { return k.tok }
 // Usage says what the key's attributes allow: CKA_SIGN and CKA_DECRYPT.
 func (k *Key) Usage() (sign, decrypt bool) { return k.sign, k.decrypt }
 
+// GOSTMechanisms says how a GOST key signs on its token, as Open chose
+// from the token's mechanisms: hashed, the mechanism that hashes and signs
+// (0 when the token has none), else digest (C_Digest) then raw over the
+// hash. All are 0 for other keys.
+func (k *Key) GOSTMechanisms() (hashed, raw, digest uint) {
+	return k.gost.hashed, k.gost.raw, k.gost.digest
+}
+
 // Close closes the key's token (Token.Close): a key from Open owns it.
 func (k *Key) Close() error {
 	if k == nil {

@@ -41,11 +41,11 @@ func PeekSelection(ctx context.Context, sel Selection) (Peek, error) {
 		return Peek{}, err
 	}
 	defer release()
-	tokens, err := call(ctx, m, listTokens, nil)
+	tokens, err := call(ctx, m, ReadTokens, nil)
 	if err != nil {
 		return Peek{}, err
 	}
-	tok, err := chooseToken(tokens, sel.Token)
+	tok, err := ChooseToken(tokens, sel.Token)
 	if err != nil {
 		return Peek{}, err
 	}
@@ -68,7 +68,7 @@ func PeekSelection(ctx context.Context, sel Selection) (Peek, error) {
 // peekCertificate is the certificate of the one public key the selection
 // names (by the key's label and id, or the token's only one).
 func peekCertificate(b Backend, sh p11.SessionHandle, sel Selection, tok TokenInfo) (*x509.Certificate, error) {
-	hs, err := findAll(b, sh, template(p11.CKO_PUBLIC_KEY, sel.KeyLabel, sel.KeyID))
+	hs, err := FindObjects(b, sh, template(p11.CKO_PUBLIC_KEY, sel.KeyLabel, sel.KeyID))
 	if err != nil {
 		return nil, classify("look for the key's public half", err)
 	}
@@ -89,11 +89,11 @@ func peekCertificate(b Backend, sh p11.SessionHandle, sel Selection, tok TokenIn
 // publicHalf reads a public-key object's label, id and public half (RSA,
 // EC or GOST; nil when it cannot be read), without a login.
 func publicHalf(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) (label string, id []byte, pub crypto.PublicKey) {
-	a := attrs(b, sh, h, p11.CKA_LABEL, p11.CKA_ID, p11.CKA_KEY_TYPE, p11.CKA_MODULUS, p11.CKA_PUBLIC_EXPONENT, p11.CKA_EC_PARAMS, p11.CKA_EC_POINT)
-	keyType := ulong(a[p11.CKA_KEY_TYPE])
+	a := Attributes(b, sh, h, p11.CKA_LABEL, p11.CKA_ID, p11.CKA_KEY_TYPE, p11.CKA_MODULUS, p11.CKA_PUBLIC_EXPONENT, p11.CKA_EC_PARAMS, p11.CKA_EC_POINT)
+	keyType := ULong(a[p11.CKA_KEY_TYPE])
 	pub = publicKey(keyType, a)
 	if isGOSTKeyType(keyType) {
-		g := attrs(b, sh, h, CKA_GOSTR3410_PARAMS, p11.CKA_VALUE)
+		g := Attributes(b, sh, h, CKA_GOSTR3410_PARAMS, p11.CKA_VALUE)
 		if gp, err := gostPublic(keyType, g); err == nil {
 			pub = gp
 		}

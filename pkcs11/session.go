@@ -9,7 +9,7 @@ import (
 )
 
 func (t *Token) findToken(ctx context.Context) (TokenInfo, error) {
-	tokens, err := call(ctx, t.mod, listTokens, nil)
+	tokens, err := call(ctx, t.mod, ReadTokens, nil)
 	if err != nil {
 		return TokenInfo{}, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/signer"
 )
 
@@ -139,7 +140,7 @@ func (r *setupRun) keyChoices(module string, show bool) ([]keyChoice, error) {
 		if !t.Initialized {
 			continue // an empty slot holds no key
 		}
-		objs, err := pkcs11.ListObjects(r.c.Context, module, pkcs11.TokenSelector{Label: t.Label, Serial: t.Serial}, "")
+		objs, err := inspect.ListObjects(r.c.Context, module, pkcs11.TokenSelector{Label: t.Label, Serial: t.Serial}, "")
 		if err != nil {
 			continue
 		}
@@ -147,7 +148,7 @@ func (r *setupRun) keyChoices(module string, show bool) ([]keyChoice, error) {
 			if o.Class != "certificate" {
 				continue
 			}
-			out = append(out, keyChoice{strings.TrimSuffix(pkcs11.ObjectURI(t, o), ";type=cert"), t.Label, o.Label})
+			out = append(out, keyChoice{strings.TrimSuffix(o.URI, ";type=cert"), t.Label, o.Label})
 			if show {
 				fmt.Fprintf(r.e.Stderr, "  %d. token %q: %s (%s %d, expires %s, %s)\n", len(out), t.Label, o.Label, o.KeyType, o.Bits,
 					o.NotAfter.Format(time.DateOnly), o.Subject)

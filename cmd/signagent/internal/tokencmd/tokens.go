@@ -12,6 +12,7 @@ import (
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/inspect"
 )
 
 func tokensCommand(e *cmdutil.Env) *cli.Command {
@@ -36,7 +37,7 @@ func tokensCommand(e *cmdutil.Env) *cli.Command {
 				return cmdutil.WriteJSON(e, map[string]any{"module": mod.Path, "tokens": cmdutil.NonNil(tokens)})
 			}
 			fmt.Fprintf(e.Stdout, "module: %s (%s)\n", mod.Path, mod.Source)
-			return pkcs11.WriteTokenTable(e.Stdout, tokens)
+			return inspect.WriteTokenTable(e.Stdout, tokens)
 		},
 	}
 }
@@ -62,14 +63,14 @@ func keysCommand(e *cmdutil.Env) *cli.Command {
 				return errdefs.Mark(err, pkcs11.ErrPINMissing)
 			}
 			pin := got.Value
-			objs, err := pkcs11.ListObjects(context.Background(), mod.Path, pkcs11.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")}, pin)
+			objs, err := inspect.ListObjects(context.Background(), mod.Path, pkcs11.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")}, pin)
 			if err != nil {
 				return err
 			}
 			if c.Bool("json") {
 				return cmdutil.WriteJSON(e, map[string]any{"objects": cmdutil.NonNil(objs)})
 			}
-			return pkcs11.WriteObjectTable(e.Stdout, objs)
+			return inspect.WriteObjectTable(e.Stdout, objs)
 		},
 	}
 }
