@@ -11,6 +11,7 @@ import (
 	p11 "github.com/miekg/pkcs11"
 	"github.com/rs/zerolog"
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/pkcs11/gostkeyx"
 )
 
 // Key is a private key on a token, with its certificate: a handle, a
@@ -32,7 +33,7 @@ type Key struct {
 	mu     sync.Mutex
 	handle p11.ObjectHandle
 	// How a GOST key opens a certificate login's challenge, asked once.
-	gostLoginWays   []GOSTLoginWay
+	gostLoginWays   []gostkeyx.Way
 	gostLoginErr    error
 	gostLoginProbed bool
 }

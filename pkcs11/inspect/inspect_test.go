@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gostkeyx"
 	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 )
@@ -48,7 +49,7 @@ func TestMechanismName(t *testing.T) {
 	if got := inspect.MechanismName(0x80001234); got != "0x80001234" {
 		t.Errorf("unknown mechanism's name %q", got)
 	}
-	if got := inspect.MechanismName(pkcs11.CKM_GOSTR3410_12_DERIVE); got != "CKM_GOSTR3410_12_DERIVE" {
+	if got := inspect.MechanismName(gostkeyx.CKM_GOSTR3410_12_DERIVE); got != "CKM_GOSTR3410_12_DERIVE" {
 		t.Errorf("CKM_GOSTR3410_12_DERIVE's name %q", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	p11 "github.com/miekg/pkcs11"
 
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gostkeyx"
 	"github.com/signagent/signagent/pkcs11/inspect"
 )
 
@@ -121,7 +122,7 @@ func Capabilities(k *pkcs11.Key, mechs []inspect.Mechanism) []Capability {
 			login.Offered = true
 			login.Uses = ways[0].String()
 		}
-		for _, w := range pkcs11.GOSTLoginWays {
+		for _, w := range gostkeyx.Ways {
 			state := "offered"
 			for _, n := range w.Needs() {
 				if flags[n.Code]&n.Flag == 0 {

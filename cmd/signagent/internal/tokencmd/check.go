@@ -20,6 +20,7 @@ import (
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gostkeyx"
 	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/signer"
 )
@@ -166,7 +167,7 @@ func tokenCheck(c *cli.Context, e *cmdutil.Env) error {
 			case cp.Function == FunctionTrusted:
 				fn.Timing, err = op(func(ctx context.Context) error { return checkSignature(ctx, key, cert) })
 			case key.IsGOST():
-				wctx, cancel := context.WithTimeout(c.Context, sel.Timeout*time.Duration(len(pkcs11.GOSTLoginWays)))
+				wctx, cancel := context.WithTimeout(c.Context, sel.Timeout*time.Duration(len(gostkeyx.Ways)))
 				fn.Ways, err = tryGOSTWays(wctx, key, cert)
 				cancel()
 				if err == nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/signagent/signagent/devtoken/gosttoken"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gostkeyx"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer/signertest"
 )
@@ -38,9 +39,9 @@ func TestGOSTCertLoginWays(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := []pkcs11.GOSTLoginWay{pkcs11.GOSTDeriveKDF4357, pkcs11.GOSTDeriveDiversified}
+				want := []gostkeyx.Way{gostkeyx.DeriveKDF4357, gostkeyx.DeriveDiversified}
 				if oneStep {
-					want = []pkcs11.GOSTLoginWay{pkcs11.GOSTOneStep}
+					want = []gostkeyx.Way{gostkeyx.OneStep}
 				}
 				if !slices.Equal(ways, want) {
 					t.Fatalf("ways %v, want %v", ways, want)
@@ -67,9 +68,9 @@ func TestGOSTCertLoginWays(t *testing.T) {
 					}
 				}
 				// A way the build does not offer fails cleanly and leaves nothing.
-				other := pkcs11.GOSTOneStep
+				other := gostkeyx.OneStep
 				if oneStep {
-					other = pkcs11.GOSTDeriveKDF4357
+					other = gostkeyx.DeriveKDF4357
 				}
 				tr, err := envelope.GOSTTransport(signertest.OpenSSLEncryptGOST(t, make([]byte, 32), g.Cert, false), g.Cert)
 				if err != nil {
