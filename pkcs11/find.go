@@ -27,7 +27,7 @@ func (t *Token) findKey(ctx context.Context, sh p11.SessionHandle) (*Key, error)
 		return nil, err
 	}
 	label, id := t.sel.KeyLabel, t.sel.KeyID
-	what := describeSel(label, id)
+	what := DescribeKey(label, id)
 	switch {
 	case len(found) == 0:
 		all, _ := call(ctx, t.mod, func(b Backend) ([]keyInfo, error) { return findKeys(b, sh, "", nil) }, nil)
@@ -76,7 +76,7 @@ func (t *Token) findCert(ctx context.Context, sh p11.SessionHandle, k *Key) erro
 		return nil
 	}
 	cert, err := call(ctx, t.mod, func(b Backend) (*x509.Certificate, error) {
-		return keyCertificate(b, sh, k.id, k.label, k.pub, t.info.Label)
+		return KeyCertificate(b, sh, k.id, k.label, k.pub, t.info.Label)
 	}, nil)
 	if err != nil {
 		return err
@@ -103,10 +103,10 @@ func (k *Key) FindCertificate(ctx context.Context) (*x509.Certificate, error) {
 	return k.cert, nil
 }
 
-// keyCertificate finds the certificate on the token of the key of id,
+// KeyCertificate finds the certificate on the token of the key of id,
 // label and public half pub (findCerts, chooseCert), with what to do when
 // there is none or more than one.
-func keyCertificate(b Backend, sh p11.SessionHandle, id []byte, label string, pub crypto.PublicKey, token string) (*x509.Certificate, error) {
+func KeyCertificate(b Backend, sh p11.SessionHandle, id []byte, label string, pub crypto.PublicKey, token string) (*x509.Certificate, error) {
 	certs, err := findCerts(b, sh, id, label, pub)
 	if err != nil {
 		return nil, classify("look for the certificate", err)

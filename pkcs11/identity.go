@@ -83,10 +83,10 @@ func (t *Token) checkPublic(ctx context.Context, sh p11.SessionHandle) error {
 		return nil
 	}
 	pubs, err := call(ctx, t.mod, func(b Backend) ([]crypto.PublicKey, error) {
-		hs, err := FindObjects(b, sh, template(p11.CKO_PUBLIC_KEY, t.sel.KeyLabel, t.sel.KeyID))
+		hs, err := FindObjects(b, sh, Template(p11.CKO_PUBLIC_KEY, t.sel.KeyLabel, t.sel.KeyID))
 		var out []crypto.PublicKey
 		for _, h := range hs {
-			if _, _, pub := publicHalf(b, sh, h); pub != nil {
+			if _, _, pub := PublicHalf(b, sh, h); pub != nil {
 				out = append(out, pub)
 			}
 		}

@@ -61,6 +61,14 @@ func WithModule(ctx context.Context, path string, fn func(b Backend) error) erro
 	return err
 }
 
+// HoldModule loads the module at path (if this process has not) and keeps
+// it loaded and initialized until the returned function is called, so that
+// several WithModule calls in a row use one C_Initialize.
+func HoldModule(ctx context.Context, path string) (func(), error) {
+	_, release, err := useModule(ctx, path)
+	return release, err
+}
+
 // ProvisioningContext is for provisioning only (devtoken/softhsm, the
 // test rigs): it hands out the miekg/pkcs11 context of the module as loaded
 // for this process, to create and destroy objects. It bypasses the Backend

@@ -76,9 +76,9 @@ func Attributes(b Backend, sh p11.SessionHandle, h p11.ObjectHandle, types ...ui
 	return out
 }
 
-// template matches objects of class with the given label and id (either
+// Template matches objects of class with the given label and id (either
 // may be empty: not part of the match).
-func template(class uint, label string, id []byte) []*p11.Attribute {
+func Template(class uint, label string, id []byte) []*p11.Attribute {
 	t := []*p11.Attribute{p11.NewAttribute(p11.CKA_CLASS, class)}
 	if label != "" {
 		t = append(t, p11.NewAttribute(p11.CKA_LABEL, label))
@@ -91,7 +91,7 @@ func template(class uint, label string, id []byte) []*p11.Attribute {
 
 // findKeys returns the private keys with label and id, and their public halves.
 func findKeys(b Backend, sh p11.SessionHandle, label string, id []byte) ([]keyInfo, error) {
-	hs, err := FindObjects(b, sh, template(p11.CKO_PRIVATE_KEY, label, id))
+	hs, err := FindObjects(b, sh, Template(p11.CKO_PRIVATE_KEY, label, id))
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func pairedPublic(b Backend, sh p11.SessionHandle, ki keyInfo) (crypto.PublicKey
 	if len(ki.id) == 0 {
 		return nil, nil
 	}
-	hs, err := FindObjects(b, sh, template(p11.CKO_PUBLIC_KEY, "", ki.id))
+	hs, err := FindObjects(b, sh, Template(p11.CKO_PUBLIC_KEY, "", ki.id))
 	if err != nil {
 		return nil, nil
 	}
@@ -194,7 +194,7 @@ func isTrue(b []byte) bool { return len(b) == 1 && b[0] != 0 }
 // reads its object files again for every one.)
 func findCerts(b Backend, sh p11.SessionHandle, id []byte, label string, pub crypto.PublicKey) ([]*x509.Certificate, error) {
 	var out []*x509.Certificate
-	for _, tmpl := range [][]*p11.Attribute{template(p11.CKO_CERTIFICATE, "", id), template(p11.CKO_CERTIFICATE, label, nil)} {
+	for _, tmpl := range [][]*p11.Attribute{Template(p11.CKO_CERTIFICATE, "", id), Template(p11.CKO_CERTIFICATE, label, nil)} {
 		if len(tmpl) == 1 {
 			continue // neither id nor label: would match every certificate
 		}
@@ -215,7 +215,9 @@ func findCerts(b Backend, sh p11.SessionHandle, id []byte, label string, pub cry
 	return out, nil
 }
 
-func describeSel(label string, id []byte) string {
+// DescribeKey names a key by its label and id, for an error that says
+// what was looked for ("labelled \"a\" and with id 01", "at all").
+func DescribeKey(label string, id []byte) string {
 	var parts []string
 	if label != "" {
 		parts = append(parts, fmt.Sprintf("labelled %q", label))
@@ -239,4 +241,19 @@ func listKeys(keys []keyInfo) string {
 	}
 	slices.Sort(names)
 	return strings.Join(names, ", ")
+}
+
+// PublicHalf reads a public-key object's label, id and public half (RSA,
+// EC or GOST; nil when it cannot be read), without a login.
+func PublicHalf(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) (label string, id []byte, pub crypto.PublicKey) {
+	a := Attributes(b, sh, h, p11.CKA_LABEL, p11.CKA_ID, p11.CKA_KEY_TYPE, p11.CKA_MODULUS, p11.CKA_PUBLIC_EXPONENT, p11.CKA_EC_PARAMS, p11.CKA_EC_POINT)
+	keyType := ULong(a[p11.CKA_KEY_TYPE])
+	pub = publicKey(keyType, a)
+	if isGOSTKeyType(keyType) {
+		g := Attributes(b, sh, h, CKA_GOSTR3410_PARAMS, p11.CKA_VALUE)
+		if gp, err := gostPublic(keyType, g); err == nil {
+			pub = gp
+		}
+	}
+	return string(a[p11.CKA_LABEL]), a[p11.CKA_ID], pub
 }
