@@ -13,12 +13,13 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/pkcs11/locate"
 )
 
 // Errors a caller can branch on with errors.Is. Each one's text names the fix.
 var (
-	ErrModuleNotFound   = errdefs.New(errdefs.ErrInvalidInput, "PKCS#11 module not found")
-	ErrNotAModule       = errors.New("not a PKCS#11 module")
+	ErrModuleNotFound   = locate.ErrModuleNotFound
+	ErrNotAModule       = locate.ErrNotAModule
 	ErrModuleFailed     = errors.New("the PKCS#11 module failed to start")
 	ErrTokenNotFound    = errdefs.New(errdefs.ErrInvalidInput, "token not found")
 	ErrTokenAmbiguous   = errdefs.New(errdefs.ErrInvalidInput, "more than one token matches")

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/signagent/signagent/pkcs11/locate"
 )
 
 func TestParseURISlotModuleNameVendor(t *testing.T) {
@@ -52,7 +54,7 @@ func TestModuleByName(t *testing.T) {
 	})
 	dirs := []string{user, system}
 
-	got, err := ModuleByName("mine", dirs)
+	got, err := locate.ModuleByName("mine", dirs)
 	if err != nil || got != lib {
 		t.Fatalf("mine: %q, %v (the first directory wins)", got, err)
 	}
@@ -61,12 +63,12 @@ func TestModuleByName(t *testing.T) {
 		"nolib":    `no "module:" line`,
 		"relative": "which is in none of",
 	} {
-		_, err := ModuleByName(name, dirs)
+		_, err := locate.ModuleByName(name, dirs)
 		if !errors.Is(err, ErrModuleNotFound) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", name, err, want)
 		}
 	}
-	if _, err := ModuleByName("x", []string{t.TempDir()}); err == nil || !strings.Contains(err.Error(), "none is registered") {
+	if _, err := locate.ModuleByName("x", []string{t.TempDir()}); err == nil || !strings.Contains(err.Error(), "none is registered") {
 		t.Errorf("empty: %v", err)
 	}
 }
@@ -182,15 +184,15 @@ func TestDefaultModulesProxyFirst(t *testing.T) {
 	t.Setenv(ModuleEnv, "")
 	os.WriteFile(softhsm, []byte("x"), 0o644)
 	candidates := []string{proxy, softhsm}
-	if m, err := ResolveModuleFrom("", "flag", candidates); err != nil || m.Path != softhsm || m.Source != "default location" {
+	if m, err := locate.ResolveFrom("", "flag", candidates); err != nil || m.Path != softhsm || m.Source != "default location" {
 		t.Fatalf("without the proxy: %+v %v", m, err)
 	}
 	os.WriteFile(proxy, []byte("x"), 0o644)
-	if m, err := ResolveModuleFrom("", "flag", candidates); err != nil || m.Path != proxy {
+	if m, err := locate.ResolveFrom("", "flag", candidates); err != nil || m.Path != proxy {
 		t.Fatalf("with the proxy: %+v %v", m, err)
 	}
-	if !slices.Equal(DefaultModules[:len(ProxyModules)], ProxyModules) || !slices.Equal(DefaultModules[len(ProxyModules):], SoftHSMModules) {
-		t.Fatalf("DefaultModules = %v", DefaultModules)
+	if !slices.Equal(locate.DefaultModules[:len(locate.ProxyModules)], locate.ProxyModules) || !slices.Equal(locate.DefaultModules[len(locate.ProxyModules):], locate.SoftHSMModules) {
+		t.Fatalf("locate.DefaultModules = %v", locate.DefaultModules)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/inspect"
+	"github.com/signagent/signagent/pkcs11/locate"
 	"github.com/signagent/signagent/signer"
 )
 
@@ -32,10 +33,10 @@ import (
 // file, and a signature tried with them. The module is kept in the
 // context with the key, so that no variable is needed to find it again.
 func (r *setupRun) tokenAnswers() error {
-	if m, err := pkcs11.ResolveModuleFrom("", "default", pkcs11.DefaultModules); err == nil {
+	if m, err := locate.ResolveFrom("", "default", locate.DefaultModules); err == nil {
 		r.found["module"] = m.Path
 	}
-	exists := func(v string) error { _, err := pkcs11.ResolveModuleFrom(v, "flag", nil); return err }
+	exists := func(v string) error { _, err := locate.ResolveFrom(v, "flag", nil); return err }
 	var module string
 	if r.ask {
 		v, err := r.answer("module", "PKCS#11 module (module)", true, exists)
@@ -95,7 +96,7 @@ func (r *setupRun) tokenAnswers() error {
 // loadsSoftHSM says whether module is SoftHSM's, or p11-kit's proxy,
 // which loads the SoftHSM that Debian's softhsm2 registers.
 func loadsSoftHSM(module string) bool {
-	return strings.Contains(filepath.Base(module), "softhsm") || slices.Contains(pkcs11.ProxyModules, module) ||
+	return strings.Contains(filepath.Base(module), "softhsm") || slices.Contains(locate.ProxyModules, module) ||
 		filepath.Base(module) == "p11-kit-proxy.so"
 }
 

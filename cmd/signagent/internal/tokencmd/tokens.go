@@ -13,6 +13,7 @@ import (
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/inspect"
+	"github.com/signagent/signagent/pkcs11/locate"
 )
 
 func tokensCommand(e *cmdutil.Env) *cli.Command {
@@ -78,13 +79,13 @@ func keysCommand(e *cmdutil.Env) *cli.Command {
 // resolveModule finds the module --module names (or the default one) and
 // says which it is when the operator named none.
 func resolveModule(c *cli.Context, e *cmdutil.Env) (pkcs11.Module, error) {
-	return resolveModuleFrom(c, e, pkcs11.DefaultModules)
+	return resolveModuleFrom(c, e, locate.DefaultModules)
 }
 
 // resolveModuleFrom is resolveModule looking in candidates when no module
 // is named.
 func resolveModuleFrom(c *cli.Context, e *cmdutil.Env, candidates []string) (pkcs11.Module, error) {
-	mod, err := pkcs11.ResolveModuleFrom(c.String("module"), "flag", candidates)
+	mod, err := locate.ResolveFrom(c.String("module"), "flag", candidates)
 	if err != nil {
 		return mod, err
 	}
