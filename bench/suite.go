@@ -220,7 +220,7 @@ func (o *Options) gostRaw(key *pkcs11.Key) func(context.Context) string {
 // as software.
 func tokenKind(key *pkcs11.Key) string {
 	kind := KeyKind(key.Certificate())
-	if strings.Contains(key.Module().Path, gosttoken.Library) {
+	if strings.Contains(key.Token().Module().Path, gosttoken.Library) {
 		kind += " (software test module)"
 	}
 	return kind

@@ -157,8 +157,8 @@ func TestGOSTChallengeBadInput(t *testing.T) {
 			if strings.Contains(err.Error(), canonical.ThumbprintOf(g.Cert)[:8]) && tc.want != envelope.ErrNotForUs {
 				t.Fatalf("the error names more than it needs: %v", err)
 			}
-			if g.Tries(t) != 0 || g.GOSTObjects(t) != 0 || key.Lost() != nil {
-				t.Fatalf("tries %d, session keys %d, lost %v", g.Tries(t), g.GOSTObjects(t), key.Lost())
+			if g.Tries(t) != 0 || g.GOSTObjects(t) != 0 || key.Token().Lost() != nil {
+				t.Fatalf("tries %d, session keys %d, lost %v", g.Tries(t), g.GOSTObjects(t), key.Token().Lost())
 			}
 		})
 	}

@@ -110,7 +110,7 @@ type rawSigner struct {
 }
 
 func newRawSigner(b *testing.B, tk *pkcs11test.Token) *rawSigner {
-	ctx, release, err := pkcs11.OpenRaw(tk.Module)
+	ctx, release, err := pkcs11.ProvisioningContext(tk.Module)
 	if err != nil {
 		b.Fatal(err)
 	}

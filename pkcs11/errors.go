@@ -1,9 +1,14 @@
 // Package pkcs11 reaches the partner's signing key on a smart card or HSM
-// through a PKCS#11 module: it finds the module, chooses the token and the
-// key, obtains the PIN, and turns what the token reports into errors an
-// operator can act on. Every call into the module goes through a narrow
-// Backend interface (github.com/miekg/pkcs11 in production) and is bounded
-// by a context; the module is loaded and initialized once per process.
+// through a PKCS#11 module. It has two nouns, as crypto11 has: a Token (a
+// slot of a loaded module, logged in to, with a pool of sessions; it knows
+// whether it is still there) and a Key on it (handle, type, public half,
+// certificate), which signs and decrypts through its token. Open chooses
+// the token and the key a Selection names, obtains the PIN, and turns what
+// the token reports into errors an operator can act on. Every call into
+// the module goes through a narrow Backend interface (github.com/miekg/pkcs11
+// in production) and is bounded by a context; the module is loaded and
+// initialized once per process. What commands read of a module and its
+// tokens is package pkcs11/inspect's.
 package pkcs11
 
 import (
@@ -13,12 +18,13 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/pkcs11/locate"
 )
 
 // Errors a caller can branch on with errors.Is. Each one's text names the fix.
 var (
-	ErrModuleNotFound   = errdefs.New(errdefs.ErrInvalidInput, "PKCS#11 module not found")
-	ErrNotAModule       = errors.New("not a PKCS#11 module")
+	ErrModuleNotFound   = locate.ErrModuleNotFound
+	ErrNotAModule       = locate.ErrNotAModule
 	ErrModuleFailed     = errors.New("the PKCS#11 module failed to start")
 	ErrTokenNotFound    = errdefs.New(errdefs.ErrInvalidInput, "token not found")
 	ErrTokenAmbiguous   = errdefs.New(errdefs.ErrInvalidInput, "more than one token matches")

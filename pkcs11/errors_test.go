@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	p11 "github.com/miekg/pkcs11"
+	"github.com/signagent/signagent/safefile"
 )
 
 func TestClassify(t *testing.T) {
@@ -84,7 +85,7 @@ func TestSecretFileModes(t *testing.T) {
 		if ok && pin != "123456" {
 			t.Errorf("mode %04o: pin %q", mode, pin)
 		}
-		if !ok && (!errors.Is(err, ErrSecretFileMode) || !errors.Is(err, ErrPINMissing) || strings.Contains(err.Error(), "123456")) {
+		if !ok && (!errors.Is(err, safefile.ErrSecretMode) || !errors.Is(err, ErrPINMissing) || strings.Contains(err.Error(), "123456")) {
 			t.Errorf("mode %04o: %v", mode, err)
 		}
 	}

@@ -21,46 +21,46 @@ import (
 
 // findKey finds exactly one private key that the selection names and
 // reads what is public about it.
-func (k *Key) findKey(ctx context.Context, sh p11.SessionHandle) error {
-	found, err := k.privateKeys(ctx, sh)
+func (t *Token) findKey(ctx context.Context, sh p11.SessionHandle) (*Key, error) {
+	found, err := t.privateKeys(ctx, sh)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	label, id := k.sel.KeyLabel, k.sel.KeyID
-	what := describeSel(label, id)
+	label, id := t.sel.KeyLabel, t.sel.KeyID
+	what := DescribeKey(label, id)
 	switch {
 	case len(found) == 0:
-		all, _ := call(ctx, k.mod, func(b Backend) ([]keyInfo, error) { return findKeys(b, sh, "", nil) }, nil)
-		return fmt.Errorf("%w: no private key %s on token %q; the token has %s", ErrKeyNotFound, what, k.token.Label, listKeys(all))
+		all, _ := call(ctx, t.mod, func(b Backend) ([]keyInfo, error) { return findKeys(b, sh, "", nil) }, nil)
+		return nil, fmt.Errorf("%w: no private key %s on token %q; the token has %s", ErrKeyNotFound, what, t.info.Label, listKeys(all))
 	case len(found) > 1 && label == "" && len(id) == 0:
-		return fmt.Errorf("%w: token %q has %d private keys and none was chosen: %s; choose one with --key-label or --key-id", ErrKeyAmbiguous, k.token.Label, len(found), listKeys(found))
+		return nil, fmt.Errorf("%w: token %q has %d private keys and none was chosen: %s; choose one with --key-label or --key-id", ErrKeyAmbiguous, t.info.Label, len(found), listKeys(found))
 	case len(found) > 1:
-		return fmt.Errorf("%w: %d private keys %s on token %q: %s; choose one with --key-label or --key-id", ErrKeyAmbiguous, len(found), what, k.token.Label, listKeys(found))
+		return nil, fmt.Errorf("%w: %d private keys %s on token %q: %s; choose one with --key-label or --key-id", ErrKeyAmbiguous, len(found), what, t.info.Label, listKeys(found))
 	}
 	ki := found[0]
-	if ki.pub == nil && isGOSTKeyType(ki.keyType) && k.sel.CertFile != "" {
-		pub, err := k.publicFromCertificate(ki) // proven by a signature in findCert
+	pubFromCert := false
+	if ki.pub == nil && isGOSTKeyType(ki.keyType) && t.sel.CertFile != "" {
+		pub, err := t.publicFromCertificate(ki) // proven by a signature in findCert
 		if err != nil {
-			return err
+			return nil, err
 		}
-		ki.pub, k.pubFromCert = pub, true
+		ki.pub, pubFromCert = pub, true
 	}
 	if ki.pub == nil && isGOSTKeyType(ki.keyType) {
 		why := ki.why
 		if why == nil {
 			why = errors.New("it has no public key object with its id beside it")
 		}
-		return fmt.Errorf("%w: GOST key %q (id %s) on token %q cannot be used: %v; give its certificate with --certificate-file PATH", ErrTokenRefused, ki.label, hex.EncodeToString(ki.id), k.token.Label, why)
+		return nil, fmt.Errorf("%w: GOST key %q (id %s) on token %q cannot be used: %v; give its certificate with --certificate-file PATH", ErrTokenRefused, ki.label, hex.EncodeToString(ki.id), t.info.Label, why)
 	}
 	if ki.pub == nil {
-		return fmt.Errorf("%w: key %q (id %s) is neither RSA, EC nor GOST R 34.10-2012 with a public key beside it; signagent signs with RSA, ECDSA and GOST keys", ErrTokenRefused, ki.label, hex.EncodeToString(ki.id))
+		return nil, fmt.Errorf("%w: key %q (id %s) is neither RSA, EC nor GOST R 34.10-2012 with a public key beside it; signagent signs with RSA, ECDSA and GOST keys", ErrTokenRefused, ki.label, hex.EncodeToString(ki.id))
 	}
-	k.handle, k.label, k.id, k.keyType, k.pub, k.sign, k.decrypt = ki.h, ki.label, ki.id, ki.keyType, ki.pub, ki.sign, ki.decrypt
-	return nil
+	return &Key{tok: t, handle: ki.h, label: ki.label, id: ki.id, keyType: ki.keyType, pub: ki.pub, pubFromCert: pubFromCert, sign: ki.sign, decrypt: ki.decrypt}, nil
 }
 
-func (k *Key) privateKeys(ctx context.Context, sh p11.SessionHandle) ([]keyInfo, error) {
-	found, err := call(ctx, k.mod, func(b Backend) ([]keyInfo, error) { return findKeys(b, sh, k.sel.KeyLabel, k.sel.KeyID) }, nil)
+func (t *Token) privateKeys(ctx context.Context, sh p11.SessionHandle) ([]keyInfo, error) {
+	found, err := call(ctx, t.mod, func(b Backend) ([]keyInfo, error) { return findKeys(b, sh, t.sel.KeyLabel, t.sel.KeyID) }, nil)
 	if err != nil {
 		return nil, classify("look for the key", err)
 	}
@@ -72,37 +72,55 @@ func (k *Key) privateKeys(ctx context.Context, sh p11.SessionHandle) ([]keyInfo,
 // certificate on the token, among those with the key's id or label, whose
 // public key is the key's. A valid one beats an expired one; two valid ones
 // are an error that lists them.
-func (k *Key) findCert(ctx context.Context, sh p11.SessionHandle) error {
-	if k.sel.CertFile != "" {
-		cert, err := readKeyCertificate(k.sel.CertFile)
+func (t *Token) findCert(ctx context.Context, sh p11.SessionHandle, k *Key) error {
+	if t.sel.CertFile != "" {
+		cert, err := readKeyCertificate(t.sel.CertFile)
 		if err != nil {
 			return err
 		}
 		if !samePublicKey(CertificatePublicKey(cert), k.pub) {
-			return fmt.Errorf("%w: certificate %q (thumbprint %s) is for another key than %q (id %s) on token %q", ErrCertMismatch, cert.Subject.String(), canonical.ThumbprintOf(cert), k.label, hex.EncodeToString(k.id), k.token.Label)
+			return fmt.Errorf("%w: certificate %q (thumbprint %s) is for another key than %q (id %s) on token %q", ErrCertMismatch, cert.Subject.String(), canonical.ThumbprintOf(cert), k.label, hex.EncodeToString(k.id), t.info.Label)
 		}
 		if k.pubFromCert {
 			if err := k.provePublic(ctx, sh, cert); err != nil {
 				return err
 			}
 		}
-		k.setCert(cert)
+		t.setCert(k, cert)
 		return nil
 	}
-	cert, err := call(ctx, k.mod, func(b Backend) (*x509.Certificate, error) {
-		return keyCertificate(b, sh, k.id, k.label, k.pub, k.token.Label)
+	cert, err := call(ctx, t.mod, func(b Backend) (*x509.Certificate, error) {
+		return KeyCertificate(b, sh, k.id, k.label, k.pub, t.info.Label)
 	}, nil)
 	if err != nil {
 		return err
 	}
-	k.setCert(cert)
+	t.setCert(k, cert)
 	return nil
 }
 
-// keyCertificate finds the certificate on the token of the key of id,
+// FindCertificate looks for the key's certificate as Open does (--cert,
+// else the one on the token), for a key opened with NoCertificate: a
+// check reports a key without a certificate rather than failing on it.
+func (k *Key) FindCertificate(ctx context.Context) (*x509.Certificate, error) {
+	if k.cert != nil {
+		return k.cert, nil
+	}
+	sh, err := k.tok.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { k.tok.free <- sh }()
+	if err := k.tok.findCert(ctx, sh, k); err != nil {
+		return nil, err
+	}
+	return k.cert, nil
+}
+
+// KeyCertificate finds the certificate on the token of the key of id,
 // label and public half pub (findCerts, chooseCert), with what to do when
 // there is none or more than one.
-func keyCertificate(b Backend, sh p11.SessionHandle, id []byte, label string, pub crypto.PublicKey, token string) (*x509.Certificate, error) {
+func KeyCertificate(b Backend, sh p11.SessionHandle, id []byte, label string, pub crypto.PublicKey, token string) (*x509.Certificate, error) {
 	certs, err := findCerts(b, sh, id, label, pub)
 	if err != nil {
 		return nil, classify("look for the certificate", err)
@@ -120,12 +138,12 @@ func keyCertificate(b Backend, sh p11.SessionHandle, id []byte, label string, pu
 	return cert, nil
 }
 
-func (k *Key) setCert(cert *x509.Certificate) {
+func (t *Token) setCert(k *Key, cert *x509.Certificate) {
 	k.cert = cert
 	if now := time.Now(); now.After(cert.NotAfter) {
-		k.log.Warn().Time("notAfter", cert.NotAfter).Str("key", k.label).Msgf("the certificate expired on %s; the service will likely refuse its signatures", cert.NotAfter.UTC().Format("2006-01-02"))
+		t.log.Warn().Time("notAfter", cert.NotAfter).Str("key", k.label).Msgf("the certificate expired on %s; the service will likely refuse its signatures", cert.NotAfter.UTC().Format("2006-01-02"))
 	} else if now.Before(cert.NotBefore) {
-		k.log.Warn().Time("notBefore", cert.NotBefore).Msgf("the certificate is not valid before %s", cert.NotBefore.UTC().Format(time.RFC3339))
+		t.log.Warn().Time("notBefore", cert.NotBefore).Msgf("the certificate is not valid before %s", cert.NotBefore.UTC().Format(time.RFC3339))
 	}
 }
 

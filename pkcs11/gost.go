@@ -139,7 +139,7 @@ func (k *Key) IsGOST() bool { return isGOSTKeyType(k.keyType) }
 // RSA and EC keys hash msg here with opts' hash and sign the digest, as
 // crypto.SignMessage would (crypto/x509 calls SignMessage when a key has it).
 func (k *Key) SignMessage(_ io.Reader, msg []byte, opts crypto.SignerOpts) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), k.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), k.tok.timeout)
 	defer cancel()
 	return k.SignMessageContext(ctx, msg, opts)
 }
@@ -172,7 +172,7 @@ func (k *Key) SignMessageContext(ctx context.Context, msg []byte, opts crypto.Si
 func (k *Key) signGOSTDigest(ctx context.Context, digest []byte) ([]byte, error) {
 	w := k.gost
 	if w.raw == 0 {
-		return nil, fmt.Errorf("%w: token %q signs GOST only over the data it hashes itself (%s), not over a given hash", ErrKeyUsage, k.token.Label, MechanismName(w.hashed))
+		return nil, fmt.Errorf("%w: token %q signs GOST only over the data it hashes itself (%s), not over a given hash", ErrKeyUsage, k.tok.info.Label, MechanismName(w.hashed))
 	}
 	if len(digest) != w.bits/8 {
 		return nil, fmt.Errorf("%w: the hash is %d bytes, a GOST %d-bit key signs %d", ErrKeyUsage, len(digest), w.bits, w.bits/8)
@@ -188,7 +188,7 @@ func (k *Key) signGOSTDigest(ctx context.Context, digest []byte) ([]byte, error)
 
 func (k *Key) checkGOSTLength(sig []byte) ([]byte, error) {
 	if want := k.gost.bits / 4; len(sig) != want {
-		return nil, fmt.Errorf("%w: token %q returned a %d-byte signature; a GOST R 34.10-2012 %d-bit key makes %d", ErrTokenRefused, k.token.Label, len(sig), k.gost.bits, want)
+		return nil, fmt.Errorf("%w: token %q returned a %d-byte signature; a GOST R 34.10-2012 %d-bit key makes %d", ErrTokenRefused, k.tok.info.Label, len(sig), k.gost.bits, want)
 	}
 	return sig, nil
 }
@@ -199,7 +199,7 @@ var ErrNoDigest = fmt.Errorf("%w: the token offers no Streebog digest mechanism"
 // Digest returns Streebog of msg (the key's size) computed on the token,
 // within the selection's timeout.
 func (k *Key) Digest(msg []byte) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), k.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), k.tok.timeout)
 	defer cancel()
 	return k.DigestContext(ctx, msg)
 }
@@ -216,7 +216,7 @@ func (k *Key) DigestContext(ctx context.Context, msg []byte) ([]byte, error) {
 		return nil, err
 	}
 	if len(sum) != k.gost.bits/8 {
-		return nil, fmt.Errorf("%w: token %q returned a %d-byte Streebog-%d hash", ErrTokenRefused, k.token.Label, len(sum), k.gost.bits)
+		return nil, fmt.Errorf("%w: token %q returned a %d-byte Streebog-%d hash", ErrTokenRefused, k.tok.info.Label, len(sum), k.gost.bits)
 	}
 	return sum, nil
 }
@@ -237,8 +237,8 @@ func digestOn(b Backend, sh p11.SessionHandle, mech uint, msg []byte) ([]byte, e
 
 // chooseGOST asks the token's mechanism list once and picks how the key
 // signs.
-func (k *Key) chooseGOST(ctx context.Context) error {
-	mechs, err := call(ctx, k.mod, func(b Backend) ([]*p11.Mechanism, error) { return b.GetMechanismList(k.token.Slot) }, nil)
+func (t *Token) chooseGOST(ctx context.Context, k *Key) error {
+	mechs, err := call(ctx, t.mod, func(b Backend) ([]*p11.Mechanism, error) { return b.GetMechanismList(t.info.Slot) }, nil)
 	if err != nil {
 		return classify("list the token's mechanisms", err)
 	}
@@ -246,14 +246,14 @@ func (k *Key) chooseGOST(ctx context.Context) error {
 	for i, m := range mechs {
 		offered[i] = m.Mechanism
 	}
-	w, err := chooseGOSTWays(gostBits(k.keyType), offered, k.token.Label, k.label)
+	w, err := chooseGOSTWays(gostBits(k.keyType), offered, t.info.Label, k.label)
 	if err != nil {
 		return err
 	}
 	k.gost = w
-	ev := k.log.Debug()
+	ev := t.log.Debug()
 	if w.inSignagent() {
-		ev = k.log.Info() // not what a GOST token usually does: say so
+		ev = t.log.Info() // not what a GOST token usually does: say so
 	}
 	ev.Str("key", k.label).Str("way", w.describe()).Msg("how the GOST key signs")
 	return nil

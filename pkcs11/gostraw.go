@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/asn1"
 	"fmt"
+	"strings"
 	"time"
 
 	p11 "github.com/miekg/pkcs11"
@@ -28,15 +29,18 @@ import (
 // neither the hashing mechanism nor its Streebog, only the raw one.
 func (w gostWays) inSignagent() bool { return w.hashed == 0 && w.digest == 0 && w.raw != 0 }
 
+// ckmName is a GOST mechanism's CKM_ name (MechanismName is pkcs11-tool's).
+func ckmName(m uint) string { return "CKM_" + strings.ReplaceAll(MechanismName(m), "-", "_") }
+
 // describe names the way, as the log and token check show it.
 func (w gostWays) describe() string {
 	switch {
 	case w.hashed != 0:
-		return fmt.Sprintf("%s: the token hashes (Streebog-%d) and signs", mechanismName(w.hashed), w.bits)
+		return fmt.Sprintf("%s: the token hashes (Streebog-%d) and signs", ckmName(w.hashed), w.bits)
 	case w.inSignagent():
-		return fmt.Sprintf("Streebog-%d in signagent, then raw %s on the token", w.bits, mechanismName(w.raw))
+		return fmt.Sprintf("Streebog-%d in signagent, then raw %s on the token", w.bits, ckmName(w.raw))
 	}
-	return fmt.Sprintf("%s on the token (C_Digest), then %s over the hash", mechanismName(w.digest), mechanismName(w.raw))
+	return fmt.Sprintf("%s on the token (C_Digest), then %s over the hash", ckmName(w.digest), ckmName(w.raw))
 }
 
 // signMessage signs msg in session sh the way w says: one call where the
@@ -69,15 +73,15 @@ func (k *Key) GOSTWay() string {
 // publicFromCertificate stands in for a GOST key's public key object when
 // the token shows none (OpenSC may not): the --certificate-file's key, of
 // the key's size. The first signature then proves it (provePublic).
-func (k *Key) publicFromCertificate(ki keyInfo) (*gost.PublicKey, error) {
-	cert, err := readKeyCertificate(k.sel.CertFile)
+func (t *Token) publicFromCertificate(ki keyInfo) (*gost.PublicKey, error) {
+	cert, err := readKeyCertificate(t.sel.CertFile)
 	if err != nil {
 		return nil, err
 	}
 	pub, ok := CertificatePublicKey(cert).(*gost.PublicKey)
 	if !ok || pub.Curve.Bits != gostBits(ki.keyType) {
 		return nil, fmt.Errorf("%w: certificate %q (thumbprint %s) in %s is not for a GOST R 34.10-2012 %d-bit key as key %q on token %q is", ErrCertMismatch,
-			cert.Subject.CommonName, canonical.ThumbprintOf(cert), k.sel.CertFile, gostBits(ki.keyType), ki.label, k.token.Label)
+			cert.Subject.CommonName, canonical.ThumbprintOf(cert), t.sel.CertFile, gostBits(ki.keyType), ki.label, t.info.Label)
 	}
 	return pub, nil
 }
@@ -97,7 +101,7 @@ func (k *Key) provePublic(ctx context.Context, sh p11.SessionHandle, cert *x509.
 	k.mu.Lock()
 	h := k.handle
 	k.mu.Unlock()
-	sig, err := call(ctx, k.mod, func(b Backend) ([]byte, error) { return k.gost.signMessage(b, sh, h, probe) }, nil)
+	sig, err := call(ctx, k.tok.mod, func(b Backend) ([]byte, error) { return k.gost.signMessage(b, sh, h, probe) }, nil)
 	if err != nil {
 		return classify(fmt.Sprintf("sign with key %q to check its certificate", k.label), err)
 	}
@@ -105,9 +109,9 @@ func (k *Key) provePublic(ctx context.Context, sh p11.SessionHandle, cert *x509.
 	sum.Write(probe)
 	if err := gost.Verify(pub, sum.Sum(nil), sig); err != nil {
 		return fmt.Errorf("%w: certificate %q (thumbprint %s) is not for key %q on token %q: the key's signature does not verify against it", ErrCertMismatch,
-			cert.Subject.CommonName, canonical.ThumbprintOf(cert), k.label, k.token.Label)
+			cert.Subject.CommonName, canonical.ThumbprintOf(cert), k.label, k.tok.info.Label)
 	}
-	k.log.Debug().Str("key", k.label).Str("thumbprint", canonical.ThumbprintOf(cert)).Msg("the token shows no public key: a signature verified against the certificate")
+	k.tok.log.Debug().Str("key", k.label).Str("thumbprint", canonical.ThumbprintOf(cert)).Msg("the token shows no public key: a signature verified against the certificate")
 	return nil
 }
 

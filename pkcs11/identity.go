@@ -45,25 +45,25 @@ func (e *otherToken) Unwrap() error { return ErrOtherToken }
 // Identity returns the token and key k was opened on, for a later
 // Selection.Expect.
 func (k *Key) Identity() Identity {
-	return Identity{Label: k.token.Label, Serial: k.token.Serial, Public: k.pub}
+	return Identity{Label: k.tok.info.Label, Serial: k.tok.info.Serial, Public: k.pub}
 }
 
 // pickToken chooses the token to log in to among tokens: the one the
 // selection names, and with Expect set only the token the key was opened
 // on. A token the selection alone would have chosen in its place is
 // ErrOtherToken, before any PIN is sent.
-func (k *Key) pickToken(tokens []TokenInfo) (TokenInfo, error) {
-	want := k.sel.Expect
+func (t *Token) pickToken(tokens []TokenInfo) (TokenInfo, error) {
+	want := t.sel.Expect
 	if want == nil {
-		return chooseToken(tokens, k.sel.Token)
+		return ChooseToken(tokens, t.sel.Token)
 	}
-	ours := k.sel.Token
+	ours := t.sel.Token
 	ours.Label, ours.Serial = want.Label, want.Serial
-	tok, err := chooseToken(tokens, ours)
+	tok, err := ChooseToken(tokens, ours)
 	if !errors.Is(err, ErrTokenNotFound) {
 		return tok, err
 	}
-	other, oerr := chooseToken(tokens, k.sel.Token)
+	other, oerr := ChooseToken(tokens, t.sel.Token)
 	if oerr != nil {
 		return TokenInfo{}, err // nothing in its place: the token is out
 	}
@@ -77,16 +77,16 @@ func (k *Key) pickToken(tokens []TokenInfo) (TokenInfo, error) {
 // libcacard card does), and the other card would count the PIN as a
 // wrong try. A token that shows no public half without a login is left
 // to checkKey, after the login.
-func (k *Key) checkPublic(ctx context.Context, sh p11.SessionHandle) error {
-	want := k.sel.Expect
+func (t *Token) checkPublic(ctx context.Context, sh p11.SessionHandle) error {
+	want := t.sel.Expect
 	if want == nil || want.Public == nil {
 		return nil
 	}
-	pubs, err := call(ctx, k.mod, func(b Backend) ([]crypto.PublicKey, error) {
-		hs, err := findAll(b, sh, template(p11.CKO_PUBLIC_KEY, k.sel.KeyLabel, k.sel.KeyID))
+	pubs, err := call(ctx, t.mod, func(b Backend) ([]crypto.PublicKey, error) {
+		hs, err := FindObjects(b, sh, Template(p11.CKO_PUBLIC_KEY, t.sel.KeyLabel, t.sel.KeyID))
 		var out []crypto.PublicKey
 		for _, h := range hs {
-			if _, _, pub := publicHalf(b, sh, h); pub != nil {
+			if _, _, pub := PublicHalf(b, sh, h); pub != nil {
 				out = append(out, pub)
 			}
 		}
@@ -101,32 +101,32 @@ func (k *Key) checkPublic(ctx context.Context, sh p11.SessionHandle) error {
 		}
 	}
 	return &otherToken{fmt.Sprintf("a different token is in the reader: it has this agent's serial %s and label %q, but not this agent's key; no PIN was sent to it: put this agent's token back",
-		orNone(k.token.Serial), k.token.Label)}
+		orNone(t.info.Serial), t.info.Label)}
 }
 
 // checkKey refuses, with Expect set, a key whose public half is not the
 // one the key was opened with: a token of the same serial and label (two
 // cards of one batch) holding another key. It runs after the login and
 // before anything is signed.
-func (k *Key) checkKey() error {
-	want := k.sel.Expect
+func (t *Token) checkKey(k *Key) error {
+	want := t.sel.Expect
 	if want == nil || samePublicKey(want.Public, k.pub) {
 		return nil
 	}
 	return &otherToken{fmt.Sprintf("a different token is in the reader: it has this agent's serial %s and label %q, but its key %q (id %s) is not this agent's key; nothing was signed with it: put this agent's token back",
-		orNone(k.token.Serial), k.token.Label, k.label, hex.EncodeToString(k.id))}
+		orNone(t.info.Serial), t.info.Label, k.label, hex.EncodeToString(k.id))}
 }
 
 // SerialAdvice is, when the selection chose the token without its serial
 // (by label, or as the only token), a warning that names the URI choosing
 // it by serial too; "" otherwise.
 func (k *Key) SerialAdvice() string {
-	if k.sel.Token.Serial != "" || k.token.Serial == "" {
+	if k.tok.sel.Token.Serial != "" || k.tok.info.Serial == "" {
 		return ""
 	}
-	uri := ObjectURI(k.token, Object{Class: "private-key", Label: k.label, ID: hex.EncodeToString(k.id)})
+	uri := ObjectURI(k.tok.info, "private", k.label, k.id)
 	return fmt.Sprintf("the token is chosen without its serial, so any token labelled %q would be taken at start; name it by its serial: --key '%s' (or --token-serial %s)",
-		k.token.Label, uri, k.token.Serial)
+		k.tok.info.Label, uri, k.tok.info.Serial)
 }
 
 func orNone(serial string) string {

@@ -1,4 +1,4 @@
-package pkcs11
+package pkcs11_test
 
 import (
 	"context"
@@ -8,33 +8,20 @@ import (
 	"crypto/sha256"
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/rs/zerolog"
 	"github.com/signagent/signagent/canonical"
+	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pkcs11test"
 )
 
-// fakeSetup returns a registry whose loader hands out f, a selection of
-// its key with PIN pin, and the number of loads.
-func fakeSetup(t *testing.T, f *fakeToken, pin string) (*Registry, Selection, *atomic.Int32) {
+func openFake(t *testing.T, sel pkcs11.Selection) *pkcs11.Key {
 	t.Helper()
-	lib := filepath.Join(t.TempDir(), "fake.so")
-	os.WriteFile(lib, nil, 0o600)
-	pinFile := filepath.Join(t.TempDir(), "pin")
-	os.WriteFile(pinFile, []byte(pin+"\n"), 0o600)
-	loads := &atomic.Int32{}
-	reg := NewRegistry(func(string) (Backend, error) { loads.Add(1); return f, nil })
-	return reg, Selection{Module: lib, Registry: reg, PIN: PINSource{File: pinFile}, Timeout: 5 * time.Second}, loads
-}
-
-func openFake(t *testing.T, sel Selection) *Key {
-	t.Helper()
-	k, err := Open(context.Background(), sel, zerolog.Nop())
+	k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,21 +32,21 @@ func openFake(t *testing.T, sel Selection) *Key {
 var digest = func() []byte { d := sha256.Sum256([]byte("text")); return d[:] }()
 
 func TestModuleLoadedOnceAndFinalizedByTheLast(t *testing.T) {
-	f := newFakeToken(t)
-	_, sel, loads := fakeSetup(t, f, "1234")
+	f := pkcs11test.NewFake(t)
+	_, sel, loads := f.Setup(t, "1234")
 	a := openFake(t, sel)
 	b := openFake(t, sel)
-	if loads.Load() != 1 || f.count("Initialize") != 1 {
-		t.Fatalf("two keys: %d loads, %d C_Initialize; want 1 and 1", loads.Load(), f.count("Initialize"))
+	if loads.Load() != 1 || f.Count("Initialize") != 1 {
+		t.Fatalf("two keys: %d loads, %d C_Initialize; want 1 and 1", loads.Load(), f.Count("Initialize"))
 	}
 	a.Close()
-	if f.count("Finalize") != 0 {
+	if f.Count("Finalize") != 0 {
 		t.Fatal("finalized while a key still uses the module")
 	}
 	b.Close()
 	b.Close() // a second Close does nothing (it used to panic)
-	if f.count("Finalize") != 1 || f.count("Destroy") != 1 || f.open() != 0 {
-		t.Fatalf("after the last Close: %d C_Finalize, %d unloads, %d sessions open", f.count("Finalize"), f.count("Destroy"), f.open())
+	if f.Count("Finalize") != 1 || f.Count("Destroy") != 1 || f.Sessions() != 0 {
+		t.Fatalf("after the last Close: %d C_Finalize, %d unloads, %d sessions open", f.Count("Finalize"), f.Count("Destroy"), f.Sessions())
 	}
 }
 
@@ -69,37 +56,37 @@ func TestModuleLoadedOnceAndFinalizedByTheLast(t *testing.T) {
 func TestTokenFailuresMarkTheKeyLost(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		set  func(f *fakeToken)
+		set  func(f *pkcs11test.Fake)
 		want error
 	}{
-		{"device removed", func(f *fakeToken) { f.always["Sign"] = p11.Error(p11.CKR_DEVICE_REMOVED) }, ErrDeviceRemoved},
-		{"token not present", func(f *fakeToken) { f.always["SignInit"] = p11.Error(p11.CKR_TOKEN_NOT_PRESENT) }, ErrDeviceRemoved},
-		{"session invalid", func(f *fakeToken) { f.always["SignInit"] = p11.Error(p11.CKR_SESSION_HANDLE_INVALID) }, ErrSessionClosed},
-		{"handle invalid, then nothing found", func(f *fakeToken) {
-			f.always["SignInit"] = p11.Error(p11.CKR_OBJECT_HANDLE_INVALID)
-			f.gone = true
-		}, ErrTokenLost},
-		{"device error", func(f *fakeToken) { f.always["Sign"] = p11.Error(p11.CKR_DEVICE_ERROR) }, ErrDeviceError},
+		{"device removed", func(f *pkcs11test.Fake) { f.Always["Sign"] = p11.Error(p11.CKR_DEVICE_REMOVED) }, pkcs11.ErrDeviceRemoved},
+		{"token not present", func(f *pkcs11test.Fake) { f.Always["SignInit"] = p11.Error(p11.CKR_TOKEN_NOT_PRESENT) }, pkcs11.ErrDeviceRemoved},
+		{"session invalid", func(f *pkcs11test.Fake) { f.Always["SignInit"] = p11.Error(p11.CKR_SESSION_HANDLE_INVALID) }, pkcs11.ErrSessionClosed},
+		{"handle invalid, then nothing found", func(f *pkcs11test.Fake) {
+			f.Always["SignInit"] = p11.Error(p11.CKR_OBJECT_HANDLE_INVALID)
+			f.Gone = true
+		}, pkcs11.ErrTokenLost},
+		{"device error", func(f *pkcs11test.Fake) { f.Always["Sign"] = p11.Error(p11.CKR_DEVICE_ERROR) }, pkcs11.ErrDeviceError},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeToken(t)
-			_, sel, _ := fakeSetup(t, f, "1234")
+			f := pkcs11test.NewFake(t)
+			_, sel, _ := f.Setup(t, "1234")
 			k := openFake(t, sel)
 			if _, err := k.Sign(nil, digest, crypto.SHA256); err != nil {
 				t.Fatal(err)
 			}
-			f.set(tc.set)
+			f.Set(tc.set)
 			_, err := k.Sign(nil, digest, crypto.SHA256)
-			if !errors.Is(err, tc.want) || !Recoverable(err) || k.Lost() == nil {
-				t.Fatalf("err = %v (recoverable %v, lost %v); want %v", err, Recoverable(err), k.Lost(), tc.want)
+			if !errors.Is(err, tc.want) || !pkcs11.Recoverable(err) || k.Token().Lost() == nil {
+				t.Fatalf("err = %v (recoverable %v, lost %v); want %v", err, pkcs11.Recoverable(err), k.Token().Lost(), tc.want)
 			}
-			signs := f.count("SignInit")
-			if _, err := k.Sign(nil, digest, crypto.SHA256); !errors.Is(err, ErrTokenUnavailable) || f.count("SignInit") != signs {
-				t.Fatalf("after the loss: err = %v, %d more calls into the token", err, f.count("SignInit")-signs)
+			signs := f.Count("SignInit")
+			if _, err := k.Sign(nil, digest, crypto.SHA256); !errors.Is(err, pkcs11.ErrTokenUnavailable) || f.Count("SignInit") != signs {
+				t.Fatalf("after the loss: err = %v, %d more calls into the token", err, f.Count("SignInit")-signs)
 			}
-			inits := f.count("Initialize")
+			inits := f.Count("Initialize")
 			k.Close()
-			if f.count("Initialize") != inits+1 {
+			if f.Count("Initialize") != inits+1 {
 				t.Fatal("Close after a loss did not initialize the module again")
 			}
 		})
@@ -107,44 +94,44 @@ func TestTokenFailuresMarkTheKeyLost(t *testing.T) {
 }
 
 func TestStaleHandleIsLookedUpAgainOnce(t *testing.T) {
-	f := newFakeToken(t)
-	_, sel, _ := fakeSetup(t, f, "1234")
+	f := pkcs11test.NewFake(t)
+	_, sel, _ := f.Setup(t, "1234")
 	k := openFake(t, sel)
-	f.set(func(f *fakeToken) { f.fail["SignInit"] = p11.Error(p11.CKR_OBJECT_HANDLE_INVALID) })
-	finds := f.count("FindObjectsInit")
+	f.Set(func(f *pkcs11test.Fake) { f.Fail["SignInit"] = p11.Error(p11.CKR_OBJECT_HANDLE_INVALID) })
+	finds := f.Count("FindObjectsInit")
 	sig, err := k.Sign(nil, digest, crypto.SHA256)
-	if err != nil || k.Lost() != nil {
-		t.Fatalf("err = %v, lost = %v", err, k.Lost())
+	if err != nil || k.Token().Lost() != nil {
+		t.Fatalf("err = %v, lost = %v", err, k.Token().Lost())
 	}
-	if err := rsa.VerifyPKCS1v15(&f.key.PublicKey, crypto.SHA256, digest, sig); err != nil {
+	if err := rsa.VerifyPKCS1v15(&f.Key.PublicKey, crypto.SHA256, digest, sig); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.count("FindObjectsInit") - finds; n != 1 {
+	if n := f.Count("FindObjectsInit") - finds; n != 1 {
 		t.Fatalf("%d look-ups after a stale handle; want 1", n)
 	}
 }
 
 func TestRefusedPINIsNotTriedAgain(t *testing.T) {
-	f := newFakeToken(t)
-	_, sel, _ := fakeSetup(t, f, "0000")
+	f := pkcs11test.NewFake(t)
+	_, sel, _ := f.Setup(t, "0000")
 	for range 4 { // four reloads of an agent with a wrong PIN
-		if _, err := Open(context.Background(), sel, zerolog.Nop()); !errors.Is(err, ErrPINIncorrect) {
+		if _, err := pkcs11.Open(context.Background(), sel, zerolog.Nop()); !errors.Is(err, pkcs11.ErrPINIncorrect) {
 			t.Fatalf("err = %v", err)
 		} else if strings.Contains(err.Error(), "0000") || !strings.Contains(err.Error(), sel.PIN.File) {
 			t.Fatalf("the error should name where the PIN came from, not the PIN: %v", err)
 		}
 	}
-	if n := f.count("Login"); n != 1 {
+	if n := f.Count("Login"); n != 1 {
 		t.Fatalf("the token was sent a refused PIN %d times", n)
 	}
 	// The PIN source changes: the new PIN is tried.
 	os.WriteFile(sel.PIN.File, []byte("1234\n"), 0o600)
-	k, err := Open(context.Background(), sel, zerolog.Nop())
+	k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	k.Close()
-	if n := f.count("Login"); n != 2 {
+	if n := f.Count("Login"); n != 2 {
 		t.Fatalf("%d logins; want 2", n)
 	}
 }
@@ -158,21 +145,21 @@ func TestPINFlagsAreReadBeforeLogin(t *testing.T) {
 		want       error
 		logins     int
 	}{
-		{"locked", p11.CKF_USER_PIN_LOCKED, false, nil, ErrPINLocked, 0},
-		{"final try refused", p11.CKF_USER_PIN_FINAL_TRY, false, nil, ErrPINFinalTry, 0},
+		{"locked", p11.CKF_USER_PIN_LOCKED, false, nil, pkcs11.ErrPINLocked, 0},
+		{"final try refused", p11.CKF_USER_PIN_FINAL_TRY, false, nil, pkcs11.ErrPINFinalTry, 0},
 		{"final try allowed", p11.CKF_USER_PIN_FINAL_TRY, true, nil, nil, 1},
 		{"count low logs in", p11.CKF_USER_PIN_COUNT_LOW, false, nil, nil, 1},
-		{"locked by the login", 0, false, p11.Error(p11.CKR_PIN_LOCKED), ErrPINLocked, 1},
+		{"locked by the login", 0, false, p11.Error(p11.CKR_PIN_LOCKED), pkcs11.ErrPINLocked, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeToken(t)
-			f.flags |= tc.flags
+			f := pkcs11test.NewFake(t)
+			f.Flags |= tc.flags
 			if tc.loginErr != nil {
-				f.always["Login"] = tc.loginErr
+				f.Always["Login"] = tc.loginErr
 			}
-			_, sel, _ := fakeSetup(t, f, "1234")
+			_, sel, _ := f.Setup(t, "1234")
 			sel.AllowFinalTry = tc.allowFinal
-			k, err := Open(context.Background(), sel, zerolog.Nop())
+			k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
 			if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
 			}
@@ -181,8 +168,8 @@ func TestPINFlagsAreReadBeforeLogin(t *testing.T) {
 			} else if strings.Contains(err.Error(), "\n") {
 				t.Fatalf("not one line: %q", err)
 			}
-			if f.count("Login") != tc.logins {
-				t.Fatalf("%d logins, want %d", f.count("Login"), tc.logins)
+			if f.Count("Login") != tc.logins {
+				t.Fatalf("%d logins, want %d", f.Count("Login"), tc.logins)
 			}
 		})
 	}
@@ -192,45 +179,45 @@ func TestPINFlagsAreReadBeforeLogin(t *testing.T) {
 // caller is answered at its deadline, the key is lost, Close neither waits
 // nor finalizes, and when the call finally returns its session is closed.
 func TestHungCallIsAbandoned(t *testing.T) {
-	f := newFakeToken(t)
-	_, sel, _ := fakeSetup(t, f, "1234")
+	f := pkcs11test.NewFake(t)
+	_, sel, _ := f.Setup(t, "1234")
 	sel.Timeout = 100 * time.Millisecond
 	k := openFake(t, sel)
 	release := make(chan struct{})
-	f.set(func(f *fakeToken) { f.hang["Sign"] = release })
+	f.Set(func(f *pkcs11test.Fake) { f.Hang["Sign"] = release })
 	start := time.Now()
 	_, err := k.Sign(nil, digest, crypto.SHA256)
-	if d := time.Since(start); !errors.Is(err, ErrTokenTimeout) || !Recoverable(err) || d > time.Second {
+	if d := time.Since(start); !errors.Is(err, pkcs11.ErrTokenTimeout) || !pkcs11.Recoverable(err) || d > time.Second {
 		t.Fatalf("err = %v after %v", err, d)
 	}
 	start = time.Now()
 	k.Close()
-	if d := time.Since(start); d > 500*time.Millisecond || f.count("Finalize") != 0 { // the stuck call never returns by itself
-		t.Fatalf("Close took %v and finalized %d times with a call stuck in the module", d, f.count("Finalize"))
+	if d := time.Since(start); d > 500*time.Millisecond || f.Count("Finalize") != 0 { // the stuck call never returns by itself
+		t.Fatalf("Close took %v and finalized %d times with a call stuck in the module", d, f.Count("Finalize"))
 	}
 	close(release)
 	deadline := time.Now().Add(2 * time.Second)
-	for f.open() != 0 && time.Now().Before(deadline) {
+	for f.Sessions() != 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if f.open() != 0 {
-		t.Fatalf("%d sessions left open after the stuck call returned", f.open())
+	if f.Sessions() != 0 {
+		t.Fatalf("%d sessions left open after the stuck call returned", f.Sessions())
 	}
 }
 
 func TestOpenIsBoundedByItsContext(t *testing.T) {
 	for _, op := range []string{"Initialize", "GetSlotList", "Login", "FindObjects"} {
 		t.Run(op, func(t *testing.T) {
-			f := newFakeToken(t)
+			f := pkcs11test.NewFake(t)
 			release := make(chan struct{})
 			defer close(release)
-			f.hang[op] = release
-			_, sel, _ := fakeSetup(t, f, "1234")
+			f.Hang[op] = release
+			_, sel, _ := f.Setup(t, "1234")
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			defer cancel()
 			start := time.Now()
-			_, err := Open(ctx, sel, zerolog.Nop())
-			if d := time.Since(start); !errors.Is(err, ErrTokenTimeout) || d > time.Second {
+			_, err := pkcs11.Open(ctx, sel, zerolog.Nop())
+			if d := time.Since(start); !errors.Is(err, pkcs11.ErrTokenTimeout) || d > time.Second {
 				t.Fatalf("err = %v after %v", err, d)
 			}
 		})
@@ -238,10 +225,10 @@ func TestOpenIsBoundedByItsContext(t *testing.T) {
 }
 
 func TestDecryptOnTheToken(t *testing.T) {
-	f := newFakeToken(t)
-	_, sel, _ := fakeSetup(t, f, "1234")
+	f := pkcs11test.NewFake(t)
+	_, sel, _ := f.Setup(t, "1234")
 	k := openFake(t, sel)
-	ct, _ := rsa.EncryptPKCS1v15(rand.Reader, &f.key.PublicKey, []byte("challenge"))
+	ct, _ := rsa.EncryptPKCS1v15(rand.Reader, &f.Key.PublicKey, []byte("challenge"))
 	pt, err := k.Decrypt(nil, ct, nil)
 	if err != nil || string(pt) != "challenge" {
 		t.Fatalf("%q %v", pt, err)
@@ -251,32 +238,32 @@ func TestDecryptOnTheToken(t *testing.T) {
 func TestCertificateChoice(t *testing.T) {
 	now := time.Now()
 	t.Run("valid beats expired", func(t *testing.T) {
-		f := newFakeToken(t)
-		f.certs = nil
-		f.addCert(t, "expired", now.AddDate(-2, 0, 0), now.AddDate(-1, 0, 0))
-		valid := f.addCert(t, "valid", now.Add(-time.Hour), now.AddDate(1, 0, 0))
-		_, sel, _ := fakeSetup(t, f, "1234")
+		f := pkcs11test.NewFake(t)
+		f.ClearCerts()
+		f.AddCert(t, "expired", now.AddDate(-2, 0, 0), now.AddDate(-1, 0, 0))
+		valid := f.AddCert(t, "valid", now.Add(-time.Hour), now.AddDate(1, 0, 0))
+		_, sel, _ := f.Setup(t, "1234")
 		if k := openFake(t, sel); !k.Certificate().Equal(valid) {
 			t.Fatalf("chose %q", k.Certificate().Subject.CommonName)
 		}
 	})
 	t.Run("two valid is an error that lists them", func(t *testing.T) {
-		f := newFakeToken(t)
-		a := f.addCert(t, "second", now.Add(-time.Hour), now.AddDate(1, 0, 0))
-		_, sel, _ := fakeSetup(t, f, "1234")
-		_, err := Open(context.Background(), sel, zerolog.Nop())
-		if !errors.Is(err, ErrCertAmbiguous) || !strings.Contains(err.Error(), canonical.ThumbprintOf(a)) || !strings.Contains(err.Error(), "--cert") {
+		f := pkcs11test.NewFake(t)
+		a := f.AddCert(t, "second", now.Add(-time.Hour), now.AddDate(1, 0, 0))
+		_, sel, _ := f.Setup(t, "1234")
+		_, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
+		if !errors.Is(err, pkcs11.ErrCertAmbiguous) || !strings.Contains(err.Error(), canonical.ThumbprintOf(a)) || !strings.Contains(err.Error(), "--cert") {
 			t.Fatalf("err = %v", err)
 		}
 	})
 	t.Run("only another key's certificate", func(t *testing.T) {
-		f := newFakeToken(t)
-		f.certs = nil
-		f.addCert(t, "x", now.Add(-time.Hour), now.AddDate(1, 0, 0))
+		f := pkcs11test.NewFake(t)
+		f.ClearCerts()
+		f.AddCert(t, "x", now.Add(-time.Hour), now.AddDate(1, 0, 0))
 		other, _ := rsa.GenerateKey(rand.Reader, 2048)
-		f.key = other // the certificate stays the old key's
-		_, sel, _ := fakeSetup(t, f, "1234")
-		if _, err := Open(context.Background(), sel, zerolog.Nop()); !errors.Is(err, ErrCertMismatch) {
+		f.Key = other // the certificate stays the old key's
+		_, sel, _ := f.Setup(t, "1234")
+		if _, err := pkcs11.Open(context.Background(), sel, zerolog.Nop()); !errors.Is(err, pkcs11.ErrCertMismatch) {
 			t.Fatalf("err = %v", err)
 		}
 	})
@@ -285,24 +272,24 @@ func TestCertificateChoice(t *testing.T) {
 // TestBusySessionsAreNotATokenFailure: a deadline that passes while every
 // session is in use is the queue's problem: the key stays usable.
 func TestBusySessionsAreNotATokenFailure(t *testing.T) {
-	f := newFakeToken(t)
-	_, sel, _ := fakeSetup(t, f, "1234")
+	f := pkcs11test.NewFake(t)
+	_, sel, _ := f.Setup(t, "1234")
 	sel.MaxSessions = 2
 	k := openFake(t, sel)
 	release := make(chan struct{})
-	f.set(func(f *fakeToken) { f.hang["Sign"] = release })
+	f.Set(func(f *pkcs11test.Fake) { f.Hang["Sign"] = release })
 	done := make(chan error, 2)
 	for range 2 {
 		go func() { _, err := k.Sign(nil, digest, crypto.SHA256); done <- err }()
 	}
-	for f.count("Sign") < 2 {
+	for f.Count("Sign") < 2 {
 		time.Sleep(time.Millisecond)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, err := k.SignContext(ctx, digest, crypto.SHA256)
-	if err == nil || Recoverable(err) || !errors.Is(err, context.DeadlineExceeded) || k.Lost() != nil {
-		t.Fatalf("err = %v (recoverable %v), lost = %v", err, Recoverable(err), k.Lost())
+	if err == nil || pkcs11.Recoverable(err) || !errors.Is(err, context.DeadlineExceeded) || k.Token().Lost() != nil {
+		t.Fatalf("err = %v (recoverable %v), lost = %v", err, pkcs11.Recoverable(err), k.Token().Lost())
 	}
 	close(release)
 	for range 2 {
@@ -322,27 +309,27 @@ func TestBusySessionsAreNotATokenFailure(t *testing.T) {
 // agent's /readyz does not report a card that is out as ready; and that
 // the card is back when the slot says so, without a login.
 func TestCheckAsksTheReader(t *testing.T) {
-	f := newFakeToken(t)
-	_, sel, _ := fakeSetup(t, f, "1234")
+	f := pkcs11test.NewFake(t)
+	_, sel, _ := f.Setup(t, "1234")
 	k := openFake(t, sel)
 	if err := k.Check(context.Background()); err != nil {
 		t.Fatalf("a present card: %v", err)
 	}
-	f.set(func(f *fakeToken) { f.absent = true })
+	f.Set(func(f *pkcs11test.Fake) { f.Absent = true })
 	err := k.Check(context.Background())
-	if !errors.Is(err, ErrDeviceRemoved) || !Recoverable(err) {
+	if !errors.Is(err, pkcs11.ErrDeviceRemoved) || !pkcs11.Recoverable(err) {
 		t.Fatalf("a card out that the module still describes from memory: %v", err)
 	}
 	if strings.Contains(err.Error(), "1234") {
 		t.Fatalf("the PIN in an error: %v", err)
 	}
-	logins := f.count("Login")
-	f.set(func(f *fakeToken) { f.absent = false })
-	if err := k.Check(context.Background()); err != nil && !Recoverable(err) {
+	logins := f.Count("Login")
+	f.Set(func(f *pkcs11test.Fake) { f.Absent = false })
+	if err := k.Check(context.Background()); err != nil && !pkcs11.Recoverable(err) {
 		t.Fatalf("the card back: %v", err)
 	}
-	if f.count("Login") > logins+1 {
-		t.Fatalf("%d logins for one reinsertion", f.count("Login")-logins)
+	if f.Count("Login") > logins+1 {
+		t.Fatalf("%d logins for one reinsertion", f.Count("Login")-logins)
 	}
 }
 
@@ -353,29 +340,29 @@ func TestCheckAsksTheReader(t *testing.T) {
 // detector) when the two ran at once in one library. The fake holds
 // C_Finalize, which a real module cannot be made to do on demand.
 func TestInitializeWaitsForFinalize(t *testing.T) {
-	f := newFakeToken(t)
-	_, sel, _ := fakeSetup(t, f, "1234")
+	f := pkcs11test.NewFake(t)
+	_, sel, _ := f.Setup(t, "1234")
 	a := openFake(t, sel)
 	hold := make(chan struct{})
-	f.set(func(f *fakeToken) { f.hang["Finalize"] = hold })
+	f.Set(func(f *pkcs11test.Fake) { f.Hang["Finalize"] = hold })
 	closed := make(chan struct{})
 	go func() { a.Close(); close(closed) }()
-	for f.count("Finalize") == 0 {
+	for f.Count("Finalize") == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	opened := make(chan *Key)
+	opened := make(chan *pkcs11.Key)
 	go func() {
-		k, err := Open(context.Background(), sel, zerolog.Nop())
+		k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
 		if err != nil {
 			t.Error(err)
 		}
 		opened <- k
 	}()
 	time.Sleep(50 * time.Millisecond)
-	if n := f.count("Initialize"); n != 1 {
+	if n := f.Count("Initialize"); n != 1 {
 		t.Fatalf("C_Initialize ran %d times while C_Finalize was still running; want only the first", n)
 	}
-	f.set(func(f *fakeToken) { delete(f.hang, "Finalize") })
+	f.Set(func(f *pkcs11test.Fake) { delete(f.Hang, "Finalize") })
 	close(hold)
 	<-closed
 	k := <-opened
@@ -383,8 +370,8 @@ func TestInitializeWaitsForFinalize(t *testing.T) {
 		t.FailNow()
 	}
 	defer k.Close()
-	if f.count("Initialize") != 2 {
-		t.Fatalf("C_Initialize ran %d times; want 2 (the second after C_Finalize)", f.count("Initialize"))
+	if f.Count("Initialize") != 2 {
+		t.Fatalf("C_Initialize ran %d times; want 2 (the second after C_Finalize)", f.Count("Initialize"))
 	}
 	if _, err := k.Sign(nil, digest, crypto.SHA256); err != nil {
 		t.Fatal(err)
@@ -397,19 +384,19 @@ func TestInitializeWaitsForFinalize(t *testing.T) {
 // saw the agent call it not ready); a check that times out with no other
 // answer meanwhile still marks the key lost. The fake holds C_GetSlotInfo.
 func TestCheckBehindABusyToken(t *testing.T) {
-	f := newFakeToken(t)
-	_, sel, _ := fakeSetup(t, f, "1234")
+	f := pkcs11test.NewFake(t)
+	_, sel, _ := f.Setup(t, "1234")
 	k := openFake(t, sel)
 	hold := make(chan struct{})
-	f.set(func(f *fakeToken) { f.hang["GetSlotInfo"] = hold })
-	asked := f.count("GetSlotInfo")
+	f.Set(func(f *pkcs11test.Fake) { f.Hang["GetSlotInfo"] = hold })
+	asked := f.Count("GetSlotInfo")
 	done := make(chan error)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		done <- k.Check(ctx)
 	}()
-	for deadline := time.Now().Add(10 * time.Second); f.count("GetSlotInfo") == asked; { // the Check is in the module
+	for deadline := time.Now().Add(10 * time.Second); f.Count("GetSlotInfo") == asked; { // the Check is in the module
 		if time.Now().After(deadline) {
 			t.Fatal("the check did not reach the module within 10 s")
 		}
@@ -418,14 +405,14 @@ func TestCheckBehindABusyToken(t *testing.T) {
 	if _, err := k.Sign(nil, digest, crypto.SHA256); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; !errors.Is(err, ErrTokenBusy) || Recoverable(err) || k.Lost() != nil {
-		t.Fatalf("check behind a busy token: %v (lost: %v)", err, k.Lost())
+	if err := <-done; !errors.Is(err, pkcs11.ErrTokenBusy) || pkcs11.Recoverable(err) || k.Token().Lost() != nil {
+		t.Fatalf("check behind a busy token: %v (lost: %v)", err, k.Token().Lost())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	if err := k.Check(ctx); !errors.Is(err, ErrTokenTimeout) || k.Lost() == nil {
-		t.Fatalf("check with no answer at all: %v (lost: %v)", err, k.Lost())
+	if err := k.Check(ctx); !errors.Is(err, pkcs11.ErrTokenTimeout) || k.Token().Lost() == nil {
+		t.Fatalf("check with no answer at all: %v (lost: %v)", err, k.Token().Lost())
 	}
-	f.set(func(f *fakeToken) { delete(f.hang, "GetSlotInfo") })
+	f.Set(func(f *pkcs11test.Fake) { delete(f.Hang, "GetSlotInfo") })
 	close(hold)
 }

@@ -28,8 +28,8 @@ type keyInfo struct {
 	sign, decrypt bool
 }
 
-// findAll returns every object matching tmpl.
-func findAll(b Backend, sh p11.SessionHandle, tmpl []*p11.Attribute) ([]p11.ObjectHandle, error) {
+// FindObjects returns every object matching tmpl.
+func FindObjects(b Backend, sh p11.SessionHandle, tmpl []*p11.Attribute) ([]p11.ObjectHandle, error) {
 	if err := b.FindObjectsInit(sh, tmpl); err != nil {
 		return nil, err
 	}
@@ -47,9 +47,9 @@ func findAll(b Backend, sh p11.SessionHandle, tmpl []*p11.Attribute) ([]p11.Obje
 	}
 }
 
-// attrs reads the attributes types of object h; one the token will not
+// Attributes reads the attributes types of object h; one the token will not
 // give (sensitive, absent) is left out of the map.
-func attrs(b Backend, sh p11.SessionHandle, h p11.ObjectHandle, types ...uint) map[uint][]byte {
+func Attributes(b Backend, sh p11.SessionHandle, h p11.ObjectHandle, types ...uint) map[uint][]byte {
 	out := map[uint][]byte{}
 	tmpl := make([]*p11.Attribute, len(types))
 	for i, t := range types {
@@ -76,9 +76,9 @@ func attrs(b Backend, sh p11.SessionHandle, h p11.ObjectHandle, types ...uint) m
 	return out
 }
 
-// template matches objects of class with the given label and id (either
+// Template matches objects of class with the given label and id (either
 // may be empty: not part of the match).
-func template(class uint, label string, id []byte) []*p11.Attribute {
+func Template(class uint, label string, id []byte) []*p11.Attribute {
 	t := []*p11.Attribute{p11.NewAttribute(p11.CKA_CLASS, class)}
 	if label != "" {
 		t = append(t, p11.NewAttribute(p11.CKA_LABEL, label))
@@ -91,14 +91,14 @@ func template(class uint, label string, id []byte) []*p11.Attribute {
 
 // findKeys returns the private keys with label and id, and their public halves.
 func findKeys(b Backend, sh p11.SessionHandle, label string, id []byte) ([]keyInfo, error) {
-	hs, err := findAll(b, sh, template(p11.CKO_PRIVATE_KEY, label, id))
+	hs, err := FindObjects(b, sh, Template(p11.CKO_PRIVATE_KEY, label, id))
 	if err != nil {
 		return nil, err
 	}
 	out := make([]keyInfo, 0, len(hs))
 	for _, h := range hs {
-		a := attrs(b, sh, h, p11.CKA_LABEL, p11.CKA_ID, p11.CKA_KEY_TYPE, p11.CKA_SIGN, p11.CKA_DECRYPT, p11.CKA_MODULUS, p11.CKA_PUBLIC_EXPONENT)
-		ki := keyInfo{h: h, label: string(a[p11.CKA_LABEL]), id: a[p11.CKA_ID], keyType: ulong(a[p11.CKA_KEY_TYPE]),
+		a := Attributes(b, sh, h, p11.CKA_LABEL, p11.CKA_ID, p11.CKA_KEY_TYPE, p11.CKA_SIGN, p11.CKA_DECRYPT, p11.CKA_MODULUS, p11.CKA_PUBLIC_EXPONENT)
+		ki := keyInfo{h: h, label: string(a[p11.CKA_LABEL]), id: a[p11.CKA_ID], keyType: ULong(a[p11.CKA_KEY_TYPE]),
 			sign: isTrue(a[p11.CKA_SIGN]), decrypt: isTrue(a[p11.CKA_DECRYPT])}
 		ki.pub = publicKey(ki.keyType, a)
 		if ki.pub == nil {
@@ -141,7 +141,7 @@ func pairedPublic(b Backend, sh p11.SessionHandle, ki keyInfo) (crypto.PublicKey
 	if len(ki.id) == 0 {
 		return nil, nil
 	}
-	hs, err := findAll(b, sh, template(p11.CKO_PUBLIC_KEY, "", ki.id))
+	hs, err := FindObjects(b, sh, Template(p11.CKO_PUBLIC_KEY, "", ki.id))
 	if err != nil {
 		return nil, nil
 	}
@@ -149,11 +149,11 @@ func pairedPublic(b Backend, sh p11.SessionHandle, ki keyInfo) (crypto.PublicKey
 	for _, h := range hs {
 		var a map[uint][]byte
 		if isGOSTKeyType(ki.keyType) {
-			a = attrs(b, sh, h, p11.CKA_KEY_TYPE, CKA_GOSTR3410_PARAMS, p11.CKA_VALUE)
+			a = Attributes(b, sh, h, p11.CKA_KEY_TYPE, CKA_GOSTR3410_PARAMS, p11.CKA_VALUE)
 		} else {
-			a = attrs(b, sh, h, p11.CKA_KEY_TYPE, p11.CKA_MODULUS, p11.CKA_PUBLIC_EXPONENT, p11.CKA_EC_PARAMS, p11.CKA_EC_POINT)
+			a = Attributes(b, sh, h, p11.CKA_KEY_TYPE, p11.CKA_MODULUS, p11.CKA_PUBLIC_EXPONENT, p11.CKA_EC_PARAMS, p11.CKA_EC_POINT)
 		}
-		if ulong(a[p11.CKA_KEY_TYPE]) != ki.keyType {
+		if ULong(a[p11.CKA_KEY_TYPE]) != ki.keyType {
 			continue
 		}
 		if isGOSTKeyType(ki.keyType) {
@@ -176,7 +176,7 @@ func curveOf(params []byte) elliptic.Curve {
 	if _, err := asn1.Unmarshal(params, &oid); err != nil {
 		return nil
 	}
-	switch curveOIDs[oid.String()] {
+	switch CurveNames[oid.String()] {
 	case "P-256":
 		return elliptic.P256()
 	case "P-384":
@@ -194,16 +194,16 @@ func isTrue(b []byte) bool { return len(b) == 1 && b[0] != 0 }
 // reads its object files again for every one.)
 func findCerts(b Backend, sh p11.SessionHandle, id []byte, label string, pub crypto.PublicKey) ([]*x509.Certificate, error) {
 	var out []*x509.Certificate
-	for _, tmpl := range [][]*p11.Attribute{template(p11.CKO_CERTIFICATE, "", id), template(p11.CKO_CERTIFICATE, label, nil)} {
+	for _, tmpl := range [][]*p11.Attribute{Template(p11.CKO_CERTIFICATE, "", id), Template(p11.CKO_CERTIFICATE, label, nil)} {
 		if len(tmpl) == 1 {
 			continue // neither id nor label: would match every certificate
 		}
-		hs, err := findAll(b, sh, tmpl)
+		hs, err := FindObjects(b, sh, tmpl)
 		if err != nil {
 			return nil, err
 		}
 		for _, h := range hs {
-			c, err := x509.ParseCertificate(attrs(b, sh, h, p11.CKA_VALUE)[p11.CKA_VALUE])
+			c, err := x509.ParseCertificate(Attributes(b, sh, h, p11.CKA_VALUE)[p11.CKA_VALUE])
 			if err == nil && !slices.ContainsFunc(out, func(o *x509.Certificate) bool { return bytes.Equal(o.Raw, c.Raw) }) {
 				out = append(out, c)
 			}
@@ -215,7 +215,9 @@ func findCerts(b Backend, sh p11.SessionHandle, id []byte, label string, pub cry
 	return out, nil
 }
 
-func describeSel(label string, id []byte) string {
+// DescribeKey names a key by its label and id, for an error that says
+// what was looked for ("labelled \"a\" and with id 01", "at all").
+func DescribeKey(label string, id []byte) string {
 	var parts []string
 	if label != "" {
 		parts = append(parts, fmt.Sprintf("labelled %q", label))
@@ -239,4 +241,19 @@ func listKeys(keys []keyInfo) string {
 	}
 	slices.Sort(names)
 	return strings.Join(names, ", ")
+}
+
+// PublicHalf reads a public-key object's label, id and public half (RSA,
+// EC or GOST; nil when it cannot be read), without a login.
+func PublicHalf(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) (label string, id []byte, pub crypto.PublicKey) {
+	a := Attributes(b, sh, h, p11.CKA_LABEL, p11.CKA_ID, p11.CKA_KEY_TYPE, p11.CKA_MODULUS, p11.CKA_PUBLIC_EXPONENT, p11.CKA_EC_PARAMS, p11.CKA_EC_POINT)
+	keyType := ULong(a[p11.CKA_KEY_TYPE])
+	pub = publicKey(keyType, a)
+	if isGOSTKeyType(keyType) {
+		g := Attributes(b, sh, h, CKA_GOSTR3410_PARAMS, p11.CKA_VALUE)
+		if gp, err := gostPublic(keyType, g); err == nil {
+			pub = gp
+		}
+	}
+	return string(a[p11.CKA_LABEL]), a[p11.CKA_ID], pub
 }

@@ -6,83 +6,22 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	p11 "github.com/miekg/pkcs11"
+	"github.com/signagent/signagent/pkcs11/locate"
 )
 
+// Module is a chosen module path and how it was chosen (package locate).
+type Module = locate.Module
+
 // ModuleEnv is the environment variable that names the PKCS#11 module.
-const ModuleEnv = "SIGNAGENT_PKCS11_MODULE"
+const ModuleEnv = locate.Env
 
-// ProxyModules are where p11-kit's proxy module is installed: loading it
-// reaches every module registered with p11-kit (a Rutoken's or JaCarta's,
-// OpenSC, SoftHSM: Debian's packages register theirs).
-var ProxyModules = []string{
-	"/usr/lib/x86_64-linux-gnu/p11-kit-proxy.so",
-	"/usr/lib/aarch64-linux-gnu/p11-kit-proxy.so",
-	"/usr/lib64/p11-kit-proxy.so",
-}
-
-// SoftHSMModules are where Debian, Fedora and a source build put SoftHSM,
-// the development module.
-var SoftHSMModules = []string{
-	"/usr/lib/softhsm/libsofthsm2.so",
-	"/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so",
-	"/usr/lib/aarch64-linux-gnu/softhsm/libsofthsm2.so",
-	"/usr/lib64/pkcs11/libsofthsm2.so",
-	"/usr/local/lib/softhsm/libsofthsm2.so",
-}
-
-// DefaultModules are the places looked in, in order, when no module is
-// named: p11-kit's proxy first (the cards a machine has), then SoftHSM.
-var DefaultModules = append(append([]string{}, ProxyModules...), SoftHSMModules...)
-
-// Module is a chosen module path and how it was chosen.
-type Module struct {
-	Path   string
-	Source string // "flag", "environment", "pkcs11 URI" or "default location"
-}
-
-// ResolveModule returns the module to use: explicit (from a flag or URI) if
-// given, else $SIGNAGENT_PKCS11_MODULE, else the first of DefaultModules that
-// exists. It checks that the path is a file; loading it is left to the
-// first use, so that the module is loaded once.
-func ResolveModule(explicit, source string) (Module, error) {
-	return ResolveModuleFrom(explicit, source, DefaultModules)
-}
-
-// ResolveModuleFrom is ResolveModule with candidates in place of
-// DefaultModules (dev-token wants SoftHSM, not whatever the proxy finds).
-func ResolveModuleFrom(explicit, source string, candidates []string) (Module, error) {
-	m := Module{Path: explicit, Source: source}
-	if m.Path == "" {
-		if env := os.Getenv(ModuleEnv); env != "" {
-			m = Module{Path: env, Source: "environment"}
-		}
-	}
-	if m.Path == "" {
-		for _, p := range candidates {
-			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
-				m = Module{Path: p, Source: "default location"}
-				break
-			}
-		}
-		if m.Path == "" {
-			return m, fmt.Errorf("%w: none given and none in the usual places; install softhsm2 or name one with --module or %s", ErrModuleNotFound, ModuleEnv)
-		}
-	}
-	st, err := os.Stat(m.Path)
-	if err != nil {
-		return m, fmt.Errorf("%w: %s does not exist; name the module with --module or %s", ErrModuleNotFound, m.Path, ModuleEnv)
-	}
-	if !st.Mode().IsRegular() {
-		return m, fmt.Errorf("%w: %s is not a file", ErrNotAModule, m.Path)
-	}
-	return m, nil
-}
+// ResolveModule returns the module to use (locate.Resolve).
+func ResolveModule(explicit, source string) (Module, error) { return locate.Resolve(explicit, source) }
 
 func notAModule(path string) error {
 	return fmt.Errorf("%w: %s could not be loaded as a shared library with C_GetFunctionList", ErrNotAModule, path)

@@ -21,7 +21,7 @@ import (
 // and many cards offer no hashing ECDSA mechanism); RSA keys with
 // CKM_RSA_PKCS over the DigestInfo.
 func (k *Key) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), k.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), k.tok.timeout)
 	defer cancel()
 	return k.SignContext(ctx, digest, opts)
 }
@@ -56,7 +56,7 @@ func (k *Key) SignContext(ctx context.Context, digest []byte, opts crypto.Signer
 // Decrypt decrypts an RSA-encrypted message on the token: PKCS#1 v1.5 by
 // default or with *rsa.PKCS1v15DecryptOptions, OAEP with *rsa.OAEPOptions.
 func (k *Key) Decrypt(_ io.Reader, msg []byte, opts crypto.DecrypterOpts) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), k.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), k.tok.timeout)
 	defer cancel()
 	return k.DecryptContext(ctx, msg, opts)
 }
@@ -102,73 +102,47 @@ func (k *Key) DecryptContext(ctx context.Context, msg []byte, opts crypto.Decryp
 	})
 }
 
-// do runs op with a session and the key's handle, and sorts out what went
-// wrong: a handle the token no longer knows is looked up once more (the
-// token may have been reset); a key that is gone, a session or device that
-// broke, or a call that did not return marks the key lost, so that its
-// owner reconnects; anything else (a refused mechanism) leaves it usable.
+// do runs op with a session of the token and the key's handle. A handle
+// the token no longer knows is looked up once more (the token may have
+// been reset); the token sorts out the rest (Token.settle): a key that is
+// gone, a session or device that broke, or a call that did not return
+// marks the token lost, so that its owner reconnects.
 func (k *Key) do(ctx context.Context, what string, op func(Backend, p11.SessionHandle, p11.ObjectHandle) ([]byte, error)) ([]byte, error) {
+	t := k.tok
 	started := time.Now().UnixNano()
-	k.mu.Lock()
-	lost, h := k.lost, k.handle
-	k.mu.Unlock()
-	if lost != nil {
-		return nil, fmt.Errorf("could not %s: %w: %w", what, ErrTokenUnavailable, lost)
+	if err := t.usable(what); err != nil {
+		return nil, err
 	}
-	if k.mod.gen.Load() != k.gen {
-		return nil, k.markLost(fmt.Errorf("could not %s: %w (the module was initialized again)", what, ErrSessionClosed))
-	}
-	sh, err := k.session(ctx)
+	sh, err := t.session(ctx)
 	if err != nil {
 		if Recoverable(err) { // the token would not open a session
-			return nil, k.markLost(err)
+			return nil, t.markLost(err)
 		}
 		return nil, err
 	}
-	abandoned := func() { k.discard(context.Background(), sh) }
-	run := func(h p11.ObjectHandle) ([]byte, error) {
-		return call(ctx, k.mod, func(b Backend) ([]byte, error) { return op(b, sh, h) }, abandoned)
-	}
-	out, err := run(h)
+	k.mu.Lock()
+	h := k.handle
+	k.mu.Unlock()
+	out, err := t.run(ctx, sh, func(b Backend) ([]byte, error) { return op(b, sh, h) })
 	if code, ok := Code(err); ok && (code == p11.CKR_OBJECT_HANDLE_INVALID || code == p11.CKR_KEY_HANDLE_INVALID) {
-		k.log.Warn().Str("key", k.label).Msg("the token no longer knows the key's handle; looking the key up again")
+		t.log.Warn().Str("key", k.label).Msg("the token no longer knows the key's handle; looking the key up again")
 		var fresh p11.ObjectHandle
 		if fresh, err = k.relookup(ctx, sh); err == nil {
-			out, err = run(fresh)
+			out, err = t.run(ctx, sh, func(b Backend) ([]byte, error) { return op(b, sh, fresh) })
 		}
 	}
-	switch {
-	case err == nil:
-		k.answered.Store(time.Now().UnixNano())
-		k.free <- sh
-		return out, nil
-	case errors.Is(err, ErrTokenTimeout) && ctx.Value(checking{}) != nil && k.answered.Load() > started:
-		// A check that waited behind operations the token went on
-		// answering (a slow card kept busy): busy, not gone. The session
-		// stays with the call that did not return.
-		return nil, fmt.Errorf("could not %s: %w", what, ErrTokenBusy)
-	case errors.Is(err, ErrTokenTimeout):
-		// The session stays with the call that did not return (abandoned).
-		return nil, k.markLost(fmt.Errorf("could not %s: %w", what, err))
-	}
-	err = classify(what, err)
-	if Recoverable(err) {
-		k.discard(ctx, sh)
-		return nil, k.markLost(err)
-	}
-	k.free <- sh
-	return nil, err
+	return t.settle(ctx, sh, started, what, out, err)
 }
 
 // relookup finds the key again after its handle went stale; it must be the
 // same key (same public half).
 func (k *Key) relookup(ctx context.Context, sh p11.SessionHandle) (p11.ObjectHandle, error) {
-	found, err := call(ctx, k.mod, func(b Backend) ([]keyInfo, error) { return findKeys(b, sh, k.label, k.id) }, nil)
+	found, err := call(ctx, k.tok.mod, func(b Backend) ([]keyInfo, error) { return findKeys(b, sh, k.label, k.id) }, nil)
 	if err != nil {
 		return 0, err
 	}
 	if len(found) != 1 {
-		return 0, fmt.Errorf("%w: key %q (id %s) is no longer on token %q", ErrTokenLost, k.label, hex.EncodeToString(k.id), k.token.Label)
+		return 0, fmt.Errorf("%w: key %q (id %s) is no longer on token %q", ErrTokenLost, k.label, hex.EncodeToString(k.id), k.tok.info.Label)
 	}
 	if !samePublicKey(k.pub, found[0].pub) && !(k.pubFromCert && found[0].pub == nil) {
 		return 0, fmt.Errorf("%w: the key %q found again is not the one the certificate is for", ErrCertMismatch, k.label)
@@ -190,21 +164,21 @@ type ctxSigner struct {
 func (c ctxSigner) Public() crypto.PublicKey { return c.k.Public() }
 
 func (c ctxSigner) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(c.ctx, c.k.timeout)
+	ctx, cancel := context.WithTimeout(c.ctx, c.k.tok.timeout)
 	defer cancel()
 	return c.k.SignContext(ctx, digest, opts)
 }
 
 // SignMessage signs msg hashing on the token (GOST keys), bounded by ctx.
 func (c ctxSigner) SignMessage(_ io.Reader, msg []byte, opts crypto.SignerOpts) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(c.ctx, c.k.timeout)
+	ctx, cancel := context.WithTimeout(c.ctx, c.k.tok.timeout)
 	defer cancel()
 	return c.k.SignMessageContext(ctx, msg, opts)
 }
 
 // Digest hashes msg on the token (GOST keys), bounded by ctx.
 func (c ctxSigner) Digest(msg []byte) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(c.ctx, c.k.timeout)
+	ctx, cancel := context.WithTimeout(c.ctx, c.k.tok.timeout)
 	defer cancel()
 	return c.k.DigestContext(ctx, msg)
 }
@@ -282,6 +256,3 @@ func isBadCiphertext(code p11.Error) bool {
 	}
 	return false
 }
-
-// checking marks the context of a Check (see do).
-type checking struct{}

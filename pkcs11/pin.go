@@ -6,7 +6,6 @@ import (
 
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/secret"
-	"github.com/signagent/signagent/safefile"
 )
 
 // PINEnv and PINFileEnv name the variables a command-line tool reads the
@@ -116,16 +115,4 @@ func ParsePIN(pin string) (string, error) {
 		}
 	}
 	return pin, nil
-}
-
-// ErrSecretFileMode is returned for a secret file that others may access.
-var ErrSecretFileMode = safefile.ErrSecretMode
-
-// ErrSecretFile is returned for an input file that is not a small regular file.
-var ErrSecretFile = safefile.ErrInput
-
-// CheckSecretFile refuses a file holding a secret (a TLS key) that
-// others may use, as every secret file is refused (safefile.CheckSecret).
-func CheckSecretFile(path string) error {
-	return safefile.CheckSecret(path, 0)
 }

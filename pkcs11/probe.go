@@ -159,7 +159,7 @@ func (sel Selection) pinPad(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	tok, err := chooseToken(tokens, sel.Token)
+	tok, err := ChooseToken(tokens, sel.Token)
 	if err != nil {
 		return false, err
 	}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/signagent/signagent/pkcs11/locate"
 )
 
 // Complete merges the selection's pkcs11: URI into its fields (token,
@@ -69,7 +71,7 @@ func (s Selection) Complete() (Selection, error) {
 func (s *Selection) mergeModule(u *URI) error {
 	path, what := u.ModulePath, "module-path="+u.ModulePath
 	if u.ModuleName != "" {
-		byName, err := ModuleByName(u.ModuleName, s.ModuleConfigDirs)
+		byName, err := locate.ModuleByName(u.ModuleName, s.ModuleConfigDirs)
 		if err != nil {
 			return err
 		}
@@ -137,7 +139,7 @@ type Selection struct {
 	// (provisioning, before the certificate exists).
 	NoCertificate bool
 	// ModuleConfigDirs are p11-kit's module configuration directories for
-	// a URI's module-name (nil: DefaultModuleConfigDirs).
+	// a URI's module-name (nil: locate.DefaultModuleConfigDirs).
 	ModuleConfigDirs []string
 	// Expect, when set, is the token and key opened before (Key.Identity):
 	// only that token is logged in to, and only that key used; anything

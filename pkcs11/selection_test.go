@@ -2,13 +2,14 @@ package pkcs11
 
 import (
 	"bytes"
-	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/signagent/signagent/pkcs11/locate"
 )
 
 func TestParseURISlotModuleNameVendor(t *testing.T) {
@@ -53,7 +54,7 @@ func TestModuleByName(t *testing.T) {
 	})
 	dirs := []string{user, system}
 
-	got, err := ModuleByName("mine", dirs)
+	got, err := locate.ModuleByName("mine", dirs)
 	if err != nil || got != lib {
 		t.Fatalf("mine: %q, %v (the first directory wins)", got, err)
 	}
@@ -62,12 +63,12 @@ func TestModuleByName(t *testing.T) {
 		"nolib":    `no "module:" line`,
 		"relative": "which is in none of",
 	} {
-		_, err := ModuleByName(name, dirs)
+		_, err := locate.ModuleByName(name, dirs)
 		if !errors.Is(err, ErrModuleNotFound) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", name, err, want)
 		}
 	}
-	if _, err := ModuleByName("x", []string{t.TempDir()}); err == nil || !strings.Contains(err.Error(), "none is registered") {
+	if _, err := locate.ModuleByName("x", []string{t.TempDir()}); err == nil || !strings.Contains(err.Error(), "none is registered") {
 		t.Errorf("empty: %v", err)
 	}
 }
@@ -122,12 +123,12 @@ func TestSelectionComplete(t *testing.T) {
 
 func TestChooseTokenBySlot(t *testing.T) {
 	tokens := []TokenInfo{{Label: "a", Serial: "1", Slot: 5, Initialized: true}, {Label: "b", Serial: "2", Slot: 9, Initialized: true}}
-	got, err := chooseToken(tokens, TokenSelector{Slot: 9, HasSlot: true})
+	got, err := ChooseToken(tokens, TokenSelector{Slot: 9, HasSlot: true})
 	if err != nil || got.Label != "b" {
 		t.Fatalf("%+v %v", got, err)
 	}
 	for _, sel := range []TokenSelector{{Slot: 99999, HasSlot: true}, {Label: "a", Slot: 9, HasSlot: true}} {
-		_, err := chooseToken(tokens, sel)
+		_, err := ChooseToken(tokens, sel)
 		if !errors.Is(err, ErrTokenNotFound) || !strings.Contains(err.Error(), "in slot") {
 			t.Errorf("%v: %v", sel, err)
 		}
@@ -154,7 +155,7 @@ func TestChooseTokenAmbiguous(t *testing.T) {
 			TokenSelector{}, []string{"none was chosen", "slot 0", "slot 4", "--token-label", "slot-id="}, "--token-serial"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := chooseToken(tc.tokens, tc.sel)
+			_, err := ChooseToken(tc.tokens, tc.sel)
 			if !errors.Is(err, ErrTokenAmbiguous) || errors.Is(err, ErrTokenNotFound) {
 				t.Fatalf("%v, want ErrTokenAmbiguous", err)
 			}
@@ -168,7 +169,7 @@ func TestChooseTokenAmbiguous(t *testing.T) {
 			}
 		})
 	}
-	got, err := chooseToken(same, TokenSelector{Label: "a", Slot: 4, HasSlot: true})
+	got, err := ChooseToken(same, TokenSelector{Label: "a", Slot: 4, HasSlot: true})
 	if err != nil || got.Slot != 4 {
 		t.Fatalf("by slot: %+v %v", got, err)
 	}
@@ -183,15 +184,15 @@ func TestDefaultModulesProxyFirst(t *testing.T) {
 	t.Setenv(ModuleEnv, "")
 	os.WriteFile(softhsm, []byte("x"), 0o644)
 	candidates := []string{proxy, softhsm}
-	if m, err := ResolveModuleFrom("", "flag", candidates); err != nil || m.Path != softhsm || m.Source != "default location" {
+	if m, err := locate.ResolveFrom("", "flag", candidates); err != nil || m.Path != softhsm || m.Source != "default location" {
 		t.Fatalf("without the proxy: %+v %v", m, err)
 	}
 	os.WriteFile(proxy, []byte("x"), 0o644)
-	if m, err := ResolveModuleFrom("", "flag", candidates); err != nil || m.Path != proxy {
+	if m, err := locate.ResolveFrom("", "flag", candidates); err != nil || m.Path != proxy {
 		t.Fatalf("with the proxy: %+v %v", m, err)
 	}
-	if !slices.Equal(DefaultModules[:len(ProxyModules)], ProxyModules) || !slices.Equal(DefaultModules[len(ProxyModules):], SoftHSMModules) {
-		t.Fatalf("DefaultModules = %v", DefaultModules)
+	if !slices.Equal(locate.DefaultModules[:len(locate.ProxyModules)], locate.ProxyModules) || !slices.Equal(locate.DefaultModules[len(locate.ProxyModules):], locate.SoftHSMModules) {
+		t.Fatalf("locate.DefaultModules = %v", locate.DefaultModules)
 	}
 }
 
@@ -199,21 +200,20 @@ func TestDefaultModulesProxyFirst(t *testing.T) {
 // and type, whatever the labels hold (RFC 7512 percent-encoding).
 func TestObjectURIRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
-		tok TokenInfo
-		obj Object
+		tok        TokenInfo
+		typ, label string
+		id         []byte
 	}{
-		{TokenInfo{Label: "signagent-dev", Serial: "ec15a64fcd55b56f"}, Object{Class: "private-key", Label: "signagent-dev", ID: "01"}},
-		{TokenInfo{Label: "Рутокен ЭЦП 3.0", Serial: "3a 5f"}, Object{Class: "certificate", Label: "key;1?a=b&c/%", ID: "a0ff00"}},
-		{TokenInfo{Label: "t", Serial: "1"}, Object{Class: "public-key", ID: "02"}},
+		{TokenInfo{Label: "signagent-dev", Serial: "ec15a64fcd55b56f"}, "private", "signagent-dev", []byte{1}},
+		{TokenInfo{Label: "Рутокен ЭЦП 3.0", Serial: "3a 5f"}, "cert", "key;1?a=b&c/%", []byte{0xa0, 0xff, 0}},
+		{TokenInfo{Label: "t", Serial: "1"}, "public", "", []byte{2}},
 	} {
-		s := ObjectURI(tc.tok, tc.obj)
+		s := ObjectURI(tc.tok, tc.typ, tc.label, tc.id)
 		u, err := ParseURI(s)
 		if err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
-		id, _ := hex.DecodeString(tc.obj.ID)
-		want := map[string]string{"private-key": "private", "public-key": "public", "certificate": "cert"}[tc.obj.Class]
-		if u.Token != tc.tok.Label || u.Serial != tc.tok.Serial || u.Object != tc.obj.Label || !bytes.Equal(u.ID, id) || u.Type != want {
+		if u.Token != tc.tok.Label || u.Serial != tc.tok.Serial || u.Object != tc.label || !bytes.Equal(u.ID, tc.id) || u.Type != tc.typ {
 			t.Fatalf("%s parsed as %+v", s, u)
 		}
 		if strings.ContainsAny(strings.TrimPrefix(s, "pkcs11:"), " ?/%\u0420") && !strings.Contains(s, "%") {

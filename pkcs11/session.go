@@ -8,19 +8,19 @@ import (
 	p11 "github.com/miekg/pkcs11"
 )
 
-func (k *Key) findToken(ctx context.Context) (TokenInfo, error) {
-	tokens, err := call(ctx, k.mod, listTokens, nil)
+func (t *Token) findToken(ctx context.Context) (TokenInfo, error) {
+	tokens, err := call(ctx, t.mod, ReadTokens, nil)
 	if err != nil {
 		return TokenInfo{}, err
 	}
-	tok, err := k.pickToken(tokens)
+	tok, err := t.pickToken(tokens)
 	if err != nil && len(tokens) == 0 {
 		// No slot at all is no reader: OpenSC without pcscd (or with no
 		// reader plugged in) lists none, where a reader without its card
 		// is an empty slot.
-		slots, serr := call(ctx, k.mod, func(b Backend) ([]uint, error) { return b.GetSlotList(false) }, nil)
+		slots, serr := call(ctx, t.mod, func(b Backend) ([]uint, error) { return b.GetSlotList(false) }, nil)
 		if serr == nil && len(slots) == 0 {
-			return TokenInfo{}, fmt.Errorf("%w: token %s is not there: the module sees no slot at all, so no reader (for a smart card: is the reader plugged in and pcscd running?)", ErrTokenNotFound, k.sel.Token)
+			return TokenInfo{}, fmt.Errorf("%w: token %s is not there: the module sees no slot at all, so no reader (for a smart card: is the reader plugged in and pcscd running?)", ErrTokenNotFound, t.sel.Token)
 		}
 	}
 	return tok, err
@@ -29,20 +29,20 @@ func (k *Key) findToken(ctx context.Context) (TokenInfo, error) {
 // login logs the user in, unless the token needs no login. The PIN is
 // never sent when the token already refused it, when the PIN is locked, or
 // when the next wrong try would lock it (unless the operator allows it).
-func (k *Key) login(ctx context.Context, sh p11.SessionHandle) error {
-	info := k.token.raw // read just now, when the token was chosen
+func (t *Token) login(ctx context.Context, sh p11.SessionHandle) error {
+	info := t.info.raw // read just now, when the token was chosen
 	if info.Flags&p11.CKF_LOGIN_REQUIRED == 0 {
 		return nil
 	}
-	name := fmt.Sprintf("token %q", k.token.Label)
+	name := fmt.Sprintf("token %q", t.info.Label)
 	if info.Flags&p11.CKF_USER_PIN_LOCKED != 0 {
 		return &TokenError{Op: "log in to " + name, Kind: ErrPINLocked, Hint: "unblock the PIN with the security officer PIN (for SoftHSM: pkcs11-tool --init-pin --login --login-type so)"}
 	}
-	if k.sel.PIN.pad && info.Flags&p11.CKF_PROTECTED_AUTHENTICATION_PATH != 0 {
+	if t.sel.PIN.pad && info.Flags&p11.CKF_PROTECTED_AUTHENTICATION_PATH != 0 {
 		// No PIN was given and the reader has a keypad: C_Login without a
 		// PIN, the user types it there.
-		k.log.Warn().Str("token", k.token.Label).Msg("enter the PIN on the reader's keypad")
-		_, err := call(ctx, k.mod, func(b Backend) (struct{}, error) {
+		t.log.Warn().Str("token", t.info.Label).Msg("enter the PIN on the reader's keypad")
+		_, err := call(ctx, t.mod, func(b Backend) (struct{}, error) {
 			return struct{}{}, b.Login(sh, p11.CKU_USER, "") // a NULL PIN (miekg/pkcs11 passes none for "")
 		}, nil)
 		if isCode(err, p11.CKR_USER_ALREADY_LOGGED_IN) {
@@ -53,23 +53,23 @@ func (k *Key) login(ctx context.Context, sh p11.SessionHandle) error {
 		}
 		return nil
 	}
-	src, err := k.sel.PIN.Resolve()
+	src, err := t.sel.PIN.Resolve()
 	if err != nil {
 		return err
 	}
-	key := tokenKey(k.module.Path, k.token)
-	if k.mod.reg.wasRefused(key, src.pin) {
+	key := tokenKey(t.module.Path, t.info)
+	if t.mod.reg.wasRefused(key, src.pin) {
 		return &TokenError{Op: "log in to " + name, Kind: ErrPINIncorrect,
 			Hint: fmt.Sprintf("the PIN from %s was refused before, so it is not tried again (a card locks after a few tries); correct it", src.from)}
 	}
-	if info.Flags&p11.CKF_USER_PIN_FINAL_TRY != 0 && !k.sel.AllowFinalTry {
+	if info.Flags&p11.CKF_USER_PIN_FINAL_TRY != 0 && !t.sel.AllowFinalTry {
 		return &TokenError{Op: "log in to " + name, Kind: ErrPINFinalTry,
 			Hint: fmt.Sprintf("one more wrong PIN locks the token; check the PIN from %s, then run again with --allow-final-pin-try", src.from)}
 	}
 	if info.Flags&p11.CKF_USER_PIN_COUNT_LOW != 0 {
-		k.log.Warn().Str("token", k.token.Label).Msg("the token says a wrong PIN was entered recently; few tries are left")
+		t.log.Warn().Str("token", t.info.Label).Msg("the token says a wrong PIN was entered recently; few tries are left")
 	}
-	_, err = call(ctx, k.mod, func(b Backend) (struct{}, error) {
+	_, err = call(ctx, t.mod, func(b Backend) (struct{}, error) {
 		return struct{}{}, b.Login(sh, p11.CKU_USER, src.pin)
 	}, nil)
 	if isCode(err, p11.CKR_USER_ALREADY_LOGGED_IN) {
@@ -77,81 +77,81 @@ func (k *Key) login(ctx context.Context, sh p11.SessionHandle) error {
 	}
 	if err != nil {
 		if code, ok := Code(err); ok && (code == p11.CKR_PIN_INCORRECT || code == p11.CKR_PIN_INVALID || code == p11.CKR_PIN_LEN_RANGE) {
-			k.mod.reg.rememberPIN(key, src.pin, true)
+			t.mod.reg.rememberPIN(key, src.pin, true)
 			te := classifyLogin("log in to "+name, err).(*TokenError)
 			te.Hint = fmt.Sprintf("check the PIN from %s; it will not be tried again until it changes (a card locks after a few wrong tries)", src.from)
 			return te
 		}
 		return classifyLogin("log in to "+name, err)
 	}
-	k.mod.reg.rememberPIN(key, src.pin, false)
+	t.mod.reg.rememberPIN(key, src.pin, false)
 	return nil
 }
 
 // newSession opens a session, counted against MaxSessions.
-func (k *Key) newSession(ctx context.Context) (p11.SessionHandle, error) {
+func (t *Token) newSession(ctx context.Context) (p11.SessionHandle, error) {
 	select {
-	case k.slots <- struct{}{}:
+	case t.slots <- struct{}{}:
 	case <-ctx.Done():
-		return 0, k.busy(ctx)
+		return 0, t.busy(ctx)
 	}
-	return k.openSession(ctx)
+	return t.openSession(ctx)
 }
 
 // openSession opens a session for a slot the caller took; the slot is
 // given back when the session cannot be opened.
-func (k *Key) openSession(ctx context.Context) (p11.SessionHandle, error) {
-	sh, err := call(ctx, k.mod, func(b Backend) (p11.SessionHandle, error) {
-		return b.OpenSession(k.token.Slot, p11.CKF_SERIAL_SESSION)
+func (t *Token) openSession(ctx context.Context) (p11.SessionHandle, error) {
+	sh, err := call(ctx, t.mod, func(b Backend) (p11.SessionHandle, error) {
+		return b.OpenSession(t.info.Slot, p11.CKF_SERIAL_SESSION)
 	}, nil)
 	if err != nil {
-		<-k.slots
-		return 0, classify(fmt.Sprintf("open a session with token %q", k.token.Label), err)
+		<-t.slots
+		return 0, classify(fmt.Sprintf("open a session with token %q", t.info.Label), err)
 	}
 	return sh, nil
 }
 
 // session returns an idle session, or a new one while fewer than
 // MaxSessions exist, or waits for one within ctx.
-func (k *Key) session(ctx context.Context) (p11.SessionHandle, error) {
+func (t *Token) session(ctx context.Context) (p11.SessionHandle, error) {
 	select { // an idle session first: select picks at random among ready cases
-	case sh := <-k.free:
+	case sh := <-t.free:
 		return sh, nil
 	default:
 	}
 	select {
-	case sh := <-k.free:
+	case sh := <-t.free:
 		return sh, nil
-	case k.slots <- struct{}{}:
-		return k.openSession(ctx)
+	case t.slots <- struct{}{}:
+		return t.openSession(ctx)
 	case <-ctx.Done():
-		return 0, k.busy(ctx)
+		return 0, t.busy(ctx)
 	}
 }
 
 // busy is the error for a deadline that passed while every session was in
 // use: a queue problem, not the token's (it is not ErrTokenTimeout, so the
 // key is not marked lost for it).
-func (k *Key) busy(ctx context.Context) error {
-	return fmt.Errorf("could not get a session with token %q: all %d are in use: %w", k.token.Label, cap(k.slots), ctx.Err())
+func (t *Token) busy(ctx context.Context) error {
+	return fmt.Errorf("could not get a session with token %q: all %d are in use: %w", t.info.Label, cap(t.slots), ctx.Err())
 }
 
 // discard closes a session that will not be used again.
-func (k *Key) discard(ctx context.Context, sh p11.SessionHandle) {
-	_, _ = call(ctx, k.mod, func(b Backend) (struct{}, error) { return struct{}{}, b.CloseSession(sh) }, nil)
-	<-k.slots
+func (t *Token) discard(ctx context.Context, sh p11.SessionHandle) {
+	_, _ = call(ctx, t.mod, func(b Backend) (struct{}, error) { return struct{}{}, b.CloseSession(sh) }, nil)
+	<-t.slots
 }
 
-func (k *Key) closeSessions() {
-	if k.mod.stuck.Load() > 0 {
+func (t *Token) closeSessions() {
+	if t.mod.stuck.Load() > 0 {
 		return // the module is not answering; closing would hang
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	for {
 		select {
-		case sh := <-k.free:
-			k.discard(ctx, sh)
+		case sh := <-t.free:
+			t.discard(ctx, sh)
 		default:
 			return
 		}

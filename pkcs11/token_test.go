@@ -10,7 +10,6 @@ import (
 	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -198,57 +197,6 @@ func TestOpenErrors(t *testing.T) {
 	})
 }
 
-func TestListing(t *testing.T) { pkcs11test.Each(t, testListing) }
-
-func testListing(t *testing.T, tk *pkcs11test.Token) {
-	tokens, err := pkcs11.ListTokens(context.Background(), tk.Module)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var found bool
-	for _, ti := range tokens {
-		if ti.Label == tk.Label && ti.Serial == tk.Serial && ti.Initialized {
-			found = true
-		}
-	}
-	if !found {
-		t.Fatalf("token not listed: %+v", tokens)
-	}
-	objs, err := pkcs11.ListObjects(context.Background(), tk.Module, pkcs11.TokenSelector{Label: tk.Label}, tk.PIN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]pkcs11.Object{}
-	for _, o := range objs {
-		seen[o.Class+"/"+o.Label] = o
-	}
-	if o := seen["private-key/rsa"]; o.KeyType != "RSA" || o.Bits != 2048 || o.ID != hex.EncodeToString(tk.RSA.ID) {
-		t.Fatalf("rsa private key: %+v", o)
-	}
-	for _, label := range []string{"rsa", "ec"} {
-		o := seen["private-key/"+label]
-		if o.Sensitive == nil || !*o.Sensitive || o.Extractable == nil || *o.Extractable {
-			t.Fatalf("private key %s must be sensitive and not extractable: %+v", label, o)
-		}
-	}
-	if o := seen["private-key/ec"]; o.Curve != "P-256" {
-		t.Fatalf("ec private key: %+v", o)
-	}
-	if o := seen["certificate/rsa"]; o.Thumbprint != canonical.ThumbprintOf(tk.RSA.Cert) || o.Subject == "" || o.NotAfter.IsZero() {
-		t.Fatalf("rsa certificate: %+v", o)
-	}
-	// Without the PIN the private keys stay hidden.
-	objs, err = pkcs11.ListObjects(context.Background(), tk.Module, pkcs11.TokenSelector{Label: tk.Label}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range objs {
-		if o.Class == "private-key" {
-			t.Fatalf("private key listed without login: %+v", o)
-		}
-	}
-}
-
 // TestTokenRemovedBetweenOpenAndSign: the real SoftHSM token goes away
 // after the key was found. The signature fails as the token's failure (so
 // an owner reconnects), later ones fail at once, and once the token is back
@@ -262,7 +210,7 @@ func TestTokenRemovedBetweenOpenAndSign(t *testing.T) {
 	digest := sha256.Sum256([]byte("x"))
 	tk.Remove(t)
 	_, err = k.Sign(nil, digest[:], crypto.SHA256)
-	if !pkcs11.Recoverable(err) || !errors.Is(err, pkcs11.ErrTokenLost) || k.Lost() == nil {
+	if !pkcs11.Recoverable(err) || !errors.Is(err, pkcs11.ErrTokenLost) || k.Token().Lost() == nil {
 		t.Fatalf("err = %v", err)
 	}
 	if _, err := k.Sign(nil, digest[:], crypto.SHA256); !errors.Is(err, pkcs11.ErrTokenUnavailable) {

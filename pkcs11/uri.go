@@ -118,3 +118,25 @@ func (u *URI) attrs(list, sep, part string, set func(name, val string) (bool, er
 	}
 	return nil
 }
+
+// ObjectURI is the RFC 7512 URI of an object on tok: the token by label
+// and serial, the object by label and id, and its type ("private",
+// "public", "cert"; none when empty), each value percent-encoded where
+// RFC 7512 requires (the id always, byte by byte).
+func ObjectURI(tok TokenInfo, typ, label string, id []byte) string {
+	attrs := []string{"token=" + uriEscape([]byte(tok.Label)), "serial=" + uriEscape([]byte(tok.Serial))}
+	if label != "" {
+		attrs = append(attrs, "object="+uriEscape([]byte(label)))
+	}
+	if len(id) > 0 {
+		var sb strings.Builder
+		for _, c := range id {
+			fmt.Fprintf(&sb, "%%%02X", c)
+		}
+		attrs = append(attrs, "id="+sb.String())
+	}
+	if typ != "" {
+		attrs = append(attrs, "type="+typ)
+	}
+	return "pkcs11:" + strings.Join(attrs, ";")
+}

@@ -8,7 +8,6 @@ import (
 	"net"
 	"strings"
 
-	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/safefile"
 	"github.com/signagent/signagent/trusted"
 )
@@ -30,7 +29,7 @@ func (t TLSFiles) Config() (*tls.Config, error) {
 		}
 		return nil, nil
 	}
-	if err := pkcs11.CheckSecretFile(t.Key); err != nil {
+	if err := safefile.CheckSecret(t.Key, 0); err != nil {
 		return nil, fmt.Errorf("the TLS key: %w", err)
 	}
 	cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)

@@ -174,7 +174,7 @@ func TestTokenCheckBadInput(t *testing.T) {
 // forbidSign sets CKA_SIGN false on the private key labelled label.
 func forbidSign(t *testing.T, tk *pkcs11test.Token, label string) {
 	t.Helper()
-	ctx, release, err := pkcs11.OpenRaw(tk.Module)
+	ctx, release, err := pkcs11.ProvisioningContext(tk.Module)
 	if err != nil {
 		t.Fatal(err)
 	}

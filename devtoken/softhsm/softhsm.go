@@ -54,7 +54,7 @@ func WriteConfig(dir string) (string, error) {
 // InitToken initializes a fresh token labelled label in the first free slot
 // and sets its user PIN. It returns the token's serial number.
 func InitToken(module, label, soPIN, userPIN string) (string, error) {
-	ctx, release, err := pkcs11.OpenRaw(module)
+	ctx, release, err := pkcs11.ProvisioningContext(module)
 	if err != nil {
 		return "", err
 	}
@@ -220,7 +220,7 @@ func generate(ctx *p11.Ctx, sh p11.SessionHandle, s KeySpec) error {
 
 // withSession runs fn in a read-write session logged in to the token.
 func withSession(module, tokenLabel, pin string, fn func(*p11.Ctx, p11.SessionHandle) error) error {
-	ctx, release, err := pkcs11.OpenRaw(module)
+	ctx, release, err := pkcs11.ProvisioningContext(module)
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ import (
 // both over the rig's pcscd.
 func TestCard(t *testing.T) {
 	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{PIN: "4321", LogAPDUs: true})
-	ctx, release, err := pkcs11.OpenRaw(card.Module)
+	ctx, release, err := pkcs11.ProvisioningContext(card.Module)
 	if err != nil {
 		t.Fatal(err)
 	}

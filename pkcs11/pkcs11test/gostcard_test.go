@@ -27,7 +27,7 @@ import (
 // behind pcscd: pkcs11-tool and, in this process, opensc-pkcs11.so.
 func TestGOSTCard(t *testing.T) {
 	card := pkcs11test.NewGOSTCard(t, pkcs11test.GOSTCardOptions{LogAPDUs: true})
-	ctx, release, err := pkcs11.OpenRaw(card.Module)
+	ctx, release, err := pkcs11.ProvisioningContext(card.Module)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestGOSTCardTwo(t *testing.T) {
 	if one.Label != two.Label || one.Serial == two.Serial || one.PublicKey.Equal(two.PublicKey) {
 		t.Fatalf("two cards: labels %q %q, serials %q %q", one.Label, two.Label, one.Serial, two.Serial)
 	}
-	ctx, release, err := pkcs11.OpenRaw(one.Module)
+	ctx, release, err := pkcs11.ProvisioningContext(one.Module)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +358,7 @@ func openSSLVerifyGOST2001(t *testing.T, pub *gost.PublicKey, hash, sig []byte) 
 // (logged in once; OpenSC still verifies the PIN before each signature).
 func BenchmarkGOSTCard(b *testing.B) {
 	card := pkcs11test.NewGOSTCard(b, pkcs11test.GOSTCardOptions{})
-	ctx, release, err := pkcs11.OpenRaw(card.Module)
+	ctx, release, err := pkcs11.ProvisioningContext(card.Module)
 	if err != nil {
 		b.Fatal(err)
 	}

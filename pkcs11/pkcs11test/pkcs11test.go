@@ -31,6 +31,7 @@ import (
 
 	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/locate"
 )
 
 // KeyRef names a key on the test token.
@@ -71,7 +72,7 @@ type Options struct {
 // not installed (`make test` installs it).
 func Module(t testing.TB) string {
 	t.Helper()
-	for _, p := range pkcs11.SoftHSMModules {
+	for _, p := range locate.SoftHSMModules {
 		if _, err := os.Stat(p); err == nil {
 			return p
 		}

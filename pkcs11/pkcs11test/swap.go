@@ -55,7 +55,7 @@ func (tk *Token) TakeOut(t testing.TB) {
 func (tk *Token) SetPIN(t testing.TB, pin string) {
 	t.Helper()
 	err := withConf(tk.Conf, func() error {
-		ctx, release, err := pkcs11.OpenRaw(tk.Module)
+		ctx, release, err := pkcs11.ProvisioningContext(tk.Module)
 		if err != nil {
 			return err
 		}

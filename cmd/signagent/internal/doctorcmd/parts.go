@@ -12,6 +12,7 @@ import (
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/store"
 )
 
@@ -49,7 +50,7 @@ func (d *run) signing() bool {
 
 // token is the light part of token check, without a login: the module
 // loads (in a child process first, as the agent probes it), the token the
-// agent would open is there (pkcs11.PeekSelection: the module loaded once
+// agent would open is there (inspect.PeekSelection: the module loaded once
 // in this process), its PIN flags, and the key's certificate (found as the
 // agent finds it, by the key's public half) with its validity.
 func (d *run) token(ctx context.Context) {
@@ -70,9 +71,9 @@ func (d *run) token(ctx context.Context) {
 	if err == nil {
 		err = pkcs11.Probe(tctx, mod.Path)
 	}
-	var peek pkcs11.Peek
+	var peek inspect.Peek
 	if err == nil {
-		peek, err = pkcs11.PeekSelection(tctx, sel)
+		peek, err = inspect.PeekSelection(tctx, sel)
 	}
 	if err != nil {
 		d.add("token", Fail, oneLine(err))

@@ -5,18 +5,19 @@ import (
 	"slices"
 
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/inspect"
 )
 
 // uncertified are the public keys of objs with no certificate of their id
 // beside them: a GOST card behind OpenSC shows no GOST-2012 certificate,
 // so its key's certificate comes from a file.
-func uncertified(objs []pkcs11.Object) []pkcs11.Object {
-	var out []pkcs11.Object
+func uncertified(objs []inspect.Object) []inspect.Object {
+	var out []inspect.Object
 	for _, o := range objs {
 		if o.Class != "public-key" || o.ID == "" {
 			continue
 		}
-		if !slices.ContainsFunc(objs, func(c pkcs11.Object) bool { return c.Class == "certificate" && c.ID == o.ID }) {
+		if !slices.ContainsFunc(objs, func(c inspect.Object) bool { return c.Class == "certificate" && c.ID == o.ID }) {
 			out = append(out, o)
 		}
 	}

@@ -17,6 +17,8 @@ import (
 	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/inspect"
+	"github.com/signagent/signagent/pkcs11/locate"
 	"github.com/signagent/signagent/signer"
 )
 
@@ -31,10 +33,10 @@ import (
 // file, and a signature tried with them. The module is kept in the
 // context with the key, so that no variable is needed to find it again.
 func (r *setupRun) tokenAnswers() error {
-	if m, err := pkcs11.ResolveModuleFrom("", "default", pkcs11.DefaultModules); err == nil {
+	if m, err := locate.ResolveFrom("", "default", locate.DefaultModules); err == nil {
 		r.found["module"] = m.Path
 	}
-	exists := func(v string) error { _, err := pkcs11.ResolveModuleFrom(v, "flag", nil); return err }
+	exists := func(v string) error { _, err := locate.ResolveFrom(v, "flag", nil); return err }
 	var module string
 	if r.ask {
 		v, err := r.answer("module", "PKCS#11 module (module)", true, exists)
@@ -97,7 +99,7 @@ func (r *setupRun) tokenAnswers() error {
 // loadsSoftHSM says whether module is SoftHSM's, or p11-kit's proxy,
 // which loads the SoftHSM that Debian's softhsm2 registers.
 func loadsSoftHSM(module string) bool {
-	return strings.Contains(filepath.Base(module), "softhsm") || slices.Contains(pkcs11.ProxyModules, module) ||
+	return strings.Contains(filepath.Base(module), "softhsm") || slices.Contains(locate.ProxyModules, module) ||
 		filepath.Base(module) == "p11-kit-proxy.so"
 }
 
@@ -144,7 +146,7 @@ func (r *setupRun) keyChoices(module string, show bool) ([]keyChoice, error) {
 		if !t.Initialized {
 			continue // an empty slot holds no key
 		}
-		objs, err := pkcs11.ListObjects(r.c.Context, module, pkcs11.TokenSelector{Label: t.Label, Serial: t.Serial}, "")
+		objs, err := inspect.ListObjects(r.c.Context, module, pkcs11.TokenSelector{Label: t.Label, Serial: t.Serial}, "")
 		if err != nil {
 			continue
 		}
@@ -152,14 +154,14 @@ func (r *setupRun) keyChoices(module string, show bool) ([]keyChoice, error) {
 			if o.Class != "certificate" {
 				continue
 			}
-			out = append(out, keyChoice{strings.TrimSuffix(pkcs11.ObjectURI(t, o), ";type=cert"), t.Label, o.Label, false})
+			out = append(out, keyChoice{strings.TrimSuffix(o.URI, ";type=cert"), t.Label, o.Label, false})
 			if show {
 				fmt.Fprintf(r.e.Stderr, "  %d. token %q: %s (%s %d, expires %s, %s)\n", len(out), t.Label, o.Label, o.KeyType, o.Bits,
 					o.NotAfter.Format(time.DateOnly), o.Subject)
 			}
 		}
 		for _, o := range uncertified(objs) {
-			out = append(out, keyChoice{strings.TrimSuffix(pkcs11.ObjectURI(t, o), ";type=public"), t.Label, o.Label, true})
+			out = append(out, keyChoice{strings.TrimSuffix(o.URI, ";type=public"), t.Label, o.Label, true})
 			if show {
 				fmt.Fprintf(r.e.Stderr, "  %d. token %q: %s (%s %d, no certificate on the token: its file is asked next)\n", len(out), t.Label, o.Label, o.KeyType, o.Bits)
 			}

@@ -20,6 +20,8 @@ import (
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gostkeyx"
+	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/signer"
 )
 
@@ -54,16 +56,16 @@ func checkCommand(e *cmdutil.Env) *cli.Command {
 
 // CheckReport is what `token check` prints (--json as it is).
 type CheckReport struct {
-	Module      *pkcs11.ModuleReport `json:"module"`
-	Token       pkcs11.TokenInfo     `json:"token"`
-	Key         pkcs11.KeyFacts      `json:"key"`
-	Certificate *checkCert           `json:"certificate"`
-	CertError   string               `json:"certificateError,omitempty"`
-	Mechanisms  []pkcs11.Mechanism   `json:"mechanisms"`
-	Functions   []checkFunction      `json:"functions"`
-	PIN         *pkcs11.PINState     `json:"pin"`
-	Removal     *checkRemoval        `json:"removal,omitempty"`
-	OK          bool                 `json:"ok"`
+	Module      *inspect.ModuleReport `json:"module"`
+	Token       pkcs11.TokenInfo      `json:"token"`
+	Key         inspect.KeyFacts      `json:"key"`
+	Certificate *checkCert            `json:"certificate"`
+	CertError   string                `json:"certificateError,omitempty"`
+	Mechanisms  []inspect.Mechanism   `json:"mechanisms"`
+	Functions   []checkFunction       `json:"functions"`
+	PIN         *inspect.PINState     `json:"pin"`
+	Removal     *checkRemoval         `json:"removal,omitempty"`
+	OK          bool                  `json:"ok"`
 }
 
 // checkCert is all the check shows of the certificate.
@@ -77,7 +79,7 @@ type checkCert struct {
 
 // checkFunction is a capability and what trying it showed.
 type checkFunction struct {
-	pkcs11.Capability
+	Capability
 	Tried  bool        `json:"tried"`
 	Works  bool        `json:"works"`
 	Error  string      `json:"error,omitempty"`
@@ -118,7 +120,7 @@ func tokenCheck(c *cli.Context, e *cmdutil.Env) error {
 		return err
 	}
 	r := CheckReport{}
-	if r.Module, err = pkcs11.InspectModule(ctx, mod.Path); err != nil {
+	if r.Module, err = inspect.InspectModule(ctx, mod.Path); err != nil {
 		return err
 	}
 	key, err := pkcs11.Open(ctx, sel, e.Log)
@@ -126,8 +128,8 @@ func tokenCheck(c *cli.Context, e *cmdutil.Env) error {
 		return err
 	}
 	defer key.Close()
-	r.Token, r.Key = key.Token(), key.Facts()
-	if r.Mechanisms, err = key.Mechanisms(ctx); err != nil {
+	r.Token, r.Key = key.Token().Info(), inspect.Facts(key)
+	if r.Mechanisms, err = inspect.Mechanisms(ctx, key.Token()); err != nil {
 		return err
 	}
 	cert, certErr := key.FindCertificate(ctx)
@@ -142,17 +144,17 @@ func tokenCheck(c *cli.Context, e *cmdutil.Env) error {
 	op := func(fn func(context.Context) error) (*checkTimes, error) {
 		return timeRounds(c.Context, rounds, sel.Timeout, fn)
 	}
-	for _, cp := range key.Capabilities(r.Mechanisms) {
+	for _, cp := range Capabilities(key, r.Mechanisms) {
 		fn := checkFunction{Capability: cp}
 		if cp.Allowed {
 			fn.Tried = true
 			switch {
 			case certErr != nil:
 				err = certErr
-			case cp.Function == pkcs11.FunctionTrusted:
+			case cp.Function == FunctionTrusted:
 				fn.Timing, err = op(func(ctx context.Context) error { return checkSignature(ctx, key, cert) })
 			case key.IsGOST():
-				wctx, cancel := context.WithTimeout(c.Context, sel.Timeout*time.Duration(len(pkcs11.GOSTLoginWays)))
+				wctx, cancel := context.WithTimeout(c.Context, sel.Timeout*time.Duration(len(gostkeyx.Ways)))
 				fn.Ways, err = tryGOSTWays(wctx, key, cert)
 				cancel()
 				if err == nil {
@@ -168,7 +170,7 @@ func tokenCheck(c *cli.Context, e *cmdutil.Env) error {
 		}
 		r.Functions = append(r.Functions, fn)
 	}
-	if pin, err := key.PINState(ctx); err == nil {
+	if pin, err := inspect.ReadPINState(ctx, key.Token()); err == nil {
 		r.PIN = &pin
 	}
 	r.OK = r.Functions[0].Works && (!r.Functions[1].Allowed || r.Functions[1].Works)
@@ -195,7 +197,7 @@ func tokenCheck(c *cli.Context, e *cmdutil.Env) error {
 	}
 	var failed []string
 	for _, fn := range r.Functions {
-		if fn.Function == pkcs11.FunctionTrusted || fn.Allowed {
+		if fn.Function == FunctionTrusted || fn.Allowed {
 			if !fn.Works {
 				failed = append(failed, fn.Function+": "+whyNot(fn))
 			}
@@ -328,7 +330,7 @@ func writeCheck(w io.Writer, mod pkcs11.Module, r CheckReport) error {
 			if c := r.Certificate; c != nil && c.Source != "token" {
 				tried += " " + certSource(c) // the file's: a token may show none
 			}
-			if fn.Function == pkcs11.FunctionCertLogin {
+			if fn.Function == FunctionCertLogin {
 				tried = "32 random bytes encrypted to the certificate, decrypted on the token"
 				if r.Key.Type == "GOST" {
 					tried = "a challenge sealed to the certificate as the service seals it, opened on the token"

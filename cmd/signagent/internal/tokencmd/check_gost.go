@@ -11,6 +11,7 @@ import (
 
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gostkeyx"
 )
 
 // checkWay is one way a GOST token may open a certificate login's
@@ -46,7 +47,7 @@ func tryGOSTWays(ctx context.Context, key *pkcs11.Key, cert *x509.Certificate) (
 		return nil, err
 	}
 	var out []checkWay
-	for _, w := range pkcs11.GOSTLoginWays {
+	for _, w := range gostkeyx.Ways {
 		t, err := envelope.GOSTTransport(der, cert)
 		if err != nil {
 			return nil, err

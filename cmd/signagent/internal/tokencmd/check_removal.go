@@ -80,13 +80,13 @@ func (rc *removalCheck) run(ctx context.Context, key *pkcs11.Key) (*checkRemoval
 		go readLines(f, rc.lines) // ends with the process
 	}
 	octx, cancel := context.WithTimeout(ctx, rc.sel.Timeout)
-	w, err := key.WatchPresence(octx)
+	w, err := key.Token().WatchPresence(octx)
 	cancel()
 	if err != nil {
 		return nil, err
 	}
 	defer w.Close()
-	tok := key.Token()
+	tok := key.Token().Info()
 	key.Close()
 
 	r.Removed.Tried = true

@@ -13,7 +13,7 @@ import (
 
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/devtoken/softhsm"
-	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/locate"
 )
 
 // defaultDevDir is where token dev keeps a token of kind: today's place for
@@ -80,7 +80,7 @@ func devCommand(e *cmdutil.Env) *cli.Command {
 			if dt.ModulePath() == "" {
 				// Not the default list: p11-kit's proxy comes first there, and
 				// the development token is SoftHSM's.
-				mod, err := resolveModuleFrom(c, e, pkcs11.SoftHSMModules)
+				mod, err := resolveModuleFrom(c, e, locate.SoftHSMModules)
 				if err != nil {
 					return err
 				}

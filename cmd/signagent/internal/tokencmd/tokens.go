@@ -12,6 +12,8 @@ import (
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/inspect"
+	"github.com/signagent/signagent/pkcs11/locate"
 )
 
 func listCommand(e *cmdutil.Env) *cli.Command {
@@ -36,7 +38,7 @@ func listCommand(e *cmdutil.Env) *cli.Command {
 				return cmdutil.WriteJSON(e, map[string]any{"module": mod.Path, "tokens": cmdutil.NonNil(tokens)})
 			}
 			fmt.Fprintf(e.Stdout, "module: %s (%s)\n", mod.Path, mod.Source)
-			return pkcs11.WriteTokenTable(e.Stdout, tokens)
+			return inspect.WriteTokenTable(e.Stdout, tokens)
 		},
 	}
 }
@@ -62,14 +64,14 @@ func keysCommand(e *cmdutil.Env) *cli.Command {
 				return errdefs.Mark(err, pkcs11.ErrPINMissing)
 			}
 			pin := got.Value
-			objs, err := pkcs11.ListObjects(context.Background(), mod.Path, pkcs11.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")}, pin)
+			objs, err := inspect.ListObjects(context.Background(), mod.Path, pkcs11.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")}, pin)
 			if err != nil {
 				return err
 			}
 			if c.Bool("json") {
 				return cmdutil.WriteJSON(e, map[string]any{"objects": objectsJSON(objs)})
 			}
-			return pkcs11.WriteObjectTable(e.Stdout, objs)
+			return inspect.WriteObjectTable(e.Stdout, objs)
 		},
 	}
 }
@@ -77,13 +79,13 @@ func keysCommand(e *cmdutil.Env) *cli.Command {
 // resolveModule finds the module --module names (or the default one) and
 // says which it is when the operator named none.
 func resolveModule(c *cli.Context, e *cmdutil.Env) (pkcs11.Module, error) {
-	return resolveModuleFrom(c, e, pkcs11.DefaultModules)
+	return resolveModuleFrom(c, e, locate.DefaultModules)
 }
 
 // resolveModuleFrom is resolveModule looking in candidates when no module
 // is named.
 func resolveModuleFrom(c *cli.Context, e *cmdutil.Env, candidates []string) (pkcs11.Module, error) {
-	mod, err := pkcs11.ResolveModuleFrom(c.String("module"), "flag", candidates)
+	mod, err := locate.ResolveFrom(c.String("module"), "flag", candidates)
 	if err != nil {
 		return mod, err
 	}
@@ -105,11 +107,11 @@ func probedModule(c *cli.Context, e *cmdutil.Env) (pkcs11.Module, error) {
 // objectJSON is an object as --json prints it: its certificate's end in
 // the one time format of signagent's JSON (cmdutil.JSONTime).
 type objectJSON struct {
-	pkcs11.Object
+	inspect.Object
 	NotAfter string `json:"notAfter,omitempty"`
 }
 
-func objectsJSON(objs []pkcs11.Object) []objectJSON {
+func objectsJSON(objs []inspect.Object) []objectJSON {
 	out := make([]objectJSON, 0, len(objs))
 	for _, o := range objs {
 		j := objectJSON{Object: o}

@@ -1,37 +1,43 @@
-package pkcs11
+package pkcs11test
 
 import (
 	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"math/big"
+	"os"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	p11 "github.com/miekg/pkcs11"
+	"github.com/signagent/signagent/pkcs11"
 )
 
-// fakeToken is a Backend that plays a token with one RSA key and its
+// Fake is a pkcs11.Backend that plays a token with one RSA key and its
 // certificate, and fails or hangs on demand. It exists for what a real
 // token cannot be made to do at a chosen moment: report a removed device, a
 // broken session or a locked PIN in the middle of a call, or never return.
-// Everything else is tested on real SoftHSM.
-type fakeToken struct {
+// Everything else is tested on real SoftHSM. Its fields say how it behaves;
+// change them with Set while the fake is in use.
+type Fake struct {
 	mu    sync.Mutex
-	key   *rsa.PrivateKey
-	certs [][]byte // DER, all with the key's id
-	flags uint     // token flags
-	pin   string
+	Key   *rsa.PrivateKey // the token's key (read-only)
+	certs [][]byte        // DER, all with the key's id
+	Flags uint            // token flags (CKF_...)
+	PIN   string
 
 	calls  map[string]int
-	fail   map[string]error         // op -> error returned once, then removed
-	always map[string]error         // op -> error returned every time
-	hang   map[string]chan struct{} // op -> blocks until closed
-	gone   bool                     // FindObjects finds nothing
-	absent bool                     // GetSlotInfo says the card is out (nothing else does)
+	Fail   map[string]error         // op -> error returned once, then removed
+	Always map[string]error         // op -> error returned every time
+	Hang   map[string]chan struct{} // op -> blocks until closed
+	Gone   bool                     // FindObjects finds nothing
+	Absent bool                     // GetSlotInfo says the card is out (nothing else does)
 
 	sessions  map[p11.SessionHandle]bool
 	next      p11.SessionHandle
@@ -39,31 +45,35 @@ type fakeToken struct {
 	initDepth int
 }
 
+// FakeSlot is the slot the fake's token is in.
+const FakeSlot = 7
+
 const (
-	fakeSlot = 7
 	fakePriv = p11.ObjectHandle(1)
 	fakePub  = p11.ObjectHandle(2)
 	fakeCert = p11.ObjectHandle(10) // 10, 11, ... one per certificate
 )
 
-func newFakeToken(t testing.TB) *fakeToken {
+// NewFake returns a fake token with a 2048-bit RSA key, the PIN 1234 and
+// one certificate valid for the hour around now.
+func NewFake(t testing.TB) *Fake {
 	t.Helper()
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeToken{key: key, pin: "1234", flags: p11.CKF_TOKEN_INITIALIZED | p11.CKF_LOGIN_REQUIRED | p11.CKF_USER_PIN_INITIALIZED,
-		calls: map[string]int{}, fail: map[string]error{}, always: map[string]error{}, hang: map[string]chan struct{}{},
+	f := &Fake{Key: key, PIN: "1234", Flags: p11.CKF_TOKEN_INITIALIZED | p11.CKF_LOGIN_REQUIRED | p11.CKF_USER_PIN_INITIALIZED,
+		calls: map[string]int{}, Fail: map[string]error{}, Always: map[string]error{}, Hang: map[string]chan struct{}{},
 		sessions: map[p11.SessionHandle]bool{}, finds: map[p11.SessionHandle][]p11.ObjectHandle{}}
-	f.addCert(t, "fake", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	f.AddCert(t, "fake", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
 	return f
 }
 
-// addCert stores another certificate of the key, valid from nb to na.
-func (f *fakeToken) addCert(t testing.TB, cn string, nb, na time.Time) *x509.Certificate {
+// AddCert stores another certificate of the key, valid from nb to na.
+func (f *Fake) AddCert(t testing.TB, cn string, nb, na time.Time) *x509.Certificate {
 	t.Helper()
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(int64(len(f.certs) + 1)), Subject: pkix.Name{CommonName: cn}, NotBefore: nb, NotAfter: na}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, f.key.Public(), f.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, f.Key.Public(), f.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,13 +84,22 @@ func (f *fakeToken) addCert(t testing.TB, cn string, nb, na time.Time) *x509.Cer
 	return c
 }
 
-func (f *fakeToken) count(op string) int {
+// ClearCerts removes the token's certificates.
+func (f *Fake) ClearCerts() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.certs = nil
+}
+
+// Count says how many times op (a Backend method's name) was called.
+func (f *Fake) Count(op string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls[op]
 }
 
-func (f *fakeToken) set(fn func(f *fakeToken)) {
+// Set changes the fake under its lock.
+func (f *Fake) Set(fn func(f *Fake)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fn(f)
@@ -88,14 +107,14 @@ func (f *fakeToken) set(fn func(f *fakeToken)) {
 
 // enter counts op and returns the error it is set to fail with; it blocks
 // while op is set to hang.
-func (f *fakeToken) enter(op string) error {
+func (f *Fake) enter(op string) error {
 	f.mu.Lock()
 	f.calls[op]++
-	h := f.hang[op]
-	err, once := f.fail[op]
-	delete(f.fail, op)
+	h := f.Hang[op]
+	err, once := f.Fail[op]
+	delete(f.Fail, op)
 	if !once {
-		err = f.always[op]
+		err = f.Always[op]
 	}
 	f.mu.Unlock()
 	if h != nil {
@@ -104,7 +123,7 @@ func (f *fakeToken) enter(op string) error {
 	return err
 }
 
-func (f *fakeToken) Initialize() error {
+func (f *Fake) Initialize() error {
 	if err := f.enter("Initialize"); err != nil {
 		return err
 	}
@@ -114,7 +133,7 @@ func (f *fakeToken) Initialize() error {
 	return nil
 }
 
-func (f *fakeToken) Finalize() error {
+func (f *Fake) Finalize() error {
 	if err := f.enter("Finalize"); err != nil {
 		return err
 	}
@@ -125,39 +144,39 @@ func (f *fakeToken) Finalize() error {
 	return nil
 }
 
-func (f *fakeToken) Destroy() { f.enter("Destroy") }
+func (f *Fake) Destroy() { f.enter("Destroy") }
 
-func (f *fakeToken) GetSlotList(bool) ([]uint, error) {
+func (f *Fake) GetSlotList(bool) ([]uint, error) {
 	if err := f.enter("GetSlotList"); err != nil {
 		return nil, err
 	}
-	return []uint{fakeSlot}, nil
+	return []uint{FakeSlot}, nil
 }
 
-// GetSlotInfo says the token is present unless absent is set: as OpenSC
+// GetSlotInfo says the token is present unless Absent is set: as OpenSC
 // does, the fake's other calls go on answering from memory meanwhile.
-func (f *fakeToken) GetSlotInfo(slot uint) (p11.SlotInfo, error) {
+func (f *Fake) GetSlotInfo(slot uint) (p11.SlotInfo, error) {
 	if err := f.enter("GetSlotInfo"); err != nil {
 		return p11.SlotInfo{}, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.absent {
+	if f.Absent {
 		return p11.SlotInfo{Flags: p11.CKF_REMOVABLE_DEVICE | p11.CKF_HW_SLOT}, nil
 	}
 	return p11.SlotInfo{Flags: p11.CKF_TOKEN_PRESENT | p11.CKF_REMOVABLE_DEVICE | p11.CKF_HW_SLOT}, nil
 }
 
-func (f *fakeToken) GetTokenInfo(slot uint) (p11.TokenInfo, error) {
+func (f *Fake) GetTokenInfo(slot uint) (p11.TokenInfo, error) {
 	if err := f.enter("GetTokenInfo"); err != nil {
 		return p11.TokenInfo{}, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return p11.TokenInfo{Label: "fake", SerialNumber: "F00D", Flags: f.flags}, nil
+	return p11.TokenInfo{Label: "fake", SerialNumber: "F00D", Flags: f.Flags}, nil
 }
 
-func (f *fakeToken) OpenSession(slot uint, flags uint) (p11.SessionHandle, error) {
+func (f *Fake) OpenSession(slot uint, flags uint) (p11.SessionHandle, error) {
 	if err := f.enter("OpenSession"); err != nil {
 		return 0, err
 	}
@@ -168,7 +187,7 @@ func (f *fakeToken) OpenSession(slot uint, flags uint) (p11.SessionHandle, error
 	return f.next, nil
 }
 
-func (f *fakeToken) CloseSession(sh p11.SessionHandle) error {
+func (f *Fake) CloseSession(sh p11.SessionHandle) error {
 	if err := f.enter("CloseSession"); err != nil {
 		return err
 	}
@@ -178,23 +197,24 @@ func (f *fakeToken) CloseSession(sh p11.SessionHandle) error {
 	return nil
 }
 
-func (f *fakeToken) open() int {
+// Sessions is how many sessions are open.
+func (f *Fake) Sessions() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.sessions)
 }
 
-func (f *fakeToken) Login(sh p11.SessionHandle, userType uint, pin string) error {
+func (f *Fake) Login(sh p11.SessionHandle, userType uint, pin string) error {
 	if err := f.enter("Login"); err != nil {
 		return err
 	}
-	if pin != f.pin {
+	if pin != f.PIN {
 		return p11.Error(p11.CKR_PIN_INCORRECT)
 	}
 	return nil
 }
 
-func (f *fakeToken) FindObjectsInit(sh p11.SessionHandle, tmpl []*p11.Attribute) error {
+func (f *Fake) FindObjectsInit(sh p11.SessionHandle, tmpl []*p11.Attribute) error {
 	if err := f.enter("FindObjectsInit"); err != nil {
 		return err
 	}
@@ -207,7 +227,7 @@ func (f *fakeToken) FindObjectsInit(sh p11.SessionHandle, tmpl []*p11.Attribute)
 		}
 	}
 	var found []p11.ObjectHandle
-	if !f.gone {
+	if !f.Gone {
 		switch class {
 		case p11.CKO_PRIVATE_KEY:
 			found = []p11.ObjectHandle{fakePriv}
@@ -223,7 +243,7 @@ func (f *fakeToken) FindObjectsInit(sh p11.SessionHandle, tmpl []*p11.Attribute)
 	return nil
 }
 
-func (f *fakeToken) FindObjects(sh p11.SessionHandle, max int) ([]p11.ObjectHandle, bool, error) {
+func (f *Fake) FindObjects(sh p11.SessionHandle, max int) ([]p11.ObjectHandle, bool, error) {
 	if err := f.enter("FindObjects"); err != nil {
 		return nil, false, err
 	}
@@ -234,9 +254,9 @@ func (f *fakeToken) FindObjects(sh p11.SessionHandle, max int) ([]p11.ObjectHand
 	return out, false, nil
 }
 
-func (f *fakeToken) FindObjectsFinal(sh p11.SessionHandle) error { return f.enter("FindObjectsFinal") }
+func (f *Fake) FindObjectsFinal(sh p11.SessionHandle) error { return f.enter("FindObjectsFinal") }
 
-func (f *fakeToken) GetAttributeValue(sh p11.SessionHandle, o p11.ObjectHandle, a []*p11.Attribute) ([]*p11.Attribute, error) {
+func (f *Fake) GetAttributeValue(sh p11.SessionHandle, o p11.ObjectHandle, a []*p11.Attribute) ([]*p11.Attribute, error) {
 	if err := f.enter("GetAttributeValue"); err != nil {
 		return nil, err
 	}
@@ -253,9 +273,9 @@ func (f *fakeToken) GetAttributeValue(sh p11.SessionHandle, o p11.ObjectHandle, 
 	case o == fakePriv && (t == p11.CKA_SIGN || t == p11.CKA_DECRYPT):
 		v = true
 	case o == fakePriv && t == p11.CKA_MODULUS:
-		v = f.key.N.Bytes()
+		v = f.Key.N.Bytes()
 	case o == fakePriv && t == p11.CKA_PUBLIC_EXPONENT:
-		v = big.NewInt(int64(f.key.E)).Bytes()
+		v = big.NewInt(int64(f.Key.E)).Bytes()
 	case o >= fakeCert && t == p11.CKA_VALUE:
 		v = f.certs[o-fakeCert]
 	default:
@@ -264,57 +284,57 @@ func (f *fakeToken) GetAttributeValue(sh p11.SessionHandle, o p11.ObjectHandle, 
 	return []*p11.Attribute{p11.NewAttribute(a[0].Type, v)}, nil
 }
 
-func (f *fakeToken) SignInit(sh p11.SessionHandle, m []*p11.Mechanism, o p11.ObjectHandle) error {
+func (f *Fake) SignInit(sh p11.SessionHandle, m []*p11.Mechanism, o p11.ObjectHandle) error {
 	return f.enter("SignInit")
 }
 
-func (f *fakeToken) Sign(sh p11.SessionHandle, msg []byte) ([]byte, error) {
+func (f *Fake) Sign(sh p11.SessionHandle, msg []byte) ([]byte, error) {
 	if err := f.enter("Sign"); err != nil {
 		return nil, err
 	}
-	digest := msg[len(digestInfoPrefix[crypto.SHA256]):]
-	return rsa.SignPKCS1v15(nil, f.key, crypto.SHA256, digest)
+	digest := msg[len(msg)-sha256.Size:] // after the DigestInfo prefix
+	return rsa.SignPKCS1v15(nil, f.Key, crypto.SHA256, digest)
 }
 
-func (f *fakeToken) DecryptInit(sh p11.SessionHandle, m []*p11.Mechanism, o p11.ObjectHandle) error {
+func (f *Fake) DecryptInit(sh p11.SessionHandle, m []*p11.Mechanism, o p11.ObjectHandle) error {
 	return f.enter("DecryptInit")
 }
 
-func (f *fakeToken) Decrypt(sh p11.SessionHandle, c []byte) ([]byte, error) {
+func (f *Fake) Decrypt(sh p11.SessionHandle, c []byte) ([]byte, error) {
 	if err := f.enter("Decrypt"); err != nil {
 		return nil, err
 	}
-	return rsa.DecryptPKCS1v15(nil, f.key, c)
+	return rsa.DecryptPKCS1v15(nil, f.Key, c)
 }
 
 // The fake's key is RSA: it offers no GOST mechanism (GOST keys are tested
 // on the GOST test module).
-func (f *fakeToken) GetMechanismList(slot uint) ([]*p11.Mechanism, error) {
+func (f *Fake) GetMechanismList(slot uint) ([]*p11.Mechanism, error) {
 	if err := f.enter("GetMechanismList"); err != nil {
 		return nil, err
 	}
 	return []*p11.Mechanism{p11.NewMechanism(p11.CKM_RSA_PKCS, nil)}, nil
 }
 
-func (f *fakeToken) DigestInit(sh p11.SessionHandle, m []*p11.Mechanism) error {
+func (f *Fake) DigestInit(sh p11.SessionHandle, m []*p11.Mechanism) error {
 	if err := f.enter("DigestInit"); err != nil {
 		return err
 	}
 	return p11.Error(p11.CKR_MECHANISM_INVALID)
 }
 
-func (f *fakeToken) Digest(sh p11.SessionHandle, msg []byte) ([]byte, error) {
+func (f *Fake) Digest(sh p11.SessionHandle, msg []byte) ([]byte, error) {
 	return nil, p11.Error(p11.CKR_OPERATION_NOT_INITIALIZED)
 }
 
-func (f *fakeToken) GetInfo() (p11.Info, error) {
+func (f *Fake) GetInfo() (p11.Info, error) {
 	if err := f.enter("GetInfo"); err != nil {
 		return p11.Info{}, err
 	}
 	return p11.Info{ManufacturerID: "fake", LibraryDescription: "fake token", CryptokiVersion: p11.Version{Major: 2, Minor: 40}}, nil
 }
 
-func (f *fakeToken) GetMechanismInfo(slot uint, m []*p11.Mechanism) (p11.MechanismInfo, error) {
+func (f *Fake) GetMechanismInfo(slot uint, m []*p11.Mechanism) (p11.MechanismInfo, error) {
 	if err := f.enter("GetMechanismInfo"); err != nil {
 		return p11.MechanismInfo{}, err
 	}
@@ -322,23 +342,51 @@ func (f *fakeToken) GetMechanismInfo(slot uint, m []*p11.Mechanism) (p11.Mechani
 }
 
 // The fake token has no GOST key: the key-agreement calls are refused.
-func (f *fakeToken) DeriveKey(p11.SessionHandle, []*p11.Mechanism, p11.ObjectHandle, []*p11.Attribute) (p11.ObjectHandle, error) {
+func (f *Fake) DeriveKey(p11.SessionHandle, []*p11.Mechanism, p11.ObjectHandle, []*p11.Attribute) (p11.ObjectHandle, error) {
 	if err := f.enter("DeriveKey"); err != nil {
 		return 0, err
 	}
 	return 0, p11.Error(p11.CKR_FUNCTION_NOT_SUPPORTED)
 }
 
-func (f *fakeToken) UnwrapKey(p11.SessionHandle, []*p11.Mechanism, p11.ObjectHandle, []byte, []*p11.Attribute) (p11.ObjectHandle, error) {
+func (f *Fake) UnwrapKey(p11.SessionHandle, []*p11.Mechanism, p11.ObjectHandle, []byte, []*p11.Attribute) (p11.ObjectHandle, error) {
 	if err := f.enter("UnwrapKey"); err != nil {
 		return 0, err
 	}
 	return 0, p11.Error(p11.CKR_FUNCTION_NOT_SUPPORTED)
 }
 
-func (f *fakeToken) DestroyObject(p11.SessionHandle, p11.ObjectHandle) error {
+func (f *Fake) DestroyObject(p11.SessionHandle, p11.ObjectHandle) error {
 	if err := f.enter("DestroyObject"); err != nil {
 		return err
 	}
 	return p11.Error(p11.CKR_FUNCTION_NOT_SUPPORTED)
+}
+
+// ulong reads a CK_ULONG attribute value (native little-endian).
+func ulong(b []byte) uint {
+	var n uint
+	for i := len(b) - 1; i >= 0; i-- {
+		n = n<<8 | uint(b[i])
+	}
+	return n
+}
+
+// Setup writes an empty file to stand for the module and a PIN file
+// holding pin, and returns a registry that loads the fake in place of the
+// module, a selection of the fake's key through it, and a count of the
+// loads.
+func (f *Fake) Setup(t testing.TB, pin string) (*pkcs11.Registry, pkcs11.Selection, *atomic.Int32) {
+	t.Helper()
+	lib := filepath.Join(t.TempDir(), "fake.so")
+	pinFile := filepath.Join(t.TempDir(), "pin")
+	if err := os.WriteFile(lib, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pinFile, []byte(pin+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	loads := &atomic.Int32{}
+	reg := pkcs11.NewRegistry(func(string) (pkcs11.Backend, error) { loads.Add(1); return f, nil })
+	return reg, pkcs11.Selection{Module: lib, Registry: reg, PIN: pkcs11.PINSource{File: pinFile}, Timeout: 5 * time.Second}, loads
 }

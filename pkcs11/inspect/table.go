@@ -1,14 +1,16 @@
-package pkcs11
+package inspect
 
 import (
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/signagent/signagent/pkcs11"
 )
 
 // WriteTokenTable prints tokens as an aligned table, one a line.
-func WriteTokenTable(w io.Writer, tokens []TokenInfo) error {
+func WriteTokenTable(w io.Writer, tokens []pkcs11.TokenInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SLOT\tLABEL\tSERIAL\tMANUFACTURER\tMODEL\tFLAGS")
 	for _, t := range tokens {

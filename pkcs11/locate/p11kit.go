@@ -1,4 +1,4 @@
-package pkcs11
+package locate
 
 import (
 	"bufio"

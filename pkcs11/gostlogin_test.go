@@ -17,6 +17,7 @@ import (
 	"github.com/signagent/signagent/devtoken/gosttoken"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gostkeyx"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer/signertest"
 )
@@ -38,9 +39,9 @@ func TestGOSTCertLoginWays(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := []pkcs11.GOSTLoginWay{pkcs11.GOSTDeriveKDF4357, pkcs11.GOSTDeriveDiversified}
+				want := []gostkeyx.Way{gostkeyx.DeriveKDF4357, gostkeyx.DeriveDiversified}
 				if oneStep {
-					want = []pkcs11.GOSTLoginWay{pkcs11.GOSTOneStep}
+					want = []gostkeyx.Way{gostkeyx.OneStep}
 				}
 				if !slices.Equal(ways, want) {
 					t.Fatalf("ways %v, want %v", ways, want)
@@ -67,9 +68,9 @@ func TestGOSTCertLoginWays(t *testing.T) {
 					}
 				}
 				// A way the build does not offer fails cleanly and leaves nothing.
-				other := pkcs11.GOSTOneStep
+				other := gostkeyx.OneStep
 				if oneStep {
-					other = pkcs11.GOSTDeriveKDF4357
+					other = gostkeyx.DeriveKDF4357
 				}
 				tr, err := envelope.GOSTTransport(signertest.OpenSSLEncryptGOST(t, make([]byte, 32), g.Cert, false), g.Cert)
 				if err != nil {
@@ -78,8 +79,8 @@ func TestGOSTCertLoginWays(t *testing.T) {
 				if _, err := k.OpenGOSTWay(context.Background(), other, tr); err == nil {
 					t.Fatalf("%s worked on a build without it", other.Short())
 				}
-				if n := g.GOSTObjects(t); n != 0 || k.Lost() != nil {
-					t.Fatalf("%d session keys left; lost: %v", n, k.Lost())
+				if n := g.GOSTObjects(t); n != 0 || k.Token().Lost() != nil {
+					t.Fatalf("%d session keys left; lost: %v", n, k.Token().Lost())
 				}
 			})
 		}
@@ -161,7 +162,7 @@ func TestGOSTCertLoginFaults(t *testing.T) {
 				// The challenge's fault, not the device's: the key stays in use.
 				g.SetFaults()
 				if got, err := envelope.Open(der, g.Cert, k); err != nil || !bytes.Equal(got, random) {
-					t.Fatalf("after the fault: %x, %v (lost: %v)", got, err, k.Lost())
+					t.Fatalf("after the fault: %x, %v (lost: %v)", got, err, k.Token().Lost())
 				}
 			}
 		})

@@ -1,4 +1,4 @@
-package pkcs11_test
+package inspect_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 )
 
@@ -29,11 +30,11 @@ func TestPeekSelection(t *testing.T) {
 		t.Run(label, func(t *testing.T) {
 			k := tk.Open(t, label)
 			for _, sel := range []pkcs11.Selection{tk.Selection(label), {Module: tk.Module, KeyLabel: label}} {
-				p, err := pkcs11.PeekSelection(ctx, sel)
+				p, err := inspect.PeekSelection(ctx, sel)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if p.Token.Slot != k.Token().Slot || p.Token.Label != tk.Label || p.Token.Serial != tk.Serial {
+				if p.Token.Slot != k.Token().Info().Slot || p.Token.Label != tk.Label || p.Token.Serial != tk.Serial {
 					t.Errorf("token %+v, Open chose %+v", p.Token, k.Token())
 				}
 				if p.CertErr != nil || !p.Cert.Equal(k.Certificate()) {
@@ -43,7 +44,7 @@ func TestPeekSelection(t *testing.T) {
 		})
 	}
 
-	p, err := pkcs11.PeekSelection(ctx, tk.Selection("rsa"))
+	p, err := inspect.PeekSelection(ctx, tk.Selection("rsa"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestPeekSelection(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sel := tk.Selection("rsa")
 			sel.Token = tc.sel
-			_, err := pkcs11.PeekSelection(ctx, sel)
+			_, err := inspect.PeekSelection(ctx, sel)
 			if !errors.Is(err, pkcs11.ErrTokenNotFound) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("%v, want ErrTokenNotFound with %q", err, tc.want)
 			}
@@ -77,7 +78,7 @@ func TestPeekSelection(t *testing.T) {
 		{"nocert", pkcs11.ErrCertNotFound, `no certificate with id 13 or label "nocert"`},
 	} {
 		t.Run("key "+tc.key, func(t *testing.T) {
-			p, err := pkcs11.PeekSelection(ctx, tk.Selection(tc.key))
+			p, err := inspect.PeekSelection(ctx, tk.Selection(tc.key))
 			if err != nil || p.Token.Label != tk.Label {
 				t.Fatalf("token %+v: %v", p.Token, err)
 			}

@@ -1,0 +1,160 @@
+package pkcs11
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	p11 "github.com/miekg/pkcs11"
+
+	"github.com/signagent/signagent/internal/gost"
+	"github.com/signagent/signagent/pkcs11/gostkeyx"
+)
+
+// A GOST key opens a certificate login's challenge on its token in one of
+// the ways of package gostkeyx, the first the token offers.
+
+// NotOfferedGOSTLogin is what token check says of certificate login on a
+// GOST token that offers no key agreement at all.
+const NotOfferedGOSTLogin = "not offered by this token (no GOST key agreement; a vendor module is needed, see docs/tokens.md)"
+
+// ErrNoGOSTKeyAgreement: the token lists none of the mechanisms of any
+// way (gostkeyx.Ways), so a GOST certificate login cannot be opened on it
+// whatever else it offers (OpenSC's GOST cards). It is an ErrKeyUsage.
+var ErrNoGOSTKeyAgreement error = noKeyAgreement{}
+
+type noKeyAgreement struct{}
+
+func (noKeyAgreement) Error() string { return "certificate login is " + NotOfferedGOSTLogin }
+func (noKeyAgreement) Unwrap() error { return ErrKeyUsage }
+
+// GOSTLoginOffered lists the ways the token's mechanisms (code -> flags)
+// and the key's attributes allow, in order of preference, or an error that
+// names what is missing (gostkeyx.Offered).
+func GOSTLoginOffered(flags map[uint]uint, derive, unwrap bool, token, key string) ([]gostkeyx.Way, error) {
+	if !slices.ContainsFunc(gostkeyx.Ways, func(w gostkeyx.Way) bool {
+		return slices.ContainsFunc(w.Needs(), func(n gostkeyx.MechanismUse) bool { return flags[n.Code] != 0 })
+	}) {
+		// None of what any way needs (a card behind OpenSC: no open driver
+		// does GOST key agreement).
+		return nil, fmt.Errorf("token %q, key %q: %w", token, key, ErrNoGOSTKeyAgreement)
+	}
+	ways, why := gostkeyx.Offered(flags, derive, unwrap, key)
+	if why != "" {
+		return nil, fmt.Errorf("%w: token %q cannot open a GOST certificate login's challenge with key %q: %s", ErrKeyUsage, token, key, why)
+	}
+	return ways, nil
+}
+
+// gostLogin probes the token once (its mechanisms' flags, the key's
+// CKA_DERIVE and CKA_UNWRAP) and caches the ways.
+func (k *Key) gostLogin(ctx context.Context) ([]gostkeyx.Way, error) {
+	k.mu.Lock()
+	ways, err, done := k.gostLoginWays, k.gostLoginErr, k.gostLoginProbed
+	k.mu.Unlock()
+	if done {
+		return ways, err
+	}
+	if !k.IsGOST() {
+		return nil, fmt.Errorf("%w: key %q is not a GOST key", ErrKeyUsage, k.label)
+	}
+	flags := map[uint]uint{}
+	var derive, unwrap bool
+	_, err = k.do(ctx, fmt.Sprintf("read what key %q may do", k.label), func(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) ([]byte, error) {
+		list, err := b.GetMechanismList(k.tok.info.Slot)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range list {
+			switch m.Mechanism {
+			case gostkeyx.CKM_GOSTR3410_12_DERIVE, gostkeyx.CKM_KDF_4357, gostkeyx.CKM_GOSTR3410_KEY_WRAP, gostkeyx.CKM_GOST28147_KEY_WRAP, gostkeyx.CKM_GOST28147:
+				info, err := b.GetMechanismInfo(k.tok.info.Slot, []*p11.Mechanism{p11.NewMechanism(m.Mechanism, nil)})
+				if err != nil {
+					return nil, err
+				}
+				flags[m.Mechanism] = info.Flags
+			}
+		}
+		attrs, err := b.GetAttributeValue(sh, h, []*p11.Attribute{p11.NewAttribute(p11.CKA_DERIVE, nil), p11.NewAttribute(p11.CKA_UNWRAP, nil)})
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range attrs {
+			v := len(a.Value) == 1 && a.Value[0] != 0
+			switch a.Type {
+			case p11.CKA_DERIVE:
+				derive = v
+			case p11.CKA_UNWRAP:
+				unwrap = v
+			}
+		}
+		return nil, nil
+	})
+	if err != nil {
+		return nil, err // not cached: the token may answer next time
+	}
+	ways, err = GOSTLoginOffered(flags, derive, unwrap, k.tok.info.Label, k.label)
+	k.mu.Lock()
+	k.gostLoginWays, k.gostLoginErr, k.gostLoginProbed = ways, err, true
+	k.mu.Unlock()
+	if err == nil {
+		k.tok.log.Debug().Str("key", k.label).Str("way", ways[0].Short()).Msg("GOST key opens certificate-login challenges on the token")
+	}
+	return ways, err
+}
+
+// CanOpenGOST says, after asking the token what it offers (once), why the
+// key cannot open a GOST certificate login's challenge, or nil.
+func (k *Key) CanOpenGOST() error {
+	ctx, cancel := context.WithTimeout(context.Background(), k.tok.timeout)
+	defer cancel()
+	return k.CanOpenGOSTContext(ctx)
+}
+
+// CanOpenGOSTContext is CanOpenGOST bounded by ctx.
+func (k *Key) CanOpenGOSTContext(ctx context.Context) error {
+	_, err := k.gostLogin(ctx)
+	return err
+}
+
+// GOSTLoginWays returns the ways the token offers, preferred first.
+func (k *Key) GOSTLoginWays(ctx context.Context) ([]gostkeyx.Way, error) { return k.gostLogin(ctx) }
+
+// OpenGOST opens a GOST key transport and its content on the token, the
+// preferred way, and returns the content.
+func (k *Key) OpenGOST(t *gost.Transport) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), k.tok.timeout)
+	defer cancel()
+	return k.OpenGOSTContext(ctx, t)
+}
+
+// OpenGOSTContext is OpenGOST bounded by ctx.
+func (k *Key) OpenGOSTContext(ctx context.Context, t *gost.Transport) ([]byte, error) {
+	ways, err := k.gostLogin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return k.OpenGOSTWay(ctx, ways[0], t)
+}
+
+// errGOSTRefused is a challenge the token would not open for the
+// message's sake (the MAC, a parameter, the length): the key stays in use,
+// so that whoever chooses the challenge cannot take the token out of
+// service.
+var errGOSTRefused = errors.New("the token could not open the GOST key transport (the MAC or a parameter)")
+
+// OpenGOSTWay opens t on the token the way w, whether or not the token
+// lists it (token check tries each).
+func (k *Key) OpenGOSTWay(ctx context.Context, w gostkeyx.Way, t *gost.Transport) ([]byte, error) {
+	if t.Bits != gostBits(k.keyType) || !k.IsGOST() {
+		return nil, fmt.Errorf("%w: key %q is not a GOST %d-bit key", ErrKeyUsage, k.label, t.Bits)
+	}
+	return k.do(ctx, fmt.Sprintf("open the challenge with key %q", k.label), func(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) ([]byte, error) {
+		out, err := gostkeyx.Open(b, sh, h, w, t)
+		if code, ok := Code(err); ok && gostkeyx.IsBadMessage(code) {
+			return nil, errGOSTRefused
+		}
+		return out, err
+	})
+}
