@@ -17,6 +17,7 @@ import (
 	"github.com/signagent/signagent/cmd/signagent/internal/agentcmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/configcmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/doctorcmd"
+	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/cmd/signagent/internal/legacycmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/oidccmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/setupcmd"
@@ -64,7 +65,12 @@ func init() {
 // NewApp is the command tree writing to the streams given.
 func NewApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	e := &cmdutil.Env{Stdin: stdin, Stdout: stdout, Stderr: stderr, Log: zerolog.Nop()}
-	commands, uses := familyCommands(e)
+	// One factory for the run: the families get it when their commands
+	// are made, the command that runs is bound to it before its action,
+	// and what it opened is closed once, after.
+	f := factory.New(e)
+	commands, uses := familyCommands(f)
+	hangTokenCheck(f, commands)
 	app := &cli.App{
 		Name:    "signagent",
 		Usage:   "the service's authentication agent: auth.sid, legacy and OpenID Connect headers from a PKCS#11 token, on the command line and for partner systems",
@@ -76,6 +82,10 @@ func NewApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 				return err
 			}
 			e.Log = log
+			return nil
+		},
+		After: func(*cli.Context) error {
+			f.Close()
 			return nil
 		},
 		Reader:          stdin,
@@ -117,6 +127,7 @@ func NewApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	}
 	for _, cmd := range app.Commands {
 		wire(e, cmd, uses[cmd], app.OnUsageError)
+		bind(f, cmd)
 	}
 	return app
 }
@@ -124,16 +135,16 @@ func NewApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 // families are signagent's commands by the job they belong to, in the
 // order help lists them (urfave sorts the help's groups by name: the
 // names are chosen to read in this order; setup and config share theirs).
-var families = []func(*cmdutil.Env) cmdutil.Family{trustedcmd.Family, legacycmd.Family, oidccmd.Family,
+var families = []func(*factory.Factory) cmdutil.Family{trustedcmd.Family, legacycmd.Family, oidccmd.Family,
 	agentcmd.Family, tokencmd.Family, setupcmd.Family, doctorcmd.Family, configcmd.Family}
 
 // familyCommands are the families' commands, each in its family's help
 // category, and how each reads the settings file.
-func familyCommands(e *cmdutil.Env) ([]*cli.Command, map[*cli.Command]cmdutil.SettingsUse) {
+func familyCommands(fac *factory.Factory) ([]*cli.Command, map[*cli.Command]cmdutil.SettingsUse) {
 	var all []*cli.Command
 	uses := map[*cli.Command]cmdutil.SettingsUse{}
 	for _, family := range families {
-		f := family(e)
+		f := family(fac)
 		for _, c := range f.Commands {
 			c.Category = f.Category
 			all = append(all, c.Command)
@@ -141,6 +152,17 @@ func familyCommands(e *cmdutil.Env) ([]*cli.Command, map[*cli.Command]cmdutil.Se
 		}
 	}
 	return all, uses
+}
+
+// hangTokenCheck puts token check, the PKCS#11 token's self-test
+// (tokencmd's), under token (OpenID Connect's access token), where it has
+// been since it came: app does it, so that no family imports another.
+func hangTokenCheck(f *factory.Factory, commands []*cli.Command) {
+	for _, c := range commands {
+		if c.Name == "token" {
+			c.Subcommands = append(c.Subcommands, tokencmd.TokenCheckCommand(f))
+		}
+	}
 }
 
 // wire gives a command what every command has: the logging flags after
@@ -188,6 +210,20 @@ func wire(e *cmdutil.Env, cmd *cli.Command, use cmdutil.SettingsUse, onUsageErro
 			e.Log = log
 		}
 		return err
+	}
+}
+
+// bind makes the factory build for the command that runs: cmd, or one of
+// its subcommands, whichever's action runs (one per run).
+func bind(f *factory.Factory, cmd *cli.Command) {
+	if act := cmd.Action; act != nil {
+		cmd.Action = func(c *cli.Context) error {
+			f.Bind(c)
+			return act(c)
+		}
+	}
+	for _, sub := range cmd.Subcommands {
+		bind(f, sub)
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agent/auditlog"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
-	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/legacy"
@@ -77,7 +76,7 @@ func (d *run) secrets() keys {
 	}
 	if d.agent {
 		for _, spec := range d.s.Strings("legacy-password-file") {
-			login, src, err := factory.LegacyPassword(spec)
+			login, src, err := cmdutil.LegacyPassword(spec)
 			if err != nil {
 				d.add("legacy-password-file", Fail, oneLine(err))
 				continue
@@ -184,7 +183,7 @@ func (d *run) anyAddress() bool {
 // legacy.CheckKey), each sent once.
 func (d *run) serviceKeys(ctx context.Context, k keys) {
 	if k.apiKey != "" && d.s.String("base-url") != "" {
-		cfg, err := factory.ServiceConfig(d.s, d.e, k.apiKey)
+		cfg, err := d.f.TrustedConfig(k.apiKey)
 		var c *trusted.Client
 		if err == nil {
 			cfg.Attempts, cfg.Timeout = 1, d.timeout
@@ -196,7 +195,7 @@ func (d *run) serviceKeys(ctx context.Context, k keys) {
 		d.keyResult("api-key accepted", err, "the service accepts the API key (step 1 without a credential answered 400, not InvalidApiKey)")
 	}
 	if k.developerKey != "" && d.s.String("api-url") != "" {
-		cfg, err := factory.LegacyConfig(d.s, d.e)
+		cfg, err := d.f.LegacyConfig()
 		var c *legacy.Client
 		if err == nil {
 			cfg.Attempts, cfg.Timeout = 1, d.timeout

@@ -10,27 +10,25 @@ import (
 
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
-	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
-	"github.com/signagent/signagent/cmd/signagent/internal/tokencmd"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/oidc"
 )
 
-func tokenCommand(e *cmdutil.Env) *cli.Command {
+func tokenCommand(f *factory.Factory) *cli.Command {
+	e := f.Env
 	return &cli.Command{
 		Description: cmdutil.SecretOutput("the access token") + cmdutil.Examples("curl -H \"Authorization: Bearer $(signagent token)\" URL", "signagent token --json"),
 		Name:        "token",
 		Args:        true, // checked by the command itself (its subcommands, or its own arguments)
 		Usage:       "print the profile's access token, refreshed when it has less than --refresh-before left",
 		UsageText:   "curl -H \"Authorization: Bearer $(signagent token)\" ...",
-		Flags:       cmdutil.Concat(factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag(), cmdutil.JSONFlag(`{"accessToken","expiresAt","profile"}`)}, factory.AgentUseFlags()),
-		Subcommands: []*cli.Command{tokencmd.TokenCheckCommand(e)}, // the PKCS#11 token's self-test
+		Flags:       cmdutil.Concat(oidcFlags(), []cli.Flag{factory.ProfileFlag(), cmdutil.JSONFlag(`{"accessToken","expiresAt","profile"}`)}, factory.AgentUseFlags()),
 		Action: func(c *cli.Context) error {
 			if err := cmdutil.NoArgs(c); err != nil { // not in main's Before: "check" is an argument there
 				return err
 			}
-			rec, err := oidcTokenHereOrAgent(c, e)
+			rec, err := oidcTokenHereOrAgent(c, f)
 			if err != nil {
 				return err
 			}
@@ -46,15 +44,15 @@ func tokenCommand(e *cmdutil.Env) *cli.Command {
 // oidcTokenHereOrAgent is the profile's token from the running agent, when
 // one is asked (its record holds the access token and expiry only), else
 // from the token store here.
-func oidcTokenHereOrAgent(c *cli.Context, e *cmdutil.Env) (*oidc.Record, error) {
-	cl, err := factory.AgentFor(c, e)
+func oidcTokenHereOrAgent(c *cli.Context, f *factory.Factory) (*oidc.Record, error) {
+	cl, err := f.Agent()
 	if err != nil || cl == nil {
 		if err != nil {
 			return nil, err
 		}
-		return factory.OIDCToken(c, e)
+		return oidcToken(c, f)
 	}
-	resp, err := factory.AgentAuthorization(c.Context, cl, c, authz.SchemeOIDC)
+	resp, err := f.AgentAuthorization(c.Context, cl, authz.SchemeOIDC)
 	if err != nil {
 		return nil, err
 	}
@@ -62,24 +60,24 @@ func oidcTokenHereOrAgent(c *cli.Context, e *cmdutil.Env) (*oidc.Record, error) 
 	if !ok {
 		return nil, errdefs.Mark(errors.New("the agent's OpenID Connect header is not a bearer token"), errdefs.ErrUnreachable)
 	}
-	return &oidc.Record{Profile: settings.Of(c).String("profile"), AccessToken: tok, Expiry: resp.ExpiresAt}, nil
+	return &oidc.Record{Profile: f.Settings().String("profile"), AccessToken: tok, Expiry: resp.ExpiresAt}, nil
 }
 
-func statusCommand(e *cmdutil.Env) *cli.Command {
+func statusCommand(f *factory.Factory) *cli.Command {
+	e := f.Env
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent status", "signagent status --json"),
 		Name:        "status",
 		Usage:       "show who the profile is signed in as, the scopes and space, and when the tokens expire (no token is shown)",
-		Flags: cmdutil.Concat([]cli.Flag{factory.ProfileFlag(), factory.TokenStoreFlag(),
-			&cli.BoolFlag{Name: "all", Category: factory.CatOIDC, Usage: "every profile of the local token store, one line each (--json: a list)"},
+		Flags: cmdutil.Concat([]cli.Flag{factory.ProfileFlag()}, cmdutil.Pick(factory.OIDCFlags(), "token-store"), []cli.Flag{
+			&cli.BoolFlag{Name: "all", Category: cmdutil.CatOIDC, Usage: "every profile of the local token store, one line each (--json: a list)"},
 			&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print it as JSON"}}, factory.StoreFlags()),
 		Action: func(c *cli.Context) error {
-			s := settings.Of(c)
-			store, done, err := factory.TokenStore(s)
+			s := f.Settings()
+			store, err := f.OIDCRecords()
 			if err != nil {
 				return err
 			}
-			defer done()
 			if c.Bool("all") {
 				return statusAll(c, e, store)
 			}
@@ -125,7 +123,7 @@ func printStatus(e *cmdutil.Env, r *oidc.Record, asJSON bool) error {
 	return nil
 }
 
-func logoutCommand(e *cmdutil.Env) *cli.Command {
+func logoutCommand(f *factory.Factory) *cli.Command {
 	return &cli.Command{
 		Description: "The provider is asked to revoke the refresh token first (RFC 7009, when its discovery document\n" +
 			"publishes a revocation endpoint), as oidc-agent does, so that a copy of it is worth nothing; when it cannot\n" +
@@ -133,19 +131,18 @@ func logoutCommand(e *cmdutil.Env) *cli.Command {
 			cmdutil.Examples("signagent logout --profile robot", "signagent logout --local-only"),
 		Name:  "logout",
 		Usage: "revoke the profile's refresh token at the provider and remove its tokens from the token store",
-		Flags: cmdutil.Concat(factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag(),
-			&cli.BoolFlag{Name: "local-only", Category: factory.CatOIDC, Usage: "remove the tokens here without asking the provider to revoke the refresh token"}}),
-		Action: func(c *cli.Context) error { return logout(c, e) },
+		Flags: cmdutil.Concat(oidcFlags(), []cli.Flag{factory.ProfileFlag(),
+			&cli.BoolFlag{Name: "local-only", Category: cmdutil.CatOIDC, Usage: "remove the tokens here without asking the provider to revoke the refresh token"}}),
+		Action: func(c *cli.Context) error { return logout(c, f) },
 	}
 }
 
-func logout(c *cli.Context, e *cmdutil.Env) error {
-	s := settings.Of(c)
-	store, done, err := factory.TokenStore(s)
+func logout(c *cli.Context, f *factory.Factory) error {
+	s, e := f.Settings(), f.Env
+	store, err := f.OIDCRecords()
 	if err != nil {
 		return err
 	}
-	defer done()
 	profile := s.String("profile")
 	if err := oidc.CheckProfile(profile); err != nil {
 		return err
@@ -159,11 +156,11 @@ func logout(c *cli.Context, e *cmdutil.Env) error {
 		case err != nil:
 			return fmt.Errorf("%w (signagent logout --local-only removes it without asking the provider)", err)
 		default:
-			sec, err := factory.ClientSecret(s)
+			sec, err := f.ClientSecret()
 			if err != nil {
 				return err
 			}
-			client, err := factory.RefreshClient(s, e, rec, sec)
+			client, err := f.RefreshClient(rec, sec)
 			if err != nil {
 				return err
 			}
@@ -238,4 +235,19 @@ func statusAll(c *cli.Context, e *cmdutil.Env, store oidc.Records) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.Profile, r.Subject, r.Space, r.ExpiresAt, refresh)
 	}
 	return w.Flush()
+}
+
+// oidcToken is the profile's access token from the token store here,
+// refreshed when it has less than --refresh-before left.
+func oidcToken(c *cli.Context, f *factory.Factory) (*oidc.Record, error) {
+	tk, err := f.OIDCTokens()
+	if err != nil {
+		return nil, err
+	}
+	rec, cached, err := tk.Token(c.Context, f.Settings().String("profile"))
+	if err != nil {
+		return nil, err
+	}
+	f.Log.Debug().Object("tokens", rec).Bool("cached", cached).Msg("access token")
+	return rec, nil
 }

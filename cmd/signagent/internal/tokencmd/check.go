@@ -27,7 +27,8 @@ import (
 // their own card, and what they attach to a bug report. It is a
 // subcommand of `token` (which prints the OpenID Connect access token) as
 // the issue names it; `signagent token` alone is unchanged.
-func TokenCheckCommand(e *cmdutil.Env) *cli.Command {
+func TokenCheckCommand(f *factory.Factory) *cli.Command {
+	e := f.Env
 	return &cli.Command{
 		Name:            "check",
 		HideHelpCommand: true,
@@ -66,7 +67,7 @@ func TokenCheckCommand(e *cmdutil.Env) *cli.Command {
 			}
 			return nil
 		},
-		Action: func(c *cli.Context) error { return tokenCheck(c, e) },
+		Action: func(c *cli.Context) error { return tokenCheck(c, f) },
 	}
 }
 
@@ -109,7 +110,8 @@ type checkTimes struct {
 	MaxMS    float64 `json:"maxMs"`
 }
 
-func tokenCheck(c *cli.Context, e *cmdutil.Env) error {
+func tokenCheck(c *cli.Context, f *factory.Factory) error {
+	e := f.Env
 	rounds := c.Int("rounds")
 	if rounds < 1 || rounds > 100 {
 		return cmdutil.UsageErr(fmt.Errorf("--rounds %d: want 1 to 100", rounds))
@@ -117,8 +119,6 @@ func tokenCheck(c *cli.Context, e *cmdutil.Env) error {
 	if d := c.Duration("removal-timeout"); d < time.Second || d > time.Hour {
 		return cmdutil.UsageErr(fmt.Errorf("--removal-timeout %v: want 1s to 1h", d))
 	}
-	f := factory.New(c, e)
-	defer f.Close()
 	sel, err := f.Selection() // the PIN from its usual sources, asked first
 	if err != nil {
 		return err

@@ -54,7 +54,7 @@ func buildText(c *cli.Context) ([]byte, canonical.Credential, string, error) {
 	return canonical.Text(key, cred, ts), cred, canonical.FormatTimestamp(ts), nil
 }
 
-func signCommand(e *cmdutil.Env) *cli.Command {
+func signCommand(f *factory.Factory) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent sign --phone 9161234567 --out sig.der", "signagent sign --snils 11223344595 --format base64", "signagent sign --phone 9161234567 --json"),
 		Name:        "sign",
@@ -67,12 +67,13 @@ func signCommand(e *cmdutil.Env) *cli.Command {
 			&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print timestamp, canonical text, base64 signature, certificate thumbprint and key label as JSON"},
 		}, factory.AgentUseFlags()),
 		Action: func(c *cli.Context) error {
-			return sign(c, e)
+			return sign(c, f)
 		},
 	}
 }
 
-func sign(c *cli.Context, e *cmdutil.Env) error {
+func sign(c *cli.Context, f *factory.Factory) error {
+	e := f.Env
 	if _, err := signer.Encode(nil, c.String("format")); err != nil {
 		return cmdutil.UsageErr(fmt.Errorf("--%w", err))
 	}
@@ -87,7 +88,7 @@ func sign(c *cli.Context, e *cmdutil.Env) error {
 	if err != nil {
 		return err
 	}
-	if cl, err := factory.AgentFor(c, e); err != nil || cl != nil {
+	if cl, err := f.Agent(); err != nil || cl != nil {
 		if err != nil {
 			return err
 		}
@@ -101,8 +102,6 @@ func sign(c *cli.Context, e *cmdutil.Env) error {
 		return err
 	}
 	ts, _ := canonical.ParseTimestamp(stamp)
-	f := factory.New(c, e)
-	defer f.Close()
 	sel, err := f.Selection()
 	if err != nil {
 		return err
@@ -115,7 +114,7 @@ func sign(c *cli.Context, e *cmdutil.Env) error {
 	if err != nil {
 		return err
 	}
-	key, _ := f.OpenKey(ctx) // opened for cms
+	key, _ := f.Key(ctx) // opened for cms
 	if err := signer.CheckValidity(key.Certificate(), ts); err != nil {
 		e.Log.Warn().Err(err).Msg("signing anyway: the service will refuse this signature")
 	}
@@ -157,7 +156,7 @@ func writeSignature(c *cli.Context, e *cmdutil.Env, outs []*safefile.Out, text, 
 // here are refused rather than ignored.
 func signWithAgent(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client, outs []*safefile.Out) error {
 	for _, name := range []string{"hash", "no-signed-attributes", "chain", "key", "key-label", "key-id"} {
-		if c.IsSet(name) && !factory.SetFromFile(c, name) {
+		if c.IsSet(name) && !cmdutil.FromFile(c.App)[name] {
 			return cmdutil.UsageErr(fmt.Errorf("--%s: the agent signs with its own key and settings; give --no-agent to sign here", name))
 		}
 	}
@@ -170,9 +169,9 @@ func signWithAgent(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client, outs 
 		return err
 	}
 	stamp := canonical.FormatTimestamp(ts)
-	resp, err := cl.Sign(c.Context, agentapi.SignatureRequest{Credential: *factory.APICredential(cred), Timestamp: stamp})
+	resp, err := cl.Sign(c.Context, agentapi.SignatureRequest{Credential: *cmdutil.APICredential(cred), Timestamp: stamp})
 	if err != nil {
-		return factory.AgentError(err)
+		return factory.AgentCallError(err)
 	}
 	der, err := base64.StdEncoding.DecodeString(resp.Signature)
 	if err != nil {

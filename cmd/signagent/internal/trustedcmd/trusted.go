@@ -19,7 +19,8 @@ import (
 	"github.com/signagent/signagent/trusted"
 )
 
-func linkCommand(e *cmdutil.Env) *cli.Command {
+func linkCommand(f *factory.Factory) *cli.Command {
+	e := f.Env
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent link --phone 9161234567 --service-user-id crm-42"),
 		Name:        "link",
@@ -34,7 +35,7 @@ func linkCommand(e *cmdutil.Env) *cli.Command {
 			if err != nil {
 				return err
 			}
-			client, err := factory.New(c, e).Trusted(false)
+			client, err := f.Trusted(false)
 			if err != nil {
 				return err
 			}
@@ -52,14 +53,15 @@ func linkCommand(e *cmdutil.Env) *cli.Command {
 	}
 }
 
-func sessionCommand(e *cmdutil.Env) *cli.Command {
+func sessionCommand(f *factory.Factory) *cli.Command {
+	e := f.Env
 	return &cli.Command{
 		Description: cmdutil.SecretOutput("the auth.sid") + cmdutil.Examples("signagent session --phone 9161234567 --service-user-id crm-42", "signagent session --snils 11223344595 --service-user-id crm-42 --json"),
 		Name:        "session",
 		Usage:       "sign on the token and run authenticate-by-truster and approve-truster; print the auth.sid",
 		UsageText:   "signagent session --phone P | --snils S | --thumbprint T --service-user-id ID [--json]",
 		Flags: cmdutil.Concat(cmdutil.Pick(cmdutil.CredentialFlags(), "phone", "snils", "thumbprint", "legacy-snils"), factory.ServiceFlags(), cmdutil.TokenFlags(), factory.SignFlags(), factory.StoreFlags(), []cli.Flag{
-			&cli.DurationFlag{Name: "session-ttl", Category: factory.CatStore, Value: 12 * time.Hour, EnvVars: []string{"SIGNAGENT_SESSION_TTL"}, Usage: "with --store: use a session the store holds when it is younger than `DURATION`, and keep a new one that long"},
+			&cli.DurationFlag{Name: "session-ttl", Category: cmdutil.CatStore, Value: 12 * time.Hour, EnvVars: []string{"SIGNAGENT_SESSION_TTL"}, Usage: "with --store: use a session the store holds when it is younger than `DURATION`, and keep a new one that long"},
 			&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print {\"sid\",\"kind\",\"obtainedAt\"}"},
 		}, factory.AgentUseFlags()),
 		Action: func(c *cli.Context) error {
@@ -67,14 +69,14 @@ func sessionCommand(e *cmdutil.Env) *cli.Command {
 			if err != nil {
 				return err
 			}
-			if cl, err := factory.AgentFor(c, e); err != nil || cl != nil {
+			if cl, err := f.Agent(); err != nil || cl != nil {
 				if err != nil {
 					return err
 				}
 				// The agent's session for the user: its cache, its token.
-				resp, err := cl.Session(c.Context, agentapi.SessionRequest{Credential: *factory.APICredential(cred), ServiceUserID: c.String("service-user-id")})
+				resp, err := cl.Session(c.Context, agentapi.SessionRequest{Credential: *cmdutil.APICredential(cred), ServiceUserID: c.String("service-user-id")})
 				if err != nil {
-					return factory.AgentError(err)
+					return factory.AgentCallError(err)
 				}
 				return printSession(c, e, &trusted.Session{Sid: resp.Sid, Kind: cred.Kind, ObtainedAt: resp.ObtainedAt})
 			}
@@ -91,8 +93,6 @@ func sessionCommand(e *cmdutil.Env) *cli.Command {
 			}
 			// The token is opened only when a login must run: a session the
 			// shared store holds costs no PIN and no signature.
-			f := factory.New(c, e)
-			defer f.Close()
 			flow := func(ctx context.Context) (*trusted.Session, error) {
 				client, err := f.Trusted(true)
 				if err != nil {
@@ -100,13 +100,12 @@ func sessionCommand(e *cmdutil.Env) *cli.Command {
 				}
 				return client.Session(ctx, cred, userID)
 			}
-			r, err := factory.OpenStore(settings.Of(c))
+			r, err := f.Store()
 			if err != nil {
 				return err
 			}
 			var s *trusted.Session
 			if r != nil {
-				defer r.Close()
 				sid, at, fromStore, err := trusted.SharedSession(c.Context, r, key, cred, userID, c.Duration("session-ttl"), flow)
 				if errors.Is(err, store.ErrUnavailable) {
 					err = fmt.Errorf("%w: %w", oidc.ErrStoreUnavailable, err)
