@@ -35,7 +35,7 @@ func TokenFlags() []cli.Flag {
 		&cli.StringFlag{Name: "key-label", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_LABEL"}, Usage: "choose the key by `LABEL`"},
 		&cli.StringFlag{Name: "key-id", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_ID"}, Usage: "choose the key by CKA_ID in `HEX`"},
 		&cli.StringFlag{Name: "cert", Category: catToken, EnvVars: []string{"SIGNAGENT_CERT"}, Usage: "certificate `FILE` (PEM or DER) instead of the one on the token"},
-		PINSecret.FlagWith(catToken, ", else a prompt on a terminal"),
+		PINSpec.FlagWith(catToken, ", else a prompt on a terminal"),
 		&cli.BoolFlag{Name: "allow-final-pin-try", Category: catToken, Usage: "log in even when the token says one more wrong PIN locks it"},
 		&cli.DurationFlag{Name: "token-timeout", Category: catToken, Value: 30 * time.Second, EnvVars: []string{"SIGNAGENT_TOKEN_TIMEOUT"}, Usage: "give up on opening the token, and on each token operation, after `DURATION`"},
 	}
@@ -73,7 +73,7 @@ func SelectionFrom(c *settings.Settings, prompt bool) (pkcs11.Selection, error) 
 		Timeout:       c.Duration("token-timeout"),
 		AllowFinalTry: c.Bool("allow-final-pin-try"),
 	}
-	sel.PIN.File, _ = c.Place(PINSecret.flag) // the flag's file; the URI's pin-source is merged below
+	sel.PIN.File, _ = c.Place(PINSpec.flag) // the flag's file; the URI's pin-source is merged below
 	if id := c.String("key-id"); id != "" {
 		b, err := pkcs11.ParseKeyID(id)
 		if err != nil {
@@ -141,7 +141,7 @@ func Timestamp(c *cli.Context) (time.Time, error) {
 }
 
 func APIKeyFlags() []cli.Flag {
-	return []cli.Flag{APIKeySecret.FlagWith(CatService, "")}
+	return []cli.Flag{APIKeySpec.FlagWith(CatService, "")}
 }
 
 // APIKey returns the partner's API key (see secretSpec for the order of
@@ -149,7 +149,7 @@ func APIKeyFlags() []cli.Flag {
 func APIKey(c *cli.Context) (string, error) { return APIKeyFrom(settings.Of(c)) }
 
 func APIKeyFrom(c *settings.Settings) (string, error) {
-	return APIKeySecret.Read(c, canonical.NormalizeAPIKey, canonical.ErrInvalidAPIKey)
+	return APIKeySpec.Read(c, canonical.NormalizeAPIKey, canonical.ErrInvalidAPIKey)
 }
 
 // Examples is a command's help section of examples, one command a line.

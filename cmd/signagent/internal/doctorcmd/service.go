@@ -53,22 +53,22 @@ func (d *run) secrets() keys {
 	if d.s.String("base-url") != "" {
 		need = "none given, and --base-url needs one: set SIGNAGENT_API_KEY or give --api-key-file"
 	}
-	if _, ok := read("api-key", cmdutil.APIKeySecret.Source(d.s), need); ok {
+	if _, ok := read("api-key", cmdutil.APIKeySpec.Source(d.s), need); ok {
 		var err error
 		if k.apiKey, err = cmdutil.APIKeyFrom(d.s); err != nil {
 			d.checks[len(d.checks)-1] = Check{"api-key", Fail, oneLine(err)}
 		}
 	}
-	if v, ok := read("developer-key", cmdutil.DeveloperKeySecret.Source(d.s), ""); ok {
+	if v, ok := read("developer-key", cmdutil.DeveloperKeySpec.Source(d.s), ""); ok {
 		var err error
 		if k.developerKey, err = legacy.CheckDeveloperKey(v); err != nil {
 			d.checks[len(d.checks)-1] = Check{"developer-key", Fail, oneLine(err)}
 		}
 	}
-	if _, ok := read("client-secret", cmdutil.ClientSecretSecret.Source(d.s), ""); !ok && d.s.String("auth-url") != "" && !cmdutil.ClientSecretSecret.Source(d.s).Given() {
+	if _, ok := read("client-secret", cmdutil.ClientSecretSpec.Source(d.s), ""); !ok && d.s.String("auth-url") != "" && !cmdutil.ClientSecretSpec.Source(d.s).Given() {
 		d.add("client-secret", Warn, "none given: an access token is not refreshed without it (set SIGNAGENT_CLIENT_SECRET or give --client-secret-file)")
 	}
-	read("store-password", cmdutil.StorePassword.Source(d.s), "")
+	read("store-password", cmdutil.StorePasswordSpec.Source(d.s), "")
 	if pin := cmdutil.PINSource(d.s, false, ""); pin.Given() {
 		if _, ok := read("pin", pin, ""); ok {
 			d.checks[len(d.checks)-1].Detail += "; not tried: a wrong PIN costs one of the token's tries (signagent token check tries it)"

@@ -125,7 +125,7 @@ func (f *Factory) AgentConfig(s *settings.Settings) (agent.Config, error) {
 // signingWanted says whether the agent signs: an API key, --base-url or a
 // token named in any way (module, URI, token or key) asks for it.
 func signingWanted(s *settings.Settings) bool {
-	if cmdutil.APIKeySecret.Source(s).Given() || os.Getenv(pkcs11.ModuleEnv) != "" {
+	if cmdutil.APIKeySpec.Source(s).Given() || os.Getenv(pkcs11.ModuleEnv) != "" {
 		return true
 	}
 	for _, name := range []string{"base-url", "module", "key", "token-label", "token-serial", "key-label", "key-id"} {
@@ -140,7 +140,7 @@ func signingWanted(s *settings.Settings) bool {
 // needs when one of its settings is given.
 func oidcSettingsComplete(s *settings.Settings) error {
 	given := map[string]bool{"--auth-url (SIGNAGENT_AUTH_URL)": s.String("auth-url") != "", "--client-id (SIGNAGENT_CLIENT_ID)": s.String("client-id") != "",
-		"the client secret (SIGNAGENT_CLIENT_SECRET or --client-secret-file)": cmdutil.ClientSecretSecret.Source(s).Given()}
+		"the client secret (SIGNAGENT_CLIENT_SECRET or --client-secret-file)": cmdutil.ClientSecretSpec.Source(s).Given()}
 	var missing []string
 	some := false
 	for name, ok := range given {

@@ -160,7 +160,7 @@ func (f *Factory) AgentAuthRequest(scheme string) (agentapi.AuthorizationRequest
 			return req, cmdutil.UsageErr(errors.New("--by password needs --login (or SIGNAGENT_LOGIN)"))
 		}
 	case legacy.BySid:
-		if src := cmdutil.SIDSecret.Source(s); src.Given() {
+		if src := cmdutil.SIDSpec.Source(s); src.Given() {
 			got, err := src.Resolve()
 			if err != nil {
 				return req, errdefs.Mark(err, errdefs.ErrInvalidInput)

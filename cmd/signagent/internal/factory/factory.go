@@ -193,7 +193,7 @@ func (f *Factory) Certificate() (*x509.Certificate, crypto.Decrypter, error) {
 // store holds costs no PIN), each signature bounded by --token-timeout.
 func (f *Factory) Trusted(sign bool) (*trusted.Client, error) {
 	s := f.Settings()
-	if err := cmdutil.Missing(cmdutil.APIKeySecret.Need(s), cmdutil.FlagNeed(f.c, "base-url")); err != nil {
+	if err := cmdutil.Missing(cmdutil.APIKeySpec.Need(s), cmdutil.FlagNeed(f.c, "base-url")); err != nil {
 		return nil, err
 	}
 	key, err := cmdutil.APIKeyFrom(s)

@@ -21,7 +21,7 @@ import (
 func legacyServiceFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "api-url", Category: cmdutil.CatLegacy, EnvVars: []string{"SIGNAGENT_API_URL"}, Usage: "the service's business API `URL` (Authenticate is at URL/V3/Authenticate)"},
-		cmdutil.DeveloperKeySecret.FlagWith(cmdutil.CatLegacy, ""),
+		cmdutil.DeveloperKeySpec.FlagWith(cmdutil.CatLegacy, ""),
 		&cli.DurationFlag{Name: "legacy-token-ttl", Category: cmdutil.CatLegacy, Value: legacy.DefaultTokenTTL, EnvVars: []string{"SIGNAGENT_LEGACY_TOKEN_TTL"}, Usage: "`DURATION` a legacy token lives (the service's 24h); caches reuse it until a margin before"},
 		&cli.IntFlag{Name: "legacy-challenge-size", Category: cmdutil.CatLegacy, Value: envelope.ChallengeSize, EnvVars: []string{"SIGNAGENT_LEGACY_CHALLENGE_SIZE"},
 			Usage: fmt.Sprintf("`BYTES` of random a certificate login's challenge holds: the only length the token opens (%d to %d; change it only where a real service's challenge shows another)", envelope.MinChallengeSize, envelope.MaxChallengeSize)},
@@ -84,8 +84,8 @@ func legacyAgentConfig(s *settings.Settings, e *cmdutil.Env) (*schemes.LegacySet
 // developerKey reads the developer key (see secretSpec for the order of
 // its sources); never argv.
 func developerKey(s *settings.Settings) (string, error) {
-	return cmdutil.DeveloperKeySecret.Read(s, legacy.CheckDeveloperKey, legacy.ErrDeveloperKey)
+	return cmdutil.DeveloperKeySpec.Read(s, legacy.CheckDeveloperKey, legacy.ErrDeveloperKey)
 }
 
 // hasDeveloperKey reports whether a developer key is given at all.
-func hasDeveloperKey(s *settings.Settings) bool { return cmdutil.DeveloperKeySecret.Source(s).Given() }
+func hasDeveloperKey(s *settings.Settings) bool { return cmdutil.DeveloperKeySpec.Source(s).Given() }

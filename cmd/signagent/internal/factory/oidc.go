@@ -22,7 +22,7 @@ func OIDCFlags() []cli.Flag {
 	return append(StoreFlags(), []cli.Flag{
 		&cli.StringFlag{Name: "auth-url", Category: cmdutil.CatOIDC, EnvVars: []string{"SIGNAGENT_AUTH_URL"}, Usage: "the identity provider's `URL` ({auth_url}; /connect/* is below it)"},
 		&cli.StringFlag{Name: "client-id", Category: cmdutil.CatOIDC, EnvVars: []string{"SIGNAGENT_CLIENT_ID"}, Usage: "the application's `CLIENT_ID`"},
-		cmdutil.ClientSecretSecret.FlagWith(cmdutil.CatOIDC, ""),
+		cmdutil.ClientSecretSpec.FlagWith(cmdutil.CatOIDC, ""),
 		&cli.StringFlag{Name: "token-store", Category: cmdutil.CatOIDC, EnvVars: []string{"SIGNAGENT_TOKEN_STORE"}, Usage: "keep the tokens in `DIR` (default $XDG_STATE_HOME/signagent, else ~/.local/state/signagent)"},
 		&cli.DurationFlag{Name: "refresh-before", Category: cmdutil.CatOIDC, Value: oidc.DefaultRefreshBefore, EnvVars: []string{"SIGNAGENT_REFRESH_BEFORE"}, Usage: "refresh an access token with less than `DURATION` left (or an eighth of its lifetime, when shorter)"},
 	}...)
@@ -84,10 +84,10 @@ func (f *Factory) ClientSecret() (string, error) { return clientSecret(f.Setting
 
 // clientSecret is ClientSecret from s.
 func clientSecret(s *settings.Settings) (string, error) {
-	if !cmdutil.ClientSecretSecret.Source(s).Given() {
+	if !cmdutil.ClientSecretSpec.Source(s).Given() {
 		return "", nil
 	}
-	return cmdutil.ClientSecretSecret.Read(s, oidc.CheckSecret, errdefs.ErrInvalidInput)
+	return cmdutil.ClientSecretSpec.Read(s, oidc.CheckSecret, errdefs.ErrInvalidInput)
 }
 
 // OIDCTokens hands out the profiles' tokens, refreshing with a client for

@@ -20,7 +20,7 @@ func StoreFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "store", Category: cmdutil.CatStore, Value: "local", EnvVars: []string{"SIGNAGENT_STORE"}, Usage: "keep records (OpenID Connect records, sessions, legacy tokens) in `STORE`: local (the --token-store files, and memory) or a store several agents share: redis://[user@]host:port[/db], rediss://..., redis+sentinel://host:port[,...]/master[/db], redis+cluster://host:port[,...]; rediss+sentinel:// and rediss+cluster:// for TLS to every node"},
 		&cli.StringFlag{Name: "store-key-file", Category: cmdutil.CatStore, EnvVars: []string{"SIGNAGENT_STORE_KEY_FILE"}, Usage: "the shared store's key `FILE` (64 hex characters, mode 0600; signagent store-key --out FILE makes one)"},
-		cmdutil.StorePassword.FlagWith(cmdutil.CatStore, "; never in the URL"),
+		cmdutil.StorePasswordSpec.FlagWith(cmdutil.CatStore, "; never in the URL"),
 		&cli.StringFlag{Name: "store-prefix", Category: cmdutil.CatStore, Value: store.DefaultPrefix, EnvVars: []string{"SIGNAGENT_STORE_PREFIX"}, Usage: "start every Redis key with `PREFIX` (several deployments on one Redis)"},
 		&cli.StringFlag{Name: "store-ca-file", Category: cmdutil.CatStore, EnvVars: []string{"SIGNAGENT_STORE_CA_FILE"}, Usage: "CA bundle `FILE` for rediss://, rediss+sentinel:// and rediss+cluster:// (default: the system's)"},
 		&cli.BoolFlag{Name: "store-insecure", Category: cmdutil.CatStore, EnvVars: []string{"SIGNAGENT_STORE_INSECURE"}, Usage: "allow the store password over plain TCP (redis://) to a host beyond loopback"},
@@ -55,7 +55,7 @@ func openStore(s *settings.Settings) (*store.Shared, error) {
 		sealer = k
 	}
 	var password string
-	if src := cmdutil.StorePassword.Source(s); src.Given() {
+	if src := cmdutil.StorePasswordSpec.Source(s); src.Given() {
 		got, err := src.Resolve()
 		if err != nil {
 			errs = append(errs, err)

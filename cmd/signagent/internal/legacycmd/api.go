@@ -180,9 +180,9 @@ func apiNeeds(c *cli.Context, s *settings.Settings) []cmdutil.Need {
 	needs := []cmdutil.Need{cmdutil.FlagNeed(c, "api-url")}
 	switch strings.ToLower(c.String("scheme")) {
 	case authz.SchemeTrusted:
-		needs = append(needs, cmdutil.DeveloperKeySecret.Need(s), cmdutil.APIKeySecret.Need(s), cmdutil.FlagNeed(c, "base-url"))
+		needs = append(needs, cmdutil.DeveloperKeySpec.Need(s), cmdutil.APIKeySpec.Need(s), cmdutil.FlagNeed(c, "base-url"))
 	case authz.SchemeLegacy:
-		needs = append(needs, cmdutil.DeveloperKeySecret.Need(s))
+		needs = append(needs, cmdutil.DeveloperKeySpec.Need(s))
 	}
 	return needs
 }
@@ -191,7 +191,7 @@ func apiNeeds(c *cli.Context, s *settings.Settings) []cmdutil.Need {
 // scheme: the legacy scheme logs in (the API address, the developer key).
 func headerNeeds(c *cli.Context, s *settings.Settings) []cmdutil.Need {
 	if strings.EqualFold(c.String("scheme"), authz.SchemeLegacy) {
-		return []cmdutil.Need{cmdutil.FlagNeed(c, "api-url"), cmdutil.DeveloperKeySecret.Need(s)}
+		return []cmdutil.Need{cmdutil.FlagNeed(c, "api-url"), cmdutil.DeveloperKeySpec.Need(s)}
 	}
 	return nil
 }

@@ -26,8 +26,8 @@ func legacyLoginFlags() []cli.Flag {
 		cmdutil.OneOf(&cli.StringFlag{Name: "by", Category: cmdutil.CatLegacy, Usage: "authenticate by `WAY`: password, certificate (the token's key decrypts a challenge) or sid"},
 			"password", "certificate", "sid"),
 		&cli.StringFlag{Name: "login", Category: cmdutil.CatLegacy, EnvVars: []string{"SIGNAGENT_LOGIN"}, Usage: "the user's `LOGIN` (--by password)"},
-		cmdutil.PasswordSecret.FlagWith(cmdutil.CatLegacy, ", else a prompt on a terminal"),
-		cmdutil.SIDSecret.FlagWith(cmdutil.CatLegacy, ", else run trusted authentication with the credential flags"),
+		cmdutil.PasswordSpec.FlagWith(cmdutil.CatLegacy, ", else a prompt on a terminal"),
+		cmdutil.SIDSpec.FlagWith(cmdutil.CatLegacy, ", else run trusted authentication with the credential flags"),
 	}
 }
 
@@ -174,7 +174,7 @@ func obtainLegacy(c *cli.Context, f *factory.Factory) (legacy.Token, *legacy.Cli
 	if err != nil {
 		return legacy.Token{}, nil, err
 	}
-	if err := cmdutil.Missing(cmdutil.FlagNeed(c, "api-url"), cmdutil.DeveloperKeySecret.Need(s)); err != nil {
+	if err := cmdutil.Missing(cmdutil.FlagNeed(c, "api-url"), cmdutil.DeveloperKeySpec.Need(s)); err != nil {
 		return legacy.Token{}, nil, err
 	}
 	client, err := f.Legacy()
@@ -247,7 +247,7 @@ func legacyScheme(f *factory.Factory, tokens *legacy.Tokens) *legacy.Scheme {
 func sidIdentity(f *factory.Factory) (legacy.Identity, error) {
 	s := f.Settings()
 	c := s.Context()
-	src := cmdutil.SIDSecret.Source(s)
+	src := cmdutil.SIDSpec.Source(s)
 	if src.Given() {
 		got, err := src.Resolve()
 		if err != nil {
@@ -284,7 +284,7 @@ func staticSid(from, sid string) legacy.Identity {
 // readPassword reads the password (see secretSpec for the order of its
 // sources, a prompt on the terminal last); never argv.
 func readPassword(s *settings.Settings, e *cmdutil.Env, login string) (string, error) {
-	src := cmdutil.PasswordSecret.Source(s)
+	src := cmdutil.PasswordSpec.Source(s)
 	if tty, ok := e.Stdin.(*os.File); ok {
 		src.TTY, src.Out, src.Prompt = tty, e.Stderr, "Password for "+login+": "
 	}

@@ -53,7 +53,7 @@ func login(c *cli.Context, fac *factory.Factory) error {
 	if flow != "device" && flow != "code" {
 		return cmdutil.UsageErr(fmt.Errorf("--flow %q: want device or code", flow))
 	}
-	if err := cmdutil.Missing(cmdutil.FlagNeed(c, "space"), cmdutil.FlagNeed(c, "auth-url"), cmdutil.FlagNeed(c, "client-id"), cmdutil.ClientSecretSecret.Need(s)); err != nil {
+	if err := cmdutil.Missing(cmdutil.FlagNeed(c, "space"), cmdutil.FlagNeed(c, "auth-url"), cmdutil.FlagNeed(c, "client-id"), cmdutil.ClientSecretSpec.Need(s)); err != nil {
 		return err
 	}
 	store, err := fac.OIDCRecords()

@@ -38,9 +38,9 @@ var setupKeys = []string{"space", "base-url", "api-url", "auth-url", "client-id"
 var setupVars = map[string]string{
 	"space": "SIGNAGENT_SPACE", "base-url": "SIGNAGENT_BASE_URL", "api-url": "SIGNAGENT_API_URL",
 	"auth-url": "SIGNAGENT_AUTH_URL", "client-id": "SIGNAGENT_CLIENT_ID",
-	"client-secret-file": cmdutil.ClientSecretSecret.Env + "_FILE", "api-key-file": cmdutil.APIKeySecret.Env + "_FILE",
-	"developer-key-file": cmdutil.DeveloperKeySecret.Env + "_FILE", "module": pkcs11.ModuleEnv,
-	"softhsm2-conf": settings.EnvKeys["softhsm2-conf"], "key": "SIGNAGENT_KEY_URI", "pin-file": cmdutil.PINSecret.Env + "_FILE",
+	"client-secret-file": cmdutil.ClientSecretSpec.Env + "_FILE", "api-key-file": cmdutil.APIKeySpec.Env + "_FILE",
+	"developer-key-file": cmdutil.DeveloperKeySpec.Env + "_FILE", "module": pkcs11.ModuleEnv,
+	"softhsm2-conf": settings.EnvKeys["softhsm2-conf"], "key": "SIGNAGENT_KEY_URI", "pin-file": cmdutil.PINSpec.Env + "_FILE",
 }
 
 // setupPaths are the keys that name a file: kept as absolute paths, as

@@ -94,7 +94,7 @@ func sign(c *cli.Context, f *factory.Factory) error {
 		}
 		return signWithAgent(c, e, cl, outs)
 	}
-	if err := cmdutil.Missing(cmdutil.APIKeySecret.Need(settings.Of(c))); err != nil {
+	if err := cmdutil.Missing(cmdutil.APIKeySpec.Need(settings.Of(c))); err != nil {
 		return err
 	}
 	text, cred, stamp, err := buildText(c)

@@ -80,7 +80,7 @@ func sessionCommand(f *factory.Factory) *cli.Command {
 				}
 				return printSession(c, e, &trusted.Session{Sid: resp.Sid, Kind: cred.Kind, ObtainedAt: resp.ObtainedAt})
 			}
-			if err := cmdutil.Missing(cmdutil.APIKeySecret.Need(settings.Of(c)), cmdutil.FlagNeed(c, "base-url")); err != nil {
+			if err := cmdutil.Missing(cmdutil.APIKeySpec.Need(settings.Of(c)), cmdutil.FlagNeed(c, "base-url")); err != nil {
 				return err
 			}
 			key, err := cmdutil.APIKey(c)
