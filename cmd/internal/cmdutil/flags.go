@@ -16,10 +16,13 @@ import (
 )
 
 const (
-	catToken      = "Token"
+	catToken = "Token"
+	// CatCredential heads the credential flags (--phone, --snils, ...).
 	CatCredential = "Credential"
-	CatService    = "Service"
-	CatOutput     = "Output"
+	// CatService heads the trusted service's flags.
+	CatService = "Service"
+	// CatOutput heads the flags that shape what a command writes.
+	CatOutput = "Output"
 )
 
 // TokenFlags select the module, token, key and certificate. There is no flag
@@ -57,6 +60,8 @@ func Pick(all []cli.Flag, names ...string) []cli.Flag {
 	return out
 }
 
+// Selection is the token and key the command's settings select, a PIN
+// prompt allowed (see SelectionFrom).
 func Selection(c *cli.Context) (pkcs11.Selection, error) {
 	return SelectionFrom(settings.Of(c), true)
 }
@@ -104,6 +109,8 @@ func SelectionFrom(c *settings.Settings, prompt bool) (pkcs11.Selection, error) 
 	return sel, nil
 }
 
+// CredentialFlags name the user whose text is signed: one of --phone,
+// --snils or --thumbprint, and the signed text's --timestamp.
 func CredentialFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "phone", Category: CatCredential, Usage: "the user's 10-digit `PHONE` (+7, 7 or 8 prefix, spaces, dashes and parentheses allowed)"},
@@ -114,6 +121,8 @@ func CredentialFlags() []cli.Flag {
 	}
 }
 
+// Credential is the one credential the flags give, checked and
+// normalized.
 func Credential(c *cli.Context) (canonical.Credential, error) {
 	var given []canonical.Kind
 	var value string
@@ -133,6 +142,7 @@ func Credential(c *cli.Context) (canonical.Credential, error) {
 	return canonical.Parse(given[0], value, canonical.Options{AllowLegacySNILS: c.Bool("legacy-snils")})
 }
 
+// Timestamp is --timestamp, else now (canonical.Now).
 func Timestamp(c *cli.Context) (time.Time, error) {
 	if s := c.String("timestamp"); c.IsSet("timestamp") {
 		return canonical.ParseTimestamp(s)
@@ -140,6 +150,7 @@ func Timestamp(c *cli.Context) (time.Time, error) {
 	return canonical.Now(), nil
 }
 
+// APIKeyFlags name the partner's API key file (never the key itself).
 func APIKeyFlags() []cli.Flag {
 	return []cli.Flag{APIKeySpec.FlagWith(CatService, "")}
 }
@@ -148,6 +159,8 @@ func APIKeyFlags() []cli.Flag {
 // its sources). It never comes from argv.
 func APIKey(c *cli.Context) (string, error) { return APIKeyFrom(settings.Of(c)) }
 
+// APIKeyFrom reads the API key from its sources in c's settings,
+// checked.
 func APIKeyFrom(c *settings.Settings) (string, error) {
 	return APIKeySpec.Read(c, canonical.NormalizeAPIKey, canonical.ErrInvalidAPIKey)
 }

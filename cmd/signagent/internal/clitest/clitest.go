@@ -29,6 +29,8 @@ var Commands = map[string]func(){"signagent": app.Main, "signagent-emulator": em
 // scripts set their own HOME.
 type Isolated struct{ M *testing.M }
 
+// Run runs the tests with XDG_CONFIG_HOME a directory of their own,
+// removed after.
 func (i Isolated) Run() int {
 	dir, err := os.MkdirTemp("", "signagent-test-config")
 	if err != nil {
