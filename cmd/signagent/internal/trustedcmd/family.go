@@ -10,7 +10,7 @@ import (
 func Family(f *factory.Factory) cmdutil.Family {
 	e := f.Env
 	return cmdutil.Family{Category: "Auth.sid by trusted authentication", Commands: []cmdutil.Command{
-		{Command: canonicalCommand(e)},
+		{Command: canonicalCommand(f)},
 		{Command: signCommand(f)},
 		{Command: verifyCommand(e)},
 		{Command: linkCommand(f)},

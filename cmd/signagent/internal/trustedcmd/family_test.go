@@ -1,6 +1,7 @@
 package trustedcmd_test
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -8,11 +9,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/signagent/internal/clitest"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
+	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/signer/signertest"
 )
 
@@ -55,6 +59,27 @@ func TestTrustedFamily(t *testing.T) {
 		code, _, stderr := clitest.Run(t, "", "link", "--phone", "9160000000", "--service-user-id", "crm-43", "--base-url", emu.URL(), "--api-key-file", keyFile)
 		if code != cmdutil.ExitRefused {
 			t.Fatalf("an unknown phone: exit %d, want %d; stderr %q", code, cmdutil.ExitRefused, stderr)
+		}
+	})
+	t.Run("verify", func(t *testing.T) {
+		// A signature made in memory with the partner's key (a software
+		// key: verify reads files, whatever signed them).
+		dir := t.TempDir()
+		text := []byte("apikey=x\r\nid=9161234567\r\ntimestamp=01.02.2024 10:00:00\r\n")
+		der, err := (&signer.CMS{Key: key, Cert: cert, Options: signer.Options{Hash: crypto.SHA256}}).SignText(t.Context(), text, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sig, content, changed := filepath.Join(dir, "sig.der"), filepath.Join(dir, "text"), filepath.Join(dir, "changed")
+		os.WriteFile(sig, der, 0o600)
+		os.WriteFile(content, text, 0o600)
+		os.WriteFile(changed, append([]byte("x"), text...), 0o600)
+		code, out, stderr := clitest.Run(t, "", "verify", "--signature", sig, "--content", content, "--json")
+		if code != 0 || !strings.Contains(out, `"valid": true`) || !strings.Contains(out, canonical.ThumbprintOf(cert)) {
+			t.Fatalf("exit %d, stdout %q, stderr %q", code, out, stderr)
+		}
+		if code, out, _ := clitest.Run(t, "", "verify", "--signature", sig, "--content", changed); code == 0 {
+			t.Fatalf("a changed content verified: %q", out)
 		}
 	})
 	t.Run("sign without API key", func(t *testing.T) {

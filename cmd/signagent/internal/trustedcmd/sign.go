@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -20,7 +21,7 @@ import (
 	"github.com/signagent/signagent/signer"
 )
 
-func canonicalCommand(e *cmdutil.Env) *cli.Command {
+func canonicalCommand(f *factory.Factory) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent canonical --phone 9161234567 | od -c | head"),
 		Name:        "canonical",
@@ -28,30 +29,58 @@ func canonicalCommand(e *cmdutil.Env) *cli.Command {
 		UsageText:   "signagent canonical --phone P | --snils S | --thumbprint T [--timestamp \"dd.MM.yyyy HH:mm:ss\"]",
 		Flags:       append(cmdutil.CredentialFlags(), cmdutil.APIKeyFlags()...),
 		Action: func(c *cli.Context) error {
-			text, _, _, err := buildText(c)
+			o, err := readText(c)
 			if err != nil {
 				return err
 			}
-			_, err = e.Stdout.Write(text)
+			text, err := o.text(f.Settings())
+			if err != nil {
+				return err
+			}
+			_, err = f.Stdout.Write(text)
 			return err
 		},
 	}
 }
 
-func buildText(c *cli.Context) ([]byte, canonical.Credential, string, error) {
+// textOptions name the signed text: the user's credential and its
+// timestamp (--timestamp, else now).
+type textOptions struct {
+	Cred canonical.Credential
+	TS   time.Time
+}
+
+// readText reads the credential flags.
+func readText(c *cli.Context) (textOptions, error) {
 	cred, err := cmdutil.Credential(c)
 	if err != nil {
-		return nil, cred, "", err
+		return textOptions{}, err
 	}
 	ts, err := cmdutil.Timestamp(c)
+	return textOptions{Cred: cred, TS: ts}, err
+}
+
+// text is the signed text, with the API key from its sources in s.
+func (o textOptions) text(s *settings.Settings) ([]byte, error) {
+	key, err := cmdutil.APIKeyFrom(s)
 	if err != nil {
-		return nil, cred, "", err
+		return nil, err
 	}
-	key, err := cmdutil.APIKey(c)
+	return canonical.Text(key, o.Cred, o.TS), nil
+}
+
+// buildText is the signed text the flags name, its credential and its
+// timestamp as the service spells it.
+func buildText(c *cli.Context) ([]byte, canonical.Credential, string, error) {
+	o, err := readText(c)
 	if err != nil {
-		return nil, cred, "", err
+		return nil, o.Cred, "", err
 	}
-	return canonical.Text(key, cred, ts), cred, canonical.FormatTimestamp(ts), nil
+	text, err := o.text(settings.Of(c))
+	if err != nil {
+		return nil, o.Cred, "", err
+	}
+	return text, o.Cred, canonical.FormatTimestamp(o.TS), nil
 }
 
 func signCommand(f *factory.Factory) *cli.Command {
