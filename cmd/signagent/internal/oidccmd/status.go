@@ -1,6 +1,7 @@
 package oidccmd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,13 +11,13 @@ import (
 
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/oidc"
 )
 
 func tokenCommand(f *factory.Factory) *cli.Command {
-	e := f.Env
 	return &cli.Command{
 		Description: cmdutil.SecretOutput("the access token") + cmdutil.Examples("curl -H \"Authorization: Bearer $(signagent token)\" URL", "signagent token --json"),
 		Name:        "token",
@@ -28,31 +29,55 @@ func tokenCommand(f *factory.Factory) *cli.Command {
 			if err := cmdutil.NoArgs(c); err != nil { // not in main's Before: "check" is an argument there
 				return err
 			}
-			rec, err := oidcTokenHereOrAgent(c, f)
-			if err != nil {
-				return err
-			}
-			if c.Bool("json") {
-				return cmdutil.WriteJSON(e, map[string]any{"accessToken": rec.AccessToken, "expiresAt": cmdutil.JSONTime(rec.Expiry), "profile": rec.Profile})
-			}
-			_, err = fmt.Fprintln(e.Stdout, rec.AccessToken)
-			return err
+			return runToken(c.Context, f, readProfile(c))
 		},
 	}
+}
+
+// profileOptions are what token, status and logout are told: the
+// profile, and each its own switches.
+type profileOptions struct {
+	Profile string
+	JSON    bool
+	// All: status lists every profile of the local token store.
+	All bool
+	// LocalOnly: logout removes the tokens without asking the provider
+	// to revoke the refresh token.
+	LocalOnly bool
+}
+
+// readProfile reads the profile's flags (a command's missing switches
+// read false).
+func readProfile(c *cli.Context) profileOptions {
+	return profileOptions{Profile: settings.Of(c).String("profile"), JSON: c.Bool("json"), All: c.Bool("all"), LocalOnly: c.Bool("local-only")}
+}
+
+// runToken prints the profile's access token, from the running agent or
+// the token store here.
+func runToken(ctx context.Context, f *factory.Factory, o profileOptions) error {
+	rec, err := oidcTokenHereOrAgent(ctx, f, o.Profile)
+	if err != nil {
+		return err
+	}
+	if o.JSON {
+		return cmdutil.WriteJSON(f.Env, map[string]any{"accessToken": rec.AccessToken, "expiresAt": cmdutil.JSONTime(rec.Expiry), "profile": rec.Profile})
+	}
+	_, err = fmt.Fprintln(f.Stdout, rec.AccessToken)
+	return err
 }
 
 // oidcTokenHereOrAgent is the profile's token from the running agent, when
 // one is asked (its record holds the access token and expiry only), else
 // from the token store here.
-func oidcTokenHereOrAgent(c *cli.Context, f *factory.Factory) (*oidc.Record, error) {
+func oidcTokenHereOrAgent(ctx context.Context, f *factory.Factory, profile string) (*oidc.Record, error) {
 	cl, err := f.Agent()
 	if err != nil || cl == nil {
 		if err != nil {
 			return nil, err
 		}
-		return oidcToken(c, f)
+		return oidcToken(ctx, f, profile)
 	}
-	resp, err := f.AgentAuthorization(c.Context, cl, authz.SchemeOIDC)
+	resp, err := f.AgentAuthorization(ctx, cl, authz.SchemeOIDC)
 	if err != nil {
 		return nil, err
 	}
@@ -60,11 +85,10 @@ func oidcTokenHereOrAgent(c *cli.Context, f *factory.Factory) (*oidc.Record, err
 	if !ok {
 		return nil, errdefs.Mark(errors.New("the agent's OpenID Connect header is not a bearer token"), errdefs.ErrUnreachable)
 	}
-	return &oidc.Record{Profile: f.Settings().String("profile"), AccessToken: tok, Expiry: resp.ExpiresAt}, nil
+	return &oidc.Record{Profile: profile, AccessToken: tok, Expiry: resp.ExpiresAt}, nil
 }
 
 func statusCommand(f *factory.Factory) *cli.Command {
-	e := f.Env
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent status", "signagent status --json"),
 		Name:        "status",
@@ -72,28 +96,30 @@ func statusCommand(f *factory.Factory) *cli.Command {
 		Flags: cmdutil.Concat([]cli.Flag{factory.ProfileFlag()}, cmdutil.Pick(factory.OIDCFlags(), "token-store"), []cli.Flag{
 			&cli.BoolFlag{Name: "all", Category: cmdutil.CatOIDC, Usage: "every profile of the local token store, one line each (--json: a list)"},
 			&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print it as JSON"}}, factory.StoreFlags()),
-		Action: func(c *cli.Context) error {
-			s := f.Settings()
-			store, err := f.OIDCRecords()
-			if err != nil {
-				return err
-			}
-			if c.Bool("all") {
-				return statusAll(c, e, store)
-			}
-			rec, err := store.Load(s.String("profile"))
-			if errors.Is(err, oidc.ErrSignIn) && c.Bool("json") {
-				// Signed out is an answer, not a failure, for a script
-				// that asks: exit 0 with signedIn false and why.
-				return cmdutil.WriteJSON(e, map[string]any{"profile": s.String("profile"), "signedIn": false,
-					"reason": err.Error()})
-			}
-			if err != nil {
-				return err
-			}
-			return printStatus(e, rec, c.Bool("json"))
-		},
+		Action: func(c *cli.Context) error { return runStatus(f, readProfile(c)) },
 	}
+}
+
+// runStatus says who the profile (or, with All, each local profile) is
+// signed in as; no token is shown.
+func runStatus(f *factory.Factory, o profileOptions) error {
+	store, err := f.OIDCRecords()
+	if err != nil {
+		return err
+	}
+	if o.All {
+		return statusAll(f.Env, store, o.JSON)
+	}
+	rec, err := store.Load(o.Profile)
+	if errors.Is(err, oidc.ErrSignIn) && o.JSON {
+		// Signed out is an answer, not a failure, for a script that
+		// asks: exit 0 with signedIn false and why.
+		return cmdutil.WriteJSON(f.Env, map[string]any{"profile": o.Profile, "signedIn": false, "reason": err.Error()})
+	}
+	if err != nil {
+		return err
+	}
+	return printStatus(f.Env, rec, o.JSON)
 }
 
 func printStatus(e *cmdutil.Env, r *oidc.Record, asJSON bool) error {
@@ -133,22 +159,24 @@ func logoutCommand(f *factory.Factory) *cli.Command {
 		Usage: "revoke the profile's refresh token at the provider and remove its tokens from the token store",
 		Flags: cmdutil.Concat(oidcFlags(), []cli.Flag{factory.ProfileFlag(),
 			&cli.BoolFlag{Name: "local-only", Category: cmdutil.CatOIDC, Usage: "remove the tokens here without asking the provider to revoke the refresh token"}}),
-		Action: func(c *cli.Context) error { return logout(c, f) },
+		Action: func(c *cli.Context) error { return runLogout(c.Context, f, readProfile(c)) },
 	}
 }
 
-func logout(c *cli.Context, f *factory.Factory) error {
-	s, e := f.Settings(), f.Env
+// runLogout revokes the profile's refresh token at the provider (unless
+// LocalOnly) and removes its tokens from the store.
+func runLogout(ctx context.Context, f *factory.Factory, o profileOptions) error {
+	e := f.Env
 	store, err := f.OIDCRecords()
 	if err != nil {
 		return err
 	}
-	profile := s.String("profile")
+	profile := o.Profile
 	if err := oidc.CheckProfile(profile); err != nil {
 		return err
 	}
 	revoked := ""
-	if !c.Bool("local-only") {
+	if !o.LocalOnly {
 		rec, err := store.Load(profile)
 		switch {
 		case errors.Is(err, oidc.ErrSignIn):
@@ -164,7 +192,7 @@ func logout(c *cli.Context, f *factory.Factory) error {
 			if err != nil {
 				return err
 			}
-			ok, err := client.Revoke(c.Context, rec)
+			ok, err := client.Revoke(ctx, rec)
 			if err != nil {
 				return fmt.Errorf("the refresh token of profile %s was not revoked and nothing was removed: %w (signagent logout --local-only removes the tokens here without asking)", profile, err)
 			}
@@ -188,7 +216,7 @@ func logout(c *cli.Context, f *factory.Factory) error {
 
 // statusAll lists every profile of the local token store with its state,
 // as gh auth status lists its hosts.
-func statusAll(c *cli.Context, e *cmdutil.Env, store oidc.Records) error {
+func statusAll(e *cmdutil.Env, store oidc.Records, asJSON bool) error {
 	local, ok := store.(oidc.Files)
 	if !ok {
 		return cmdutil.UsageErr(errors.New("--all lists the local token store's profiles; a shared store is asked one profile at a time (--profile)"))
@@ -216,7 +244,7 @@ func statusAll(c *cli.Context, e *cmdutil.Env, store oidc.Records) error {
 		}
 		rows = append(rows, r)
 	}
-	if c.Bool("json") {
+	if asJSON {
 		return cmdutil.WriteJSON(e, rows)
 	}
 	w := cmdutil.Table(e, len(rows), "No profile is signed in (signagent login).", "PROFILE\tSIGNED IN AS\tSPACE\tACCESS TOKEN EXPIRES\tREFRESH TOKEN")
@@ -239,12 +267,12 @@ func statusAll(c *cli.Context, e *cmdutil.Env, store oidc.Records) error {
 
 // oidcToken is the profile's access token from the token store here,
 // refreshed when it has less than --refresh-before left.
-func oidcToken(c *cli.Context, f *factory.Factory) (*oidc.Record, error) {
+func oidcToken(ctx context.Context, f *factory.Factory, profile string) (*oidc.Record, error) {
 	tk, err := f.OIDCTokens()
 	if err != nil {
 		return nil, err
 	}
-	rec, cached, err := tk.Token(c.Context, f.Settings().String("profile"))
+	rec, cached, err := tk.Token(ctx, profile)
 	if err != nil {
 		return nil, err
 	}
