@@ -135,7 +135,7 @@ type Config struct {
 	SchemeList []schemes.Entry
 	// SharedStore, when set, holds the records the agents on it share:
 	// the trusted sessions, and the schemes' (lent as schemes.Deps.Store;
-	// the OpenID Connect records are in Schemes.OIDC.Store).
+	// the OpenID Connect records are in Schemes.OIDC.Records).
 	SharedStore store.Records
 
 	Log zerolog.Logger

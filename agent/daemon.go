@@ -237,6 +237,10 @@ func (d *Daemon) ReopenAudit() error {
 	return d.audit.Reopen()
 }
 
+// Reload applies cfg: everything reloadable is built and checked first,
+// then swapped in at once (one new state); a reload that fails leaves the
+// agent as it was. Listen addresses and the like change only on restart
+// (it warns).
 func (d *Daemon) Reload(cfg Config) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -174,7 +174,7 @@ func start(t testing.TB, o options) *harness {
 	}
 	if o.oidc {
 		h.store = h.signInOIDC(t)
-		cfg.Schemes.OIDC = &oidc.Tokens{Store: h.store, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
+		cfg.Schemes.OIDC = &schemes.OIDCSettings{Records: h.store, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
 	}
 	h.serve(t, cfg, o.bearer)
 	return h

@@ -133,7 +133,7 @@ func runStoreOutage(t testing.TB, plan outagePlan) *outageFigures {
 		}
 		a.reload(t, func(c *agent.Config) {
 			c.SharedStore = r
-			c.Schemes.OIDC = &oidc.Tokens{Store: &oidc.InStore{S: r, Name: srv.URL()}, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
+			c.Schemes.OIDC = &schemes.OIDCSettings{Records: &oidc.InStore{S: r, Name: srv.URL()}, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
 			c.Schemes.Legacy = &schemes.LegacySettings{Client: &legacy.Config{APIURL: h.emu.URL(), DeveloperKey: devKey, Settings: httpx.Settings{Backoff: time.Millisecond}},
 				Passwords: map[string]string{"alice@example.com": alicePassword}}
 			c.Policy.ExposeLegacyHeader = true

@@ -48,7 +48,7 @@ func TestAgentSharedStore(t *testing.T) {
 	}
 	h.store.Remove("default") // only the shared store has it now
 	h.reload(t, func(c *agent.Config) {
-		c.Schemes.OIDC = &oidc.Tokens{Store: shared, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
+		c.Schemes.OIDC = &schemes.OIDCSettings{Records: shared, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
 		c.SharedStore = r // one store for every scheme, as serve hands it over
 	})
 
@@ -290,7 +290,7 @@ func shareOIDC(t testing.TB, from, to *harness, key byte) (*storetest.Server, st
 		t.Fatal(err)
 	}
 	to.reload(t, func(c *agent.Config) {
-		c.Schemes.OIDC = &oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return from.oidcClient(t), nil }}
+		c.Schemes.OIDC = &schemes.OIDCSettings{Records: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return from.oidcClient(t), nil }}
 		c.SharedStore = r
 	})
 	return srv, r
@@ -350,7 +350,7 @@ func TestAgentSharedStoreTampered(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.reload(t, func(c *agent.Config) {
-		c.Schemes.OIDC = &oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
+		c.Schemes.OIDC = &schemes.OIDCSettings{Records: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
 		c.SharedStore = r
 	})
 	if got := storetest.Command(srv.Addr, "HSET", "signagent:{"+sealer.Name("oidc", "default")+"}", "v", "forged-by-someone"); got != "0" {
@@ -400,7 +400,7 @@ func sharedOIDC(t *testing.T, h *harness, sealer *store.Sealer) (*redis.Client, 
 		t.Fatal(err)
 	}
 	h.reload(t, func(c *agent.Config) {
-		c.Schemes.OIDC = &oidc.Tokens{Store: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
+		c.Schemes.OIDC = &schemes.OIDCSettings{Records: sh, Client: func(*oidc.Record) (*oidc.Client, error) { return h.oidcClient(t), nil }}
 		c.SharedStore = r
 	})
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})

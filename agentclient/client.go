@@ -120,6 +120,7 @@ type Error struct {
 	RetryAfter time.Duration
 }
 
+// Error says the agent's status and its answer's code and message.
 func (e *Error) Error() string {
 	return fmt.Sprintf("signagent agent: HTTP %d %s: %s", e.Status, e.Body.Code, e.Body.Message)
 }

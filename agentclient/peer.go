@@ -36,6 +36,7 @@ type PeerError struct {
 	Self int
 }
 
+// Error says which process serves the socket and why it is not trusted.
 func (e *PeerError) Error() string {
 	who := "uid " + strconv.Itoa(e.UID)
 	if e.User != "" {

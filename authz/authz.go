@@ -116,6 +116,7 @@ type RefusedError struct {
 // Is gives the error its kind, errdefs.ErrRefused.
 func (e *RefusedError) Is(target error) bool { return target == errdefs.ErrRefused }
 
+// Error says what the service refused.
 func (e *RefusedError) Error() string {
 	msg := fmt.Sprintf("the service refused %s (HTTP %d", e.Identity, e.Status)
 	if e.Code != "" {

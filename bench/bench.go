@@ -154,6 +154,8 @@ func JSON(w io.Writer, header map[string]any, rows []*Result, base *Result) erro
 	return enc.Encode(header)
 }
 
+// Table writes rows as an aligned table, each rate also as a ratio of
+// base's (the raw token rate), to w.
 func Table(w io.Writer, rows []*Result, base *Result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "what\tconc\tops/s\tvs raw\tp50\tp99\tp99.9\terrors\tnote\t")

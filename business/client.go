@@ -78,6 +78,7 @@ type Error struct {
 	BoxID   string // the box asked about, for 403/404
 }
 
+// Error says the method, the status and the service's code and message.
 func (e *Error) Error() string {
 	var hint string
 	switch {

@@ -141,6 +141,7 @@ type BackoffError struct {
 	Wait       time.Duration
 }
 
+// Error says how long certificate logins are held back, and why.
 func (e *BackoffError) Error() string {
 	return fmt.Sprintf("certificate login for %s: the last one failed after the service's challenge; the next is allowed in %s (the wait doubles with each failure, up to %s)",
 		e.Thumbprint, e.Wait.Round(time.Second), FloorMax)

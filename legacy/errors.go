@@ -35,6 +35,8 @@ type ServiceError struct {
 	RetryAfter time.Duration
 }
 
+// Error is the call, the status and the service's answer on one line,
+// with a hint where one is known.
 func (e *ServiceError) Error() string {
 	return httpx.AnswerLine(e.Call, "the service", e.Status, e.Code, e.Message, e.hint())
 }

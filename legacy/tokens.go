@@ -42,6 +42,7 @@ type Identity struct {
 	Drop func() bool
 }
 
+// String names the identity without a secret: its way in and subject.
 func (id Identity) String() string { return string(id.By) + " " + id.Subject }
 
 func (id Identity) cacheKey() string {

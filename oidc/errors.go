@@ -33,6 +33,8 @@ type ProviderError struct {
 	kind        error  // ErrDenied, ErrExpired, ErrSignIn or nil
 }
 
+// Error is the step, the status and the provider's answer on one line,
+// with a hint where one is known.
 func (e *ProviderError) Error() string {
 	return httpx.AnswerLine(e.Step, idp, e.Status, e.Code, e.Description, e.hint())
 }
@@ -51,6 +53,7 @@ func (e *ProviderError) hint() string {
 	return ""
 }
 
+// Unwrap is the error's kind (sign in again, refused, failing, ...).
 func (e *ProviderError) Unwrap() error { return e.kind }
 
 // Is gives a provider's refusal its kind, errdefs.ErrRefused (a refusal

@@ -62,6 +62,8 @@ func (r *Receiver) Close() {
 	r.srv.Shutdown(ctx)
 }
 
+// ServeHTTP takes the provider's redirect on the registered path (a code
+// or an error) and hands its query to Redirects; anything else is 404.
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	q := req.URL.Query()
 	if req.URL.Path != r.path || (q.Get("code") == "" && q.Get("error") == "") {

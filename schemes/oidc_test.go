@@ -92,7 +92,7 @@ func TestOIDCReloadKeepsTheUnsavedRecord(t *testing.T) {
 
 	was := &refusingSaves{InStore: openShared(t, srv.URL())}
 	was.refuse.Store(true)
-	first, err := Build(nil, Settings{OIDC: &oidc.Tokens{Store: was, Client: client}}, Deps{})
+	first, err := Build(nil, Settings{OIDC: &OIDCSettings{Records: was, Client: client}}, Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,11 +107,14 @@ func TestOIDCReloadKeepsTheUnsavedRecord(t *testing.T) {
 	}
 
 	next := openShared(t, srv.URL())
-	nextTokens := &oidc.Tokens{Store: next, Client: client}
-	defer nextTokens.Close()
-	second, err := Build(nil, Settings{OIDC: nextTokens}, Deps{Was: first})
+	second, err := Build(nil, Settings{OIDC: &OIDCSettings{Records: next, Client: client}}, Deps{Was: first})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, s := range second {
+		if o, ok := s.(oidcScheme); ok {
+			defer o.Tokens.Close()
+		}
 	}
 	was.S.(*store.Shared).Close() // the reload closes the old store
 	if au, err = second.Authorizer(sel); err != nil {

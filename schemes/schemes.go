@@ -63,12 +63,31 @@ func List() []Entry {
 type Settings struct {
 	// Legacy is the legacy scheme's client and accounts.
 	Legacy *LegacySettings
-	// OIDC is the token store an operator signed in to with signagent
-	// login (its records local or shared) and the client that refreshes.
-	OIDC *oidc.Tokens
+	// OIDC is where the profiles operators signed in with signagent
+	// login are kept and how they are refreshed; the scheme builds its
+	// cache of tokens from it.
+	OIDC *OIDCSettings
 	// Off says why a scheme is off, by name, where the command knows it
 	// better than "not configured" (a client it could not make).
 	Off map[string]error
+}
+
+// OIDCSettings are the OpenID Connect scheme's: the records of the
+// signed-in profiles (local files or a shared store) and how a profile's
+// tokens are refreshed. OIDC builds the tokens' cache (oidc.Tokens) from
+// them.
+type OIDCSettings struct {
+	// Records keep the profiles' records.
+	Records oidc.Records
+	// Client is the client that refreshes rec (its provider and
+	// client_id, with the configured secret).
+	Client func(rec *oidc.Record) (*oidc.Client, error)
+	// Before is how much life an access token must have left to be used
+	// (0: oidc.Tokens' default).
+	Before time.Duration
+	// RefreshLifetime is how long a refresh token lasts (0:
+	// oidc.DefaultRefreshLifetime).
+	RefreshLifetime time.Duration
 }
 
 // Deps are what the caller (the agent, or a command) lends the schemes;
@@ -173,18 +192,19 @@ var errOIDCNotConfigured = errdefs.New(errdefs.ErrNotConfigured, "the OpenID Con
 // caller has no client secret.
 var ErrOIDCSecret = errdefs.New(errdefs.ErrNotConfigured, "the agent has no OpenID Connect client secret (SIGNAGENT_CLIENT_SECRET or --client-secret-file), so it cannot refresh tokens")
 
-// OIDC is a profile's Bearer header from the token store of s.OIDC,
-// refreshed ahead of expiry.
+// OIDC is a profile's Bearer header from the records of s.OIDC,
+// refreshed ahead of expiry: its cache of tokens is built here, and on a
+// reload takes over the one it replaces.
 func OIDC(s Settings, d Deps) (authz.Scheme, error) {
-	t := s.OIDC
 	was, _ := d.was(authz.SchemeOIDC).(oidcScheme)
-	if t == nil {
+	if s.OIDC == nil {
 		if was.Tokens != nil {
 			was.Tokens.Close() // its writer of unsaved records ends
 		}
 		return s.off(authz.SchemeOIDC, errOIDCNotConfigured), nil
 	}
-	if was.Tokens != nil && was.Tokens != t {
+	t := &oidc.Tokens{Store: s.OIDC.Records, Client: s.OIDC.Client, Before: s.OIDC.Before, RefreshLifetime: s.OIDC.RefreshLifetime}
+	if was.Tokens != nil {
 		// A reload: the refreshed records the store has not taken yet
 		// (and their leases) are the new Tokens' now; the old one's
 		// writer ends.

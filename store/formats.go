@@ -53,6 +53,8 @@ var ErrFormatNewer = errdefs.New(errdefs.ErrStoreFormatNewer, "a record in the s
 // to Reads.
 type FormatError struct{ Format, Reads int }
 
+// Error says the record is of a newer format than this agent reads, and
+// what to do.
 func (e *FormatError) Error() string {
 	return fmt.Sprintf("written by a newer signagent (format %d); this agent reads up to %d: finish the upgrade or roll back", e.Format, e.Reads)
 }

@@ -68,6 +68,7 @@ type ServiceError struct {
 	HasSkew bool
 }
 
+// Error says the step, the status and the service's answer.
 func (e *ServiceError) Error() string {
 	msg := fmt.Sprintf("%s: the service answered HTTP %d", e.Step, e.Status)
 	if e.Code != "" {

@@ -63,6 +63,7 @@ type Sessions struct {
 
 const minSweep = 1024
 
+// NewSessions is an empty cache of sessions, each kept for ttl.
 func NewSessions(ttl time.Duration) *Sessions {
 	return &Sessions{ttl: ttl, now: time.Now, entries: map[SessionKey]CachedSession{}, sweepAt: minSweep}
 }
@@ -94,6 +95,8 @@ func (c *Sessions) Drop(k SessionKey) bool {
 	return ok
 }
 
+// SetTTL changes how long sessions obtained from now on are kept (a
+// reload).
 func (c *Sessions) SetTTL(ttl time.Duration) {
 	c.mu.Lock()
 	c.ttl = ttl

@@ -68,7 +68,9 @@ type DevToken struct {
 }
 
 // Conf and PINFile are the token's configuration and PIN file.
-func (d DevToken) Conf() string    { return filepath.Join(d.Dir, "softhsm2.conf") }
+func (d DevToken) Conf() string { return filepath.Join(d.Dir, "softhsm2.conf") }
+
+// PINFile is the file holding the dev token's user PIN (mode 0600).
 func (d DevToken) PINFile() string { return filepath.Join(d.Dir, "pin") }
 
 func (d DevToken) kind() string {

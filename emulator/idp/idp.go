@@ -57,6 +57,8 @@ type Client struct {
 // Scopes the provider knows.
 var knownScopes = []string{"openid", "profile", "email", "offline_access", "Service.PublicAPI", "Service.PublicAPI.Staging"}
 
+// Check fills in the defaults and checks the configuration, its files
+// relative to dir.
 func (o *Config) Check(dir string) error {
 	defaults := []struct {
 		d *kit.Duration

@@ -36,6 +36,8 @@ type TransportError struct {
 	Err     error
 }
 
+// Error says what was attempted and the transport's error, made
+// printable.
 func (e *TransportError) Error() string {
 	what := cmp.Or(e.Step, e.Method)
 	var he *HeadError
@@ -52,6 +54,7 @@ func (e *TransportError) Error() string {
 	return fmt.Sprintf("%s: could not reach %s: %v", what, e.URL, e.Err)
 }
 
+// Unwrap is the transport's error.
 func (e *TransportError) Unwrap() error { return e.Err }
 
 // Is gives the error its kind: errdefs.ErrTimeout or errdefs.ErrUnreachable.

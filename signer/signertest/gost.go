@@ -7,6 +7,8 @@ import (
 	"testing"
 )
 
+// GOSTEngineConf is an OpenSSL configuration file loading the gost
+// engine (libengine-gost-openssl); the test fails when it is missing.
 func GOSTEngineConf(t testing.TB) string {
 	t.Helper()
 	out, err := exec.Command("dpkg", "-L", "libengine-gost-openssl").Output()
@@ -24,11 +26,16 @@ func GOSTEngineConf(t testing.TB) string {
 	return writeTemp(t, "gost.cnf", []byte(conf))
 }
 
+// OpenSSLVerifyGOST verifies a GOST CMS signature with openssl cms and
+// the gost engine, trusting ca, and returns its output.
 func OpenSSLVerifyGOST(t testing.TB, der, content []byte, ca []*x509.Certificate) (ok bool, output string) {
 	t.Helper()
 	return opensslVerify(t, der, content, ca, []string{"OPENSSL_CONF=" + GOSTEngineConf(t)})
 }
 
+// RequireGOSTExternalVerify fails the test unless GnuTLS and OpenSSL
+// (gost engine) both verify the GOST signature der over content, with
+// and without cert as the CA, and both refuse it over changed content.
 func RequireGOSTExternalVerify(t testing.TB, der, content []byte, cert *x509.Certificate) {
 	t.Helper()
 	for _, ca := range [][]*x509.Certificate{nil, {cert}} {

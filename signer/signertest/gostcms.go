@@ -11,6 +11,8 @@ import (
 	"testing"
 )
 
+// GOSTFixtureDir is the directory of the GOST CMS fixtures
+// (testdata/gostcms beside this file).
 func GOSTFixtureDir(t testing.TB) string {
 	t.Helper()
 	_, file, _, ok := runtime.Caller(0)
@@ -20,6 +22,7 @@ func GOSTFixtureDir(t testing.TB) string {
 	return filepath.Join(filepath.Dir(file), "testdata", "gostcms")
 }
 
+// GOSTFixture is the fixture file name's bytes.
 func GOSTFixture(t testing.TB, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(GOSTFixtureDir(t), name))
@@ -29,6 +32,9 @@ func GOSTFixture(t testing.TB, name string) []byte {
 	return b
 }
 
+// OpenSSLEncryptGOST seals content to cert with openssl cms -encrypt and
+// the gost engine (the CryptoPro-A S-box when cryptoProA, else TC26-Z),
+// as a GOST service would, and returns the DER.
 func OpenSSLEncryptGOST(t testing.TB, content []byte, cert *x509.Certificate, cryptoProA bool) []byte {
 	t.Helper()
 	NeedTool(t, "openssl")

@@ -264,7 +264,7 @@ func benchAPIKey(c *cli.Context) (string, error) {
 	if err == nil {
 		return k, nil
 	}
-	if cmdutil.APIKeySecret.Source(settings.Of(c)).Given() {
+	if cmdutil.APIKeySpec.Source(settings.Of(c)).Given() {
 		return "", cmdutil.UsageErr(err)
 	}
 	b := make([]byte, 16)

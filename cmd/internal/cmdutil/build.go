@@ -66,11 +66,13 @@ func ReadBuildInfo(ldflagsVersion, ldflagsCommit string, info *debug.BuildInfo, 
 	return b
 }
 
+// CurrentBuild is this binary's version, commit and Go version.
 func CurrentBuild() BuildInfo {
 	info, ok := debug.ReadBuildInfo()
 	return ReadBuildInfo(Version, Commit, info, ok)
 }
 
+// String is the build as --version prints it.
 func (b BuildInfo) String() string {
 	s := "signagent " + b.Version
 	if b.Commit != "" {

@@ -16,10 +16,13 @@ import (
 )
 
 const (
-	catToken      = "Token"
+	catToken = "Token"
+	// CatCredential heads the credential flags (--phone, --snils, ...).
 	CatCredential = "Credential"
-	CatService    = "Service"
-	CatOutput     = "Output"
+	// CatService heads the trusted service's flags.
+	CatService = "Service"
+	// CatOutput heads the flags that shape what a command writes.
+	CatOutput = "Output"
 )
 
 // TokenFlags select the module, token, key and certificate. There is no flag
@@ -36,7 +39,7 @@ func TokenFlags() []cli.Flag {
 		&cli.StringFlag{Name: "key-id", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_ID"}, Usage: "choose the key by CKA_ID in `HEX`"},
 		&cli.StringFlag{Name: "certificate-file", Category: catToken, EnvVars: []string{"SIGNAGENT_CERTIFICATE_FILE"}, Usage: "the key's certificate from `PATH` (PEM or DER) instead of the token's (a token may show none, as OpenSC's GOST cards)"},
 		OldCertFlag,
-		PINSecret.FlagWith(catToken, ", else a prompt on a terminal"),
+		PINSpec.FlagWith(catToken, ", else a prompt on a terminal"),
 		&cli.BoolFlag{Name: "allow-final-pin-try", Category: catToken, Usage: "log in even when the token says one more wrong PIN locks it"},
 		&cli.DurationFlag{Name: "token-timeout", Category: catToken, Value: 30 * time.Second, EnvVars: []string{"SIGNAGENT_TOKEN_TIMEOUT"}, Usage: "give up on opening the token, and on each token operation, after `DURATION`"},
 	}
@@ -58,6 +61,8 @@ func Pick(all []cli.Flag, names ...string) []cli.Flag {
 	return out
 }
 
+// Selection is the token and key the command's settings select, a PIN
+// prompt allowed (see SelectionFrom).
 func Selection(c *cli.Context) (pkcs11.Selection, error) {
 	return SelectionFrom(settings.Of(c), true)
 }
@@ -74,7 +79,7 @@ func SelectionFrom(c *settings.Settings, prompt bool) (pkcs11.Selection, error) 
 		Timeout:       c.Duration("token-timeout"),
 		AllowFinalTry: c.Bool("allow-final-pin-try"),
 	}
-	sel.PIN.File, _ = c.Place(PINSecret.flag) // the flag's file; the URI's pin-source is merged below
+	sel.PIN.File, _ = c.Place(PINSpec.flag) // the flag's file; the URI's pin-source is merged below
 	if id := c.String("key-id"); id != "" {
 		b, err := pkcs11.ParseKeyID(id)
 		if err != nil {
@@ -108,6 +113,8 @@ func SelectionFrom(c *settings.Settings, prompt bool) (pkcs11.Selection, error) 
 	return sel, nil
 }
 
+// CredentialFlags name the user whose text is signed: one of --phone,
+// --snils or --thumbprint, and the signed text's --timestamp.
 func CredentialFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "phone", Category: CatCredential, Usage: "the user's 10-digit `PHONE` (+7, 7 or 8 prefix, spaces, dashes and parentheses allowed)"},
@@ -118,6 +125,8 @@ func CredentialFlags() []cli.Flag {
 	}
 }
 
+// Credential is the one credential the flags give, checked and
+// normalized.
 func Credential(c *cli.Context) (canonical.Credential, error) {
 	var given []canonical.Kind
 	var value string
@@ -137,6 +146,7 @@ func Credential(c *cli.Context) (canonical.Credential, error) {
 	return canonical.Parse(given[0], value, canonical.Options{AllowLegacySNILS: c.Bool("legacy-snils")})
 }
 
+// Timestamp is --timestamp, else now (canonical.Now).
 func Timestamp(c *cli.Context) (time.Time, error) {
 	if s := c.String("timestamp"); c.IsSet("timestamp") {
 		return canonical.ParseTimestamp(s)
@@ -144,16 +154,19 @@ func Timestamp(c *cli.Context) (time.Time, error) {
 	return canonical.Now(), nil
 }
 
+// APIKeyFlags name the partner's API key file (never the key itself).
 func APIKeyFlags() []cli.Flag {
-	return []cli.Flag{APIKeySecret.FlagWith(CatService, "")}
+	return []cli.Flag{APIKeySpec.FlagWith(CatService, "")}
 }
 
 // APIKey returns the partner's API key (see secretSpec for the order of
 // its sources). It never comes from argv.
 func APIKey(c *cli.Context) (string, error) { return APIKeyFrom(settings.Of(c)) }
 
+// APIKeyFrom reads the API key from its sources in c's settings,
+// checked.
 func APIKeyFrom(c *settings.Settings) (string, error) {
-	return APIKeySecret.Read(c, canonical.NormalizeAPIKey, canonical.ErrInvalidAPIKey)
+	return APIKeySpec.Read(c, canonical.NormalizeAPIKey, canonical.ErrInvalidAPIKey)
 }
 
 // Examples is a command's help section of examples, one command a line.

@@ -64,6 +64,8 @@ func init() {
 // JSON line too.
 var JSONLogs atomic.Bool
 
+// NewLogger is the logger writing to w at level, in format (console or
+// json).
 func NewLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil || level == "" {

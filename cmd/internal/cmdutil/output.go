@@ -27,6 +27,7 @@ func IsTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
+// Concat is the flag sets one after another, in order.
 func Concat(sets ...[]cli.Flag) []cli.Flag {
 	var out []cli.Flag
 	for _, s := range sets {
@@ -35,6 +36,7 @@ func Concat(sets ...[]cli.Flag) []cli.Flag {
 	return out
 }
 
+// WriteJSON writes v to stdout as indented JSON.
 func WriteJSON(e *Env, v any) error {
 	enc := json.NewEncoder(e.Stdout)
 	enc.SetIndent("", "  ")
@@ -55,6 +57,7 @@ func Table(e *Env, n int, none, header string) *tabwriter.Writer {
 	return w
 }
 
+// NonNil is s, or an empty slice for nil (JSON [] rather than null).
 func NonNil[T any](s []T) []T {
 	if s == nil {
 		return []T{}

@@ -22,20 +22,23 @@ type secretSpec struct {
 	Env  string // "SIGNAGENT_API_KEY"
 }
 
-// Each one's Env is in secret.Vars: kept out of the processes signagent
-// starts (secret.ChildEnv).
+// The secrets' specs: where each is given (its file flag and variables),
+// not the secret itself nor its limits (pkcs11.PINSecret is the PIN's
+// source with the token's limits; PINSource joins the two). Each one's
+// Env is in secret.Vars: kept out of the processes signagent starts
+// (secret.ChildEnv).
 var (
-	PINSecret          = secretSpec{"the PIN", "pin-file", secret.PINEnv}
-	APIKeySecret       = secretSpec{"the API key", "api-key-file", secret.APIKeyEnv}
-	DeveloperKeySecret = secretSpec{"the developer key", "developer-key-file", secret.DeveloperKeyEnv}
-	PasswordSecret     = secretSpec{"the password", "password-file", secret.PasswordEnv}
-	SIDSecret          = secretSpec{"the auth.sid", "sid-file", secret.SIDEnv}
-	ClientSecretSecret = secretSpec{"the client secret", "client-secret-file", secret.ClientSecretEnv}
-	StorePassword      = secretSpec{"the store password", "store-password-file", secret.StorePasswordEnv}
+	PINSpec           = secretSpec{"the PIN", "pin-file", secret.PINEnv}
+	APIKeySpec        = secretSpec{"the API key", "api-key-file", secret.APIKeyEnv}
+	DeveloperKeySpec  = secretSpec{"the developer key", "developer-key-file", secret.DeveloperKeyEnv}
+	PasswordSpec      = secretSpec{"the password", "password-file", secret.PasswordEnv}
+	SIDSpec           = secretSpec{"the auth.sid", "sid-file", secret.SIDEnv}
+	ClientSecretSpec  = secretSpec{"the client secret", "client-secret-file", secret.ClientSecretEnv}
+	StorePasswordSpec = secretSpec{"the store password", "store-password-file", secret.StorePasswordEnv}
 )
 
 // secrets are all of them.
-var secrets = []secretSpec{PINSecret, APIKeySecret, DeveloperKeySecret, PasswordSecret, SIDSecret, ClientSecretSecret, StorePassword}
+var secrets = []secretSpec{PINSpec, APIKeySpec, DeveloperKeySpec, PasswordSpec, SIDSpec, ClientSecretSpec, StorePasswordSpec}
 
 // FlagWith is the secret's file flag, in category, its usage ending with more. It has no EnvVars: the variables are
 // Read by source, so that a file named on the command line, one named in
@@ -68,7 +71,7 @@ func (s secretSpec) Read(set *settings.Settings, parse func(string) (string, err
 // allows asking on a terminal (never in the daemon), naming the token by
 // its label when one is known.
 func PINSource(s *settings.Settings, prompt bool, label string) secret.Source {
-	src := PINSecret.Source(s)
+	src := PINSpec.Source(s)
 	limits := pkcs11.PINSecret(src.File)
 	src.Max, src.Parse = limits.Max, limits.Parse
 	if prompt {

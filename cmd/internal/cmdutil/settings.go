@@ -154,6 +154,7 @@ func applyFile(c *cli.Context, f *settings.File) error {
 	return nil
 }
 
+// IsListFlag says whether fl takes several values (a slice flag).
 func IsListFlag(fl cli.Flag) bool {
 	switch fl.(type) {
 	case *cli.StringSliceFlag, *cli.IntSliceFlag, *cli.Int64SliceFlag, *cli.UintSliceFlag, *cli.Float64SliceFlag:

@@ -26,7 +26,7 @@ func agentCommand(e *cmdutil.Env) *cli.Command {
 		return &cli.Command{
 			Name: name, Usage: usage,
 			Flags: cmdutil.Concat([]cli.Flag{
-				&cli.StringFlag{Name: "agent-sock", Category: factory.CatAgentUse, EnvVars: []string{agentclient.SocketEnv},
+				&cli.StringFlag{Name: "agent-sock", Category: cmdutil.CatAgentUse, EnvVars: []string{agentclient.SocketEnv},
 					Usage: "the agent's Unix socket `PATH` (default: the per-user agent's, " + agent.DefaultSocket() + ")"},
 				cmdutil.JSONFlag(shape),
 			}, cmdutil.SettingsFlags(true), cmdutil.LogFlags("Logging")),
@@ -53,7 +53,7 @@ func agentCommand(e *cmdutil.Env) *cli.Command {
 		Subcommands: []*cli.Command{
 			withFlags(sub("status", "the readiness of each part, the token and its queue, the identities held by scheme",
 				`{"socket","status","checks","token","queue","identities"}`, func(c *cli.Context, cl *agentclient.Client) error { return agentStatus(c, e, cl) }),
-				&cli.StringFlag{Name: "probe", Category: factory.CatAgentUse,
+				&cli.StringFlag{Name: "probe", Category: cmdutil.CatAgentUse,
 					Usage:  "answer by the exit status alone, as a container's probe: `KIND` live (GET /healthz: 0 when the agent serves) or ready (GET /readyz: 0 when the agent can serve, degraded included - a shared store, the service or the identity provider down; 1 when its own token or configuration cannot)",
 					Action: func(_ *cli.Context, v string) error { return probeKind(v) }}),
 			sub("identities", "the identities the agent holds a header for: scheme, identity, the header masked, expiry",
@@ -72,7 +72,7 @@ func runningAgent(c *cli.Context) (*agentclient.Client, error) {
 	c.App.Metadata["signagent/agent-sock"] = path
 	cl, err := agentclient.FromSocket(path)
 	if err != nil {
-		return nil, factory.AgentError(fmt.Errorf("the agent at %s cannot be reached: %w", path, err))
+		return nil, factory.AgentCallError(fmt.Errorf("the agent at %s cannot be reached: %w", path, err))
 	}
 	return cl, nil
 }
@@ -92,7 +92,7 @@ func agentStatus(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client) error {
 	ready, err := cl.Ready(ctx)
 	var ae *agentclient.Error
 	if err != nil && !(errors.As(err, &ae) && ae.Status == 503) {
-		return factory.AgentError(fmt.Errorf("the agent at %s: %w", path, err))
+		return factory.AgentCallError(fmt.Errorf("the agent at %s: %w", path, err))
 	}
 	// The identities, when this caller may see them (the authorizations
 	// route rule).
@@ -155,7 +155,7 @@ func agentStatus(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client) error {
 func agentIdentities(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client) error {
 	ids, err := cl.Identities(c.Context)
 	if err != nil {
-		return factory.AgentError(err)
+		return factory.AgentCallError(err)
 	}
 	if c.Bool("json") {
 		return cmdutil.WriteJSON(e, map[string]any{"identities": cmdutil.NonNil(ids)})
@@ -182,14 +182,14 @@ func agentProbe(ctx context.Context, cl *agentclient.Client, path, probe string)
 	switch probe {
 	case "live":
 		if err := cl.Alive(ctx); err != nil {
-			return factory.AgentError(fmt.Errorf("the agent at %s: %w", path, err))
+			return factory.AgentCallError(fmt.Errorf("the agent at %s: %w", path, err))
 		}
 		return nil
 	case "ready":
 		ready, err := cl.Ready(ctx)
 		var ae *agentclient.Error
 		if err != nil && !(errors.As(err, &ae) && ae.Status == 503) {
-			return factory.AgentError(fmt.Errorf("the agent at %s: %w", path, err))
+			return factory.AgentCallError(fmt.Errorf("the agent at %s: %w", path, err))
 		}
 		if err == nil {
 			return nil

@@ -26,7 +26,7 @@ import (
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 )
 
-func serveCommand(e *cmdutil.Env) *cli.Command {
+func serveCommand(f *factory.Factory) *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the local agent: signatures, sessions and links for partner systems over a Unix socket or loopback HTTP",
@@ -40,14 +40,15 @@ func serveCommand(e *cmdutil.Env) *cli.Command {
 				"systemctl --user enable --now signagent.socket"),
 		Flags: cmdutil.Concat(factory.ServeFlags(), factory.MoreSchemeFlags()),
 		Action: func(c *cli.Context) error {
-			return serve(c, e)
+			return serve(c, f)
 		},
 	}
 }
 
 // agentSettings loads the settings and the logger they name, and reads the
 // agent's configuration from them.
-func agentSettings(c *cli.Context, e *cmdutil.Env) (agent.Config, error) {
+func agentSettings(c *cli.Context, f *factory.Factory) (agent.Config, error) {
+	e := f.Env
 	path, named := cmdutil.SettingsPath(c)
 	s, err := settings.Load(c, path, cmdutil.ContextName(c), named, cmdutil.KnownKeys(c.App))
 	if err != nil {
@@ -62,10 +63,12 @@ func agentSettings(c *cli.Context, e *cmdutil.Env) (agent.Config, error) {
 	if e.Log, err = cmdutil.NewLogger(e.Stderr, level, s.String("log-format")); err != nil {
 		return agent.Config{}, err
 	}
-	return factory.ReadAgentConfig(s, e)
+	cfg, err := f.AgentConfig(s)
+	return cfg, configError(err)
 }
 
-func serve(c *cli.Context, e *cmdutil.Env) error {
+func serve(c *cli.Context, f *factory.Factory) error {
+	e := f.Env
 	// SIGHUP is caught from the start: its default action would kill an
 	// agent that is still starting. One that comes early is applied once
 	// serving begins.
@@ -76,7 +79,7 @@ func serve(c *cli.Context, e *cmdutil.Env) error {
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
 	defer signal.Stop(usr1)
-	cfg, err := agentSettings(c, e)
+	cfg, err := agentSettings(c, f)
 	if err != nil {
 		return err
 	}
@@ -96,7 +99,7 @@ func serve(c *cli.Context, e *cmdutil.Env) error {
 		return nil
 	}
 	if err != nil {
-		return factory.AgentErr(err)
+		return configError(err)
 	}
 	ev := e.Log.Info().Strs("listen", d.Addrs())
 	if m := d.MetricsAddr(); m != "" {
@@ -111,7 +114,7 @@ func serve(c *cli.Context, e *cmdutil.Env) error {
 		select {
 		case <-hup:
 			daemon.SdNotify(false, daemon.SdNotifyReloading)
-			reload(c, e, d, cfg.Inherited)
+			reload(c, f, d, cfg.Inherited)
 			daemon.SdNotify(false, daemon.SdNotifyReady)
 			continue
 		case <-usr1:
@@ -182,8 +185,9 @@ func printEnv(e *cmdutil.Env, addrs []string) {
 
 // reload reads the settings again and hands them to the daemon; a failure
 // keeps the running configuration.
-func reload(c *cli.Context, e *cmdutil.Env, d *agent.Daemon, inherited []net.Listener) {
-	cfg, err := agentSettings(c, e)
+func reload(c *cli.Context, f *factory.Factory, d *agent.Daemon, inherited []net.Listener) {
+	e := f.Env
+	cfg, err := agentSettings(c, f)
 	if err == nil {
 		cfg.Inherited = inherited
 		err = d.Reload(cfg)
@@ -219,4 +223,14 @@ func TuneGC(budget int64) {
 		budget = agent.DefaultServiceBodyBudget
 	}
 	debug.SetMemoryLimit(2*budget + 64<<20)
+}
+
+// configError gives the errors of the agent's configuration (its
+// settings, or what agent.Start finds wrong in them: agent.ErrConfig) the
+// bad-input exit status.
+func configError(err error) error {
+	if errors.Is(err, agent.ErrConfig) {
+		return cmdutil.UsageErr(err)
+	}
+	return err
 }

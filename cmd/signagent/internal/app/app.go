@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/pkcs11"
 )
@@ -56,7 +57,11 @@ func init() {
 // NewApp is the command tree writing to the streams given.
 func NewApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	e := &cmdutil.Env{Stdin: stdin, Stdout: stdout, Stderr: stderr, Log: zerolog.Nop()}
-	top, wired := commands(e)
+	// One factory for the run: the families get it when their commands
+	// are made, the command that runs is bound to it before its action,
+	// and what it opened is closed once, after.
+	f := factory.New(e)
+	top, wired := commands(f)
 	app := &cli.App{
 		Name:    "signagent",
 		Usage:   "the service's authentication agent: auth.sid, legacy and OpenID Connect headers from a PKCS#11 token, on the command line and for partner systems",
@@ -68,6 +73,10 @@ func NewApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 				return err
 			}
 			e.Log = log
+			return nil
+		},
+		After: func(*cli.Context) error {
+			f.Close()
 			return nil
 		},
 		Reader:          stdin,
@@ -121,7 +130,24 @@ func NewApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 			sayOld(p.cmd, p.old, p.now)
 		}
 	}
+	for _, cmd := range top {
+		bind(f, cmd)
+	}
 	return app
+}
+
+// bind makes the factory build for the command that runs: cmd, or one of
+// its subcommands, whichever's action runs (one per run).
+func bind(f *factory.Factory, cmd *cli.Command) {
+	if act := cmd.Action; act != nil {
+		cmd.Action = func(c *cli.Context) error {
+			f.Bind(c)
+			return act(c)
+		}
+	}
+	for _, sub := range cmd.Subcommands {
+		bind(f, sub)
+	}
 }
 
 // wire gives a command what every command has: the logging flags after

@@ -8,6 +8,7 @@ import (
 	"github.com/signagent/signagent/cmd/signagent/internal/agentcmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/configcmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/doctorcmd"
+	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/cmd/signagent/internal/legacycmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/oidccmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/setupcmd"
@@ -31,7 +32,7 @@ const (
 // under a noun, the spelling each had before the nouns (kept as a hidden
 // command for one release) and those kept at the top in another category.
 type branch struct {
-	family func(*cmdutil.Env) cmdutil.Family
+	family func(*factory.Factory) cmdutil.Family
 	// noun is the command the family's commands go under ("": the top
 	// level). It is made, with usage, unless a command of another family
 	// has its name (config).
@@ -84,15 +85,15 @@ type placed struct {
 // commands are the tree's top-level commands, the hidden old spellings
 // last, and every command to wire (the top-level ones and those under a
 // noun) with its use of the settings file.
-func commands(e *cmdutil.Env) (top []*cli.Command, wired []placed) {
+func commands(fac *factory.Factory) (top []*cli.Command, wired []placed) {
 	nouns := map[string]*cli.Command{}
 	var hidden []*cli.Command
 	for _, b := range tree {
-		f := b.family(e)
+		f := b.family(fac)
 		var again map[string]cmdutil.Command // a second build, for the old spellings
 		if len(b.old) > 0 {
 			again = map[string]cmdutil.Command{}
-			for _, c := range b.family(e).Commands {
+			for _, c := range b.family(fac).Commands {
 				again[c.Name] = c
 			}
 		}
@@ -130,7 +131,7 @@ func commands(e *cmdutil.Env) (top []*cli.Command, wired []placed) {
 			}
 		}
 	}
-	t, printer := nouns["token"], oidcToken(e)
+	t, printer := nouns["token"], oidcToken(fac)
 	cmdutil.HideFlags(printer.Flags)
 	t.Flags, t.Action = printer.Flags, tokenNoun(printer.Action)
 	wired = append(wired, placed{cmd: t, use: cmdutil.ApplySettings, old: "token", now: "signagent oidc token"})
@@ -138,8 +139,8 @@ func commands(e *cmdutil.Env) (top []*cli.Command, wired []placed) {
 }
 
 // oidcToken is a new build of `signagent oidc token`.
-func oidcToken(e *cmdutil.Env) *cli.Command {
-	for _, c := range oidccmd.Family(e).Commands {
+func oidcToken(f *factory.Factory) *cli.Command {
+	for _, c := range oidccmd.Family(f).Commands {
 		if c.Name == "token" {
 			return c.Command
 		}

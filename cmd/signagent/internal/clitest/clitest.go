@@ -5,11 +5,14 @@
 package clitest
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/cmd/internal/benchcmd"
 	"github.com/signagent/signagent/cmd/internal/emulatorcmd"
 	"github.com/signagent/signagent/cmd/signagent/internal/app"
@@ -26,6 +29,8 @@ var Commands = map[string]func(){"signagent": app.Main, "signagent-emulator": em
 // scripts set their own HOME.
 type Isolated struct{ M *testing.M }
 
+// Run runs the tests with XDG_CONFIG_HOME a directory of their own,
+// removed after.
 func (i Isolated) Run() int {
 	dir, err := os.MkdirTemp("", "signagent-test-config")
 	if err != nil {
@@ -46,4 +51,25 @@ func Poll(d time.Duration, cond func() bool) bool {
 		}
 	}
 	return cond()
+}
+
+// Isolate gives the test an environment of its own for the commands it
+// runs: the settings, state and runtime directories under t.TempDir(),
+// and no running agent named.
+func Isolate(t testing.TB) {
+	t.Helper()
+	for _, v := range []string{"XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR"} {
+		t.Setenv(v, t.TempDir())
+	}
+	t.Setenv(agentclient.SocketEnv, "")
+}
+
+// Run runs signagent in this process with args (the words after
+// "signagent") and stdin, and returns its exit status and what it wrote.
+// The families' own tests drive their commands with it, after Isolate.
+func Run(t testing.TB, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errs bytes.Buffer
+	code = app.Run(append([]string{"signagent"}, args...), strings.NewReader(stdin), &out, &errs)
+	return code, out.String(), errs.String()
 }

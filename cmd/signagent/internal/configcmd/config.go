@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -15,7 +14,6 @@ import (
 
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/internal/settings"
-	"github.com/signagent/signagent/safefile"
 )
 
 func configCommand(e *cmdutil.Env) *cli.Command {
@@ -207,25 +205,25 @@ func configSet(c *cli.Context, e *cmdutil.Env, unset bool) error {
 		}
 		f.Context = name
 	}
-	doc, err := SettingsDoc(f.Path)
+	doc, err := settings.EditDoc(f.Path)
 	if err != nil {
 		return err
 	}
 	m := doc.Content[0]
 	if f.Context != "" {
-		m = Mapping(Mapping(m, "contexts"), f.Context)
+		m = settings.Mapping(settings.Mapping(m, "contexts"), f.Context)
 	}
 	// A renamed key's old spelling goes with it: set writes the new one
 	// alone, unset removes either.
-	removedOld := Remove(m, settings.OldName(key))
+	removedOld := settings.Remove(m, settings.OldName(key))
 	if unset {
-		if !Remove(m, key) && !removedOld {
+		if !settings.Remove(m, key) && !removedOld {
 			return fmt.Errorf("%s is not set there", key)
 		}
 	} else {
-		Put(m, key, value)
+		settings.Put(m, key, value)
 	}
-	if err := WriteSettings(f.Path, doc); err != nil {
+	if err := settings.WriteDoc(f.Path, doc); err != nil {
 		return err
 	}
 	where := "every context"
@@ -248,12 +246,12 @@ func configUseContext(c *cli.Context, e *cmdutil.Env) error {
 	if !slices.Contains(f.Contexts, a[0]) {
 		return cmdutil.UsageErr(fmt.Errorf("no context %q in %s (contexts: %s); make one with signagent config set --context %s KEY VALUE", a[0], f.Path, strings.Join(f.Contexts, ", "), a[0]))
 	}
-	doc, err := SettingsDoc(f.Path)
+	doc, err := settings.EditDoc(f.Path)
 	if err != nil {
 		return err
 	}
-	Put(doc.Content[0], "current-context", &yaml.Node{Kind: yaml.ScalarNode, Value: a[0], Tag: "!!str"})
-	if err := WriteSettings(f.Path, doc); err != nil {
+	settings.Put(doc.Content[0], "current-context", &yaml.Node{Kind: yaml.ScalarNode, Value: a[0], Tag: "!!str"})
+	if err := settings.WriteDoc(f.Path, doc); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.Stdout, "current context: %s\n", a[0])
@@ -276,83 +274,4 @@ func configContexts(c *cli.Context, e *cmdutil.Env) error {
 		fmt.Fprintf(e.Stdout, "%s %s\n", mark, n)
 	}
 	return nil
-}
-
-// SettingsDoc is the file as a YAML document to edit (comments kept), or
-// an empty one.
-func SettingsDoc(path string) (*yaml.Node, error) {
-	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{{Kind: yaml.MappingNode}}}
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return doc, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	if err := yaml.Unmarshal(b, doc); err != nil {
-		return nil, cmdutil.UsageErr(fmt.Errorf("%s is not YAML: %w", path, err))
-	}
-	if len(doc.Content) == 0 {
-		doc.Content = []*yaml.Node{{Kind: yaml.MappingNode}}
-	}
-	return doc, nil
-}
-
-// Mapping is the mapping under key in m, made when missing.
-func Mapping(m *yaml.Node, key string) *yaml.Node {
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			v := m.Content[i+1]
-			if v.Kind != yaml.MappingNode {
-				*v = yaml.Node{Kind: yaml.MappingNode}
-			}
-			return v
-		}
-	}
-	v := &yaml.Node{Kind: yaml.MappingNode}
-	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: key, Tag: "!!str"}, v)
-	return v
-}
-
-// Put sets key in m to v.
-func Put(m *yaml.Node, key string, v *yaml.Node) {
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			m.Content[i+1] = v
-			return
-		}
-	}
-	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: key, Tag: "!!str"}, v)
-}
-
-// Remove deletes key from m; it reports whether it was there.
-func Remove(m *yaml.Node, key string) bool {
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			// A comment above the key stays, above the next one.
-			if c := m.Content[i].HeadComment; c != "" && i+2 < len(m.Content) {
-				next := m.Content[i+2]
-				next.HeadComment = strings.TrimSpace(c + "\n" + next.HeadComment)
-			}
-			m.Content = append(m.Content[:i], m.Content[i+2:]...)
-			return true
-		}
-	}
-	return false
-}
-
-// WriteSettings writes the file atomically, mode 0600, in a directory
-// made 0700 when missing.
-func WriteSettings(path string, doc *yaml.Node) error {
-	var buf strings.Builder
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if err := enc.Encode(doc); err != nil {
-		return err
-	}
-	b := []byte(buf.String())
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	return safefile.Write(path, b, 0o600)
 }

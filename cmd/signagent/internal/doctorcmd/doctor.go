@@ -18,11 +18,11 @@ import (
 
 // Family is doctor, beside setup: the command that says whether what setup
 // (or an operator) wrote works.
-func Family(e *cmdutil.Env) cmdutil.Family {
+func Family(f *factory.Factory) cmdutil.Family {
 	return cmdutil.Family{Category: "This program", Commands: []cmdutil.Command{
 		// It reads the settings itself: a file it cannot read is a failed
 		// check, not a refusal to start.
-		{Command: command(e), Settings: cmdutil.NoSettings},
+		{Command: command(f), Settings: cmdutil.NoSettings},
 	}}
 }
 
@@ -41,11 +41,11 @@ type Check struct {
 	Detail string `json:"detail"`
 }
 
-func command(e *cmdutil.Env) *cli.Command {
+func command(f *factory.Factory) *cli.Command {
 	var flags []cli.Flag
-	for _, f := range factory.ServeFlags() {
-		if n := f.Names()[0]; n != "config" && n != "print-env" {
-			flags = append(flags, f)
+	for _, fl := range factory.ServeFlags() {
+		if n := fl.Names()[0]; n != "config" && n != "print-env" {
+			flags = append(flags, fl)
 		}
 	}
 	return &cli.Command{
@@ -66,17 +66,19 @@ func command(e *cmdutil.Env) *cli.Command {
 			&cli.StringFlag{Name: "agent-config", Category: "Settings", Usage: "check the agent's settings `FILE` (serve --config) instead of the settings file's context"},
 			cmdutil.JSONFlag(`[{"name","status","detail"}]`),
 		}, cmdutil.SettingsFlags(true), flags, []cli.Flag{factory.ProfileFlag()}, factory.MoreSchemeFlags()),
-		Action: func(c *cli.Context) error { return doctor(c, e) },
+		Action: func(c *cli.Context) error { return doctor(c, f) },
 	}
 }
 
-func doctor(c *cli.Context, e *cmdutil.Env) error {
+func doctor(c *cli.Context, f *factory.Factory) error {
+	e := f.Env
 	s, from, err := load(c)
 	var checks []Check
 	if err != nil {
 		checks = []Check{{Name: "settings", Status: Fail, Detail: err.Error()}}
 	} else {
-		d := &run{s: s, e: e, agent: c.IsSet("agent-config"), timeout: s.Duration("request-timeout")}
+		f.UseSettings(s) // the parts it checks are built from what it checks
+		d := &run{s: s, e: e, f: f, agent: c.IsSet("agent-config"), timeout: s.Duration("request-timeout")}
 		if d.timeout <= 0 || d.timeout > 15*time.Second {
 			d.timeout = 15 * time.Second
 		}
@@ -140,8 +142,9 @@ func write(w io.Writer, checks []Check) error {
 type run struct {
 	s       *settings.Settings
 	e       *cmdutil.Env
-	agent   bool          // --agent-config: the agent's own files too
-	timeout time.Duration // each network call
+	f       *factory.Factory // the run's, its settings s
+	agent   bool             // --agent-config: the agent's own files too
+	timeout time.Duration    // each network call
 	checks  []Check
 	// skew is the service's clock against this machine's, from the first
 	// answer that carried a Date, and whose answer it was.
@@ -172,11 +175,7 @@ func (d *run) all(ctx context.Context) {
 	d.clock()
 	d.serviceKeys(ctx, keys)
 	d.token(ctx)
-	shared := d.store(ctx)
-	d.oidc(ctx, shared)
-	if shared != nil {
-		shared.Close()
-	}
+	d.oidc(ctx, d.store(ctx)) // the store is the factory's, closed when the run ends
 }
 
 func oneLine(err error) string {

@@ -110,7 +110,7 @@ func (d *run) store(ctx context.Context) *store.Shared {
 	if u == "" || u == "local" {
 		return nil
 	}
-	shared, err := factory.OpenStore(d.s)
+	shared, err := d.f.Store()
 	if err != nil {
 		d.add("store", Fail, oneLine(err))
 		return nil
@@ -119,7 +119,6 @@ func (d *run) store(ctx context.Context) *store.Shared {
 	defer cancel()
 	if err := shared.Ping(pctx); err != nil {
 		d.add("store", Fail, oneLine(err)+"; check the address, the password and that Redis runs")
-		shared.Close()
 		return nil
 	}
 	d.add("store", OK, u+" answers")
@@ -151,7 +150,7 @@ func (d *run) oidc(ctx context.Context, shared *store.Shared) {
 	if space == "" {
 		space = "production"
 	}
-	sec, err := factory.ClientSecret(d.s)
+	sec, err := d.f.ClientSecret()
 	var c *oidc.Client
 	if err == nil {
 		c, err = oidc.New(oidc.Config{AuthURL: authURL, AllowInsecureHTTP: d.s.Bool("insecure-http"), ClientID: clientID, ClientSecret: sec,

@@ -13,7 +13,6 @@ import (
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agent/auditlog"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
-	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/legacy"
@@ -54,22 +53,22 @@ func (d *run) secrets() keys {
 	if d.s.String("trusted-url") != "" {
 		need = "none given, and --trusted-url needs one: set SIGNAGENT_API_KEY or give --api-key-file"
 	}
-	if _, ok := read("api-key", cmdutil.APIKeySecret.Source(d.s), need); ok {
+	if _, ok := read("api-key", cmdutil.APIKeySpec.Source(d.s), need); ok {
 		var err error
 		if k.apiKey, err = cmdutil.APIKeyFrom(d.s); err != nil {
 			d.checks[len(d.checks)-1] = Check{"api-key", Fail, oneLine(err)}
 		}
 	}
-	if v, ok := read("developer-key", cmdutil.DeveloperKeySecret.Source(d.s), ""); ok {
+	if v, ok := read("developer-key", cmdutil.DeveloperKeySpec.Source(d.s), ""); ok {
 		var err error
 		if k.developerKey, err = legacy.CheckDeveloperKey(v); err != nil {
 			d.checks[len(d.checks)-1] = Check{"developer-key", Fail, oneLine(err)}
 		}
 	}
-	if _, ok := read("client-secret", cmdutil.ClientSecretSecret.Source(d.s), ""); !ok && d.s.String("oidc-url") != "" && !cmdutil.ClientSecretSecret.Source(d.s).Given() {
+	if _, ok := read("client-secret", cmdutil.ClientSecretSpec.Source(d.s), ""); !ok && d.s.String("oidc-url") != "" && !cmdutil.ClientSecretSpec.Source(d.s).Given() {
 		d.add("client-secret", Warn, "none given: an access token is not refreshed without it (set SIGNAGENT_CLIENT_SECRET or give --client-secret-file)")
 	}
-	read("store-password", cmdutil.StorePassword.Source(d.s), "")
+	read("store-password", cmdutil.StorePasswordSpec.Source(d.s), "")
 	if pin := cmdutil.PINSource(d.s, false, ""); pin.Given() {
 		if _, ok := read("pin", pin, ""); ok {
 			d.checks[len(d.checks)-1].Detail += "; not tried: a wrong PIN costs one of the token's tries (signagent token check tries it)"
@@ -77,7 +76,7 @@ func (d *run) secrets() keys {
 	}
 	if d.agent {
 		for _, spec := range d.s.Strings("legacy-password-file") {
-			login, src, err := factory.LegacyPassword(spec)
+			login, src, err := cmdutil.LegacyPassword(spec)
 			if err != nil {
 				d.add("legacy-password-file", Fail, oneLine(err))
 				continue
@@ -184,7 +183,7 @@ func (d *run) anyAddress() bool {
 // legacy.CheckKey), each sent once.
 func (d *run) serviceKeys(ctx context.Context, k keys) {
 	if k.apiKey != "" && d.s.String("trusted-url") != "" {
-		cfg, err := factory.ServiceConfig(d.s, d.e, k.apiKey)
+		cfg, err := d.f.TrustedConfig(k.apiKey)
 		var c *trusted.Client
 		if err == nil {
 			cfg.Attempts, cfg.Timeout = 1, d.timeout
@@ -196,7 +195,7 @@ func (d *run) serviceKeys(ctx context.Context, k keys) {
 		d.keyResult("api-key accepted", err, "the service accepts the API key (step 1 without a credential answered 400, not InvalidApiKey)")
 	}
 	if k.developerKey != "" && d.s.String("business-url") != "" {
-		cfg, err := factory.LegacyConfig(d.s, d.e)
+		cfg, err := d.f.LegacyConfig()
 		var c *legacy.Client
 		if err == nil {
 			cfg.Attempts, cfg.Timeout = 1, d.timeout

@@ -22,6 +22,8 @@ import (
 
 const catAgent = "Agent"
 
+// ServeFlags are the agent's settings, every scheme's included: serve
+// takes them, and doctor checks a file of them.
 func ServeFlags() []cli.Flag {
 	return cmdutil.Concat([]cli.Flag{
 		&cli.StringFlag{Name: "config", Category: catAgent, EnvVars: []string{"SIGNAGENT_CONFIG"}, Usage: "YAML `FILE` of settings, keyed by flag name; reloaded on SIGHUP"},
@@ -51,16 +53,19 @@ func ServeFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "certificate-login", Category: catAgent, Value: true, EnvVars: []string{"SIGNAGENT_CERTIFICATE_LOGIN"}, Usage: "allow legacy certificate login (the token decrypts the service's challenge); --certificate-login=false turns it off"},
 		&cli.StringSliceFlag{Name: "routes", Category: catAgent, EnvVars: []string{"SIGNAGENT_ROUTES"}, Usage: "open routes per caller class, repeatable: `CLASS=ROUTES` with CLASS uid:N, gid:N, unix, tcp or default and ROUTES from " + strings.Join(agent.RouteNames, ",") + " (default: all routes to every admitted caller)"},
 		&cli.StringFlag{Name: "audit-log", Category: catAgent, Value: "-", EnvVars: []string{"SIGNAGENT_AUDIT_LOG"}, Usage: "audit `FILE` (JSON lines, mode 0600, appended), or - for stderr"},
-	}, cmdutil.TokenFlags(), SignFlags(), ServiceFlags(), LegacyServiceFlags(), []cli.Flag{
+	}, cmdutil.TokenFlags(), SignFlags(), ServiceFlags(), legacyServiceFlags(), []cli.Flag{
 		&cli.BoolFlag{Name: "legacy-snils", Category: cmdutil.CatCredential, EnvVars: []string{"SIGNAGENT_LEGACY_SNILS"}, Usage: "accept SNILS numbers whose check number does not follow the rule"},
-		&cli.StringSliceFlag{Name: "legacy-password-file", Category: CatLegacy, EnvVars: []string{"SIGNAGENT_LEGACY_PASSWORD_FILE"}, Usage: "an account the agent may log in as by password, repeatable: `LOGIN=FILE` (the file holds the password)"},
-		&cli.DurationFlag{Name: "refresh-token-lifetime", Category: CatOIDC, Value: oidc.DefaultRefreshLifetime, EnvVars: []string{"SIGNAGENT_REFRESH_TOKEN_LIFETIME"}, Usage: "how long the identity provider's refresh tokens last (`DURATION`; its token answers do not say): signagent_oidc_refresh_expiry_timestamp_seconds adds it to a refresh token's issue"},
-	}, oidcAgentFlags())
+		&cli.StringSliceFlag{Name: "legacy-password-file", Category: cmdutil.CatLegacy, EnvVars: []string{"SIGNAGENT_LEGACY_PASSWORD_FILE"}, Usage: "an account the agent may log in as by password, repeatable: `LOGIN=FILE` (the file holds the password)"},
+		&cli.DurationFlag{Name: "refresh-token-lifetime", Category: cmdutil.CatOIDC, Value: oidc.DefaultRefreshLifetime, EnvVars: []string{"SIGNAGENT_REFRESH_TOKEN_LIFETIME"}, Usage: "how long the identity provider's refresh tokens last (`DURATION`; its token answers do not say): signagent_oidc_refresh_expiry_timestamp_seconds adds it to a refresh token's issue"},
+	}, OIDCFlags())
 }
 
-// ReadAgentConfig reads the agent's settings from s (flags, environment and
-// the configuration file, already loaded).
-func ReadAgentConfig(s *settings.Settings, e *cmdutil.Env) (agent.Config, error) {
+// AgentConfig reads the agent's settings from s (flags, environment and
+// the configuration file, already loaded: serve reads it again on each
+// reload, so it is built anew each time, not kept). What it opens (the
+// shared store) is the agent's to close.
+func (f *Factory) AgentConfig(s *settings.Settings) (agent.Config, error) {
+	e := f.Env
 	build := cmdutil.CurrentBuild()
 	cfg := agent.Config{Version: build.Version, Commit: build.Commit, MetricsListen: s.String("metrics-listen"), Log: e.Log, Stderr: e.Stderr, Probe: pkcs11.ProbeSelection,
 		Listen: s.Strings("listen"), SocketGroup: s.String("socket-group"), AllowUIDs: s.Ints("allow-uid"), AllowGIDs: s.Ints("allow-gid"),
@@ -91,7 +96,7 @@ func ReadAgentConfig(s *settings.Settings, e *cmdutil.Env) (agent.Config, error)
 			"--business-url with a developer key for the legacy scheme, or --oidc-url and --client-id for OpenID Connect"))
 	}
 	if s.String("trusted-url") != "" {
-		cfg.Service, errs[4] = ServiceConfig(s, e, cfg.APIKey)
+		cfg.Service, errs[4] = trustedConfig(s, e, cfg.APIKey)
 	}
 	switch {
 	case s.String("business-url") == "":
@@ -104,13 +109,13 @@ func ReadAgentConfig(s *settings.Settings, e *cmdutil.Env) (agent.Config, error)
 	}
 	// The shared store, opened once: OpenID Connect records, trusted
 	// sessions and legacy tokens are all kept there.
-	shared, serr := OpenStore(s)
+	shared, serr := openStore(s)
 	if shared != nil {
 		cfg.SharedStore = shared
 	}
 	cfg.Schemes.OIDC, errs[6] = oidcAgentConfig(s, e, shared)
-	MoreSchemes(s, e, &cfg.Schemes)
-	err := AgentErr(settings.Join(append(append(errs[:], serr), s.Err())...))
+	moreSchemes(s, e, &cfg.Schemes)
+	err := settings.Join(append(append(errs[:], serr), s.Err())...)
 	if err != nil && shared != nil {
 		shared.Close()
 	}
@@ -120,7 +125,7 @@ func ReadAgentConfig(s *settings.Settings, e *cmdutil.Env) (agent.Config, error)
 // signingWanted says whether the agent signs: an API key, --trusted-url or a
 // token named in any way (module, URI, token or key) asks for it.
 func signingWanted(s *settings.Settings) bool {
-	if cmdutil.APIKeySecret.Source(s).Given() || os.Getenv(pkcs11.ModuleEnv) != "" {
+	if cmdutil.APIKeySpec.Source(s).Given() || os.Getenv(pkcs11.ModuleEnv) != "" {
 		return true
 	}
 	for _, name := range []string{"trusted-url", "module", "key", "token-label", "token-serial", "key-label", "key-id"} {
@@ -135,7 +140,7 @@ func signingWanted(s *settings.Settings) bool {
 // needs when one of its settings is given.
 func oidcSettingsComplete(s *settings.Settings) error {
 	given := map[string]bool{"--oidc-url (SIGNAGENT_OIDC_URL)": s.String("oidc-url") != "", "--client-id (SIGNAGENT_CLIENT_ID)": s.String("client-id") != "",
-		"the client secret (SIGNAGENT_CLIENT_SECRET or --client-secret-file)": cmdutil.ClientSecretSecret.Source(s).Given()}
+		"the client secret (SIGNAGENT_CLIENT_SECRET or --client-secret-file)": cmdutil.ClientSecretSpec.Source(s).Given()}
 	var missing []string
 	some := false
 	for name, ok := range given {
@@ -163,12 +168,4 @@ func signatureOptions(s *settings.Settings) (signer.Options, error) {
 		o.Chain, err = cmdutil.ReadCerts(f)
 	}
 	return o, err
-}
-
-// AgentErr gives configuration errors the bad-input exit status.
-func AgentErr(err error) error {
-	if errors.Is(err, agent.ErrConfig) {
-		return cmdutil.UsageErr(err)
-	}
-	return err
 }

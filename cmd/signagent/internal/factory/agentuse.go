@@ -14,9 +14,7 @@ import (
 	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/authz"
-	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
-	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/legacy"
 )
@@ -27,24 +25,27 @@ import (
 // and api ask the agent instead of opening the token or logging in here,
 // so that the agent's caches serve them and one process holds the card.
 
-const CatAgentUse = "Running agent"
-
 // AgentUseFlags choose whether a command asks the running agent.
 func AgentUseFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "agent-sock", Category: CatAgentUse, EnvVars: []string{agentclient.SocketEnv},
+		&cli.StringFlag{Name: "agent-sock", Category: cmdutil.CatAgentUse, EnvVars: []string{agentclient.SocketEnv},
 			Usage: "ask the agent listening on the Unix socket `PATH` instead of opening the token or logging in here (signagent serve --print-env prints it)"},
-		cmdutil.OneOf(&cli.StringFlag{Name: "agent", Category: CatAgentUse, EnvVars: []string{"SIGNAGENT_AGENT"},
+		cmdutil.OneOf(&cli.StringFlag{Name: "agent", Category: cmdutil.CatAgentUse, EnvVars: []string{"SIGNAGENT_AGENT"},
 			Usage: "`MODE`: on (ask the agent; an agent that cannot be reached is an error), auto (do it here, with a warning, when it cannot be reached) or off (default: on when --agent-sock or $SIGNAGENT_AGENT_SOCK names the socket, auto when only the settings file does)"},
 			"on", "auto", "off"),
-		&cli.BoolFlag{Name: "no-agent", Category: CatAgentUse, Usage: "do it here even when an agent is named (--agent off)"},
+		&cli.BoolFlag{Name: "no-agent", Category: cmdutil.CatAgentUse, Usage: "do it here even when an agent is named (--agent off)"},
 	}
 }
 
-// AgentFor is the client of the running agent the command asks, or nil
+// Agent is the client of the running agent the command asks, or nil
 // when it does the work itself: no socket named, --no-agent, or --agent
-// auto with an agent that cannot be reached.
-func AgentFor(c *cli.Context, e *cmdutil.Env) (*agentclient.Client, error) {
+// auto with an agent that cannot be reached. Asked once per run.
+func (f *Factory) Agent() (*agentclient.Client, error) {
+	return f.agentOnce.get(&f.mu, func() (*agentclient.Client, error) { return agentFor(f.c, f.Env) })
+}
+
+// agentFor is Agent for the command c.
+func agentFor(c *cli.Context, e *cmdutil.Env) (*agentclient.Client, error) {
 	mode := strings.ToLower(c.String("agent"))
 	if !slices.Contains([]string{"", "on", "auto", "off"}, mode) {
 		return nil, cmdutil.UsageErr(fmt.Errorf("--agent %q: want on, auto or off", c.String("agent")))
@@ -55,7 +56,7 @@ func AgentFor(c *cli.Context, e *cmdutil.Env) (*agentclient.Client, error) {
 	}
 	if mode == "" {
 		mode = "on"
-		if SetFromFile(c, "agent-sock") {
+		if cmdutil.FromFile(c.App)["agent-sock"] {
 			mode = "auto"
 		}
 	}
@@ -75,11 +76,11 @@ func AgentFor(c *cli.Context, e *cmdutil.Env) (*agentclient.Client, error) {
 		e.Log.Debug().Str("socket", path).Msg("asking the running agent")
 		return cl, nil
 	case errors.As(err, &ae):
-		return nil, AgentError(fmt.Errorf("the agent at %s refuses this user: %w (--no-agent does it here)", path, err))
+		return nil, AgentCallError(fmt.Errorf("the agent at %s refuses this user: %w (--no-agent does it here)", path, err))
 	case errors.Is(err, agentclient.ErrUntrustedPeer):
 		// Another user's process serves the socket: not an agent that
 		// cannot be reached, which auto would quietly do without.
-		return nil, AgentError(fmt.Errorf("%w (--no-agent does it here)", err))
+		return nil, AgentCallError(fmt.Errorf("%w (--no-agent does it here)", err))
 	case mode == "auto":
 		// As ssh does with an SSH_AUTH_SOCK that names nothing: a
 		// warning, and the work done here.
@@ -90,7 +91,7 @@ func AgentFor(c *cli.Context, e *cmdutil.Env) (*agentclient.Client, error) {
 }
 
 // AgentError gives an agent's error answer its kind, for the exit status.
-func AgentError(err error) error {
+func AgentCallError(err error) error {
 	var ae *agentclient.Error
 	if !errors.As(err, &ae) {
 		if errors.Is(err, agentclient.ErrUntrustedPeer) {
@@ -118,16 +119,16 @@ func AgentError(err error) error {
 	return errdefs.Mark(err, kind)
 }
 
-// AgentAuthorization asks the agent for the Authorization header of the
-// identity the flags name (scheme as --scheme gives it).
-func AgentAuthorization(ctx context.Context, cl *agentclient.Client, c *cli.Context, scheme string) (*agentapi.AuthorizationResponse, error) {
-	req, err := AgentAuthRequest(c, settings.Of(c), scheme)
+// AgentAuthorization asks the agent cl for the Authorization header of
+// the identity the flags name (scheme as --scheme gives it).
+func (f *Factory) AgentAuthorization(ctx context.Context, cl *agentclient.Client, scheme string) (*agentapi.AuthorizationResponse, error) {
+	req, err := f.AgentAuthRequest(scheme)
 	if err != nil {
 		return nil, err
 	}
 	resp, err := cl.Authorization(ctx, req)
 	if err != nil {
-		return nil, AgentError(err)
+		return nil, AgentCallError(err)
 	}
 	return resp, nil
 }
@@ -137,7 +138,8 @@ func AgentAuthorization(ctx context.Context, cl *agentclient.Client, c *cli.Cont
 // login, the certificate, an auth.sid from its sources or a trusted
 // Credential for the legacy scheme. No password leaves this process: the
 // agent holds the passwords it may use.
-func AgentAuthRequest(c *cli.Context, s *settings.Settings, scheme string) (agentapi.AuthorizationRequest, error) {
+func (f *Factory) AgentAuthRequest(scheme string) (agentapi.AuthorizationRequest, error) {
+	c, s := f.c, f.Settings()
 	sel := authz.Selector{Scheme: scheme, By: c.String("by")}.Normalize()
 	req := agentapi.AuthorizationRequest{Scheme: sel.Scheme}
 	if sel.Scheme != authz.SchemeLegacy {
@@ -158,7 +160,7 @@ func AgentAuthRequest(c *cli.Context, s *settings.Settings, scheme string) (agen
 			return req, cmdutil.UsageErr(errors.New("--by password needs --login (or SIGNAGENT_LOGIN)"))
 		}
 	case legacy.BySid:
-		if src := cmdutil.SIDSecret.Source(s); src.Given() {
+		if src := cmdutil.SIDSpec.Source(s); src.Given() {
 			got, err := src.Resolve()
 			if err != nil {
 				return req, errdefs.Mark(err, errdefs.ErrInvalidInput)
@@ -170,49 +172,7 @@ func AgentAuthRequest(c *cli.Context, s *settings.Settings, scheme string) (agen
 		if err != nil {
 			return req, cmdutil.UsageErr(fmt.Errorf("--by sid needs --sid-file, SIGNAGENT_SID, or a trusted credential (--phone, --snils or --thumbprint) with --service-user-id: %w", err))
 		}
-		req.Credential, req.ServiceUserID = APICredential(cred), c.String("service-user-id")
+		req.Credential, req.ServiceUserID = cmdutil.APICredential(cred), c.String("service-user-id")
 	}
 	return req, nil
 }
-
-// APICredential is a checked credential as the agent's API takes it.
-func APICredential(cred canonical.Credential) *agentapi.Credential {
-	out := &agentapi.Credential{}
-	switch cred.Kind {
-	case canonical.Phone:
-		out.Phone = cred.Value
-	case canonical.SNILS:
-		out.SNILS = cred.Value
-	case canonical.Thumbprint:
-		out.Thumbprint = cred.Value
-	}
-	return out
-}
-
-// AgentAuthorizer is the Authorizer of signagent api through the agent:
-// the agent's cached header, a fresh one asked for after the service
-// refused it.
-type AgentAuthorizer struct {
-	Client  *agentclient.Client
-	Request agentapi.AuthorizationRequest
-	refresh bool
-}
-
-func (a *AgentAuthorizer) Header(ctx context.Context) (authz.Header, error) {
-	req := a.Request
-	req.Refresh, a.refresh = a.refresh, false
-	resp, err := a.Client.Authorization(ctx, req)
-	if err != nil {
-		return authz.Header{}, AgentError(err)
-	}
-	return authz.Header{Value: resp.Authorization, ExpiresAt: resp.ExpiresAt.Time, Cached: resp.Cached, Source: "agent"}, nil
-}
-
-func (a *AgentAuthorizer) Reject(string)        { a.refresh = true }
-func (a *AgentAuthorizer) Forget(time.Duration) { a.refresh = true }
-func (a *AgentAuthorizer) Identity() string     { return a.Request.Scheme + " identity through the agent" }
-func (a *AgentAuthorizer) String() string       { return a.Identity() }
-
-// SetFromFile says whether the flag name got its value from the settings
-// file (rather than the command line or a variable).
-func SetFromFile(c *cli.Context, name string) bool { return cmdutil.FromFile(c.App)[name] }

@@ -3,7 +3,6 @@ package factory
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -12,28 +11,26 @@ import (
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
-	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/schemes"
 )
 
-const CatLegacy = "Legacy scheme"
-
-// LegacyServiceFlags say where the business API is and which developer
-// key calls it; the agent takes them too.
-func LegacyServiceFlags() []cli.Flag {
+// legacyServiceFlags say where the business API is and which developer
+// key calls it; the agent takes them too (ServeFlags), and the legacy
+// commands pick them from there.
+func legacyServiceFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "business-url", Category: CatLegacy, EnvVars: []string{"SIGNAGENT_BUSINESS_URL"}, Usage: "the service's business API `URL` (Authenticate is at URL/V3/Authenticate)"},
-		cmdutil.DeveloperKeySecret.FlagWith(CatLegacy, ""),
-		&cli.DurationFlag{Name: "legacy-token-ttl", Category: CatLegacy, Value: legacy.DefaultTokenTTL, EnvVars: []string{"SIGNAGENT_LEGACY_TOKEN_TTL"}, Usage: "`DURATION` a legacy token lives (the service's 24h); caches reuse it until a margin before"},
-		&cli.IntFlag{Name: "legacy-challenge-size", Category: CatLegacy, Value: envelope.ChallengeSize, EnvVars: []string{"SIGNAGENT_LEGACY_CHALLENGE_SIZE"},
+		&cli.StringFlag{Name: "business-url", Category: cmdutil.CatLegacy, EnvVars: []string{"SIGNAGENT_BUSINESS_URL"}, Usage: "the service's business API `URL` (Authenticate is at URL/V3/Authenticate)"},
+		cmdutil.DeveloperKeySpec.FlagWith(cmdutil.CatLegacy, ""),
+		&cli.DurationFlag{Name: "legacy-token-ttl", Category: cmdutil.CatLegacy, Value: legacy.DefaultTokenTTL, EnvVars: []string{"SIGNAGENT_LEGACY_TOKEN_TTL"}, Usage: "`DURATION` a legacy token lives (the service's 24h); caches reuse it until a margin before"},
+		&cli.IntFlag{Name: "legacy-challenge-size", Category: cmdutil.CatLegacy, Value: envelope.ChallengeSize, EnvVars: []string{"SIGNAGENT_LEGACY_CHALLENGE_SIZE"},
 			Usage: fmt.Sprintf("`BYTES` of random a certificate login's challenge holds: the only length the token opens (%d to %d; change it only where a real service's challenge shows another)", envelope.MinChallengeSize, envelope.MaxChallengeSize)},
 	}
 }
 
-// LegacyClient builds the client from --business-url and the developer key.
-func LegacyClient(s *settings.Settings, e *cmdutil.Env) (*legacy.Client, error) {
-	cfg, err := LegacyConfig(s, e)
+// Legacy is the legacy client of --business-url and the developer key.
+func (f *Factory) Legacy() (*legacy.Client, error) {
+	cfg, err := f.LegacyConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +39,10 @@ func LegacyClient(s *settings.Settings, e *cmdutil.Env) (*legacy.Client, error) 
 
 // LegacyConfig is the legacy client's configuration as the settings give
 // it: the business API's address and the developer key.
-func LegacyConfig(s *settings.Settings, e *cmdutil.Env) (*legacy.Config, error) {
+func (f *Factory) LegacyConfig() (*legacy.Config, error) { return legacyConfig(f.Settings(), f.Env) }
+
+// legacyConfig is LegacyConfig for the settings s.
+func legacyConfig(s *settings.Settings, e *cmdutil.Env) (*legacy.Config, error) {
 	key, err := developerKey(s)
 	if err != nil {
 		return nil, err
@@ -62,13 +62,13 @@ func LegacyConfig(s *settings.Settings, e *cmdutil.Env) (*legacy.Config, error) 
 // legacyAgentConfig is the agent's legacy scheme: the client's
 // configuration and the passwords of --legacy-password-file LOGIN=FILE.
 func legacyAgentConfig(s *settings.Settings, e *cmdutil.Env) (*schemes.LegacySettings, error) {
-	cfg, err := LegacyConfig(s, e)
+	cfg, err := legacyConfig(s, e)
 	if err != nil {
 		return nil, err
 	}
 	pws := map[string]string{}
 	for _, spec := range s.Strings("legacy-password-file") {
-		login, src, err := LegacyPassword(spec)
+		login, src, err := cmdutil.LegacyPassword(spec)
 		if err != nil {
 			return nil, err
 		}
@@ -81,23 +81,11 @@ func legacyAgentConfig(s *settings.Settings, e *cmdutil.Env) (*schemes.LegacySet
 	return &schemes.LegacySettings{Client: cfg, Passwords: pws}, nil
 }
 
-// LegacyPassword is one --legacy-password-file LOGIN=FILE: the login and
-// where its password is read from (the agent reads it, doctor checks it,
-// with the same Source).
-func LegacyPassword(spec string) (string, secret.Source, error) {
-	login, file, ok := strings.Cut(spec, "=")
-	login = strings.TrimSpace(login)
-	if !ok || login == "" || file == "" {
-		return "", secret.Source{}, fmt.Errorf("%w: --legacy-password-file %q: want LOGIN=FILE", errdefs.ErrInvalidInput, spec)
-	}
-	return login, secret.Source{What: "the password of " + login, File: file, Flag: "--legacy-password-file"}, nil
-}
-
 // developerKey reads the developer key (see secretSpec for the order of
 // its sources); never argv.
 func developerKey(s *settings.Settings) (string, error) {
-	return cmdutil.DeveloperKeySecret.Read(s, legacy.CheckDeveloperKey, legacy.ErrDeveloperKey)
+	return cmdutil.DeveloperKeySpec.Read(s, legacy.CheckDeveloperKey, legacy.ErrDeveloperKey)
 }
 
 // hasDeveloperKey reports whether a developer key is given at all.
-func hasDeveloperKey(s *settings.Settings) bool { return cmdutil.DeveloperKeySecret.Source(s).Given() }
+func hasDeveloperKey(s *settings.Settings) bool { return cmdutil.DeveloperKeySpec.Source(s).Given() }

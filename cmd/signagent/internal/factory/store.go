@@ -18,23 +18,29 @@ import (
 // local files and the process's memory, or a store several agents share.
 func StoreFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "store", Category: CatStore, Value: "local", EnvVars: []string{"SIGNAGENT_STORE"}, Usage: "keep records (OpenID Connect records, sessions, legacy tokens) in `STORE`: local (the --token-store files, and memory) or a store several agents share: redis://[user@]host:port[/db], rediss://..., redis+sentinel://host:port[,...]/master[/db], redis+cluster://host:port[,...]; rediss+sentinel:// and rediss+cluster:// for TLS to every node"},
-		&cli.StringFlag{Name: "store-key-file", Category: CatStore, EnvVars: []string{"SIGNAGENT_STORE_KEY_FILE"}, Usage: "the shared store's key `FILE` (64 hex characters, mode 0600; signagent store-key --out FILE makes one)"},
-		cmdutil.StorePassword.FlagWith(CatStore, "; never in the URL"),
-		&cli.StringFlag{Name: "store-prefix", Category: CatStore, Value: store.DefaultPrefix, EnvVars: []string{"SIGNAGENT_STORE_PREFIX"}, Usage: "start every Redis key with `PREFIX` (several deployments on one Redis)"},
-		&cli.StringFlag{Name: "store-ca-file", Category: CatStore, EnvVars: []string{"SIGNAGENT_STORE_CA_FILE"}, Usage: "CA bundle `FILE` for rediss://, rediss+sentinel:// and rediss+cluster:// (default: the system's)"},
-		&cli.BoolFlag{Name: "store-insecure", Category: CatStore, EnvVars: []string{"SIGNAGENT_STORE_INSECURE"}, Usage: "allow the store password over plain TCP (redis://) to a host beyond loopback"},
-		&cli.IntFlag{Name: "store-wait-replicas", Category: CatStore, Value: 1, EnvVars: []string{"SIGNAGENT_STORE_WAIT_REPLICAS"}, Usage: "a write counts as done once `N` replicas have it (WAIT; as many as the master has, when fewer; 0: none)"},
+		&cli.StringFlag{Name: "store", Category: cmdutil.CatStore, Value: "local", EnvVars: []string{"SIGNAGENT_STORE"}, Usage: "keep records (OpenID Connect records, sessions, legacy tokens) in `STORE`: local (the --token-store files, and memory) or a store several agents share: redis://[user@]host:port[/db], rediss://..., redis+sentinel://host:port[,...]/master[/db], redis+cluster://host:port[,...]; rediss+sentinel:// and rediss+cluster:// for TLS to every node"},
+		&cli.StringFlag{Name: "store-key-file", Category: cmdutil.CatStore, EnvVars: []string{"SIGNAGENT_STORE_KEY_FILE"}, Usage: "the shared store's key `FILE` (64 hex characters, mode 0600; signagent store-key --out FILE makes one)"},
+		cmdutil.StorePasswordSpec.FlagWith(cmdutil.CatStore, "; never in the URL"),
+		&cli.StringFlag{Name: "store-prefix", Category: cmdutil.CatStore, Value: store.DefaultPrefix, EnvVars: []string{"SIGNAGENT_STORE_PREFIX"}, Usage: "start every Redis key with `PREFIX` (several deployments on one Redis)"},
+		&cli.StringFlag{Name: "store-ca-file", Category: cmdutil.CatStore, EnvVars: []string{"SIGNAGENT_STORE_CA_FILE"}, Usage: "CA bundle `FILE` for rediss://, rediss+sentinel:// and rediss+cluster:// (default: the system's)"},
+		&cli.BoolFlag{Name: "store-insecure", Category: cmdutil.CatStore, EnvVars: []string{"SIGNAGENT_STORE_INSECURE"}, Usage: "allow the store password over plain TCP (redis://) to a host beyond loopback"},
+		&cli.IntFlag{Name: "store-wait-replicas", Category: cmdutil.CatStore, Value: 1, EnvVars: []string{"SIGNAGENT_STORE_WAIT_REPLICAS"}, Usage: "a write counts as done once `N` replicas have it (WAIT; as many as the master has, when fewer; 0: none)"},
 	}
 }
 
-// OpenStore opens --store, once for a command or a configuration: nil
+// Store is the run's --store, opened the first time it is asked for and
+// closed with the factory: nil for local (see openStore).
+func (f *Factory) Store() (*store.Shared, error) {
+	return f.storeOnce.get(&f.mu, func() (*store.Shared, error) { return openStore(f.s) })
+}
+
+// openStore opens --store, once for a command or a configuration: nil
 // for local (OpenID Connect records in the --token-store files, sessions
 // and legacy tokens in this process's memory), else the store several
 // agents share, with the key file and the password (a file or the
 // environment: never the URL, never a flag's value). The URL is read by
 // store.Open alone, and its mistakes are said before the key's.
-func OpenStore(s *settings.Settings) (*store.Shared, error) {
+func openStore(s *settings.Settings) (*store.Shared, error) {
 	u := s.String("store")
 	if u == "" || u == "local" {
 		return nil, nil
@@ -49,7 +55,7 @@ func OpenStore(s *settings.Settings) (*store.Shared, error) {
 		sealer = k
 	}
 	var password string
-	if src := cmdutil.StorePassword.Source(s); src.Given() {
+	if src := cmdutil.StorePasswordSpec.Source(s); src.Given() {
 		got, err := src.Resolve()
 		if err != nil {
 			errs = append(errs, err)
@@ -80,23 +86,14 @@ func OpenStore(s *settings.Settings) (*store.Shared, error) {
 	return r, nil
 }
 
-// TokenStore is where a command keeps OpenID Connect records: the shared
-// store (--store), else the files; done closes the shared store.
-func TokenStore(s *settings.Settings) (records oidc.Records, done func(), err error) {
-	st, err := OpenStore(s)
+// OIDCRecords is where the run keeps OpenID Connect records: the shared
+// store (--store), else the files.
+func (f *Factory) OIDCRecords() (oidc.Records, error) {
+	st, err := f.Store()
 	if err != nil {
-		return nil, func() {}, err
+		return nil, err
 	}
-	done = func() {}
-	if st != nil {
-		done = func() { st.Close() }
-	}
-	records, err = oidcRecords(s, st)
-	if err != nil {
-		done()
-		return nil, func() {}, err
-	}
-	return records, done, nil
+	return oidcRecords(f.Settings(), st)
 }
 
 // oidcRecords are the OpenID Connect records in st when there is one,

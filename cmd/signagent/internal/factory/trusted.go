@@ -12,8 +12,13 @@ import (
 	"github.com/signagent/signagent/trusted"
 )
 
-// ServiceConfig is the trusted service's settings.
-func ServiceConfig(s *settings.Settings, e *cmdutil.Env, apiKey string) (*trusted.Config, error) {
+// TrustedConfig is the trusted service's settings, with apiKey.
+func (f *Factory) TrustedConfig(apiKey string) (*trusted.Config, error) {
+	return trustedConfig(f.Settings(), f.Env, apiKey)
+}
+
+// trustedConfig is the trusted service's settings in s, with apiKey.
+func trustedConfig(s *settings.Settings, e *cmdutil.Env, apiKey string) (*trusted.Config, error) {
 	if s.String("trusted-url") == "" {
 		return nil, cmdutil.UsageErr(errors.New("give the service's address with --trusted-url or SIGNAGENT_TRUSTED_URL"))
 	}
@@ -24,6 +29,8 @@ func ServiceConfig(s *settings.Settings, e *cmdutil.Env, apiKey string) (*truste
 		Settings: httpx.Settings{Timeout: s.Duration("request-timeout"), Attempts: s.Int("attempts"), UserAgent: "signagent/" + cmdutil.Version}, Log: e.Log}, s.Err()
 }
 
+// SignFlags shape the CMS signature: its digest, signed attributes and
+// chain.
 func SignFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "hash", Value: "sha256", Category: cmdutil.CatOutput, Usage: "digest `HASH`: sha256, sha384 or sha512"},
@@ -32,6 +39,8 @@ func SignFlags() []cli.Flag {
 	}
 }
 
+// ServiceFlags say where the trusted service is and how to call it, with
+// the partner's API key.
 func ServiceFlags() []cli.Flag {
 	return append(cmdutil.APIKeyFlags(),
 		&cli.StringFlag{Name: "trusted-url", Category: cmdutil.CatService, EnvVars: []string{"SIGNAGENT_TRUSTED_URL"}, Usage: "the service's auth base `URL` (endpoints are below URL/auth/v5.16/)"},

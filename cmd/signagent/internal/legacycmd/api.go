@@ -24,7 +24,7 @@ import (
 	"github.com/signagent/signagent/schemes"
 )
 
-func apiCommand(e *cmdutil.Env) *cli.Command {
+func apiCommand(f *factory.Factory) *cli.Command {
 	return &cli.Command{
 		Name: "api",
 		Description: cmdutil.Examples("signagent api /GetMyOrganizations", "signagent api '/GetMyEmployee?boxId=BOX' --scheme legacy --by certificate",
@@ -38,8 +38,8 @@ func apiCommand(e *cmdutil.Env) *cli.Command {
 			schemeFlag(schemeUsage(true), schemeNames(true)...),
 			&cli.BoolFlag{Name: "include", Aliases: []string{"i"}, Category: cmdutil.CatOutput, Usage: "print the status line and the headers before the body"},
 			&cli.StringFlag{Name: "input", Category: cmdutil.CatOutput, Usage: "send the body read from `FILE` (- for stdin)"},
-		), factory.OIDCHeaderFlags(), factory.MoreSchemeFlags(), factory.AgentUseFlags()),
-		Action: func(c *cli.Context) error { return callAPI(c, e) },
+		), factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag()}, factory.MoreSchemeFlags(), factory.AgentUseFlags()),
+		Action: func(c *cli.Context) error { return callAPI(c, f) },
 	}
 }
 
@@ -68,7 +68,8 @@ func apiArgs(c *cli.Context) (string, string, url.Values, error) {
 	return method, path, q, nil
 }
 
-func callAPI(c *cli.Context, e *cmdutil.Env) error {
+func callAPI(c *cli.Context, f *factory.Factory) error {
+	e := f.Env
 	method, path, q, err := apiArgs(c)
 	if err != nil {
 		return err
@@ -76,21 +77,20 @@ func callAPI(c *cli.Context, e *cmdutil.Env) error {
 	if err := checkScheme(c); err != nil {
 		return err
 	}
-	s := settings.Of(c)
-	cl, err := factory.AgentFor(c, e)
+	s := f.Settings()
+	cl, err := f.Agent()
 	if err != nil {
 		return err
 	}
 	var body []byte
-	if f := c.String("input"); f != "" {
-		if body, err = readInput(e, f); err != nil {
+	if in := c.String("input"); in != "" {
+		if body, err = readInput(e, in); err != nil {
 			return err
 		}
 	}
 	var a authz.Authorizer
-	done := func() {}
 	if cl != nil {
-		req, err := factory.AgentAuthRequest(c, s, c.String("scheme"))
+		req, err := f.AgentAuthRequest(c.String("scheme"))
 		if err != nil {
 			return err
 		}
@@ -100,20 +100,19 @@ func callAPI(c *cli.Context, e *cmdutil.Env) error {
 		if text, ok := authz.OfRequest(req).Text(); ok && (method == http.MethodGet || method == http.MethodPost) {
 			ans, err := cl.Call(c.Context, method, path, q, text, body, "application/json")
 			if err != nil {
-				return factory.AgentError(err)
+				return factory.AgentCallError(err)
 			}
 			return answer(c, e, path, q, &business.Response{Status: ans.Status, Header: ans.Header, Body: ans.Body})
 		}
-		a = &factory.AgentAuthorizer{Client: cl, Request: req}
+		a = &agentAuthorizer{Client: cl, Request: req}
 	} else {
 		if err := cmdutil.Missing(apiNeeds(c, s)...); err != nil {
 			return err
 		}
-		if a, done, err = apiAuthorizer(c, e, s); err != nil {
+		if a, err = apiAuthorizer(c, f); err != nil {
 			return err
 		}
 	}
-	defer done()
 	svc, err := business.New(business.Config{APIURL: s.String("business-url"), AllowInsecureHTTP: s.Bool("insecure-http"),
 		Timeout: s.Duration("request-timeout"), UserAgent: "signagent/" + cmdutil.Version}, a)
 	if err != nil {
@@ -181,9 +180,9 @@ func apiNeeds(c *cli.Context, s *settings.Settings) []cmdutil.Need {
 	needs := []cmdutil.Need{cmdutil.FlagNeed(c, "business-url")}
 	switch strings.ToLower(c.String("scheme")) {
 	case authz.SchemeTrusted:
-		needs = append(needs, cmdutil.DeveloperKeySecret.Need(s), cmdutil.APIKeySecret.Need(s), cmdutil.FlagNeed(c, "trusted-url"))
+		needs = append(needs, cmdutil.DeveloperKeySpec.Need(s), cmdutil.APIKeySpec.Need(s), cmdutil.FlagNeed(c, "trusted-url"))
 	case authz.SchemeLegacy:
-		needs = append(needs, cmdutil.DeveloperKeySecret.Need(s))
+		needs = append(needs, cmdutil.DeveloperKeySpec.Need(s))
 	}
 	return needs
 }
@@ -192,42 +191,39 @@ func apiNeeds(c *cli.Context, s *settings.Settings) []cmdutil.Need {
 // scheme: the legacy scheme logs in (the API address, the developer key).
 func headerNeeds(c *cli.Context, s *settings.Settings) []cmdutil.Need {
 	if strings.EqualFold(c.String("scheme"), authz.SchemeLegacy) {
-		return []cmdutil.Need{cmdutil.FlagNeed(c, "business-url"), cmdutil.DeveloperKeySecret.Need(s)}
+		return []cmdutil.Need{cmdutil.FlagNeed(c, "business-url"), cmdutil.DeveloperKeySpec.Need(s)}
 	}
 	return nil
 }
 
 // apiAuthorizer is the Authorizer of the identity the flags name, from
-// the schemes configured by them (apiSchemes); done releases what they
-// opened: the token, when one was, and the shared store.
-func apiAuthorizer(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.Authorizer, func(), error) {
-	sel := authz.Selector{Scheme: c.String("scheme"), By: c.String("by"), Profile: s.String("profile")}.Normalize()
-	none := func() {}
+// the schemes configured by them (apiSchemes).
+func apiAuthorizer(c *cli.Context, f *factory.Factory) (authz.Authorizer, error) {
+	sel := authz.Selector{Scheme: c.String("scheme"), By: c.String("by"), Profile: f.Settings().String("profile")}.Normalize()
 	if sel.Scheme == authz.SchemeLegacy {
 		if sel.By == "" {
-			return nil, none, cmdutil.UsageErr(errors.New("--scheme legacy needs --by password, --by certificate or --by sid"))
+			return nil, cmdutil.UsageErr(errors.New("--scheme legacy needs --by password, --by certificate or --by sid"))
 		}
 		by, err := legacy.ParseMethod(sel.By)
 		if err != nil {
-			return nil, none, err
+			return nil, err
 		}
 		if sel, err = legacySelector(c, by); err != nil {
-			return nil, none, err
+			return nil, err
 		}
 	}
-	list, done, err := apiSchemes(c, e, s)
+	list, err := apiSchemes(f)
 	if err != nil {
-		return nil, none, err
+		return nil, err
 	}
 	a, err := list.Authorizer(sel)
 	if err != nil {
-		done()
 		if errors.Is(err, errdefs.ErrInvalidInput) && !slices.Contains(list.Names(), sel.Scheme) {
 			err = cmdutil.UsageErr(fmt.Errorf("--scheme %q: want %s or trusted", c.String("scheme"), strings.Join(list.Names(), ", ")))
 		}
-		return nil, none, err
+		return nil, err
 	}
-	return a, done, nil
+	return a, nil
 }
 
 // apiSchemes are the schemes signagent api and header call with, built
@@ -241,43 +237,24 @@ func apiAuthorizer(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.
 // A login or refresh is bounded by the schemes' own limits (a legacy
 // login 2 minutes, a refresh 60 s), not by --request-timeout, which
 // bounds each request: a login may wait on a PIN typed at a prompt, and
-// --attempts tries a request again within it. done closes what they
-// opened.
-func apiSchemes(c *cli.Context, e *cmdutil.Env, s *settings.Settings) (authz.Schemes, func(), error) {
-	shared, err := factory.OpenStore(s)
+// --attempts tries a request again within it. What they open is the
+// factory's, closed when the run ends.
+func apiSchemes(f *factory.Factory) (authz.Schemes, error) {
+	shared, err := f.Store()
 	if err != nil {
-		return nil, func() {}, err
+		return nil, err
 	}
-	set := schemes.Settings{Off: map[string]error{}}
-	if lc, err := factory.LegacyConfig(s, e); err != nil {
-		set.Off[authz.SchemeLegacy] = err
-	} else {
-		set.Legacy = &schemes.LegacySettings{Client: lc}
-	}
-	if tk, err := factory.OIDCTokens(s, e, shared); err != nil {
-		set.Off[authz.SchemeOIDC] = err
-	} else {
-		set.OIDC = tk
-	}
-	factory.MoreSchemes(s, e, &set)
-	f := factory.New(c, e)
+	s, e := f.Settings(), f.Env
 	d := schemes.Deps{Log: e.Log, Decrypter: f.Certificate,
 		Password: func(login string) (string, error) { return readPassword(s, e, login) },
 		Sid: func(authz.Selector) (schemes.Sid, error) {
 			id, err := sidIdentity(f)
 			return schemes.Sid{Subject: id.Subject, CacheKey: id.CacheKey, Get: id.Sid, Drop: id.Drop}, err
 		}}
-	done := f.Close
 	if shared != nil {
 		d.Store = shared
-		done = func() { f.Close(); shared.Close() }
 	}
-	list, err := schemes.Build(nil, set, d)
-	if err != nil {
-		done()
-		return nil, func() {}, err
-	}
-	return list, done, nil
+	return schemes.Build(nil, f.SchemeSettings(), d)
 }
 
 // trustedHelp is what names a trusted user in api (--scheme trusted).

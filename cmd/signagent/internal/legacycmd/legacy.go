@@ -23,19 +23,20 @@ import (
 // legacyLoginFlags choose how to authenticate.
 func legacyLoginFlags() []cli.Flag {
 	return []cli.Flag{
-		cmdutil.OneOf(&cli.StringFlag{Name: "by", Category: factory.CatLegacy, Usage: "authenticate by `WAY`: password, certificate (the token's key decrypts a challenge) or sid"},
+		cmdutil.OneOf(&cli.StringFlag{Name: "by", Category: cmdutil.CatLegacy, Usage: "authenticate by `WAY`: password, certificate (the token's key decrypts a challenge) or sid"},
 			"password", "certificate", "sid"),
-		&cli.StringFlag{Name: "login", Category: factory.CatLegacy, EnvVars: []string{"SIGNAGENT_LOGIN"}, Usage: "the user's `LOGIN` (--by password)"},
-		cmdutil.PasswordSecret.FlagWith(factory.CatLegacy, ", else a prompt on a terminal"),
-		cmdutil.SIDSecret.FlagWith(factory.CatLegacy, ", else run trusted authentication with the credential flags"),
+		&cli.StringFlag{Name: "login", Category: cmdutil.CatLegacy, EnvVars: []string{"SIGNAGENT_LOGIN"}, Usage: "the user's `LOGIN` (--by password)"},
+		cmdutil.PasswordSpec.FlagWith(cmdutil.CatLegacy, ", else a prompt on a terminal"),
+		cmdutil.SIDSpec.FlagWith(cmdutil.CatLegacy, ", else run trusted authentication with the credential flags"),
 	}
 }
 
 func legacyCommandFlags(extra ...cli.Flag) []cli.Flag {
-	return cmdutil.Concat(legacyLoginFlags(), factory.LegacyServiceFlags(), cmdutil.Pick(cmdutil.CredentialFlags(), "phone", "snils", "thumbprint", "legacy-snils"), factory.ServiceFlags(), cmdutil.TokenFlags(), factory.SignFlags(), extra)
+	return cmdutil.Concat(legacyLoginFlags(), cmdutil.Pick(factory.ServeFlags(), "business-url", "developer-key-file", "legacy-token-ttl", "legacy-challenge-size"), cmdutil.Pick(cmdutil.CredentialFlags(), "phone", "snils", "thumbprint", "legacy-snils"), factory.ServiceFlags(), cmdutil.TokenFlags(), factory.SignFlags(), extra)
 }
 
-func legacyTokenCommand(e *cmdutil.Env) *cli.Command {
+func legacyTokenCommand(f *factory.Factory) *cli.Command {
+	e := f.Env
 	return &cli.Command{
 		Description: cmdutil.SecretOutput("the legacy token") + cmdutil.Examples("signagent legacy token --by password --login alice --password-file pw", "signagent legacy token --by certificate", "signagent legacy token --by sid --sid-file sid"),
 		Name:        "token",
@@ -45,13 +46,13 @@ func legacyTokenCommand(e *cmdutil.Env) *cli.Command {
 			"signagent legacy token --by sid [--sid-file F | --snils S --service-user-id ID]",
 		Flags: cmdutil.Concat(legacyCommandFlags(&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print {\"token\",\"by\",\"obtainedAt\",\"expiresAt\"} (through the agent, no obtainedAt)"}), factory.StoreFlags(), factory.AgentUseFlags()),
 		Action: func(c *cli.Context) error {
-			if cl, err := factory.AgentFor(c, e); err != nil || cl != nil {
+			if cl, err := f.Agent(); err != nil || cl != nil {
 				if err != nil {
 					return err
 				}
-				return legacyTokenFromAgent(c, e, cl)
+				return legacyTokenFromAgent(c, f, cl)
 			}
-			tok, _, err := obtainLegacy(c, e)
+			tok, _, err := obtainLegacy(c, f)
 			if err != nil {
 				return err
 			}
@@ -67,8 +68,9 @@ func legacyTokenCommand(e *cmdutil.Env) *cli.Command {
 
 // legacyTokenFromAgent is the token of the agent's header for the
 // identity the flags name.
-func legacyTokenFromAgent(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client) error {
-	resp, err := factory.AgentAuthorization(c.Context, cl, c, authz.SchemeLegacy)
+func legacyTokenFromAgent(c *cli.Context, f *factory.Factory, cl *agentclient.Client) error {
+	e := f.Env
+	resp, err := f.AgentAuthorization(c.Context, cl, authz.SchemeLegacy)
 	if err != nil {
 		return err
 	}
@@ -83,7 +85,8 @@ func legacyTokenFromAgent(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client
 	return err
 }
 
-func headerCommand(e *cmdutil.Env) *cli.Command {
+func headerCommand(f *factory.Factory) *cli.Command {
+	e := f.Env
 	return &cli.Command{
 		Description: cmdutil.SecretOutput("the Authorization header, a bearer token or a legacy token") +
 			cmdutil.Examples("signagent header", "signagent header --scheme legacy --by certificate --json", "curl -H \"Authorization: $(signagent header)\" URL"),
@@ -92,7 +95,7 @@ func headerCommand(e *cmdutil.Env) *cli.Command {
 		UsageText: "signagent header --scheme legacy --by password|certificate|sid [...]\n" +
 			"signagent header --scheme oidc [--profile NAME]",
 		Flags: cmdutil.Concat(legacyCommandFlags(schemeFlag("the authorization "+schemeUsage(false), schemeNames(false)...)),
-			factory.OIDCHeaderFlags(), []cli.Flag{cmdutil.JSONFlag(`{"authorization","expiresAt"}`)}, factory.AgentUseFlags()),
+			factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag(), cmdutil.JSONFlag(`{"authorization","expiresAt"}`)}, factory.AgentUseFlags()),
 		Action: func(c *cli.Context) error {
 			emit := func(header string, expires time.Time) error {
 				if c.Bool("json") {
@@ -104,12 +107,12 @@ func headerCommand(e *cmdutil.Env) *cli.Command {
 			if err := checkScheme(c); err != nil {
 				return err
 			}
-			cl, err := factory.AgentFor(c, e)
+			cl, err := f.Agent()
 			if err != nil {
 				return err
 			}
 			if cl != nil {
-				resp, err := factory.AgentAuthorization(c.Context, cl, c, c.String("scheme"))
+				resp, err := f.AgentAuthorization(c.Context, cl, c.String("scheme"))
 				if err != nil {
 					return err
 				}
@@ -120,11 +123,10 @@ func headerCommand(e *cmdutil.Env) *cli.Command {
 			if err := cmdutil.Missing(headerNeeds(c, s)...); err != nil {
 				return err
 			}
-			a, done, err := apiAuthorizer(c, e, s)
+			a, err := apiAuthorizer(c, f)
 			if err != nil {
 				return orOtherScheme(c, err)
 			}
-			defer done()
 			h, err := a.Header(c.Context)
 			if err != nil {
 				return orOtherScheme(c, err)
@@ -163,8 +165,8 @@ func orOtherScheme(c *cli.Context, err error) error {
 
 // obtainLegacy checks the flags, builds the identity (opening the token
 // when the way in needs it) and authenticates.
-func obtainLegacy(c *cli.Context, e *cmdutil.Env) (legacy.Token, *legacy.Client, error) {
-	s := settings.Of(c)
+func obtainLegacy(c *cli.Context, f *factory.Factory) (legacy.Token, *legacy.Client, error) {
+	s, e := f.Settings(), f.Env
 	if !c.IsSet("by") {
 		return legacy.Token{}, nil, cmdutil.UsageErr(errors.New("give --by password, --by certificate or --by sid"))
 	}
@@ -172,20 +174,19 @@ func obtainLegacy(c *cli.Context, e *cmdutil.Env) (legacy.Token, *legacy.Client,
 	if err != nil {
 		return legacy.Token{}, nil, err
 	}
-	if err := cmdutil.Missing(cmdutil.FlagNeed(c, "business-url"), cmdutil.DeveloperKeySecret.Need(s)); err != nil {
+	if err := cmdutil.Missing(cmdutil.FlagNeed(c, "business-url"), cmdutil.DeveloperKeySpec.Need(s)); err != nil {
 		return legacy.Token{}, nil, err
 	}
-	client, err := factory.LegacyClient(s, e)
+	client, err := f.Legacy()
 	if err != nil {
 		return legacy.Token{}, nil, err
 	}
-	id, done, err := legacyIdentity(c, e, by)
+	id, err := legacyIdentity(c, f, by)
 	if err != nil {
 		return legacy.Token{}, nil, err
 	}
-	defer done()
 	var tok legacy.Token
-	r, err := factory.OpenStore(s)
+	r, err := f.Store()
 	if err != nil {
 		return legacy.Token{}, nil, err
 	}
@@ -193,7 +194,6 @@ func obtainLegacy(c *cli.Context, e *cmdutil.Env) (legacy.Token, *legacy.Client,
 		// Through the shared store: the token the agents (or an earlier
 		// command) obtained for this identity, or one obtained now under
 		// its lease and kept there.
-		defer r.Close()
 		tokens := legacy.NewTokens(client, 0, 0)
 		tokens.Share(r)
 		tok, _, err = tokens.Token(c.Context, id)
@@ -208,15 +208,13 @@ func obtainLegacy(c *cli.Context, e *cmdutil.Env) (legacy.Token, *legacy.Client,
 	return tok, client, nil
 }
 
-// legacyIdentity builds who logs in; done releases the token, if opened.
-func legacyIdentity(c *cli.Context, e *cmdutil.Env, by legacy.Method) (legacy.Identity, func(), error) {
+// legacyIdentity builds who logs in (opening the token when it must).
+func legacyIdentity(c *cli.Context, f *factory.Factory, by legacy.Method) (legacy.Identity, error) {
 	sel, err := legacySelector(c, by)
 	if err != nil {
-		return legacy.Identity{}, func() {}, err
+		return legacy.Identity{}, err
 	}
-	scheme, done := legacyScheme(c, e, nil)
-	id, err := scheme.Identity(sel)
-	return id, done, err
+	return legacyScheme(f, nil).Identity(sel)
 }
 
 // legacySelector is the legacy identity the flags name.
@@ -233,24 +231,23 @@ func legacySelector(c *cli.Context, by legacy.Method) (authz.Selector, error) {
 // legacyScheme is the legacy scheme as the flags configure it: a password
 // from its sources (a prompt last), the token's certificate (opened when
 // asked), an auth.sid from its sources or trusted authentication with the
-// Credential flags. done closes the token, if opened.
-func legacyScheme(c *cli.Context, e *cmdutil.Env, tokens *legacy.Tokens) (*legacy.Scheme, func()) {
-	s := settings.Of(c)
-	f := factory.New(c, e)
-	scheme := &legacy.Scheme{
+// Credential flags.
+func legacyScheme(f *factory.Factory, tokens *legacy.Tokens) *legacy.Scheme {
+	s, e := f.Settings(), f.Env
+	return &legacy.Scheme{
 		Tokens:      tokens,
 		Password:    func(login string) (string, error) { return readPassword(s, e, login) },
 		Certificate: f.Certificate,
 		SidIdentity: func(authz.Selector) (legacy.Identity, error) { return sidIdentity(f) },
 	}
-	return scheme, f.Close
 }
 
 // sidIdentity reads the auth.sid from --sid-file or $SIGNAGENT_SID, or runs
 // Trusted authentication on the token for the credential flags.
 func sidIdentity(f *factory.Factory) (legacy.Identity, error) {
-	c := f.Context
-	src := cmdutil.SIDSecret.Source(f.Settings)
+	s := f.Settings()
+	c := s.Context()
+	src := cmdutil.SIDSpec.Source(s)
 	if src.Given() {
 		got, err := src.Resolve()
 		if err != nil {
@@ -262,7 +259,7 @@ func sidIdentity(f *factory.Factory) (legacy.Identity, error) {
 	if err != nil {
 		return legacy.Identity{}, cmdutil.UsageErr(fmt.Errorf("--by sid needs --sid-file, SIGNAGENT_SID, or a trusted credential (--phone, --snils or --thumbprint) with --service-user-id: %w", err))
 	}
-	if _, err := cmdutil.Selection(c); err != nil {
+	if _, err := cmdutil.SelectionFrom(s, true); err != nil {
 		return legacy.Identity{}, err
 	}
 	client, err := f.Trusted(true)
@@ -287,7 +284,7 @@ func staticSid(from, sid string) legacy.Identity {
 // readPassword reads the password (see secretSpec for the order of its
 // sources, a prompt on the terminal last); never argv.
 func readPassword(s *settings.Settings, e *cmdutil.Env, login string) (string, error) {
-	src := cmdutil.PasswordSecret.Source(s)
+	src := cmdutil.PasswordSpec.Source(s)
 	if tty, ok := e.Stdin.(*os.File); ok {
 		src.TTY, src.Out, src.Prompt = tty, e.Stderr, "Password for "+login+": "
 	}

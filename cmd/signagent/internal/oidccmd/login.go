@@ -17,35 +17,34 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
-	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/oidc"
 )
 
-func loginCommand(e *cmdutil.Env) *cli.Command {
+func loginCommand(f *factory.Factory) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent oidc login", "signagent oidc login --flow code", "signagent oidc login --profile robot --refresh-token-file rt"),
 		Name:        "login",
 		Usage:       "sign a user in with OpenID Connect (device or authorization-code flow) and keep the tokens",
 		UsageText: "signagent oidc login --space staging|production [--flow device] [--no-qr]\n" +
 			"signagent oidc login --flow code --redirect-uri http://127.0.0.1:PORT/callback [--no-browser]",
-		Flags: cmdutil.Concat(factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag(),
-			&cli.StringFlag{Name: "space", Category: factory.CatOIDC, EnvVars: []string{"SIGNAGENT_SPACE"}, Usage: "`SPACE` of the service: staging (Service.PublicAPI.Staging) or production (Service.PublicAPI)"},
-			&cli.StringSliceFlag{Name: "scope", Category: factory.CatOIDC, Usage: "ask for `SCOPE` too (besides openid profile email offline_access and the space's)"},
-			cmdutil.OneOf(&cli.StringFlag{Name: "flow", Category: factory.CatOIDC, Value: "device", Usage: "`FLOW`: device (a code to enter on any device) or code (a browser on this machine)"}, "device", "code"),
-			&cli.StringFlag{Name: "refresh-token-file", Category: factory.CatOIDC, Usage: "sign in without a browser from a refresh token issued beforehand, read from `FILE` (a robot's start; checked by one refresh before it is kept)"},
-			&cli.BoolFlag{Name: "no-qr", Category: factory.CatOIDC, Usage: "device flow: do not draw the QR code"},
-			&cli.StringFlag{Name: "redirect-uri", Category: factory.CatOIDC, EnvVars: []string{"SIGNAGENT_REDIRECT_URI"}, Usage: "code flow: the redirect `URI` registered in the integrator's cabinet (loopback: signagent receives it)"},
-			&cli.BoolFlag{Name: "no-browser", Category: factory.CatOIDC, Usage: "code flow: do not open a browser; print the URL and read the redirected address pasted back (over SSH)"},
-			&cli.DurationFlag{Name: "login-timeout", Category: factory.CatOIDC, Value: 10 * time.Minute, Usage: "code flow: give up when the sign-in is not done after `DURATION`"},
+		Flags: cmdutil.Concat(oidcFlags(), []cli.Flag{factory.ProfileFlag(),
+			&cli.StringFlag{Name: "space", Category: cmdutil.CatOIDC, EnvVars: []string{"SIGNAGENT_SPACE"}, Usage: "`SPACE` of the service: staging (Service.PublicAPI.Staging) or production (Service.PublicAPI)"},
+			&cli.StringSliceFlag{Name: "scope", Category: cmdutil.CatOIDC, Usage: "ask for `SCOPE` too (besides openid profile email offline_access and the space's)"},
+			cmdutil.OneOf(&cli.StringFlag{Name: "flow", Category: cmdutil.CatOIDC, Value: "device", Usage: "`FLOW`: device (a code to enter on any device) or code (a browser on this machine)"}, "device", "code"),
+			&cli.StringFlag{Name: "refresh-token-file", Category: cmdutil.CatOIDC, Usage: "sign in without a browser from a refresh token issued beforehand, read from `FILE` (a robot's start; checked by one refresh before it is kept)"},
+			&cli.BoolFlag{Name: "no-qr", Category: cmdutil.CatOIDC, Usage: "device flow: do not draw the QR code"},
+			&cli.StringFlag{Name: "redirect-uri", Category: cmdutil.CatOIDC, EnvVars: []string{"SIGNAGENT_REDIRECT_URI"}, Usage: "code flow: the redirect `URI` registered in the integrator's cabinet (loopback: signagent receives it)"},
+			&cli.BoolFlag{Name: "no-browser", Category: cmdutil.CatOIDC, Usage: "code flow: do not open a browser; print the URL and read the redirected address pasted back (over SSH)"},
+			&cli.DurationFlag{Name: "login-timeout", Category: cmdutil.CatOIDC, Value: 10 * time.Minute, Usage: "code flow: give up when the sign-in is not done after `DURATION`"},
 		}),
-		Action: func(c *cli.Context) error { return login(c, e) },
+		Action: func(c *cli.Context) error { return login(c, f) },
 	}
 }
 
-func login(c *cli.Context, e *cmdutil.Env) error {
-	s := settings.Of(c)
+func login(c *cli.Context, fac *factory.Factory) error {
+	s, e := fac.Settings(), fac.Env
 	profile := s.String("profile")
 	if err := oidc.CheckProfile(profile); err != nil {
 		return err
@@ -54,15 +53,14 @@ func login(c *cli.Context, e *cmdutil.Env) error {
 	if flow != "device" && flow != "code" {
 		return cmdutil.UsageErr(fmt.Errorf("--flow %q: want device or code", flow))
 	}
-	if err := cmdutil.Missing(cmdutil.FlagNeed(c, "space"), cmdutil.FlagNeed(c, "oidc-url"), cmdutil.FlagNeed(c, "client-id"), cmdutil.ClientSecretSecret.Need(s)); err != nil {
+	if err := cmdutil.Missing(cmdutil.FlagNeed(c, "space"), cmdutil.FlagNeed(c, "oidc-url"), cmdutil.FlagNeed(c, "client-id"), cmdutil.ClientSecretSpec.Need(s)); err != nil {
 		return err
 	}
-	store, done, err := factory.TokenStore(s)
+	store, err := fac.OIDCRecords()
 	if err != nil {
 		return err
 	}
-	defer done()
-	client, err := factory.OIDCClient(s, e, s.String("oidc-url"), s.String("client-id"))
+	client, err := fac.OIDCClient(s.String("oidc-url"), s.String("client-id"))
 	if err != nil {
 		return err
 	}

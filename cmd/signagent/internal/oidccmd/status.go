@@ -1,6 +1,7 @@
 package oidccmd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,39 +17,66 @@ import (
 	"github.com/signagent/signagent/oidc"
 )
 
-func tokenCommand(e *cmdutil.Env) *cli.Command {
+func tokenCommand(f *factory.Factory) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.SecretOutput("the access token") + cmdutil.Examples("curl -H \"Authorization: Bearer $(signagent oidc token)\" URL", "signagent oidc token --json"),
 		Name:        "token",
 		Usage:       "print the profile's access token, refreshed when it has less than --refresh-before left",
 		UsageText:   "curl -H \"Authorization: Bearer $(signagent oidc token)\" ...",
-		Flags:       cmdutil.Concat(factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag(), cmdutil.JSONFlag(`{"accessToken","expiresAt","profile"}`)}, factory.AgentUseFlags()),
+		Flags:       cmdutil.Concat(oidcFlags(), []cli.Flag{factory.ProfileFlag(), cmdutil.JSONFlag(`{"accessToken","expiresAt","profile"}`)}, factory.AgentUseFlags()),
 		Action: func(c *cli.Context) error {
-			rec, err := oidcTokenHereOrAgent(c, e)
-			if err != nil {
+			if err := cmdutil.NoArgs(c); err != nil { // not in main's Before: "check" is an argument there
 				return err
 			}
-			if c.Bool("json") {
-				return cmdutil.WriteJSON(e, map[string]any{"accessToken": rec.AccessToken, "expiresAt": cmdutil.JSONTime(rec.Expiry), "profile": rec.Profile})
-			}
-			_, err = fmt.Fprintln(e.Stdout, rec.AccessToken)
-			return err
+			return runToken(c.Context, f, readProfile(c))
 		},
 	}
+}
+
+// profileOptions are what token, status and logout are told: the
+// profile, and each its own switches.
+type profileOptions struct {
+	Profile string
+	JSON    bool
+	// All: status lists every profile of the local token store.
+	All bool
+	// LocalOnly: logout removes the tokens without asking the provider
+	// to revoke the refresh token.
+	LocalOnly bool
+}
+
+// readProfile reads the profile's flags (a command's missing switches
+// read false).
+func readProfile(c *cli.Context) profileOptions {
+	return profileOptions{Profile: settings.Of(c).String("profile"), JSON: c.Bool("json"), All: c.Bool("all"), LocalOnly: c.Bool("local-only")}
+}
+
+// runToken prints the profile's access token, from the running agent or
+// the token store here.
+func runToken(ctx context.Context, f *factory.Factory, o profileOptions) error {
+	rec, err := oidcTokenHereOrAgent(ctx, f, o.Profile)
+	if err != nil {
+		return err
+	}
+	if o.JSON {
+		return cmdutil.WriteJSON(f.Env, map[string]any{"accessToken": rec.AccessToken, "expiresAt": cmdutil.JSONTime(rec.Expiry), "profile": rec.Profile})
+	}
+	_, err = fmt.Fprintln(f.Stdout, rec.AccessToken)
+	return err
 }
 
 // oidcTokenHereOrAgent is the profile's token from the running agent, when
 // one is asked (its record holds the access token and expiry only), else
 // from the token store here.
-func oidcTokenHereOrAgent(c *cli.Context, e *cmdutil.Env) (*oidc.Record, error) {
-	cl, err := factory.AgentFor(c, e)
+func oidcTokenHereOrAgent(ctx context.Context, f *factory.Factory, profile string) (*oidc.Record, error) {
+	cl, err := f.Agent()
 	if err != nil || cl == nil {
 		if err != nil {
 			return nil, err
 		}
-		return factory.OIDCToken(c, e)
+		return oidcToken(ctx, f, profile)
 	}
-	resp, err := factory.AgentAuthorization(c.Context, cl, c, authz.SchemeOIDC)
+	resp, err := f.AgentAuthorization(ctx, cl, authz.SchemeOIDC)
 	if err != nil {
 		return nil, err
 	}
@@ -56,40 +84,41 @@ func oidcTokenHereOrAgent(c *cli.Context, e *cmdutil.Env) (*oidc.Record, error) 
 	if !ok {
 		return nil, errdefs.Mark(errors.New("the agent's OpenID Connect header is not a bearer token"), errdefs.ErrUnreachable)
 	}
-	return &oidc.Record{Profile: settings.Of(c).String("profile"), AccessToken: tok, Expiry: resp.ExpiresAt.Time}, nil
+	return &oidc.Record{Profile: profile, AccessToken: tok, Expiry: resp.ExpiresAt.Time}, nil
 }
 
-func statusCommand(e *cmdutil.Env) *cli.Command {
+func statusCommand(f *factory.Factory) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent oidc status", "signagent oidc status --json"),
 		Name:        "status",
 		Usage:       "show who the profile is signed in as, the scopes and space, and when the tokens expire (no token is shown)",
-		Flags: cmdutil.Concat([]cli.Flag{factory.ProfileFlag(), factory.TokenStoreFlag(),
-			&cli.BoolFlag{Name: "all", Category: factory.CatOIDC, Usage: "every profile of the local token store, one line each (--json: a list)"},
+		Flags: cmdutil.Concat([]cli.Flag{factory.ProfileFlag()}, cmdutil.Pick(factory.OIDCFlags(), "token-store"), []cli.Flag{
+			&cli.BoolFlag{Name: "all", Category: cmdutil.CatOIDC, Usage: "every profile of the local token store, one line each (--json: a list)"},
 			&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print it as JSON"}}, factory.StoreFlags()),
-		Action: func(c *cli.Context) error {
-			s := settings.Of(c)
-			store, done, err := factory.TokenStore(s)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if c.Bool("all") {
-				return statusAll(c, e, store)
-			}
-			rec, err := store.Load(s.String("profile"))
-			if errors.Is(err, oidc.ErrSignIn) && c.Bool("json") {
-				// Signed out is an answer, not a failure, for a script
-				// that asks: exit 0 with signedIn false and why.
-				return cmdutil.WriteJSON(e, map[string]any{"profile": s.String("profile"), "signedIn": false,
-					"reason": err.Error()})
-			}
-			if err != nil {
-				return err
-			}
-			return printStatus(e, rec, c.Bool("json"))
-		},
+		Action: func(c *cli.Context) error { return runStatus(f, readProfile(c)) },
 	}
+}
+
+// runStatus says who the profile (or, with All, each local profile) is
+// signed in as; no token is shown.
+func runStatus(f *factory.Factory, o profileOptions) error {
+	store, err := f.OIDCRecords()
+	if err != nil {
+		return err
+	}
+	if o.All {
+		return statusAll(f.Env, store, o.JSON)
+	}
+	rec, err := store.Load(o.Profile)
+	if errors.Is(err, oidc.ErrSignIn) && o.JSON {
+		// Signed out is an answer, not a failure, for a script that
+		// asks: exit 0 with signedIn false and why.
+		return cmdutil.WriteJSON(f.Env, map[string]any{"profile": o.Profile, "signedIn": false, "reason": err.Error()})
+	}
+	if err != nil {
+		return err
+	}
+	return printStatus(f.Env, rec, o.JSON)
 }
 
 func printStatus(e *cmdutil.Env, r *oidc.Record, asJSON bool) error {
@@ -119,7 +148,7 @@ func printStatus(e *cmdutil.Env, r *oidc.Record, asJSON bool) error {
 	return nil
 }
 
-func logoutCommand(e *cmdutil.Env) *cli.Command {
+func logoutCommand(f *factory.Factory) *cli.Command {
 	return &cli.Command{
 		Description: "The provider is asked to revoke the refresh token first (RFC 7009, when its discovery document\n" +
 			"publishes a revocation endpoint), as oidc-agent does, so that a copy of it is worth nothing; when it cannot\n" +
@@ -127,25 +156,26 @@ func logoutCommand(e *cmdutil.Env) *cli.Command {
 			cmdutil.Examples("signagent oidc logout --profile robot", "signagent oidc logout --local-only"),
 		Name:  "logout",
 		Usage: "revoke the profile's refresh token at the provider and remove its tokens from the token store",
-		Flags: cmdutil.Concat(factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag(),
-			&cli.BoolFlag{Name: "local-only", Category: factory.CatOIDC, Usage: "remove the tokens here without asking the provider to revoke the refresh token"}}),
-		Action: func(c *cli.Context) error { return logout(c, e) },
+		Flags: cmdutil.Concat(oidcFlags(), []cli.Flag{factory.ProfileFlag(),
+			&cli.BoolFlag{Name: "local-only", Category: cmdutil.CatOIDC, Usage: "remove the tokens here without asking the provider to revoke the refresh token"}}),
+		Action: func(c *cli.Context) error { return runLogout(c.Context, f, readProfile(c)) },
 	}
 }
 
-func logout(c *cli.Context, e *cmdutil.Env) error {
-	s := settings.Of(c)
-	store, done, err := factory.TokenStore(s)
+// runLogout revokes the profile's refresh token at the provider (unless
+// LocalOnly) and removes its tokens from the store.
+func runLogout(ctx context.Context, f *factory.Factory, o profileOptions) error {
+	e := f.Env
+	store, err := f.OIDCRecords()
 	if err != nil {
 		return err
 	}
-	defer done()
-	profile := s.String("profile")
+	profile := o.Profile
 	if err := oidc.CheckProfile(profile); err != nil {
 		return err
 	}
 	revoked := ""
-	if !c.Bool("local-only") {
+	if !o.LocalOnly {
 		rec, err := store.Load(profile)
 		switch {
 		case errors.Is(err, oidc.ErrSignIn):
@@ -153,15 +183,15 @@ func logout(c *cli.Context, e *cmdutil.Env) error {
 		case err != nil:
 			return fmt.Errorf("%w (signagent oidc logout --local-only removes it without asking the provider)", err)
 		default:
-			sec, err := factory.ClientSecret(s)
+			sec, err := f.ClientSecret()
 			if err != nil {
 				return err
 			}
-			client, err := factory.RefreshClient(s, e, rec, sec)
+			client, err := f.RefreshClient(rec, sec)
 			if err != nil {
 				return err
 			}
-			ok, err := client.Revoke(c.Context, rec)
+			ok, err := client.Revoke(ctx, rec)
 			if err != nil {
 				return fmt.Errorf("the refresh token of profile %s was not revoked and nothing was removed: %w (signagent oidc logout --local-only removes the tokens here without asking)", profile, err)
 			}
@@ -185,7 +215,7 @@ func logout(c *cli.Context, e *cmdutil.Env) error {
 
 // statusAll lists every profile of the local token store with its state,
 // as gh auth status lists its hosts.
-func statusAll(c *cli.Context, e *cmdutil.Env, store oidc.Records) error {
+func statusAll(e *cmdutil.Env, store oidc.Records, asJSON bool) error {
 	local, ok := store.(oidc.Files)
 	if !ok {
 		return cmdutil.UsageErr(errors.New("--all lists the local token store's profiles; a shared store is asked one profile at a time (--profile)"))
@@ -213,7 +243,7 @@ func statusAll(c *cli.Context, e *cmdutil.Env, store oidc.Records) error {
 		}
 		rows = append(rows, r)
 	}
-	if c.Bool("json") {
+	if asJSON {
 		return cmdutil.WriteJSON(e, rows)
 	}
 	w := cmdutil.Table(e, len(rows), "No profile is signed in (signagent oidc login).", "PROFILE\tSIGNED IN AS\tSPACE\tACCESS TOKEN EXPIRES\tREFRESH TOKEN")
@@ -232,4 +262,19 @@ func statusAll(c *cli.Context, e *cmdutil.Env, store oidc.Records) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.Profile, r.Subject, r.Space, r.ExpiresAt, refresh)
 	}
 	return w.Flush()
+}
+
+// oidcToken is the profile's access token from the token store here,
+// refreshed when it has less than --refresh-before left.
+func oidcToken(ctx context.Context, f *factory.Factory, profile string) (*oidc.Record, error) {
+	tk, err := f.OIDCTokens()
+	if err != nil {
+		return nil, err
+	}
+	rec, cached, err := tk.Token(ctx, profile)
+	if err != nil {
+		return nil, err
+	}
+	f.Log.Debug().Object("tokens", rec).Bool("cached", cached).Msg("access token")
+	return rec, nil
 }

@@ -1,10 +1,13 @@
 package setupcmd
 
-import "github.com/signagent/signagent/cmd/internal/cmdutil"
+import (
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/signagent/internal/factory"
+)
 
 // Family is setup, which writes a settings context that works.
-func Family(e *cmdutil.Env) cmdutil.Family {
+func Family(f *factory.Factory) cmdutil.Family {
 	return cmdutil.Family{Category: "This program", Commands: []cmdutil.Command{
-		{Command: setupCommand(e), Settings: cmdutil.OfferSettings},
+		{Command: setupCommand(f), Settings: cmdutil.OfferSettings},
 	}}
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/internal/settings"
-	"github.com/signagent/signagent/cmd/signagent/internal/configcmd"
+	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/legacy"
@@ -38,10 +38,9 @@ var setupKeys = []string{"space", "trusted-url", "business-url", "oidc-url", "cl
 var setupVars = map[string]string{
 	"space": "SIGNAGENT_SPACE", "trusted-url": "SIGNAGENT_TRUSTED_URL", "business-url": "SIGNAGENT_BUSINESS_URL",
 	"oidc-url": "SIGNAGENT_OIDC_URL", "client-id": "SIGNAGENT_CLIENT_ID",
-	"client-secret-file": cmdutil.ClientSecretSecret.Env + "_FILE", "api-key-file": cmdutil.APIKeySecret.Env + "_FILE",
-	"developer-key-file": cmdutil.DeveloperKeySecret.Env + "_FILE", "module": pkcs11.ModuleEnv,
-	"softhsm2-conf": settings.EnvKeys["softhsm2-conf"], "key": "SIGNAGENT_KEY_URI", "pin-file": cmdutil.PINSecret.Env + "_FILE",
-	"certificate-file": "SIGNAGENT_CERTIFICATE_FILE",
+	"client-secret-file": cmdutil.ClientSecretSpec.Env + "_FILE", "api-key-file": cmdutil.APIKeySpec.Env + "_FILE",
+	"developer-key-file": cmdutil.DeveloperKeySpec.Env + "_FILE", "module": pkcs11.ModuleEnv,
+	"softhsm2-conf": settings.EnvKeys["softhsm2-conf"], "key": "SIGNAGENT_KEY_URI", "pin-file": cmdutil.PINSpec.Env + "_FILE",
 }
 
 // setupPaths are the keys that name a file: kept as absolute paths, as
@@ -51,7 +50,7 @@ var setupVars = map[string]string{
 // a --flag=~/x do not get from the shell.
 var setupPaths = []string{"client-secret-file", "api-key-file", "developer-key-file", "module", "softhsm2-conf", "pin-file", "certificate-file"}
 
-func setupCommand(e *cmdutil.Env) *cli.Command {
+func setupCommand(f *factory.Factory) *cli.Command {
 	str := func(name, usage string) cli.Flag {
 		return &cli.StringFlag{Name: name, Category: "Answers", EnvVars: []string{setupVars[name]}, Usage: usage}
 	}
@@ -90,7 +89,7 @@ func setupCommand(e *cmdutil.Env) *cli.Command {
 			&cli.BoolFlag{Name: "insecure-http", Category: "Answers", Usage: "accept plain http addresses beyond loopback (tests)"},
 			cmdutil.Pick(cmdutil.TokenFlags(), "token-timeout")[0],
 		},
-		Action: func(c *cli.Context) error { return setup(c, e) },
+		Action: func(c *cli.Context) error { return setup(c, f) },
 	}
 }
 
@@ -98,6 +97,7 @@ func setupCommand(e *cmdutil.Env) *cli.Command {
 type setupRun struct {
 	c        *cli.Context
 	e        *cmdutil.Env
+	f        *factory.Factory // the run's: the key is opened once, closed when setup ends
 	in       *bufio.Reader
 	ask      bool
 	file     *settings.File
@@ -107,11 +107,12 @@ type setupRun struct {
 	problems []string // --non-interactive: every bad answer
 }
 
-func setup(c *cli.Context, e *cmdutil.Env) error {
+func setup(c *cli.Context, fac *factory.Factory) error {
+	e := fac.Env
 	if err := cmdutil.NoArgs(c); err != nil {
 		return err
 	}
-	r := &setupRun{c: c, e: e, in: bufio.NewReader(e.Stdin), ask: !c.Bool("non-interactive"), answers: map[string]string{}, current: map[string]string{}, found: map[string]string{}}
+	r := &setupRun{c: c, e: e, f: fac, in: bufio.NewReader(e.Stdin), ask: !c.Bool("non-interactive"), answers: map[string]string{}, current: map[string]string{}, found: map[string]string{}}
 	path, named := cmdutil.SettingsPath(c)
 	if path == "" {
 		return cmdutil.UsageErr(errors.New("no settings file: give --config FILE (there is no home directory)"))
@@ -347,22 +348,22 @@ func (r *setupRun) oidcAnswers(insecure bool) error {
 // write puts the answers in the context (the keys setup asks for and not
 // answered are removed from it), and makes it current if use.
 func (r *setupRun) write(path, name string, use bool) error {
-	doc, err := configcmd.SettingsDoc(path)
+	doc, err := settings.EditDoc(path)
 	if err != nil {
 		return err
 	}
-	m := configcmd.Mapping(configcmd.Mapping(doc.Content[0], "contexts"), name)
+	m := settings.Mapping(settings.Mapping(doc.Content[0], "contexts"), name)
 	for _, k := range setupKeys {
 		if v, ok := r.answers[k]; ok {
-			configcmd.Put(m, k, &yaml.Node{Kind: yaml.ScalarNode, Value: v, Tag: "!!str"})
+			settings.Put(m, k, &yaml.Node{Kind: yaml.ScalarNode, Value: v, Tag: "!!str"})
 		} else {
-			configcmd.Remove(m, k)
+			settings.Remove(m, k)
 		}
 	}
 	if use {
-		configcmd.Put(doc.Content[0], "current-context", &yaml.Node{Kind: yaml.ScalarNode, Value: name, Tag: "!!str"})
+		settings.Put(doc.Content[0], "current-context", &yaml.Node{Kind: yaml.ScalarNode, Value: name, Tag: "!!str"})
 	}
-	if err := configcmd.WriteSettings(path, doc); err != nil {
+	if err := settings.WriteDoc(path, doc); err != nil {
 		return err
 	}
 	state := ""

@@ -15,7 +15,6 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/internal/settings"
-	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/pkcs11/locate"
@@ -251,8 +250,6 @@ func (r *setupRun) trySignature() error {
 			}
 		}
 	}
-	f := factory.New(r.c, r.e)
-	defer f.Close()
 	ctx, cancel := context.WithTimeout(r.c.Context, time.Minute)
 	defer cancel()
 	err := func() error {
@@ -260,7 +257,7 @@ func (r *setupRun) trySignature() error {
 		if err != nil {
 			return err
 		}
-		key2, err := f.OpenKey(ctx)
+		key2, err := r.f.Key(ctx)
 		if err != nil {
 			return err
 		}

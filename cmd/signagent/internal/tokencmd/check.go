@@ -27,7 +27,7 @@ import (
 
 // checkCommand is `signagent token check`: a self-test a user runs on
 // their own card, and what they attach to a bug report.
-func checkCommand(e *cmdutil.Env) *cli.Command {
+func checkCommand(f *factory.Factory) *cli.Command {
 	return &cli.Command{
 		Name:            "check",
 		HideHelpCommand: true,
@@ -50,7 +50,7 @@ func checkCommand(e *cmdutil.Env) *cli.Command {
 			&cli.DurationFlag{Name: "removal-timeout", Value: time.Minute, Category: catRemoval, Usage: "with --removal, watch at most `DURATION` for the removal, and as long for the card's return (1s to 1h)"},
 			cmdutil.JSONFlag(`{"module","token","key","certificate","mechanisms","functions","pin","removal","ok"}`),
 		}),
-		Action: func(c *cli.Context) error { return tokenCheck(c, e) },
+		Action: func(c *cli.Context) error { return tokenCheck(c, f) },
 	}
 }
 
@@ -95,7 +95,8 @@ type checkTimes struct {
 	MaxMS    float64 `json:"maxMs"`
 }
 
-func tokenCheck(c *cli.Context, e *cmdutil.Env) error {
+func tokenCheck(c *cli.Context, f *factory.Factory) error {
+	e := f.Env
 	rounds := c.Int("rounds")
 	if rounds < 1 || rounds > 100 {
 		return cmdutil.UsageErr(fmt.Errorf("--rounds %d: want 1 to 100", rounds))
@@ -103,8 +104,6 @@ func tokenCheck(c *cli.Context, e *cmdutil.Env) error {
 	if d := c.Duration("removal-timeout"); d < time.Second || d > time.Hour {
 		return cmdutil.UsageErr(fmt.Errorf("--removal-timeout %v: want 1s to 1h", d))
 	}
-	f := factory.New(c, e)
-	defer f.Close()
 	sel, err := f.Selection() // the PIN from its usual sources, asked first
 	if err != nil {
 		return err

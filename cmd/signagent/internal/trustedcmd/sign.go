@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -20,7 +21,7 @@ import (
 	"github.com/signagent/signagent/signer"
 )
 
-func canonicalCommand(e *cmdutil.Env) *cli.Command {
+func canonicalCommand(f *factory.Factory) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent trusted canonical --phone 9161234567 | od -c | head"),
 		Name:        "canonical",
@@ -28,33 +29,61 @@ func canonicalCommand(e *cmdutil.Env) *cli.Command {
 		UsageText:   "signagent trusted canonical --phone P | --snils S | --thumbprint T [--timestamp \"dd.MM.yyyy HH:mm:ss\"]",
 		Flags:       append(cmdutil.CredentialFlags(), cmdutil.APIKeyFlags()...),
 		Action: func(c *cli.Context) error {
-			text, _, _, err := buildText(c)
+			o, err := readText(c)
 			if err != nil {
 				return err
 			}
-			_, err = e.Stdout.Write(text)
+			text, err := o.text(f.Settings())
+			if err != nil {
+				return err
+			}
+			_, err = f.Stdout.Write(text)
 			return err
 		},
 	}
 }
 
-func buildText(c *cli.Context) ([]byte, canonical.Credential, string, error) {
-	cred, err := cmdutil.Credential(c)
-	if err != nil {
-		return nil, cred, "", err
-	}
-	ts, err := cmdutil.Timestamp(c)
-	if err != nil {
-		return nil, cred, "", err
-	}
-	key, err := cmdutil.APIKey(c)
-	if err != nil {
-		return nil, cred, "", err
-	}
-	return canonical.Text(key, cred, ts), cred, canonical.FormatTimestamp(ts), nil
+// textOptions name the signed text: the user's credential and its
+// timestamp (--timestamp, else now).
+type textOptions struct {
+	Cred canonical.Credential
+	TS   time.Time
 }
 
-func signCommand(e *cmdutil.Env) *cli.Command {
+// readText reads the credential flags.
+func readText(c *cli.Context) (textOptions, error) {
+	cred, err := cmdutil.Credential(c)
+	if err != nil {
+		return textOptions{}, err
+	}
+	ts, err := cmdutil.Timestamp(c)
+	return textOptions{Cred: cred, TS: ts}, err
+}
+
+// text is the signed text, with the API key from its sources in s.
+func (o textOptions) text(s *settings.Settings) ([]byte, error) {
+	key, err := cmdutil.APIKeyFrom(s)
+	if err != nil {
+		return nil, err
+	}
+	return canonical.Text(key, o.Cred, o.TS), nil
+}
+
+// buildText is the signed text the flags name, its credential and its
+// timestamp as the service spells it.
+func buildText(c *cli.Context) ([]byte, canonical.Credential, string, error) {
+	o, err := readText(c)
+	if err != nil {
+		return nil, o.Cred, "", err
+	}
+	text, err := o.text(settings.Of(c))
+	if err != nil {
+		return nil, o.Cred, "", err
+	}
+	return text, o.Cred, canonical.FormatTimestamp(o.TS), nil
+}
+
+func signCommand(f *factory.Factory) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent trusted sign --phone 9161234567 --out sig.der", "signagent trusted sign --snils 11223344595 --format base64", "signagent trusted sign --phone 9161234567 --json"),
 		Name:        "sign",
@@ -67,12 +96,13 @@ func signCommand(e *cmdutil.Env) *cli.Command {
 			&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print timestamp, canonical text, base64 signature, certificate thumbprint and key label as JSON"},
 		}, factory.AgentUseFlags()),
 		Action: func(c *cli.Context) error {
-			return sign(c, e)
+			return sign(c, f)
 		},
 	}
 }
 
-func sign(c *cli.Context, e *cmdutil.Env) error {
+func sign(c *cli.Context, f *factory.Factory) error {
+	e := f.Env
 	if _, err := signer.Encode(nil, c.String("format")); err != nil {
 		return cmdutil.UsageErr(fmt.Errorf("--%w", err))
 	}
@@ -87,13 +117,13 @@ func sign(c *cli.Context, e *cmdutil.Env) error {
 	if err != nil {
 		return err
 	}
-	if cl, err := factory.AgentFor(c, e); err != nil || cl != nil {
+	if cl, err := f.Agent(); err != nil || cl != nil {
 		if err != nil {
 			return err
 		}
 		return signWithAgent(c, e, cl, outs)
 	}
-	if err := cmdutil.Missing(cmdutil.APIKeySecret.Need(settings.Of(c))); err != nil {
+	if err := cmdutil.Missing(cmdutil.APIKeySpec.Need(settings.Of(c))); err != nil {
 		return err
 	}
 	text, cred, stamp, err := buildText(c)
@@ -101,8 +131,6 @@ func sign(c *cli.Context, e *cmdutil.Env) error {
 		return err
 	}
 	ts, _ := canonical.ParseTimestamp(stamp)
-	f := factory.New(c, e)
-	defer f.Close()
 	sel, err := f.Selection()
 	if err != nil {
 		return err
@@ -115,7 +143,7 @@ func sign(c *cli.Context, e *cmdutil.Env) error {
 	if err != nil {
 		return err
 	}
-	key, _ := f.OpenKey(ctx) // opened for cms
+	key, _ := f.Key(ctx) // opened for cms
 	if err := signer.CheckValidity(key.Certificate(), ts); err != nil {
 		e.Log.Warn().Err(err).Msg("signing anyway: the service will refuse this signature")
 	}
@@ -157,7 +185,7 @@ func writeSignature(c *cli.Context, e *cmdutil.Env, outs []*safefile.Out, text, 
 // here are refused rather than ignored.
 func signWithAgent(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client, outs []*safefile.Out) error {
 	for _, name := range []string{"hash", "no-signed-attributes", "chain", "key", "key-label", "key-id"} {
-		if c.IsSet(name) && !factory.SetFromFile(c, name) {
+		if c.IsSet(name) && !cmdutil.FromFile(c.App)[name] {
 			return cmdutil.UsageErr(fmt.Errorf("--%s: the agent signs with its own key and settings; give --no-agent to sign here", name))
 		}
 	}
@@ -170,9 +198,9 @@ func signWithAgent(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client, outs 
 		return err
 	}
 	stamp := canonical.FormatTimestamp(ts)
-	resp, err := cl.Sign(c.Context, agentapi.SignatureRequest{Credential: *factory.APICredential(cred), Timestamp: stamp})
+	resp, err := cl.Sign(c.Context, agentapi.SignatureRequest{Credential: *cmdutil.APICredential(cred), Timestamp: stamp})
 	if err != nil {
-		return factory.AgentError(err)
+		return factory.AgentCallError(err)
 	}
 	der, err := base64.StdEncoding.DecodeString(resp.Signature)
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/signagent/signagent/trusted"
 )
 
-func linkCommand(e *cmdutil.Env) *cli.Command {
+func linkCommand(f *factory.Factory) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent trusted link --phone 9161234567 --service-user-id crm-42"),
 		Name:        "link",
@@ -27,107 +27,151 @@ func linkCommand(e *cmdutil.Env) *cli.Command {
 		UsageText:   "signagent trusted link --service-user-id ID --phone P [--trusted-url URL]",
 		Flags:       cmdutil.Concat(factory.ServiceFlags(), cmdutil.Pick(cmdutil.CredentialFlags(), "phone"), []cli.Flag{cmdutil.JSONFlag(`{"linked","serviceUserId","credential"}`)}),
 		Action: func(c *cli.Context) error {
-			if !c.IsSet("phone") {
-				return cmdutil.UsageErr(errors.New("users are linked by phone: give --phone"))
-			}
-			phone, err := canonical.ParsePhone(c.String("phone"))
+			o, err := readLink(c)
 			if err != nil {
 				return err
 			}
-			client, err := factory.New(c, e).Trusted(false)
-			if err != nil {
-				return err
-			}
-			id := c.String("service-user-id")
-			if err := client.Link(c.Context, id, phone); err != nil {
-				return err
-			}
-			e.Log.Info().Str("serviceUserId", id).Str("credential", phone.Masked()).Msg("linked")
-			if c.Bool("json") {
-				return cmdutil.WriteJSON(e, map[string]any{"linked": true, "serviceUserId": id, "credential": phone.Masked()})
-			}
-			fmt.Fprintf(e.Stdout, "linked %s to service user id %s\n", phone.Masked(), id)
-			return nil
+			return runLink(c.Context, f, o)
 		},
 	}
 }
 
-func sessionCommand(e *cmdutil.Env) *cli.Command {
+// linkOptions are what link is told: the phone that finds the service's
+// user and the trusted system's id for them.
+type linkOptions struct {
+	Phone         canonical.Credential
+	ServiceUserID string
+	JSON          bool
+}
+
+// readLink reads link's flags.
+func readLink(c *cli.Context) (linkOptions, error) {
+	if !c.IsSet("phone") {
+		return linkOptions{}, cmdutil.UsageErr(errors.New("users are linked by phone: give --phone"))
+	}
+	phone, err := canonical.ParsePhone(c.String("phone"))
+	return linkOptions{Phone: phone, ServiceUserID: c.String("service-user-id"), JSON: c.Bool("json")}, err
+}
+
+// runLink links the user, with the factory's trusted client (no token).
+func runLink(ctx context.Context, f *factory.Factory, o linkOptions) error {
+	client, err := f.Trusted(false)
+	if err != nil {
+		return err
+	}
+	if err := client.Link(ctx, o.ServiceUserID, o.Phone); err != nil {
+		return err
+	}
+	f.Log.Info().Str("serviceUserId", o.ServiceUserID).Str("credential", o.Phone.Masked()).Msg("linked")
+	if o.JSON {
+		return cmdutil.WriteJSON(f.Env, map[string]any{"linked": true, "serviceUserId": o.ServiceUserID, "credential": o.Phone.Masked()})
+	}
+	_, err = fmt.Fprintf(f.Stdout, "linked %s to service user id %s\n", o.Phone.Masked(), o.ServiceUserID)
+	return err
+}
+
+func sessionCommand(f *factory.Factory) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.SecretOutput("the auth.sid") + cmdutil.Examples("signagent trusted session --phone 9161234567 --service-user-id crm-42", "signagent trusted session --snils 11223344595 --service-user-id crm-42 --json"),
 		Name:        "session",
 		Usage:       "sign on the token and run authenticate-by-truster and approve-truster; print the auth.sid",
 		UsageText:   "signagent trusted session --phone P | --snils S | --thumbprint T --service-user-id ID [--json]",
 		Flags: cmdutil.Concat(cmdutil.Pick(cmdutil.CredentialFlags(), "phone", "snils", "thumbprint", "legacy-snils"), factory.ServiceFlags(), cmdutil.TokenFlags(), factory.SignFlags(), factory.StoreFlags(), []cli.Flag{
-			&cli.DurationFlag{Name: "session-ttl", Category: factory.CatStore, Value: 12 * time.Hour, EnvVars: []string{"SIGNAGENT_SESSION_TTL"}, Usage: "with --store: use a session the store holds when it is younger than `DURATION`, and keep a new one that long"},
+			&cli.DurationFlag{Name: "session-ttl", Category: cmdutil.CatStore, Value: 12 * time.Hour, EnvVars: []string{"SIGNAGENT_SESSION_TTL"}, Usage: "with --store: use a session the store holds when it is younger than `DURATION`, and keep a new one that long"},
 			&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print {\"sid\",\"kind\",\"obtainedAt\"}"},
 		}, factory.AgentUseFlags()),
 		Action: func(c *cli.Context) error {
-			cred, err := cmdutil.Credential(c)
+			o, err := readSession(c)
 			if err != nil {
 				return err
 			}
-			if cl, err := factory.AgentFor(c, e); err != nil || cl != nil {
-				if err != nil {
-					return err
-				}
-				// The agent's session for the user: its cache, its token.
-				resp, err := cl.Session(c.Context, agentapi.SessionRequest{Credential: *factory.APICredential(cred), ServiceUserID: c.String("service-user-id")})
-				if err != nil {
-					return factory.AgentError(err)
-				}
-				return printSession(c, e, &trusted.Session{Sid: resp.Sid, Kind: cred.Kind, ObtainedAt: resp.ObtainedAt.Time})
-			}
-			if err := cmdutil.Missing(cmdutil.APIKeySecret.Need(settings.Of(c)), cmdutil.FlagNeed(c, "trusted-url")); err != nil {
-				return err
-			}
-			key, err := cmdutil.APIKey(c)
-			if err != nil {
-				return err
-			}
-			userID := c.String("service-user-id")
-			if _, err := cmdutil.Selection(c); err != nil {
-				return err
-			}
-			// The token is opened only when a login must run: a session the
-			// shared store holds costs no PIN and no signature.
-			f := factory.New(c, e)
-			defer f.Close()
-			flow := func(ctx context.Context) (*trusted.Session, error) {
-				client, err := f.Trusted(true)
-				if err != nil {
-					return nil, err
-				}
-				return client.Session(ctx, cred, userID)
-			}
-			r, err := factory.OpenStore(settings.Of(c))
-			if err != nil {
-				return err
-			}
-			var s *trusted.Session
-			if r != nil {
-				defer r.Close()
-				sid, at, fromStore, err := trusted.SharedSession(c.Context, r, key, cred, userID, c.Duration("session-ttl"), flow)
-				if errors.Is(err, store.ErrUnavailable) {
-					err = fmt.Errorf("%w: %w", oidc.ErrStoreUnavailable, err)
-				}
-				if err != nil {
-					return err
-				}
-				e.Log.Info().Bool("fromStore", fromStore).Msg("session through the shared store")
-				s = &trusted.Session{Sid: sid, Kind: cred.Kind, ObtainedAt: at}
-			} else if s, err = flow(c.Context); err != nil {
-				return err
-			}
-			e.Log.Info().Str("credential", cred.Masked()).Str("sid", secret.Mask(s.Sid)).Msg("session obtained")
-			return printSession(c, e, s)
+			return runSession(c.Context, f, o)
 		},
 	}
 }
 
+// sessionOptions are what session is told: the user (a credential and
+// the trusted system's id), how long a session the store holds serves,
+// and what the command needs when it does the work here.
+type sessionOptions struct {
+	Cred          canonical.Credential
+	ServiceUserID string
+	TTL           time.Duration
+	JSON          bool
+	// Needs are the settings a session here needs (the API key, the
+	// service's address), said at once when missing; the agent needs
+	// none of them.
+	Needs []cmdutil.Need
+}
+
+// readSession reads session's flags.
+func readSession(c *cli.Context) (sessionOptions, error) {
+	cred, err := cmdutil.Credential(c)
+	return sessionOptions{Cred: cred, ServiceUserID: c.String("service-user-id"), TTL: c.Duration("session-ttl"), JSON: c.Bool("json"),
+		Needs: []cmdutil.Need{cmdutil.APIKeySpec.Need(settings.Of(c)), cmdutil.FlagNeed(c, "trusted-url")}}, err
+}
+
+// runSession obtains the auth.sid: from the running agent when one is
+// asked, else through the shared store when there is one (its session,
+// or one made now under its lease), else by a login on the token here.
+func runSession(ctx context.Context, f *factory.Factory, o sessionOptions) error {
+	if cl, err := f.Agent(); err != nil || cl != nil {
+		if err != nil {
+			return err
+		}
+		// The agent's session for the user: its cache, its token.
+		resp, err := cl.Session(ctx, agentapi.SessionRequest{Credential: *cmdutil.APICredential(o.Cred), ServiceUserID: o.ServiceUserID})
+		if err != nil {
+			return factory.AgentCallError(err)
+		}
+		return printSession(f.Env, o.JSON, &trusted.Session{Sid: resp.Sid, Kind: o.Cred.Kind, ObtainedAt: resp.ObtainedAt.Time})
+	}
+	if err := cmdutil.Missing(o.Needs...); err != nil {
+		return err
+	}
+	key, err := cmdutil.APIKeyFrom(f.Settings())
+	if err != nil {
+		return err
+	}
+	// The selection is checked now; its PIN is read only when a login
+	// runs.
+	if _, err := cmdutil.SelectionFrom(f.Settings(), true); err != nil {
+		return err
+	}
+	// The token is opened only when a login must run: a session the
+	// shared store holds costs no PIN and no signature.
+	flow := func(ctx context.Context) (*trusted.Session, error) {
+		client, err := f.Trusted(true)
+		if err != nil {
+			return nil, err
+		}
+		return client.Session(ctx, o.Cred, o.ServiceUserID)
+	}
+	r, err := f.Store()
+	if err != nil {
+		return err
+	}
+	var s *trusted.Session
+	if r != nil {
+		sid, at, fromStore, err := trusted.SharedSession(ctx, r, key, o.Cred, o.ServiceUserID, o.TTL, flow)
+		if errors.Is(err, store.ErrUnavailable) {
+			err = fmt.Errorf("%w: %w", oidc.ErrStoreUnavailable, err)
+		}
+		if err != nil {
+			return err
+		}
+		f.Log.Info().Bool("fromStore", fromStore).Msg("session through the shared store")
+		s = &trusted.Session{Sid: sid, Kind: o.Cred.Kind, ObtainedAt: at}
+	} else if s, err = flow(ctx); err != nil {
+		return err
+	}
+	f.Log.Info().Str("credential", o.Cred.Masked()).Str("sid", secret.Mask(s.Sid)).Msg("session obtained")
+	return printSession(f.Env, o.JSON, s)
+}
+
 // printSession prints the auth.sid, or with --json the session.
-func printSession(c *cli.Context, e *cmdutil.Env, s *trusted.Session) error {
-	if c.Bool("json") {
+func printSession(e *cmdutil.Env, asJSON bool, s *trusted.Session) error {
+	if asJSON {
 		return cmdutil.WriteJSON(e, map[string]string{"sid": s.Sid, "kind": s.Kind.String(), "obtainedAt": cmdutil.JSONTime(s.ObtainedAt)})
 	}
 	_, err := fmt.Fprintln(e.Stdout, s.Sid)

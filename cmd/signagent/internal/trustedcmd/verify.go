@@ -24,39 +24,54 @@ func verifyCommand(e *cmdutil.Env) *cli.Command {
 			&cli.StringFlag{Name: "ca", Usage: "PEM `FILE` of trusted certificates the signer must chain to"},
 			cmdutil.JSONFlag(`{"valid","signer","thumbprint","signingTime","signedAttributes","chain"}`),
 		},
-		Action: func(c *cli.Context) error {
-			raw, err := safefile.Read(c.String("signature"), 1<<20)
-			if err != nil {
-				return cmdutil.UsageErr(err)
-			}
-			der, err := signer.Decode(raw)
-			if err != nil {
-				return cmdutil.UsageErr(fmt.Errorf("%s: %w", c.String("signature"), err))
-			}
-			content, err := safefile.Read(c.String("content"), 64<<20)
-			if err != nil {
-				return cmdutil.UsageErr(err)
-			}
-			var cas []*x509.Certificate
-			if f := c.String("ca"); f != "" {
-				if cas, err = cmdutil.ReadCerts(f); err != nil {
-					return err
-				}
-			}
-			roots := len(cas) > 0
-			v, err := signer.VerifyCerts(der, content, cas)
-			if err != nil {
-				return err
-			}
-			if c.Bool("json") {
-				out := map[string]any{"valid": true, "signer": v.Signer.Subject.String(), "thumbprint": canonical.ThumbprintOf(v.Signer),
-					"signedAttributes": v.SignedAttributes, "chain": map[bool]string{true: "trusted", false: "not checked"}[roots]}
-				if !v.SigningTime.IsZero() {
-					out["signingTime"] = cmdutil.JSONTime(v.SigningTime)
-				}
-				return cmdutil.WriteJSON(e, out)
-			}
-			return v.Report(e.Stdout, roots)
-		},
+		Action: func(c *cli.Context) error { return runVerify(e, readVerify(c)) },
 	}
+}
+
+// verifyOptions are what verify is told: the signature's and the
+// content's files, and the CA file the signer must chain to ("": none).
+type verifyOptions struct {
+	Signature, Content, CA string
+	JSON                   bool
+}
+
+// readVerify reads verify's flags.
+func readVerify(c *cli.Context) verifyOptions {
+	return verifyOptions{Signature: c.String("signature"), Content: c.String("content"), CA: c.String("ca"), JSON: c.Bool("json")}
+}
+
+// runVerify checks the signature over the content and reports it.
+func runVerify(e *cmdutil.Env, o verifyOptions) error {
+	raw, err := safefile.Read(o.Signature, 1<<20)
+	if err != nil {
+		return cmdutil.UsageErr(err)
+	}
+	der, err := signer.Decode(raw)
+	if err != nil {
+		return cmdutil.UsageErr(fmt.Errorf("%s: %w", o.Signature, err))
+	}
+	content, err := safefile.Read(o.Content, 64<<20)
+	if err != nil {
+		return cmdutil.UsageErr(err)
+	}
+	var cas []*x509.Certificate
+	if o.CA != "" {
+		if cas, err = cmdutil.ReadCerts(o.CA); err != nil {
+			return err
+		}
+	}
+	roots := len(cas) > 0
+	v, err := signer.VerifyCerts(der, content, cas)
+	if err != nil {
+		return err
+	}
+	if o.JSON {
+		out := map[string]any{"valid": true, "signer": v.Signer.Subject.String(), "thumbprint": canonical.ThumbprintOf(v.Signer),
+			"signedAttributes": v.SignedAttributes, "chain": map[bool]string{true: "trusted", false: "not checked"}[roots]}
+		if !v.SigningTime.IsZero() {
+			out["signingTime"] = cmdutil.JSONTime(v.SigningTime)
+		}
+		return cmdutil.WriteJSON(e, out)
+	}
+	return v.Report(e.Stdout, roots)
 }
