@@ -68,4 +68,8 @@ else
 	cat "$dir/image"
 	status=1
 fi
+# The release (make release-snapshot, checked piece by piece:
+# scripts/release-test.sh) after both: it rebuilds dist/'s package and
+# images.
+scripts/release-test.sh || status=1
 exit "$status"
