@@ -66,7 +66,8 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 	@$(GO) mod tidy -diff >/dev/null || { echo "go mod tidy would change go.mod or go.sum: run go mod tidy"; exit 1; }
 	$(GO) vet ./...
-	cd tools/helm && $(GO) mod tidy -diff >/dev/null || { echo "go mod tidy would change tools/helm/go.mod or go.sum"; exit 1; }
+	@for m in tools/helm tools/release tools/cosign tools/registry; do \
+	  (cd $$m && $(GO) mod tidy -diff >/dev/null) || { echo "go mod tidy would change $$m/go.mod or go.sum"; exit 1; }; done
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) test -count=1 -run 'TestOpenAPI' ./agent
 

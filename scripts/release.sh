@@ -1,9 +1,49 @@
 #!/usr/bin/env bash
 # Makes a release's files in dist/ (make release-snapshot), without the
-# release key: see docs/releases.md.
+# release key; docs/releases.md says how a user checks each. In order:
 #
-#   the images and their index      scripts/image.sh (amd64 and arm64)
+#   the images and their index   scripts/image.sh: dist/signagent_V_ARCH.oci.tar
+#                                (amd64, arm64) and dist/signagent_V.oci.tar
+#   archives                     dist/signagent_V_linux_ARCH.tar.gz: the images'
+#                                binary (the same hardened build), README, LICENSE,
+#                                CHANGELOG; repeatable (sorted, dated by the commit)
+#   the Debian package           scripts/package.sh (this machine's architecture)
+#   SBOMs (SPDX 2.3 JSON)        dist/signagent_V_linux_ARCH.spdx.json for each binary,
+#                                dist/signagent_V_ARCH.oci.spdx.json for each image
+#                                (tools/release: its doc comment says what each lists)
+#   checksums                    dist/checksums.txt, sha256sum's format, names relative to dist/
+#
+# V is git describe without a leading v.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+GO=${GO:-go}
 fail() { echo "release: $*" >&2; exit 1; }
+version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
+version=${version#v}
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
+arches=(amd64 arm64)
+mkdir -p dist build/tools
+rm -f dist/signagent_*.tar.gz dist/*.spdx.json dist/checksums.txt*
+
+# The tools of the release, each from its own module under tools/.
+(cd tools/release && $GO build -o ../../build/tools/release .) || fail "building tools/release failed"
+release=build/tools/release
+
 scripts/image.sh >/dev/null || fail "the images failed (scripts/image.sh)"
+for arch in "${arches[@]}"; do
+	bin=build/image/$arch/ctx/signagent
+	a=build/archive/signagent_${version}_linux_$arch
+	rm -rf "$a" && mkdir -p "$a"
+	cp "$bin" README.md LICENSE CHANGELOG.md "$a/"
+	tar -C build/archive --sort=name --numeric-owner --owner=0 --group=0 --mtime="@$SOURCE_DATE_EPOCH" --clamp-mtime \
+		-cf - "$(basename "$a")" | gzip -9n > "dist/$(basename "$a").tar.gz"
+	$release sbom-binary -out "dist/signagent_${version}_linux_$arch.spdx.json" -version "$version" "$bin" ||
+		fail "the SBOM of the $arch binary failed"
+	$release sbom-image -out "dist/signagent_${version}_$arch.oci.spdx.json" -version "$version" -arch "$arch" "build/image/$arch/root" ||
+		fail "the SBOM of the $arch image failed"
+done
+scripts/package.sh >/dev/null || fail "the Debian package failed (scripts/package.sh)"
+
+(cd dist && sha256sum -- signagent_"$version"*.tar.gz signagent_*.deb signagent_"$version"*.oci.tar signagent_"$version"*.spdx.json \
+	$(ls signagent-*.tgz 2>/dev/null) > checksums.txt.new && mv checksums.txt.new checksums.txt)
+echo "release: dist/ holds $(wc -l < dist/checksums.txt) files of version $version (dist/checksums.txt)"
