@@ -13,14 +13,22 @@
 #      binary of the root read back from the image; an SBOM naming a
 #      module the binary does not hold refused in one line.
 #   3. dist/checksums.txt: sha256sum -c, every archive, image and SBOM in it.
+#   4. signatures: a distribution registry (tools/registry) on loopback
+#      receives the index and both images (scripts/release-publish.sh signs
+#      them, attests their provenance and SBOMs); docs/releases.md's
+#      commands for a download and an image pass as written; a changed
+#      byte in checksums.txt, a signature by another key and an image with
+#      a changed layer behind the same tag each fail.
 #
 # Each failure says what is wrong and exits 1.
 . "$(dirname "$0")/lib.sh"
 need skopeo qemu-aarch64 readelf jq go
 start=$(date +%s)
 tmp=$(mktemp -d /tmp/signagent-release-test.XXXXXX)
+registry=
 cleanup() {
 	set +e
+	[ -n "$registry" ] && kill "$registry" && wait "$registry" 2>/dev/null
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -138,3 +146,85 @@ for f in dist/signagent_${version}_linux_{amd64,arm64}.tar.gz dist/signagent_${v
 	grep -q "^[0-9a-f]\{64\}  ${f#dist/}\$" dist/checksums.txt || fail "dist/checksums.txt does not name ${f#dist/}"
 done
 echo "release-test: SBOMs and checksums.txt: ok ($(wc -l < dist/checksums.txt) files)"
+
+# 4. Signatures, provenance, SBOMs in a registry.
+cosign=$(go -C tools/cosign tool -n cosign) || fail "building cosign (tools/cosign) failed"
+mkdir -p "$tmp/bin"
+ln -s "$cosign" "$tmp/bin/cosign"
+port=25000
+while (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; do port=$((port + 1)); done
+cat > "$tmp/registry.yml" <<YML
+version: 0.1
+log:
+  level: error
+storage:
+  filesystem:
+    rootdirectory: $tmp/registry
+http:
+  addr: 127.0.0.1:$port
+YML
+"$(go -C tools/registry tool -n registry)" serve "$tmp/registry.yml" >"$tmp/registry.log" 2>&1 &
+registry=$!
+for _ in $(seq 300); do curl -sf -o /dev/null "http://127.0.0.1:$port/v2/" && break; sleep 0.1; done
+curl -sf -o /dev/null "http://127.0.0.1:$port/v2/" || fail "the registry did not start: $(tail -n 3 "$tmp/registry.log")"
+repo=127.0.0.1:$port/signagent/signagent
+ref=$(scripts/release-publish.sh "$repo") || fail "scripts/release-publish.sh $repo failed"
+published=$(date +%s)
+
+# block NAME: the commands of docs/releases.md's block marked NAME.
+block() {
+	awk -v m="<!-- release-test: $1 -->" '$0 == m {f = 1; next} f && /^```sh/ {g = 1; next} g && /^```/ {exit} g {print}' docs/releases.md
+}
+# run_block NAME DIR: runs them in DIR with cosign on the PATH, each
+# command's failure fatal; prints their output.
+run_block() {
+	local cmds
+	cmds=$(block "$1")
+	[ "$(grep -c . <<<"$cmds")" = 3 ] || fail "docs/releases.md's $1 block has not three commands: $cmds"
+	(cd "$2" && PATH=$tmp/bin:$PATH VERSION=$version IMAGE=${IMAGE:-} IMAGE_ARCH=${IMAGE_ARCH:-} bash -euo pipefail -c "$cmds" 2>&1) ||
+		fail "docs/releases.md's commands to verify $1 failed in $2"
+}
+mkdir -p "$tmp/download"
+cp dist/checksums.txt dist/checksums.txt.sig dist/cosign.pub "dist/signagent_${version}_linux_amd64.tar.gz" "$tmp/download/"
+out=$(run_block download "$tmp/download")
+grep -q '^Verified OK' <<<"$out" || fail "verify-blob did not say Verified OK: $out"
+grep -q "^signagent_${version}_linux_amd64.tar.gz: OK" <<<"$out" || fail "sha256sum -c did not check the archive: $out"
+grep -q "$version" <<<"$out" || fail "the downloaded binary does not say version $version: $out"
+arm=$repo@sha256:$(skopeo inspect --raw "oci-archive:dist/signagent_${version}_arm64.oci.tar" | sha256sum | cut -d' ' -f1)
+out=$(IMAGE=$ref IMAGE_ARCH=$arm run_block image dist)
+grep -q "\"docker-manifest-digest\":\"${ref#*@}\"" <<<"$out" || fail "cosign verify did not verify the index ${ref#*@}: $out"
+# refused CMD...: the command fails, and its one error line is printed.
+refused() {
+	local out
+	if out=$(PATH=$tmp/bin:$PATH "$@" 2>&1); then
+		fail "accepted, want refused: $*"
+	fi
+	grep -v '^WARNING' <<<"$out" | grep -m1 '^Error: ' || fail "refused without an Error: line: $*: $out"
+}
+# A changed byte in checksums.txt.
+cp dist/checksums.txt "$tmp/download/checksums.txt"
+sed -i '1s/^./x/' "$tmp/download/checksums.txt"
+why1=$(refused cosign verify-blob --key dist/cosign.pub --signature dist/checksums.txt.sig --insecure-ignore-tlog "$tmp/download/checksums.txt")
+# A signature by another key.
+(cd "$tmp" && COSIGN_PASSWORD=other "$cosign" generate-key-pair --output-key-prefix other >/dev/null 2>&1) || fail "cosign generate-key-pair failed"
+COSIGN_PASSWORD=other "$cosign" sign-blob --yes --tlog-upload=false --key "$tmp/other.key" --output-signature "$tmp/other.sig" dist/checksums.txt >/dev/null 2>&1 ||
+	fail "cosign sign-blob with another key failed"
+why2=$(refused cosign verify-blob --key dist/cosign.pub --signature "$tmp/other.sig" --insecure-ignore-tlog dist/checksums.txt)
+# An image with a changed byte in its layer, pushed behind the release's
+# tag: the tag's image no longer verifies.
+skopeo copy --quiet "oci-archive:dist/signagent_${version}_amd64.oci.tar" "oci:$tmp/bad:x" >/dev/null
+m=$(jq -r '.manifests[0].digest' "$tmp/bad/index.json" | cut -d: -f2)
+l=$(jq -r '.layers[0].digest' "$tmp/bad/blobs/sha256/$m" | cut -d: -f2)
+printf '\x01' | dd of="$tmp/bad/blobs/sha256/$l" bs=1 seek=1000 conv=notrunc status=none
+nl=$(sha256sum "$tmp/bad/blobs/sha256/$l" | cut -d' ' -f1)
+mv "$tmp/bad/blobs/sha256/$l" "$tmp/bad/blobs/sha256/$nl"
+sed "s/$l/$nl/" "$tmp/bad/blobs/sha256/$m" > "$tmp/bad/manifest"
+nm=$(sha256sum "$tmp/bad/manifest" | cut -d' ' -f1)
+mv "$tmp/bad/manifest" "$tmp/bad/blobs/sha256/$nm" && rm "$tmp/bad/blobs/sha256/$m"
+sed -i "s/$m/$nm/" "$tmp/bad/index.json"
+skopeo copy --quiet --preserve-digests --dest-tls-verify=false "oci:$tmp/bad:x" "docker://$repo:$version" >/dev/null ||
+	fail "pushing the changed image failed"
+why3=$(refused cosign verify --key dist/cosign.pub --insecure-ignore-tlog "$repo:$version")
+end=$(date +%s)
+echo "release-test: signatures: verify, verify-attestation, verify-blob pass; refused: changed checksums.txt ($why1), another key ($why2), changed layer ($why3); registry part $((end - published)) s after publishing"
+echo "release-test: passed in $((end - start)) s"

@@ -32,8 +32,8 @@ helm=$!
 # The release's tools (tools/release's own tests; cosign and the
 # distribution registry, built into the Go build cache here, minutes on a
 # new machine, so that scripts/release-test.sh finds them built).
-(cd tools/release && $GO vet . && $GO test -count=1 . && cd ../cosign && $GO build -o /dev/null github.com/sigstore/cosign/v2/cmd/cosign &&
-	cd ../registry && $GO build -o /dev/null github.com/distribution/distribution/v3/cmd/registry) >"$dir/release-tools" 2>&1 &
+(cd tools/release && $GO vet . && $GO test -count=1 . && $GO -C ../cosign tool -n cosign >/dev/null &&
+	$GO -C ../registry tool -n registry >/dev/null) >"$dir/release_tools" 2>&1 &
 release_tools=$!
 # The monitoring kit's alert rules: promtool's own check, and their unit
 # tests firing each alert (deploy/monitoring; docs/runbook.md).
