@@ -52,4 +52,15 @@ for arch in amd64 arm64; do
 	c attest --yes --tlog-upload=false --key "$COSIGN_KEY" --type slsaprovenance --predicate build/provenance-$arch.json "$repo@$d"
 	c attest --yes --tlog-upload=false --key "$COSIGN_KEY" --type spdxjson --predicate "dist/signagent_${version}_$arch.oci.spdx.json" "$repo@$d"
 done
+# The chart, an OCI artifact beside the image (REGISTRY/charts/signagent),
+# signed as the images are.
+helm=$($GO -C tools/helm tool -n helm) || fail "building helm (tools/helm) failed"
+chart=$(ls dist/signagent-*.tgz 2>/dev/null | head -n1)
+[ -n "$chart" ] || fail "no chart in dist/: run make release-snapshot first"
+plain=()
+case $repo in 127.0.0.1:* | localhost:*) plain=(--plain-http) ;; esac
+"$helm" push "${plain[@]}" "$chart" "oci://${repo%%/*}/charts" >"$log" 2>&1 || fail "helm push $chart failed: $(tail -n 1 "$log")"
+cdigest=$(sed -n 's/^Digest: //p' "$log")
+[ -n "$cdigest" ] || fail "helm push said no digest: $(cat "$log")"
+c sign --yes --tlog-upload=false --key "$COSIGN_KEY" "${repo%%/*}/charts/signagent@$cdigest"
 echo "$repo@$digest"

@@ -18,7 +18,8 @@
 #      them, attests their provenance and SBOMs); docs/releases.md's
 #      commands for a download and an image pass as written; a changed
 #      byte in checksums.txt, a signature by another key and an image with
-#      a changed layer behind the same tag each fail.
+#      a changed layer behind the same tag each fail. The chart: pushed to
+#      the registry as OCI, signed, pulled back and rendered (docs/releases.md).
 #
 # Each failure says what is wrong and exits 1.
 . "$(dirname "$0")/lib.sh"
@@ -151,6 +152,7 @@ echo "release-test: SBOMs and checksums.txt: ok ($(wc -l < dist/checksums.txt) f
 cosign=$(go -C tools/cosign tool -n cosign) || fail "building cosign (tools/cosign) failed"
 mkdir -p "$tmp/bin"
 ln -s "$cosign" "$tmp/bin/cosign"
+ln -s "$(go -C tools/helm tool -n helm)" "$tmp/bin/helm"
 port=25000
 while (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; do port=$((port + 1)); done
 cat > "$tmp/registry.yml" <<YML
@@ -181,8 +183,11 @@ run_block() {
 	local cmds
 	cmds=$(block "$1")
 	[ "$(grep -c . <<<"$cmds")" = 3 ] || fail "docs/releases.md's $1 block has not three commands: $cmds"
-	(cd "$2" && PATH=$tmp/bin:$PATH VERSION=$version IMAGE=${IMAGE:-} IMAGE_ARCH=${IMAGE_ARCH:-} bash -euo pipefail -c "$cmds" 2>&1) ||
-		fail "docs/releases.md's commands to verify $1 failed in $2"
+	local out
+	out=$(cd "$2" && PATH=$tmp/bin:$PATH VERSION=$version IMAGE=${IMAGE:-} IMAGE_ARCH=${IMAGE_ARCH:-} CHART=${CHART:-} \
+		CHART_VERSION=${CHART_VERSION:-} PLAIN_HTTP=1 bash -euo pipefail -c "$cmds" 2>&1) ||
+		fail "docs/releases.md's commands to verify $1 failed: $(grep -v '^WARNING' <<<"$out" | tail -n 2 | tr '\n' ' ')"
+	printf '%s\n' "$out"
 }
 mkdir -p "$tmp/download"
 cp dist/checksums.txt dist/checksums.txt.sig dist/cosign.pub "dist/signagent_${version}_linux_amd64.tar.gz" "$tmp/download/"
@@ -193,6 +198,18 @@ grep -q "$version" <<<"$out" || fail "the downloaded binary does not say version
 arm=$repo@sha256:$(skopeo inspect --raw "oci-archive:dist/signagent_${version}_arm64.oci.tar" | sha256sum | cut -d' ' -f1)
 out=$(IMAGE=$ref IMAGE_ARCH=$arm run_block image dist)
 grep -q "\"docker-manifest-digest\":\"${ref#*@}\"" <<<"$out" || fail "cosign verify did not verify the index ${ref#*@}: $out"
+# The chart: pushed, signed, pulled back (the same bytes as dist/'s) and
+# rendered with an example's values, by docs/releases.md's commands.
+chart_version=$(sed -n 's/^version: *//p' deploy/helm/signagent/Chart.yaml)
+[ -s "dist/signagent-$chart_version.tgz" ] || fail "dist/signagent-$chart_version.tgz is missing"
+chart=127.0.0.1:$port/charts/signagent@sha256:$(curl -sf -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+	"http://127.0.0.1:$port/v2/charts/signagent/manifests/$chart_version" | sha256sum | cut -d' ' -f1)
+mkdir -p "$tmp/chart"
+cp dist/cosign.pub "$tmp/chart/"
+cp deploy/helm/signagent/values-oidc-redis.yaml "$tmp/chart/my-values.yaml"
+out=$(CHART=$chart CHART_VERSION=$chart_version run_block chart "$tmp/chart")
+cmp -s "$tmp/chart/signagent-$chart_version.tgz" "dist/signagent-$chart_version.tgz" || fail "the chart pulled back differs from dist/signagent-$chart_version.tgz"
+grep -q "image: \"ghcr.io/signagent/signagent:" <<<"$out" || fail "the pulled chart does not render the image ghcr.io/signagent/signagent: $(grep 'image:' <<<"$out")"
 # refused CMD...: the command fails, and its one error line is printed.
 refused() {
 	local out

@@ -11,6 +11,7 @@
 #   SBOMs (SPDX 2.3 JSON)        dist/signagent_V_linux_ARCH.spdx.json for each binary,
 #                                dist/signagent_V_ARCH.oci.spdx.json for each image
 #                                (tools/release: its doc comment says what each lists)
+#   the chart                    dist/signagent-CHARTVERSION.tgz (helm package, tools/helm's helm)
 #   checksums                    dist/checksums.txt, sha256sum's format, names relative to dist/
 #   its signature                dist/checksums.txt.sig (cosign sign-blob, no transparency
 #                                log) and dist/cosign.pub, the key that verifies it
@@ -51,9 +52,12 @@ for arch in "${arches[@]}"; do
 		fail "the SBOM of the $arch image failed"
 done
 scripts/package.sh >/dev/null || fail "the Debian package failed (scripts/package.sh)"
+rm -f dist/signagent-*.tgz
+helm=$($GO -C tools/helm tool -n helm) || fail "building helm (tools/helm) failed"
+"$helm" package deploy/helm/signagent --destination dist >/dev/null || fail "helm package deploy/helm/signagent failed"
 
 (cd dist && sha256sum -- signagent_"$version"*.tar.gz signagent_*.deb signagent_"$version"*.oci.tar signagent_"$version"*.spdx.json \
-	$(ls signagent-*.tgz 2>/dev/null) > checksums.txt.new && mv checksums.txt.new checksums.txt)
+	signagent-*.tgz > checksums.txt.new && mv checksums.txt.new checksums.txt)
 
 # The signature of checksums.txt, and the key that verifies it.
 cosign=$($GO -C tools/cosign tool -n cosign) || fail "building cosign (tools/cosign) failed"
