@@ -15,7 +15,7 @@
 #   scripts/image.sh                 both images and the index; prints
 #                                    the host's image (localhost/signagent:VERSION),
 #                                    its archive, the other's archive, the index's archive
-#   scripts/image.sh --rootfs FILE   only the host architecture's base root tar (goreleaser's before hook)
+#   scripts/image.sh --rootfs FILE [ARCH]  only the base root's tar of ARCH (default this machine's; goreleaser's before hook)
 #   IMAGE_ARCHES="amd64"             fewer architectures (the first line is then the first's)
 #
 # Left for the tests and the SBOMs: build/image/ARCH/root (the root, with
@@ -46,7 +46,7 @@ export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/n
 created=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
 host=$(dpkg --print-architecture)
 read -r -a arches <<<"${IMAGE_ARCHES:-$host $([ "$host" = amd64 ] && echo arm64 || echo amd64)}"
-[ "${1:-}" = --rootfs ] && arches=("$host")
+[ "${1:-}" = --rootfs ] && arches=("${3:-$host}")
 
 # apt_arch ARCH ARGS: apt-get (or apt-cache, as APT_CMD) for ARCH's
 # packages, from the machine's Debian sources (deb822 or sources.list),
@@ -225,9 +225,9 @@ needs() {
 if [ "${1:-}" = --rootfs ]; then
 	[ -n "${2:-}" ] || fail "--rootfs needs a FILE"
 	rootfs_out=$2
-	build_arch "$host"
+	build_arch "${3:-$host}"
 	mkdir -p "$(dirname "$2")"
-	cp "build/image/$host/ctx/rootfs.tar" "$2"
+	cp "build/image/${3:-$host}/ctx/rootfs.tar" "$2"
 	exit 0
 fi
 
