@@ -12,7 +12,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 # through podman's API socket. About 30 s to install on a fresh machine.
 # Set before DEPS, which takes it in where it is written (:=): set after,
 # it was empty there and a fresh machine's make test installed none of it.
-IMAGE_DEPS := buildah podman runc skopeo docker-compose
+IMAGE_DEPS := buildah podman runc skopeo docker-compose gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user jq
 # What the tests and the demo run besides Go: SoftHSM, OpenSC's pkcs11-tool,
 # GnuTLS's certtool, OpenSSL, curl and pkill (procps) for the agent's scripts,
 # and a software TPM 2.0 with tpm2-pkcs11 as the second PKCS#11 implementation
@@ -50,12 +50,11 @@ DEPS    := softhsm2 opensc gnutls-bin openssl curl procps chromium systemd redis
 BENCH_DEPS := $(DEPS) libengine-pkcs11-openssl nginx
 BENCH_ARGS ?=
 
-# staticcheck and goreleaser, pinned: run from the module proxy, not
-# dependencies of the code.
+# staticcheck, pinned: run from the module proxy, not a dependency of the
+# code (goreleaser is pinned in tools/goreleaser, a module of its own).
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
-GORELEASER  := github.com/goreleaser/goreleaser/v2@v2.12.7
 
-.PHONY: demo test check lint deps build bench gobench clean package image release-check
+.PHONY: demo test check lint deps build bench gobench clean package image release-check release-snapshot
 
 demo: deps build
 	@scripts/demo.sh
@@ -67,7 +66,8 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 	@$(GO) mod tidy -diff >/dev/null || { echo "go mod tidy would change go.mod or go.sum: run go mod tidy"; exit 1; }
 	$(GO) vet ./...
-	cd tools/helm && $(GO) mod tidy -diff >/dev/null || { echo "go mod tidy would change tools/helm/go.mod or go.sum"; exit 1; }
+	@for m in tools/helm tools/release tools/cosign tools/registry; do \
+	  (cd $$m && $(GO) mod tidy -diff >/dev/null) || { echo "go mod tidy would change $$m/go.mod or go.sum"; exit 1; }; done
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) test -count=1 -run 'TestOpenAPI' ./agent
 
@@ -83,9 +83,11 @@ lint:
 test: deps
 	@GO=$(GO) MAKE=$(MAKE) scripts/test.sh
 
-# image: the container image, localhost/signagent:VERSION in podman's
-# storage and an OCI archive in dist/ (see scripts/image.sh and
-# docs/deploy.md).
+# image: the container images for amd64 and arm64 (the arm64 binary
+# cross-compiled by Debian's gcc-aarch64-linux-gnu, its root from Debian's
+# arm64 packages), localhost/signagent:VERSION-ARCH in podman's storage, an
+# OCI archive for each and one with the OCI index over both in dist/ (see
+# scripts/image.sh and docs/deploy.md).
 image:
 	@scripts/deps.sh $(IMAGE_DEPS)
 	@scripts/image.sh
@@ -94,10 +96,18 @@ image:
 package: deps
 	@scripts/package.sh
 
-# release-check: goreleaser's own check of .goreleaser.yaml (goreleaser is
-# large to build, so it is not part of test).
+# release-snapshot: everything a release holds, in dist/, without the
+# release key (a throwaway key signs): archives, the Debian package, the
+# images and their index, SBOMs, checksums.txt and its signature, the
+# chart's package (scripts/release.sh; docs/releases.md).
+release-snapshot:
+	@scripts/deps.sh $(IMAGE_DEPS)
+	@scripts/release.sh
+
+# release-check: goreleaser's own check of .goreleaser.yaml (goreleaser
+# v2.15.1, tools/goreleaser: about 9 minutes to build cold, so it is not part of test).
 release-check:
-	GOFLAGS=-mod=mod $(GO) run $(GORELEASER) check
+	$(GO) -C tools/goreleaser tool goreleaser check -f ../../.goreleaser.yaml
 
 # check: the loop while working, a few minutes: the static checks and every
 # test once, without the race detector, the fuzzing and the package (test

@@ -29,6 +29,12 @@ $MAKE --no-print-directory lint GO="$GO" >"$dir/lint" 2>&1 &
 lint=$!
 (cd tools/helm && $GO vet . && $GO test -count=1 .) >"$dir/helm" 2>&1 &
 helm=$!
+# The release's tools (tools/release's own tests; cosign and the
+# distribution registry, built into the Go build cache here, minutes on a
+# new machine, so that scripts/release-test.sh finds them built).
+(cd tools/release && $GO vet . && $GO test -count=1 . && $GO -C ../cosign tool -n cosign >/dev/null &&
+	$GO -C ../registry tool -n registry >/dev/null) >"$dir/release_tools" 2>&1 &
+release_tools=$!
 # The monitoring kit's alert rules: promtool's own check, and their unit
 # tests firing each alert (deploy/monitoring; docs/runbook.md).
 (cd deploy/monitoring && promtool check rules signagent.rules.yaml && promtool test rules signagent.rules.test.yaml) >"$dir/monitoring" 2>&1 &
@@ -43,7 +49,7 @@ else
 	# (golang/go#75804, fixed in Go 1.27); about 8 s here.
 	$GO test -run '^$' -fuzz '^FuzzUpstream$' -fuzztime 600x -fuzzminimizetime 10x ./agent/proxy || status=1
 fi
-for step in lint helm monitoring; do
+for step in lint helm monitoring release_tools; do
 	eval pid=\$$step
 	if wait "$pid"; then
 		echo "$step: ok"
@@ -68,4 +74,8 @@ else
 	cat "$dir/image"
 	status=1
 fi
+# The release (make release-snapshot, checked piece by piece:
+# scripts/release-test.sh) after both: it rebuilds dist/'s package and
+# images.
+scripts/release-test.sh || status=1
 exit "$status"

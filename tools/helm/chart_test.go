@@ -371,6 +371,8 @@ func TestRefused(t *testing.T) {
 		{"several agents without a shared store", []string{"store.url="}, "replicaCount above 1 needs store.url"},
 		{"nothing to serve", []string{"oidc.enabled=false"}, "nothing to serve"},
 		{"no TLS", []string{"agent.tls.secretName="}, "agent/tls/secretName"},
+		{"a digest that is not one", []string{"image.digest=sha256:abc"}, "at '/image/digest'"},
+		{"a volume mount without a path", []string{"extraVolumeMounts[0].name=x"}, "missing property 'mountPath'"},
 	} {
 		v := vals(t, oidc, tc.set...)
 		_, err := render(v)

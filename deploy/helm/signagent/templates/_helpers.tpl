@@ -75,3 +75,18 @@ Secret volume (one per Secret) and a file under /etc/signagent/secrets/.
 {{- define "signagent.secretFile" -}}
 /etc/signagent/secrets/{{ .name }}/{{ required (printf "%s.key is required" .what) .ref.key }}
 {{- end }}
+
+{{/*
+The image: REGISTRY/REPOSITORY@DIGEST where a digest is given, else
+REGISTRY/REPOSITORY:TAG (the tag by default the chart's appVersion, the
+release's).
+*/}}
+{{- define "signagent.image" -}}
+{{- $repo := .Values.image.repository -}}
+{{- with .Values.image.registry }}{{ $repo = printf "%s/%s" . $repo }}{{ end -}}
+{{- if .Values.image.digest -}}
+{{ $repo }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ $repo }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end }}
