@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	p11 "github.com/miekg/pkcs11"
 
@@ -41,11 +42,21 @@ func (tk *Token) PutIn(t testing.TB, other *Token) {
 
 // TakeOut removes what PutIn put in tk's place; Insert then puts tk's
 // token back.
+//
+// SoftHSM in the test's process may be writing a file in the token's
+// directory while it is removed (RemoveAll then fails with "directory not
+// empty": once in CI's race run): it is tried again. (A rename would not
+// do: SoftHSM keeps the files it has open and would go on seeing them.)
 func (tk *Token) TakeOut(t testing.TB) {
 	t.Helper()
-	if err := os.RemoveAll(filepath.Join(tk.Dir, "tokens")); err != nil {
-		t.Fatal(err)
+	var err error
+	for range 50 {
+		if err = os.RemoveAll(filepath.Join(tk.Dir, "tokens")); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
+	t.Fatal(err)
 }
 
 // SetPIN sets the token's user PIN to pin (logged in as the security
