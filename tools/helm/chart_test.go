@@ -367,6 +367,8 @@ func TestRefused(t *testing.T) {
 		{"root", []string{"podSecurityContext.runAsNonRoot=false"}, "runAsNonRoot"},
 		{"a misspelt value", []string{"replicas=3"}, "additional properties 'replicas' not allowed"},
 		{"a secret setting", []string{"agent.settings.pin=hunter2"}, "invalid propertyName 'pin'"},
+		{"a misspelt setting", []string{"agent.settings.listn=tcp:0.0.0.0:1"}, "at '/agent/settings': additional properties 'listn' not allowed"},
+		{"an old name of a setting", []string{"agent.settings.api-url=https://api.example"}, "additional properties 'api-url' not allowed"},
 		{"a setting the chart sets", []string{"agent.settings.store-key-file=/k"}, "agent.settings.store-key-file is set by the chart"},
 		{"several agents without a shared store", []string{"store.url="}, "replicaCount above 1 needs store.url"},
 		{"nothing to serve", []string{"oidc.enabled=false"}, "nothing to serve"},
