@@ -65,7 +65,7 @@ func TestChartSettingsKeys(t *testing.T) {
 			Agent struct {
 				Properties struct {
 					Settings struct {
-						AdditionalProperties *bool                     `json:"additionalProperties"`
+						AdditionalProperties *bool                      `json:"additionalProperties"`
 						Properties           map[string]json.RawMessage `json:"properties"`
 					} `json:"settings"`
 				} `json:"properties"`
