@@ -51,6 +51,12 @@ type bed struct {
 	now    atomic.Pointer[time.Time]
 }
 
+// bedTimeout bounds each of the bed's requests: generous, because the
+// emulator checks passwords with bcrypt, which under the race detector on
+// a loaded two-core machine took over 5 s (TestServiceFailing and
+// TestRefusedTwice timed out in CI and logged in again).
+const bedTimeout = 30 * time.Second
+
 func newBed(t testing.TB, edit func(*emulator.Config)) *bed {
 	t.Helper()
 	tk := pkcs11test.NewWith(t, pkcs11test.Options{Extra: []softhsm.KeySpec{{Type: softhsm.RSA2048, Label: "sign-only", ID: []byte{9}, NoDecrypt: true}}})
@@ -85,7 +91,7 @@ func (b *bed) advance(d time.Duration) {
 
 func (b *bed) newClient(t testing.TB, key, url string) *legacy.Client {
 	t.Helper()
-	c, err := legacy.New(legacy.Config{APIURL: url, DeveloperKey: key, Settings: httpx.Settings{Timeout: 5 * time.Second, Backoff: time.Millisecond, Now: func() time.Time { return *b.now.Load() }}, Log: zerolog.New(b.logs)})
+	c, err := legacy.New(legacy.Config{APIURL: url, DeveloperKey: key, Settings: httpx.Settings{Timeout: bedTimeout, Backoff: time.Millisecond, Now: func() time.Time { return *b.now.Load() }}, Log: zerolog.New(b.logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
