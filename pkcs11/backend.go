@@ -2,6 +2,7 @@ package pkcs11
 
 import (
 	p11 "github.com/miekg/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // Backend is the narrow set of PKCS#11 calls this package makes. The real one
@@ -59,7 +60,7 @@ func (l library) Initialize() error { return l.Ctx.Initialize() }
 func loadLibrary(path string) (Backend, error) {
 	ctx := p11.New(path)
 	if ctx == nil {
-		return nil, ErrNotAModule
+		return nil, tokenerr.ErrNotAModule
 	}
 	return library{ctx}, nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	p11 "github.com/miekg/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/safefile"
 )
 
@@ -18,26 +19,26 @@ func TestClassify(t *testing.T) {
 		kind        error
 		recoverable bool
 	}{
-		{p11.CKR_PIN_INCORRECT, ErrPINIncorrect, false},
-		{p11.CKR_PIN_LOCKED, ErrPINLocked, false},
-		{p11.CKR_TOKEN_NOT_PRESENT, ErrDeviceRemoved, true},
-		{p11.CKR_DEVICE_REMOVED, ErrDeviceRemoved, true},
-		{p11.CKR_SESSION_HANDLE_INVALID, ErrSessionClosed, true},
-		{p11.CKR_SESSION_CLOSED, ErrSessionClosed, true},
-		{p11.CKR_OBJECT_HANDLE_INVALID, ErrObjectInvalid, true},
-		{p11.CKR_DEVICE_ERROR, ErrDeviceError, true},
-		{p11.CKR_CRYPTOKI_NOT_INITIALIZED, ErrNotInitialized, true},
-		{p11.CKR_MECHANISM_INVALID, ErrTokenRefused, false},
-		{p11.CKR_DATA_LEN_RANGE, ErrTokenRefused, false},
+		{p11.CKR_PIN_INCORRECT, tokenerr.ErrPINIncorrect, false},
+		{p11.CKR_PIN_LOCKED, tokenerr.ErrPINLocked, false},
+		{p11.CKR_TOKEN_NOT_PRESENT, tokenerr.ErrDeviceRemoved, true},
+		{p11.CKR_DEVICE_REMOVED, tokenerr.ErrDeviceRemoved, true},
+		{p11.CKR_SESSION_HANDLE_INVALID, tokenerr.ErrSessionClosed, true},
+		{p11.CKR_SESSION_CLOSED, tokenerr.ErrSessionClosed, true},
+		{p11.CKR_OBJECT_HANDLE_INVALID, tokenerr.ErrObjectInvalid, true},
+		{p11.CKR_DEVICE_ERROR, tokenerr.ErrDeviceError, true},
+		{p11.CKR_CRYPTOKI_NOT_INITIALIZED, tokenerr.ErrNotInitialized, true},
+		{p11.CKR_MECHANISM_INVALID, tokenerr.ErrTokenRefused, false},
+		{p11.CKR_DATA_LEN_RANGE, tokenerr.ErrTokenRefused, false},
 	} {
-		err := classify("sign", p11.Error(tc.code))
-		if !errors.Is(err, tc.kind) || Recoverable(err) != tc.recoverable {
-			t.Errorf("code %#x: %v (recoverable %v)", tc.code, err, Recoverable(err))
+		err := tokenerr.Classify("sign", p11.Error(tc.code))
+		if !errors.Is(err, tc.kind) || tokenerr.Recoverable(err) != tc.recoverable {
+			t.Errorf("code %#x: %v (recoverable %v)", tc.code, err, tokenerr.Recoverable(err))
 		}
-		if c, ok := Code(err); !ok || uint(c) != tc.code {
+		if c, ok := tokenerr.Code(err); !ok || uint(c) != tc.code {
 			t.Errorf("code %#x lost: %v", tc.code, c)
 		}
-		if Recoverable(p11.Error(tc.code)) != tc.recoverable {
+		if tokenerr.Recoverable(p11.Error(tc.code)) != tc.recoverable {
 			t.Errorf("bare code %#x: recoverable %v", tc.code, !tc.recoverable)
 		}
 	}
@@ -56,7 +57,7 @@ func TestParseURI(t *testing.T) {
 		"token=x", "pkcs11:token=x;pin-value=1234", "pkcs11:token=x?pin-value=1234",
 		"pkcs11:token=%zz", "pkcs11:nonsense", "pkcs11:color=red",
 	} {
-		if _, err := ParseURI(bad); !errors.Is(err, ErrBadURI) {
+		if _, err := ParseURI(bad); !errors.Is(err, tokenerr.ErrBadURI) {
 			t.Errorf("ParseURI(%q) err=%v", bad, err)
 		}
 	}
@@ -85,7 +86,7 @@ func TestSecretFileModes(t *testing.T) {
 		if ok && pin != "123456" {
 			t.Errorf("mode %04o: pin %q", mode, pin)
 		}
-		if !ok && (!errors.Is(err, safefile.ErrSecretMode) || !errors.Is(err, ErrPINMissing) || strings.Contains(err.Error(), "123456")) {
+		if !ok && (!errors.Is(err, safefile.ErrSecretMode) || !errors.Is(err, tokenerr.ErrPINMissing) || strings.Contains(err.Error(), "123456")) {
 			t.Errorf("mode %04o: %v", mode, err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/signagent/signagent/internal/gost"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // GOST R 34.10-2012 key types and mechanisms: CKK_GOSTR3410 and
@@ -92,7 +93,7 @@ func chooseGOSTWays(bits int, offered []uint, token, key string) (gostWays, erro
 		w.digest = digest
 	}
 	if w.hashed == 0 && w.raw == 0 {
-		return w, fmt.Errorf("%w: token %q cannot sign with the GOST %d-bit key %q: it offers no GOST signature mechanism (neither %s nor %s)", ErrKeyUsage, token, bits, key, MechanismName(hashed), MechanismName(raw))
+		return w, fmt.Errorf("%w: token %q cannot sign with the GOST %d-bit key %q: it offers no GOST signature mechanism (neither %s nor %s)", tokenerr.ErrKeyUsage, token, bits, key, MechanismName(hashed), MechanismName(raw))
 	}
 	return w, nil
 }
@@ -148,14 +149,14 @@ func (k *Key) SignMessage(_ io.Reader, msg []byte, opts crypto.SignerOpts) ([]by
 func (k *Key) SignMessageContext(ctx context.Context, msg []byte, opts crypto.SignerOpts) ([]byte, error) {
 	if !k.IsGOST() {
 		if opts == nil || !opts.HashFunc().Available() {
-			return nil, fmt.Errorf("%w: key %q signs a hash; name one", ErrKeyUsage, k.label)
+			return nil, fmt.Errorf("%w: key %q signs a hash; name one", tokenerr.ErrKeyUsage, k.label)
 		}
 		h := opts.HashFunc().New()
 		h.Write(msg)
 		return k.SignContext(ctx, h.Sum(nil), opts)
 	}
 	if !k.sign {
-		return nil, fmt.Errorf("%w: key %q may not sign (CKA_SIGN is false)", ErrKeyUsage, k.label)
+		return nil, fmt.Errorf("%w: key %q may not sign (CKA_SIGN is false)", tokenerr.ErrKeyUsage, k.label)
 	}
 	w := k.gost
 	sig, err := k.do(ctx, fmt.Sprintf("sign with key %q", k.label), func(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) ([]byte, error) {
@@ -172,10 +173,10 @@ func (k *Key) SignMessageContext(ctx context.Context, msg []byte, opts crypto.Si
 func (k *Key) signGOSTDigest(ctx context.Context, digest []byte) ([]byte, error) {
 	w := k.gost
 	if w.raw == 0 {
-		return nil, fmt.Errorf("%w: token %q signs GOST only over the data it hashes itself (%s), not over a given hash", ErrKeyUsage, k.tok.info.Label, MechanismName(w.hashed))
+		return nil, fmt.Errorf("%w: token %q signs GOST only over the data it hashes itself (%s), not over a given hash", tokenerr.ErrKeyUsage, k.tok.info.Label, MechanismName(w.hashed))
 	}
 	if len(digest) != w.bits/8 {
-		return nil, fmt.Errorf("%w: the hash is %d bytes, a GOST %d-bit key signs %d", ErrKeyUsage, len(digest), w.bits, w.bits/8)
+		return nil, fmt.Errorf("%w: the hash is %d bytes, a GOST %d-bit key signs %d", tokenerr.ErrKeyUsage, len(digest), w.bits, w.bits/8)
 	}
 	sig, err := k.do(ctx, fmt.Sprintf("sign with key %q", k.label), func(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) ([]byte, error) {
 		return signOn(b, sh, h, w.raw, digest)
@@ -188,7 +189,7 @@ func (k *Key) signGOSTDigest(ctx context.Context, digest []byte) ([]byte, error)
 
 func (k *Key) checkGOSTLength(sig []byte) ([]byte, error) {
 	if want := k.gost.bits / 4; len(sig) != want {
-		return nil, fmt.Errorf("%w: token %q returned a %d-byte signature; a GOST R 34.10-2012 %d-bit key makes %d", ErrTokenRefused, k.tok.info.Label, len(sig), k.gost.bits, want)
+		return nil, fmt.Errorf("%w: token %q returned a %d-byte signature; a GOST R 34.10-2012 %d-bit key makes %d", tokenerr.ErrTokenRefused, k.tok.info.Label, len(sig), k.gost.bits, want)
 	}
 	return sig, nil
 }
@@ -216,7 +217,7 @@ func (k *Key) DigestContext(ctx context.Context, msg []byte) ([]byte, error) {
 		return nil, err
 	}
 	if len(sum) != k.gost.bits/8 {
-		return nil, fmt.Errorf("%w: token %q returned a %d-byte Streebog-%d hash", ErrTokenRefused, k.tok.info.Label, len(sum), k.gost.bits)
+		return nil, fmt.Errorf("%w: token %q returned a %d-byte Streebog-%d hash", tokenerr.ErrTokenRefused, k.tok.info.Label, len(sum), k.gost.bits)
 	}
 	return sum, nil
 }
@@ -240,7 +241,7 @@ func digestOn(b Backend, sh p11.SessionHandle, mech uint, msg []byte) ([]byte, e
 func (t *Token) chooseGOST(ctx context.Context, k *Key) error {
 	mechs, err := call(ctx, t.mod, func(b Backend) ([]*p11.Mechanism, error) { return b.GetMechanismList(t.info.Slot) }, nil)
 	if err != nil {
-		return classify("list the token's mechanisms", err)
+		return tokenerr.Classify("list the token's mechanisms", err)
 	}
 	offered := make([]uint, len(mechs))
 	for i, m := range mechs {

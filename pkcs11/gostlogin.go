@@ -10,6 +10,7 @@ import (
 
 	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/pkcs11/gostkeyx"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // A GOST key opens a certificate login's challenge on its token in one of
@@ -21,13 +22,13 @@ const NotOfferedGOSTLogin = "not offered by this token (no GOST key agreement; a
 
 // ErrNoGOSTKeyAgreement: the token lists none of the mechanisms of any
 // way (gostkeyx.Ways), so a GOST certificate login cannot be opened on it
-// whatever else it offers (OpenSC's GOST cards). It is an ErrKeyUsage.
+// whatever else it offers (OpenSC's GOST cards). It is an tokenerr.ErrKeyUsage.
 var ErrNoGOSTKeyAgreement error = noKeyAgreement{}
 
 type noKeyAgreement struct{}
 
 func (noKeyAgreement) Error() string { return "certificate login is " + NotOfferedGOSTLogin }
-func (noKeyAgreement) Unwrap() error { return ErrKeyUsage }
+func (noKeyAgreement) Unwrap() error { return tokenerr.ErrKeyUsage }
 
 // GOSTLoginOffered lists the ways the token's mechanisms (code -> flags)
 // and the key's attributes allow, in order of preference, or an error that
@@ -42,7 +43,7 @@ func GOSTLoginOffered(flags map[uint]uint, derive, unwrap bool, token, key strin
 	}
 	ways, why := gostkeyx.Offered(flags, derive, unwrap, key)
 	if why != "" {
-		return nil, fmt.Errorf("%w: token %q cannot open a GOST certificate login's challenge with key %q: %s", ErrKeyUsage, token, key, why)
+		return nil, fmt.Errorf("%w: token %q cannot open a GOST certificate login's challenge with key %q: %s", tokenerr.ErrKeyUsage, token, key, why)
 	}
 	return ways, nil
 }
@@ -57,7 +58,7 @@ func (k *Key) gostLogin(ctx context.Context) ([]gostkeyx.Way, error) {
 		return ways, err
 	}
 	if !k.IsGOST() {
-		return nil, fmt.Errorf("%w: key %q is not a GOST key", ErrKeyUsage, k.label)
+		return nil, fmt.Errorf("%w: key %q is not a GOST key", tokenerr.ErrKeyUsage, k.label)
 	}
 	flags := map[uint]uint{}
 	var derive, unwrap bool
@@ -148,11 +149,11 @@ var errGOSTRefused = errors.New("the token could not open the GOST key transport
 // lists it (token check tries each).
 func (k *Key) OpenGOSTWay(ctx context.Context, w gostkeyx.Way, t *gost.Transport) ([]byte, error) {
 	if t.Bits != gostBits(k.keyType) || !k.IsGOST() {
-		return nil, fmt.Errorf("%w: key %q is not a GOST %d-bit key", ErrKeyUsage, k.label, t.Bits)
+		return nil, fmt.Errorf("%w: key %q is not a GOST %d-bit key", tokenerr.ErrKeyUsage, k.label, t.Bits)
 	}
 	return k.do(ctx, fmt.Sprintf("open the challenge with key %q", k.label), func(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) ([]byte, error) {
 		out, err := gostkeyx.Open(b, sh, h, w, t)
-		if code, ok := Code(err); ok && gostkeyx.IsBadMessage(code) {
+		if code, ok := tokenerr.Code(err); ok && gostkeyx.IsBadMessage(code) {
 			return nil, errGOSTRefused
 		}
 		return out, err

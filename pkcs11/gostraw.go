@@ -12,6 +12,7 @@ import (
 	p11 "github.com/miekg/pkcs11"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/internal/gost"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // A GOST card behind OpenSC (opensc-pkcs11.so with the rutoken_ecp driver,
@@ -80,7 +81,7 @@ func (t *Token) publicFromCertificate(ki keyInfo) (*gost.PublicKey, error) {
 	}
 	pub, ok := CertificatePublicKey(cert).(*gost.PublicKey)
 	if !ok || pub.Curve.Bits != gostBits(ki.keyType) {
-		return nil, fmt.Errorf("%w: certificate %q (thumbprint %s) in %s is not for a GOST R 34.10-2012 %d-bit key as key %q on token %q is", ErrCertMismatch,
+		return nil, fmt.Errorf("%w: certificate %q (thumbprint %s) in %s is not for a GOST R 34.10-2012 %d-bit key as key %q on token %q is", tokenerr.ErrCertMismatch,
 			cert.Subject.CommonName, canonical.ThumbprintOf(cert), t.sel.CertFile, gostBits(ki.keyType), ki.label, t.info.Label)
 	}
 	return pub, nil
@@ -92,7 +93,7 @@ func (t *Token) publicFromCertificate(ki keyInfo) (*gost.PublicKey, error) {
 func (k *Key) provePublic(ctx context.Context, sh p11.SessionHandle, cert *x509.Certificate) error {
 	pub, ok := CertificatePublicKey(cert).(*gost.PublicKey)
 	if !ok {
-		return fmt.Errorf("%w: certificate %q is not a GOST R 34.10-2012 certificate", ErrCertMismatch, cert.Subject.CommonName)
+		return fmt.Errorf("%w: certificate %q is not a GOST R 34.10-2012 certificate", tokenerr.ErrCertMismatch, cert.Subject.CommonName)
 	}
 	probe := make([]byte, 32)
 	if _, err := rand.Read(probe); err != nil {
@@ -103,12 +104,12 @@ func (k *Key) provePublic(ctx context.Context, sh p11.SessionHandle, cert *x509.
 	k.mu.Unlock()
 	sig, err := call(ctx, k.tok.mod, func(b Backend) ([]byte, error) { return k.gost.signMessage(b, sh, h, probe) }, nil)
 	if err != nil {
-		return classify(fmt.Sprintf("sign with key %q to check its certificate", k.label), err)
+		return tokenerr.Classify(fmt.Sprintf("sign with key %q to check its certificate", k.label), err)
 	}
 	sum := gost.NewHash(pub.Curve.Bits)
 	sum.Write(probe)
 	if err := gost.Verify(pub, sum.Sum(nil), sig); err != nil {
-		return fmt.Errorf("%w: certificate %q (thumbprint %s) is not for key %q on token %q: the key's signature does not verify against it", ErrCertMismatch,
+		return fmt.Errorf("%w: certificate %q (thumbprint %s) is not for key %q on token %q: the key's signature does not verify against it", tokenerr.ErrCertMismatch,
 			cert.Subject.CommonName, canonical.ThumbprintOf(cert), k.label, k.tok.info.Label)
 	}
 	k.tok.log.Debug().Str("key", k.label).Str("thumbprint", canonical.ThumbprintOf(cert)).Msg("the token shows no public key: a signature verified against the certificate")
@@ -130,12 +131,12 @@ func readKeyCertificate(path string) (*x509.Certificate, error) {
 		Algorithm struct{ Algorithm asn1.ObjectIdentifier }
 	}
 	if _, err := asn1.Unmarshal(cert.RawSubjectPublicKeyInfo, &spki); err == nil && spki.Algorithm.Algorithm.Equal(oidGOST2001) {
-		return nil, fmt.Errorf("%w: certificate %q in %s is a GOST R 34.10-2001 certificate; the service takes GOST R 34.10-2012 ones: give a 2012-256 certificate for the same key", ErrCertMismatch, cert.Subject.CommonName, path)
+		return nil, fmt.Errorf("%w: certificate %q in %s is a GOST R 34.10-2001 certificate; the service takes GOST R 34.10-2012 ones: give a 2012-256 certificate for the same key", tokenerr.ErrCertMismatch, cert.Subject.CommonName, path)
 	}
 	if now := time.Now(); now.After(cert.NotAfter) {
-		return nil, fmt.Errorf("%w: certificate %q (thumbprint %s) in %s expired on %s; give a current one", ErrCertMismatch, cert.Subject.CommonName, canonical.ThumbprintOf(cert), path, cert.NotAfter.UTC().Format("2006-01-02"))
+		return nil, fmt.Errorf("%w: certificate %q (thumbprint %s) in %s expired on %s; give a current one", tokenerr.ErrCertMismatch, cert.Subject.CommonName, canonical.ThumbprintOf(cert), path, cert.NotAfter.UTC().Format("2006-01-02"))
 	} else if now.Before(cert.NotBefore) {
-		return nil, fmt.Errorf("%w: certificate %q (thumbprint %s) in %s is not valid before %s", ErrCertMismatch, cert.Subject.CommonName, canonical.ThumbprintOf(cert), path, cert.NotBefore.UTC().Format(time.RFC3339))
+		return nil, fmt.Errorf("%w: certificate %q (thumbprint %s) in %s is not valid before %s", tokenerr.ErrCertMismatch, cert.Subject.CommonName, canonical.ThumbprintOf(cert), path, cert.NotBefore.UTC().Format(time.RFC3339))
 	}
 	return cert, nil
 }

@@ -10,6 +10,7 @@ import (
 	p11 "github.com/miekg/pkcs11"
 
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // A card swapped under a running agent must not get the agent's PIN, nor
@@ -60,7 +61,7 @@ func (t *Token) pickToken(tokens []TokenInfo) (TokenInfo, error) {
 	ours := t.sel.Token
 	ours.Label, ours.Serial = want.Label, want.Serial
 	tok, err := ChooseToken(tokens, ours)
-	if !errors.Is(err, ErrTokenNotFound) {
+	if !errors.Is(err, tokenerr.ErrTokenNotFound) {
 		return tok, err
 	}
 	other, oerr := ChooseToken(tokens, t.sel.Token)

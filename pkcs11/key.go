@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/pkcs11/gostkeyx"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // Key is a private key on a token, with its certificate: a handle, a
@@ -99,13 +100,13 @@ func (t *Token) open(ctx context.Context) (*Key, error) {
 	m := t.mod
 	if m.stuck.Load() > 0 {
 		// A hung card is not ready, whatever else it still answers.
-		return nil, fmt.Errorf("could not open the token: %w (an earlier call into the module has not returned)", ErrTokenTimeout)
+		return nil, fmt.Errorf("could not open the token: %w (an earlier call into the module has not returned)", tokenerr.ErrTokenTimeout)
 	}
 	if err := m.ensureInitialized(); err != nil {
 		return nil, err
 	}
 	tok, err := t.findToken(ctx)
-	if errors.Is(err, ErrTokenNotFound) || errors.Is(err, ErrOtherToken) || (err != nil && Recoverable(err)) {
+	if errors.Is(err, tokenerr.ErrTokenNotFound) || errors.Is(err, ErrOtherToken) || (err != nil && tokenerr.Recoverable(err)) {
 		// The module may not have seen the token arrive (or the one it
 		// saw leave): SoftHSM and many reader drivers look only in
 		// C_Initialize. Look once more after initializing again.

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	p11 "github.com/miekg/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // TokenInfo describes a token the module sees.
@@ -84,7 +85,7 @@ func ProvisioningContext(path string) (*p11.Ctx, func(), error) {
 	lib, ok := m.b.(library)
 	if !ok {
 		release()
-		return nil, nil, fmt.Errorf("%w: %s is not loaded through miekg/pkcs11", ErrNotAModule, path)
+		return nil, nil, fmt.Errorf("%w: %s is not loaded through miekg/pkcs11", tokenerr.ErrNotAModule, path)
 	}
 	return lib.Ctx, release, nil
 }
@@ -94,13 +95,13 @@ func ProvisioningContext(path string) (*p11.Ctx, func(), error) {
 func ReadTokens(m Backend) ([]TokenInfo, error) {
 	slots, err := m.GetSlotList(true)
 	if err != nil {
-		return nil, classify("list the module's slots", err)
+		return nil, tokenerr.Classify("list the module's slots", err)
 	}
 	var out []TokenInfo
 	for _, s := range slots {
 		ti, err := m.GetTokenInfo(s)
 		if err != nil {
-			return nil, classify(fmt.Sprintf("read the token in slot %d", s), err)
+			return nil, tokenerr.Classify(fmt.Sprintf("read the token in slot %d", s), err)
 		}
 		out = append(out, TokenInfo{
 			Slot:         s,
@@ -196,9 +197,9 @@ func ChooseToken(tokens []TokenInfo, sel TokenSelector) (TokenInfo, error) {
 	case len(found) == 1:
 		return found[0], nil
 	case len(found) == 0 && (sel.Label != "" || sel.Serial != "" || sel.HasSlot):
-		return TokenInfo{}, fmt.Errorf("%w: token %s is not there; %s (`signagent token list` lists them)", ErrTokenNotFound, sel, seen)
+		return TokenInfo{}, fmt.Errorf("%w: token %s is not there; %s (`signagent token list` lists them)", tokenerr.ErrTokenNotFound, sel, seen)
 	case len(found) == 0:
-		return TokenInfo{}, fmt.Errorf("%w: %s", ErrTokenNotFound, seen)
+		return TokenInfo{}, fmt.Errorf("%w: %s", tokenerr.ErrTokenNotFound, seen)
 	}
 	return TokenInfo{}, ambiguous(found, sel)
 }
@@ -230,12 +231,7 @@ func ambiguous(found []TokenInfo, sel TokenSelector) error {
 	if sel == (TokenSelector{}) {
 		what = "and none was chosen"
 	}
-	return fmt.Errorf("%w %s: %s; %s (`signagent token list` lists them)", ErrTokenAmbiguous, what, strings.Join(names, ", "), how)
-}
-
-func isCode(err error, code uint) bool {
-	c, ok := Code(err)
-	return ok && uint(c) == code
+	return fmt.Errorf("%w %s: %s; %s (`signagent token list` lists them)", tokenerr.ErrTokenAmbiguous, what, strings.Join(names, ", "), how)
 }
 
 // ULong reads a CK_ULONG attribute value.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/secret"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // PINEnv and PINFileEnv name the variables a command-line tool reads the
@@ -75,7 +76,7 @@ func (src PINSource) Resolve() (PINSource, error) {
 		err = errors.New("no PIN: name a PIN file")
 	}
 	if err != nil {
-		return src, errdefs.Mark(err, ErrPINMissing)
+		return src, errdefs.Mark(err, tokenerr.ErrPINMissing)
 	}
 	src.pin, src.from = got.Value, got.From
 	return src, nil
@@ -98,7 +99,7 @@ func ReadPIN(src PINSource) (string, error) {
 func ReadPINFile(path string) (string, error) {
 	got, err := PINSecret(path).Resolve()
 	if err != nil {
-		return "", errdefs.Mark(err, ErrPINMissing)
+		return "", errdefs.Mark(err, tokenerr.ErrPINMissing)
 	}
 	return got.Value, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	p11 "github.com/miekg/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // Presence follows a key's token out of its reader and back, for `token
@@ -37,12 +38,12 @@ func (p *Presence) Close() { p.m.reg.release(p.m) }
 // A module that does not answer within ctx is an error.
 func (p *Presence) Gone(ctx context.Context) (bool, string, error) {
 	si, err := call(ctx, p.m, func(b Backend) (p11.SlotInfo, error) { return b.GetSlotInfo(p.token.Slot) }, nil)
-	code, isCode := Code(err)
+	code, isCode := tokenerr.Code(err)
 	switch {
 	case isCode:
-		return true, fmt.Sprintf("slot %d: C_GetSlotInfo answered %s", p.token.Slot, codeName(code)), nil
+		return true, fmt.Sprintf("slot %d: C_GetSlotInfo answered %s", p.token.Slot, tokenerr.CodeName(code)), nil
 	case err != nil:
-		return false, "", classify(fmt.Sprintf("read slot %d", p.token.Slot), err)
+		return false, "", tokenerr.Classify(fmt.Sprintf("read slot %d", p.token.Slot), err)
 	case si.Flags&p11.CKF_TOKEN_PRESENT == 0:
 		return true, fmt.Sprintf("slot %d: CKF_TOKEN_PRESENT cleared", p.token.Slot), nil
 	}
@@ -71,7 +72,7 @@ func (p *Presence) Back(ctx context.Context) (TokenInfo, bool, error) {
 			}
 			si, err := b.GetSlotInfo(t.Slot)
 			if err != nil {
-				return found{}, classify(fmt.Sprintf("read slot %d", t.Slot), err)
+				return found{}, tokenerr.Classify(fmt.Sprintf("read slot %d", t.Slot), err)
 			}
 			if si.Flags&p11.CKF_TOKEN_PRESENT != 0 {
 				return found{t, true}, nil

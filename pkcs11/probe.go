@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/internal/secret"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // probeEnv, set in a process's environment, makes RunProbe load and
@@ -34,8 +35,8 @@ func RunProbe() {
 		fmt.Fprintln(os.Stderr, notAModule(path))
 		os.Exit(1)
 	}
-	if err := b.Initialize(); err != nil && !isCode(err, p11.CKR_CRYPTOKI_ALREADY_INITIALIZED) {
-		fmt.Fprintln(os.Stderr, classify("initialize the PKCS#11 module "+path, err))
+	if err := b.Initialize(); err != nil && !tokenerr.IsCode(err, p11.CKR_CRYPTOKI_ALREADY_INITIALIZED) {
+		fmt.Fprintln(os.Stderr, tokenerr.Classify("initialize the PKCS#11 module "+path, err))
 		os.Exit(1)
 	}
 	_ = b.Finalize()
@@ -71,16 +72,16 @@ func Probe(ctx context.Context, path string) error {
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return fmt.Errorf("%w: %s crashed while being loaded and initialized (%s); it cannot be used", ErrNotAModule, path, ws.Signal())
+			return fmt.Errorf("%w: %s crashed while being loaded and initialized (%s); it cannot be used", tokenerr.ErrNotAModule, path, ws.Signal())
 		}
 		msg := strings.TrimSpace(strings.SplitN(stderr.String(), "\n", 2)[0])
-		if strings.Contains(msg, ErrNotAModule.Error()) {
-			return fmt.Errorf("%w: %s could not be loaded as a shared library with C_GetFunctionList", ErrNotAModule, path)
+		if strings.Contains(msg, tokenerr.ErrNotAModule.Error()) {
+			return fmt.Errorf("%w: %s could not be loaded as a shared library with C_GetFunctionList", tokenerr.ErrNotAModule, path)
 		}
 		if msg == "" {
 			msg = ee.Error()
 		}
-		return fmt.Errorf("%w: %s", ErrModuleFailed, msg)
+		return fmt.Errorf("%w: %s", tokenerr.ErrModuleFailed, msg)
 	}
 	return nil // could not start the child; the module is loaded in-process as before
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/pkcs11/locate"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // Complete merges the selection's pkcs11: URI into its fields (token,
@@ -39,7 +40,7 @@ func (s Selection) Complete() (Selection, error) {
 			return nil
 		}
 		if *dst != "" && *dst != v {
-			return fmt.Errorf("%w: %s is given both by a flag (%q) and by the URI (%q)", ErrBadSelection, what, *dst, v)
+			return fmt.Errorf("%w: %s is given both by a flag (%q) and by the URI (%q)", tokenerr.ErrBadSelection, what, *dst, v)
 		}
 		*dst = v
 		return nil
@@ -58,7 +59,7 @@ func (s Selection) Complete() (Selection, error) {
 	}
 	if len(u.ID) > 0 {
 		if len(s.KeyID) > 0 && !bytes.Equal(s.KeyID, u.ID) {
-			return s, fmt.Errorf("%w: the key id is given both by a flag and by the URI", ErrBadSelection)
+			return s, fmt.Errorf("%w: the key id is given both by a flag and by the URI", tokenerr.ErrBadSelection)
 		}
 		s.KeyID = u.ID
 	}
@@ -76,7 +77,7 @@ func (s *Selection) mergeModule(u *URI) error {
 			return err
 		}
 		if path != "" && !sameFile(path, byName) {
-			return fmt.Errorf("%w: the URI's module-path (%s) and module-name=%s (%s) are different modules", ErrBadSelection, path, u.ModuleName, byName)
+			return fmt.Errorf("%w: the URI's module-path (%s) and module-name=%s (%s) are different modules", tokenerr.ErrBadSelection, path, u.ModuleName, byName)
 		}
 		path, what = byName, "module-name="+u.ModuleName+" ("+byName+")"
 	}
@@ -88,7 +89,7 @@ func (s *Selection) mergeModule(u *URI) error {
 		other, from = os.Getenv(ModuleEnv), "$"+ModuleEnv
 	}
 	if other != "" && !sameFile(other, path) {
-		return fmt.Errorf("%w: the module is %s by %s but the URI's %s; give one", ErrBadSelection, other, from, what)
+		return fmt.Errorf("%w: the module is %s by %s but the URI's %s; give one", tokenerr.ErrBadSelection, other, from, what)
 	}
 	s.Module, s.ModuleSource = path, "pkcs11 URI"
 	return nil
@@ -155,7 +156,7 @@ type Selection struct {
 func ParseKeyID(s string) ([]byte, error) {
 	b, err := hex.DecodeString(strings.ReplaceAll(s, ":", ""))
 	if err != nil || len(b) == 0 {
-		return nil, fmt.Errorf("%w: key id %q is not hex", ErrBadSelection, s)
+		return nil, fmt.Errorf("%w: key id %q is not hex", tokenerr.ErrBadSelection, s)
 	}
 	return b, nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/signagent/signagent/pkcs11/locate"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 func TestParseURISlotModuleNameVendor(t *testing.T) {
@@ -24,7 +25,7 @@ func TestParseURISlotModuleNameVendor(t *testing.T) {
 		"pkcs11:slot-id=seven", "pkcs11:slot-id=-1", "pkcs11:slot-id=99999999999",
 		"pkcs11:token=t?module-name=/usr/lib/x.so", "pkcs11:token=t?module-name=", "pkcs11:token=t?color=red",
 	} {
-		if _, err := ParseURI(bad); !errors.Is(err, ErrBadURI) {
+		if _, err := ParseURI(bad); !errors.Is(err, tokenerr.ErrBadURI) {
 			t.Errorf("ParseURI(%q) err=%v", bad, err)
 		}
 	}
@@ -64,7 +65,7 @@ func TestModuleByName(t *testing.T) {
 		"relative": "which is in none of",
 	} {
 		_, err := locate.ModuleByName(name, dirs)
-		if !errors.Is(err, ErrModuleNotFound) || !strings.Contains(err.Error(), want) {
+		if !errors.Is(err, tokenerr.ErrModuleNotFound) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", name, err, want)
 		}
 	}
@@ -129,7 +130,7 @@ func TestChooseTokenBySlot(t *testing.T) {
 	}
 	for _, sel := range []TokenSelector{{Slot: 99999, HasSlot: true}, {Label: "a", Slot: 9, HasSlot: true}} {
 		_, err := ChooseToken(tokens, sel)
-		if !errors.Is(err, ErrTokenNotFound) || !strings.Contains(err.Error(), "in slot") {
+		if !errors.Is(err, tokenerr.ErrTokenNotFound) || !strings.Contains(err.Error(), "in slot") {
 			t.Errorf("%v: %v", sel, err)
 		}
 	}
@@ -156,8 +157,8 @@ func TestChooseTokenAmbiguous(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ChooseToken(tc.tokens, tc.sel)
-			if !errors.Is(err, ErrTokenAmbiguous) || errors.Is(err, ErrTokenNotFound) {
-				t.Fatalf("%v, want ErrTokenAmbiguous", err)
+			if !errors.Is(err, tokenerr.ErrTokenAmbiguous) || errors.Is(err, tokenerr.ErrTokenNotFound) {
+				t.Fatalf("%v, want tokenerr.ErrTokenAmbiguous", err)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {

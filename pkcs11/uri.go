@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // URI is the part of an RFC 7512 pkcs11: URI that selects a key.
@@ -30,7 +32,7 @@ type URI struct {
 func ParseURI(s string) (*URI, error) {
 	rest, ok := strings.CutPrefix(s, "pkcs11:")
 	if !ok {
-		return nil, fmt.Errorf("%w: it must start with \"pkcs11:\"", ErrBadURI)
+		return nil, fmt.Errorf("%w: it must start with \"pkcs11:\"", tokenerr.ErrBadURI)
 	}
 	path, query, _ := strings.Cut(rest, "?")
 	u := &URI{}
@@ -49,7 +51,7 @@ func ParseURI(s string) (*URI, error) {
 		case "slot-id":
 			n, err := strconv.ParseUint(val, 10, 32)
 			if err != nil {
-				return true, fmt.Errorf("%w: slot-id %q is not a decimal slot number", ErrBadURI, val)
+				return true, fmt.Errorf("%w: slot-id %q is not a decimal slot number", tokenerr.ErrBadURI, val)
 			}
 			u.SlotID, u.HasSlot = uint(n), true
 		case "manufacturer", "model", "library-manufacturer", "library-description", "library-version", "slot-description", "slot-manufacturer":
@@ -70,7 +72,7 @@ func ParseURI(s string) (*URI, error) {
 			u.PINSource = strings.TrimPrefix(val, "file:")
 		case "module-name":
 			if val == "" || strings.ContainsAny(val, "/\x00") {
-				return true, fmt.Errorf("%w: module-name %q is not a module's name (a name like softhsm2, not a path: use module-path)", ErrBadURI, val)
+				return true, fmt.Errorf("%w: module-name %q is not a module's name (a name like softhsm2, not a path: use module-path)", tokenerr.ErrBadURI, val)
 			}
 			u.ModuleName = val
 		default:
@@ -96,14 +98,14 @@ func (u *URI) attrs(list, sep, part string, set func(name, val string) (bool, er
 	for _, attr := range strings.Split(list, sep) {
 		name, raw, ok := strings.Cut(attr, "=")
 		if !ok {
-			return fmt.Errorf("%w: %s attribute %q has no '='", ErrBadURI, part, attr)
+			return fmt.Errorf("%w: %s attribute %q has no '='", tokenerr.ErrBadURI, part, attr)
 		}
 		val, err := url.PathUnescape(raw)
 		if err != nil {
-			return fmt.Errorf("%w: %s attribute %s is not percent-encoded correctly", ErrBadURI, part, name)
+			return fmt.Errorf("%w: %s attribute %s is not percent-encoded correctly", tokenerr.ErrBadURI, part, name)
 		}
 		if name == "pin-value" {
-			return fmt.Errorf("%w: it carries pin-value; give the PIN with SIGNAGENT_PIN, --pin-file or pin-source= instead", ErrBadURI)
+			return fmt.Errorf("%w: it carries pin-value; give the PIN with SIGNAGENT_PIN, --pin-file or pin-source= instead", tokenerr.ErrBadURI)
 		}
 		known, err := set(name, val)
 		switch {
@@ -113,7 +115,7 @@ func (u *URI) attrs(list, sep, part string, set func(name, val string) (bool, er
 		case strings.HasPrefix(name, "x-"):
 			u.Ignored = append(u.Ignored, name)
 		default:
-			return fmt.Errorf("%w: unknown %s attribute %q", ErrBadURI, part, name)
+			return fmt.Errorf("%w: unknown %s attribute %q", tokenerr.ErrBadURI, part, name)
 		}
 	}
 	return nil

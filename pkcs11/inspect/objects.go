@@ -14,6 +14,7 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // Object describes a key or certificate on a token.
@@ -59,12 +60,12 @@ func ListObjects(ctx context.Context, modulePath string, sel pkcs11.TokenSelecto
 func listObjects(m pkcs11.Backend, tok pkcs11.TokenInfo, pin string) ([]Object, error) {
 	sh, err := m.OpenSession(tok.Slot, p11.CKF_SERIAL_SESSION)
 	if err != nil {
-		return nil, pkcs11.Classify("open a session", err)
+		return nil, tokenerr.Classify("open a session", err)
 	}
 	defer m.CloseSession(sh)
 	if pin != "" {
 		if err := m.Login(sh, p11.CKU_USER, pin); err != nil && !alreadyLoggedIn(err) {
-			return nil, pkcs11.ClassifyLogin(fmt.Sprintf("log in to token %q", tok.Label), err)
+			return nil, tokenerr.ClassifyLogin(fmt.Sprintf("log in to token %q", tok.Label), err)
 		}
 		// No logout: closing the session does that when it is the
 		// process's last one, and must not when a key of ours is open.
@@ -73,12 +74,12 @@ func listObjects(m pkcs11.Backend, tok pkcs11.TokenInfo, pin string) ([]Object, 
 	for _, class := range []uint{p11.CKO_PRIVATE_KEY, p11.CKO_PUBLIC_KEY, p11.CKO_CERTIFICATE} {
 		handles, err := pkcs11.FindObjects(m, sh, []*p11.Attribute{p11.NewAttribute(p11.CKA_CLASS, class)})
 		if err != nil {
-			return nil, pkcs11.Classify("list objects", err)
+			return nil, tokenerr.Classify("list objects", err)
 		}
 		for _, h := range handles {
 			o, err := describe(m, sh, h, class)
 			if err != nil {
-				return nil, pkcs11.Classify("read an object's attributes", err)
+				return nil, tokenerr.Classify("read an object's attributes", err)
 			}
 			o.URI = uri(tok, o)
 			out = append(out, o)
@@ -182,6 +183,6 @@ func uri(tok pkcs11.TokenInfo, o Object) string {
 }
 
 func alreadyLoggedIn(err error) bool {
-	code, ok := pkcs11.Code(err)
+	code, ok := tokenerr.Code(err)
 	return ok && code == p11.CKR_USER_ALREADY_LOGGED_IN
 }

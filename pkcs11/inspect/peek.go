@@ -7,6 +7,7 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // Peek is what a selection names that a token shows without a login
@@ -59,7 +60,7 @@ func PeekSelection(ctx context.Context, sel pkcs11.Selection) (Peek, error) {
 	p.CertErr = pkcs11.WithModule(ctx, mod.Path, func(b pkcs11.Backend) error {
 		sh, err := b.OpenSession(p.Token.Slot, p11.CKF_SERIAL_SESSION)
 		if err != nil {
-			return pkcs11.Classify("open a session", err)
+			return tokenerr.Classify("open a session", err)
 		}
 		defer b.CloseSession(sh)
 		p.Cert, err = peekCertificate(b, sh, sel, p.Token)
@@ -73,18 +74,18 @@ func PeekSelection(ctx context.Context, sel pkcs11.Selection) (Peek, error) {
 func peekCertificate(b pkcs11.Backend, sh p11.SessionHandle, sel pkcs11.Selection, tok pkcs11.TokenInfo) (*x509.Certificate, error) {
 	hs, err := pkcs11.FindObjects(b, sh, pkcs11.Template(p11.CKO_PUBLIC_KEY, sel.KeyLabel, sel.KeyID))
 	if err != nil {
-		return nil, pkcs11.Classify("look for the key's public half", err)
+		return nil, tokenerr.Classify("look for the key's public half", err)
 	}
 	what := pkcs11.DescribeKey(sel.KeyLabel, sel.KeyID)
 	switch {
 	case len(hs) == 0:
-		return nil, fmt.Errorf("%w: no public key %s on token %q to find its certificate by without a login (signagent token check logs in)", pkcs11.ErrKeyNotFound, what, tok.Label)
+		return nil, fmt.Errorf("%w: no public key %s on token %q to find its certificate by without a login (signagent token check logs in)", tokenerr.ErrKeyNotFound, what, tok.Label)
 	case len(hs) > 1:
-		return nil, fmt.Errorf("%w: %d public keys %s on token %q; choose the key with --key-label or --key-id", pkcs11.ErrKeyAmbiguous, len(hs), what, tok.Label)
+		return nil, fmt.Errorf("%w: %d public keys %s on token %q; choose the key with --key-label or --key-id", tokenerr.ErrKeyAmbiguous, len(hs), what, tok.Label)
 	}
 	label, id, pub := pkcs11.PublicHalf(b, sh, hs[0])
 	if pub == nil {
-		return nil, fmt.Errorf("%w: the public key %q on token %q cannot be read, so its certificate is not found without a login (signagent token check logs in)", pkcs11.ErrKeyNotFound, label, tok.Label)
+		return nil, fmt.Errorf("%w: the public key %q on token %q cannot be read, so its certificate is not found without a login (signagent token check logs in)", tokenerr.ErrKeyNotFound, label, tok.Label)
 	}
 	return pkcs11.KeyCertificate(b, sh, id, label, pub, tok.Label)
 }

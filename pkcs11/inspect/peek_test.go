@@ -11,6 +11,7 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // TestPeekSelection: on a real SoftHSM token, without a login, the token
@@ -62,7 +63,7 @@ func TestPeekSelection(t *testing.T) {
 			sel := tk.Selection("rsa")
 			sel.Token = tc.sel
 			_, err := inspect.PeekSelection(ctx, sel)
-			if !errors.Is(err, pkcs11.ErrTokenNotFound) || !strings.Contains(err.Error(), tc.want) {
+			if !errors.Is(err, tokenerr.ErrTokenNotFound) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("%v, want ErrTokenNotFound with %q", err, tc.want)
 			}
 		})
@@ -73,9 +74,9 @@ func TestPeekSelection(t *testing.T) {
 		want error
 		text string
 	}{
-		{"absent", pkcs11.ErrKeyNotFound, `no public key labelled "absent" on token`},
-		{"", pkcs11.ErrKeyAmbiguous, "choose the key with --key-label or --key-id"},
-		{"nocert", pkcs11.ErrCertNotFound, `no certificate with id 13 or label "nocert"`},
+		{"absent", tokenerr.ErrKeyNotFound, `no public key labelled "absent" on token`},
+		{"", tokenerr.ErrKeyAmbiguous, "choose the key with --key-label or --key-id"},
+		{"nocert", tokenerr.ErrCertNotFound, `no certificate with id 13 or label "nocert"`},
 	} {
 		t.Run("key "+tc.key, func(t *testing.T) {
 			p, err := inspect.PeekSelection(ctx, tk.Selection(tc.key))

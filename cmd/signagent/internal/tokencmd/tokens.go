@@ -14,6 +14,7 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/pkcs11/locate"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 func listCommand(e *cmdutil.Env) *cli.Command {
@@ -61,7 +62,7 @@ func keysCommand(e *cmdutil.Env) *cli.Command {
 				err = nil
 			}
 			if err != nil {
-				return errdefs.Mark(err, pkcs11.ErrPINMissing)
+				return errdefs.Mark(err, tokenerr.ErrPINMissing)
 			}
 			pin := got.Value
 			objs, err := inspect.ListObjects(context.Background(), mod.Path, pkcs11.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")}, pin)
