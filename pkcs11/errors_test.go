@@ -44,35 +44,6 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-func TestParseURI(t *testing.T) {
-	u, err := ParseURI("pkcs11:token=My%20Token;serial=ABC;object=signing%20key;id=%01%a2;type=private?module-path=/usr/lib/x.so&pin-source=file:/run/pin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if u.Token != "My Token" || u.Serial != "ABC" || u.Object != "signing key" || string(u.ID) != "\x01\xa2" ||
-		u.ModulePath != "/usr/lib/x.so" || u.PINSource != "/run/pin" {
-		t.Fatalf("%+v", u)
-	}
-	for _, bad := range []string{
-		"token=x", "pkcs11:token=x;pin-value=1234", "pkcs11:token=x?pin-value=1234",
-		"pkcs11:token=%zz", "pkcs11:nonsense", "pkcs11:color=red",
-	} {
-		if _, err := ParseURI(bad); !errors.Is(err, tokenerr.ErrBadURI) {
-			t.Errorf("ParseURI(%q) err=%v", bad, err)
-		}
-	}
-}
-
-func FuzzParseURI(f *testing.F) {
-	f.Add("pkcs11:token=a;object=b;id=%01?module-path=/x&pin-source=/p")
-	f.Fuzz(func(t *testing.T, s string) {
-		u, err := ParseURI(s)
-		if err == nil && u == nil {
-			t.Fatal("nil URI without error")
-		}
-	})
-}
-
 func TestSecretFileModes(t *testing.T) {
 	dir := t.TempDir()
 	for mode, ok := range map[os.FileMode]bool{0o600: true, 0o400: true, 0o640: true, 0o644: false, 0o606: false, 0o666: false} {

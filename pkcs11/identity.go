@@ -11,6 +11,7 @@ import (
 
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/uri"
 )
 
 // A card swapped under a running agent must not get the agent's PIN, nor
@@ -125,9 +126,9 @@ func (k *Key) SerialAdvice() string {
 	if k.tok.sel.Token.Serial != "" || k.tok.info.Serial == "" {
 		return ""
 	}
-	uri := ObjectURI(k.tok.info, "private", k.label, k.id)
+	object := uri.Object(k.tok.info.Label, k.tok.info.Serial, "private", k.label, k.id)
 	return fmt.Sprintf("the token is chosen without its serial, so any token labelled %q would be taken at start; name it by its serial: --key '%s' (or --token-serial %s)",
-		k.tok.info.Label, uri, k.tok.info.Serial)
+		k.tok.info.Label, object, k.tok.info.Serial)
 }
 
 func orNone(serial string) string {

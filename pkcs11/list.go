@@ -7,6 +7,7 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/uri"
 )
 
 // TokenInfo describes a token the module sees.
@@ -222,7 +223,7 @@ func ambiguous(found []TokenInfo, sel TokenSelector) error {
 	if len(serials) == len(found) && sel.Serial == "" {
 		flags = append(flags, "--token-serial")
 	}
-	how := fmt.Sprintf("by its slot with a pkcs11: URI, e.g. --key \"pkcs11:slot-id=%d;token=%s\"", found[0].Slot, uriEscape([]byte(found[0].Label)))
+	how := fmt.Sprintf("by its slot with a pkcs11: URI, e.g. --key \"pkcs11:slot-id=%d;token=%s\"", found[0].Slot, uri.Escape([]byte(found[0].Label)))
 	if len(flags) > 0 {
 		how = "with " + strings.Join(flags, " or ") + ", or " + how
 	}
@@ -248,19 +249,4 @@ var CurveNames = map[string]string{
 	"1.2.840.10045.3.1.7": "P-256",
 	"1.3.132.0.34":        "P-384",
 	"1.3.132.0.35":        "P-521",
-}
-
-// uriEscape percent-encodes what RFC 7512 does not allow in a path
-// attribute's value (anything but unreserved characters and a few
-// sub-delimiters).
-func uriEscape(b []byte) string {
-	var sb strings.Builder
-	for _, c := range b {
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-._~:[]@!$'()*+,=&", c) >= 0 {
-			sb.WriteByte(c)
-			continue
-		}
-		fmt.Fprintf(&sb, "%%%02X", c)
-	}
-	return sb.String()
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/signagent/signagent/pkcs11/locate"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/uri"
 )
 
 // Complete merges the selection's pkcs11: URI into its fields (token,
@@ -30,7 +31,7 @@ func (s Selection) Complete() (Selection, error) {
 	if s.URI == "" {
 		return s, nil
 	}
-	u, err := ParseURI(s.URI)
+	u, err := uri.Parse(s.URI)
 	if err != nil {
 		return s, err
 	}
@@ -69,7 +70,7 @@ func (s Selection) Complete() (Selection, error) {
 // mergeModule takes the URI's module-path or module-name (through
 // p11-kit's configuration), refusing one that contradicts the other,
 // --module or $SIGNAGENT_PKCS11_MODULE.
-func (s *Selection) mergeModule(u *URI) error {
+func (s *Selection) mergeModule(u *uri.URI) error {
 	path, what := u.ModulePath, "module-path="+u.ModulePath
 	if u.ModuleName != "" {
 		byName, err := locate.ModuleByName(u.ModuleName, s.ModuleConfigDirs)

@@ -11,10 +11,11 @@ import (
 
 	"github.com/signagent/signagent/pkcs11/locate"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/uri"
 )
 
 func TestParseURISlotModuleNameVendor(t *testing.T) {
-	u, err := ParseURI("pkcs11:token=t;slot-id=7;x-vendor=1?module-name=softhsm2&x-flavour=a")
+	u, err := uri.Parse("pkcs11:token=t;slot-id=7;x-vendor=1?module-name=softhsm2&x-flavour=a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,8 +26,8 @@ func TestParseURISlotModuleNameVendor(t *testing.T) {
 		"pkcs11:slot-id=seven", "pkcs11:slot-id=-1", "pkcs11:slot-id=99999999999",
 		"pkcs11:token=t?module-name=/usr/lib/x.so", "pkcs11:token=t?module-name=", "pkcs11:token=t?color=red",
 	} {
-		if _, err := ParseURI(bad); !errors.Is(err, tokenerr.ErrBadURI) {
-			t.Errorf("ParseURI(%q) err=%v", bad, err)
+		if _, err := uri.Parse(bad); !errors.Is(err, tokenerr.ErrBadURI) {
+			t.Errorf("uri.Parse(%q) err=%v", bad, err)
 		}
 	}
 }
@@ -209,8 +210,8 @@ func TestObjectURIRoundTrip(t *testing.T) {
 		{TokenInfo{Label: "Рутокен ЭЦП 3.0", Serial: "3a 5f"}, "cert", "key;1?a=b&c/%", []byte{0xa0, 0xff, 0}},
 		{TokenInfo{Label: "t", Serial: "1"}, "public", "", []byte{2}},
 	} {
-		s := ObjectURI(tc.tok, tc.typ, tc.label, tc.id)
-		u, err := ParseURI(s)
+		s := uri.Object(tc.tok.Label, tc.tok.Serial, tc.typ, tc.label, tc.id)
+		u, err := uri.Parse(s)
 		if err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/uri"
 )
 
 // Object describes a key or certificate on a token.
@@ -81,7 +82,7 @@ func listObjects(m pkcs11.Backend, tok pkcs11.TokenInfo, pin string) ([]Object, 
 			if err != nil {
 				return nil, tokenerr.Classify("read an object's attributes", err)
 			}
-			o.URI = uri(tok, o)
+			o.URI = objectURI(tok, o)
 			out = append(out, o)
 		}
 	}
@@ -176,10 +177,10 @@ func boolAttr(b []byte) *bool {
 }
 
 // uri is o's RFC 7512 URI on tok: what --key takes.
-func uri(tok pkcs11.TokenInfo, o Object) string {
+func objectURI(tok pkcs11.TokenInfo, o Object) string {
 	typ := map[string]string{"private-key": "private", "public-key": "public", "certificate": "cert"}[o.Class]
 	id, _ := hex.DecodeString(o.ID)
-	return pkcs11.ObjectURI(tok, typ, o.Label, id)
+	return uri.Object(tok.Label, tok.Serial, typ, o.Label, id)
 }
 
 func alreadyLoggedIn(err error) bool {

@@ -18,6 +18,7 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/pkcs11/locate"
+	"github.com/signagent/signagent/pkcs11/uri"
 	"github.com/signagent/signagent/signer"
 )
 
@@ -204,7 +205,7 @@ func (r *setupRun) pickKey(module string) error {
 				return nil
 			}
 		}
-		if _, err := pkcs11.ParseURI(k); err != nil {
+		if _, err := uri.Parse(k); err != nil {
 			r.problems = append(r.problems, fmt.Sprintf("--key: %v", err))
 		} else {
 			r.answers["key"] = k
@@ -227,7 +228,7 @@ func (r *setupRun) pickKey(module string) error {
 			}
 			return nil
 		}
-		_, err := pkcs11.ParseURI(v)
+		_, err := uri.Parse(v)
 		return err
 	})
 	if n, err := strconv.Atoi(r.answers["key"]); err == nil {

@@ -1,4 +1,7 @@
-package pkcs11
+// Package uri parses and writes RFC 7512 pkcs11: URIs, the way a key is
+// named on the command line and in the configuration. It needs nothing of
+// package pkcs11, which imports it.
+package uri
 
 import (
 	"fmt"
@@ -27,9 +30,9 @@ type URI struct {
 	Ignored []string
 }
 
-// ParseURI parses a pkcs11: URI. A URI carrying pin-value is refused: a PIN
+// Parse parses a pkcs11: URI. A URI carrying pin-value is refused: a PIN
 // in a URI ends up in shell history, process listings and logs.
-func ParseURI(s string) (*URI, error) {
+func Parse(s string) (*URI, error) {
 	rest, ok := strings.CutPrefix(s, "pkcs11:")
 	if !ok {
 		return nil, fmt.Errorf("%w: it must start with \"pkcs11:\"", tokenerr.ErrBadURI)
@@ -121,14 +124,14 @@ func (u *URI) attrs(list, sep, part string, set func(name, val string) (bool, er
 	return nil
 }
 
-// ObjectURI is the RFC 7512 URI of an object on tok: the token by label
-// and serial, the object by label and id, and its type ("private",
+// Object is the RFC 7512 URI of an object on the token labelled token
+// with serial serial: the token by label and serial, the object by label and id, and its type ("private",
 // "public", "cert"; none when empty), each value percent-encoded where
 // RFC 7512 requires (the id always, byte by byte).
-func ObjectURI(tok TokenInfo, typ, label string, id []byte) string {
-	attrs := []string{"token=" + uriEscape([]byte(tok.Label)), "serial=" + uriEscape([]byte(tok.Serial))}
+func Object(token, serial, typ, label string, id []byte) string {
+	attrs := []string{"token=" + Escape([]byte(token)), "serial=" + Escape([]byte(serial))}
 	if label != "" {
-		attrs = append(attrs, "object="+uriEscape([]byte(label)))
+		attrs = append(attrs, "object="+Escape([]byte(label)))
 	}
 	if len(id) > 0 {
 		var sb strings.Builder
@@ -141,4 +144,19 @@ func ObjectURI(tok TokenInfo, typ, label string, id []byte) string {
 		attrs = append(attrs, "type="+typ)
 	}
 	return "pkcs11:" + strings.Join(attrs, ";")
+}
+
+// Escape percent-encodes what RFC 7512 does not allow in a path
+// attribute's value (anything but unreserved characters and a few
+// sub-delimiters).
+func Escape(b []byte) string {
+	var sb strings.Builder
+	for _, c := range b {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-._~:[]@!$'()*+,=&", c) >= 0 {
+			sb.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&sb, "%%%02X", c)
+	}
+	return sb.String()
 }
