@@ -16,6 +16,7 @@ import (
 	p11 "github.com/miekg/pkcs11"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/internal/gost"
+	"github.com/signagent/signagent/pkcs11/gostmech"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/safefile"
 )
@@ -40,14 +41,14 @@ func (t *Token) findKey(ctx context.Context, sh p11.SessionHandle) (*Key, error)
 	}
 	ki := found[0]
 	pubFromCert := false
-	if ki.pub == nil && isGOSTKeyType(ki.keyType) && t.sel.CertFile != "" {
+	if ki.pub == nil && gostmech.IsKeyType(ki.keyType) && t.sel.CertFile != "" {
 		pub, err := t.publicFromCertificate(ki) // proven by a signature in findCert
 		if err != nil {
 			return nil, err
 		}
 		ki.pub, pubFromCert = pub, true
 	}
-	if ki.pub == nil && isGOSTKeyType(ki.keyType) {
+	if ki.pub == nil && gostmech.IsKeyType(ki.keyType) {
 		why := ki.why
 		if why == nil {
 			why = errors.New("it has no public key object with its id beside it")
@@ -79,7 +80,7 @@ func (t *Token) findCert(ctx context.Context, sh p11.SessionHandle, k *Key) erro
 		if err != nil {
 			return err
 		}
-		if !samePublicKey(CertificatePublicKey(cert), k.pub) {
+		if !samePublicKey(gostmech.CertificatePublicKey(cert), k.pub) {
 			return fmt.Errorf("%w: certificate %q (thumbprint %s) is for another key than %q (id %s) on token %q", tokenerr.ErrCertMismatch, cert.Subject.String(), canonical.ThumbprintOf(cert), k.label, hex.EncodeToString(k.id), t.info.Label)
 		}
 		if k.pubFromCert {
@@ -152,7 +153,7 @@ func (t *Token) setCert(k *Key, cert *x509.Certificate) {
 func chooseCert(certs []*x509.Certificate, pub crypto.PublicKey, now time.Time) (*x509.Certificate, error) {
 	var valid, invalid []*x509.Certificate
 	for _, c := range certs {
-		if !samePublicKey(CertificatePublicKey(c), pub) {
+		if !samePublicKey(gostmech.CertificatePublicKey(c), pub) {
 			continue
 		}
 		if now.Before(c.NotBefore) || now.After(c.NotAfter) {
@@ -218,7 +219,7 @@ func KeyShape(c *x509.Certificate) (kind string, bits int, curve string) {
 	case *ecdsa.PublicKey:
 		return "EC", pub.Curve.Params().BitSize, pub.Curve.Params().Name
 	}
-	if pub, ok := CertificatePublicKey(c).(*gost.PublicKey); ok {
+	if pub, ok := gostmech.CertificatePublicKey(c).(*gost.PublicKey); ok {
 		return "GOST", pub.Curve.Bits, pub.Curve.Name
 	}
 	return c.PublicKeyAlgorithm.String(), 0, ""

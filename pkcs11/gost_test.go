@@ -17,6 +17,7 @@ import (
 	"github.com/signagent/signagent/devtoken/gosttoken"
 	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gostmech"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/signer"
@@ -53,7 +54,7 @@ func TestGOSTSignatures(t *testing.T) {
 				if !ok || pub.Curve.Bits != bits {
 					t.Fatalf("public key %T, want a GOST %d-bit key", k.Public(), bits)
 				}
-				if !pub.Equal(pkcs11.CertificatePublicKey(g.Cert)) || canonical.ThumbprintOf(k.Certificate()) != canonical.ThumbprintOf(g.Cert) {
+				if !pub.Equal(gostmech.CertificatePublicKey(g.Cert)) || canonical.ThumbprintOf(k.Certificate()) != canonical.ThumbprintOf(g.Cert) {
 					t.Fatal("the key's certificate is not the token's")
 				}
 				if kind, b, curve := pkcs11.KeyShape(k.Certificate()); kind != "GOST" || b != bits || curve == "" {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/pkcs11/gostkeyx"
+	"github.com/signagent/signagent/pkcs11/gostmech"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
@@ -148,7 +149,7 @@ var errGOSTRefused = errors.New("the token could not open the GOST key transport
 // OpenGOSTWay opens t on the token the way w, whether or not the token
 // lists it (token check tries each).
 func (k *Key) OpenGOSTWay(ctx context.Context, w gostkeyx.Way, t *gost.Transport) ([]byte, error) {
-	if t.Bits != gostBits(k.keyType) || !k.IsGOST() {
+	if t.Bits != gostmech.Bits(k.keyType) || !k.IsGOST() {
 		return nil, fmt.Errorf("%w: key %q is not a GOST %d-bit key", tokenerr.ErrKeyUsage, k.label, t.Bits)
 	}
 	return k.do(ctx, fmt.Sprintf("open the challenge with key %q", k.label), func(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) ([]byte, error) {

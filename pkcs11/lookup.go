@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	p11 "github.com/miekg/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gostmech"
 )
 
 // keyInfo is what is public about a private key object.
@@ -148,16 +149,16 @@ func pairedPublic(b Backend, sh p11.SessionHandle, ki keyInfo) (crypto.PublicKey
 	var why error
 	for _, h := range hs {
 		var a map[uint][]byte
-		if isGOSTKeyType(ki.keyType) {
-			a = Attributes(b, sh, h, p11.CKA_KEY_TYPE, CKA_GOSTR3410_PARAMS, p11.CKA_VALUE)
+		if gostmech.IsKeyType(ki.keyType) {
+			a = Attributes(b, sh, h, p11.CKA_KEY_TYPE, gostmech.CKA_GOSTR3410_PARAMS, p11.CKA_VALUE)
 		} else {
 			a = Attributes(b, sh, h, p11.CKA_KEY_TYPE, p11.CKA_MODULUS, p11.CKA_PUBLIC_EXPONENT, p11.CKA_EC_PARAMS, p11.CKA_EC_POINT)
 		}
 		if ULong(a[p11.CKA_KEY_TYPE]) != ki.keyType {
 			continue
 		}
-		if isGOSTKeyType(ki.keyType) {
-			pub, err := gostPublic(ki.keyType, a)
+		if gostmech.IsKeyType(ki.keyType) {
+			pub, err := gostmech.Public(ki.keyType, a)
 			if err == nil {
 				return pub, nil
 			}
@@ -208,7 +209,7 @@ func findCerts(b Backend, sh p11.SessionHandle, id []byte, label string, pub cry
 				out = append(out, c)
 			}
 		}
-		if slices.ContainsFunc(out, func(c *x509.Certificate) bool { return samePublicKey(CertificatePublicKey(c), pub) }) {
+		if slices.ContainsFunc(out, func(c *x509.Certificate) bool { return samePublicKey(gostmech.CertificatePublicKey(c), pub) }) {
 			return out, nil
 		}
 	}
@@ -249,9 +250,9 @@ func PublicHalf(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) (label stri
 	a := Attributes(b, sh, h, p11.CKA_LABEL, p11.CKA_ID, p11.CKA_KEY_TYPE, p11.CKA_MODULUS, p11.CKA_PUBLIC_EXPONENT, p11.CKA_EC_PARAMS, p11.CKA_EC_POINT)
 	keyType := ULong(a[p11.CKA_KEY_TYPE])
 	pub = publicKey(keyType, a)
-	if isGOSTKeyType(keyType) {
-		g := Attributes(b, sh, h, CKA_GOSTR3410_PARAMS, p11.CKA_VALUE)
-		if gp, err := gostPublic(keyType, g); err == nil {
+	if gostmech.IsKeyType(keyType) {
+		g := Attributes(b, sh, h, gostmech.CKA_GOSTR3410_PARAMS, p11.CKA_VALUE)
+		if gp, err := gostmech.Public(keyType, g); err == nil {
 			pub = gp
 		}
 	}

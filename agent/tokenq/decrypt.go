@@ -8,7 +8,7 @@ import (
 	"io"
 
 	"github.com/signagent/signagent/internal/gost"
-	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gostmech"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
@@ -103,7 +103,7 @@ func (m *Manager) gost(ctx context.Context, what string, op func(context.Context
 // queuedGOST is a GOST key whose challenge is opened through the queue.
 type queuedGOST struct{ queuedDecrypter }
 
-func (d queuedGOST) Public() crypto.PublicKey { return pkcs11.CertificatePublicKey(d.cert) }
+func (d queuedGOST) Public() crypto.PublicKey { return gostmech.CertificatePublicKey(d.cert) }
 
 func (d queuedGOST) IsGOST() bool { return true }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gostmech"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/pkcs11/uri"
 )
@@ -115,14 +116,14 @@ func describe(ctx pkcs11.Backend, sh p11.SessionHandle, h p11.ObjectHandle, clas
 				}
 				o.Bits = curveBits(o.Curve)
 			}
-		case pkcs11.CKK_GOSTR3410, pkcs11.CKK_GOSTR3410_512:
+		case gostmech.CKK_GOSTR3410, gostmech.CKK_GOSTR3410_512:
 			o.KeyType = "GOST"
 			o.Bits = 256
-			if pkcs11.ULong(attr(ctx, sh, h, p11.CKA_KEY_TYPE)) == pkcs11.CKK_GOSTR3410_512 {
+			if pkcs11.ULong(attr(ctx, sh, h, p11.CKA_KEY_TYPE)) == gostmech.CKK_GOSTR3410_512 {
 				o.Bits = 512
 			}
 			var oid asn1.ObjectIdentifier
-			if _, err := asn1.Unmarshal(attr(ctx, sh, h, pkcs11.CKA_GOSTR3410_PARAMS), &oid); err == nil {
+			if _, err := asn1.Unmarshal(attr(ctx, sh, h, gostmech.CKA_GOSTR3410_PARAMS), &oid); err == nil {
 				o.Curve = oid.String()
 				if c := gost.CurveByOID(oid); c != nil {
 					o.Curve = c.Name
