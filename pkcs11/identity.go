@@ -11,6 +11,7 @@ import (
 
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 	"github.com/signagent/signagent/pkcs11/uri"
 )
 
@@ -54,22 +55,22 @@ func (k *Key) Identity() Identity {
 // selection names, and with Expect set only the token the key was opened
 // on. A token the selection alone would have chosen in its place is
 // ErrOtherToken, before any PIN is sent.
-func (t *Token) pickToken(tokens []TokenInfo) (TokenInfo, error) {
+func (t *Token) pickToken(tokens []tokeninfo.TokenInfo) (tokeninfo.TokenInfo, error) {
 	want := t.sel.Expect
 	if want == nil {
-		return ChooseToken(tokens, t.sel.Token)
+		return tokeninfo.ChooseToken(tokens, t.sel.Token)
 	}
 	ours := t.sel.Token
 	ours.Label, ours.Serial = want.Label, want.Serial
-	tok, err := ChooseToken(tokens, ours)
+	tok, err := tokeninfo.ChooseToken(tokens, ours)
 	if !errors.Is(err, tokenerr.ErrTokenNotFound) {
 		return tok, err
 	}
-	other, oerr := ChooseToken(tokens, t.sel.Token)
+	other, oerr := tokeninfo.ChooseToken(tokens, t.sel.Token)
 	if oerr != nil {
-		return TokenInfo{}, err // nothing in its place: the token is out
+		return tokeninfo.TokenInfo{}, err // nothing in its place: the token is out
 	}
-	return TokenInfo{}, &otherToken{fmt.Sprintf("a different token, serial %s, is in the reader; this agent's is serial %s (label %q); no PIN was sent to it: put this agent's token back, or name the other by its serial (serial= in the key's URI, or --token-serial) and reload",
+	return tokeninfo.TokenInfo{}, &otherToken{fmt.Sprintf("a different token, serial %s, is in the reader; this agent's is serial %s (label %q); no PIN was sent to it: put this agent's token back, or name the other by its serial (serial= in the key's URI, or --token-serial) and reload",
 		orNone(other.Serial), orNone(want.Serial), want.Label)}
 }
 

@@ -13,6 +13,7 @@ import (
 	p11 "github.com/miekg/pkcs11"
 	"github.com/signagent/signagent/pkcs11/locate"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 // Module is a chosen module path and how it was chosen (package locate).
@@ -306,7 +307,7 @@ func timeoutErr(err error) error {
 }
 
 // tokenKey names a token for the refused-PIN memory.
-func tokenKey(path string, t TokenInfo) string {
+func tokenKey(path string, t tokeninfo.TokenInfo) string {
 	return path + "\x00" + t.Serial + "\x00" + t.Label
 }
 

@@ -6,6 +6,7 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 // Presence follows a key's token out of its reader and back, for `token
@@ -14,7 +15,7 @@ import (
 // would.
 type Presence struct {
 	m     *module
-	token TokenInfo
+	token tokeninfo.TokenInfo
 }
 
 // WatchPresence starts following the token; Close ends it.
@@ -56,13 +57,13 @@ func (p *Presence) Gone(ctx context.Context) (bool, string, error) {
 // slot it was in says nothing. Its slot's C_GetSlotInfo must say it is
 // present. Errors of the module (pcscd still starting, a reader coming
 // up) are returned for the caller to try again.
-func (p *Presence) Back(ctx context.Context) (TokenInfo, bool, error) {
+func (p *Presence) Back(ctx context.Context) (tokeninfo.TokenInfo, bool, error) {
 	type found struct {
-		t  TokenInfo
+		t  tokeninfo.TokenInfo
 		ok bool
 	}
 	f, err := call(ctx, p.m, func(b Backend) (found, error) {
-		tokens, err := ReadTokens(b)
+		tokens, err := tokeninfo.ReadTokens(b)
 		if err != nil {
 			return found{}, err
 		}

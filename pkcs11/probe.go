@@ -15,6 +15,7 @@ import (
 
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 // probeEnv, set in a process's environment, makes RunProbe load and
@@ -160,9 +161,9 @@ func (sel Selection) pinPad(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	tok, err := ChooseToken(tokens, sel.Token)
+	tok, err := tokeninfo.ChooseToken(tokens, sel.Token)
 	if err != nil {
 		return false, err
 	}
-	return tok.raw.Flags&p11.CKF_PROTECTED_AUTHENTICATION_PATH != 0, nil
+	return tok.Raw.Flags&p11.CKF_PROTECTED_AUTHENTICATION_PATH != 0, nil
 }

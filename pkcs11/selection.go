@@ -12,6 +12,7 @@ import (
 
 	"github.com/signagent/signagent/pkcs11/locate"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 	"github.com/signagent/signagent/pkcs11/uri"
 )
 
@@ -121,7 +122,7 @@ const DefaultTimeout = 30 * time.Second
 type Selection struct {
 	Module       string // module path (flag)
 	ModuleSource string // how Module was given, for the log ("flag")
-	Token        TokenSelector
+	Token        tokeninfo.TokenSelector
 	KeyLabel     string
 	KeyID        []byte
 	URI          string // an RFC 7512 pkcs11: URI

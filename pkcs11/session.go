@@ -7,12 +7,13 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
-func (t *Token) findToken(ctx context.Context) (TokenInfo, error) {
-	tokens, err := call(ctx, t.mod, ReadTokens, nil)
+func (t *Token) findToken(ctx context.Context) (tokeninfo.TokenInfo, error) {
+	tokens, err := call(ctx, t.mod, func(b Backend) ([]tokeninfo.TokenInfo, error) { return tokeninfo.ReadTokens(b) }, nil)
 	if err != nil {
-		return TokenInfo{}, err
+		return tokeninfo.TokenInfo{}, err
 	}
 	tok, err := t.pickToken(tokens)
 	if err != nil && len(tokens) == 0 {
@@ -21,7 +22,7 @@ func (t *Token) findToken(ctx context.Context) (TokenInfo, error) {
 		// is an empty slot.
 		slots, serr := call(ctx, t.mod, func(b Backend) ([]uint, error) { return b.GetSlotList(false) }, nil)
 		if serr == nil && len(slots) == 0 {
-			return TokenInfo{}, fmt.Errorf("%w: token %s is not there: the module sees no slot at all, so no reader (for a smart card: is the reader plugged in and pcscd running?)", tokenerr.ErrTokenNotFound, t.sel.Token)
+			return tokeninfo.TokenInfo{}, fmt.Errorf("%w: token %s is not there: the module sees no slot at all, so no reader (for a smart card: is the reader plugged in and pcscd running?)", tokenerr.ErrTokenNotFound, t.sel.Token)
 		}
 	}
 	return tok, err
@@ -31,7 +32,7 @@ func (t *Token) findToken(ctx context.Context) (TokenInfo, error) {
 // never sent when the token already refused it, when the PIN is locked, or
 // when the next wrong try would lock it (unless the operator allows it).
 func (t *Token) login(ctx context.Context, sh p11.SessionHandle) error {
-	info := t.info.raw // read just now, when the token was chosen
+	info := t.info.Raw // read just now, when the token was chosen
 	if info.Flags&p11.CKF_LOGIN_REQUIRED == 0 {
 		return nil
 	}

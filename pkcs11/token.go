@@ -22,6 +22,7 @@ import (
 	p11 "github.com/miekg/pkcs11"
 	"github.com/rs/zerolog"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 // Token is a token in a slot of a loaded module, logged in to, with a
@@ -33,7 +34,7 @@ type Token struct {
 	mod     *module
 	gen     uint64 // the module's generation the token was found in
 	module  Module
-	info    TokenInfo
+	info    tokeninfo.TokenInfo
 	sel     Selection
 	timeout time.Duration
 	log     zerolog.Logger
@@ -52,7 +53,7 @@ type Token struct {
 }
 
 // Info describes the token (its slot, label, serial, flags when found).
-func (t *Token) Info() TokenInfo { return t.info }
+func (t *Token) Info() tokeninfo.TokenInfo { return t.info }
 
 // Module returns the module in use and how it was chosen.
 func (t *Token) Module() Module { return t.module }

@@ -26,6 +26,7 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/signer/signertest"
 )
@@ -94,7 +95,7 @@ func testSelection(t *testing.T, tk *pkcs11test.Token) {
 	for name, sel := range map[string]pkcs11.Selection{
 		"uri":    {URI: "pkcs11:token=" + tk.Label + ";object=ec?module-path=" + tk.Module + "&pin-source=file:" + tk.PINFile},
 		"uri-id": {Module: tk.Module, URI: "pkcs11:serial=" + tk.Serial + ";id=" + pctID, PIN: pkcs11.PINSource{File: tk.PINFile}},
-		"key-id": {Module: tk.Module, Token: pkcs11.TokenSelector{Serial: tk.Serial}, KeyID: tk.EC.ID, PIN: pkcs11.PINSource{File: tk.PINFile}},
+		"key-id": {Module: tk.Module, Token: tokeninfo.TokenSelector{Serial: tk.Serial}, KeyID: tk.EC.ID, PIN: pkcs11.PINSource{File: tk.PINFile}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
@@ -297,7 +298,7 @@ func TestExpectOnlyThatToken(t *testing.T) {
 	other := pkcs11test.NewWith(t, pkcs11test.Options{ForProcesses: true})
 	other.SetPIN(t, "654321")
 	sel := tk.Selection(tk.RSA.Label)
-	sel.Token = pkcs11.TokenSelector{} // the only token
+	sel.Token = tokeninfo.TokenSelector{} // the only token
 	k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 // LibraryInfo is the module's C_GetInfo.
@@ -22,13 +23,13 @@ type LibraryInfo struct {
 
 // SlotReport is one slot (C_GetSlotInfo) and its token, when one is present.
 type SlotReport struct {
-	ID           uint              `json:"id"`
-	Description  string            `json:"description"`
-	Manufacturer string            `json:"manufacturer"`
-	TokenPresent bool              `json:"tokenPresent"`
-	Removable    bool              `json:"removable"`
-	Hardware     bool              `json:"hardware"`
-	Token        *pkcs11.TokenInfo `json:"token,omitempty"`
+	ID           uint                 `json:"id"`
+	Description  string               `json:"description"`
+	Manufacturer string               `json:"manufacturer"`
+	TokenPresent bool                 `json:"tokenPresent"`
+	Removable    bool                 `json:"removable"`
+	Hardware     bool                 `json:"hardware"`
+	Token        *tokeninfo.TokenInfo `json:"token,omitempty"`
 }
 
 // ModuleReport is what a module says about itself and its slots.
@@ -52,7 +53,7 @@ func InspectModule(ctx context.Context, path string) (*ModuleReport, error) {
 		if err != nil {
 			return tokenerr.Classify("list the module's slots", err)
 		}
-		tokens, err := pkcs11.ReadTokens(b)
+		tokens, err := tokeninfo.ReadTokens(b)
 		if err != nil {
 			return err
 		}

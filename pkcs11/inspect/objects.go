@@ -16,6 +16,7 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/gostmech"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 	"github.com/signagent/signagent/pkcs11/uri"
 )
 
@@ -42,14 +43,14 @@ type Object struct {
 
 // ListObjects returns the keys and certificates on the token. Private keys are
 // listed only when pin is given (they are private objects).
-func ListObjects(ctx context.Context, modulePath string, sel pkcs11.TokenSelector, pin string) ([]Object, error) {
+func ListObjects(ctx context.Context, modulePath string, sel tokeninfo.TokenSelector, pin string) ([]Object, error) {
 	var out []Object
 	err := pkcs11.WithModule(ctx, modulePath, func(b pkcs11.Backend) error {
-		tokens, err := pkcs11.ReadTokens(b)
+		tokens, err := tokeninfo.ReadTokens(b)
 		if err != nil {
 			return err
 		}
-		tok, err := pkcs11.ChooseToken(tokens, sel)
+		tok, err := tokeninfo.ChooseToken(tokens, sel)
 		if err != nil {
 			return err
 		}
@@ -59,7 +60,7 @@ func ListObjects(ctx context.Context, modulePath string, sel pkcs11.TokenSelecto
 	return out, err
 }
 
-func listObjects(m pkcs11.Backend, tok pkcs11.TokenInfo, pin string) ([]Object, error) {
+func listObjects(m pkcs11.Backend, tok tokeninfo.TokenInfo, pin string) ([]Object, error) {
 	sh, err := m.OpenSession(tok.Slot, p11.CKF_SERIAL_SESSION)
 	if err != nil {
 		return nil, tokenerr.Classify("open a session", err)
@@ -178,7 +179,7 @@ func boolAttr(b []byte) *bool {
 }
 
 // uri is o's RFC 7512 URI on tok: what --key takes.
-func objectURI(tok pkcs11.TokenInfo, o Object) string {
+func objectURI(tok tokeninfo.TokenInfo, o Object) string {
 	typ := map[string]string{"private-key": "private", "public-key": "public", "certificate": "cert"}[o.Class]
 	id, _ := hex.DecodeString(o.ID)
 	return uri.Object(tok.Label, tok.Serial, typ, o.Label, id)

@@ -8,13 +8,14 @@ import (
 	p11 "github.com/miekg/pkcs11"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 // Peek is what a selection names that a token shows without a login
 // (signagent doctor): the token Open would choose, and the key's
 // certificate as Open would find it.
 type Peek struct {
-	Token pkcs11.TokenInfo
+	Token tokeninfo.TokenInfo
 	// Cert is the key's certificate, nil with CertErr saying why (no
 	// key's public half to match it with, none, or more than one).
 	Cert    *x509.Certificate
@@ -23,7 +24,7 @@ type Peek struct {
 
 // PeekSelection loads the selection's module once (in this process: probe
 // it first) and reads, without a login, the token Open would choose for
-// sel (pkcs11.ChooseToken: its slot, label and serial, initialized, the one
+// sel (tokeninfo.ChooseToken: its slot, label and serial, initialized, the one
 // match, with Open's errors), and the key's certificate chosen as Open
 // chooses it (pkcs11.KeyCertificate), the key's public half read from the public
 // key object beside it (Open reads it from the private key). The error is
@@ -44,9 +45,9 @@ func PeekSelection(ctx context.Context, sel pkcs11.Selection) (Peek, error) {
 	defer release()
 	var p Peek
 	err = pkcs11.WithModule(ctx, mod.Path, func(b pkcs11.Backend) error {
-		tokens, err := pkcs11.ReadTokens(b)
+		tokens, err := tokeninfo.ReadTokens(b)
 		if err == nil {
-			p.Token, err = pkcs11.ChooseToken(tokens, sel.Token)
+			p.Token, err = tokeninfo.ChooseToken(tokens, sel.Token)
 		}
 		return err
 	})
@@ -71,7 +72,7 @@ func PeekSelection(ctx context.Context, sel pkcs11.Selection) (Peek, error) {
 
 // peekCertificate is the certificate of the one public key the selection
 // names (by the key's label and id, or the token's only one).
-func peekCertificate(b pkcs11.Backend, sh p11.SessionHandle, sel pkcs11.Selection, tok pkcs11.TokenInfo) (*x509.Certificate, error) {
+func peekCertificate(b pkcs11.Backend, sh p11.SessionHandle, sel pkcs11.Selection, tok tokeninfo.TokenInfo) (*x509.Certificate, error) {
 	hs, err := pkcs11.FindObjects(b, sh, pkcs11.Template(p11.CKO_PUBLIC_KEY, sel.KeyLabel, sel.KeyID))
 	if err != nil {
 		return nil, tokenerr.Classify("look for the key's public half", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 // TestPeekSelection: on a real SoftHSM token, without a login, the token
@@ -52,12 +53,12 @@ func TestPeekSelection(t *testing.T) {
 	slot := p.Token.Slot
 	for _, tc := range []struct {
 		name string
-		sel  pkcs11.TokenSelector
+		sel  tokeninfo.TokenSelector
 		want string
 	}{
-		{"no such label", pkcs11.TokenSelector{Label: "nope"}, `token "nope" is not there; the module sees "` + tk.Label + `"`},
-		{"no such serial", pkcs11.TokenSelector{Serial: "0000"}, `token with serial "0000" is not there`},
-		{"another slot", pkcs11.TokenSelector{Label: tk.Label, Slot: slot + 1, HasSlot: true}, `token "` + tk.Label + `" in slot`},
+		{"no such label", tokeninfo.TokenSelector{Label: "nope"}, `token "nope" is not there; the module sees "` + tk.Label + `"`},
+		{"no such serial", tokeninfo.TokenSelector{Serial: "0000"}, `token with serial "0000" is not there`},
+		{"another slot", tokeninfo.TokenSelector{Label: tk.Label, Slot: slot + 1, HasSlot: true}, `token "` + tk.Label + `" in slot`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sel := tk.Selection("rsa")

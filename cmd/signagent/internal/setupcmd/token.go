@@ -18,6 +18,7 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/pkcs11/locate"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 	"github.com/signagent/signagent/pkcs11/uri"
 	"github.com/signagent/signagent/signer"
 )
@@ -146,7 +147,7 @@ func (r *setupRun) keyChoices(module string, show bool) ([]keyChoice, error) {
 		if !t.Initialized {
 			continue // an empty slot holds no key
 		}
-		objs, err := inspect.ListObjects(r.c.Context, module, pkcs11.TokenSelector{Label: t.Label, Serial: t.Serial}, "")
+		objs, err := inspect.ListObjects(r.c.Context, module, tokeninfo.TokenSelector{Label: t.Label, Serial: t.Serial}, "")
 		if err != nil {
 			continue
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/gostkeyx"
 	"github.com/signagent/signagent/pkcs11/inspect"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 	"github.com/signagent/signagent/signer"
 )
 
@@ -57,7 +58,7 @@ func checkCommand(f *factory.Factory) *cli.Command {
 // CheckReport is what `token check` prints (--json as it is).
 type CheckReport struct {
 	Module      *inspect.ModuleReport `json:"module"`
-	Token       pkcs11.TokenInfo      `json:"token"`
+	Token       tokeninfo.TokenInfo   `json:"token"`
 	Key         inspect.KeyFacts      `json:"key"`
 	Certificate *checkCert            `json:"certificate"`
 	CertError   string                `json:"certificateError,omitempty"`

@@ -14,6 +14,7 @@ import (
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 // `token check --removal`: the card taken out and put back, and how fast
@@ -124,7 +125,7 @@ func (rc *removalCheck) run(ctx context.Context, key *pkcs11.Key) (*checkRemoval
 		rc.fail(r, "the card's return was not tried")
 		return r, ctx.Err()
 	}
-	var back pkcs11.TokenInfo
+	var back tokeninfo.TokenInfo
 	var last error
 	took, seen, err = rc.poll(ctx, start, func(ctx context.Context) (bool, error) {
 		t, ok, err := w.Back(ctx)

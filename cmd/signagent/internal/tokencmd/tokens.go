@@ -15,6 +15,7 @@ import (
 	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/pkcs11/locate"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 func listCommand(e *cmdutil.Env) *cli.Command {
@@ -65,7 +66,7 @@ func keysCommand(e *cmdutil.Env) *cli.Command {
 				return errdefs.Mark(err, tokenerr.ErrPINMissing)
 			}
 			pin := got.Value
-			objs, err := inspect.ListObjects(context.Background(), mod.Path, pkcs11.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")}, pin)
+			objs, err := inspect.ListObjects(context.Background(), mod.Path, tokeninfo.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")}, pin)
 			if err != nil {
 				return err
 			}
