@@ -17,6 +17,7 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/pkcs11/gostmech"
+	"github.com/signagent/signagent/pkcs11/object"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/safefile"
 )
@@ -29,7 +30,7 @@ func (t *Token) findKey(ctx context.Context, sh p11.SessionHandle) (*Key, error)
 		return nil, err
 	}
 	label, id := t.sel.KeyLabel, t.sel.KeyID
-	what := DescribeKey(label, id)
+	what := object.DescribeKey(label, id)
 	switch {
 	case len(found) == 0:
 		all, _ := call(ctx, t.mod, func(b Backend) ([]keyInfo, error) { return findKeys(b, sh, "", nil) }, nil)

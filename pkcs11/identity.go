@@ -10,6 +10,7 @@ import (
 	p11 "github.com/miekg/pkcs11"
 
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/pkcs11/object"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/pkcs11/tokeninfo"
 	"github.com/signagent/signagent/pkcs11/uri"
@@ -86,10 +87,10 @@ func (t *Token) checkPublic(ctx context.Context, sh p11.SessionHandle) error {
 		return nil
 	}
 	pubs, err := call(ctx, t.mod, func(b Backend) ([]crypto.PublicKey, error) {
-		hs, err := FindObjects(b, sh, Template(p11.CKO_PUBLIC_KEY, t.sel.KeyLabel, t.sel.KeyID))
+		hs, err := object.FindObjects(b, sh, object.Template(p11.CKO_PUBLIC_KEY, t.sel.KeyLabel, t.sel.KeyID))
 		var out []crypto.PublicKey
 		for _, h := range hs {
-			if _, _, pub := PublicHalf(b, sh, h); pub != nil {
+			if _, _, pub := object.PublicHalf(b, sh, h); pub != nil {
 				out = append(out, pub)
 			}
 		}
@@ -127,9 +128,9 @@ func (k *Key) SerialAdvice() string {
 	if k.tok.sel.Token.Serial != "" || k.tok.info.Serial == "" {
 		return ""
 	}
-	object := uri.Object(k.tok.info.Label, k.tok.info.Serial, "private", k.label, k.id)
+	keyURI := uri.Object(k.tok.info.Label, k.tok.info.Serial, "private", k.label, k.id)
 	return fmt.Sprintf("the token is chosen without its serial, so any token labelled %q would be taken at start; name it by its serial: --key '%s' (or --token-serial %s)",
-		k.tok.info.Label, object, k.tok.info.Serial)
+		k.tok.info.Label, keyURI, k.tok.info.Serial)
 }
 
 func orNone(serial string) string {

@@ -76,19 +76,3 @@ func ProvisioningContext(path string) (*p11.Ctx, func(), error) {
 	}
 	return lib.Ctx, release, nil
 }
-
-// ULong reads a CK_ULONG attribute value.
-func ULong(b []byte) uint {
-	var n uint
-	for i := len(b) - 1; i >= 0; i-- { // native little-endian CK_ULONG
-		n = n<<8 | uint(b[i])
-	}
-	return n
-}
-
-// CurveNames names the curves of EC keys by their OIDs.
-var CurveNames = map[string]string{
-	"1.2.840.10045.3.1.7": "P-256",
-	"1.3.132.0.34":        "P-384",
-	"1.3.132.0.35":        "P-521",
-}

@@ -15,6 +15,7 @@ import (
 	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/gostmech"
+	"github.com/signagent/signagent/pkcs11/object"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/pkcs11/tokeninfo"
 	"github.com/signagent/signagent/pkcs11/uri"
@@ -75,7 +76,7 @@ func listObjects(m pkcs11.Backend, tok tokeninfo.TokenInfo, pin string) ([]Objec
 	}
 	var out []Object
 	for _, class := range []uint{p11.CKO_PRIVATE_KEY, p11.CKO_PUBLIC_KEY, p11.CKO_CERTIFICATE} {
-		handles, err := pkcs11.FindObjects(m, sh, []*p11.Attribute{p11.NewAttribute(p11.CKA_CLASS, class)})
+		handles, err := object.FindObjects(m, sh, []*p11.Attribute{p11.NewAttribute(p11.CKA_CLASS, class)})
 		if err != nil {
 			return nil, tokenerr.Classify("list objects", err)
 		}
@@ -103,7 +104,7 @@ func describe(ctx pkcs11.Backend, sh p11.SessionHandle, h p11.ObjectHandle, clas
 			o.Sensitive = boolAttr(attr(ctx, sh, h, p11.CKA_SENSITIVE))
 			o.Extractable = boolAttr(attr(ctx, sh, h, p11.CKA_EXTRACTABLE))
 		}
-		switch pkcs11.ULong(attr(ctx, sh, h, p11.CKA_KEY_TYPE)) {
+		switch object.ULong(attr(ctx, sh, h, p11.CKA_KEY_TYPE)) {
 		case p11.CKK_RSA:
 			o.KeyType = "RSA"
 			o.Bits = len(trimZero(attr(ctx, sh, h, p11.CKA_MODULUS))) * 8
@@ -111,7 +112,7 @@ func describe(ctx pkcs11.Backend, sh p11.SessionHandle, h p11.ObjectHandle, clas
 			o.KeyType = "EC"
 			var oid asn1.ObjectIdentifier
 			if _, err := asn1.Unmarshal(attr(ctx, sh, h, p11.CKA_EC_PARAMS), &oid); err == nil {
-				o.Curve = pkcs11.CurveNames[oid.String()]
+				o.Curve = object.CurveNames[oid.String()]
 				if o.Curve == "" {
 					o.Curve = oid.String()
 				}
@@ -120,7 +121,7 @@ func describe(ctx pkcs11.Backend, sh p11.SessionHandle, h p11.ObjectHandle, clas
 		case gostmech.CKK_GOSTR3410, gostmech.CKK_GOSTR3410_512:
 			o.KeyType = "GOST"
 			o.Bits = 256
-			if pkcs11.ULong(attr(ctx, sh, h, p11.CKA_KEY_TYPE)) == gostmech.CKK_GOSTR3410_512 {
+			if object.ULong(attr(ctx, sh, h, p11.CKA_KEY_TYPE)) == gostmech.CKK_GOSTR3410_512 {
 				o.Bits = 512
 			}
 			var oid asn1.ObjectIdentifier
@@ -167,7 +168,7 @@ func trimZero(b []byte) []byte {
 }
 
 func attr(b pkcs11.Backend, sh p11.SessionHandle, h p11.ObjectHandle, t uint) []byte {
-	return pkcs11.Attributes(b, sh, h, t)[t]
+	return object.Attributes(b, sh, h, t)[t]
 }
 
 func boolAttr(b []byte) *bool {

@@ -7,6 +7,7 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/object"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
@@ -73,18 +74,18 @@ func PeekSelection(ctx context.Context, sel pkcs11.Selection) (Peek, error) {
 // peekCertificate is the certificate of the one public key the selection
 // names (by the key's label and id, or the token's only one).
 func peekCertificate(b pkcs11.Backend, sh p11.SessionHandle, sel pkcs11.Selection, tok tokeninfo.TokenInfo) (*x509.Certificate, error) {
-	hs, err := pkcs11.FindObjects(b, sh, pkcs11.Template(p11.CKO_PUBLIC_KEY, sel.KeyLabel, sel.KeyID))
+	hs, err := object.FindObjects(b, sh, object.Template(p11.CKO_PUBLIC_KEY, sel.KeyLabel, sel.KeyID))
 	if err != nil {
 		return nil, tokenerr.Classify("look for the key's public half", err)
 	}
-	what := pkcs11.DescribeKey(sel.KeyLabel, sel.KeyID)
+	what := object.DescribeKey(sel.KeyLabel, sel.KeyID)
 	switch {
 	case len(hs) == 0:
 		return nil, fmt.Errorf("%w: no public key %s on token %q to find its certificate by without a login (signagent token check logs in)", tokenerr.ErrKeyNotFound, what, tok.Label)
 	case len(hs) > 1:
 		return nil, fmt.Errorf("%w: %d public keys %s on token %q; choose the key with --key-label or --key-id", tokenerr.ErrKeyAmbiguous, len(hs), what, tok.Label)
 	}
-	label, id, pub := pkcs11.PublicHalf(b, sh, hs[0])
+	label, id, pub := object.PublicHalf(b, sh, hs[0])
 	if pub == nil {
 		return nil, fmt.Errorf("%w: the public key %q on token %q cannot be read, so its certificate is not found without a login (signagent token check logs in)", tokenerr.ErrKeyNotFound, label, tok.Label)
 	}
