@@ -56,8 +56,8 @@ type library struct{ *p11.Ctx }
 // (CKF_OS_LOCKING_OK): Go runs calls on whichever thread it likes.
 func (l library) Initialize() error { return l.Ctx.Initialize() }
 
-// loadLibrary is the real Loader.
-func loadLibrary(path string) (Backend, error) {
+// LoadLibrary is the real Loader.
+func LoadLibrary(path string) (Backend, error) {
 	ctx := p11.New(path)
 	if ctx == nil {
 		return nil, tokenerr.ErrNotAModule

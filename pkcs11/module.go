@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -24,10 +23,6 @@ const ModuleEnv = locate.Env
 
 // ResolveModule returns the module to use (locate.Resolve).
 func ResolveModule(explicit, source string) (Module, error) { return locate.Resolve(explicit, source) }
-
-func notAModule(path string) error {
-	return fmt.Errorf("%w: %s could not be loaded as a shared library with C_GetFunctionList", tokenerr.ErrNotAModule, path)
-}
 
 // Registry is a process's set of loaded PKCS#11 modules. A module is loaded
 // and initialized once however many keys and listings use it at a time
@@ -58,7 +53,7 @@ func NewRegistry(load Loader) *Registry {
 
 // defaultRegistry mirrors the process-wide state of the loaded libraries,
 // which is why it is the one package-level variable here.
-var defaultRegistry = NewRegistry(loadLibrary)
+var defaultRegistry = NewRegistry(LoadLibrary)
 
 // module is one loaded library.
 type module struct {
@@ -114,7 +109,7 @@ func (m *module) start(prev chan struct{}) {
 	}
 	b, err := m.reg.load(m.path)
 	if err != nil {
-		err = notAModule(m.path)
+		err = tokenerr.NotAModule(m.path)
 	} else if ierr := b.Initialize(); ierr != nil && !tokenerr.IsCode(ierr, p11.CKR_CRYPTOKI_ALREADY_INITIALIZED) {
 		b.Destroy()
 		err = tokenerr.Classify("initialize the PKCS#11 module "+m.path, ierr)
@@ -251,7 +246,7 @@ func (m *module) ensureInitialized() error {
 func call[T any](ctx context.Context, m *module, fn func(Backend) (T, error), late func()) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
-		return zero, timeoutErr(err)
+		return zero, tokenerr.Timeout(err)
 	}
 	if ctx.Done() == nil { // never cancelled: no need to watch it
 		m.lk.RLock()
@@ -292,18 +287,11 @@ func call[T any](ctx context.Context, m *module, fn func(Backend) (T, error), la
 	case <-ctx.Done():
 		if state.CompareAndSwap(running, abandoned) {
 			m.stuck.Add(1)
-			return zero, timeoutErr(ctx.Err())
+			return zero, tokenerr.Timeout(ctx.Err())
 		}
 		res := <-done
 		return res.v, res.err
 	}
-}
-
-func timeoutErr(err error) error {
-	if errors.Is(err, context.Canceled) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", tokenerr.ErrTokenTimeout, err)
 }
 
 // tokenKey names a token for the refused-PIN memory.

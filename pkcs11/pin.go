@@ -86,6 +86,17 @@ func (src PINSource) Resolve() (PINSource, error) {
 // "$SIGNAGENT_PIN").
 func (src PINSource) From() string { return src.from }
 
+// Missing says that no PIN was given nor resolved, nor the keypad chosen.
+func (src PINSource) Missing() bool {
+	return !src.pad && src.File == "" && src.Value == "" && src.pin == ""
+}
+
+// OnPad is the source of a PIN the user types on the reader's keypad.
+func (src PINSource) OnPad() PINSource { src.pad, src.from = true, "the reader's keypad"; return src }
+
+// Pad says whether the PIN is typed on the reader's keypad (OnPad).
+func (src PINSource) Pad() bool { return src.pad }
+
 // ReadPIN returns the PIN from its source.
 func ReadPIN(src PINSource) (string, error) {
 	src, err := src.Resolve()

@@ -6,6 +6,7 @@
 package tokenerr
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -183,4 +184,18 @@ func Recoverable(err error) bool {
 func IsCode(err error, code uint) bool {
 	c, ok := Code(err)
 	return ok && uint(c) == code
+}
+
+// NotAModule is the error for a file that is not a PKCS#11 module.
+func NotAModule(path string) error {
+	return fmt.Errorf("%w: %s could not be loaded as a shared library with C_GetFunctionList", ErrNotAModule, path)
+}
+
+// Timeout is the error for an operation that ran out of time (err: the
+// context's); a cancelled one is left as it is.
+func Timeout(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrTokenTimeout, err)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/pkcs11/locate"
+	"github.com/signagent/signagent/pkcs11/probe"
 	"github.com/signagent/signagent/pkcs11/tokeninfo"
 	"github.com/signagent/signagent/pkcs11/uri"
 	"github.com/signagent/signagent/signer"
@@ -71,7 +72,7 @@ func (r *setupRun) tokenAnswers() error {
 	if err := r.softHSMConf(module); err != nil {
 		return err
 	}
-	if err := pkcs11.Probe(r.c.Context, module); err != nil {
+	if err := probe.Module(r.c.Context, module); err != nil {
 		r.problems = append(r.problems, fmt.Sprintf("--module: %v", err))
 		if r.ask {
 			return err

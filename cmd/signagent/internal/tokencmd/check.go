@@ -22,6 +22,7 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/gostkeyx"
 	"github.com/signagent/signagent/pkcs11/inspect"
+	"github.com/signagent/signagent/pkcs11/probe"
 	"github.com/signagent/signagent/pkcs11/tokeninfo"
 	"github.com/signagent/signagent/signer"
 )
@@ -112,7 +113,7 @@ func tokenCheck(c *cli.Context, f *factory.Factory) error {
 	sel.NoCertificate = true // a key without one is reported, not refused
 	ctx, cancel := context.WithTimeout(c.Context, sel.Timeout)
 	defer cancel()
-	if err := pkcs11.ProbeSelection(ctx, sel); err != nil {
+	if err := probe.Selection(ctx, sel); err != nil {
 		return err
 	}
 	mod, err := pkcs11.ResolveModule(sel.Module, "flag")

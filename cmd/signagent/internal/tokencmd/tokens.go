@@ -14,6 +14,7 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/pkcs11/locate"
+	"github.com/signagent/signagent/pkcs11/probe"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
@@ -101,7 +102,7 @@ func resolveModuleFrom(c *cli.Context, e *cmdutil.Env, candidates []string) (pkc
 func probedModule(c *cli.Context, e *cmdutil.Env) (pkcs11.Module, error) {
 	mod, err := resolveModule(c, e)
 	if err == nil {
-		err = pkcs11.Probe(c.Context, mod.Path)
+		err = probe.Module(c.Context, mod.Path)
 	}
 	return mod, err
 }
