@@ -16,6 +16,7 @@ import (
 	"github.com/signagent/signagent/devtoken/gosttoken"
 	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gostkeyx"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/signer"
@@ -114,7 +115,7 @@ func TestGOSTRawOnlyCapabilities(t *testing.T) {
 		t.Fatalf("trusted authentication's way: %q", way)
 	}
 	err := k.CanOpenGOSTContext(ctx)
-	if !errors.Is(err, pkcs11.ErrNoGOSTKeyAgreement) || !errors.Is(err, tokenerr.ErrKeyUsage) {
+	if !errors.Is(err, gostkeyx.ErrNoKeyAgreement) || !errors.Is(err, tokenerr.ErrKeyUsage) {
 		t.Fatalf("a certificate login on a raw-only token: %v", err)
 	}
 	if !strings.Contains(err.Error(), "not offered by this token (no GOST key agreement; a vendor module is needed, see docs/tokens.md)") || strings.Contains(err.Error(), "\n") {

@@ -339,7 +339,7 @@ func writeCheck(w io.Writer, mod pkcs11.Module, r CheckReport) error {
 			}
 			fmt.Fprintf(w, "%s: yes (%s, %s); %s: median %.1f ms of %d (%.1f to %.1f)\n", fn.Function, shape, fn.Uses, tried,
 				fn.Timing.MedianMS, fn.Timing.Rounds, fn.Timing.MinMS, fn.Timing.MaxMS)
-		case fn.Why == pkcs11.NotOfferedGOSTLogin:
+		case fn.Why == gostkeyx.NotOffered:
 			fmt.Fprintf(w, "%s: %s\n", fn.Function, fn.Why) // not a failure
 		default:
 			fmt.Fprintf(w, "%s: no: %s\n", fn.Function, whyNot(fn))
