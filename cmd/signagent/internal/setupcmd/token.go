@@ -18,6 +18,7 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/pkcs11/locate"
+	"github.com/signagent/signagent/pkcs11/pinfile"
 	"github.com/signagent/signagent/pkcs11/probe"
 	"github.com/signagent/signagent/pkcs11/tokeninfo"
 	"github.com/signagent/signagent/pkcs11/uri"
@@ -89,7 +90,7 @@ func (r *setupRun) tokenAnswers() error {
 		return err
 	}
 	if _, err := r.answer("pin-file", "File holding the token's PIN (pin-file)", true,
-		secretFile("the PIN", pkcs11.PINSecret("").Parse)); err != nil {
+		secretFile("the PIN", pinfile.Secret("").Parse)); err != nil {
 		return err
 	}
 	if len(r.problems) > 0 || r.c.Bool("no-signature") {
