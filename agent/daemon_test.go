@@ -22,6 +22,7 @@ import (
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/schemes"
 )
 
@@ -194,7 +195,7 @@ func TestDaemonStartFailsCleanly(t *testing.T) {
 		}, true},
 		{"token that does not open", func(c *agent.Config) {
 			c.Open = func(context.Context, pkcs11.Selection, zerolog.Logger) (tokenq.Token, error) {
-				return nil, pkcs11.ErrPINIncorrect
+				return nil, tokenerr.ErrPINIncorrect
 			}
 		}, false},
 	}

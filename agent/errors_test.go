@@ -17,7 +17,7 @@ import (
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/oidc"
-	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -59,7 +59,7 @@ func TestClassify(t *testing.T) {
 		{"store down", fmt.Errorf("%w: dial", oidc.ErrStoreUnavailable), 503, agentapi.CodeStoreUnavailable, ""},
 		{"queue full", tokenq.ErrQueueFull, 429, agentapi.CodeQueueFull, ""},
 		{"token not ready", fmt.Errorf("%w: reconnecting", tokenq.ErrNotReady), 503, agentapi.CodeTokenNotReady, ""},
-		{"PIN refused", &pkcs11.TokenError{Op: "log in", Kind: pkcs11.ErrPINIncorrect, Err: errors.New("CKR_PIN_INCORRECT")}, 503, agentapi.CodeTokenNotReady, ""},
+		{"PIN refused", &tokenerr.TokenError{Op: "log in", Kind: tokenerr.ErrPINIncorrect, Err: errors.New("CKR_PIN_INCORRECT")}, 503, agentapi.CodeTokenNotReady, ""},
 		{"no API key", errNoAPIKey, 503, agentapi.CodeNotConfigured, ""},
 		{"policy", errCertificateLoginOff, 403, agentapi.CodeForbidden, ""},
 		{"body budget", proxy.ErrBusy, 503, agentapi.CodeBusy, ""},

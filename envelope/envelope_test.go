@@ -15,8 +15,8 @@ import (
 
 	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/envelope"
-	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/signer/signertest"
 )
 
@@ -99,7 +99,7 @@ func TestOpenOnSoftHSM(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := envelope.Open(der, so.Certificate(), so); !errors.Is(err, pkcs11.ErrKeyUsage) || !strings.Contains(err.Error(), "CKA_DECRYPT") {
+		if _, err := envelope.Open(der, so.Certificate(), so); !errors.Is(err, tokenerr.ErrKeyUsage) || !strings.Contains(err.Error(), "CKA_DECRYPT") {
 			t.Fatalf("err = %v", err)
 		}
 	})

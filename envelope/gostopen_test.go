@@ -13,6 +13,7 @@ import (
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gostmech"
 )
 
 // gostOpenerStub stands in for a GOST token in the fuzzer (too many inputs
@@ -71,7 +72,7 @@ func FuzzOpenGOST(f *testing.F) {
 	}
 	f.Add(sealed)
 	f.Fuzz(func(t *testing.T, der []byte) {
-		got, err := envelope.Open(der, cert, gostOpenerStub{t, pkcs11.CertificatePublicKey(cert)})
+		got, err := envelope.Open(der, cert, gostOpenerStub{t, gostmech.CertificatePublicKey(cert)})
 		switch {
 		case err == nil && len(got) != envelope.ChallengeSize:
 			t.Fatalf("%d bytes opened", len(got))

@@ -28,6 +28,7 @@ import (
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/signer/signertest"
 	"github.com/signagent/signagent/trusted"
@@ -198,11 +199,11 @@ func TestRefusals(t *testing.T) {
 	// An unknown certificate: another key on the token, not registered.
 	other := b.tk.Open(t, b.tk.EC.Label)
 	_, err = b.client.Certificate(ctx, b.key.Certificate(), other)
-	if !errors.Is(err, pkcs11.ErrKeyUsage) {
+	if !errors.Is(err, tokenerr.ErrKeyUsage) {
 		t.Fatalf("an EC key: %v", err)
 	}
 	signOnly := b.tk.Open(t, "sign-only")
-	if _, err = b.client.Certificate(ctx, signOnly.Certificate(), signOnly); !errors.Is(err, pkcs11.ErrKeyUsage) || !strings.Contains(err.Error(), "CKA_DECRYPT") {
+	if _, err = b.client.Certificate(ctx, signOnly.Certificate(), signOnly); !errors.Is(err, tokenerr.ErrKeyUsage) || !strings.Contains(err.Error(), "CKA_DECRYPT") {
 		t.Fatalf("a key that may not decrypt: %v", err)
 	}
 	if n := b.emu.Stats().Requests["Authenticate"]; n != 3 {

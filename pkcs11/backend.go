@@ -2,6 +2,7 @@ package pkcs11
 
 import (
 	p11 "github.com/miekg/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // Backend is the narrow set of PKCS#11 calls this package makes. The real one
@@ -55,11 +56,11 @@ type library struct{ *p11.Ctx }
 // (CKF_OS_LOCKING_OK): Go runs calls on whichever thread it likes.
 func (l library) Initialize() error { return l.Ctx.Initialize() }
 
-// loadLibrary is the real Loader.
-func loadLibrary(path string) (Backend, error) {
+// LoadLibrary is the real Loader.
+func LoadLibrary(path string) (Backend, error) {
 	ctx := p11.New(path)
 	if ctx == nil {
-		return nil, ErrNotAModule
+		return nil, tokenerr.ErrNotAModule
 	}
 	return library{ctx}, nil
 }

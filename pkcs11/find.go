@@ -16,6 +16,9 @@ import (
 	p11 "github.com/miekg/pkcs11"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/internal/gost"
+	"github.com/signagent/signagent/pkcs11/gostmech"
+	"github.com/signagent/signagent/pkcs11/object"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/safefile"
 )
 
@@ -27,34 +30,34 @@ func (t *Token) findKey(ctx context.Context, sh p11.SessionHandle) (*Key, error)
 		return nil, err
 	}
 	label, id := t.sel.KeyLabel, t.sel.KeyID
-	what := DescribeKey(label, id)
+	what := object.DescribeKey(label, id)
 	switch {
 	case len(found) == 0:
 		all, _ := call(ctx, t.mod, func(b Backend) ([]keyInfo, error) { return findKeys(b, sh, "", nil) }, nil)
-		return nil, fmt.Errorf("%w: no private key %s on token %q; the token has %s", ErrKeyNotFound, what, t.info.Label, listKeys(all))
+		return nil, fmt.Errorf("%w: no private key %s on token %q; the token has %s", tokenerr.ErrKeyNotFound, what, t.info.Label, listKeys(all))
 	case len(found) > 1 && label == "" && len(id) == 0:
-		return nil, fmt.Errorf("%w: token %q has %d private keys and none was chosen: %s; choose one with --key-label or --key-id", ErrKeyAmbiguous, t.info.Label, len(found), listKeys(found))
+		return nil, fmt.Errorf("%w: token %q has %d private keys and none was chosen: %s; choose one with --key-label or --key-id", tokenerr.ErrKeyAmbiguous, t.info.Label, len(found), listKeys(found))
 	case len(found) > 1:
-		return nil, fmt.Errorf("%w: %d private keys %s on token %q: %s; choose one with --key-label or --key-id", ErrKeyAmbiguous, len(found), what, t.info.Label, listKeys(found))
+		return nil, fmt.Errorf("%w: %d private keys %s on token %q: %s; choose one with --key-label or --key-id", tokenerr.ErrKeyAmbiguous, len(found), what, t.info.Label, listKeys(found))
 	}
 	ki := found[0]
 	pubFromCert := false
-	if ki.pub == nil && isGOSTKeyType(ki.keyType) && t.sel.CertFile != "" {
+	if ki.pub == nil && gostmech.IsKeyType(ki.keyType) && t.sel.CertFile != "" {
 		pub, err := t.publicFromCertificate(ki) // proven by a signature in findCert
 		if err != nil {
 			return nil, err
 		}
 		ki.pub, pubFromCert = pub, true
 	}
-	if ki.pub == nil && isGOSTKeyType(ki.keyType) {
+	if ki.pub == nil && gostmech.IsKeyType(ki.keyType) {
 		why := ki.why
 		if why == nil {
 			why = errors.New("it has no public key object with its id beside it")
 		}
-		return nil, fmt.Errorf("%w: GOST key %q (id %s) on token %q cannot be used: %v; give its certificate with --certificate-file PATH", ErrTokenRefused, ki.label, hex.EncodeToString(ki.id), t.info.Label, why)
+		return nil, fmt.Errorf("%w: GOST key %q (id %s) on token %q cannot be used: %v; give its certificate with --certificate-file PATH", tokenerr.ErrTokenRefused, ki.label, hex.EncodeToString(ki.id), t.info.Label, why)
 	}
 	if ki.pub == nil {
-		return nil, fmt.Errorf("%w: key %q (id %s) is neither RSA, EC nor GOST R 34.10-2012 with a public key beside it; signagent signs with RSA, ECDSA and GOST keys", ErrTokenRefused, ki.label, hex.EncodeToString(ki.id))
+		return nil, fmt.Errorf("%w: key %q (id %s) is neither RSA, EC nor GOST R 34.10-2012 with a public key beside it; signagent signs with RSA, ECDSA and GOST keys", tokenerr.ErrTokenRefused, ki.label, hex.EncodeToString(ki.id))
 	}
 	return &Key{tok: t, handle: ki.h, label: ki.label, id: ki.id, keyType: ki.keyType, pub: ki.pub, pubFromCert: pubFromCert, sign: ki.sign, decrypt: ki.decrypt}, nil
 }
@@ -62,7 +65,7 @@ func (t *Token) findKey(ctx context.Context, sh p11.SessionHandle) (*Key, error)
 func (t *Token) privateKeys(ctx context.Context, sh p11.SessionHandle) ([]keyInfo, error) {
 	found, err := call(ctx, t.mod, func(b Backend) ([]keyInfo, error) { return findKeys(b, sh, t.sel.KeyLabel, t.sel.KeyID) }, nil)
 	if err != nil {
-		return nil, classify("look for the key", err)
+		return nil, tokenerr.Classify("look for the key", err)
 	}
 	return found, nil
 }
@@ -78,8 +81,8 @@ func (t *Token) findCert(ctx context.Context, sh p11.SessionHandle, k *Key) erro
 		if err != nil {
 			return err
 		}
-		if !samePublicKey(CertificatePublicKey(cert), k.pub) {
-			return fmt.Errorf("%w: certificate %q (thumbprint %s) is for another key than %q (id %s) on token %q", ErrCertMismatch, cert.Subject.String(), canonical.ThumbprintOf(cert), k.label, hex.EncodeToString(k.id), t.info.Label)
+		if !samePublicKey(gostmech.CertificatePublicKey(cert), k.pub) {
+			return fmt.Errorf("%w: certificate %q (thumbprint %s) is for another key than %q (id %s) on token %q", tokenerr.ErrCertMismatch, cert.Subject.String(), canonical.ThumbprintOf(cert), k.label, hex.EncodeToString(k.id), t.info.Label)
 		}
 		if k.pubFromCert {
 			if err := k.provePublic(ctx, sh, cert); err != nil {
@@ -123,14 +126,14 @@ func (k *Key) FindCertificate(ctx context.Context) (*x509.Certificate, error) {
 func KeyCertificate(b Backend, sh p11.SessionHandle, id []byte, label string, pub crypto.PublicKey, token string) (*x509.Certificate, error) {
 	certs, err := findCerts(b, sh, id, label, pub)
 	if err != nil {
-		return nil, classify("look for the certificate", err)
+		return nil, tokenerr.Classify("look for the certificate", err)
 	}
 	cert, err := chooseCert(certs, pub, time.Now())
-	if errors.Is(err, ErrCertNotFound) {
-		return nil, fmt.Errorf("%w: no certificate with id %s or label %q on token %q; store one on the token or give --certificate-file PATH", ErrCertNotFound, hex.EncodeToString(id), label, token)
+	if errors.Is(err, tokenerr.ErrCertNotFound) {
+		return nil, fmt.Errorf("%w: no certificate with id %s or label %q on token %q; store one on the token or give --certificate-file PATH", tokenerr.ErrCertNotFound, hex.EncodeToString(id), label, token)
 	}
-	if errors.Is(err, ErrCertMismatch) {
-		return nil, fmt.Errorf("%w: the certificates with id %s or label %q on token %q are for another key; store the right one or give --certificate-file PATH", ErrCertMismatch, hex.EncodeToString(id), label, token)
+	if errors.Is(err, tokenerr.ErrCertMismatch) {
+		return nil, fmt.Errorf("%w: the certificates with id %s or label %q on token %q are for another key; store the right one or give --certificate-file PATH", tokenerr.ErrCertMismatch, hex.EncodeToString(id), label, token)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w (key %q); give --certificate-file PATH to choose", err, label)
@@ -151,7 +154,7 @@ func (t *Token) setCert(k *Key, cert *x509.Certificate) {
 func chooseCert(certs []*x509.Certificate, pub crypto.PublicKey, now time.Time) (*x509.Certificate, error) {
 	var valid, invalid []*x509.Certificate
 	for _, c := range certs {
-		if !samePublicKey(CertificatePublicKey(c), pub) {
+		if !samePublicKey(gostmech.CertificatePublicKey(c), pub) {
 			continue
 		}
 		if now.Before(c.NotBefore) || now.After(c.NotAfter) {
@@ -168,9 +171,9 @@ func chooseCert(certs []*x509.Certificate, pub crypto.PublicKey, now time.Time) 
 	case len(best) == 1:
 		return best[0], nil
 	case len(certs) == 0:
-		return nil, ErrCertNotFound
+		return nil, tokenerr.ErrCertNotFound
 	case len(best) == 0:
-		return nil, ErrCertMismatch
+		return nil, tokenerr.ErrCertMismatch
 	}
 	names := make([]string, len(best))
 	for i, c := range best {
@@ -180,7 +183,7 @@ func chooseCert(certs []*x509.Certificate, pub crypto.PublicKey, now time.Time) 
 	if len(valid) == 0 {
 		state = "expired or not yet valid"
 	}
-	return nil, fmt.Errorf("%w: %d %s certificates are for the key: %s", ErrCertAmbiguous, len(best), state, strings.Join(names, ", "))
+	return nil, fmt.Errorf("%w: %d %s certificates are for the key: %s", tokenerr.ErrCertAmbiguous, len(best), state, strings.Join(names, ", "))
 }
 
 // ReadCertificate reads one certificate from a PEM or DER file of at most
@@ -188,14 +191,14 @@ func chooseCert(certs []*x509.Certificate, pub crypto.PublicKey, now time.Time) 
 func ReadCertificate(path string) (*x509.Certificate, error) {
 	b, err := safefile.Read(path, 1<<20)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCertNotFound, err)
+		return nil, fmt.Errorf("%w: %w", tokenerr.ErrCertNotFound, err)
 	}
 	if blk, _ := pem.Decode(b); blk != nil {
 		b = blk.Bytes
 	}
 	c, err := x509.ParseCertificate(b)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s holds no certificate (PEM or DER): %w", ErrCertNotFound, path, err)
+		return nil, fmt.Errorf("%w: %s holds no certificate (PEM or DER): %w", tokenerr.ErrCertNotFound, path, err)
 	}
 	return c, nil
 }
@@ -217,7 +220,7 @@ func KeyShape(c *x509.Certificate) (kind string, bits int, curve string) {
 	case *ecdsa.PublicKey:
 		return "EC", pub.Curve.Params().BitSize, pub.Curve.Params().Name
 	}
-	if pub, ok := CertificatePublicKey(c).(*gost.PublicKey); ok {
+	if pub, ok := gostmech.CertificatePublicKey(c).(*gost.PublicKey); ok {
 		return "GOST", pub.Curve.Bits, pub.Curve.Name
 	}
 	return c.PublicKeyAlgorithm.String(), 0, ""

@@ -17,7 +17,9 @@ import (
 	"github.com/signagent/signagent/devtoken/gosttoken"
 	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gostmech"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/signer/signertest"
 )
@@ -52,7 +54,7 @@ func TestGOSTSignatures(t *testing.T) {
 				if !ok || pub.Curve.Bits != bits {
 					t.Fatalf("public key %T, want a GOST %d-bit key", k.Public(), bits)
 				}
-				if !pub.Equal(pkcs11.CertificatePublicKey(g.Cert)) || canonical.ThumbprintOf(k.Certificate()) != canonical.ThumbprintOf(g.Cert) {
+				if !pub.Equal(gostmech.CertificatePublicKey(g.Cert)) || canonical.ThumbprintOf(k.Certificate()) != canonical.ThumbprintOf(g.Cert) {
 					t.Fatal("the key's certificate is not the token's")
 				}
 				if kind, b, curve := pkcs11.KeyShape(k.Certificate()); kind != "GOST" || b != bits || curve == "" {
@@ -173,8 +175,8 @@ func TestGOSTBadInput(t *testing.T) {
 		os.Remove(g.CertFile())
 		err := open(g.Selection())
 		oneLine(t, err, "no certificate")
-		if !errors.Is(err, pkcs11.ErrCertNotFound) {
-			t.Fatalf("%v is not ErrCertNotFound", err)
+		if !errors.Is(err, tokenerr.ErrCertNotFound) {
+			t.Fatalf("%v is not tokenerr.ErrCertNotFound", err)
 		}
 	})
 	t.Run("certificate of another algorithm", func(t *testing.T) {
@@ -185,8 +187,8 @@ func TestGOSTBadInput(t *testing.T) {
 		os.WriteFile(sel.CertFile, signertest.PEM(tk.RSA.Cert), 0o600)
 		err := open(sel)
 		oneLine(t, err, "another key")
-		if !errors.Is(err, pkcs11.ErrCertMismatch) {
-			t.Fatalf("%v is not ErrCertMismatch", err)
+		if !errors.Is(err, tokenerr.ErrCertMismatch) {
+			t.Fatalf("%v is not tokenerr.ErrCertMismatch", err)
 		}
 	})
 	t.Run("certificate of another GOST key", func(t *testing.T) {
@@ -196,8 +198,8 @@ func TestGOSTBadInput(t *testing.T) {
 		os.WriteFile(g.CertFile(), b, 0o644)
 		err := open(g.Selection())
 		oneLine(t, err, "another key")
-		if !errors.Is(err, pkcs11.ErrCertMismatch) {
-			t.Fatalf("%v is not ErrCertMismatch", err)
+		if !errors.Is(err, tokenerr.ErrCertMismatch) {
+			t.Fatalf("%v is not tokenerr.ErrCertMismatch", err)
 		}
 	})
 	t.Run("unknown parameter set", func(t *testing.T) {
@@ -223,8 +225,8 @@ func TestGOSTBadInput(t *testing.T) {
 		g.SetFaults("no-sign-mechanisms")
 		err := open(g.Selection())
 		oneLine(t, err, "GOSTR3410-WITH-GOSTR3411-12-256", "GOSTR3410")
-		if !errors.Is(err, pkcs11.ErrKeyUsage) {
-			t.Fatalf("%v is not ErrKeyUsage", err)
+		if !errors.Is(err, tokenerr.ErrKeyUsage) {
+			t.Fatalf("%v is not tokenerr.ErrKeyUsage", err)
 		}
 	})
 	t.Run("wrong PIN spends one try", func(t *testing.T) {
@@ -233,14 +235,14 @@ func TestGOSTBadInput(t *testing.T) {
 		sel.PIN = pkcs11.PINSource{Value: "0000"}
 		err := open(sel)
 		oneLine(t, err)
-		if !errors.Is(err, pkcs11.ErrPINIncorrect) {
-			t.Fatalf("%v is not ErrPINIncorrect", err)
+		if !errors.Is(err, tokenerr.ErrPINIncorrect) {
+			t.Fatalf("%v is not tokenerr.ErrPINIncorrect", err)
 		}
 		if n := g.Tries(t); n != 1 {
 			t.Fatalf("%d PIN tries spent, want 1 (never retried)", n)
 		}
 		// The same wrong PIN is not tried again (the token's count stays)...
-		if err := open(sel); !errors.Is(err, pkcs11.ErrPINIncorrect) || g.Tries(t) != 1 {
+		if err := open(sel); !errors.Is(err, tokenerr.ErrPINIncorrect) || g.Tries(t) != 1 {
 			t.Fatalf("the refused PIN again: %v, %d tries", err, g.Tries(t))
 		}
 		// ...a second wrong one leaves the final try, which is not spent
@@ -249,15 +251,15 @@ func TestGOSTBadInput(t *testing.T) {
 		sel.PIN = pkcs11.PINSource{Value: "0001"}
 		open(sel)
 		sel.PIN = pkcs11.PINSource{Value: "0002"}
-		if err := open(sel); !errors.Is(err, pkcs11.ErrPINFinalTry) || g.Tries(t) != 2 {
+		if err := open(sel); !errors.Is(err, tokenerr.ErrPINFinalTry) || g.Tries(t) != 2 {
 			t.Fatalf("the final try: %v, %d tries", err, g.Tries(t))
 		}
 		sel.AllowFinalTry = true
 		err = open(sel)
-		if !errors.Is(err, pkcs11.ErrPINLocked) {
-			t.Fatalf("after 3 wrong tries: %v, want ErrPINLocked", err)
+		if !errors.Is(err, tokenerr.ErrPINLocked) {
+			t.Fatalf("after 3 wrong tries: %v, want tokenerr.ErrPINLocked", err)
 		}
-		if err := open(g.Selection()); !errors.Is(err, pkcs11.ErrPINLocked) {
+		if err := open(g.Selection()); !errors.Is(err, tokenerr.ErrPINLocked) {
 			t.Fatalf("the right PIN on a locked token: %v", err)
 		}
 	})

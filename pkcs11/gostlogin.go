@@ -4,48 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	p11 "github.com/miekg/pkcs11"
 
 	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/pkcs11/gostkeyx"
+	"github.com/signagent/signagent/pkcs11/gostmech"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // A GOST key opens a certificate login's challenge on its token in one of
 // the ways of package gostkeyx, the first the token offers.
-
-// NotOfferedGOSTLogin is what token check says of certificate login on a
-// GOST token that offers no key agreement at all.
-const NotOfferedGOSTLogin = "not offered by this token (no GOST key agreement; a vendor module is needed, see docs/tokens.md)"
-
-// ErrNoGOSTKeyAgreement: the token lists none of the mechanisms of any
-// way (gostkeyx.Ways), so a GOST certificate login cannot be opened on it
-// whatever else it offers (OpenSC's GOST cards). It is an ErrKeyUsage.
-var ErrNoGOSTKeyAgreement error = noKeyAgreement{}
-
-type noKeyAgreement struct{}
-
-func (noKeyAgreement) Error() string { return "certificate login is " + NotOfferedGOSTLogin }
-func (noKeyAgreement) Unwrap() error { return ErrKeyUsage }
-
-// GOSTLoginOffered lists the ways the token's mechanisms (code -> flags)
-// and the key's attributes allow, in order of preference, or an error that
-// names what is missing (gostkeyx.Offered).
-func GOSTLoginOffered(flags map[uint]uint, derive, unwrap bool, token, key string) ([]gostkeyx.Way, error) {
-	if !slices.ContainsFunc(gostkeyx.Ways, func(w gostkeyx.Way) bool {
-		return slices.ContainsFunc(w.Needs(), func(n gostkeyx.MechanismUse) bool { return flags[n.Code] != 0 })
-	}) {
-		// None of what any way needs (a card behind OpenSC: no open driver
-		// does GOST key agreement).
-		return nil, fmt.Errorf("token %q, key %q: %w", token, key, ErrNoGOSTKeyAgreement)
-	}
-	ways, why := gostkeyx.Offered(flags, derive, unwrap, key)
-	if why != "" {
-		return nil, fmt.Errorf("%w: token %q cannot open a GOST certificate login's challenge with key %q: %s", ErrKeyUsage, token, key, why)
-	}
-	return ways, nil
-}
 
 // gostLogin probes the token once (its mechanisms' flags, the key's
 // CKA_DERIVE and CKA_UNWRAP) and caches the ways.
@@ -57,7 +26,7 @@ func (k *Key) gostLogin(ctx context.Context) ([]gostkeyx.Way, error) {
 		return ways, err
 	}
 	if !k.IsGOST() {
-		return nil, fmt.Errorf("%w: key %q is not a GOST key", ErrKeyUsage, k.label)
+		return nil, fmt.Errorf("%w: key %q is not a GOST key", tokenerr.ErrKeyUsage, k.label)
 	}
 	flags := map[uint]uint{}
 	var derive, unwrap bool
@@ -94,7 +63,7 @@ func (k *Key) gostLogin(ctx context.Context) ([]gostkeyx.Way, error) {
 	if err != nil {
 		return nil, err // not cached: the token may answer next time
 	}
-	ways, err = GOSTLoginOffered(flags, derive, unwrap, k.tok.info.Label, k.label)
+	ways, err = gostkeyx.LoginOffered(flags, derive, unwrap, k.tok.info.Label, k.label)
 	k.mu.Lock()
 	k.gostLoginWays, k.gostLoginErr, k.gostLoginProbed = ways, err, true
 	k.mu.Unlock()
@@ -147,12 +116,12 @@ var errGOSTRefused = errors.New("the token could not open the GOST key transport
 // OpenGOSTWay opens t on the token the way w, whether or not the token
 // lists it (token check tries each).
 func (k *Key) OpenGOSTWay(ctx context.Context, w gostkeyx.Way, t *gost.Transport) ([]byte, error) {
-	if t.Bits != gostBits(k.keyType) || !k.IsGOST() {
-		return nil, fmt.Errorf("%w: key %q is not a GOST %d-bit key", ErrKeyUsage, k.label, t.Bits)
+	if t.Bits != gostmech.Bits(k.keyType) || !k.IsGOST() {
+		return nil, fmt.Errorf("%w: key %q is not a GOST %d-bit key", tokenerr.ErrKeyUsage, k.label, t.Bits)
 	}
 	return k.do(ctx, fmt.Sprintf("open the challenge with key %q", k.label), func(b Backend, sh p11.SessionHandle, h p11.ObjectHandle) ([]byte, error) {
 		out, err := gostkeyx.Open(b, sh, h, w, t)
-		if code, ok := Code(err); ok && gostkeyx.IsBadMessage(code) {
+		if code, ok := tokenerr.Code(err); ok && gostkeyx.IsBadMessage(code) {
 			return nil, errGOSTRefused
 		}
 		return out, err

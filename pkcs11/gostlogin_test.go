@@ -19,6 +19,7 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/gostkeyx"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/signer/signertest"
 )
 
@@ -138,8 +139,8 @@ func TestGOSTCertLoginFaults(t *testing.T) {
 			tries := g.Tries(t)
 			err := k.CanOpenGOST()
 			if tc.before != "" {
-				if !errors.Is(err, pkcs11.ErrKeyUsage) || !strings.Contains(err.Error(), tc.before) || strings.Contains(err.Error(), "\n") {
-					t.Fatalf("CanOpenGOST: %v; want ErrKeyUsage naming %s", err, tc.before)
+				if !errors.Is(err, tokenerr.ErrKeyUsage) || !strings.Contains(err.Error(), tc.before) || strings.Contains(err.Error(), "\n") {
+					t.Fatalf("CanOpenGOST: %v; want tokenerr.ErrKeyUsage naming %s", err, tc.before)
 				}
 				if _, err := envelope.Open(der, g.Cert, k); err == nil || errors.Is(err, envelope.ErrChallenge) {
 					t.Fatalf("Open: %v; want the token's refusal before any decryption", err)

@@ -6,12 +6,13 @@ import (
 	"crypto/x509"
 	"encoding/asn1"
 	"fmt"
-	"strings"
 	"time"
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/internal/gost"
+	"github.com/signagent/signagent/pkcs11/gostmech"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // A GOST card behind OpenSC (opensc-pkcs11.so with the rutoken_ecp driver,
@@ -25,41 +26,23 @@ import (
 // driver reverses the card's little-endian r, s): the PKCS#11 form, which
 // goes into the CMS as it is.
 
-// inSignagent says that the way chosen hashes here: the token offers
-// neither the hashing mechanism nor its Streebog, only the raw one.
-func (w gostWays) inSignagent() bool { return w.hashed == 0 && w.digest == 0 && w.raw != 0 }
-
-// ckmName is a GOST mechanism's CKM_ name (MechanismName is pkcs11-tool's).
-func ckmName(m uint) string { return "CKM_" + strings.ReplaceAll(MechanismName(m), "-", "_") }
-
-// describe names the way, as the log and token check show it.
-func (w gostWays) describe() string {
-	switch {
-	case w.hashed != 0:
-		return fmt.Sprintf("%s: the token hashes (Streebog-%d) and signs", ckmName(w.hashed), w.bits)
-	case w.inSignagent():
-		return fmt.Sprintf("Streebog-%d in signagent, then raw %s on the token", w.bits, ckmName(w.raw))
-	}
-	return fmt.Sprintf("%s on the token (C_Digest), then %s over the hash", ckmName(w.digest), ckmName(w.raw))
-}
-
-// signMessage signs msg in session sh the way w says: one call where the
+// gostSign signs msg in session sh the way w says: one call where the
 // token hashes, C_Digest then the raw mechanism, or Streebog here then the
 // raw mechanism.
-func (w gostWays) signMessage(b Backend, sh p11.SessionHandle, h p11.ObjectHandle, msg []byte) ([]byte, error) {
+func gostSign(w gostmech.Ways, b Backend, sh p11.SessionHandle, h p11.ObjectHandle, msg []byte) ([]byte, error) {
 	switch {
-	case w.hashed != 0:
-		return signOn(b, sh, h, w.hashed, msg)
-	case w.inSignagent():
-		sum := gost.NewHash(w.bits)
+	case w.Hashed != 0:
+		return signOn(b, sh, h, w.Hashed, msg)
+	case w.InSignagent():
+		sum := gost.NewHash(w.Bits)
 		sum.Write(msg)
-		return signOn(b, sh, h, w.raw, sum.Sum(nil))
+		return signOn(b, sh, h, w.Raw, sum.Sum(nil))
 	}
-	sum, err := digestOn(b, sh, w.digest, msg)
+	sum, err := digestOn(b, sh, w.Digest, msg)
 	if err != nil {
 		return nil, err
 	}
-	return signOn(b, sh, h, w.raw, sum)
+	return signOn(b, sh, h, w.Raw, sum)
 }
 
 // GOSTWay names how a GOST key signs on its token ("" for other keys).
@@ -67,7 +50,7 @@ func (k *Key) GOSTWay() string {
 	if !k.IsGOST() {
 		return ""
 	}
-	return k.gost.describe()
+	return k.gost.Describe()
 }
 
 // publicFromCertificate stands in for a GOST key's public key object when
@@ -78,10 +61,10 @@ func (t *Token) publicFromCertificate(ki keyInfo) (*gost.PublicKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	pub, ok := CertificatePublicKey(cert).(*gost.PublicKey)
-	if !ok || pub.Curve.Bits != gostBits(ki.keyType) {
-		return nil, fmt.Errorf("%w: certificate %q (thumbprint %s) in %s is not for a GOST R 34.10-2012 %d-bit key as key %q on token %q is", ErrCertMismatch,
-			cert.Subject.CommonName, canonical.ThumbprintOf(cert), t.sel.CertFile, gostBits(ki.keyType), ki.label, t.info.Label)
+	pub, ok := gostmech.CertificatePublicKey(cert).(*gost.PublicKey)
+	if !ok || pub.Curve.Bits != gostmech.Bits(ki.keyType) {
+		return nil, fmt.Errorf("%w: certificate %q (thumbprint %s) in %s is not for a GOST R 34.10-2012 %d-bit key as key %q on token %q is", tokenerr.ErrCertMismatch,
+			cert.Subject.CommonName, canonical.ThumbprintOf(cert), t.sel.CertFile, gostmech.Bits(ki.keyType), ki.label, t.info.Label)
 	}
 	return pub, nil
 }
@@ -90,9 +73,9 @@ func (t *Token) publicFromCertificate(ki keyInfo) (*gost.PublicKey, error) {
 // cert, before anything else is signed: the token showed no public key, so
 // that the certificate is the key's is known only this way.
 func (k *Key) provePublic(ctx context.Context, sh p11.SessionHandle, cert *x509.Certificate) error {
-	pub, ok := CertificatePublicKey(cert).(*gost.PublicKey)
+	pub, ok := gostmech.CertificatePublicKey(cert).(*gost.PublicKey)
 	if !ok {
-		return fmt.Errorf("%w: certificate %q is not a GOST R 34.10-2012 certificate", ErrCertMismatch, cert.Subject.CommonName)
+		return fmt.Errorf("%w: certificate %q is not a GOST R 34.10-2012 certificate", tokenerr.ErrCertMismatch, cert.Subject.CommonName)
 	}
 	probe := make([]byte, 32)
 	if _, err := rand.Read(probe); err != nil {
@@ -101,14 +84,14 @@ func (k *Key) provePublic(ctx context.Context, sh p11.SessionHandle, cert *x509.
 	k.mu.Lock()
 	h := k.handle
 	k.mu.Unlock()
-	sig, err := call(ctx, k.tok.mod, func(b Backend) ([]byte, error) { return k.gost.signMessage(b, sh, h, probe) }, nil)
+	sig, err := call(ctx, k.tok.mod, func(b Backend) ([]byte, error) { return gostSign(k.gost, b, sh, h, probe) }, nil)
 	if err != nil {
-		return classify(fmt.Sprintf("sign with key %q to check its certificate", k.label), err)
+		return tokenerr.Classify(fmt.Sprintf("sign with key %q to check its certificate", k.label), err)
 	}
 	sum := gost.NewHash(pub.Curve.Bits)
 	sum.Write(probe)
 	if err := gost.Verify(pub, sum.Sum(nil), sig); err != nil {
-		return fmt.Errorf("%w: certificate %q (thumbprint %s) is not for key %q on token %q: the key's signature does not verify against it", ErrCertMismatch,
+		return fmt.Errorf("%w: certificate %q (thumbprint %s) is not for key %q on token %q: the key's signature does not verify against it", tokenerr.ErrCertMismatch,
 			cert.Subject.CommonName, canonical.ThumbprintOf(cert), k.label, k.tok.info.Label)
 	}
 	k.tok.log.Debug().Str("key", k.label).Str("thumbprint", canonical.ThumbprintOf(cert)).Msg("the token shows no public key: a signature verified against the certificate")
@@ -130,12 +113,12 @@ func readKeyCertificate(path string) (*x509.Certificate, error) {
 		Algorithm struct{ Algorithm asn1.ObjectIdentifier }
 	}
 	if _, err := asn1.Unmarshal(cert.RawSubjectPublicKeyInfo, &spki); err == nil && spki.Algorithm.Algorithm.Equal(oidGOST2001) {
-		return nil, fmt.Errorf("%w: certificate %q in %s is a GOST R 34.10-2001 certificate; the service takes GOST R 34.10-2012 ones: give a 2012-256 certificate for the same key", ErrCertMismatch, cert.Subject.CommonName, path)
+		return nil, fmt.Errorf("%w: certificate %q in %s is a GOST R 34.10-2001 certificate; the service takes GOST R 34.10-2012 ones: give a 2012-256 certificate for the same key", tokenerr.ErrCertMismatch, cert.Subject.CommonName, path)
 	}
 	if now := time.Now(); now.After(cert.NotAfter) {
-		return nil, fmt.Errorf("%w: certificate %q (thumbprint %s) in %s expired on %s; give a current one", ErrCertMismatch, cert.Subject.CommonName, canonical.ThumbprintOf(cert), path, cert.NotAfter.UTC().Format("2006-01-02"))
+		return nil, fmt.Errorf("%w: certificate %q (thumbprint %s) in %s expired on %s; give a current one", tokenerr.ErrCertMismatch, cert.Subject.CommonName, canonical.ThumbprintOf(cert), path, cert.NotAfter.UTC().Format("2006-01-02"))
 	} else if now.Before(cert.NotBefore) {
-		return nil, fmt.Errorf("%w: certificate %q (thumbprint %s) in %s is not valid before %s", ErrCertMismatch, cert.Subject.CommonName, canonical.ThumbprintOf(cert), path, cert.NotBefore.UTC().Format(time.RFC3339))
+		return nil, fmt.Errorf("%w: certificate %q (thumbprint %s) in %s is not valid before %s", tokenerr.ErrCertMismatch, cert.Subject.CommonName, canonical.ThumbprintOf(cert), path, cert.NotBefore.UTC().Format(time.RFC3339))
 	}
 	return cert, nil
 }

@@ -16,7 +16,9 @@ import (
 	"github.com/signagent/signagent/devtoken/gosttoken"
 	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gostkeyx"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/signer/signertest"
 )
@@ -113,7 +115,7 @@ func TestGOSTRawOnlyCapabilities(t *testing.T) {
 		t.Fatalf("trusted authentication's way: %q", way)
 	}
 	err := k.CanOpenGOSTContext(ctx)
-	if !errors.Is(err, pkcs11.ErrNoGOSTKeyAgreement) || !errors.Is(err, pkcs11.ErrKeyUsage) {
+	if !errors.Is(err, gostkeyx.ErrNoKeyAgreement) || !errors.Is(err, tokenerr.ErrKeyUsage) {
 		t.Fatalf("a certificate login on a raw-only token: %v", err)
 	}
 	if !strings.Contains(err.Error(), "not offered by this token (no GOST key agreement; a vendor module is needed, see docs/tokens.md)") || strings.Contains(err.Error(), "\n") {
@@ -136,19 +138,19 @@ func TestGOSTCertificateFileBadInput(t *testing.T) {
 		want   []string
 	}{
 		{"another key's certificate, public key shown", pkcs11test.GOSTCardNoCert, func(*pkcs11test.GOSTToken) string { return other.CertFile() },
-			pkcs11.ErrCertMismatch, []string{"is for another key than \"gost256\"", canonical.ThumbprintOf(other.Cert)}},
+			tokenerr.ErrCertMismatch, []string{"is for another key than \"gost256\"", canonical.ThumbprintOf(other.Cert)}},
 		{"another key's certificate, no public key", pkcs11test.GOSTCardNoCertNoPub, func(*pkcs11test.GOSTToken) string { return other.CertFile() },
-			pkcs11.ErrCertMismatch, []string{"is not for key \"gost256\"", canonical.ThumbprintOf(other.Cert), "does not verify"}},
+			tokenerr.ErrCertMismatch, []string{"is not for key \"gost256\"", canonical.ThumbprintOf(other.Cert), "does not verify"}},
 		{"not a certificate", pkcs11test.GOSTCardNoCert, func(*pkcs11test.GOSTToken) string { return notCert },
-			pkcs11.ErrCertNotFound, []string{notCert, "holds no certificate"}},
+			tokenerr.ErrCertNotFound, []string{notCert, "holds no certificate"}},
 		{"a GOST-2001 certificate", pkcs11test.GOSTCardNoCertNoPub, func(*pkcs11test.GOSTToken) string { return gost2001 },
-			pkcs11.ErrCertMismatch, []string{"GOST R 34.10-2001 certificate", "2012-256"}},
+			tokenerr.ErrCertMismatch, []string{"GOST R 34.10-2001 certificate", "2012-256"}},
 		{"an expired certificate", pkcs11test.GOSTCardNoCert, func(g *pkcs11test.GOSTToken) string { return g.ExpiredCertificate(t) },
-			pkcs11.ErrCertMismatch, []string{"expired on 2021-01-01"}},
+			tokenerr.ErrCertMismatch, []string{"expired on 2021-01-01"}},
 		{"no public key and no certificate", pkcs11test.GOSTCardNoCertNoPub, func(*pkcs11test.GOSTToken) string { return "" },
-			pkcs11.ErrTokenRefused, []string{"--certificate-file"}},
+			tokenerr.ErrTokenRefused, []string{"--certificate-file"}},
 		{"no GOST mechanism at all", pkcs11test.GOSTNoMechanismAtAll, func(g *pkcs11test.GOSTToken) string { return g.CertFile() },
-			pkcs11.ErrKeyUsage, []string{"offers no GOST signature mechanism", "GOSTR3410"}},
+			tokenerr.ErrKeyUsage, []string{"offers no GOST signature mechanism", "GOSTR3410"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := pkcs11test.NewGOST(t, 256, gosttoken.Options{})

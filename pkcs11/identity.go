@@ -10,6 +10,10 @@ import (
 	p11 "github.com/miekg/pkcs11"
 
 	"github.com/signagent/signagent/errdefs"
+	"github.com/signagent/signagent/pkcs11/object"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
+	"github.com/signagent/signagent/pkcs11/uri"
 )
 
 // A card swapped under a running agent must not get the agent's PIN, nor
@@ -52,22 +56,22 @@ func (k *Key) Identity() Identity {
 // selection names, and with Expect set only the token the key was opened
 // on. A token the selection alone would have chosen in its place is
 // ErrOtherToken, before any PIN is sent.
-func (t *Token) pickToken(tokens []TokenInfo) (TokenInfo, error) {
+func (t *Token) pickToken(tokens []tokeninfo.TokenInfo) (tokeninfo.TokenInfo, error) {
 	want := t.sel.Expect
 	if want == nil {
-		return ChooseToken(tokens, t.sel.Token)
+		return tokeninfo.ChooseToken(tokens, t.sel.Token)
 	}
 	ours := t.sel.Token
 	ours.Label, ours.Serial = want.Label, want.Serial
-	tok, err := ChooseToken(tokens, ours)
-	if !errors.Is(err, ErrTokenNotFound) {
+	tok, err := tokeninfo.ChooseToken(tokens, ours)
+	if !errors.Is(err, tokenerr.ErrTokenNotFound) {
 		return tok, err
 	}
-	other, oerr := ChooseToken(tokens, t.sel.Token)
+	other, oerr := tokeninfo.ChooseToken(tokens, t.sel.Token)
 	if oerr != nil {
-		return TokenInfo{}, err // nothing in its place: the token is out
+		return tokeninfo.TokenInfo{}, err // nothing in its place: the token is out
 	}
-	return TokenInfo{}, &otherToken{fmt.Sprintf("a different token, serial %s, is in the reader; this agent's is serial %s (label %q); no PIN was sent to it: put this agent's token back, or name the other by its serial (serial= in the key's URI, or --token-serial) and reload",
+	return tokeninfo.TokenInfo{}, &otherToken{fmt.Sprintf("a different token, serial %s, is in the reader; this agent's is serial %s (label %q); no PIN was sent to it: put this agent's token back, or name the other by its serial (serial= in the key's URI, or --token-serial) and reload",
 		orNone(other.Serial), orNone(want.Serial), want.Label)}
 }
 
@@ -83,10 +87,10 @@ func (t *Token) checkPublic(ctx context.Context, sh p11.SessionHandle) error {
 		return nil
 	}
 	pubs, err := call(ctx, t.mod, func(b Backend) ([]crypto.PublicKey, error) {
-		hs, err := FindObjects(b, sh, Template(p11.CKO_PUBLIC_KEY, t.sel.KeyLabel, t.sel.KeyID))
+		hs, err := object.FindObjects(b, sh, object.Template(p11.CKO_PUBLIC_KEY, t.sel.KeyLabel, t.sel.KeyID))
 		var out []crypto.PublicKey
 		for _, h := range hs {
-			if _, _, pub := PublicHalf(b, sh, h); pub != nil {
+			if _, _, pub := object.PublicHalf(b, sh, h); pub != nil {
 				out = append(out, pub)
 			}
 		}
@@ -124,9 +128,9 @@ func (k *Key) SerialAdvice() string {
 	if k.tok.sel.Token.Serial != "" || k.tok.info.Serial == "" {
 		return ""
 	}
-	uri := ObjectURI(k.tok.info, "private", k.label, k.id)
+	keyURI := uri.Object(k.tok.info.Label, k.tok.info.Serial, "private", k.label, k.id)
 	return fmt.Sprintf("the token is chosen without its serial, so any token labelled %q would be taken at start; name it by its serial: --key '%s' (or --token-serial %s)",
-		k.tok.info.Label, uri, k.tok.info.Serial)
+		k.tok.info.Label, keyURI, k.tok.info.Serial)
 }
 
 func orNone(serial string) string {

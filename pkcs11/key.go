@@ -12,6 +12,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/pkcs11/gostkeyx"
+	"github.com/signagent/signagent/pkcs11/gostmech"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // Key is a private key on a token, with its certificate: a handle, a
@@ -23,8 +25,8 @@ type Key struct {
 	tok     *Token
 	label   string
 	id      []byte
-	keyType uint     // CKK_RSA, CKK_EC, CKK_GOSTR3410 or CKK_GOSTR3410_512
-	gost    gostWays // how a GOST key signs on this token
+	keyType uint          // CKK_RSA, CKK_EC, gostmech.CKK_GOSTR3410 or gostmech.CKK_GOSTR3410_512
+	gost    gostmech.Ways // how a GOST key signs on this token
 	pub     crypto.PublicKey
 	// pubFromCert: the token shows no public key; pub is the
 	// --certificate-file's, proven by a signature (gostraw.go).
@@ -99,13 +101,13 @@ func (t *Token) open(ctx context.Context) (*Key, error) {
 	m := t.mod
 	if m.stuck.Load() > 0 {
 		// A hung card is not ready, whatever else it still answers.
-		return nil, fmt.Errorf("could not open the token: %w (an earlier call into the module has not returned)", ErrTokenTimeout)
+		return nil, fmt.Errorf("could not open the token: %w (an earlier call into the module has not returned)", tokenerr.ErrTokenTimeout)
 	}
 	if err := m.ensureInitialized(); err != nil {
 		return nil, err
 	}
 	tok, err := t.findToken(ctx)
-	if errors.Is(err, ErrTokenNotFound) || errors.Is(err, ErrOtherToken) || (err != nil && Recoverable(err)) {
+	if errors.Is(err, tokenerr.ErrTokenNotFound) || errors.Is(err, ErrOtherToken) || (err != nil && tokenerr.Recoverable(err)) {
 		// The module may not have seen the token arrive (or the one it
 		// saw leave): SoftHSM and many reader drivers look only in
 		// C_Initialize. Look once more after initializing again.
@@ -173,7 +175,7 @@ func (k *Key) Usage() (sign, decrypt bool) { return k.sign, k.decrypt }
 // (0 when the token has none), else digest (C_Digest) then raw over the
 // hash. All are 0 for other keys.
 func (k *Key) GOSTMechanisms() (hashed, raw, digest uint) {
-	return k.gost.hashed, k.gost.raw, k.gost.digest
+	return k.gost.Hashed, k.gost.Raw, k.gost.Digest
 }
 
 // Close closes the key's token (Token.Close): a key from Open owns it.

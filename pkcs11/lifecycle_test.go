@@ -17,6 +17,7 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 func openFake(t *testing.T, sel pkcs11.Selection) *pkcs11.Key {
@@ -59,14 +60,14 @@ func TestTokenFailuresMarkTheKeyLost(t *testing.T) {
 		set  func(f *pkcs11test.Fake)
 		want error
 	}{
-		{"device removed", func(f *pkcs11test.Fake) { f.Always["Sign"] = p11.Error(p11.CKR_DEVICE_REMOVED) }, pkcs11.ErrDeviceRemoved},
-		{"token not present", func(f *pkcs11test.Fake) { f.Always["SignInit"] = p11.Error(p11.CKR_TOKEN_NOT_PRESENT) }, pkcs11.ErrDeviceRemoved},
-		{"session invalid", func(f *pkcs11test.Fake) { f.Always["SignInit"] = p11.Error(p11.CKR_SESSION_HANDLE_INVALID) }, pkcs11.ErrSessionClosed},
+		{"device removed", func(f *pkcs11test.Fake) { f.Always["Sign"] = p11.Error(p11.CKR_DEVICE_REMOVED) }, tokenerr.ErrDeviceRemoved},
+		{"token not present", func(f *pkcs11test.Fake) { f.Always["SignInit"] = p11.Error(p11.CKR_TOKEN_NOT_PRESENT) }, tokenerr.ErrDeviceRemoved},
+		{"session invalid", func(f *pkcs11test.Fake) { f.Always["SignInit"] = p11.Error(p11.CKR_SESSION_HANDLE_INVALID) }, tokenerr.ErrSessionClosed},
 		{"handle invalid, then nothing found", func(f *pkcs11test.Fake) {
 			f.Always["SignInit"] = p11.Error(p11.CKR_OBJECT_HANDLE_INVALID)
 			f.Gone = true
-		}, pkcs11.ErrTokenLost},
-		{"device error", func(f *pkcs11test.Fake) { f.Always["Sign"] = p11.Error(p11.CKR_DEVICE_ERROR) }, pkcs11.ErrDeviceError},
+		}, tokenerr.ErrTokenLost},
+		{"device error", func(f *pkcs11test.Fake) { f.Always["Sign"] = p11.Error(p11.CKR_DEVICE_ERROR) }, tokenerr.ErrDeviceError},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := pkcs11test.NewFake(t)
@@ -77,11 +78,11 @@ func TestTokenFailuresMarkTheKeyLost(t *testing.T) {
 			}
 			f.Set(tc.set)
 			_, err := k.Sign(nil, digest, crypto.SHA256)
-			if !errors.Is(err, tc.want) || !pkcs11.Recoverable(err) || k.Token().Lost() == nil {
-				t.Fatalf("err = %v (recoverable %v, lost %v); want %v", err, pkcs11.Recoverable(err), k.Token().Lost(), tc.want)
+			if !errors.Is(err, tc.want) || !tokenerr.Recoverable(err) || k.Token().Lost() == nil {
+				t.Fatalf("err = %v (recoverable %v, lost %v); want %v", err, tokenerr.Recoverable(err), k.Token().Lost(), tc.want)
 			}
 			signs := f.Count("SignInit")
-			if _, err := k.Sign(nil, digest, crypto.SHA256); !errors.Is(err, pkcs11.ErrTokenUnavailable) || f.Count("SignInit") != signs {
+			if _, err := k.Sign(nil, digest, crypto.SHA256); !errors.Is(err, tokenerr.ErrTokenUnavailable) || f.Count("SignInit") != signs {
 				t.Fatalf("after the loss: err = %v, %d more calls into the token", err, f.Count("SignInit")-signs)
 			}
 			inits := f.Count("Initialize")
@@ -115,7 +116,7 @@ func TestRefusedPINIsNotTriedAgain(t *testing.T) {
 	f := pkcs11test.NewFake(t)
 	_, sel, _ := f.Setup(t, "0000")
 	for range 4 { // four reloads of an agent with a wrong PIN
-		if _, err := pkcs11.Open(context.Background(), sel, zerolog.Nop()); !errors.Is(err, pkcs11.ErrPINIncorrect) {
+		if _, err := pkcs11.Open(context.Background(), sel, zerolog.Nop()); !errors.Is(err, tokenerr.ErrPINIncorrect) {
 			t.Fatalf("err = %v", err)
 		} else if strings.Contains(err.Error(), "0000") || !strings.Contains(err.Error(), sel.PIN.File) {
 			t.Fatalf("the error should name where the PIN came from, not the PIN: %v", err)
@@ -145,11 +146,11 @@ func TestPINFlagsAreReadBeforeLogin(t *testing.T) {
 		want       error
 		logins     int
 	}{
-		{"locked", p11.CKF_USER_PIN_LOCKED, false, nil, pkcs11.ErrPINLocked, 0},
-		{"final try refused", p11.CKF_USER_PIN_FINAL_TRY, false, nil, pkcs11.ErrPINFinalTry, 0},
+		{"locked", p11.CKF_USER_PIN_LOCKED, false, nil, tokenerr.ErrPINLocked, 0},
+		{"final try refused", p11.CKF_USER_PIN_FINAL_TRY, false, nil, tokenerr.ErrPINFinalTry, 0},
 		{"final try allowed", p11.CKF_USER_PIN_FINAL_TRY, true, nil, nil, 1},
 		{"count low logs in", p11.CKF_USER_PIN_COUNT_LOW, false, nil, nil, 1},
-		{"locked by the login", 0, false, p11.Error(p11.CKR_PIN_LOCKED), pkcs11.ErrPINLocked, 1},
+		{"locked by the login", 0, false, p11.Error(p11.CKR_PIN_LOCKED), tokenerr.ErrPINLocked, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := pkcs11test.NewFake(t)
@@ -187,7 +188,7 @@ func TestHungCallIsAbandoned(t *testing.T) {
 	f.Set(func(f *pkcs11test.Fake) { f.Hang["Sign"] = release })
 	start := time.Now()
 	_, err := k.Sign(nil, digest, crypto.SHA256)
-	if d := time.Since(start); !errors.Is(err, pkcs11.ErrTokenTimeout) || !pkcs11.Recoverable(err) || d > time.Second {
+	if d := time.Since(start); !errors.Is(err, tokenerr.ErrTokenTimeout) || !tokenerr.Recoverable(err) || d > time.Second {
 		t.Fatalf("err = %v after %v", err, d)
 	}
 	start = time.Now()
@@ -217,7 +218,7 @@ func TestOpenIsBoundedByItsContext(t *testing.T) {
 			defer cancel()
 			start := time.Now()
 			_, err := pkcs11.Open(ctx, sel, zerolog.Nop())
-			if d := time.Since(start); !errors.Is(err, pkcs11.ErrTokenTimeout) || d > time.Second {
+			if d := time.Since(start); !errors.Is(err, tokenerr.ErrTokenTimeout) || d > time.Second {
 				t.Fatalf("err = %v after %v", err, d)
 			}
 		})
@@ -252,7 +253,7 @@ func TestCertificateChoice(t *testing.T) {
 		a := f.AddCert(t, "second", now.Add(-time.Hour), now.AddDate(1, 0, 0))
 		_, sel, _ := f.Setup(t, "1234")
 		_, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
-		if !errors.Is(err, pkcs11.ErrCertAmbiguous) || !strings.Contains(err.Error(), canonical.ThumbprintOf(a)) || !strings.Contains(err.Error(), "--cert") {
+		if !errors.Is(err, tokenerr.ErrCertAmbiguous) || !strings.Contains(err.Error(), canonical.ThumbprintOf(a)) || !strings.Contains(err.Error(), "--cert") {
 			t.Fatalf("err = %v", err)
 		}
 	})
@@ -263,7 +264,7 @@ func TestCertificateChoice(t *testing.T) {
 		other, _ := rsa.GenerateKey(rand.Reader, 2048)
 		f.Key = other // the certificate stays the old key's
 		_, sel, _ := f.Setup(t, "1234")
-		if _, err := pkcs11.Open(context.Background(), sel, zerolog.Nop()); !errors.Is(err, pkcs11.ErrCertMismatch) {
+		if _, err := pkcs11.Open(context.Background(), sel, zerolog.Nop()); !errors.Is(err, tokenerr.ErrCertMismatch) {
 			t.Fatalf("err = %v", err)
 		}
 	})
@@ -288,8 +289,8 @@ func TestBusySessionsAreNotATokenFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, err := k.SignContext(ctx, digest, crypto.SHA256)
-	if err == nil || pkcs11.Recoverable(err) || !errors.Is(err, context.DeadlineExceeded) || k.Token().Lost() != nil {
-		t.Fatalf("err = %v (recoverable %v), lost = %v", err, pkcs11.Recoverable(err), k.Token().Lost())
+	if err == nil || tokenerr.Recoverable(err) || !errors.Is(err, context.DeadlineExceeded) || k.Token().Lost() != nil {
+		t.Fatalf("err = %v (recoverable %v), lost = %v", err, tokenerr.Recoverable(err), k.Token().Lost())
 	}
 	close(release)
 	for range 2 {
@@ -317,7 +318,7 @@ func TestCheckAsksTheReader(t *testing.T) {
 	}
 	f.Set(func(f *pkcs11test.Fake) { f.Absent = true })
 	err := k.Check(context.Background())
-	if !errors.Is(err, pkcs11.ErrDeviceRemoved) || !pkcs11.Recoverable(err) {
+	if !errors.Is(err, tokenerr.ErrDeviceRemoved) || !tokenerr.Recoverable(err) {
 		t.Fatalf("a card out that the module still describes from memory: %v", err)
 	}
 	if strings.Contains(err.Error(), "1234") {
@@ -325,7 +326,7 @@ func TestCheckAsksTheReader(t *testing.T) {
 	}
 	logins := f.Count("Login")
 	f.Set(func(f *pkcs11test.Fake) { f.Absent = false })
-	if err := k.Check(context.Background()); err != nil && !pkcs11.Recoverable(err) {
+	if err := k.Check(context.Background()); err != nil && !tokenerr.Recoverable(err) {
 		t.Fatalf("the card back: %v", err)
 	}
 	if f.Count("Login") > logins+1 {
@@ -379,7 +380,7 @@ func TestInitializeWaitsForFinalize(t *testing.T) {
 }
 
 // TestCheckBehindABusyToken: a check that does not get its answer in time
-// while the token goes on answering signatures is ErrTokenBusy and leaves
+// while the token goes on answering signatures is tokenerr.ErrTokenBusy and leaves
 // the key in use (a slow card kept busy by a queue is there: TestCardAgentSlow
 // saw the agent call it not ready); a check that times out with no other
 // answer meanwhile still marks the key lost. The fake holds C_GetSlotInfo.
@@ -405,12 +406,12 @@ func TestCheckBehindABusyToken(t *testing.T) {
 	if _, err := k.Sign(nil, digest, crypto.SHA256); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; !errors.Is(err, pkcs11.ErrTokenBusy) || pkcs11.Recoverable(err) || k.Token().Lost() != nil {
+	if err := <-done; !errors.Is(err, tokenerr.ErrTokenBusy) || tokenerr.Recoverable(err) || k.Token().Lost() != nil {
 		t.Fatalf("check behind a busy token: %v (lost: %v)", err, k.Token().Lost())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	if err := k.Check(ctx); !errors.Is(err, pkcs11.ErrTokenTimeout) || k.Token().Lost() == nil {
+	if err := k.Check(ctx); !errors.Is(err, tokenerr.ErrTokenTimeout) || k.Token().Lost() == nil {
 		t.Fatalf("check with no answer at all: %v (lost: %v)", err, k.Token().Lost())
 	}
 	f.Set(func(f *pkcs11test.Fake) { delete(f.Hang, "GetSlotInfo") })

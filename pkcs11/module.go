@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -12,6 +11,8 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/signagent/signagent/pkcs11/locate"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 // Module is a chosen module path and how it was chosen (package locate).
@@ -22,10 +23,6 @@ const ModuleEnv = locate.Env
 
 // ResolveModule returns the module to use (locate.Resolve).
 func ResolveModule(explicit, source string) (Module, error) { return locate.Resolve(explicit, source) }
-
-func notAModule(path string) error {
-	return fmt.Errorf("%w: %s could not be loaded as a shared library with C_GetFunctionList", ErrNotAModule, path)
-}
 
 // Registry is a process's set of loaded PKCS#11 modules. A module is loaded
 // and initialized once however many keys and listings use it at a time
@@ -56,7 +53,7 @@ func NewRegistry(load Loader) *Registry {
 
 // defaultRegistry mirrors the process-wide state of the loaded libraries,
 // which is why it is the one package-level variable here.
-var defaultRegistry = NewRegistry(loadLibrary)
+var defaultRegistry = NewRegistry(LoadLibrary)
 
 // module is one loaded library.
 type module struct {
@@ -92,7 +89,7 @@ func (r *Registry) acquire(ctx context.Context, path string) (*module, error) {
 	case <-m.ready:
 	case <-ctx.Done():
 		r.release(m)
-		return nil, fmt.Errorf("could not load the PKCS#11 module %s: %w (it did not load and initialize in time)", path, ErrTokenTimeout)
+		return nil, fmt.Errorf("could not load the PKCS#11 module %s: %w (it did not load and initialize in time)", path, tokenerr.ErrTokenTimeout)
 	}
 	if m.err != nil {
 		r.release(m)
@@ -112,10 +109,10 @@ func (m *module) start(prev chan struct{}) {
 	}
 	b, err := m.reg.load(m.path)
 	if err != nil {
-		err = notAModule(m.path)
-	} else if ierr := b.Initialize(); ierr != nil && !isCode(ierr, p11.CKR_CRYPTOKI_ALREADY_INITIALIZED) {
+		err = tokenerr.NotAModule(m.path)
+	} else if ierr := b.Initialize(); ierr != nil && !tokenerr.IsCode(ierr, p11.CKR_CRYPTOKI_ALREADY_INITIALIZED) {
 		b.Destroy()
-		err = classify("initialize the PKCS#11 module "+m.path, ierr)
+		err = tokenerr.Classify("initialize the PKCS#11 module "+m.path, ierr)
 	}
 	m.reg.mu.Lock()
 	m.b, m.err = b, err
@@ -212,7 +209,7 @@ func (m *module) tryLock(d time.Duration) bool {
 // removed and put back visible again.
 func (m *module) reset(gen uint64) error {
 	if !m.tryLock(2 * time.Second) {
-		return fmt.Errorf("could not initialize the PKCS#11 module again: %w (a call into it has not returned)", ErrTokenTimeout)
+		return fmt.Errorf("could not initialize the PKCS#11 module again: %w (a call into it has not returned)", tokenerr.ErrTokenTimeout)
 	}
 	defer m.lk.Unlock()
 	if m.gen.Load() != gen {
@@ -223,8 +220,8 @@ func (m *module) reset(gen uint64) error {
 		m.initialized = false
 	}
 	m.gen.Add(1)
-	if err := m.b.Initialize(); err != nil && !isCode(err, p11.CKR_CRYPTOKI_ALREADY_INITIALIZED) {
-		return classify("initialize the PKCS#11 module again", err)
+	if err := m.b.Initialize(); err != nil && !tokenerr.IsCode(err, p11.CKR_CRYPTOKI_ALREADY_INITIALIZED) {
+		return tokenerr.Classify("initialize the PKCS#11 module again", err)
 	}
 	m.initialized = true
 	return nil
@@ -243,13 +240,13 @@ func (m *module) ensureInitialized() error {
 }
 
 // call runs fn in the module within ctx. A call still running at the
-// deadline is abandoned: the caller gets ErrTokenTimeout at once, and late
+// deadline is abandoned: the caller gets tokenerr.ErrTokenTimeout at once, and late
 // runs when (if ever) the module returns, to dispose of what the call held.
 // PKCS#11 offers no way to interrupt a call.
 func call[T any](ctx context.Context, m *module, fn func(Backend) (T, error), late func()) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
-		return zero, timeoutErr(err)
+		return zero, tokenerr.Timeout(err)
 	}
 	if ctx.Done() == nil { // never cancelled: no need to watch it
 		m.lk.RLock()
@@ -290,22 +287,15 @@ func call[T any](ctx context.Context, m *module, fn func(Backend) (T, error), la
 	case <-ctx.Done():
 		if state.CompareAndSwap(running, abandoned) {
 			m.stuck.Add(1)
-			return zero, timeoutErr(ctx.Err())
+			return zero, tokenerr.Timeout(ctx.Err())
 		}
 		res := <-done
 		return res.v, res.err
 	}
 }
 
-func timeoutErr(err error) error {
-	if errors.Is(err, context.Canceled) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", ErrTokenTimeout, err)
-}
-
 // tokenKey names a token for the refused-PIN memory.
-func tokenKey(path string, t TokenInfo) string {
+func tokenKey(path string, t tokeninfo.TokenInfo) string {
 	return path + "\x00" + t.Serial + "\x00" + t.Label
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	p11 "github.com/miekg/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"golang.org/x/crypto/cryptobyte"
 	"golang.org/x/crypto/cryptobyte/asn1"
 )
@@ -29,7 +30,7 @@ func (k *Key) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, 
 // SignContext is Sign bounded by ctx rather than the selection's timeout.
 func (k *Key) SignContext(ctx context.Context, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
 	if !k.sign {
-		return nil, fmt.Errorf("%w: key %q may not sign (CKA_SIGN is false)", ErrKeyUsage, k.label)
+		return nil, fmt.Errorf("%w: key %q may not sign (CKA_SIGN is false)", tokenerr.ErrKeyUsage, k.label)
 	}
 	if k.IsGOST() {
 		return k.signGOSTDigest(ctx, digest)
@@ -65,10 +66,10 @@ func (k *Key) Decrypt(_ io.Reader, msg []byte, opts crypto.DecrypterOpts) ([]byt
 // decrypt (not RSA, CKA_DECRYPT false), or nil.
 func (k *Key) CanDecrypt() error {
 	if k.keyType != p11.CKK_RSA {
-		return fmt.Errorf("%w: key %q is not an RSA key; only RSA keys decrypt here", ErrKeyUsage, k.label)
+		return fmt.Errorf("%w: key %q is not an RSA key; only RSA keys decrypt here", tokenerr.ErrKeyUsage, k.label)
 	}
 	if !k.decrypt {
-		return fmt.Errorf("%w: key %q may not decrypt (CKA_DECRYPT is false); use a key made for encryption, or one with both uses", ErrKeyUsage, k.label)
+		return fmt.Errorf("%w: key %q may not decrypt (CKA_DECRYPT is false); use a key made for encryption, or one with both uses", tokenerr.ErrKeyUsage, k.label)
 	}
 	return nil
 }
@@ -92,7 +93,7 @@ func (k *Key) DecryptContext(ctx context.Context, msg []byte, opts crypto.Decryp
 			return nil, err
 		}
 		out, err := b.Decrypt(sh, msg)
-		if code, ok := Code(err); ok && isBadCiphertext(code) {
+		if code, ok := tokenerr.Code(err); ok && isBadCiphertext(code) {
 			// The message's fault, not the device's: the key stays in use.
 			// Otherwise whoever chooses the message (a certificate login's
 			// challenge) could take the token out of service, and see it.
@@ -115,7 +116,7 @@ func (k *Key) do(ctx context.Context, what string, op func(Backend, p11.SessionH
 	}
 	sh, err := t.session(ctx)
 	if err != nil {
-		if Recoverable(err) { // the token would not open a session
+		if tokenerr.Recoverable(err) { // the token would not open a session
 			return nil, t.markLost(err)
 		}
 		return nil, err
@@ -124,7 +125,7 @@ func (k *Key) do(ctx context.Context, what string, op func(Backend, p11.SessionH
 	h := k.handle
 	k.mu.Unlock()
 	out, err := t.run(ctx, sh, func(b Backend) ([]byte, error) { return op(b, sh, h) })
-	if code, ok := Code(err); ok && (code == p11.CKR_OBJECT_HANDLE_INVALID || code == p11.CKR_KEY_HANDLE_INVALID) {
+	if code, ok := tokenerr.Code(err); ok && (code == p11.CKR_OBJECT_HANDLE_INVALID || code == p11.CKR_KEY_HANDLE_INVALID) {
 		t.log.Warn().Str("key", k.label).Msg("the token no longer knows the key's handle; looking the key up again")
 		var fresh p11.ObjectHandle
 		if fresh, err = k.relookup(ctx, sh); err == nil {
@@ -142,10 +143,10 @@ func (k *Key) relookup(ctx context.Context, sh p11.SessionHandle) (p11.ObjectHan
 		return 0, err
 	}
 	if len(found) != 1 {
-		return 0, fmt.Errorf("%w: key %q (id %s) is no longer on token %q", ErrTokenLost, k.label, hex.EncodeToString(k.id), k.tok.info.Label)
+		return 0, fmt.Errorf("%w: key %q (id %s) is no longer on token %q", tokenerr.ErrTokenLost, k.label, hex.EncodeToString(k.id), k.tok.info.Label)
 	}
 	if !samePublicKey(k.pub, found[0].pub) && !(k.pubFromCert && found[0].pub == nil) {
-		return 0, fmt.Errorf("%w: the key %q found again is not the one the certificate is for", ErrCertMismatch, k.label)
+		return 0, fmt.Errorf("%w: the key %q found again is not the one the certificate is for", tokenerr.ErrCertMismatch, k.label)
 	}
 	k.mu.Lock()
 	k.handle = found[0].h
@@ -190,18 +191,18 @@ func (k *Key) signInput(digest []byte, opts crypto.SignerOpts) ([]*p11.Mechanism
 		return []*p11.Mechanism{p11.NewMechanism(p11.CKM_ECDSA, nil)}, digest, nil
 	case p11.CKK_RSA:
 		if _, ok := opts.(*rsa.PSSOptions); ok {
-			return nil, nil, fmt.Errorf("%w: RSA-PSS signatures are not offered; signagent signs PKCS#1 v1.5", ErrKeyUsage)
+			return nil, nil, fmt.Errorf("%w: RSA-PSS signatures are not offered; signagent signs PKCS#1 v1.5", tokenerr.ErrKeyUsage)
 		}
 		prefix, ok := digestInfoPrefix[opts.HashFunc()]
 		if !ok {
-			return nil, nil, fmt.Errorf("%w: no DigestInfo for hash %v", ErrKeyUsage, opts.HashFunc())
+			return nil, nil, fmt.Errorf("%w: no DigestInfo for hash %v", tokenerr.ErrKeyUsage, opts.HashFunc())
 		}
 		if len(digest) != opts.HashFunc().Size() {
-			return nil, nil, fmt.Errorf("%w: the digest is %d bytes, %v wants %d", ErrKeyUsage, len(digest), opts.HashFunc(), opts.HashFunc().Size())
+			return nil, nil, fmt.Errorf("%w: the digest is %d bytes, %v wants %d", tokenerr.ErrKeyUsage, len(digest), opts.HashFunc(), opts.HashFunc().Size())
 		}
 		return []*p11.Mechanism{p11.NewMechanism(p11.CKM_RSA_PKCS, nil)}, append(append([]byte{}, prefix...), digest...), nil
 	}
-	return nil, nil, fmt.Errorf("%w: unsupported key type", ErrKeyUsage)
+	return nil, nil, fmt.Errorf("%w: unsupported key type", tokenerr.ErrKeyUsage)
 }
 
 // digestInfoPrefix is the DER of DigestInfo up to the digest (RFC 8017 9.2).
@@ -222,13 +223,13 @@ func oaepParams(h crypto.Hash) (hash, mgf uint, err error) {
 	case crypto.SHA512:
 		return p11.CKM_SHA512, p11.CKG_MGF1_SHA512, nil
 	}
-	return 0, 0, fmt.Errorf("%w: OAEP with %v is not offered", ErrKeyUsage, h)
+	return 0, 0, fmt.Errorf("%w: OAEP with %v is not offered", tokenerr.ErrKeyUsage, h)
 }
 
 // ecdsaDER turns the token's r||s into the ASN.1 form Go and CMS use.
 func ecdsaDER(raw []byte) ([]byte, error) {
 	if len(raw) == 0 || len(raw)%2 != 0 {
-		return nil, fmt.Errorf("%w: the token returned a malformed ECDSA signature", ErrTokenRefused)
+		return nil, fmt.Errorf("%w: the token returned a malformed ECDSA signature", tokenerr.ErrTokenRefused)
 	}
 	r := new(big.Int).SetBytes(raw[:len(raw)/2])
 	s := new(big.Int).SetBytes(raw[len(raw)/2:])

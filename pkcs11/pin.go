@@ -2,10 +2,11 @@ package pkcs11
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/secret"
+	"github.com/signagent/signagent/pkcs11/pinfile"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // PINEnv and PINFileEnv name the variables a command-line tool reads the
@@ -14,10 +15,6 @@ const (
 	PINEnv     = secret.PINEnv
 	PINFileEnv = secret.PINFileEnv
 )
-
-// MaxPINFile is the most a PIN file may hold. A PIN is a few to a few dozen
-// characters; a larger file is a mistake (or /dev/zero), not a PIN.
-const MaxPINFile = 512
 
 // PINSource says where to get the PIN from. There is deliberately no way to
 // pass the PIN itself on the command line, and this package reads neither
@@ -29,7 +26,7 @@ type PINSource struct {
 	// File is a PIN file named by a flag or by the selection's URI
 	// (pin-source=, merged by Selection.Complete).
 	File string
-	// Lookup, when set, resolves the PIN given File, with PINSecret's
+	// Lookup, when set, resolves the PIN given File, with pinfile.Secret's
 	// limits (its Max and Parse); without it File is read, or the PIN is
 	// missing.
 	Lookup func(file string) (secret.Secret, error)
@@ -44,13 +41,6 @@ type PINSource struct {
 
 	pin, from string // set by Resolve
 	pad       bool   // set by ResolveFor: log in on the keypad
-}
-
-// PINSecret is a PIN's source with this package's limits (at most
-// MaxPINFile bytes, no control character); the caller adds the
-// environment, the configuration file and the prompt.
-func PINSecret(file string) secret.Source {
-	return secret.Source{What: "the PIN", File: file, Max: MaxPINFile, Parse: ParsePIN}
 }
 
 // Resolve reads the PIN now and returns a source that holds it, so that a
@@ -70,12 +60,12 @@ func (src PINSource) Resolve() (PINSource, error) {
 	case src.Lookup != nil:
 		got, err = src.Lookup(src.File)
 	case src.File != "":
-		got, err = PINSecret(src.File).Resolve()
+		got, err = pinfile.Secret(src.File).Resolve()
 	default:
 		err = errors.New("no PIN: name a PIN file")
 	}
 	if err != nil {
-		return src, errdefs.Mark(err, ErrPINMissing)
+		return src, errdefs.Mark(err, tokenerr.ErrPINMissing)
 	}
 	src.pin, src.from = got.Value, got.From
 	return src, nil
@@ -85,34 +75,19 @@ func (src PINSource) Resolve() (PINSource, error) {
 // "$SIGNAGENT_PIN").
 func (src PINSource) From() string { return src.from }
 
+// Missing says that no PIN was given nor resolved, nor the keypad chosen.
+func (src PINSource) Missing() bool {
+	return !src.pad && src.File == "" && src.Value == "" && src.pin == ""
+}
+
+// OnPad is the source of a PIN the user types on the reader's keypad.
+func (src PINSource) OnPad() PINSource { src.pad, src.from = true, "the reader's keypad"; return src }
+
+// Pad says whether the PIN is typed on the reader's keypad (OnPad).
+func (src PINSource) Pad() bool { return src.pad }
+
 // ReadPIN returns the PIN from its source.
 func ReadPIN(src PINSource) (string, error) {
 	src, err := src.Resolve()
 	return src.pin, err
-}
-
-// ReadPINFile reads a PIN from a regular file of at most MaxPINFile bytes,
-// trimming one trailing newline (LF or CR LF). A file that every user of the
-// machine may read or write is refused, as ssh refuses such a key file; so
-// are an empty PIN and one holding a NUL or other control character.
-func ReadPINFile(path string) (string, error) {
-	got, err := PINSecret(path).Resolve()
-	if err != nil {
-		return "", errdefs.Mark(err, ErrPINMissing)
-	}
-	return got.Value, nil
-}
-
-// ParsePIN refuses control characters: a NUL would cut the PIN short in
-// the module, and a stray CR or escape is a broken file, not a PIN.
-func ParsePIN(pin string) (string, error) {
-	if len(pin) > MaxPINFile {
-		return "", fmt.Errorf("is longer than %d bytes", MaxPINFile)
-	}
-	for _, r := range pin {
-		if r < 0x20 || r == 0x7f {
-			return "", errors.New("holds a control character (a NUL, CR, or the like)")
-		}
-	}
-	return pin, nil
 }

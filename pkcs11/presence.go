@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	p11 "github.com/miekg/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 // Presence follows a key's token out of its reader and back, for `token
@@ -13,7 +15,7 @@ import (
 // would.
 type Presence struct {
 	m     *module
-	token TokenInfo
+	token tokeninfo.TokenInfo
 }
 
 // WatchPresence starts following the token; Close ends it.
@@ -37,12 +39,12 @@ func (p *Presence) Close() { p.m.reg.release(p.m) }
 // A module that does not answer within ctx is an error.
 func (p *Presence) Gone(ctx context.Context) (bool, string, error) {
 	si, err := call(ctx, p.m, func(b Backend) (p11.SlotInfo, error) { return b.GetSlotInfo(p.token.Slot) }, nil)
-	code, isCode := Code(err)
+	code, isCode := tokenerr.Code(err)
 	switch {
 	case isCode:
-		return true, fmt.Sprintf("slot %d: C_GetSlotInfo answered %s", p.token.Slot, codeName(code)), nil
+		return true, fmt.Sprintf("slot %d: C_GetSlotInfo answered %s", p.token.Slot, tokenerr.CodeName(code)), nil
 	case err != nil:
-		return false, "", classify(fmt.Sprintf("read slot %d", p.token.Slot), err)
+		return false, "", tokenerr.Classify(fmt.Sprintf("read slot %d", p.token.Slot), err)
 	case si.Flags&p11.CKF_TOKEN_PRESENT == 0:
 		return true, fmt.Sprintf("slot %d: CKF_TOKEN_PRESENT cleared", p.token.Slot), nil
 	}
@@ -55,13 +57,13 @@ func (p *Presence) Gone(ctx context.Context) (bool, string, error) {
 // slot it was in says nothing. Its slot's C_GetSlotInfo must say it is
 // present. Errors of the module (pcscd still starting, a reader coming
 // up) are returned for the caller to try again.
-func (p *Presence) Back(ctx context.Context) (TokenInfo, bool, error) {
+func (p *Presence) Back(ctx context.Context) (tokeninfo.TokenInfo, bool, error) {
 	type found struct {
-		t  TokenInfo
+		t  tokeninfo.TokenInfo
 		ok bool
 	}
 	f, err := call(ctx, p.m, func(b Backend) (found, error) {
-		tokens, err := ReadTokens(b)
+		tokens, err := tokeninfo.ReadTokens(b)
 		if err != nil {
 			return found{}, err
 		}
@@ -71,7 +73,7 @@ func (p *Presence) Back(ctx context.Context) (TokenInfo, bool, error) {
 			}
 			si, err := b.GetSlotInfo(t.Slot)
 			if err != nil {
-				return found{}, classify(fmt.Sprintf("read slot %d", t.Slot), err)
+				return found{}, tokenerr.Classify(fmt.Sprintf("read slot %d", t.Slot), err)
 			}
 			if si.Flags&p11.CKF_TOKEN_PRESENT != 0 {
 				return found{t, true}, nil

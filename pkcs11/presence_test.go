@@ -8,8 +8,8 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 
-	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // TestPresence: --removal's view of the card, on the fake (whose
@@ -55,8 +55,8 @@ func TestPresence(t *testing.T) {
 	f.Set(func(f *pkcs11test.Fake) { f.Hang["GetSlotInfo"] = hang })
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
-	if gone, _, err := p.Gone(short); gone || !errors.Is(err, pkcs11.ErrTokenTimeout) {
-		t.Fatalf("a module that does not answer: gone %v %v, want pkcs11.ErrTokenTimeout", gone, err)
+	if gone, _, err := p.Gone(short); gone || !errors.Is(err, tokenerr.ErrTokenTimeout) {
+		t.Fatalf("a module that does not answer: gone %v %v, want tokenerr.ErrTokenTimeout", gone, err)
 	}
 	p.Close()
 }

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/pkcs11/locate"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
+	"github.com/signagent/signagent/pkcs11/uri"
 )
 
 // Complete merges the selection's pkcs11: URI into its fields (token,
@@ -29,7 +32,7 @@ func (s Selection) Complete() (Selection, error) {
 	if s.URI == "" {
 		return s, nil
 	}
-	u, err := ParseURI(s.URI)
+	u, err := uri.Parse(s.URI)
 	if err != nil {
 		return s, err
 	}
@@ -39,7 +42,7 @@ func (s Selection) Complete() (Selection, error) {
 			return nil
 		}
 		if *dst != "" && *dst != v {
-			return fmt.Errorf("%w: %s is given both by a flag (%q) and by the URI (%q)", ErrBadSelection, what, *dst, v)
+			return fmt.Errorf("%w: %s is given both by a flag (%q) and by the URI (%q)", tokenerr.ErrBadSelection, what, *dst, v)
 		}
 		*dst = v
 		return nil
@@ -58,7 +61,7 @@ func (s Selection) Complete() (Selection, error) {
 	}
 	if len(u.ID) > 0 {
 		if len(s.KeyID) > 0 && !bytes.Equal(s.KeyID, u.ID) {
-			return s, fmt.Errorf("%w: the key id is given both by a flag and by the URI", ErrBadSelection)
+			return s, fmt.Errorf("%w: the key id is given both by a flag and by the URI", tokenerr.ErrBadSelection)
 		}
 		s.KeyID = u.ID
 	}
@@ -68,7 +71,7 @@ func (s Selection) Complete() (Selection, error) {
 // mergeModule takes the URI's module-path or module-name (through
 // p11-kit's configuration), refusing one that contradicts the other,
 // --module or $SIGNAGENT_PKCS11_MODULE.
-func (s *Selection) mergeModule(u *URI) error {
+func (s *Selection) mergeModule(u *uri.URI) error {
 	path, what := u.ModulePath, "module-path="+u.ModulePath
 	if u.ModuleName != "" {
 		byName, err := locate.ModuleByName(u.ModuleName, s.ModuleConfigDirs)
@@ -76,7 +79,7 @@ func (s *Selection) mergeModule(u *URI) error {
 			return err
 		}
 		if path != "" && !sameFile(path, byName) {
-			return fmt.Errorf("%w: the URI's module-path (%s) and module-name=%s (%s) are different modules", ErrBadSelection, path, u.ModuleName, byName)
+			return fmt.Errorf("%w: the URI's module-path (%s) and module-name=%s (%s) are different modules", tokenerr.ErrBadSelection, path, u.ModuleName, byName)
 		}
 		path, what = byName, "module-name="+u.ModuleName+" ("+byName+")"
 	}
@@ -88,7 +91,7 @@ func (s *Selection) mergeModule(u *URI) error {
 		other, from = os.Getenv(ModuleEnv), "$"+ModuleEnv
 	}
 	if other != "" && !sameFile(other, path) {
-		return fmt.Errorf("%w: the module is %s by %s but the URI's %s; give one", ErrBadSelection, other, from, what)
+		return fmt.Errorf("%w: the module is %s by %s but the URI's %s; give one", tokenerr.ErrBadSelection, other, from, what)
 	}
 	s.Module, s.ModuleSource = path, "pkcs11 URI"
 	return nil
@@ -119,7 +122,7 @@ const DefaultTimeout = 30 * time.Second
 type Selection struct {
 	Module       string // module path (flag)
 	ModuleSource string // how Module was given, for the log ("flag")
-	Token        TokenSelector
+	Token        tokeninfo.TokenSelector
 	KeyLabel     string
 	KeyID        []byte
 	URI          string // an RFC 7512 pkcs11: URI
@@ -155,7 +158,7 @@ type Selection struct {
 func ParseKeyID(s string) ([]byte, error) {
 	b, err := hex.DecodeString(strings.ReplaceAll(s, ":", ""))
 	if err != nil || len(b) == 0 {
-		return nil, fmt.Errorf("%w: key id %q is not hex", ErrBadSelection, s)
+		return nil, fmt.Errorf("%w: key id %q is not hex", tokenerr.ErrBadSelection, s)
 	}
 	return b, nil
 }

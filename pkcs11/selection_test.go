@@ -10,10 +10,13 @@ import (
 	"testing"
 
 	"github.com/signagent/signagent/pkcs11/locate"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
+	"github.com/signagent/signagent/pkcs11/uri"
 )
 
 func TestParseURISlotModuleNameVendor(t *testing.T) {
-	u, err := ParseURI("pkcs11:token=t;slot-id=7;x-vendor=1?module-name=softhsm2&x-flavour=a")
+	u, err := uri.Parse("pkcs11:token=t;slot-id=7;x-vendor=1?module-name=softhsm2&x-flavour=a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,8 +27,8 @@ func TestParseURISlotModuleNameVendor(t *testing.T) {
 		"pkcs11:slot-id=seven", "pkcs11:slot-id=-1", "pkcs11:slot-id=99999999999",
 		"pkcs11:token=t?module-name=/usr/lib/x.so", "pkcs11:token=t?module-name=", "pkcs11:token=t?color=red",
 	} {
-		if _, err := ParseURI(bad); !errors.Is(err, ErrBadURI) {
-			t.Errorf("ParseURI(%q) err=%v", bad, err)
+		if _, err := uri.Parse(bad); !errors.Is(err, tokenerr.ErrBadURI) {
+			t.Errorf("uri.Parse(%q) err=%v", bad, err)
 		}
 	}
 }
@@ -64,7 +67,7 @@ func TestModuleByName(t *testing.T) {
 		"relative": "which is in none of",
 	} {
 		_, err := locate.ModuleByName(name, dirs)
-		if !errors.Is(err, ErrModuleNotFound) || !strings.Contains(err.Error(), want) {
+		if !errors.Is(err, tokenerr.ErrModuleNotFound) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", name, err, want)
 		}
 	}
@@ -108,7 +111,7 @@ func TestSelectionComplete(t *testing.T) {
 		"path and name":    {Selection{URI: "pkcs11:token=t?module-path=" + other + "&module-name=mine"}, "", "different modules"},
 		"unknown name":     {Selection{URI: "pkcs11:token=t?module-name=opensc-nothing"}, "", "p11-kit has no module of that name"},
 		"pin-file":         {Selection{PIN: PINSource{File: "/a"}, URI: "pkcs11:token=t?pin-source=/b"}, "", "the PIN file is given both"},
-		"token label flag": {Selection{Token: TokenSelector{Label: "u"}, URI: "pkcs11:token=t"}, "", "the token label is given both"},
+		"token label flag": {Selection{Token: tokeninfo.TokenSelector{Label: "u"}, URI: "pkcs11:token=t"}, "", "the token label is given both"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv(ModuleEnv, tc.env)
@@ -122,14 +125,14 @@ func TestSelectionComplete(t *testing.T) {
 }
 
 func TestChooseTokenBySlot(t *testing.T) {
-	tokens := []TokenInfo{{Label: "a", Serial: "1", Slot: 5, Initialized: true}, {Label: "b", Serial: "2", Slot: 9, Initialized: true}}
-	got, err := ChooseToken(tokens, TokenSelector{Slot: 9, HasSlot: true})
+	tokens := []tokeninfo.TokenInfo{{Label: "a", Serial: "1", Slot: 5, Initialized: true}, {Label: "b", Serial: "2", Slot: 9, Initialized: true}}
+	got, err := tokeninfo.ChooseToken(tokens, tokeninfo.TokenSelector{Slot: 9, HasSlot: true})
 	if err != nil || got.Label != "b" {
 		t.Fatalf("%+v %v", got, err)
 	}
-	for _, sel := range []TokenSelector{{Slot: 99999, HasSlot: true}, {Label: "a", Slot: 9, HasSlot: true}} {
-		_, err := ChooseToken(tokens, sel)
-		if !errors.Is(err, ErrTokenNotFound) || !strings.Contains(err.Error(), "in slot") {
+	for _, sel := range []tokeninfo.TokenSelector{{Slot: 99999, HasSlot: true}, {Label: "a", Slot: 9, HasSlot: true}} {
+		_, err := tokeninfo.ChooseToken(tokens, sel)
+		if !errors.Is(err, tokenerr.ErrTokenNotFound) || !strings.Contains(err.Error(), "in slot") {
 			t.Errorf("%v: %v", sel, err)
 		}
 	}
@@ -139,25 +142,25 @@ func TestChooseTokenBySlot(t *testing.T) {
 // refused, naming their slots and how to choose; by slot when their
 // serials are the same too (two libcacard cards), else by serial as well.
 func TestChooseTokenAmbiguous(t *testing.T) {
-	same := []TokenInfo{{Label: "a", Serial: "1", Slot: 0, Initialized: true}, {Label: "a", Serial: "1", Slot: 4, Initialized: true}}
-	other := []TokenInfo{{Label: "a", Serial: "1", Slot: 0, Initialized: true}, {Label: "a", Serial: "2", Slot: 4, Initialized: true}}
+	same := []tokeninfo.TokenInfo{{Label: "a", Serial: "1", Slot: 0, Initialized: true}, {Label: "a", Serial: "1", Slot: 4, Initialized: true}}
+	other := []tokeninfo.TokenInfo{{Label: "a", Serial: "1", Slot: 0, Initialized: true}, {Label: "a", Serial: "2", Slot: 4, Initialized: true}}
 	for _, tc := range []struct {
 		name   string
-		tokens []TokenInfo
-		sel    TokenSelector
+		tokens []tokeninfo.TokenInfo
+		sel    tokeninfo.TokenSelector
 		want   []string
 		not    string
 	}{
-		{"same label and serial", same, TokenSelector{Label: "a"}, []string{`matches "a"`, "slot 0", "slot 4", "slot-id=0"}, "--token-serial"},
-		{"same serial chosen", same, TokenSelector{Label: "a", Serial: "1"}, []string{"slot 0", "slot 4", "slot-id="}, "--token-serial"},
-		{"serials differ", other, TokenSelector{Label: "a"}, []string{"slot 0", "slot 4", "--token-serial", "slot-id="}, ""},
-		{"none chosen", []TokenInfo{{Label: "a", Serial: "1", Slot: 0, Initialized: true}, {Label: "b", Serial: "1", Slot: 4, Initialized: true}},
-			TokenSelector{}, []string{"none was chosen", "slot 0", "slot 4", "--token-label", "slot-id="}, "--token-serial"},
+		{"same label and serial", same, tokeninfo.TokenSelector{Label: "a"}, []string{`matches "a"`, "slot 0", "slot 4", "slot-id=0"}, "--token-serial"},
+		{"same serial chosen", same, tokeninfo.TokenSelector{Label: "a", Serial: "1"}, []string{"slot 0", "slot 4", "slot-id="}, "--token-serial"},
+		{"serials differ", other, tokeninfo.TokenSelector{Label: "a"}, []string{"slot 0", "slot 4", "--token-serial", "slot-id="}, ""},
+		{"none chosen", []tokeninfo.TokenInfo{{Label: "a", Serial: "1", Slot: 0, Initialized: true}, {Label: "b", Serial: "1", Slot: 4, Initialized: true}},
+			tokeninfo.TokenSelector{}, []string{"none was chosen", "slot 0", "slot 4", "--token-label", "slot-id="}, "--token-serial"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ChooseToken(tc.tokens, tc.sel)
-			if !errors.Is(err, ErrTokenAmbiguous) || errors.Is(err, ErrTokenNotFound) {
-				t.Fatalf("%v, want ErrTokenAmbiguous", err)
+			_, err := tokeninfo.ChooseToken(tc.tokens, tc.sel)
+			if !errors.Is(err, tokenerr.ErrTokenAmbiguous) || errors.Is(err, tokenerr.ErrTokenNotFound) {
+				t.Fatalf("%v, want tokenerr.ErrTokenAmbiguous", err)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
@@ -169,7 +172,7 @@ func TestChooseTokenAmbiguous(t *testing.T) {
 			}
 		})
 	}
-	got, err := ChooseToken(same, TokenSelector{Label: "a", Slot: 4, HasSlot: true})
+	got, err := tokeninfo.ChooseToken(same, tokeninfo.TokenSelector{Label: "a", Slot: 4, HasSlot: true})
 	if err != nil || got.Slot != 4 {
 		t.Fatalf("by slot: %+v %v", got, err)
 	}
@@ -200,16 +203,16 @@ func TestDefaultModulesProxyFirst(t *testing.T) {
 // and type, whatever the labels hold (RFC 7512 percent-encoding).
 func TestObjectURIRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
-		tok        TokenInfo
+		tok        tokeninfo.TokenInfo
 		typ, label string
 		id         []byte
 	}{
-		{TokenInfo{Label: "signagent-dev", Serial: "ec15a64fcd55b56f"}, "private", "signagent-dev", []byte{1}},
-		{TokenInfo{Label: "Рутокен ЭЦП 3.0", Serial: "3a 5f"}, "cert", "key;1?a=b&c/%", []byte{0xa0, 0xff, 0}},
-		{TokenInfo{Label: "t", Serial: "1"}, "public", "", []byte{2}},
+		{tokeninfo.TokenInfo{Label: "signagent-dev", Serial: "ec15a64fcd55b56f"}, "private", "signagent-dev", []byte{1}},
+		{tokeninfo.TokenInfo{Label: "Рутокен ЭЦП 3.0", Serial: "3a 5f"}, "cert", "key;1?a=b&c/%", []byte{0xa0, 0xff, 0}},
+		{tokeninfo.TokenInfo{Label: "t", Serial: "1"}, "public", "", []byte{2}},
 	} {
-		s := ObjectURI(tc.tok, tc.typ, tc.label, tc.id)
-		u, err := ParseURI(s)
+		s := uri.Object(tc.tok.Label, tc.tok.Serial, tc.typ, tc.label, tc.id)
+		u, err := uri.Parse(s)
 		if err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}

@@ -6,12 +6,14 @@ import (
 	"time"
 
 	p11 "github.com/miekg/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
-func (t *Token) findToken(ctx context.Context) (TokenInfo, error) {
-	tokens, err := call(ctx, t.mod, ReadTokens, nil)
+func (t *Token) findToken(ctx context.Context) (tokeninfo.TokenInfo, error) {
+	tokens, err := call(ctx, t.mod, func(b Backend) ([]tokeninfo.TokenInfo, error) { return tokeninfo.ReadTokens(b) }, nil)
 	if err != nil {
-		return TokenInfo{}, err
+		return tokeninfo.TokenInfo{}, err
 	}
 	tok, err := t.pickToken(tokens)
 	if err != nil && len(tokens) == 0 {
@@ -20,7 +22,7 @@ func (t *Token) findToken(ctx context.Context) (TokenInfo, error) {
 		// is an empty slot.
 		slots, serr := call(ctx, t.mod, func(b Backend) ([]uint, error) { return b.GetSlotList(false) }, nil)
 		if serr == nil && len(slots) == 0 {
-			return TokenInfo{}, fmt.Errorf("%w: token %s is not there: the module sees no slot at all, so no reader (for a smart card: is the reader plugged in and pcscd running?)", ErrTokenNotFound, t.sel.Token)
+			return tokeninfo.TokenInfo{}, fmt.Errorf("%w: token %s is not there: the module sees no slot at all, so no reader (for a smart card: is the reader plugged in and pcscd running?)", tokenerr.ErrTokenNotFound, t.sel.Token)
 		}
 	}
 	return tok, err
@@ -30,13 +32,13 @@ func (t *Token) findToken(ctx context.Context) (TokenInfo, error) {
 // never sent when the token already refused it, when the PIN is locked, or
 // when the next wrong try would lock it (unless the operator allows it).
 func (t *Token) login(ctx context.Context, sh p11.SessionHandle) error {
-	info := t.info.raw // read just now, when the token was chosen
+	info := t.info.Raw // read just now, when the token was chosen
 	if info.Flags&p11.CKF_LOGIN_REQUIRED == 0 {
 		return nil
 	}
 	name := fmt.Sprintf("token %q", t.info.Label)
 	if info.Flags&p11.CKF_USER_PIN_LOCKED != 0 {
-		return &TokenError{Op: "log in to " + name, Kind: ErrPINLocked, Hint: "unblock the PIN with the security officer PIN (for SoftHSM: pkcs11-tool --init-pin --login --login-type so)"}
+		return &tokenerr.TokenError{Op: "log in to " + name, Kind: tokenerr.ErrPINLocked, Hint: "unblock the PIN with the security officer PIN (for SoftHSM: pkcs11-tool --init-pin --login --login-type so)"}
 	}
 	if t.sel.PIN.pad && info.Flags&p11.CKF_PROTECTED_AUTHENTICATION_PATH != 0 {
 		// No PIN was given and the reader has a keypad: C_Login without a
@@ -45,11 +47,11 @@ func (t *Token) login(ctx context.Context, sh p11.SessionHandle) error {
 		_, err := call(ctx, t.mod, func(b Backend) (struct{}, error) {
 			return struct{}{}, b.Login(sh, p11.CKU_USER, "") // a NULL PIN (miekg/pkcs11 passes none for "")
 		}, nil)
-		if isCode(err, p11.CKR_USER_ALREADY_LOGGED_IN) {
+		if tokenerr.IsCode(err, p11.CKR_USER_ALREADY_LOGGED_IN) {
 			err = nil
 		}
 		if err != nil {
-			return classifyLogin("log in to "+name+" on the reader's keypad", err)
+			return tokenerr.ClassifyLogin("log in to "+name+" on the reader's keypad", err)
 		}
 		return nil
 	}
@@ -59,11 +61,11 @@ func (t *Token) login(ctx context.Context, sh p11.SessionHandle) error {
 	}
 	key := tokenKey(t.module.Path, t.info)
 	if t.mod.reg.wasRefused(key, src.pin) {
-		return &TokenError{Op: "log in to " + name, Kind: ErrPINIncorrect,
+		return &tokenerr.TokenError{Op: "log in to " + name, Kind: tokenerr.ErrPINIncorrect,
 			Hint: fmt.Sprintf("the PIN from %s was refused before, so it is not tried again (a card locks after a few tries); correct it", src.from)}
 	}
 	if info.Flags&p11.CKF_USER_PIN_FINAL_TRY != 0 && !t.sel.AllowFinalTry {
-		return &TokenError{Op: "log in to " + name, Kind: ErrPINFinalTry,
+		return &tokenerr.TokenError{Op: "log in to " + name, Kind: tokenerr.ErrPINFinalTry,
 			Hint: fmt.Sprintf("one more wrong PIN locks the token; check the PIN from %s, then run again with --allow-final-pin-try", src.from)}
 	}
 	if info.Flags&p11.CKF_USER_PIN_COUNT_LOW != 0 {
@@ -72,17 +74,17 @@ func (t *Token) login(ctx context.Context, sh p11.SessionHandle) error {
 	_, err = call(ctx, t.mod, func(b Backend) (struct{}, error) {
 		return struct{}{}, b.Login(sh, p11.CKU_USER, src.pin)
 	}, nil)
-	if isCode(err, p11.CKR_USER_ALREADY_LOGGED_IN) {
+	if tokenerr.IsCode(err, p11.CKR_USER_ALREADY_LOGGED_IN) {
 		err = nil // another key of this process logged in to the same token
 	}
 	if err != nil {
-		if code, ok := Code(err); ok && (code == p11.CKR_PIN_INCORRECT || code == p11.CKR_PIN_INVALID || code == p11.CKR_PIN_LEN_RANGE) {
+		if code, ok := tokenerr.Code(err); ok && (code == p11.CKR_PIN_INCORRECT || code == p11.CKR_PIN_INVALID || code == p11.CKR_PIN_LEN_RANGE) {
 			t.mod.reg.rememberPIN(key, src.pin, true)
-			te := classifyLogin("log in to "+name, err).(*TokenError)
+			te := tokenerr.ClassifyLogin("log in to "+name, err).(*tokenerr.TokenError)
 			te.Hint = fmt.Sprintf("check the PIN from %s; it will not be tried again until it changes (a card locks after a few wrong tries)", src.from)
 			return te
 		}
-		return classifyLogin("log in to "+name, err)
+		return tokenerr.ClassifyLogin("log in to "+name, err)
 	}
 	t.mod.reg.rememberPIN(key, src.pin, false)
 	return nil
@@ -106,7 +108,7 @@ func (t *Token) openSession(ctx context.Context) (p11.SessionHandle, error) {
 	}, nil)
 	if err != nil {
 		<-t.slots
-		return 0, classify(fmt.Sprintf("open a session with token %q", t.info.Label), err)
+		return 0, tokenerr.Classify(fmt.Sprintf("open a session with token %q", t.info.Label), err)
 	}
 	return sh, nil
 }
@@ -130,7 +132,7 @@ func (t *Token) session(ctx context.Context) (p11.SessionHandle, error) {
 }
 
 // busy is the error for a deadline that passed while every session was in
-// use: a queue problem, not the token's (it is not ErrTokenTimeout, so the
+// use: a queue problem, not the token's (it is not tokenerr.ErrTokenTimeout, so the
 // key is not marked lost for it).
 func (t *Token) busy(ctx context.Context) error {
 	return fmt.Errorf("could not get a session with token %q: all %d are in use: %w", t.info.Label, cap(t.slots), ctx.Err())

@@ -1,3 +1,14 @@
+// Package pkcs11 reaches the partner's signing key on a smart card or HSM
+// through a PKCS#11 module. It has two nouns, as crypto11 has: a Token (a
+// slot of a loaded module, logged in to, with a pool of sessions; it knows
+// whether it is still there) and a Key on it (handle, type, public half,
+// certificate), which signs and decrypts through its token. Open chooses
+// the token and the key a Selection names, obtains the PIN, and turns what
+// the token reports into errors an operator can act on. Every call into
+// the module goes through a narrow Backend interface (github.com/miekg/pkcs11
+// in production) and is bounded by a context; the module is loaded and
+// initialized once per process. What commands read of a module and its
+// tokens is package pkcs11/inspect's; what its failures mean, pkcs11/tokenerr's.
 package pkcs11
 
 import (
@@ -10,6 +21,8 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/rs/zerolog"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 // Token is a token in a slot of a loaded module, logged in to, with a
@@ -21,7 +34,7 @@ type Token struct {
 	mod     *module
 	gen     uint64 // the module's generation the token was found in
 	module  Module
-	info    TokenInfo
+	info    tokeninfo.TokenInfo
 	sel     Selection
 	timeout time.Duration
 	log     zerolog.Logger
@@ -35,12 +48,12 @@ type Token struct {
 	closed bool
 	// answered is when the token last answered an operation (Unix ns): a
 	// check that times out while the token goes on answering others is
-	// ErrTokenBusy, not a lost token.
+	// tokenerr.ErrTokenBusy, not a lost token.
 	answered atomic.Int64
 }
 
 // Info describes the token (its slot, label, serial, flags when found).
-func (t *Token) Info() TokenInfo { return t.info }
+func (t *Token) Info() tokeninfo.TokenInfo { return t.info }
 
 // Module returns the module in use and how it was chosen.
 func (t *Token) Module() Module { return t.module }
@@ -115,7 +128,7 @@ func (t *Token) Check(ctx context.Context) error {
 func (t *Token) Read(ctx context.Context, what string, fn func(b Backend, slot uint) error) error {
 	_, err := call(ctx, t.mod, func(b Backend) (struct{}, error) { return struct{}{}, fn(b, t.info.Slot) }, nil)
 	if err != nil {
-		return classify(what, err)
+		return tokenerr.Classify(what, err)
 	}
 	return nil
 }
@@ -126,10 +139,10 @@ func (t *Token) usable(what string) error {
 	lost := t.lost
 	t.mu.Unlock()
 	if lost != nil {
-		return fmt.Errorf("could not %s: %w: %w", what, ErrTokenUnavailable, lost)
+		return fmt.Errorf("could not %s: %w: %w", what, tokenerr.ErrTokenUnavailable, lost)
 	}
 	if t.mod.gen.Load() != t.gen {
-		return t.markLost(fmt.Errorf("could not %s: %w (the module was initialized again)", what, ErrSessionClosed))
+		return t.markLost(fmt.Errorf("could not %s: %w (the module was initialized again)", what, tokenerr.ErrSessionClosed))
 	}
 	return nil
 }
@@ -151,17 +164,17 @@ func (t *Token) settle(ctx context.Context, sh p11.SessionHandle, started int64,
 		t.answered.Store(time.Now().UnixNano())
 		t.free <- sh
 		return out, nil
-	case errors.Is(err, ErrTokenTimeout) && ctx.Value(checking{}) != nil && t.answered.Load() > started:
+	case errors.Is(err, tokenerr.ErrTokenTimeout) && ctx.Value(checking{}) != nil && t.answered.Load() > started:
 		// A check that waited behind operations the token went on
 		// answering (a slow card kept busy): busy, not gone. The session
 		// stays with the call that did not return.
-		return nil, fmt.Errorf("could not %s: %w", what, ErrTokenBusy)
-	case errors.Is(err, ErrTokenTimeout):
+		return nil, fmt.Errorf("could not %s: %w", what, tokenerr.ErrTokenBusy)
+	case errors.Is(err, tokenerr.ErrTokenTimeout):
 		// The session stays with the call that did not return (abandoned).
 		return nil, t.markLost(fmt.Errorf("could not %s: %w", what, err))
 	}
-	err = classify(what, err)
-	if Recoverable(err) {
+	err = tokenerr.Classify(what, err)
+	if tokenerr.Recoverable(err) {
 		t.discard(ctx, sh)
 		return nil, t.markLost(err)
 	}

@@ -25,6 +25,8 @@ import (
 	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/signer/signertest"
 )
@@ -93,7 +95,7 @@ func testSelection(t *testing.T, tk *pkcs11test.Token) {
 	for name, sel := range map[string]pkcs11.Selection{
 		"uri":    {URI: "pkcs11:token=" + tk.Label + ";object=ec?module-path=" + tk.Module + "&pin-source=file:" + tk.PINFile},
 		"uri-id": {Module: tk.Module, URI: "pkcs11:serial=" + tk.Serial + ";id=" + pctID, PIN: pkcs11.PINSource{File: tk.PINFile}},
-		"key-id": {Module: tk.Module, Token: pkcs11.TokenSelector{Serial: tk.Serial}, KeyID: tk.EC.ID, PIN: pkcs11.PINSource{File: tk.PINFile}},
+		"key-id": {Module: tk.Module, Token: tokeninfo.TokenSelector{Serial: tk.Serial}, KeyID: tk.EC.ID, PIN: pkcs11.PINSource{File: tk.PINFile}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
@@ -139,11 +141,11 @@ func TestOpenErrorsOnEachKind(t *testing.T) {
 			want   error
 			inText string
 		}{
-			{"unknown token", func(s *pkcs11.Selection) { s.Token.Label = "nope" }, pkcs11.ErrTokenNotFound, tk.Label},
-			{"wrong PIN", func(s *pkcs11.Selection) { s.PIN.File = wrongPIN }, pkcs11.ErrPINIncorrect, wrongPIN},
-			{"key label matches nothing", func(s *pkcs11.Selection) { s.KeyLabel = "absent" }, pkcs11.ErrKeyNotFound, `"rsa"`},
-			{"no key chosen among two", func(s *pkcs11.Selection) { s.KeyLabel = "" }, pkcs11.ErrKeyAmbiguous, "choose one"},
-			{"certificate of another key", func(s *pkcs11.Selection) { s.KeyLabel = "ec"; s.CertFile = otherCert }, pkcs11.ErrCertMismatch, "another key"},
+			{"unknown token", func(s *pkcs11.Selection) { s.Token.Label = "nope" }, tokenerr.ErrTokenNotFound, tk.Label},
+			{"wrong PIN", func(s *pkcs11.Selection) { s.PIN.File = wrongPIN }, tokenerr.ErrPINIncorrect, wrongPIN},
+			{"key label matches nothing", func(s *pkcs11.Selection) { s.KeyLabel = "absent" }, tokenerr.ErrKeyNotFound, `"rsa"`},
+			{"no key chosen among two", func(s *pkcs11.Selection) { s.KeyLabel = "" }, tokenerr.ErrKeyAmbiguous, "choose one"},
+			{"certificate of another key", func(s *pkcs11.Selection) { s.KeyLabel = "ec"; s.CertFile = otherCert }, tokenerr.ErrCertMismatch, "another key"},
 		} {
 			t.Run(tc.name, func(t *testing.T) { requireOpenError(t, tk, tc.edit, tc.want, tc.inText) })
 		}
@@ -167,15 +169,15 @@ func TestOpenErrors(t *testing.T) {
 		want   error
 		inText string
 	}{
-		{"module missing", func(s *pkcs11.Selection) { s.Module = "/nonexistent/lib.so" }, pkcs11.ErrModuleNotFound, "does not exist"},
-		{"not a module", func(s *pkcs11.Selection) { s.Module = notModule }, pkcs11.ErrNotAModule, "not-a-module.so"},
-		{"no PIN", func(s *pkcs11.Selection) { s.PIN = pkcs11.PINSource{} }, pkcs11.ErrPINMissing, "no PIN"},
-		{"key label matches nothing", func(s *pkcs11.Selection) { s.KeyLabel = "absent" }, pkcs11.ErrKeyNotFound, `"rsa" (id 01)`},
-		{"key label matches two", func(s *pkcs11.Selection) { s.KeyLabel = "twin" }, pkcs11.ErrKeyAmbiguous, `"twin" (id 10), "twin" (id 11)`},
-		{"no key chosen among many", func(s *pkcs11.Selection) { s.KeyLabel = "" }, pkcs11.ErrKeyAmbiguous, "choose one"},
-		{"no certificate", func(s *pkcs11.Selection) { s.KeyLabel = "nocert" }, pkcs11.ErrCertNotFound, "--cert"},
-		{"pin-value in URI", func(s *pkcs11.Selection) { s.URI = "pkcs11:token=x?pin-value=1234" }, pkcs11.ErrBadURI, "pin-value"},
-		{"URI contradicts flag", func(s *pkcs11.Selection) { s.URI = "pkcs11:object=ec" }, pkcs11.ErrBadSelection, "both"},
+		{"module missing", func(s *pkcs11.Selection) { s.Module = "/nonexistent/lib.so" }, tokenerr.ErrModuleNotFound, "does not exist"},
+		{"not a module", func(s *pkcs11.Selection) { s.Module = notModule }, tokenerr.ErrNotAModule, "not-a-module.so"},
+		{"no PIN", func(s *pkcs11.Selection) { s.PIN = pkcs11.PINSource{} }, tokenerr.ErrPINMissing, "no PIN"},
+		{"key label matches nothing", func(s *pkcs11.Selection) { s.KeyLabel = "absent" }, tokenerr.ErrKeyNotFound, `"rsa" (id 01)`},
+		{"key label matches two", func(s *pkcs11.Selection) { s.KeyLabel = "twin" }, tokenerr.ErrKeyAmbiguous, `"twin" (id 10), "twin" (id 11)`},
+		{"no key chosen among many", func(s *pkcs11.Selection) { s.KeyLabel = "" }, tokenerr.ErrKeyAmbiguous, "choose one"},
+		{"no certificate", func(s *pkcs11.Selection) { s.KeyLabel = "nocert" }, tokenerr.ErrCertNotFound, "--cert"},
+		{"pin-value in URI", func(s *pkcs11.Selection) { s.URI = "pkcs11:token=x?pin-value=1234" }, tokenerr.ErrBadURI, "pin-value"},
+		{"URI contradicts flag", func(s *pkcs11.Selection) { s.URI = "pkcs11:object=ec" }, tokenerr.ErrBadSelection, "both"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { requireOpenError(t, tk, tc.edit, tc.want, tc.inText) })
 	}
@@ -210,14 +212,14 @@ func TestTokenRemovedBetweenOpenAndSign(t *testing.T) {
 	digest := sha256.Sum256([]byte("x"))
 	tk.Remove(t)
 	_, err = k.Sign(nil, digest[:], crypto.SHA256)
-	if !pkcs11.Recoverable(err) || !errors.Is(err, pkcs11.ErrTokenLost) || k.Token().Lost() == nil {
+	if !tokenerr.Recoverable(err) || !errors.Is(err, tokenerr.ErrTokenLost) || k.Token().Lost() == nil {
 		t.Fatalf("err = %v", err)
 	}
-	if _, err := k.Sign(nil, digest[:], crypto.SHA256); !errors.Is(err, pkcs11.ErrTokenUnavailable) {
+	if _, err := k.Sign(nil, digest[:], crypto.SHA256); !errors.Is(err, tokenerr.ErrTokenUnavailable) {
 		t.Fatalf("second signature: %v", err)
 	}
 	k.Close()
-	if _, err := pkcs11.Open(context.Background(), tk.Selection("rsa"), zerolog.Nop()); !errors.Is(err, pkcs11.ErrModuleFailed) && !errors.Is(err, pkcs11.ErrTokenNotFound) && !pkcs11.Recoverable(err) {
+	if _, err := pkcs11.Open(context.Background(), tk.Selection("rsa"), zerolog.Nop()); !errors.Is(err, tokenerr.ErrModuleFailed) && !errors.Is(err, tokenerr.ErrTokenNotFound) && !tokenerr.Recoverable(err) {
 		t.Fatalf("open while out: %v", err)
 	}
 	tk.Insert(t)
@@ -258,7 +260,7 @@ func TestValidCertificateBeatsExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = pkcs11.Open(context.Background(), tk.Selection("rsa"), zerolog.Nop())
-	if !errors.Is(err, pkcs11.ErrCertAmbiguous) || !strings.Contains(err.Error(), canonical.ThumbprintOf(twin)) || !strings.Contains(err.Error(), canonical.ThumbprintOf(tk.RSA.Cert)) {
+	if !errors.Is(err, tokenerr.ErrCertAmbiguous) || !strings.Contains(err.Error(), canonical.ThumbprintOf(twin)) || !strings.Contains(err.Error(), canonical.ThumbprintOf(tk.RSA.Cert)) {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -280,7 +282,7 @@ func TestDecryptOnSoftHSM(t *testing.T) {
 	}
 	k.Close()
 	so := tk.Open(t, "sign-only")
-	if _, err := so.Decrypt(nil, ct, nil); !errors.Is(err, pkcs11.ErrKeyUsage) || !strings.Contains(err.Error(), "CKA_DECRYPT") {
+	if _, err := so.Decrypt(nil, ct, nil); !errors.Is(err, tokenerr.ErrKeyUsage) || !strings.Contains(err.Error(), "CKA_DECRYPT") {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -296,7 +298,7 @@ func TestExpectOnlyThatToken(t *testing.T) {
 	other := pkcs11test.NewWith(t, pkcs11test.Options{ForProcesses: true})
 	other.SetPIN(t, "654321")
 	sel := tk.Selection(tk.RSA.Label)
-	sel.Token = pkcs11.TokenSelector{} // the only token
+	sel.Token = tokeninfo.TokenSelector{} // the only token
 	k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)

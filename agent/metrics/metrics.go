@@ -23,7 +23,7 @@ import (
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/legacy"
-	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/schemes"
 	"github.com/signagent/signagent/trusted"
 )
@@ -307,13 +307,13 @@ var signReasons = []string{"pin", "pin_locked", "timeout", "device", "other"}
 // signReason is why a token signature failed, as an operator acts on it.
 func signReason(err error) string {
 	switch {
-	case errors.Is(err, pkcs11.ErrPINLocked):
+	case errors.Is(err, tokenerr.ErrPINLocked):
 		return "pin_locked"
-	case errors.Is(err, pkcs11.ErrPINIncorrect), errors.Is(err, pkcs11.ErrPINMissing), errors.Is(err, pkcs11.ErrPINFinalTry):
+	case errors.Is(err, tokenerr.ErrPINIncorrect), errors.Is(err, tokenerr.ErrPINMissing), errors.Is(err, tokenerr.ErrPINFinalTry):
 		return "pin"
-	case errors.Is(err, pkcs11.ErrTokenTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, errdefs.ErrTimeout):
+	case errors.Is(err, tokenerr.ErrTokenTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, errdefs.ErrTimeout):
 		return "timeout"
-	case pkcs11.Recoverable(err):
+	case tokenerr.Recoverable(err):
 		return "device"
 	}
 	return "other"

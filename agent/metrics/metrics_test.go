@@ -9,20 +9,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // signReason sorts failed signatures by what an operator does about them.
 func TestSignReason(t *testing.T) {
 	for err, want := range map[error]string{
-		&pkcs11.TokenError{Op: "log in", Kind: pkcs11.ErrPINLocked}:    "pin_locked",
-		&pkcs11.TokenError{Op: "log in", Kind: pkcs11.ErrPINIncorrect}: "pin",
-		fmt.Errorf("sign: %w", pkcs11.ErrPINMissing):                   "pin",
-		&pkcs11.TokenError{Op: "sign", Kind: pkcs11.ErrTokenTimeout}:   "timeout",
-		fmt.Errorf("sign: %w", context.DeadlineExceeded):               "timeout",
-		&pkcs11.TokenError{Op: "sign", Kind: pkcs11.ErrDeviceRemoved}:  "device",
-		&pkcs11.TokenError{Op: "sign", Kind: pkcs11.ErrDeviceError}:    "device",
-		errors.New("the mechanism is not supported"):                   "other",
+		&tokenerr.TokenError{Op: "log in", Kind: tokenerr.ErrPINLocked}:    "pin_locked",
+		&tokenerr.TokenError{Op: "log in", Kind: tokenerr.ErrPINIncorrect}: "pin",
+		fmt.Errorf("sign: %w", tokenerr.ErrPINMissing):                     "pin",
+		&tokenerr.TokenError{Op: "sign", Kind: tokenerr.ErrTokenTimeout}:   "timeout",
+		fmt.Errorf("sign: %w", context.DeadlineExceeded):                   "timeout",
+		&tokenerr.TokenError{Op: "sign", Kind: tokenerr.ErrDeviceRemoved}:  "device",
+		&tokenerr.TokenError{Op: "sign", Kind: tokenerr.ErrDeviceError}:    "device",
+		errors.New("the mechanism is not supported"):                       "other",
 	} {
 		if got := signReason(err); got != want {
 			t.Errorf("%v: %s, want %s", err, got, want)

@@ -8,7 +8,8 @@ import (
 	"io"
 
 	"github.com/signagent/signagent/internal/gost"
-	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gostmech"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // decrypter is a Token that can decrypt (pkcs11.Key).
@@ -23,7 +24,7 @@ func (m *Manager) Decrypt(ctx context.Context, msg []byte, opts crypto.Decrypter
 	return m.withToken(ctx, "decrypt", func(ctx context.Context, tok Token) ([]byte, error) {
 		d, ok := tok.(decrypter)
 		if !ok {
-			return nil, fmt.Errorf("%w: this token's key cannot decrypt", pkcs11.ErrKeyUsage)
+			return nil, fmt.Errorf("%w: this token's key cannot decrypt", tokenerr.ErrKeyUsage)
 		}
 		return d.DecryptContext(ctx, msg, opts)
 	})
@@ -43,10 +44,10 @@ func (m *Manager) withToken(ctx context.Context, what string, op func(context.Co
 		}
 		defer c.flight.Done()
 		out, err := op(context.WithoutCancel(ctx), c.tok)
-		if _, ok := pkcs11.Code(err); ok {
-			err = pkcs11.Classify(what, err)
+		if _, ok := tokenerr.Code(err); ok {
+			err = tokenerr.Classify(what, err)
 		}
-		if err != nil && pkcs11.Recoverable(err) {
+		if err != nil && tokenerr.Recoverable(err) {
 			m.fail(c, err)
 		}
 		return out, err
@@ -93,7 +94,7 @@ func (m *Manager) gost(ctx context.Context, what string, op func(context.Context
 	return m.withToken(ctx, what, func(ctx context.Context, tok Token) ([]byte, error) {
 		g, ok := tok.(gostOpener)
 		if !ok || !g.IsGOST() {
-			return nil, fmt.Errorf("%w: this token's key is not a GOST key", pkcs11.ErrKeyUsage)
+			return nil, fmt.Errorf("%w: this token's key is not a GOST key", tokenerr.ErrKeyUsage)
 		}
 		return op(ctx, g)
 	})
@@ -102,7 +103,7 @@ func (m *Manager) gost(ctx context.Context, what string, op func(context.Context
 // queuedGOST is a GOST key whose challenge is opened through the queue.
 type queuedGOST struct{ queuedDecrypter }
 
-func (d queuedGOST) Public() crypto.PublicKey { return pkcs11.CertificatePublicKey(d.cert) }
+func (d queuedGOST) Public() crypto.PublicKey { return gostmech.CertificatePublicKey(d.cert) }
 
 func (d queuedGOST) IsGOST() bool { return true }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // This file is how the manager notices that its token went away and
@@ -34,7 +35,7 @@ func (m *Manager) watch() {
 			ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
 			err := ch.Check(ctx)
 			cancel()
-			if err != nil && pkcs11.Recoverable(err) {
+			if err != nil && tokenerr.Recoverable(err) {
 				m.fail(c, err)
 			}
 		}
@@ -46,16 +47,16 @@ func (m *Manager) watch() {
 // token after err: the token is out (not inserted yet, removed, its session
 // broken), rather than refusing the PIN or being misconfigured.
 func canWaitFor(err error) bool {
-	return pkcs11.Recoverable(err) || errors.Is(err, pkcs11.ErrTokenNotFound) || errors.Is(err, pkcs11.ErrOtherToken)
+	return tokenerr.Recoverable(err) || errors.Is(err, tokenerr.ErrTokenNotFound) || errors.Is(err, pkcs11.ErrOtherToken)
 }
 
 // isPINError reports whether err is about the PIN: it is then not sent
 // again on its own. A login that failed without naming the PIN counts (the
 // card may have counted a wrong try).
 func isPINError(err error) bool {
-	return errors.Is(err, pkcs11.ErrPINIncorrect) || errors.Is(err, pkcs11.ErrPINLocked) ||
-		errors.Is(err, pkcs11.ErrPINMissing) || errors.Is(err, pkcs11.ErrPINFinalTry) ||
-		errors.Is(err, pkcs11.ErrLoginFailed)
+	return errors.Is(err, tokenerr.ErrPINIncorrect) || errors.Is(err, tokenerr.ErrPINLocked) ||
+		errors.Is(err, tokenerr.ErrPINMissing) || errors.Is(err, tokenerr.ErrPINFinalTry) ||
+		errors.Is(err, tokenerr.ErrLoginFailed)
 }
 
 // fail marks the token not ready after err from connection c, and starts

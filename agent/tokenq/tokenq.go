@@ -19,6 +19,7 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/signer"
 )
 
@@ -176,8 +177,8 @@ func (m *Manager) openConn(open Opener, want *pkcs11.Identity) (*conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
 	defer cancel()
 	tok, err := open(ctx, want)
-	if _, ok := pkcs11.Code(err); ok {
-		err = pkcs11.Classify("open the token", err)
+	if _, ok := tokenerr.Code(err); ok {
+		err = tokenerr.Classify("open the token", err)
 	}
 	if err != nil {
 		return nil, err
@@ -301,10 +302,10 @@ func (m *Manager) Sign(ctx context.Context, text []byte, ts time.Time) ([]byte, 
 		if m.onSign != nil {
 			m.onSign(time.Since(start), err)
 		}
-		if _, ok := pkcs11.Code(err); ok {
-			err = pkcs11.Classify("sign", err) // a bare CKR_ value: say what it means
+		if _, ok := tokenerr.Code(err); ok {
+			err = tokenerr.Classify("sign", err) // a bare CKR_ value: say what it means
 		}
-		if err != nil && pkcs11.Recoverable(err) {
+		if err != nil && tokenerr.Recoverable(err) {
 			m.fail(c, err)
 		}
 		cert = c.cms.Cert

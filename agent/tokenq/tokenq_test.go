@@ -19,6 +19,7 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/signer"
 )
 
@@ -192,7 +193,7 @@ func TestNoToken(t *testing.T) {
 // code from a signature is a token gone wrong, and is retried.
 func TestLoginFailureNotRetried(t *testing.T) {
 	var opens atomic.Int32
-	login := pkcs11.ClassifyLogin(`log in to token "card"`, p11.Error(p11.CKR_GENERAL_ERROR))
+	login := tokenerr.ClassifyLogin(`log in to token "card"`, p11.Error(p11.CKR_GENERAL_ERROR))
 	open := func(context.Context, *pkcs11.Identity) (tokenq.Token, error) {
 		opens.Add(1)
 		return nil, login
@@ -203,14 +204,14 @@ func TestLoginFailureNotRetried(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		t.Fatalf("started after a failed login (retried in the background: %d opens)", opens.Load())
 	}
-	if !errors.Is(err, pkcs11.ErrLoginFailed) || !strings.Contains(err.Error(), "not sent again") || opens.Load() != 1 {
+	if !errors.Is(err, tokenerr.ErrLoginFailed) || !strings.Contains(err.Error(), "not sent again") || opens.Load() != 1 {
 		t.Fatalf("a failed login: %v after %d opens; want ErrLoginFailed, once", err, opens.Load())
 	}
-	if pkcs11.Recoverable(login) {
+	if tokenerr.Recoverable(login) {
 		t.Fatal("a failed login counts as recoverable")
 	}
 	for _, op := range []string{"sign", "check the token", "open a session"} {
-		if !pkcs11.Recoverable(pkcs11.Classify(op, p11.Error(p11.CKR_GENERAL_ERROR))) {
+		if !tokenerr.Recoverable(tokenerr.Classify(op, p11.Error(p11.CKR_GENERAL_ERROR))) {
 			t.Fatalf("CKR_GENERAL_ERROR from %q is not recoverable", op)
 		}
 	}

@@ -105,7 +105,7 @@ func TestBrowserGetsNoSecrets(t *testing.T) {
 }
 
 // TestProbeGetsNoSecrets: the child that tries a PKCS#11 module before the
-// command loads it (pkcs11.Probe) gets no secret variable. The module is
+// command loads it (probe.Module) gets no secret variable. The module is
 // a library whose constructor records the probe's environment (it has no
 // C_GetFunctionList: the probe then says it is no module).
 func TestProbeGetsNoSecrets(t *testing.T) {

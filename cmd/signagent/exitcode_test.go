@@ -11,7 +11,7 @@ import (
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/oidc"
-	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/trusted"
 )
 
@@ -35,8 +35,8 @@ func TestExitCode(t *testing.T) {
 	}{
 		{"usage", cmdutil.UsageErr(errors.New("--x")), cmdutil.ExitBadInput},
 		{"bad credential", fmt.Errorf("sign: %w", canonical.ErrInvalidCredential), cmdutil.ExitBadInput},
-		{"no PIN", pkcs11.ErrPINMissing, cmdutil.ExitBadInput},
-		{"PIN refused", &pkcs11.TokenError{Op: "log in", Kind: pkcs11.ErrPINIncorrect, Err: errors.New("x")}, cmdutil.ExitFailure},
+		{"no PIN", tokenerr.ErrPINMissing, cmdutil.ExitBadInput},
+		{"PIN refused", &tokenerr.TokenError{Op: "log in", Kind: tokenerr.ErrPINIncorrect, Err: errors.New("x")}, cmdutil.ExitFailure},
 		{"refused", &trusted.ServiceError{Status: 403, Code: trusted.CodeUserNotFound}, cmdutil.ExitRefused},
 		{"refused twice", &authz.RefusedError{Identity: "oidc crm", Status: 401}, cmdutil.ExitRefused},
 		{"failing", &trusted.ServiceError{Status: 500}, cmdutil.ExitTransport},

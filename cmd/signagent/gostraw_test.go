@@ -12,7 +12,7 @@ import (
 	"github.com/signagent/signagent/cmd/signagent/internal/tokencmd"
 	"github.com/signagent/signagent/devtoken/gosttoken"
 	"github.com/signagent/signagent/emulator"
-	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gostkeyx"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer/signertest"
 )
@@ -58,7 +58,7 @@ func TestTokenCheckGOSTRawOnly(t *testing.T) {
 	}
 	if !r.OK || r.Certificate == nil || r.Certificate.Source != cert || !r.Functions[0].Works ||
 		!strings.Contains(r.Functions[0].Uses, "Streebog-256 in signagent") || r.Functions[1].Allowed || r.Functions[1].Tried ||
-		r.Functions[1].Why != pkcs11.NotOfferedGOSTLogin {
+		r.Functions[1].Why != gostkeyx.NotOffered {
 		t.Fatalf("report: %s", out)
 	}
 	if g.Tries(t) != 0 {

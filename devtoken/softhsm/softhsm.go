@@ -26,6 +26,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 	"github.com/signagent/signagent/safefile"
 )
 
@@ -156,7 +157,7 @@ func GenerateKeys(module, tokenLabel, pin string, specs []KeySpec) ([]*x509.Cert
 		if s.NoCert {
 			continue
 		}
-		key, err := pkcs11.Open(context.Background(), pkcs11.Selection{Module: module, Token: pkcs11.TokenSelector{Label: tokenLabel},
+		key, err := pkcs11.Open(context.Background(), pkcs11.Selection{Module: module, Token: tokeninfo.TokenSelector{Label: tokenLabel},
 			KeyLabel: s.Label, KeyID: s.ID, NoCertificate: true, PIN: pkcs11.PINSource{Value: pin}}, zerolog.Nop())
 		if err != nil {
 			return nil, fmt.Errorf("could not open the new key %q: %w", s.Label, err)

@@ -8,6 +8,8 @@ import (
 	p11 "github.com/miekg/pkcs11"
 
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 // LibraryInfo is the module's C_GetInfo.
@@ -21,13 +23,13 @@ type LibraryInfo struct {
 
 // SlotReport is one slot (C_GetSlotInfo) and its token, when one is present.
 type SlotReport struct {
-	ID           uint              `json:"id"`
-	Description  string            `json:"description"`
-	Manufacturer string            `json:"manufacturer"`
-	TokenPresent bool              `json:"tokenPresent"`
-	Removable    bool              `json:"removable"`
-	Hardware     bool              `json:"hardware"`
-	Token        *pkcs11.TokenInfo `json:"token,omitempty"`
+	ID           uint                 `json:"id"`
+	Description  string               `json:"description"`
+	Manufacturer string               `json:"manufacturer"`
+	TokenPresent bool                 `json:"tokenPresent"`
+	Removable    bool                 `json:"removable"`
+	Hardware     bool                 `json:"hardware"`
+	Token        *tokeninfo.TokenInfo `json:"token,omitempty"`
 }
 
 // ModuleReport is what a module says about itself and its slots.
@@ -43,22 +45,22 @@ func InspectModule(ctx context.Context, path string) (*ModuleReport, error) {
 	err := pkcs11.WithModule(ctx, path, func(b pkcs11.Backend) error {
 		info, err := b.GetInfo()
 		if err != nil {
-			return pkcs11.Classify("read the module's information (C_GetInfo)", err)
+			return tokenerr.Classify("read the module's information (C_GetInfo)", err)
 		}
 		r = &ModuleReport{Library: LibraryInfo{Path: path, Manufacturer: trimPad(info.ManufacturerID), Description: trimPad(info.LibraryDescription),
 			CryptokiVersion: version(info.CryptokiVersion), LibraryVersion: version(info.LibraryVersion)}}
 		slots, err := b.GetSlotList(false)
 		if err != nil {
-			return pkcs11.Classify("list the module's slots", err)
+			return tokenerr.Classify("list the module's slots", err)
 		}
-		tokens, err := pkcs11.ReadTokens(b)
+		tokens, err := tokeninfo.ReadTokens(b)
 		if err != nil {
 			return err
 		}
 		for _, s := range slots {
 			si, err := b.GetSlotInfo(s)
 			if err != nil {
-				return pkcs11.Classify(fmt.Sprintf("read slot %d", s), err)
+				return tokenerr.Classify(fmt.Sprintf("read slot %d", s), err)
 			}
 			sr := SlotReport{ID: s, Description: trimPad(si.SlotDescription), Manufacturer: trimPad(si.ManufacturerID),
 				TokenPresent: si.Flags&p11.CKF_TOKEN_PRESENT != 0, Removable: si.Flags&p11.CKF_REMOVABLE_DEVICE != 0, Hardware: si.Flags&p11.CKF_HW_SLOT != 0}

@@ -14,6 +14,11 @@ import (
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/internal/gost"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gostmech"
+	"github.com/signagent/signagent/pkcs11/object"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
+	"github.com/signagent/signagent/pkcs11/uri"
 )
 
 // Object describes a key or certificate on a token.
@@ -39,14 +44,14 @@ type Object struct {
 
 // ListObjects returns the keys and certificates on the token. Private keys are
 // listed only when pin is given (they are private objects).
-func ListObjects(ctx context.Context, modulePath string, sel pkcs11.TokenSelector, pin string) ([]Object, error) {
+func ListObjects(ctx context.Context, modulePath string, sel tokeninfo.TokenSelector, pin string) ([]Object, error) {
 	var out []Object
 	err := pkcs11.WithModule(ctx, modulePath, func(b pkcs11.Backend) error {
-		tokens, err := pkcs11.ReadTokens(b)
+		tokens, err := tokeninfo.ReadTokens(b)
 		if err != nil {
 			return err
 		}
-		tok, err := pkcs11.ChooseToken(tokens, sel)
+		tok, err := tokeninfo.ChooseToken(tokens, sel)
 		if err != nil {
 			return err
 		}
@@ -56,31 +61,31 @@ func ListObjects(ctx context.Context, modulePath string, sel pkcs11.TokenSelecto
 	return out, err
 }
 
-func listObjects(m pkcs11.Backend, tok pkcs11.TokenInfo, pin string) ([]Object, error) {
+func listObjects(m pkcs11.Backend, tok tokeninfo.TokenInfo, pin string) ([]Object, error) {
 	sh, err := m.OpenSession(tok.Slot, p11.CKF_SERIAL_SESSION)
 	if err != nil {
-		return nil, pkcs11.Classify("open a session", err)
+		return nil, tokenerr.Classify("open a session", err)
 	}
 	defer m.CloseSession(sh)
 	if pin != "" {
 		if err := m.Login(sh, p11.CKU_USER, pin); err != nil && !alreadyLoggedIn(err) {
-			return nil, pkcs11.ClassifyLogin(fmt.Sprintf("log in to token %q", tok.Label), err)
+			return nil, tokenerr.ClassifyLogin(fmt.Sprintf("log in to token %q", tok.Label), err)
 		}
 		// No logout: closing the session does that when it is the
 		// process's last one, and must not when a key of ours is open.
 	}
 	var out []Object
 	for _, class := range []uint{p11.CKO_PRIVATE_KEY, p11.CKO_PUBLIC_KEY, p11.CKO_CERTIFICATE} {
-		handles, err := pkcs11.FindObjects(m, sh, []*p11.Attribute{p11.NewAttribute(p11.CKA_CLASS, class)})
+		handles, err := object.FindObjects(m, sh, []*p11.Attribute{p11.NewAttribute(p11.CKA_CLASS, class)})
 		if err != nil {
-			return nil, pkcs11.Classify("list objects", err)
+			return nil, tokenerr.Classify("list objects", err)
 		}
 		for _, h := range handles {
 			o, err := describe(m, sh, h, class)
 			if err != nil {
-				return nil, pkcs11.Classify("read an object's attributes", err)
+				return nil, tokenerr.Classify("read an object's attributes", err)
 			}
-			o.URI = uri(tok, o)
+			o.URI = objectURI(tok, o)
 			out = append(out, o)
 		}
 	}
@@ -99,7 +104,7 @@ func describe(ctx pkcs11.Backend, sh p11.SessionHandle, h p11.ObjectHandle, clas
 			o.Sensitive = boolAttr(attr(ctx, sh, h, p11.CKA_SENSITIVE))
 			o.Extractable = boolAttr(attr(ctx, sh, h, p11.CKA_EXTRACTABLE))
 		}
-		switch pkcs11.ULong(attr(ctx, sh, h, p11.CKA_KEY_TYPE)) {
+		switch object.ULong(attr(ctx, sh, h, p11.CKA_KEY_TYPE)) {
 		case p11.CKK_RSA:
 			o.KeyType = "RSA"
 			o.Bits = len(trimZero(attr(ctx, sh, h, p11.CKA_MODULUS))) * 8
@@ -107,20 +112,20 @@ func describe(ctx pkcs11.Backend, sh p11.SessionHandle, h p11.ObjectHandle, clas
 			o.KeyType = "EC"
 			var oid asn1.ObjectIdentifier
 			if _, err := asn1.Unmarshal(attr(ctx, sh, h, p11.CKA_EC_PARAMS), &oid); err == nil {
-				o.Curve = pkcs11.CurveNames[oid.String()]
+				o.Curve = object.CurveNames[oid.String()]
 				if o.Curve == "" {
 					o.Curve = oid.String()
 				}
 				o.Bits = curveBits(o.Curve)
 			}
-		case pkcs11.CKK_GOSTR3410, pkcs11.CKK_GOSTR3410_512:
+		case gostmech.CKK_GOSTR3410, gostmech.CKK_GOSTR3410_512:
 			o.KeyType = "GOST"
 			o.Bits = 256
-			if pkcs11.ULong(attr(ctx, sh, h, p11.CKA_KEY_TYPE)) == pkcs11.CKK_GOSTR3410_512 {
+			if object.ULong(attr(ctx, sh, h, p11.CKA_KEY_TYPE)) == gostmech.CKK_GOSTR3410_512 {
 				o.Bits = 512
 			}
 			var oid asn1.ObjectIdentifier
-			if _, err := asn1.Unmarshal(attr(ctx, sh, h, pkcs11.CKA_GOSTR3410_PARAMS), &oid); err == nil {
+			if _, err := asn1.Unmarshal(attr(ctx, sh, h, gostmech.CKA_GOSTR3410_PARAMS), &oid); err == nil {
 				o.Curve = oid.String()
 				if c := gost.CurveByOID(oid); c != nil {
 					o.Curve = c.Name
@@ -163,7 +168,7 @@ func trimZero(b []byte) []byte {
 }
 
 func attr(b pkcs11.Backend, sh p11.SessionHandle, h p11.ObjectHandle, t uint) []byte {
-	return pkcs11.Attributes(b, sh, h, t)[t]
+	return object.Attributes(b, sh, h, t)[t]
 }
 
 func boolAttr(b []byte) *bool {
@@ -175,13 +180,13 @@ func boolAttr(b []byte) *bool {
 }
 
 // uri is o's RFC 7512 URI on tok: what --key takes.
-func uri(tok pkcs11.TokenInfo, o Object) string {
+func objectURI(tok tokeninfo.TokenInfo, o Object) string {
 	typ := map[string]string{"private-key": "private", "public-key": "public", "certificate": "cert"}[o.Class]
 	id, _ := hex.DecodeString(o.ID)
-	return pkcs11.ObjectURI(tok, typ, o.Label, id)
+	return uri.Object(tok.Label, tok.Serial, typ, o.Label, id)
 }
 
 func alreadyLoggedIn(err error) bool {
-	code, ok := pkcs11.Code(err)
+	code, ok := tokenerr.Code(err)
 	return ok && code == p11.CKR_USER_ALREADY_LOGGED_IN
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 // TestListing runs on every real token pkcs11test makes (SoftHSM, and the
@@ -29,7 +30,7 @@ func testListing(t *testing.T, tk *pkcs11test.Token) {
 	if !found {
 		t.Fatalf("token not listed: %+v", tokens)
 	}
-	objs, err := inspect.ListObjects(context.Background(), tk.Module, pkcs11.TokenSelector{Label: tk.Label}, tk.PIN)
+	objs, err := inspect.ListObjects(context.Background(), tk.Module, tokeninfo.TokenSelector{Label: tk.Label}, tk.PIN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func testListing(t *testing.T, tk *pkcs11test.Token) {
 		t.Fatalf("rsa certificate: %+v", o)
 	}
 	// Without the PIN the private keys stay hidden.
-	objs, err = inspect.ListObjects(context.Background(), tk.Module, pkcs11.TokenSelector{Label: tk.Label}, "")
+	objs, err = inspect.ListObjects(context.Background(), tk.Module, tokeninfo.TokenSelector{Label: tk.Label}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 // TestPeekSelection: on a real SoftHSM token, without a login, the token
@@ -51,18 +53,18 @@ func TestPeekSelection(t *testing.T) {
 	slot := p.Token.Slot
 	for _, tc := range []struct {
 		name string
-		sel  pkcs11.TokenSelector
+		sel  tokeninfo.TokenSelector
 		want string
 	}{
-		{"no such label", pkcs11.TokenSelector{Label: "nope"}, `token "nope" is not there; the module sees "` + tk.Label + `"`},
-		{"no such serial", pkcs11.TokenSelector{Serial: "0000"}, `token with serial "0000" is not there`},
-		{"another slot", pkcs11.TokenSelector{Label: tk.Label, Slot: slot + 1, HasSlot: true}, `token "` + tk.Label + `" in slot`},
+		{"no such label", tokeninfo.TokenSelector{Label: "nope"}, `token "nope" is not there; the module sees "` + tk.Label + `"`},
+		{"no such serial", tokeninfo.TokenSelector{Serial: "0000"}, `token with serial "0000" is not there`},
+		{"another slot", tokeninfo.TokenSelector{Label: tk.Label, Slot: slot + 1, HasSlot: true}, `token "` + tk.Label + `" in slot`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sel := tk.Selection("rsa")
 			sel.Token = tc.sel
 			_, err := inspect.PeekSelection(ctx, sel)
-			if !errors.Is(err, pkcs11.ErrTokenNotFound) || !strings.Contains(err.Error(), tc.want) {
+			if !errors.Is(err, tokenerr.ErrTokenNotFound) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("%v, want ErrTokenNotFound with %q", err, tc.want)
 			}
 		})
@@ -73,9 +75,9 @@ func TestPeekSelection(t *testing.T) {
 		want error
 		text string
 	}{
-		{"absent", pkcs11.ErrKeyNotFound, `no public key labelled "absent" on token`},
-		{"", pkcs11.ErrKeyAmbiguous, "choose the key with --key-label or --key-id"},
-		{"nocert", pkcs11.ErrCertNotFound, `no certificate with id 13 or label "nocert"`},
+		{"absent", tokenerr.ErrKeyNotFound, `no public key labelled "absent" on token`},
+		{"", tokenerr.ErrKeyAmbiguous, "choose the key with --key-label or --key-id"},
+		{"nocert", tokenerr.ErrCertNotFound, `no certificate with id 13 or label "nocert"`},
 	} {
 		t.Run("key "+tc.key, func(t *testing.T) {
 			p, err := inspect.PeekSelection(ctx, tk.Selection(tc.key))

@@ -6,11 +6,11 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 // WriteTokenTable prints tokens as an aligned table, one a line.
-func WriteTokenTable(w io.Writer, tokens []pkcs11.TokenInfo) error {
+func WriteTokenTable(w io.Writer, tokens []tokeninfo.TokenInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SLOT\tLABEL\tSERIAL\tMANUFACTURER\tMODEL\tFLAGS")
 	for _, t := range tokens {

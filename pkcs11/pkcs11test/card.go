@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 // The card rig: a smart card behind the stack a real card goes through,
@@ -254,7 +255,7 @@ func (c *Card) startBridge(t testing.TB) {
 
 // Selection selects the card's first key with its PIN file.
 func (c *Card) Selection() pkcs11.Selection {
-	return pkcs11.Selection{Module: c.Module, Token: pkcs11.TokenSelector{Label: c.Label},
+	return pkcs11.Selection{Module: c.Module, Token: tokeninfo.TokenSelector{Label: c.Label},
 		KeyLabel: c.KeyLabel, KeyID: c.KeyID, PIN: pkcs11.PINSource{File: c.PINFile}}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/signagent/signagent/devtoken/gosttoken"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 	"github.com/signagent/signagent/signer/signertest"
 )
 
@@ -44,7 +45,7 @@ func NewGOST(t testing.TB, bits int, o gosttoken.Options) *GOSTToken {
 
 // Selection selects the token's key with its PIN file.
 func (g *GOSTToken) Selection() pkcs11.Selection {
-	return pkcs11.Selection{Module: g.Module(), Token: pkcs11.TokenSelector{Label: g.Label}, KeyLabel: g.Label,
+	return pkcs11.Selection{Module: g.Module(), Token: tokeninfo.TokenSelector{Label: g.Label}, KeyLabel: g.Label,
 		PIN: pkcs11.PINSource{File: g.PINFile()}}
 }
 

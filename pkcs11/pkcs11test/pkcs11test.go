@@ -32,6 +32,7 @@ import (
 	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/locate"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 // KeyRef names a key on the test token.
@@ -177,7 +178,7 @@ func clearTokenEnv(t testing.TB) {
 func (tk *Token) Selection(keyLabel string) pkcs11.Selection {
 	return pkcs11.Selection{
 		Module:   tk.Module,
-		Token:    pkcs11.TokenSelector{Label: tk.Label},
+		Token:    tokeninfo.TokenSelector{Label: tk.Label},
 		KeyLabel: keyLabel,
 		PIN:      pkcs11.PINSource{File: tk.PINFile},
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/uri"
 	"github.com/signagent/signagent/safefile"
 )
 
@@ -219,7 +220,7 @@ func runBench(c *cli.Context, e *cmdutil.Env) error {
 	if v := c.String("gost-key"); v != "" {
 		// The GOST key is on a module of its own, named in its URI: that
 		// module, not the main key's ($SIGNAGENT_PKCS11_MODULE, --module).
-		u, err := pkcs11.ParseURI(v)
+		u, err := uri.Parse(v)
 		if err != nil {
 			return cmdutil.UsageErr(fmt.Errorf("--gost-key: %w", err))
 		}

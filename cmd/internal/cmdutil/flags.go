@@ -13,6 +13,7 @@ import (
 	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 const (
@@ -72,7 +73,7 @@ func Selection(c *cli.Context) (pkcs11.Selection, error) {
 func SelectionFrom(c *settings.Settings, prompt bool) (pkcs11.Selection, error) {
 	sel := pkcs11.Selection{
 		Module:        c.String("module"),
-		Token:         pkcs11.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")},
+		Token:         tokeninfo.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")},
 		URI:           c.String("key"),
 		KeyLabel:      c.String("key-label"),
 		CertFile:      CertificateFile(c),

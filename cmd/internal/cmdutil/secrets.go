@@ -8,7 +8,7 @@ import (
 	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/secret"
-	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/pinfile"
 )
 
 // A secret of the CLI and the agent: the flag naming its file, and the
@@ -23,7 +23,7 @@ type secretSpec struct {
 }
 
 // The secrets' specs: where each is given (its file flag and variables),
-// not the secret itself nor its limits (pkcs11.PINSecret is the PIN's
+// not the secret itself nor its limits (pinfile.Secret is the PIN's
 // source with the token's limits; PINSource joins the two). Each one's
 // Env is in secret.Vars: kept out of the processes signagent starts
 // (secret.ChildEnv).
@@ -72,7 +72,7 @@ func (s secretSpec) Read(set *settings.Settings, parse func(string) (string, err
 // its label when one is known.
 func PINSource(s *settings.Settings, prompt bool, label string) secret.Source {
 	src := PINSpec.Source(s)
-	limits := pkcs11.PINSecret(src.File)
+	limits := pinfile.Secret(src.File)
 	src.Max, src.Parse = limits.Max, limits.Parse
 	if prompt {
 		src.Prompt = "Token PIN: "

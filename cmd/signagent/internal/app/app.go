@@ -16,13 +16,13 @@ import (
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/internal/secret"
-	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/probe"
 )
 
-// Main is signagent's main: the probe of a module when pkcs11.Probe
+// Main is signagent's main: the probe of a module when probe.Module
 // started it, else the command line, exiting with its status.
 func Main() {
-	pkcs11.RunProbe() // when started by pkcs11.Probe: try the module and exit
+	probe.Run() // when started by probe.Module: try the module and exit
 	// Every command may hold a secret (a PIN, the client secret, a
 	// session): none leaves in a core file or through /proc to another
 	// process of the user.

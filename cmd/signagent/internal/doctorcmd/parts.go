@@ -13,6 +13,7 @@ import (
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/inspect"
+	"github.com/signagent/signagent/pkcs11/probe"
 	"github.com/signagent/signagent/store"
 )
 
@@ -69,7 +70,7 @@ func (d *run) token(ctx context.Context) {
 	defer cancel()
 	mod, err := pkcs11.ResolveModule(sel.Module, "flag")
 	if err == nil {
-		err = pkcs11.Probe(tctx, mod.Path)
+		err = probe.Module(tctx, mod.Path)
 	}
 	var peek inspect.Peek
 	if err == nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/probe"
 	"github.com/signagent/signagent/signer"
 )
 
@@ -67,7 +68,7 @@ func ServeFlags() []cli.Flag {
 func (f *Factory) AgentConfig(s *settings.Settings) (agent.Config, error) {
 	e := f.Env
 	build := cmdutil.CurrentBuild()
-	cfg := agent.Config{Version: build.Version, Commit: build.Commit, MetricsListen: s.String("metrics-listen"), Log: e.Log, Stderr: e.Stderr, Probe: pkcs11.ProbeSelection,
+	cfg := agent.Config{Version: build.Version, Commit: build.Commit, MetricsListen: s.String("metrics-listen"), Log: e.Log, Stderr: e.Stderr, Probe: probe.Selection,
 		Listen: s.Strings("listen"), SocketGroup: s.String("socket-group"), AllowUIDs: s.Ints("allow-uid"), AllowGIDs: s.Ints("allow-gid"),
 		BearerTokenFile: s.String("bearer-token-file"), AuditLog: s.String("audit-log"),
 		TLS:              agent.TLSFiles{Cert: s.String("tls-cert"), Key: s.String("tls-key"), ClientCA: s.String("tls-client-ca")},

@@ -23,6 +23,7 @@ import (
 	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/probe"
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/store"
 	"github.com/signagent/signagent/trusted"
@@ -135,7 +136,7 @@ func (f *Factory) selectionLocked() (pkcs11.Selection, error) {
 	// deadline), unless a reader's keypad stands in for it.
 	ctx, cancel := context.WithTimeout(f.c.Context, sel.Timeout)
 	defer cancel()
-	if sel, err = sel.ResolvePIN(ctx); err != nil {
+	if sel, err = probe.ResolvePIN(ctx, sel); err != nil {
 		return sel, err
 	}
 	f.sel = &sel
@@ -154,7 +155,7 @@ func (f *Factory) Key(ctx context.Context) (*pkcs11.Key, error) {
 	if err != nil {
 		return nil, err
 	}
-	if f.key, err = pkcs11.OpenProbed(ctx, sel, f.Log); err != nil {
+	if f.key, err = probe.Open(ctx, sel, f.Log); err != nil {
 		return nil, err
 	}
 	return f.key, nil

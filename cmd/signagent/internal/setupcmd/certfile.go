@@ -6,6 +6,7 @@ import (
 
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/inspect"
+	"github.com/signagent/signagent/pkcs11/uri"
 )
 
 // uncertified are the public keys of objs with no certificate of their id
@@ -29,11 +30,11 @@ func uncertified(objs []inspect.Object) []inspect.Object {
 // certificate, checked when the signature is tried.
 func (r *setupRun) certificateFile(module string) error {
 	noCert := false
-	chosen, err := pkcs11.ParseURI(r.answers["key"])
+	chosen, err := uri.Parse(r.answers["key"])
 	if choices, lerr := r.keyChoices(module, false); err == nil && lerr == nil {
 		// The choice the key's URI names (it may name less than a choice's).
 		i := slices.IndexFunc(choices, func(c keyChoice) bool {
-			u, err := pkcs11.ParseURI(c.uri)
+			u, err := uri.Parse(c.uri)
 			return err == nil && (chosen.Token == "" || chosen.Token == u.Token) && (chosen.Serial == "" || chosen.Serial == u.Serial) &&
 				(chosen.Object == "" || chosen.Object == u.Object) && (len(chosen.ID) == 0 || string(chosen.ID) == string(u.ID))
 		})

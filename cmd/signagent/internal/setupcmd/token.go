@@ -18,6 +18,10 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/pkcs11/locate"
+	"github.com/signagent/signagent/pkcs11/pinfile"
+	"github.com/signagent/signagent/pkcs11/probe"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
+	"github.com/signagent/signagent/pkcs11/uri"
 	"github.com/signagent/signagent/signer"
 )
 
@@ -69,7 +73,7 @@ func (r *setupRun) tokenAnswers() error {
 	if err := r.softHSMConf(module); err != nil {
 		return err
 	}
-	if err := pkcs11.Probe(r.c.Context, module); err != nil {
+	if err := probe.Module(r.c.Context, module); err != nil {
 		r.problems = append(r.problems, fmt.Sprintf("--module: %v", err))
 		if r.ask {
 			return err
@@ -86,7 +90,7 @@ func (r *setupRun) tokenAnswers() error {
 		return err
 	}
 	if _, err := r.answer("pin-file", "File holding the token's PIN (pin-file)", true,
-		secretFile("the PIN", pkcs11.PINSecret("").Parse)); err != nil {
+		secretFile("the PIN", pinfile.Secret("").Parse)); err != nil {
 		return err
 	}
 	if len(r.problems) > 0 || r.c.Bool("no-signature") {
@@ -145,7 +149,7 @@ func (r *setupRun) keyChoices(module string, show bool) ([]keyChoice, error) {
 		if !t.Initialized {
 			continue // an empty slot holds no key
 		}
-		objs, err := inspect.ListObjects(r.c.Context, module, pkcs11.TokenSelector{Label: t.Label, Serial: t.Serial}, "")
+		objs, err := inspect.ListObjects(r.c.Context, module, tokeninfo.TokenSelector{Label: t.Label, Serial: t.Serial}, "")
 		if err != nil {
 			continue
 		}
@@ -204,7 +208,7 @@ func (r *setupRun) pickKey(module string) error {
 				return nil
 			}
 		}
-		if _, err := pkcs11.ParseURI(k); err != nil {
+		if _, err := uri.Parse(k); err != nil {
 			r.problems = append(r.problems, fmt.Sprintf("--key: %v", err))
 		} else {
 			r.answers["key"] = k
@@ -227,7 +231,7 @@ func (r *setupRun) pickKey(module string) error {
 			}
 			return nil
 		}
-		_, err := pkcs11.ParseURI(v)
+		_, err := uri.Parse(v)
 		return err
 	})
 	if n, err := strconv.Atoi(r.answers["key"]); err == nil {

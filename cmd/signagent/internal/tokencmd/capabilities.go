@@ -119,10 +119,10 @@ func Capabilities(k *pkcs11.Key, mechs []inspect.Mechanism) []Capability {
 			flags[m.Code] |= m.CKF
 		}
 		login.Allowed = true
-		ways, err := pkcs11.GOSTLoginOffered(flags, true, true, k.Token().Info().Label, label)
-		if errors.Is(err, pkcs11.ErrNoGOSTKeyAgreement) {
+		ways, err := gostkeyx.LoginOffered(flags, true, true, k.Token().Info().Label, label)
+		if errors.Is(err, gostkeyx.ErrNoKeyAgreement) {
 			// Not a failure of the token: it does not do this at all.
-			login.Allowed, login.Why = false, pkcs11.NotOfferedGOSTLogin
+			login.Allowed, login.Why = false, gostkeyx.NotOffered
 			break
 		}
 		if err != nil {

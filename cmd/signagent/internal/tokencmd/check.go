@@ -22,6 +22,8 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/gostkeyx"
 	"github.com/signagent/signagent/pkcs11/inspect"
+	"github.com/signagent/signagent/pkcs11/probe"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 	"github.com/signagent/signagent/signer"
 )
 
@@ -57,7 +59,7 @@ func checkCommand(f *factory.Factory) *cli.Command {
 // CheckReport is what `token check` prints (--json as it is).
 type CheckReport struct {
 	Module      *inspect.ModuleReport `json:"module"`
-	Token       pkcs11.TokenInfo      `json:"token"`
+	Token       tokeninfo.TokenInfo   `json:"token"`
 	Key         inspect.KeyFacts      `json:"key"`
 	Certificate *checkCert            `json:"certificate"`
 	CertError   string                `json:"certificateError,omitempty"`
@@ -111,7 +113,7 @@ func tokenCheck(c *cli.Context, f *factory.Factory) error {
 	sel.NoCertificate = true // a key without one is reported, not refused
 	ctx, cancel := context.WithTimeout(c.Context, sel.Timeout)
 	defer cancel()
-	if err := pkcs11.ProbeSelection(ctx, sel); err != nil {
+	if err := probe.Selection(ctx, sel); err != nil {
 		return err
 	}
 	mod, err := pkcs11.ResolveModule(sel.Module, "flag")
@@ -337,7 +339,7 @@ func writeCheck(w io.Writer, mod pkcs11.Module, r CheckReport) error {
 			}
 			fmt.Fprintf(w, "%s: yes (%s, %s); %s: median %.1f ms of %d (%.1f to %.1f)\n", fn.Function, shape, fn.Uses, tried,
 				fn.Timing.MedianMS, fn.Timing.Rounds, fn.Timing.MinMS, fn.Timing.MaxMS)
-		case fn.Why == pkcs11.NotOfferedGOSTLogin:
+		case fn.Why == gostkeyx.NotOffered:
 			fmt.Fprintf(w, "%s: %s\n", fn.Function, fn.Why) // not a failure
 		default:
 			fmt.Fprintf(w, "%s: no: %s\n", fn.Function, whyNot(fn))

@@ -12,6 +12,7 @@ import (
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/gostkeyx"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // checkWay is one way a GOST token may open a certificate login's
@@ -63,7 +64,7 @@ func tryGOSTWays(ctx context.Context, key *pkcs11.Key, cert *x509.Certificate) (
 			cw.Works = true
 		}
 		out = append(out, cw)
-		if pkcs11.Recoverable(err) {
+		if tokenerr.Recoverable(err) {
 			break // the token is gone: the other ways cannot be tried
 		}
 	}

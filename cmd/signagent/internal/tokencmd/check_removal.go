@@ -13,6 +13,8 @@ import (
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 // `token check --removal`: the card taken out and put back, and how fast
@@ -123,11 +125,11 @@ func (rc *removalCheck) run(ctx context.Context, key *pkcs11.Key) (*checkRemoval
 		rc.fail(r, "the card's return was not tried")
 		return r, ctx.Err()
 	}
-	var back pkcs11.TokenInfo
+	var back tokeninfo.TokenInfo
 	var last error
 	took, seen, err = rc.poll(ctx, start, func(ctx context.Context) (bool, error) {
 		t, ok, err := w.Back(ctx)
-		if err != nil && !errors.Is(err, pkcs11.ErrTokenTimeout) {
+		if err != nil && !errors.Is(err, tokenerr.ErrTokenTimeout) {
 			last, err = err, nil // pcscd or the reader coming up: ask again
 		}
 		back = t

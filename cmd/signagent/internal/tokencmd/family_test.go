@@ -8,13 +8,13 @@ import (
 
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/signagent/internal/clitest"
-	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/probe"
 )
 
-// TestMain is the module probe's child when pkcs11.Probe starts this test
+// TestMain is the module probe's child when probe.Module starts this test
 // binary as it starts signagent (a module is loaded in a child first).
 func TestMain(m *testing.M) {
-	pkcs11.RunProbe()
+	probe.Run()
 	os.Exit(m.Run())
 }
 

@@ -14,6 +14,9 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/inspect"
 	"github.com/signagent/signagent/pkcs11/locate"
+	"github.com/signagent/signagent/pkcs11/probe"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
 func listCommand(e *cmdutil.Env) *cli.Command {
@@ -61,10 +64,10 @@ func keysCommand(e *cmdutil.Env) *cli.Command {
 				err = nil
 			}
 			if err != nil {
-				return errdefs.Mark(err, pkcs11.ErrPINMissing)
+				return errdefs.Mark(err, tokenerr.ErrPINMissing)
 			}
 			pin := got.Value
-			objs, err := inspect.ListObjects(context.Background(), mod.Path, pkcs11.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")}, pin)
+			objs, err := inspect.ListObjects(context.Background(), mod.Path, tokeninfo.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")}, pin)
 			if err != nil {
 				return err
 			}
@@ -99,7 +102,7 @@ func resolveModuleFrom(c *cli.Context, e *cmdutil.Env, candidates []string) (pkc
 func probedModule(c *cli.Context, e *cmdutil.Env) (pkcs11.Module, error) {
 	mod, err := resolveModule(c, e)
 	if err == nil {
-		err = pkcs11.Probe(c.Context, mod.Path)
+		err = probe.Module(c.Context, mod.Path)
 	}
 	return mod, err
 }

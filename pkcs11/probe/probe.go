@@ -1,4 +1,8 @@
-package pkcs11
+// Package probe tries a PKCS#11 module in a child process before this
+// one loads it (a module that crashes in C_Initialize would take the
+// process down), and opens a key for a command-line tool that way: the PIN
+// first, then the probe, then pkcs11.Open.
+package probe
 
 import (
 	"bytes"
@@ -14,41 +18,44 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/internal/secret"
+	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 
-// probeEnv, set in a process's environment, makes RunProbe load and
+// probeEnv, set in a process's environment, makes Run load and
 // initialize the module it names, then exit.
 const probeEnv = "SIGNAGENT_INTERNAL_PROBE_MODULE"
 
-// RunProbe is called first thing in main. When this process was started by
-// Probe, it loads and initializes the module, finalizes it and exits: 0 when
+// Run is called first thing in main. When this process was started by
+// Module, it loads and initializes the module, finalizes it and exits: 0 when
 // all went well, 1 with one line on stderr otherwise. Otherwise it returns.
-func RunProbe() {
+func Run() {
 	path := os.Getenv(probeEnv)
 	if path == "" {
 		return
 	}
 	defaultCrashSignals()
-	b, err := loadLibrary(path)
+	b, err := pkcs11.LoadLibrary(path)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, notAModule(path))
+		fmt.Fprintln(os.Stderr, tokenerr.NotAModule(path))
 		os.Exit(1)
 	}
-	if err := b.Initialize(); err != nil && !isCode(err, p11.CKR_CRYPTOKI_ALREADY_INITIALIZED) {
-		fmt.Fprintln(os.Stderr, classify("initialize the PKCS#11 module "+path, err))
+	if err := b.Initialize(); err != nil && !tokenerr.IsCode(err, p11.CKR_CRYPTOKI_ALREADY_INITIALIZED) {
+		fmt.Fprintln(os.Stderr, tokenerr.Classify("initialize the PKCS#11 module "+path, err))
 		os.Exit(1)
 	}
 	_ = b.Finalize()
 	os.Exit(0)
 }
 
-// Probe loads and initializes the module at path in a child process (this
-// program run again, which must call RunProbe first), within ctx. A module
+// Module loads and initializes the module at path in a child process (this
+// program run again, which must call Run first), within ctx. A module
 // is foreign code in our address space: one that crashes in C_Initialize
 // would take the process down with a Go stack dump, so an operator's
 // command first lets it crash in a child and reports that in one line.
-func Probe(ctx context.Context, path string) error {
-	if _, err := ResolveModule(path, "flag"); err != nil {
+func Module(ctx context.Context, path string) error {
+	if _, err := pkcs11.ResolveModule(path, "flag"); err != nil {
 		return err
 	}
 	exe, err := os.Executable()
@@ -66,44 +73,44 @@ func Probe(ctx context.Context, path string) error {
 		return nil
 	}
 	if ctx.Err() != nil {
-		return fmt.Errorf("could not initialize the PKCS#11 module %s: %w", path, timeoutErr(ctx.Err()))
+		return fmt.Errorf("could not initialize the PKCS#11 module %s: %w", path, tokenerr.Timeout(ctx.Err()))
 	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return fmt.Errorf("%w: %s crashed while being loaded and initialized (%s); it cannot be used", ErrNotAModule, path, ws.Signal())
+			return fmt.Errorf("%w: %s crashed while being loaded and initialized (%s); it cannot be used", tokenerr.ErrNotAModule, path, ws.Signal())
 		}
 		msg := strings.TrimSpace(strings.SplitN(stderr.String(), "\n", 2)[0])
-		if strings.Contains(msg, ErrNotAModule.Error()) {
-			return fmt.Errorf("%w: %s could not be loaded as a shared library with C_GetFunctionList", ErrNotAModule, path)
+		if strings.Contains(msg, tokenerr.ErrNotAModule.Error()) {
+			return tokenerr.NotAModule(path)
 		}
 		if msg == "" {
 			msg = ee.Error()
 		}
-		return fmt.Errorf("%w: %s", ErrModuleFailed, msg)
+		return fmt.Errorf("%w: %s", tokenerr.ErrModuleFailed, msg)
 	}
 	return nil // could not start the child; the module is loaded in-process as before
 }
 
-// ProbeSelection probes the module a selection names (--module, or the
+// Selection probes the module a selection names (--module, or the
 // module-path of its URI).
-func ProbeSelection(ctx context.Context, sel Selection) error {
+func Selection(ctx context.Context, sel pkcs11.Selection) error {
 	sel, err := sel.Complete()
 	if err != nil {
 		return err
 	}
-	mod, err := ResolveModule(sel.Module, "flag")
+	mod, err := pkcs11.ResolveModule(sel.Module, "flag")
 	if err != nil {
 		return err
 	}
-	return Probe(ctx, mod.Path)
+	return Module(ctx, mod.Path)
 }
 
-// OpenProbed is Open for a command-line tool: the PIN is resolved first (a
+// Open is pkcs11.Open for a command-line tool: the PIN is resolved first (a
 // prompt is not bounded by the token's deadline), then the module is
 // probed in a child process and the key opened, all within ctx's deadline,
 // or sel.Timeout when ctx has none.
-func OpenProbed(ctx context.Context, sel Selection, log zerolog.Logger) (*Key, error) {
+func Open(ctx context.Context, sel pkcs11.Selection, log zerolog.Logger) (*pkcs11.Key, error) {
 	sel, err := sel.Complete()
 	if err != nil {
 		return nil, err
@@ -113,30 +120,30 @@ func OpenProbed(ctx context.Context, sel Selection, log zerolog.Logger) (*Key, e
 		ctx, cancel = context.WithTimeout(ctx, sel.Timeout)
 		defer cancel()
 	}
-	if sel, err = sel.ResolvePIN(ctx); err != nil {
+	if sel, err = ResolvePIN(ctx, sel); err != nil {
 		return nil, err
 	}
-	if err := ProbeSelection(ctx, sel); err != nil {
+	if err := Selection(ctx, sel); err != nil {
 		return nil, err
 	}
-	return Open(ctx, sel, log)
+	return pkcs11.Open(ctx, sel, log)
 }
 
-// ResolvePIN resolves the selection's PIN (see PINSource.Resolve), unless
+// ResolvePIN resolves the selection's PIN (see pkcs11.PINSource.Resolve), unless
 // no PIN was given, a reader's keypad may stand in (PadWhenMissing), and
 // the chosen token has one: then nothing is asked here, and the user types
 // the PIN on the reader when the key logs in. The module is probed before
 // it is asked for the token's flags.
-func (sel Selection) ResolvePIN(ctx context.Context) (Selection, error) {
+func ResolvePIN(ctx context.Context, sel pkcs11.Selection) (pkcs11.Selection, error) {
 	p := sel.PIN
-	if p.pad {
+	if p.Pad() {
 		return sel, nil // resolved before: the keypad
 	}
-	if p.PadWhenMissing && p.File == "" && p.Value == "" && p.pin == "" {
-		if pad, err := sel.pinPad(ctx); err != nil {
+	if p.PadWhenMissing && p.Missing() {
+		if pad, err := pinPad(ctx, sel); err != nil {
 			return sel, err
 		} else if pad {
-			sel.PIN.pad, sel.PIN.from = true, "the reader's keypad"
+			sel.PIN = p.OnPad()
 			return sel, nil
 		}
 	}
@@ -147,21 +154,21 @@ func (sel Selection) ResolvePIN(ctx context.Context) (Selection, error) {
 
 // pinPad says whether the selected token has a protected authentication
 // path (a PIN pad).
-func (sel Selection) pinPad(ctx context.Context) (bool, error) {
-	if err := ProbeSelection(ctx, sel); err != nil {
+func pinPad(ctx context.Context, sel pkcs11.Selection) (bool, error) {
+	if err := Selection(ctx, sel); err != nil {
 		return false, err
 	}
-	mod, err := ResolveModule(sel.Module, "flag")
+	mod, err := pkcs11.ResolveModule(sel.Module, "flag")
 	if err != nil {
 		return false, err
 	}
-	tokens, err := ListTokens(ctx, mod.Path)
+	tokens, err := pkcs11.ListTokens(ctx, mod.Path)
 	if err != nil {
 		return false, err
 	}
-	tok, err := ChooseToken(tokens, sel.Token)
+	tok, err := tokeninfo.ChooseToken(tokens, sel.Token)
 	if err != nil {
 		return false, err
 	}
-	return tok.raw.Flags&p11.CKF_PROTECTED_AUTHENTICATION_PATH != 0, nil
+	return tok.Raw.Flags&p11.CKF_PROTECTED_AUTHENTICATION_PATH != 0, nil
 }

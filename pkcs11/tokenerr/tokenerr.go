@@ -1,17 +1,12 @@
-// Package pkcs11 reaches the partner's signing key on a smart card or HSM
-// through a PKCS#11 module. It has two nouns, as crypto11 has: a Token (a
-// slot of a loaded module, logged in to, with a pool of sessions; it knows
-// whether it is still there) and a Key on it (handle, type, public half,
-// certificate), which signs and decrypts through its token. Open chooses
-// the token and the key a Selection names, obtains the PIN, and turns what
-// the token reports into errors an operator can act on. Every call into
-// the module goes through a narrow Backend interface (github.com/miekg/pkcs11
-// in production) and is bounded by a context; the module is loaded and
-// initialized once per process. What commands read of a module and its
-// tokens is package pkcs11/inspect's.
-package pkcs11
+// Package tokenerr is what a PKCS#11 module's failures mean to an operator:
+// the sentinels a caller branches on with errors.Is, TokenError (the
+// operation, the CKR_ value, its kind and what to do), and Classify, which
+// turns a module's return value into one. It needs nothing of package
+// pkcs11, which imports it.
+package tokenerr
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -72,7 +67,7 @@ func (e *TokenError) Error() string {
 	b.WriteString(": ")
 	b.WriteString(e.Kind.Error())
 	if e.Code != 0 {
-		fmt.Fprintf(&b, " (%s)", codeName(e.Code))
+		fmt.Fprintf(&b, " (%s)", CodeName(e.Code))
 	}
 	if e.Hint != "" {
 		b.WriteString("; ")
@@ -84,7 +79,7 @@ func (e *TokenError) Error() string {
 // Unwrap lets errors.Is match both the sentinel and the underlying error.
 func (e *TokenError) Unwrap() []error { return []error{e.Kind, e.Err} }
 
-func codeName(c p11.Error) string {
+func CodeName(c p11.Error) string {
 	// miekg/pkcs11 prints "pkcs11: 0xA0: CKR_PIN_INCORRECT"; keep the name.
 	s := c.Error()
 	if i := strings.LastIndex(s, ": "); i >= 0 {
@@ -106,9 +101,7 @@ func Code(err error) (p11.Error, bool) {
 // says what happened and whose message says what to do. Errors that are not
 // PKCS#11 return values pass through, wrapped with the operation; a
 // TokenError is returned as it is.
-func Classify(op string, err error) error { return classify(op, err) }
-
-func classify(op string, err error) error {
+func Classify(op string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -127,10 +120,8 @@ func classify(op string, err error) error {
 // ClassifyLogin is Classify for what C_Login returned (session.go,
 // list.go, and code that logs in itself): a general failure there is
 // ErrLoginFailed (below).
-func ClassifyLogin(op string, err error) error { return classifyLogin(op, err) }
-
-func classifyLogin(op string, err error) error {
-	err = classify(op, err)
+func ClassifyLogin(op string, err error) error {
+	err = Classify(op, err)
 	if te, ok := err.(*TokenError); ok && (te.Code == p11.CKR_GENERAL_ERROR || te.Code == p11.CKR_FUNCTION_FAILED) {
 		te.Hint, te.Kind = loginFailedHint, ErrLoginFailed
 	}
@@ -187,4 +178,24 @@ func Recoverable(err error) bool {
 		}
 	}
 	return false
+}
+
+// IsCode reports whether err wraps the PKCS#11 return value code.
+func IsCode(err error, code uint) bool {
+	c, ok := Code(err)
+	return ok && uint(c) == code
+}
+
+// NotAModule is the error for a file that is not a PKCS#11 module.
+func NotAModule(path string) error {
+	return fmt.Errorf("%w: %s could not be loaded as a shared library with C_GetFunctionList", ErrNotAModule, path)
+}
+
+// Timeout is the error for an operation that ran out of time (err: the
+// context's); a cancelled one is left as it is.
+func Timeout(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrTokenTimeout, err)
 }

@@ -1,10 +1,15 @@
-package pkcs11
+// Package uri parses and writes RFC 7512 pkcs11: URIs, the way a key is
+// named on the command line and in the configuration. It needs nothing of
+// package pkcs11, which imports it.
+package uri
 
 import (
 	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // URI is the part of an RFC 7512 pkcs11: URI that selects a key.
@@ -25,12 +30,12 @@ type URI struct {
 	Ignored []string
 }
 
-// ParseURI parses a pkcs11: URI. A URI carrying pin-value is refused: a PIN
+// Parse parses a pkcs11: URI. A URI carrying pin-value is refused: a PIN
 // in a URI ends up in shell history, process listings and logs.
-func ParseURI(s string) (*URI, error) {
+func Parse(s string) (*URI, error) {
 	rest, ok := strings.CutPrefix(s, "pkcs11:")
 	if !ok {
-		return nil, fmt.Errorf("%w: it must start with \"pkcs11:\"", ErrBadURI)
+		return nil, fmt.Errorf("%w: it must start with \"pkcs11:\"", tokenerr.ErrBadURI)
 	}
 	path, query, _ := strings.Cut(rest, "?")
 	u := &URI{}
@@ -49,7 +54,7 @@ func ParseURI(s string) (*URI, error) {
 		case "slot-id":
 			n, err := strconv.ParseUint(val, 10, 32)
 			if err != nil {
-				return true, fmt.Errorf("%w: slot-id %q is not a decimal slot number", ErrBadURI, val)
+				return true, fmt.Errorf("%w: slot-id %q is not a decimal slot number", tokenerr.ErrBadURI, val)
 			}
 			u.SlotID, u.HasSlot = uint(n), true
 		case "manufacturer", "model", "library-manufacturer", "library-description", "library-version", "slot-description", "slot-manufacturer":
@@ -70,7 +75,7 @@ func ParseURI(s string) (*URI, error) {
 			u.PINSource = strings.TrimPrefix(val, "file:")
 		case "module-name":
 			if val == "" || strings.ContainsAny(val, "/\x00") {
-				return true, fmt.Errorf("%w: module-name %q is not a module's name (a name like softhsm2, not a path: use module-path)", ErrBadURI, val)
+				return true, fmt.Errorf("%w: module-name %q is not a module's name (a name like softhsm2, not a path: use module-path)", tokenerr.ErrBadURI, val)
 			}
 			u.ModuleName = val
 		default:
@@ -96,14 +101,14 @@ func (u *URI) attrs(list, sep, part string, set func(name, val string) (bool, er
 	for _, attr := range strings.Split(list, sep) {
 		name, raw, ok := strings.Cut(attr, "=")
 		if !ok {
-			return fmt.Errorf("%w: %s attribute %q has no '='", ErrBadURI, part, attr)
+			return fmt.Errorf("%w: %s attribute %q has no '='", tokenerr.ErrBadURI, part, attr)
 		}
 		val, err := url.PathUnescape(raw)
 		if err != nil {
-			return fmt.Errorf("%w: %s attribute %s is not percent-encoded correctly", ErrBadURI, part, name)
+			return fmt.Errorf("%w: %s attribute %s is not percent-encoded correctly", tokenerr.ErrBadURI, part, name)
 		}
 		if name == "pin-value" {
-			return fmt.Errorf("%w: it carries pin-value; give the PIN with SIGNAGENT_PIN, --pin-file or pin-source= instead", ErrBadURI)
+			return fmt.Errorf("%w: it carries pin-value; give the PIN with SIGNAGENT_PIN, --pin-file or pin-source= instead", tokenerr.ErrBadURI)
 		}
 		known, err := set(name, val)
 		switch {
@@ -113,20 +118,20 @@ func (u *URI) attrs(list, sep, part string, set func(name, val string) (bool, er
 		case strings.HasPrefix(name, "x-"):
 			u.Ignored = append(u.Ignored, name)
 		default:
-			return fmt.Errorf("%w: unknown %s attribute %q", ErrBadURI, part, name)
+			return fmt.Errorf("%w: unknown %s attribute %q", tokenerr.ErrBadURI, part, name)
 		}
 	}
 	return nil
 }
 
-// ObjectURI is the RFC 7512 URI of an object on tok: the token by label
-// and serial, the object by label and id, and its type ("private",
+// Object is the RFC 7512 URI of an object on the token labelled token
+// with serial serial: the token by label and serial, the object by label and id, and its type ("private",
 // "public", "cert"; none when empty), each value percent-encoded where
 // RFC 7512 requires (the id always, byte by byte).
-func ObjectURI(tok TokenInfo, typ, label string, id []byte) string {
-	attrs := []string{"token=" + uriEscape([]byte(tok.Label)), "serial=" + uriEscape([]byte(tok.Serial))}
+func Object(token, serial, typ, label string, id []byte) string {
+	attrs := []string{"token=" + Escape([]byte(token)), "serial=" + Escape([]byte(serial))}
 	if label != "" {
-		attrs = append(attrs, "object="+uriEscape([]byte(label)))
+		attrs = append(attrs, "object="+Escape([]byte(label)))
 	}
 	if len(id) > 0 {
 		var sb strings.Builder
@@ -139,4 +144,19 @@ func ObjectURI(tok TokenInfo, typ, label string, id []byte) string {
 		attrs = append(attrs, "type="+typ)
 	}
 	return "pkcs11:" + strings.Join(attrs, ";")
+}
+
+// Escape percent-encodes what RFC 7512 does not allow in a path
+// attribute's value (anything but unreserved characters and a few
+// sub-delimiters).
+func Escape(b []byte) string {
+	var sb strings.Builder
+	for _, c := range b {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-._~:[]@!$'()*+,=&", c) >= 0 {
+			sb.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&sb, "%%%02X", c)
+	}
+	return sb.String()
 }

@@ -1,4 +1,4 @@
-package pkcs11
+package probe
 
 /*
 #include <signal.h>
