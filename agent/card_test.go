@@ -340,6 +340,7 @@ func TestCardAgent(t *testing.T) {
 		var other atomic.Int64
 		var otherErr atomic.Pointer[error]
 		wg.Go(func() {
+			missed := 0
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
@@ -351,7 +352,17 @@ func TestCardAgent(t *testing.T) {
 				cmd := exec.Command("pkcs11-tool", "--module", card.Module, "--token-label", card.Label, "--login", "--pin", card.PIN,
 					"--sign", "--id", "0001", "-m", "SHA256-RSA-PKCS", "-i", data, "-o", sig)
 				cmd.Env = append(os.Environ(), card.Env...)
-				if out, err := cmd.CombinedOutput(); err != nil {
+				out, err := cmd.CombinedOutput()
+				if err != nil && strings.Contains(string(out), "No slot with token named") && missed < 5 {
+					// OpenSC in pkcs11-tool lists no token when its
+					// SCardStatus meets the agent's transaction
+					// (SCARD_E_NOT_TRANSACTED in pcscd's log): once in CI
+					// under load. That is pkcs11-tool's miss, not the
+					// agent's; a few are allowed, not a run of them.
+					missed++
+					continue
+				}
+				if err != nil {
 					err = fmt.Errorf("pkcs11-tool --sign, after %d: %v\n%s", other.Load(), err, out)
 					otherErr.Store(&err)
 					return
