@@ -85,7 +85,7 @@ func (t *Token) findCert(ctx context.Context, sh p11.SessionHandle, k *Key) erro
 			return fmt.Errorf("%w: certificate %q (thumbprint %s) is for another key than %q (id %s) on token %q", tokenerr.ErrCertMismatch, cert.Subject.String(), canonical.ThumbprintOf(cert), k.label, hex.EncodeToString(k.id), t.info.Label)
 		}
 		if k.pubFromCert {
-			if err := k.provePublic(ctx, sh, cert); err != nil {
+			if err := t.provePublic(ctx, sh, k, cert); err != nil {
 				return err
 			}
 		}

@@ -48,7 +48,7 @@ func (k *Key) SignMessageContext(ctx context.Context, msg []byte, opts crypto.Si
 	if err != nil {
 		return nil, err
 	}
-	return k.checkGOSTLength(sig)
+	return gostLength(sig, k.gost.Bits, k.tok.info.Label)
 }
 
 // signGOSTDigest signs a Streebog hash computed elsewhere with the raw
@@ -67,12 +67,14 @@ func (k *Key) signGOSTDigest(ctx context.Context, digest []byte) ([]byte, error)
 	if err != nil {
 		return nil, err
 	}
-	return k.checkGOSTLength(sig)
+	return gostLength(sig, k.gost.Bits, k.tok.info.Label)
 }
 
-func (k *Key) checkGOSTLength(sig []byte) ([]byte, error) {
-	if want := k.gost.Bits / 4; len(sig) != want {
-		return nil, fmt.Errorf("%w: token %q returned a %d-byte signature; a GOST R 34.10-2012 %d-bit key makes %d", tokenerr.ErrTokenRefused, k.tok.info.Label, len(sig), k.gost.Bits, want)
+// gostLength refuses a signature of another length than a GOST key of
+// bits makes (a token's mistake), naming the token.
+func gostLength(sig []byte, bits int, token string) ([]byte, error) {
+	if want := bits / 4; len(sig) != want {
+		return nil, fmt.Errorf("%w: token %q returned a %d-byte signature; a GOST R 34.10-2012 %d-bit key makes %d", tokenerr.ErrTokenRefused, token, len(sig), bits, want)
 	}
 	return sig, nil
 }

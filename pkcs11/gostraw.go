@@ -72,7 +72,7 @@ func (t *Token) publicFromCertificate(ki keyInfo) (*gost.PublicKey, error) {
 // provePublic signs a random text with the key and verifies it against
 // cert, before anything else is signed: the token showed no public key, so
 // that the certificate is the key's is known only this way.
-func (k *Key) provePublic(ctx context.Context, sh p11.SessionHandle, cert *x509.Certificate) error {
+func (t *Token) provePublic(ctx context.Context, sh p11.SessionHandle, k *Key, cert *x509.Certificate) error {
 	pub, ok := gostmech.CertificatePublicKey(cert).(*gost.PublicKey)
 	if !ok {
 		return fmt.Errorf("%w: certificate %q is not a GOST R 34.10-2012 certificate", tokenerr.ErrCertMismatch, cert.Subject.CommonName)
@@ -84,7 +84,7 @@ func (k *Key) provePublic(ctx context.Context, sh p11.SessionHandle, cert *x509.
 	k.mu.Lock()
 	h := k.handle
 	k.mu.Unlock()
-	sig, err := call(ctx, k.tok.mod, func(b Backend) ([]byte, error) { return gostSign(k.gost, b, sh, h, probe) }, nil)
+	sig, err := call(ctx, t.mod, func(b Backend) ([]byte, error) { return gostSign(k.gost, b, sh, h, probe) }, nil)
 	if err != nil {
 		return tokenerr.Classify(fmt.Sprintf("sign with key %q to check its certificate", k.label), err)
 	}
@@ -92,9 +92,9 @@ func (k *Key) provePublic(ctx context.Context, sh p11.SessionHandle, cert *x509.
 	sum.Write(probe)
 	if err := gost.Verify(pub, sum.Sum(nil), sig); err != nil {
 		return fmt.Errorf("%w: certificate %q (thumbprint %s) is not for key %q on token %q: the key's signature does not verify against it", tokenerr.ErrCertMismatch,
-			cert.Subject.CommonName, canonical.ThumbprintOf(cert), k.label, k.tok.info.Label)
+			cert.Subject.CommonName, canonical.ThumbprintOf(cert), k.label, t.info.Label)
 	}
-	k.tok.log.Debug().Str("key", k.label).Str("thumbprint", canonical.ThumbprintOf(cert)).Msg("the token shows no public key: a signature verified against the certificate")
+	t.log.Debug().Str("key", k.label).Str("thumbprint", canonical.ThumbprintOf(cert)).Msg("the token shows no public key: a signature verified against the certificate")
 	return nil
 }
 
