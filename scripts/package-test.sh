@@ -108,9 +108,14 @@ if command -v systemd-analyze >/dev/null 2>&1; then
 	[ -z "$out" ] || fail "systemd-analyze verify signagent.service with card-reader.conf: $out"
 fi
 # lintian, pedantic: no tag at all but the one packaging/lintian/signagent
-# overrides, with its reason (no init.d script).
+# overrides, with its reason (no init.d script). The spelling check of the
+# binary is left out: Go's linker packs the binary's strings without
+# separators, so lintian reads words across their joins (CI saw "addD":
+# Redis command names side by side), and which joins appear changes with
+# any build, so an override would be unused in the next (also a tag).
 rc=0
-out=$(lintian --pedantic --display-info --fail-on error,warning,info,pedantic --tag-display-limit 0 "$deb" 2>&1) || rc=$?
+out=$(lintian --pedantic --display-info --fail-on error,warning,info,pedantic --tag-display-limit 0 \
+	--suppress-tags spelling-error-in-binary "$deb" 2>&1) || rc=$?
 out=$(echo "$out" | grep -v 'running with root privileges' || true)
 [ "$rc" = 0 ] && [ -z "$out" ] || fail "lintian (exit $rc): $out"
 echo "package-test: $deb ($(du -k "$deb" | cut -f1) KiB, $(echo "$list" | grep -vc '/$') files): ok"
