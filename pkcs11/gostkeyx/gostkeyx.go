@@ -55,6 +55,7 @@ const (
 // Ways are the ways, in the order a key prefers them.
 var Ways = []Way{OneStep, DeriveKDF4357, DeriveDiversified}
 
+// String names the way, as logs and token check show it.
 func (w Way) String() string {
 	switch w {
 	case OneStep:

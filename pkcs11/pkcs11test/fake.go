@@ -123,6 +123,7 @@ func (f *Fake) enter(op string) error {
 	return err
 }
 
+// Initialize is the Backend's Initialize, as the fake is set to answer.
 func (f *Fake) Initialize() error {
 	if err := f.enter("Initialize"); err != nil {
 		return err
@@ -133,6 +134,7 @@ func (f *Fake) Initialize() error {
 	return nil
 }
 
+// Finalize is the Backend's Finalize, as the fake is set to answer.
 func (f *Fake) Finalize() error {
 	if err := f.enter("Finalize"); err != nil {
 		return err
@@ -144,8 +146,10 @@ func (f *Fake) Finalize() error {
 	return nil
 }
 
+// Destroy is the Backend's Destroy, as the fake is set to answer.
 func (f *Fake) Destroy() { f.enter("Destroy") }
 
+// GetSlotList is the Backend's GetSlotList, as the fake is set to answer.
 func (f *Fake) GetSlotList(bool) ([]uint, error) {
 	if err := f.enter("GetSlotList"); err != nil {
 		return nil, err
@@ -167,6 +171,7 @@ func (f *Fake) GetSlotInfo(slot uint) (p11.SlotInfo, error) {
 	return p11.SlotInfo{Flags: p11.CKF_TOKEN_PRESENT | p11.CKF_REMOVABLE_DEVICE | p11.CKF_HW_SLOT}, nil
 }
 
+// GetTokenInfo is the Backend's GetTokenInfo, as the fake is set to answer.
 func (f *Fake) GetTokenInfo(slot uint) (p11.TokenInfo, error) {
 	if err := f.enter("GetTokenInfo"); err != nil {
 		return p11.TokenInfo{}, err
@@ -176,6 +181,7 @@ func (f *Fake) GetTokenInfo(slot uint) (p11.TokenInfo, error) {
 	return p11.TokenInfo{Label: "fake", SerialNumber: "F00D", Flags: f.Flags}, nil
 }
 
+// OpenSession is the Backend's OpenSession, as the fake is set to answer.
 func (f *Fake) OpenSession(slot uint, flags uint) (p11.SessionHandle, error) {
 	if err := f.enter("OpenSession"); err != nil {
 		return 0, err
@@ -187,6 +193,7 @@ func (f *Fake) OpenSession(slot uint, flags uint) (p11.SessionHandle, error) {
 	return f.next, nil
 }
 
+// CloseSession is the Backend's CloseSession, as the fake is set to answer.
 func (f *Fake) CloseSession(sh p11.SessionHandle) error {
 	if err := f.enter("CloseSession"); err != nil {
 		return err
@@ -204,6 +211,7 @@ func (f *Fake) Sessions() int {
 	return len(f.sessions)
 }
 
+// Login is the Backend's Login, as the fake is set to answer.
 func (f *Fake) Login(sh p11.SessionHandle, userType uint, pin string) error {
 	if err := f.enter("Login"); err != nil {
 		return err
@@ -214,6 +222,7 @@ func (f *Fake) Login(sh p11.SessionHandle, userType uint, pin string) error {
 	return nil
 }
 
+// FindObjectsInit is the Backend's FindObjectsInit, as the fake is set to answer.
 func (f *Fake) FindObjectsInit(sh p11.SessionHandle, tmpl []*p11.Attribute) error {
 	if err := f.enter("FindObjectsInit"); err != nil {
 		return err
@@ -243,6 +252,7 @@ func (f *Fake) FindObjectsInit(sh p11.SessionHandle, tmpl []*p11.Attribute) erro
 	return nil
 }
 
+// FindObjects is the Backend's FindObjects, as the fake is set to answer.
 func (f *Fake) FindObjects(sh p11.SessionHandle, max int) ([]p11.ObjectHandle, bool, error) {
 	if err := f.enter("FindObjects"); err != nil {
 		return nil, false, err
@@ -254,8 +264,10 @@ func (f *Fake) FindObjects(sh p11.SessionHandle, max int) ([]p11.ObjectHandle, b
 	return out, false, nil
 }
 
+// FindObjectsFinal is the Backend's FindObjectsFinal, as the fake is set to answer.
 func (f *Fake) FindObjectsFinal(sh p11.SessionHandle) error { return f.enter("FindObjectsFinal") }
 
+// GetAttributeValue is the Backend's GetAttributeValue, as the fake is set to answer.
 func (f *Fake) GetAttributeValue(sh p11.SessionHandle, o p11.ObjectHandle, a []*p11.Attribute) ([]*p11.Attribute, error) {
 	if err := f.enter("GetAttributeValue"); err != nil {
 		return nil, err
@@ -284,10 +296,12 @@ func (f *Fake) GetAttributeValue(sh p11.SessionHandle, o p11.ObjectHandle, a []*
 	return []*p11.Attribute{p11.NewAttribute(a[0].Type, v)}, nil
 }
 
+// SignInit is the Backend's SignInit, as the fake is set to answer.
 func (f *Fake) SignInit(sh p11.SessionHandle, m []*p11.Mechanism, o p11.ObjectHandle) error {
 	return f.enter("SignInit")
 }
 
+// Sign is the Backend's Sign, as the fake is set to answer.
 func (f *Fake) Sign(sh p11.SessionHandle, msg []byte) ([]byte, error) {
 	if err := f.enter("Sign"); err != nil {
 		return nil, err
@@ -296,10 +310,12 @@ func (f *Fake) Sign(sh p11.SessionHandle, msg []byte) ([]byte, error) {
 	return rsa.SignPKCS1v15(nil, f.Key, crypto.SHA256, digest)
 }
 
+// DecryptInit is the Backend's DecryptInit, as the fake is set to answer.
 func (f *Fake) DecryptInit(sh p11.SessionHandle, m []*p11.Mechanism, o p11.ObjectHandle) error {
 	return f.enter("DecryptInit")
 }
 
+// Decrypt is the Backend's Decrypt, as the fake is set to answer.
 func (f *Fake) Decrypt(sh p11.SessionHandle, c []byte) ([]byte, error) {
 	if err := f.enter("Decrypt"); err != nil {
 		return nil, err
@@ -316,6 +332,7 @@ func (f *Fake) GetMechanismList(slot uint) ([]*p11.Mechanism, error) {
 	return []*p11.Mechanism{p11.NewMechanism(p11.CKM_RSA_PKCS, nil)}, nil
 }
 
+// DigestInit is the Backend's DigestInit, as the fake is set to answer.
 func (f *Fake) DigestInit(sh p11.SessionHandle, m []*p11.Mechanism) error {
 	if err := f.enter("DigestInit"); err != nil {
 		return err
@@ -323,10 +340,12 @@ func (f *Fake) DigestInit(sh p11.SessionHandle, m []*p11.Mechanism) error {
 	return p11.Error(p11.CKR_MECHANISM_INVALID)
 }
 
+// Digest is the Backend's Digest, as the fake is set to answer.
 func (f *Fake) Digest(sh p11.SessionHandle, msg []byte) ([]byte, error) {
 	return nil, p11.Error(p11.CKR_OPERATION_NOT_INITIALIZED)
 }
 
+// GetInfo is the Backend's GetInfo, as the fake is set to answer.
 func (f *Fake) GetInfo() (p11.Info, error) {
 	if err := f.enter("GetInfo"); err != nil {
 		return p11.Info{}, err
@@ -334,6 +353,7 @@ func (f *Fake) GetInfo() (p11.Info, error) {
 	return p11.Info{ManufacturerID: "fake", LibraryDescription: "fake token", CryptokiVersion: p11.Version{Major: 2, Minor: 40}}, nil
 }
 
+// GetMechanismInfo is the Backend's GetMechanismInfo, as the fake is set to answer.
 func (f *Fake) GetMechanismInfo(slot uint, m []*p11.Mechanism) (p11.MechanismInfo, error) {
 	if err := f.enter("GetMechanismInfo"); err != nil {
 		return p11.MechanismInfo{}, err
@@ -349,6 +369,7 @@ func (f *Fake) DeriveKey(p11.SessionHandle, []*p11.Mechanism, p11.ObjectHandle, 
 	return 0, p11.Error(p11.CKR_FUNCTION_NOT_SUPPORTED)
 }
 
+// UnwrapKey is the Backend's UnwrapKey, as the fake is set to answer.
 func (f *Fake) UnwrapKey(p11.SessionHandle, []*p11.Mechanism, p11.ObjectHandle, []byte, []*p11.Attribute) (p11.ObjectHandle, error) {
 	if err := f.enter("UnwrapKey"); err != nil {
 		return 0, err
@@ -356,6 +377,7 @@ func (f *Fake) UnwrapKey(p11.SessionHandle, []*p11.Mechanism, p11.ObjectHandle, 
 	return 0, p11.Error(p11.CKR_FUNCTION_NOT_SUPPORTED)
 }
 
+// DestroyObject is the Backend's DestroyObject, as the fake is set to answer.
 func (f *Fake) DestroyObject(p11.SessionHandle, p11.ObjectHandle) error {
 	if err := f.enter("DestroyObject"); err != nil {
 		return err

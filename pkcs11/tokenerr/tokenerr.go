@@ -60,6 +60,7 @@ type TokenError struct {
 	Err  error     // the underlying error
 }
 
+// Error is the error's one line.
 func (e *TokenError) Error() string {
 	var b strings.Builder
 	b.WriteString("could not ")
@@ -79,6 +80,7 @@ func (e *TokenError) Error() string {
 // Unwrap lets errors.Is match both the sentinel and the underlying error.
 func (e *TokenError) Unwrap() []error { return []error{e.Kind, e.Err} }
 
+// CodeName is a CKR_ code's name, or its value in hex.
 func CodeName(c p11.Error) string {
 	// miekg/pkcs11 prints "pkcs11: 0xA0: CKR_PIN_INCORRECT"; keep the name.
 	s := c.Error()

@@ -93,6 +93,7 @@ type TokenSelector struct {
 	HasSlot bool
 }
 
+// String names the token the selector asks for (label, serial), as errors show it.
 func (s TokenSelector) String() string {
 	if s.HasSlot {
 		t := s
