@@ -56,6 +56,7 @@ func TestInventedMethodsDoNotGrowMetrics(t *testing.T) {
 	a, addr, dir := tcpAgent(t)
 	a.do("GET", "/metrics", "") // the scrape's own series exist from now on
 	_, before := a.do("GET", "/metrics", "")
+	start := time.Now()
 	for i := range 300 {
 		status, closed := rawHTTP(t, addr, fmt.Sprintf("INVENTED%d", i))
 		if !strings.HasPrefix(status, "401") || !closed {
@@ -72,12 +73,17 @@ func TestInventedMethodsDoNotGrowMetrics(t *testing.T) {
 	if len(after) > len(before)+2048 {
 		t.Fatalf("/metrics grew from %d to %d bytes", len(before), len(after))
 	}
+	// The agent lets 10 refusals a second through to the log and the
+	// audit (newSampler(10, time.Second)): at most that many for each
+	// second the 300 took (under the race detector on a loaded machine
+	// they took 8 s: 80 lines, over a fixed 50), and never all of them.
+	allowed := min(10*(int(time.Since(start)/time.Second)+2), 299)
 	audit, _ := os.ReadFile(filepath.Join(dir, "audit.log"))
-	if n := strings.Count(string(audit), "unauthorized"); n > 50 {
-		t.Fatalf("%d audit lines for 300 refused requests: not rate-limited", n)
+	if n := strings.Count(string(audit), "unauthorized"); n > allowed {
+		t.Fatalf("%d audit lines for 300 refused requests in %v: not rate-limited", n, time.Since(start).Round(time.Millisecond))
 	}
-	if n := strings.Count(a.stderr.String(), "caller refused"); n > 50 {
-		t.Fatalf("%d log lines for 300 refused requests: not rate-limited", n)
+	if n := strings.Count(a.stderr.String(), "caller refused"); n > allowed {
+		t.Fatalf("%d log lines for 300 refused requests in %v: not rate-limited", n, time.Since(start).Round(time.Millisecond))
 	}
 }
 
