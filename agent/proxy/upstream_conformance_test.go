@@ -495,9 +495,13 @@ func TestUpstreamConformance(t *testing.T) {
 						t.Errorf("the agent's client took a head past its bounds: %s", s)
 					}
 					if huge {
-						// Six calls: at most 1 MiB each (the head's limit is
-						// 64 KiB; textproto grows its line as it reads).
-						if grew := after.TotalAlloc - before.TotalAlloc; grew > 6<<20 {
+						// Six calls: about 1 MiB each (the head's limit is
+						// 64 KiB; textproto grows its line as it reads);
+						// TotalAlloc is the whole process's, and under the
+						// race detector on a loaded machine it read 11 MiB
+						// once, so the bound is 24 MiB: still far below one
+						// 64 MiB head read whole.
+						if grew := after.TotalAlloc - before.TotalAlloc; grew > 24<<20 {
 							t.Errorf("the agent's client allocated %d MiB for six calls answered by a 64 MiB head", grew>>20)
 						}
 					}
