@@ -23,6 +23,7 @@ func TestDocCommands(t *testing.T) {
 	files, _ := filepath.Glob("../../docs/*.md")
 	files = append(files, "../../README.md")
 	checked := 0
+	appFor := appsFor()
 	for _, file := range files {
 		if filepath.Base(file) == "cli.md" {
 			continue
@@ -40,13 +41,23 @@ func TestDocCommands(t *testing.T) {
 	t.Logf("%d signagent command lines checked", checked)
 }
 
-// appFor is the program a documented command line runs: signagent or
-// signagent-bench.
-func appFor(program string) *cli.App {
-	if program == "signagent-bench" {
-		return benchcmd.NewApp(strings.NewReader(""), io.Discard, io.Discard)
+// appsFor returns the program a documented command line runs, signagent
+// or signagent-bench, each built once: the tests only read their commands
+// and flags, and building the whole CLI for each of some hundred lines
+// took minutes under the race detector.
+func appsFor() func(program string) *cli.App {
+	apps := map[string]*cli.App{}
+	return func(program string) *cli.App {
+		if a, ok := apps[program]; ok {
+			return a
+		}
+		a := app.NewApp(strings.NewReader(""), io.Discard, io.Discard)
+		if program == "signagent-bench" {
+			a = benchcmd.NewApp(strings.NewReader(""), io.Discard, io.Discard)
+		}
+		apps[program] = a
+		return a
 	}
-	return app.NewApp(strings.NewReader(""), io.Discard, io.Discard)
 }
 
 // signagentLines finds the signagent (and signagent-bench) invocations in

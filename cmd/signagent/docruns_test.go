@@ -138,6 +138,7 @@ func commandLines(t *testing.T, file string, fenced bool) []commandLine {
 func TestDocCommandsRun(t *testing.T) {
 	t.Parallel()
 	var runs []invocation
+	appFor := appsFor()
 	scripts, _ := filepath.Glob("scripts/testdata/script/*.txtar")
 	for _, file := range append(scripts, "../../scripts/demo.sh", "../../scripts/bench.sh") {
 		for _, l := range commandLines(t, file, false) {

@@ -3,7 +3,6 @@ package cmdutil
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -51,13 +50,17 @@ func TokenFlags() []cli.Flag {
 // (a flag added to the group must not shift another command's flags). An
 // unknown name is a programming error: every command is built by the tests.
 func Pick(all []cli.Flag, names ...string) []cli.Flag {
+	byName := make(map[string]cli.Flag, len(all))
+	for _, f := range all {
+		byName[f.Names()[0]] = f
+	}
 	out := make([]cli.Flag, 0, len(names))
 	for _, n := range names {
-		i := slices.IndexFunc(all, func(f cli.Flag) bool { return f.Names()[0] == n })
-		if i < 0 {
+		f, ok := byName[n]
+		if !ok {
 			panic("no flag --" + n)
 		}
-		out = append(out, all[i])
+		out = append(out, f)
 	}
 	return out
 }

@@ -4,7 +4,6 @@ import (
 	"io"
 	"os"
 	"reflect"
-	"slices"
 
 	"github.com/urfave/cli/v2"
 
@@ -19,10 +18,11 @@ import (
 // OldFlags are the hidden old flags of the renamed ones among flags.
 func OldFlags(flags []cli.Flag) []cli.Flag {
 	var out []cli.Flag
+	names := flagNameSet(flags)
 	for _, fl := range flags {
 		name := fl.Names()[0]
 		old := settings.OldName(name)
-		if old == "" || hasFlag(flags, old) {
+		if old == "" || names[old] {
 			continue
 		}
 		out = append(out, &cli.StringFlag{Name: old, Hidden: true, EnvVars: []string{settings.EnvOf(old)}})
@@ -31,7 +31,20 @@ func OldFlags(flags []cli.Flag) []cli.Flag {
 }
 
 func hasFlag(flags []cli.Flag, name string) bool {
-	return slices.ContainsFunc(flags, func(f cli.Flag) bool { return slices.Contains(f.Names(), name) })
+	return flagNameSet(flags)[name]
+}
+
+// flagNameSet is the set of every name of flags. urfave/cli's Names runs a
+// regular expression at each call, and looking a command's flags up one
+// by one made building the CLI quadratic in them (most of its start-up).
+func flagNameSet(flags []cli.Flag) map[string]bool {
+	names := make(map[string]bool, len(flags))
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			names[n] = true
+		}
+	}
+	return names
 }
 
 // UseOldFlags gives each renamed flag of c's command the value of its old
