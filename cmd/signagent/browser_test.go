@@ -61,19 +61,47 @@ func newBrowserBed(t *testing.T) *browserBed {
 		"SIGNAGENT_CLIENT_SECRET=s3cret-of-the-app", "SIGNAGENT_SPACE=staging", "DISPLAY=", "WAYLAND_DISPLAY=", "BROWSER="}}
 }
 
-// browser starts a headless chromium (no sandbox: CI runs as root).
+// chromium is one headless chromium (no sandbox: CI runs as root) that
+// the package's browser tests share, each in a browser context of its own
+// (its own cookies and storage, as a private window). Each test started
+// its own before: 4 s alone, and up to a minute each when they started
+// together under the race detector on two cores.
+var chromium struct {
+	once   sync.Once
+	ctx    context.Context // the browser's first tab, which keeps it running
+	cancel context.CancelFunc
+	err    error
+}
+
+// closeChromium ends the shared browser, if a test started it (TestMain).
+func closeChromium() {
+	if chromium.cancel != nil {
+		chromium.cancel()
+	}
+}
+
+// browser opens a tab in a new browser context of the shared chromium,
+// closed when the test ends.
 func browser(t *testing.T) context.Context {
 	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(900, 700))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	chromium.once.Do(func() {
+		opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.NoSandbox, chromedp.DisableGPU,
+			chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(900, 700))
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		// chromium is newer than chromedp's protocol tables: events it
+		// cannot decode are reported here, and are not failures (an action
+		// that fails fails its test).
+		ctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithErrorf(func(string, ...any) {}))
+		chromium.ctx, chromium.cancel = ctx, func() { cancelBrowser(); cancelAlloc() }
+		chromium.err = chromedp.Run(ctx) // starts chromium
+	})
+	if chromium.err != nil {
+		t.Fatalf("starting chromium: %v", chromium.err)
+	}
+	ctx, cancel := chromedp.NewContext(chromium.ctx, chromedp.WithNewBrowserContext())
 	t.Cleanup(cancel)
-	// chromium is newer than chromedp's protocol tables: events it cannot
-	// decode are logged, not failures.
-	ctx, cancel2 := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	ctx, cancel2 := context.WithTimeout(ctx, 90*time.Second)
 	t.Cleanup(cancel2)
-	ctx, cancel3 := context.WithTimeout(ctx, 90*time.Second)
-	t.Cleanup(cancel3)
 	return ctx
 }
 

@@ -18,7 +18,16 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testscript.Main(clitest.Isolated{M: m}, clitest.Commands)
+	testscript.Main(closingChromium{clitest.Isolated{M: m}}, clitest.Commands)
+}
+
+// closingChromium runs the tests, then ends the chromium the browser
+// tests share.
+type closingChromium struct{ clitest.Isolated }
+
+func (c closingChromium) Run() int {
+	defer closeChromium()
+	return c.Isolated.Run()
 }
 
 // run is signagent's main in this process, its streams given.
