@@ -51,7 +51,7 @@ func TestArchitecturePage(t *testing.T) {
 	for dir := range dirs {
 		side := filepath.Base(dir)
 		for _, imp := range goImports(t, dir) {
-			for _, client := range []string{"/legacy", "/trusted", "/oidc", "/devtoken/softhsm", "/devtoken/gosttoken", "/agent"} {
+			for _, client := range []string{"/legacy", "/trusted", "/oidc", "/devtoken", "/pkcs11/softhsm", "/pkcs11/gosttoken", "/agent"} {
 				if strings.HasSuffix(imp, "/signagent"+client) {
 					t.Errorf("emulator/%s imports %s: it must spell the wire itself", side, imp)
 				}

@@ -20,9 +20,9 @@ import (
 	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/canonical"
-	"github.com/signagent/signagent/devtoken/gosttoken"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gosttoken"
 	"github.com/signagent/signagent/signer"
 )
 

@@ -19,7 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/canonical"
-	"github.com/signagent/signagent/devtoken/softhsm"
+	"github.com/signagent/signagent/pkcs11/softhsm"
 	"github.com/signagent/signagent/signer"
 )
 

@@ -20,9 +20,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/softhsm"
 	"github.com/signagent/signagent/signer/signertest"
 )
 

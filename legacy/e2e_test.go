@@ -20,7 +20,6 @@ import (
 
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/canonical"
-	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/emulator/emulatortest"
 	"github.com/signagent/signagent/envelope"
@@ -28,6 +27,7 @@ import (
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/softhsm"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/signer"
 	"github.com/signagent/signagent/signer/signertest"

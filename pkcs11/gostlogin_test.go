@@ -14,10 +14,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/signagent/signagent/devtoken/gosttoken"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/gostkeyx"
+	"github.com/signagent/signagent/pkcs11/gosttoken"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/signer/signertest"

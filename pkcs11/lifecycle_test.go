@@ -16,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/pkcs11"
-	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/pkcs11test/fake"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
@@ -33,7 +33,7 @@ func openFake(t *testing.T, sel pkcs11.Selection) *pkcs11.Key {
 var digest = func() []byte { d := sha256.Sum256([]byte("text")); return d[:] }()
 
 func TestModuleLoadedOnceAndFinalizedByTheLast(t *testing.T) {
-	f := pkcs11test.NewFake(t)
+	f := fake.New(t)
 	_, sel, loads := f.Setup(t, "1234")
 	a := openFake(t, sel)
 	b := openFake(t, sel)
@@ -57,20 +57,20 @@ func TestModuleLoadedOnceAndFinalizedByTheLast(t *testing.T) {
 func TestTokenFailuresMarkTheKeyLost(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		set  func(f *pkcs11test.Fake)
+		set  func(f *fake.Backend)
 		want error
 	}{
-		{"device removed", func(f *pkcs11test.Fake) { f.Always["Sign"] = p11.Error(p11.CKR_DEVICE_REMOVED) }, tokenerr.ErrDeviceRemoved},
-		{"token not present", func(f *pkcs11test.Fake) { f.Always["SignInit"] = p11.Error(p11.CKR_TOKEN_NOT_PRESENT) }, tokenerr.ErrDeviceRemoved},
-		{"session invalid", func(f *pkcs11test.Fake) { f.Always["SignInit"] = p11.Error(p11.CKR_SESSION_HANDLE_INVALID) }, tokenerr.ErrSessionClosed},
-		{"handle invalid, then nothing found", func(f *pkcs11test.Fake) {
+		{"device removed", func(f *fake.Backend) { f.Always["Sign"] = p11.Error(p11.CKR_DEVICE_REMOVED) }, tokenerr.ErrDeviceRemoved},
+		{"token not present", func(f *fake.Backend) { f.Always["SignInit"] = p11.Error(p11.CKR_TOKEN_NOT_PRESENT) }, tokenerr.ErrDeviceRemoved},
+		{"session invalid", func(f *fake.Backend) { f.Always["SignInit"] = p11.Error(p11.CKR_SESSION_HANDLE_INVALID) }, tokenerr.ErrSessionClosed},
+		{"handle invalid, then nothing found", func(f *fake.Backend) {
 			f.Always["SignInit"] = p11.Error(p11.CKR_OBJECT_HANDLE_INVALID)
 			f.Gone = true
 		}, tokenerr.ErrTokenLost},
-		{"device error", func(f *pkcs11test.Fake) { f.Always["Sign"] = p11.Error(p11.CKR_DEVICE_ERROR) }, tokenerr.ErrDeviceError},
+		{"device error", func(f *fake.Backend) { f.Always["Sign"] = p11.Error(p11.CKR_DEVICE_ERROR) }, tokenerr.ErrDeviceError},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := pkcs11test.NewFake(t)
+			f := fake.New(t)
 			_, sel, _ := f.Setup(t, "1234")
 			k := openFake(t, sel)
 			if _, err := k.Sign(nil, digest, crypto.SHA256); err != nil {
@@ -95,10 +95,10 @@ func TestTokenFailuresMarkTheKeyLost(t *testing.T) {
 }
 
 func TestStaleHandleIsLookedUpAgainOnce(t *testing.T) {
-	f := pkcs11test.NewFake(t)
+	f := fake.New(t)
 	_, sel, _ := f.Setup(t, "1234")
 	k := openFake(t, sel)
-	f.Set(func(f *pkcs11test.Fake) { f.Fail["SignInit"] = p11.Error(p11.CKR_OBJECT_HANDLE_INVALID) })
+	f.Set(func(f *fake.Backend) { f.Fail["SignInit"] = p11.Error(p11.CKR_OBJECT_HANDLE_INVALID) })
 	finds := f.Count("FindObjectsInit")
 	sig, err := k.Sign(nil, digest, crypto.SHA256)
 	if err != nil || k.Token().Lost() != nil {
@@ -113,7 +113,7 @@ func TestStaleHandleIsLookedUpAgainOnce(t *testing.T) {
 }
 
 func TestRefusedPINIsNotTriedAgain(t *testing.T) {
-	f := pkcs11test.NewFake(t)
+	f := fake.New(t)
 	_, sel, _ := f.Setup(t, "0000")
 	for range 4 { // four reloads of an agent with a wrong PIN
 		if _, err := pkcs11.Open(context.Background(), sel, zerolog.Nop()); !errors.Is(err, tokenerr.ErrPINIncorrect) {
@@ -153,7 +153,7 @@ func TestPINFlagsAreReadBeforeLogin(t *testing.T) {
 		{"locked by the login", 0, false, p11.Error(p11.CKR_PIN_LOCKED), tokenerr.ErrPINLocked, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := pkcs11test.NewFake(t)
+			f := fake.New(t)
 			f.Flags |= tc.flags
 			if tc.loginErr != nil {
 				f.Always["Login"] = tc.loginErr
@@ -180,12 +180,12 @@ func TestPINFlagsAreReadBeforeLogin(t *testing.T) {
 // caller is answered at its deadline, the key is lost, Close neither waits
 // nor finalizes, and when the call finally returns its session is closed.
 func TestHungCallIsAbandoned(t *testing.T) {
-	f := pkcs11test.NewFake(t)
+	f := fake.New(t)
 	_, sel, _ := f.Setup(t, "1234")
 	sel.Timeout = 100 * time.Millisecond
 	k := openFake(t, sel)
 	release := make(chan struct{})
-	f.Set(func(f *pkcs11test.Fake) { f.Hang["Sign"] = release })
+	f.Set(func(f *fake.Backend) { f.Hang["Sign"] = release })
 	start := time.Now()
 	_, err := k.Sign(nil, digest, crypto.SHA256)
 	if d := time.Since(start); !errors.Is(err, tokenerr.ErrTokenTimeout) || !tokenerr.Recoverable(err) || d > time.Second {
@@ -209,7 +209,7 @@ func TestHungCallIsAbandoned(t *testing.T) {
 func TestOpenIsBoundedByItsContext(t *testing.T) {
 	for _, op := range []string{"Initialize", "GetSlotList", "Login", "FindObjects"} {
 		t.Run(op, func(t *testing.T) {
-			f := pkcs11test.NewFake(t)
+			f := fake.New(t)
 			release := make(chan struct{})
 			defer close(release)
 			f.Hang[op] = release
@@ -226,7 +226,7 @@ func TestOpenIsBoundedByItsContext(t *testing.T) {
 }
 
 func TestDecryptOnTheToken(t *testing.T) {
-	f := pkcs11test.NewFake(t)
+	f := fake.New(t)
 	_, sel, _ := f.Setup(t, "1234")
 	k := openFake(t, sel)
 	ct, _ := rsa.EncryptPKCS1v15(rand.Reader, &f.Key.PublicKey, []byte("challenge"))
@@ -239,7 +239,7 @@ func TestDecryptOnTheToken(t *testing.T) {
 func TestCertificateChoice(t *testing.T) {
 	now := time.Now()
 	t.Run("valid beats expired", func(t *testing.T) {
-		f := pkcs11test.NewFake(t)
+		f := fake.New(t)
 		f.ClearCerts()
 		f.AddCert(t, "expired", now.AddDate(-2, 0, 0), now.AddDate(-1, 0, 0))
 		valid := f.AddCert(t, "valid", now.Add(-time.Hour), now.AddDate(1, 0, 0))
@@ -249,7 +249,7 @@ func TestCertificateChoice(t *testing.T) {
 		}
 	})
 	t.Run("two valid is an error that lists them", func(t *testing.T) {
-		f := pkcs11test.NewFake(t)
+		f := fake.New(t)
 		a := f.AddCert(t, "second", now.Add(-time.Hour), now.AddDate(1, 0, 0))
 		_, sel, _ := f.Setup(t, "1234")
 		_, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
@@ -258,7 +258,7 @@ func TestCertificateChoice(t *testing.T) {
 		}
 	})
 	t.Run("only another key's certificate", func(t *testing.T) {
-		f := pkcs11test.NewFake(t)
+		f := fake.New(t)
 		f.ClearCerts()
 		f.AddCert(t, "x", now.Add(-time.Hour), now.AddDate(1, 0, 0))
 		other, _ := rsa.GenerateKey(rand.Reader, 2048)
@@ -273,12 +273,12 @@ func TestCertificateChoice(t *testing.T) {
 // TestBusySessionsAreNotATokenFailure: a deadline that passes while every
 // session is in use is the queue's problem: the key stays usable.
 func TestBusySessionsAreNotATokenFailure(t *testing.T) {
-	f := pkcs11test.NewFake(t)
+	f := fake.New(t)
 	_, sel, _ := f.Setup(t, "1234")
 	sel.MaxSessions = 2
 	k := openFake(t, sel)
 	release := make(chan struct{})
-	f.Set(func(f *pkcs11test.Fake) { f.Hang["Sign"] = release })
+	f.Set(func(f *fake.Backend) { f.Hang["Sign"] = release })
 	done := make(chan error, 2)
 	for range 2 {
 		go func() { _, err := k.Sign(nil, digest, crypto.SHA256); done <- err }()
@@ -310,13 +310,13 @@ func TestBusySessionsAreNotATokenFailure(t *testing.T) {
 // agent's /readyz does not report a card that is out as ready; and that
 // the card is back when the slot says so, without a login.
 func TestCheckAsksTheReader(t *testing.T) {
-	f := pkcs11test.NewFake(t)
+	f := fake.New(t)
 	_, sel, _ := f.Setup(t, "1234")
 	k := openFake(t, sel)
 	if err := k.Check(context.Background()); err != nil {
 		t.Fatalf("a present card: %v", err)
 	}
-	f.Set(func(f *pkcs11test.Fake) { f.Absent = true })
+	f.Set(func(f *fake.Backend) { f.Absent = true })
 	err := k.Check(context.Background())
 	if !errors.Is(err, tokenerr.ErrDeviceRemoved) || !tokenerr.Recoverable(err) {
 		t.Fatalf("a card out that the module still describes from memory: %v", err)
@@ -325,7 +325,7 @@ func TestCheckAsksTheReader(t *testing.T) {
 		t.Fatalf("the PIN in an error: %v", err)
 	}
 	logins := f.Count("Login")
-	f.Set(func(f *pkcs11test.Fake) { f.Absent = false })
+	f.Set(func(f *fake.Backend) { f.Absent = false })
 	if err := k.Check(context.Background()); err != nil && !tokenerr.Recoverable(err) {
 		t.Fatalf("the card back: %v", err)
 	}
@@ -341,11 +341,11 @@ func TestCheckAsksTheReader(t *testing.T) {
 // detector) when the two ran at once in one library. The fake holds
 // C_Finalize, which a real module cannot be made to do on demand.
 func TestInitializeWaitsForFinalize(t *testing.T) {
-	f := pkcs11test.NewFake(t)
+	f := fake.New(t)
 	_, sel, _ := f.Setup(t, "1234")
 	a := openFake(t, sel)
 	hold := make(chan struct{})
-	f.Set(func(f *pkcs11test.Fake) { f.Hang["Finalize"] = hold })
+	f.Set(func(f *fake.Backend) { f.Hang["Finalize"] = hold })
 	closed := make(chan struct{})
 	go func() { a.Close(); close(closed) }()
 	for f.Count("Finalize") == 0 {
@@ -363,7 +363,7 @@ func TestInitializeWaitsForFinalize(t *testing.T) {
 	if n := f.Count("Initialize"); n != 1 {
 		t.Fatalf("C_Initialize ran %d times while C_Finalize was still running; want only the first", n)
 	}
-	f.Set(func(f *pkcs11test.Fake) { delete(f.Hang, "Finalize") })
+	f.Set(func(f *fake.Backend) { delete(f.Hang, "Finalize") })
 	close(hold)
 	<-closed
 	k := <-opened
@@ -385,11 +385,11 @@ func TestInitializeWaitsForFinalize(t *testing.T) {
 // saw the agent call it not ready); a check that times out with no other
 // answer meanwhile still marks the key lost. The fake holds C_GetSlotInfo.
 func TestCheckBehindABusyToken(t *testing.T) {
-	f := pkcs11test.NewFake(t)
+	f := fake.New(t)
 	_, sel, _ := f.Setup(t, "1234")
 	k := openFake(t, sel)
 	hold := make(chan struct{})
-	f.Set(func(f *pkcs11test.Fake) { f.Hang["GetSlotInfo"] = hold })
+	f.Set(func(f *fake.Backend) { f.Hang["GetSlotInfo"] = hold })
 	asked := f.Count("GetSlotInfo")
 	done := make(chan error)
 	go func() {
@@ -414,6 +414,6 @@ func TestCheckBehindABusyToken(t *testing.T) {
 	if err := k.Check(ctx); !errors.Is(err, tokenerr.ErrTokenTimeout) || k.Token().Lost() == nil {
 		t.Fatalf("check with no answer at all: %v (lost: %v)", err, k.Token().Lost())
 	}
-	f.Set(func(f *pkcs11test.Fake) { delete(f.Hang, "GetSlotInfo") })
+	f.Set(func(f *fake.Backend) { delete(f.Hang, "GetSlotInfo") })
 	close(hold)
 }

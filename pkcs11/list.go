@@ -57,7 +57,7 @@ func HoldModule(ctx context.Context, path string) (func(), error) {
 	return release, err
 }
 
-// ProvisioningContext is for provisioning only (devtoken/softhsm, the
+// ProvisioningContext is for provisioning only (pkcs11/softhsm, the
 // test rigs): it hands out the miekg/pkcs11 context of the module as loaded
 // for this process, to create and destroy objects. It bypasses the Backend
 // seam: no deadline bounds its calls, no fault is injected into them, and

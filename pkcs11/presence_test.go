@@ -8,14 +8,14 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 
-	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/pkcs11test/fake"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
 )
 
 // TestPresence: --removal's view of the card, on the fake (whose
 // GetSlotInfo alone says the card is out, as OpenSC's does).
 func TestPresence(t *testing.T) {
-	f := pkcs11test.NewFake(t)
+	f := fake.New(t)
 	_, sel, _ := f.Setup(t, "1234")
 	k := openFake(t, sel)
 	ctx := context.Background()
@@ -30,29 +30,29 @@ func TestPresence(t *testing.T) {
 	if gone, how, err := p.Gone(ctx); gone || how != "" || err != nil {
 		t.Fatalf("a card in: gone %v %q %v", gone, how, err)
 	}
-	if tok, back, err := p.Back(ctx); !back || err != nil || tok.Slot != pkcs11test.FakeSlot || tok.Label != "fake" {
+	if tok, back, err := p.Back(ctx); !back || err != nil || tok.Slot != fake.Slot || tok.Label != "fake" {
 		t.Fatalf("a card in: back %v %+v %v", back, tok, err)
 	}
 
-	f.Set(func(f *pkcs11test.Fake) { f.Absent = true })
+	f.Set(func(f *fake.Backend) { f.Absent = true })
 	if gone, how, err := p.Gone(ctx); !gone || how != "slot 7: CKF_TOKEN_PRESENT cleared" || err != nil {
 		t.Fatalf("a card out: gone %v %q %v", gone, how, err)
 	}
 	if _, back, err := p.Back(ctx); back || err != nil {
 		t.Fatalf("a card out (C_GetSlotList still lists the slot): back %v %v", back, err)
 	}
-	f.Set(func(f *pkcs11test.Fake) { f.Absent, f.Always["GetSlotInfo"] = false, p11.Error(p11.CKR_GENERAL_ERROR) })
+	f.Set(func(f *fake.Backend) { f.Absent, f.Always["GetSlotInfo"] = false, p11.Error(p11.CKR_GENERAL_ERROR) })
 	if gone, how, err := p.Gone(ctx); !gone || how != "slot 7: C_GetSlotInfo answered CKR_GENERAL_ERROR" || err != nil {
 		t.Fatalf("pcscd down: gone %v %q %v", gone, how, err)
 	}
 	if _, back, err := p.Back(ctx); back || err == nil {
 		t.Fatalf("pcscd down: back %v %v, want an error to try again on", back, err)
 	}
-	f.Set(func(f *pkcs11test.Fake) { delete(f.Always, "GetSlotInfo") })
+	f.Set(func(f *fake.Backend) { delete(f.Always, "GetSlotInfo") })
 
 	hang := make(chan struct{})
 	defer close(hang)
-	f.Set(func(f *pkcs11test.Fake) { f.Hang["GetSlotInfo"] = hang })
+	f.Set(func(f *fake.Backend) { f.Hang["GetSlotInfo"] = hang })
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	if gone, _, err := p.Gone(short); gone || !errors.Is(err, tokenerr.ErrTokenTimeout) {

@@ -9,7 +9,7 @@ import (
 	p11 "github.com/miekg/pkcs11"
 
 	"github.com/signagent/signagent/agent/tokenq"
-	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/pkcs11test/fake"
 )
 
 // TestPulledAndHungTokenOnTheFake: the agent's view of a card pulled out
@@ -19,7 +19,7 @@ import (
 // way the token is seen not ready, signing says so at once, and the
 // token is used again once it is back.
 func TestPulledAndHungTokenOnTheFake(t *testing.T) {
-	f := pkcs11test.NewFake(t)
+	f := fake.New(t)
 	_, sel, _ := f.Setup(t, "1234")
 	m, err := tokenq.New(tokenq.Options{Open: opener(sel, nil), CheckEvery: 20 * time.Millisecond,
 		BackoffFirst: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, OpenTimeout: 200 * time.Millisecond})
@@ -34,7 +34,7 @@ func TestPulledAndHungTokenOnTheFake(t *testing.T) {
 
 	// Pulled: the reader says the card is out, and the module no longer
 	// reads the token.
-	f.Set(func(f *pkcs11test.Fake) {
+	f.Set(func(f *fake.Backend) {
 		f.Absent = true
 		f.Always["GetTokenInfo"] = p11.Error(p11.CKR_TOKEN_NOT_PRESENT)
 	})
@@ -42,7 +42,7 @@ func TestPulledAndHungTokenOnTheFake(t *testing.T) {
 	if _, _, err := m.Sign(context.Background(), content, ts); !errors.Is(err, tokenq.ErrNotReady) {
 		t.Fatalf("signing while the token is out: %v", err)
 	}
-	f.Set(func(f *pkcs11test.Fake) { f.Absent = false; delete(f.Always, "GetTokenInfo") })
+	f.Set(func(f *fake.Backend) { f.Absent = false; delete(f.Always, "GetTokenInfo") })
 	waitFor(t, "the token to be back", func() bool { return m.State().Ready })
 	if _, _, err := m.Sign(context.Background(), content, ts); err != nil {
 		t.Fatalf("after the token came back: %v", err)
@@ -58,12 +58,12 @@ func TestPulledAndHungTokenOnTheFake(t *testing.T) {
 		}
 	}
 	defer release()
-	f.Set(func(f *pkcs11test.Fake) { f.Hang["GetSlotInfo"] = hang })
+	f.Set(func(f *fake.Backend) { f.Hang["GetSlotInfo"] = hang })
 	waitFor(t, "the hung token to be seen not ready", func() bool { return !m.State().Ready })
 	if _, _, err := m.Sign(context.Background(), content, ts); !errors.Is(err, tokenq.ErrNotReady) {
 		t.Fatalf("signing while the module hangs: %v", err)
 	}
-	f.Set(func(f *pkcs11test.Fake) { delete(f.Hang, "GetSlotInfo") })
+	f.Set(func(f *fake.Backend) { delete(f.Hang, "GetSlotInfo") })
 	release()
 	waitFor(t, "the token to answer again", func() bool { return m.State().Ready })
 	if _, _, err := m.Sign(context.Background(), content, ts); err != nil {

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/signagent/signagent/devtoken/gosttoken"
+	"github.com/signagent/signagent/pkcs11/gosttoken"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer/signertest"
 	"github.com/signagent/signagent/store/storetest"

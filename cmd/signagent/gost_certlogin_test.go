@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/signagent/signagent/devtoken/gosttoken"
+	"github.com/signagent/signagent/pkcs11/gosttoken"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer/signertest"
 )

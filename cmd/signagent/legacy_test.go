@@ -10,10 +10,10 @@ import (
 	"testing"
 
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
-	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/softhsm"
 	"github.com/signagent/signagent/signer/signertest"
 )
 

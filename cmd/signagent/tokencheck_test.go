@@ -17,10 +17,10 @@ import (
 
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/signagent/internal/tokencmd"
-	"github.com/signagent/signagent/devtoken/gosttoken"
-	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gosttoken"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/softhsm"
 )
 
 // tokenCheck runs `signagent token check` as the real binary and returns

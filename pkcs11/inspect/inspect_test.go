@@ -11,14 +11,14 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/gostkeyx"
 	"github.com/signagent/signagent/pkcs11/inspect"
-	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/pkcs11test/fake"
 )
 
 // The fake token stands in for a module whose flags change between two
 // reads; InspectModule and ListObjects run on real modules in
 // cmd/signagent's token check and keys tests.
 func TestMechanismsAndPINState(t *testing.T) {
-	f := pkcs11test.NewFake(t)
+	f := fake.New(t)
 	_, sel, _ := f.Setup(t, "1234")
 	ctx := context.Background()
 	k, err := pkcs11.Open(ctx, sel, zerolog.Nop())
@@ -39,7 +39,7 @@ func TestMechanismsAndPINState(t *testing.T) {
 	if st, err := inspect.ReadPINState(ctx, k.Token()); err != nil || st != (inspect.PINState{}) {
 		t.Fatalf("PIN state %+v, %v", st, err)
 	}
-	f.Set(func(f *pkcs11test.Fake) { f.Flags |= p11.CKF_USER_PIN_COUNT_LOW })
+	f.Set(func(f *fake.Backend) { f.Flags |= p11.CKF_USER_PIN_COUNT_LOW })
 	if st, err := inspect.ReadPINState(ctx, k.Token()); err != nil || !st.CountLow || st.FinalTry || st.Locked {
 		t.Fatalf("PIN state after a wrong try %+v, %v", st, err)
 	}

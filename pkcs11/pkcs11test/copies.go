@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/signagent/signagent/devtoken/softhsm"
+	"github.com/signagent/signagent/pkcs11/softhsm"
 )
 
 // Generating an RSA-2048 key on SoftHSM was most of a short test's time,

@@ -8,14 +8,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/signagent/signagent/devtoken/gosttoken"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gosttoken"
 	"github.com/signagent/signagent/pkcs11/tokeninfo"
 	"github.com/signagent/signagent/signer/signertest"
 )
 
 // GOSTToken is a GOST R 34.10-2012 test token: the test module of
-// devtoken/gosttoken (built here with gcc, signing with GnuTLS), because no
+// pkcs11/gosttoken (built here with gcc, signing with GnuTLS), because no
 // software PKCS#11 token implements GOST.
 type GOSTToken struct {
 	gosttoken.Token

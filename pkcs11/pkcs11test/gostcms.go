@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/signagent/signagent/devtoken/gosttoken"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/gosttoken"
 	"github.com/signagent/signagent/signer/signertest"
 )
 

@@ -29,9 +29,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/locate"
+	"github.com/signagent/signagent/pkcs11/softhsm"
 	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 
-	"github.com/signagent/signagent/devtoken/softhsm"
 	"github.com/signagent/signagent/pkcs11"
+	"github.com/signagent/signagent/pkcs11/softhsm"
 )
 
 // A card swapped under a running agent, as SoftHSM can be made to show

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/signagent/signagent/devtoken/softhsm"
+	"github.com/signagent/signagent/pkcs11/softhsm"
 	"github.com/signagent/signagent/signer/signertest"
 )
 

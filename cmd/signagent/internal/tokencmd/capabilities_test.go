@@ -10,7 +10,7 @@ import (
 
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/inspect"
-	"github.com/signagent/signagent/pkcs11/pkcs11test"
+	"github.com/signagent/signagent/pkcs11/pkcs11test/fake"
 )
 
 // TestCapabilities: what token check says an RSA key can do, given the
@@ -18,7 +18,7 @@ import (
 // offer less than SoftHSM does (a CKM_RSA_PKCS that only signs, none at
 // all); SoftHSM's own list is checked in cmd/signagent's token check tests.
 func TestCapabilities(t *testing.T) {
-	f := pkcs11test.NewFake(t)
+	f := fake.New(t)
 	_, sel, _ := f.Setup(t, "1234")
 	ctx := context.Background()
 	k, err := pkcs11.Open(ctx, sel, zerolog.Nop())

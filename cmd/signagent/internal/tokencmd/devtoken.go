@@ -12,7 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
-	"github.com/signagent/signagent/devtoken/softhsm"
+	"github.com/signagent/signagent/devtoken"
 	"github.com/signagent/signagent/pkcs11/locate"
 )
 
@@ -21,7 +21,7 @@ import (
 // that they live side by side.
 func defaultDevDir(kind string) string {
 	name := "dev-token"
-	if kind != softhsm.KindRSA {
+	if kind != devtoken.KindRSA {
 		name += "-" + kind
 	}
 	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
@@ -43,11 +43,11 @@ func devCommand(e *cmdutil.Env) *cli.Command {
 			"test module with gcc (gnutls-bin, gcc, libgnutls28-dev and libgcrypt20-dev needed): a software stand-in for a Rutoken or\n" +
 			"JaCarta card, for development only (its key is a file in DIR).\n" +
 			"Run again to reuse the token; --force makes a new one. It only ever removes what it made (it marks\n" +
-			"its directory with " + softhsm.DevMarker + "), and refuses a non-empty directory it did not make unless --force.\n\n" +
+			"its directory with " + devtoken.Marker + "), and refuses a non-empty directory it did not make unless --force.\n\n" +
 			cmdutil.Examples("signagent token dev", "signagent token dev --key-type gost2012-256", "signagent token dev --force"),
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dir", DefaultText: "$XDG_DATA_HOME/signagent/dev-token[-KIND], else ~/.local/share/signagent/dev-token[-KIND]", Usage: "`DIR` for the token, its configuration and PIN"},
-			&cli.StringFlag{Name: "key-type", Value: softhsm.KindRSA, Usage: "the key: `KIND` " + strings.Join(softhsm.Kinds, ", ")},
+			&cli.StringFlag{Name: "key-type", Value: devtoken.KindRSA, Usage: "the key: `KIND` " + strings.Join(devtoken.Kinds, ", ")},
 			&cli.StringFlag{Name: "label", Value: "signagent-dev", Usage: "token and key `LABEL`"},
 			cmdutil.Pick(cmdutil.TokenFlags(), "module")[0],
 			&cli.BoolFlag{Name: "force", Usage: "discard an existing token in DIR and make a new one (in a directory token dev did not make: replace its files there, saying which)"},
@@ -55,10 +55,10 @@ func devCommand(e *cmdutil.Env) *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			kind := c.String("key-type")
-			if !slices.Contains(softhsm.Kinds, kind) {
-				return cmdutil.UsageErr(fmt.Errorf("--key-type %q: want one of %s", kind, strings.Join(softhsm.Kinds, ", ")))
+			if !slices.Contains(devtoken.Kinds, kind) {
+				return cmdutil.UsageErr(fmt.Errorf("--key-type %q: want one of %s", kind, strings.Join(devtoken.Kinds, ", ")))
 			}
-			if c.Bool("ec") && kind != softhsm.KindRSA {
+			if c.Bool("ec") && kind != devtoken.KindRSA {
 				return cmdutil.UsageErr(fmt.Errorf("--ec adds a P-256 key beside the RSA one; it does not go with --key-type %s", kind))
 			}
 			dirName := c.String("dir")
@@ -76,7 +76,7 @@ func devCommand(e *cmdutil.Env) *cli.Command {
 			if label == "" || len(label) > 32 || strings.ContainsFunc(label, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 				return cmdutil.UsageErr(errors.New("--label must have 1 to 32 printable characters (a PKCS#11 token label)"))
 			}
-			dt := softhsm.DevToken{Dir: dir, Label: label, Kind: kind, EC: c.Bool("ec"), Force: c.Bool("force"), Log: e.Log}
+			dt := devtoken.Token{Dir: dir, Label: label, Kind: kind, EC: c.Bool("ec"), Force: c.Bool("force"), Log: e.Log}
 			if dt.ModulePath() == "" {
 				// Not the default list: p11-kit's proxy comes first there, and
 				// the development token is SoftHSM's.
@@ -93,7 +93,7 @@ func devCommand(e *cmdutil.Env) *cli.Command {
 			}
 			reuse, err := dt.Make()
 			if err != nil {
-				if errors.Is(err, softhsm.ErrForeignDir) || errors.Is(err, softhsm.ErrOtherKind) {
+				if errors.Is(err, devtoken.ErrForeignDir) || errors.Is(err, devtoken.ErrOtherKind) {
 					return cmdutil.UsageErr(err)
 				}
 				return err

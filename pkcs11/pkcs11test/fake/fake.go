@@ -1,4 +1,8 @@
-package pkcs11test
+// Package fake is a pkcs11.Backend that fails or hangs on demand, for what
+// a real token cannot be made to do at a chosen moment: so that pkcs11,
+// agent/tokenq and the commands test a pulled or hung token without
+// SoftHSM. The real tokens are pkcs11/pkcs11test's.
+package fake
 
 import (
 	"crypto"
@@ -19,13 +23,13 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 )
 
-// Fake is a pkcs11.Backend that plays a token with one RSA key and its
+// Backend is a pkcs11.Backend that plays a token with one RSA key and its
 // certificate, and fails or hangs on demand. It exists for what a real
 // token cannot be made to do at a chosen moment: report a removed device, a
 // broken session or a locked PIN in the middle of a call, or never return.
 // Everything else is tested on real SoftHSM. Its fields say how it behaves;
 // change them with Set while the fake is in use.
-type Fake struct {
+type Backend struct {
 	mu    sync.Mutex
 	Key   *rsa.PrivateKey // the token's key (read-only)
 	certs [][]byte        // DER, all with the key's id
@@ -45,8 +49,8 @@ type Fake struct {
 	initDepth int
 }
 
-// FakeSlot is the slot the fake's token is in.
-const FakeSlot = 7
+// Slot is the slot the fake's token is in.
+const Slot = 7
 
 const (
 	fakePriv = p11.ObjectHandle(1)
@@ -54,15 +58,15 @@ const (
 	fakeCert = p11.ObjectHandle(10) // 10, 11, ... one per certificate
 )
 
-// NewFake returns a fake token with a 2048-bit RSA key, the PIN 1234 and
+// New returns a fake token with a 2048-bit RSA key, the PIN 1234 and
 // one certificate valid for the hour around now.
-func NewFake(t testing.TB) *Fake {
+func New(t testing.TB) *Backend {
 	t.Helper()
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &Fake{Key: key, PIN: "1234", Flags: p11.CKF_TOKEN_INITIALIZED | p11.CKF_LOGIN_REQUIRED | p11.CKF_USER_PIN_INITIALIZED,
+	f := &Backend{Key: key, PIN: "1234", Flags: p11.CKF_TOKEN_INITIALIZED | p11.CKF_LOGIN_REQUIRED | p11.CKF_USER_PIN_INITIALIZED,
 		calls: map[string]int{}, Fail: map[string]error{}, Always: map[string]error{}, Hang: map[string]chan struct{}{},
 		sessions: map[p11.SessionHandle]bool{}, finds: map[p11.SessionHandle][]p11.ObjectHandle{}}
 	f.AddCert(t, "fake", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
@@ -70,7 +74,7 @@ func NewFake(t testing.TB) *Fake {
 }
 
 // AddCert stores another certificate of the key, valid from nb to na.
-func (f *Fake) AddCert(t testing.TB, cn string, nb, na time.Time) *x509.Certificate {
+func (f *Backend) AddCert(t testing.TB, cn string, nb, na time.Time) *x509.Certificate {
 	t.Helper()
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(int64(len(f.certs) + 1)), Subject: pkix.Name{CommonName: cn}, NotBefore: nb, NotAfter: na}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, f.Key.Public(), f.Key)
@@ -85,21 +89,21 @@ func (f *Fake) AddCert(t testing.TB, cn string, nb, na time.Time) *x509.Certific
 }
 
 // ClearCerts removes the token's certificates.
-func (f *Fake) ClearCerts() {
+func (f *Backend) ClearCerts() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.certs = nil
 }
 
 // Count says how many times op (a Backend method's name) was called.
-func (f *Fake) Count(op string) int {
+func (f *Backend) Count(op string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls[op]
 }
 
 // Set changes the fake under its lock.
-func (f *Fake) Set(fn func(f *Fake)) {
+func (f *Backend) Set(fn func(f *Backend)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fn(f)
@@ -107,7 +111,7 @@ func (f *Fake) Set(fn func(f *Fake)) {
 
 // enter counts op and returns the error it is set to fail with; it blocks
 // while op is set to hang.
-func (f *Fake) enter(op string) error {
+func (f *Backend) enter(op string) error {
 	f.mu.Lock()
 	f.calls[op]++
 	h := f.Hang[op]
@@ -124,7 +128,7 @@ func (f *Fake) enter(op string) error {
 }
 
 // Initialize is the Backend's Initialize, as the fake is set to answer.
-func (f *Fake) Initialize() error {
+func (f *Backend) Initialize() error {
 	if err := f.enter("Initialize"); err != nil {
 		return err
 	}
@@ -135,7 +139,7 @@ func (f *Fake) Initialize() error {
 }
 
 // Finalize is the Backend's Finalize, as the fake is set to answer.
-func (f *Fake) Finalize() error {
+func (f *Backend) Finalize() error {
 	if err := f.enter("Finalize"); err != nil {
 		return err
 	}
@@ -147,19 +151,19 @@ func (f *Fake) Finalize() error {
 }
 
 // Destroy is the Backend's Destroy, as the fake is set to answer.
-func (f *Fake) Destroy() { f.enter("Destroy") }
+func (f *Backend) Destroy() { f.enter("Destroy") }
 
 // GetSlotList is the Backend's GetSlotList, as the fake is set to answer.
-func (f *Fake) GetSlotList(bool) ([]uint, error) {
+func (f *Backend) GetSlotList(bool) ([]uint, error) {
 	if err := f.enter("GetSlotList"); err != nil {
 		return nil, err
 	}
-	return []uint{FakeSlot}, nil
+	return []uint{Slot}, nil
 }
 
 // GetSlotInfo says the token is present unless Absent is set: as OpenSC
 // does, the fake's other calls go on answering from memory meanwhile.
-func (f *Fake) GetSlotInfo(slot uint) (p11.SlotInfo, error) {
+func (f *Backend) GetSlotInfo(slot uint) (p11.SlotInfo, error) {
 	if err := f.enter("GetSlotInfo"); err != nil {
 		return p11.SlotInfo{}, err
 	}
@@ -172,7 +176,7 @@ func (f *Fake) GetSlotInfo(slot uint) (p11.SlotInfo, error) {
 }
 
 // GetTokenInfo is the Backend's GetTokenInfo, as the fake is set to answer.
-func (f *Fake) GetTokenInfo(slot uint) (p11.TokenInfo, error) {
+func (f *Backend) GetTokenInfo(slot uint) (p11.TokenInfo, error) {
 	if err := f.enter("GetTokenInfo"); err != nil {
 		return p11.TokenInfo{}, err
 	}
@@ -182,7 +186,7 @@ func (f *Fake) GetTokenInfo(slot uint) (p11.TokenInfo, error) {
 }
 
 // OpenSession is the Backend's OpenSession, as the fake is set to answer.
-func (f *Fake) OpenSession(slot uint, flags uint) (p11.SessionHandle, error) {
+func (f *Backend) OpenSession(slot uint, flags uint) (p11.SessionHandle, error) {
 	if err := f.enter("OpenSession"); err != nil {
 		return 0, err
 	}
@@ -194,7 +198,7 @@ func (f *Fake) OpenSession(slot uint, flags uint) (p11.SessionHandle, error) {
 }
 
 // CloseSession is the Backend's CloseSession, as the fake is set to answer.
-func (f *Fake) CloseSession(sh p11.SessionHandle) error {
+func (f *Backend) CloseSession(sh p11.SessionHandle) error {
 	if err := f.enter("CloseSession"); err != nil {
 		return err
 	}
@@ -205,14 +209,14 @@ func (f *Fake) CloseSession(sh p11.SessionHandle) error {
 }
 
 // Sessions is how many sessions are open.
-func (f *Fake) Sessions() int {
+func (f *Backend) Sessions() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.sessions)
 }
 
 // Login is the Backend's Login, as the fake is set to answer.
-func (f *Fake) Login(sh p11.SessionHandle, userType uint, pin string) error {
+func (f *Backend) Login(sh p11.SessionHandle, userType uint, pin string) error {
 	if err := f.enter("Login"); err != nil {
 		return err
 	}
@@ -223,7 +227,7 @@ func (f *Fake) Login(sh p11.SessionHandle, userType uint, pin string) error {
 }
 
 // FindObjectsInit is the Backend's FindObjectsInit, as the fake is set to answer.
-func (f *Fake) FindObjectsInit(sh p11.SessionHandle, tmpl []*p11.Attribute) error {
+func (f *Backend) FindObjectsInit(sh p11.SessionHandle, tmpl []*p11.Attribute) error {
 	if err := f.enter("FindObjectsInit"); err != nil {
 		return err
 	}
@@ -253,7 +257,7 @@ func (f *Fake) FindObjectsInit(sh p11.SessionHandle, tmpl []*p11.Attribute) erro
 }
 
 // FindObjects is the Backend's FindObjects, as the fake is set to answer.
-func (f *Fake) FindObjects(sh p11.SessionHandle, max int) ([]p11.ObjectHandle, bool, error) {
+func (f *Backend) FindObjects(sh p11.SessionHandle, max int) ([]p11.ObjectHandle, bool, error) {
 	if err := f.enter("FindObjects"); err != nil {
 		return nil, false, err
 	}
@@ -265,10 +269,10 @@ func (f *Fake) FindObjects(sh p11.SessionHandle, max int) ([]p11.ObjectHandle, b
 }
 
 // FindObjectsFinal is the Backend's FindObjectsFinal, as the fake is set to answer.
-func (f *Fake) FindObjectsFinal(sh p11.SessionHandle) error { return f.enter("FindObjectsFinal") }
+func (f *Backend) FindObjectsFinal(sh p11.SessionHandle) error { return f.enter("FindObjectsFinal") }
 
 // GetAttributeValue is the Backend's GetAttributeValue, as the fake is set to answer.
-func (f *Fake) GetAttributeValue(sh p11.SessionHandle, o p11.ObjectHandle, a []*p11.Attribute) ([]*p11.Attribute, error) {
+func (f *Backend) GetAttributeValue(sh p11.SessionHandle, o p11.ObjectHandle, a []*p11.Attribute) ([]*p11.Attribute, error) {
 	if err := f.enter("GetAttributeValue"); err != nil {
 		return nil, err
 	}
@@ -297,12 +301,12 @@ func (f *Fake) GetAttributeValue(sh p11.SessionHandle, o p11.ObjectHandle, a []*
 }
 
 // SignInit is the Backend's SignInit, as the fake is set to answer.
-func (f *Fake) SignInit(sh p11.SessionHandle, m []*p11.Mechanism, o p11.ObjectHandle) error {
+func (f *Backend) SignInit(sh p11.SessionHandle, m []*p11.Mechanism, o p11.ObjectHandle) error {
 	return f.enter("SignInit")
 }
 
 // Sign is the Backend's Sign, as the fake is set to answer.
-func (f *Fake) Sign(sh p11.SessionHandle, msg []byte) ([]byte, error) {
+func (f *Backend) Sign(sh p11.SessionHandle, msg []byte) ([]byte, error) {
 	if err := f.enter("Sign"); err != nil {
 		return nil, err
 	}
@@ -311,12 +315,12 @@ func (f *Fake) Sign(sh p11.SessionHandle, msg []byte) ([]byte, error) {
 }
 
 // DecryptInit is the Backend's DecryptInit, as the fake is set to answer.
-func (f *Fake) DecryptInit(sh p11.SessionHandle, m []*p11.Mechanism, o p11.ObjectHandle) error {
+func (f *Backend) DecryptInit(sh p11.SessionHandle, m []*p11.Mechanism, o p11.ObjectHandle) error {
 	return f.enter("DecryptInit")
 }
 
 // Decrypt is the Backend's Decrypt, as the fake is set to answer.
-func (f *Fake) Decrypt(sh p11.SessionHandle, c []byte) ([]byte, error) {
+func (f *Backend) Decrypt(sh p11.SessionHandle, c []byte) ([]byte, error) {
 	if err := f.enter("Decrypt"); err != nil {
 		return nil, err
 	}
@@ -325,7 +329,7 @@ func (f *Fake) Decrypt(sh p11.SessionHandle, c []byte) ([]byte, error) {
 
 // The fake's key is RSA: it offers no GOST mechanism (GOST keys are tested
 // on the GOST test module).
-func (f *Fake) GetMechanismList(slot uint) ([]*p11.Mechanism, error) {
+func (f *Backend) GetMechanismList(slot uint) ([]*p11.Mechanism, error) {
 	if err := f.enter("GetMechanismList"); err != nil {
 		return nil, err
 	}
@@ -333,7 +337,7 @@ func (f *Fake) GetMechanismList(slot uint) ([]*p11.Mechanism, error) {
 }
 
 // DigestInit is the Backend's DigestInit, as the fake is set to answer.
-func (f *Fake) DigestInit(sh p11.SessionHandle, m []*p11.Mechanism) error {
+func (f *Backend) DigestInit(sh p11.SessionHandle, m []*p11.Mechanism) error {
 	if err := f.enter("DigestInit"); err != nil {
 		return err
 	}
@@ -341,12 +345,12 @@ func (f *Fake) DigestInit(sh p11.SessionHandle, m []*p11.Mechanism) error {
 }
 
 // Digest is the Backend's Digest, as the fake is set to answer.
-func (f *Fake) Digest(sh p11.SessionHandle, msg []byte) ([]byte, error) {
+func (f *Backend) Digest(sh p11.SessionHandle, msg []byte) ([]byte, error) {
 	return nil, p11.Error(p11.CKR_OPERATION_NOT_INITIALIZED)
 }
 
 // GetInfo is the Backend's GetInfo, as the fake is set to answer.
-func (f *Fake) GetInfo() (p11.Info, error) {
+func (f *Backend) GetInfo() (p11.Info, error) {
 	if err := f.enter("GetInfo"); err != nil {
 		return p11.Info{}, err
 	}
@@ -354,7 +358,7 @@ func (f *Fake) GetInfo() (p11.Info, error) {
 }
 
 // GetMechanismInfo is the Backend's GetMechanismInfo, as the fake is set to answer.
-func (f *Fake) GetMechanismInfo(slot uint, m []*p11.Mechanism) (p11.MechanismInfo, error) {
+func (f *Backend) GetMechanismInfo(slot uint, m []*p11.Mechanism) (p11.MechanismInfo, error) {
 	if err := f.enter("GetMechanismInfo"); err != nil {
 		return p11.MechanismInfo{}, err
 	}
@@ -362,7 +366,7 @@ func (f *Fake) GetMechanismInfo(slot uint, m []*p11.Mechanism) (p11.MechanismInf
 }
 
 // The fake token has no GOST key: the key-agreement calls are refused.
-func (f *Fake) DeriveKey(p11.SessionHandle, []*p11.Mechanism, p11.ObjectHandle, []*p11.Attribute) (p11.ObjectHandle, error) {
+func (f *Backend) DeriveKey(p11.SessionHandle, []*p11.Mechanism, p11.ObjectHandle, []*p11.Attribute) (p11.ObjectHandle, error) {
 	if err := f.enter("DeriveKey"); err != nil {
 		return 0, err
 	}
@@ -370,7 +374,7 @@ func (f *Fake) DeriveKey(p11.SessionHandle, []*p11.Mechanism, p11.ObjectHandle, 
 }
 
 // UnwrapKey is the Backend's UnwrapKey, as the fake is set to answer.
-func (f *Fake) UnwrapKey(p11.SessionHandle, []*p11.Mechanism, p11.ObjectHandle, []byte, []*p11.Attribute) (p11.ObjectHandle, error) {
+func (f *Backend) UnwrapKey(p11.SessionHandle, []*p11.Mechanism, p11.ObjectHandle, []byte, []*p11.Attribute) (p11.ObjectHandle, error) {
 	if err := f.enter("UnwrapKey"); err != nil {
 		return 0, err
 	}
@@ -378,7 +382,7 @@ func (f *Fake) UnwrapKey(p11.SessionHandle, []*p11.Mechanism, p11.ObjectHandle, 
 }
 
 // DestroyObject is the Backend's DestroyObject, as the fake is set to answer.
-func (f *Fake) DestroyObject(p11.SessionHandle, p11.ObjectHandle) error {
+func (f *Backend) DestroyObject(p11.SessionHandle, p11.ObjectHandle) error {
 	if err := f.enter("DestroyObject"); err != nil {
 		return err
 	}
@@ -398,7 +402,7 @@ func ulong(b []byte) uint {
 // holding pin, and returns a registry that loads the fake in place of the
 // module, a selection of the fake's key through it, and a count of the
 // loads.
-func (f *Fake) Setup(t testing.TB, pin string) (*pkcs11.Registry, pkcs11.Selection, *atomic.Int32) {
+func (f *Backend) Setup(t testing.TB, pin string) (*pkcs11.Registry, pkcs11.Selection, *atomic.Int32) {
 	t.Helper()
 	lib := filepath.Join(t.TempDir(), "fake.so")
 	pinFile := filepath.Join(t.TempDir(), "pin")

@@ -1,8 +1,9 @@
-// Package softhsm sets up SoftHSMv2 tokens for development, the demo, CI and
-// tests: a configuration file in a directory of the caller's, a token
-// initialized through PKCS#11 calls (so no PIN passes through a command line),
-// and keys generated on the token with self-signed certificates stored next
-// to them.
+// Package softhsm provisions SoftHSMv2 tokens, for the development token
+// (package devtoken) and the test rigs (pkcs11/pkcs11test): a configuration
+// file in a directory of the caller's, a token initialized through PKCS#11
+// calls (so no PIN passes through a command line), and keys generated on the
+// token with self-signed certificates, signed on the token by their own keys
+// and stored next to them.
 package softhsm
 
 import (
@@ -13,7 +14,6 @@ import (
 	"crypto/x509/pkix"
 	_ "embed"
 	"encoding/asn1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/big"
@@ -312,13 +312,4 @@ func SelfSigned(key crypto.Signer, cn string, notBefore, notAfter time.Time) (*x
 		return nil, err
 	}
 	return x509.ParseCertificate(der)
-}
-
-// RandomPIN returns a random PIN of n hex digits.
-func RandomPIN(n int) (string, error) {
-	b := make([]byte, (n+1)/2)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b)[:n], nil
 }
