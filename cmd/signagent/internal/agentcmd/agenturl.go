@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 
@@ -53,6 +54,11 @@ func tcpAgent(c *cli.Context) (*agentclient.Client, string, error) {
 		return nil, "", cmdutil.UsageErr(fmt.Errorf("--agent-url %q: want https://HOST:PORT (http:// on loopback), the agent's listener or metrics listener", raw))
 	}
 	base := u.Scheme + "://" + u.Host
+	if u.Scheme == "http" && !loopback(u.Hostname()) {
+		// The agent serves TCP beyond loopback over TLS alone; whatever
+		// answers there in clear would be sent the bearer token.
+		return nil, "", cmdutil.UsageErr(fmt.Errorf("--agent-url %s: plain http beyond loopback; want https://", base))
+	}
 	var tlsCfg *tls.Config
 	if u.Scheme == "https" {
 		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
@@ -92,4 +98,13 @@ func tcpAgent(c *cli.Context) (*agentclient.Client, string, error) {
 		bearer = strings.TrimSpace(string(b))
 	}
 	return agentclient.NewTCP(base, bearer, tlsCfg), base, nil
+}
+
+// loopback reports whether host is this machine's loopback.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
