@@ -104,6 +104,17 @@ func TestChartTestHookCommand(t *testing.T) {
 		return code == 0
 	})
 
+	// --probe live asks /livez, which the metrics listener serves (it has
+	// no /healthz), as the main listener does.
+	for _, live := range [][]string{
+		{"agent", "status", "--probe", "live", "--agent-url", url, "--agent-ca", cert},
+		{"agent", "status", "--probe", "live", "--agent-url", "https://" + api, "--agent-ca", cert, "--bearer-token-file", bearer},
+	} {
+		if code, stderr, _ := runBinary(t, signagent(t, nil, live...)); code != 0 || stderr != "" {
+			t.Errorf("%q: exit %d: %s", live, code, stderr)
+		}
+	}
+
 	// The main listener: every route needs the bearer token.
 	probe := []string{"agent", "status", "--probe", "ready", "--agent-url", "https://" + api, "--agent-ca", cert}
 	if code, stderr, _ := runBinary(t, signagent(t, nil, append(probe, "--bearer-token-file", bearer)...)); code != 0 || stderr != "" {
