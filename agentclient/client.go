@@ -187,6 +187,14 @@ func (c *Client) Alive(ctx context.Context) error {
 	return c.do(ctx, http.MethodGet, "/healthz", nil, &out)
 }
 
+// Live is Alive by /livez, which the metrics listener (--metrics-listen)
+// serves as well, without the bearer token (it has no /healthz). Agents
+// of the previous release serve /healthz alone: Alive asks them.
+func (c *Client) Live(ctx context.Context) error {
+	var out map[string]any
+	return c.do(ctx, http.MethodGet, "/livez", nil, &out)
+}
+
 // ErrorHeader marks the agent's own answer to a proxied call (see
 // agent/proxy.ErrorHeader).
 const ErrorHeader = "Signagent-Error"

@@ -210,6 +210,7 @@ cp deploy/helm/signagent/values-oidc-redis.yaml "$tmp/chart/my-values.yaml"
 out=$(CHART=$chart CHART_VERSION=$chart_version run_block chart "$tmp/chart")
 cmp -s "$tmp/chart/signagent-$chart_version.tgz" "dist/signagent-$chart_version.tgz" || fail "the chart pulled back differs from dist/signagent-$chart_version.tgz"
 grep -q "image: \"ghcr.io/signagent/signagent:" <<<"$out" || fail "the pulled chart does not render the image ghcr.io/signagent/signagent: $(grep 'image:' <<<"$out")"
+grep -q '^    helm.sh/hook: test$' <<<"$out" || fail "the pulled chart renders no helm test hook (templates/tests/ready.yaml)"
 # refused CMD...: the command fails, and its one error line is printed.
 refused() {
 	local out

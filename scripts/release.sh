@@ -11,7 +11,9 @@
 #   SBOMs (SPDX 2.3 JSON)        dist/signagent_V_linux_ARCH.spdx.json for each binary,
 #                                dist/signagent_V_ARCH.oci.spdx.json for each image
 #                                (tools/release: its doc comment says what each lists)
-#   the chart                    dist/signagent-CHARTVERSION.tgz (helm package, tools/helm's helm)
+#   the chart                    dist/signagent-CHARTVERSION.tgz (helm package, tools/helm's helm),
+#                                after helm lint and helm template with each example
+#                                values file (scripts/chart-check.sh)
 #   checksums                    dist/checksums.txt, sha256sum's format, names relative to dist/
 #   its signature                dist/checksums.txt.sig (cosign sign-blob, no transparency
 #                                log) and dist/cosign.pub, the key that verifies it
@@ -54,6 +56,8 @@ done
 scripts/package.sh >/dev/null || fail "the Debian package failed (scripts/package.sh)"
 rm -f dist/signagent-*.tgz
 helm=$($GO -C tools/helm tool -n helm) || fail "building helm (tools/helm) failed"
+# Not packaged unless it renders with every example values file.
+out=$(HELM=$helm scripts/chart-check.sh 2>&1 >/dev/null) || fail "$out"
 "$helm" package deploy/helm/signagent --destination dist >/dev/null || fail "helm package deploy/helm/signagent failed"
 
 (cd dist && sha256sum -- signagent_"$version"*.tar.gz signagent_*.deb signagent_"$version"*.oci.tar signagent_"$version"*.spdx.json \

@@ -28,6 +28,7 @@ import (
 	"helm.sh/helm/v3/pkg/releaseutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/applyconfigurations"
@@ -88,7 +89,8 @@ func lint(t *testing.T, v map[string]any) []string {
 	return bad
 }
 
-// render is helm template: the manifest of a client-only dry-run install.
+// render is helm template: the manifest of a client-only dry-run install,
+// its hooks (the helm test's pod) after it, as helm template prints them.
 func render(v map[string]any) (string, error) {
 	ch, err := loader.Load(chartDir)
 	if err != nil {
@@ -106,7 +108,11 @@ func render(v map[string]any) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return rel.Manifest, nil
+	manifest := rel.Manifest
+	for _, h := range rel.Hooks {
+		manifest += "\n---\n# Source: " + h.Path + "\n" + h.Manifest + "\n"
+	}
+	return manifest, nil
 }
 
 // typeConverter knows the server-side-apply schema of every built-in kind.
@@ -186,6 +192,8 @@ func TestExamples(t *testing.T) {
 			kinds := map[string]int{}
 			var dep *appsv1.Deployment
 			var cfg *corev1.ConfigMap
+			var hook *corev1.Pod
+			var np *networkingv1.NetworkPolicy
 			for _, doc := range documents(manifest) {
 				obj, err := check(doc)
 				if err != nil {
@@ -197,6 +205,10 @@ func TestExamples(t *testing.T) {
 					dep = o
 				case *corev1.ConfigMap:
 					cfg = o
+				case *corev1.Pod:
+					hook = o
+				case *networkingv1.NetworkPolicy:
+					np = o
 				case *monitoringv1.ServiceMonitor:
 					kind = "ServiceMonitor"
 					checkServiceMonitor(t, o)
@@ -211,6 +223,7 @@ func TestExamples(t *testing.T) {
 			}
 			checkDeployment(t, dep)
 			checkSettings(t, cfg, dep, serveFlags)
+			checkTestPod(t, hook, dep, np)
 			// The NetworkPolicy is on unless a values file turns it off.
 			if kinds["NetworkPolicy"] != 1 {
 				t.Errorf("NetworkPolicy: %d rendered", kinds["NetworkPolicy"])
@@ -375,6 +388,8 @@ func TestRefused(t *testing.T) {
 		{"no TLS", []string{"agent.tls.secretName="}, "agent/tls/secretName"},
 		{"a digest that is not one", []string{"image.digest=sha256:abc"}, "at '/image/digest'"},
 		{"a volume mount without a path", []string{"extraVolumeMounts[0].name=x"}, "missing property 'mountPath'"},
+		{"client certificates, none for the helm test", []string{"agent.tls.clientCA.secretName=ca", "agent.tls.clientCA.key=ca.crt"}, "tests.clientCertSecret is required with agent.tls.clientCA"},
+		{"a misspelt tests value", []string{"tests.clientCert=x"}, "at '/tests': additional properties 'clientCert' not allowed"},
 	} {
 		v := vals(t, oidc, tc.set...)
 		_, err := render(v)

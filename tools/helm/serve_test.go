@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,7 +32,9 @@ const podID = 65532
 // Secret files laid out as a Secret volume with fsGroup lays them out
 // (root's, group 65532, each volume's defaultMode), a real
 // redis-server as the store, and the probes' own commands: live and ready;
-// Redis killed: not ready (exit 1) but live; Redis back: ready again.
+// Redis killed: not ready (exit 1) but live; Redis back: ready again. The
+// helm test pod's command, as rendered, asks the metrics port over TLS:
+// ready, and ready with Redis down (degraded).
 // Root only (files of other owners, another user); CI runs as root.
 func TestRenderedAgentServes(t *testing.T) {
 	if os.Getuid() != 0 {
@@ -59,6 +62,7 @@ func TestRenderedAgentServes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cfg *corev1.ConfigMap
+	var hook *corev1.Pod
 	// The file modes the kubelet gives each mounted directory's files: a
 	// volume's defaultMode, else 0644.
 	modes := map[string]os.FileMode{}
@@ -70,6 +74,8 @@ func TestRenderedAgentServes(t *testing.T) {
 		switch o := obj.(type) {
 		case *corev1.ConfigMap:
 			cfg = o
+		case *corev1.Pod:
+			hook = o
 		case *appsv1.Deployment:
 			byName := map[string]*int32{}
 			for _, v := range o.Spec.Template.Spec.Volumes {
@@ -90,8 +96,8 @@ func TestRenderedAgentServes(t *testing.T) {
 			}
 		}
 	}
-	if cfg == nil || len(modes) == 0 {
-		t.Fatal("no ConfigMap or Deployment rendered")
+	if cfg == nil || len(modes) == 0 || hook == nil {
+		t.Fatal("no ConfigMap, Deployment or helm test pod rendered")
 	}
 	settings := strings.NewReplacer("/etc/signagent/", root+"/etc/", "/run/signagent", root+"/run",
 		"/var/lib/signagent", root+"/state", "tcp:0.0.0.0:", "tcp:127.0.0.1:").Replace(cfg.Data["agent.yaml"])
@@ -106,7 +112,9 @@ func TestRenderedAgentServes(t *testing.T) {
 	secret("secrets/client-secret/client-secret", randomHex(t)+"\n")
 	secret("secrets/store-key/store.key", randomHex(t)+randomHex(t)+"\n")
 	cert := exec.Command("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-		"-subj", "/CN=crm-signagent", "-days", "1", "-keyout", filepath.Join(etc, "tls/tls.key"), "-out", filepath.Join(etc, "tls/tls.crt"))
+		// the names the Service gives the agents (the helm test asks the
+		// first), and loopback, where this test's agent listens
+		"-subj", "/CN=crm-signagent", "-addext", "subjectAltName=DNS:crm-signagent.partners.svc,IP:127.0.0.1", "-days", "1", "-keyout", filepath.Join(etc, "tls/tls.key"), "-out", filepath.Join(etc, "tls/tls.crt"))
 	must(t, os.MkdirAll(filepath.Join(etc, "tls"), 0o755))
 	if out, err := cert.CombinedOutput(); err != nil {
 		t.Fatalf("openssl: %v\n%s", err, out)
@@ -200,6 +208,30 @@ func TestRenderedAgentServes(t *testing.T) {
 			t.Errorf("%s on the metrics port without a token: %d, want %d: %.300s", path, resp.StatusCode, want, body)
 		}
 	}
+	// The helm test's pod, its command line as rendered: the Service's
+	// name is this machine's loopback (no cluster here, no DNS for it),
+	// the CA is the agent's self-signed certificate, mounted in the pod at
+	// the path the command names.
+	hookRun := func() (int, string) {
+		argv := slices.Clone(hook.Spec.Containers[0].Command)
+		if len(argv) < 9 || argv[0] != "/usr/bin/signagent" {
+			t.Fatalf("the helm test's command %q", argv)
+		}
+		for i, a := range argv {
+			argv[i] = strings.NewReplacer("https://crm-signagent.partners.svc:", "https://127.0.0.1:",
+				"/etc/signagent/test/ca/ca.crt", filepath.Join(etc, "tls/tls.crt")).Replace(a)
+		}
+		out, err := asPod(argv[1:]...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), string(out)
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return 0, string(out)
+	}
+	if code, out := hookRun(); code != 0 || out != "" {
+		t.Fatalf("the helm test's command, the agent ready: exit %d: %s", code, out)
+	}
 	store.Process.Kill()
 	store.Wait()
 	// The store is shared: with it down the agent is degraded, still
@@ -220,6 +252,9 @@ func TestRenderedAgentServes(t *testing.T) {
 	}
 	if code, out := probe("live"); code != 0 {
 		t.Errorf("live with Redis down: exit %d: %s", code, out)
+	}
+	if code, out := hookRun(); code != 0 {
+		t.Errorf("the helm test's command with Redis down (degraded): exit %d: %s", code, out)
 	}
 	store = startRedis()
 	if code, out := until("ready", 0); code != 0 {

@@ -29,7 +29,7 @@ func agentCommand(e *cmdutil.Env) *cli.Command {
 				&cli.StringFlag{Name: "agent-sock", Category: cmdutil.CatAgentUse, EnvVars: []string{agentclient.SocketEnv},
 					Usage: "the agent's Unix socket `PATH` (default: the per-user agent's, " + agent.DefaultSocket() + ")"},
 				cmdutil.JSONFlag(shape),
-			}, cmdutil.SettingsFlags(true), cmdutil.LogFlags("Logging")),
+			}, agentURLFlags(), cmdutil.SettingsFlags(true), cmdutil.LogFlags("Logging")),
 			Before: cmdutil.LoadSettings,
 			Action: func(c *cli.Context) error {
 				if err := cmdutil.NoArgs(c); err != nil {
@@ -48,13 +48,15 @@ func agentCommand(e *cmdutil.Env) *cli.Command {
 		Args:  true, // checked by the command itself (its subcommands, or its own arguments)
 		Usage: "ask the running agent how it is and which identities it holds headers for (like ssh-add -l)",
 		Description: "The agent is the one SIGNAGENT_AGENT_SOCK, --agent-sock or agent-sock in the settings file names,\n" +
-			"else the per-user agent's socket. Exit 4 when it cannot be reached.\n\n" +
-			cmdutil.Examples("signagent agent status", "signagent agent identities", "signagent agent identities --json"),
+			"else the per-user agent's socket; or, over TCP, the one --agent-url names (the chart's helm test asks the\n" +
+			"metrics listener so). Exit 4 when it cannot be reached.\n\n" +
+			cmdutil.Examples("signagent agent status", "signagent agent identities", "signagent agent identities --json",
+				"signagent agent status --probe ready --agent-url https://signagent.partners.svc:9464 --agent-ca ca.crt"),
 		Subcommands: []*cli.Command{
 			withFlags(sub("status", "the readiness of each part, the token and its queue, the identities held by scheme",
 				`{"socket","status","checks","token","queue","identities"}`, func(c *cli.Context, cl *agentclient.Client) error { return agentStatus(c, e, cl) }),
 				&cli.StringFlag{Name: "probe", Category: cmdutil.CatAgentUse,
-					Usage:  "answer by the exit status alone, as a container's probe: `KIND` live (GET /healthz: 0 when the agent serves) or ready (GET /readyz: 0 when the agent can serve, degraded included - a shared store, the service or the identity provider down; 1 when its own token or configuration cannot)",
+					Usage:  "answer by the exit status alone, as a container's probe: `KIND` live (GET /healthz, /livez with --agent-url: 0 when the agent serves) or ready (GET /readyz: 0 when the agent can serve, degraded included - a shared store, the service or the identity provider down; 1 when its own token or configuration cannot)",
 					Action: func(_ *cli.Context, v string) error { return probeKind(v) }}),
 			sub("identities", "the identities the agent holds a header for: scheme, identity, the header masked, expiry",
 				`{"identities":[{"scheme","identity","subject","header","expiresAt","lastUsed","uses"}]}`, func(c *cli.Context, cl *agentclient.Client) error { return agentIdentities(c, e, cl) }),
@@ -63,8 +65,14 @@ func agentCommand(e *cmdutil.Env) *cli.Command {
 }
 
 // runningAgent is the client of the agent the settings name (the
-// per-user one by default), checked to be there.
+// per-user one by default, else the one --agent-url names), checked to be
+// there when it is a Unix socket.
 func runningAgent(c *cli.Context) (*agentclient.Client, error) {
+	if cl, base, err := tcpAgent(c); err != nil || cl != nil {
+		c.App.Metadata["signagent/agent-sock"] = base
+		c.App.Metadata["signagent/agent-tcp"] = cl != nil
+		return cl, err
+	}
 	path := c.String("agent-sock")
 	if path == "" {
 		path = agent.DefaultSocket()
@@ -87,7 +95,8 @@ func agentStatus(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client) error {
 	defer cancel()
 	path, _ := c.App.Metadata["signagent/agent-sock"].(string)
 	if probe := c.String("probe"); probe != "" {
-		return agentProbe(ctx, cl, path, probe)
+		tcp, _ := c.App.Metadata["signagent/agent-tcp"].(bool)
+		return agentProbe(ctx, cl, path, probe, tcp)
 	}
 	ready, err := cl.Ready(ctx)
 	var ae *agentclient.Error
@@ -175,13 +184,19 @@ func agentIdentities(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client) err
 	return w.Flush()
 }
 
-// agentProbe answers a container's probe through the Unix socket: over
-// TCP every route, /readyz included, needs the bearer token, which a
-// probe in the pod's spec must not carry. Silent when the answer is yes.
-func agentProbe(ctx context.Context, cl *agentclient.Client, path, probe string) error {
+// agentProbe answers a container's probe through the Unix socket, or
+// over TCP (tcp) through the metrics listener, which serves /livez and
+// /readyz without the bearer token (every route of the main TCP listener
+// needs it, and a probe in a pod's spec must not carry it). Silent when
+// the answer is yes.
+func agentProbe(ctx context.Context, cl *agentclient.Client, path, probe string, tcp bool) error {
 	switch probe {
 	case "live":
-		if err := cl.Alive(ctx); err != nil {
+		alive := cl.Alive
+		if tcp {
+			alive = cl.Live // the metrics listener has no /healthz
+		}
+		if err := alive(ctx); err != nil {
 			return factory.AgentCallError(fmt.Errorf("the agent at %s: %w", path, err))
 		}
 		return nil

@@ -90,3 +90,21 @@ release's).
 {{ $repo }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 {{- end }}
+
+{{/*
+The helm test's pod (templates/tests/ready.yaml) is rendered: tests.enabled,
+and a Service to ask through.
+*/}}
+{{- define "signagent.testsOn" -}}
+{{- if and .Values.tests.enabled .Values.service.enabled }}true{{ end }}
+{{- end }}
+
+{{/*
+The helm test pod's labels: not the agents' selector labels (the Service
+and the NetworkPolicy must not take it for an agent).
+*/}}
+{{- define "signagent.testLabels" -}}
+app.kubernetes.io/name: {{ include "signagent.name" . }}-test
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: test
+{{- end }}
