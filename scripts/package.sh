@@ -45,7 +45,7 @@ if [ "$arch" = "$host" ]; then
 	cross=
 else
 	for t in "${cross}gcc" "$qemu"; do
-		command -v "$t" >/dev/null || { echo "package: $t is missing: make image-deps installs it (Makefile IMAGE_DEPS)" >&2; exit 1; }
+		command -v "$t" >/dev/null || { echo "package: $t is missing: scripts/deps.sh installs it (Makefile IMAGE_DEPS; make release-snapshot runs it)" >&2; exit 1; }
 	done
 	run="$qemu -L /usr/${cross%-}"
 fi
