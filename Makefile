@@ -97,9 +97,9 @@ package: deps
 	@scripts/package.sh
 
 # release-snapshot: everything a release holds, in dist/, without the
-# release key (a throwaway key signs): archives, the Debian package, the
-# images and their index, SBOMs, checksums.txt and its signature, the
-# chart's package (scripts/release.sh; docs/releases.md).
+# release key (a throwaway key signs): archives, the Debian packages (amd64,
+# arm64), the images and their index, SBOMs, checksums.txt and its
+# signature, the chart's package (scripts/release.sh; docs/releases.md).
 release-snapshot:
 	@scripts/deps.sh $(IMAGE_DEPS)
 	@scripts/release.sh

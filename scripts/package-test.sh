@@ -9,7 +9,7 @@ set -eu
 cd "$(dirname "$0")/.."
 fail() { echo "package-test: $*" >&2; exit 1; }
 scripts/package.sh >/dev/null
-deb=$(ls dist/signagent_*.deb)
+deb=$(ls dist/signagent_*_"$(dpkg --print-architecture)".deb)
 list=$(dpkg-deb -c "$deb" | awk '{print $6}')
 for f in ./usr/bin/signagent \
 	./usr/lib/systemd/system/signagent.service ./usr/lib/systemd/system/signagent.socket \
@@ -107,15 +107,6 @@ if command -v systemd-analyze >/dev/null 2>&1; then
 	out=$(systemd-analyze verify --man=no "$units/signagent.service" 2>&1 | grep -v 'Failed to \(connect\|setup\)\|not found\|Command /usr/bin/signagent' || true)
 	[ -z "$out" ] || fail "systemd-analyze verify signagent.service with card-reader.conf: $out"
 fi
-# lintian, pedantic: no tag at all but the one packaging/lintian/signagent
-# overrides, with its reason (no init.d script). The spelling check of the
-# binary is left out: Go's linker packs the binary's strings without
-# separators, so lintian reads words across their joins (CI saw "addD":
-# Redis command names side by side), and which joins appear changes with
-# any build, so an override would be unused in the next (also a tag).
-rc=0
-out=$(lintian --pedantic --display-info --fail-on error,warning,info,pedantic --tag-display-limit 0 \
-	--suppress-tags spelling-error-in-binary "$deb" 2>&1) || rc=$?
-out=$(echo "$out" | grep -v 'running with root privileges' || true)
-[ "$rc" = 0 ] && [ -z "$out" ] || fail "lintian (exit $rc): $out"
+# lintian, pedantic, with the suppressions scripts/lintian.sh gives reasons for.
+out=$(scripts/lintian.sh "$deb" 2>&1) || fail "$out"
 echo "package-test: $deb ($(du -k "$deb" | cut -f1) KiB, $(echo "$list" | grep -vc '/$') files): ok"

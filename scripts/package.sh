@@ -7,6 +7,15 @@
 # SIGNAGENT_VERSION overrides the version git describe gives (the package's
 # install test builds a newer package with it).
 #
+# PACKAGE_ARCH=arm64 (or amd64 on an arm64 machine) builds the other
+# architecture's package (make release-snapshot builds both): the binary
+# cross-compiled with cgo by Debian's cross compiler (gcc-aarch64-linux-gnu,
+# as scripts/image.sh builds the arm64 image's), its completions and manual
+# page made by that binary under qemu-aarch64 (Debian's qemu-user) on the
+# cross compiler's C library. The machine's own architecture's build
+# removes every dist/signagent_*.deb first (make package leaves one); the
+# other's removes only its own.
+#
 # The binary is hardened as Debian's own packages are (dpkg-buildflags):
 # full RELRO and immediate binding (-z relro -z now, which the external
 # linker of a cgo PIE applies to the whole binary), and the C parts (cgo)
@@ -22,18 +31,37 @@ case $version in
 v[0-9]*) deb_version=${version#v} ;;
 *) deb_version=0.0.0~git$(echo "$version" | tr -c 'A-Za-z0-9.+~\n' '.') ;;
 esac
+host=$($GO env GOHOSTARCH)
+arch=${PACKAGE_ARCH:-$host}
+# The C compiler, its hardening flag for control flow (CET on amd64, PAC
+# and BTI on arm64) and how the binary is run here.
+case $arch in
+amd64) cflags=-fcf-protection cross=x86_64-linux-gnu- qemu=qemu-x86_64 ;;
+arm64) cflags=-mbranch-protection=standard cross=aarch64-linux-gnu- qemu=qemu-aarch64 ;;
+*) echo "package: no package for $arch: amd64 or arm64" >&2; exit 1 ;;
+esac
+run=
+if [ "$arch" = "$host" ]; then
+	cross=
+else
+	for t in "${cross}gcc" "$qemu"; do
+		command -v "$t" >/dev/null || { echo "package: $t is missing: scripts/deps.sh installs it (Makefile IMAGE_DEPS; make release-snapshot runs it)" >&2; exit 1; }
+	done
+	run="$qemu -L /usr/${cross%-}"
+fi
 root=build/pkgroot
-rm -rf "$root" dist/signagent_*.deb
+if [ "$arch" = "$host" ]; then rm -f dist/signagent_*.deb; else rm -f dist/signagent_*_"$arch".deb; fi
+rm -rf "$root"
 mkdir -p "$root/system"
-CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -fstack-protector-strong -fstack-clash-protection -fcf-protection -D_FORTIFY_SOURCE=2" \
+CGO_ENABLED=1 GOOS=linux GOARCH=$arch CC=${cross}gcc CGO_CFLAGS="-O2 -g -fstack-protector-strong -fstack-clash-protection $cflags -D_FORTIFY_SOURCE=2" \
 	$GO build -buildmode=pie -trimpath -ldflags "-s -w -X main.version=$version -X main.commit=$(git rev-parse HEAD 2>/dev/null) -linkmode=external -extldflags=-Wl,-z,relro,-z,now" \
 	-o "$root/signagent" ./cmd/signagent
 # What dh_strip removes besides the symbols: the compilers' notes (.comment).
-objcopy --remove-section=.comment "$root/signagent"
-"$root/signagent" completion bash > "$root/signagent.bash"
-"$root/signagent" completion zsh > "$root/_signagent"
-"$root/signagent" completion fish > "$root/signagent.fish"
-"$root/signagent" man | gzip -9n > "$root/signagent.1.gz"
+"${cross}objcopy" --remove-section=.comment "$root/signagent"
+$run "$root/signagent" completion bash > "$root/signagent.bash"
+$run "$root/signagent" completion zsh > "$root/_signagent"
+$run "$root/signagent" completion fish > "$root/signagent.fish"
+$run "$root/signagent" man | gzip -9n > "$root/signagent.1.gz"
 gzip -9n < CHANGELOG.md > "$root/CHANGELOG.md.gz"
 # A native package's changelog.gz is read as a Debian changelog: one entry
 # pointing to the project's, dated by the commit (the build is repeatable).
@@ -45,6 +73,6 @@ gzip -9n < CHANGELOG.md > "$root/CHANGELOG.md.gz"
 sed 's|exec /usr/local/bin/signagent |exec /usr/bin/signagent |' deploy/signagent.service > "$root/system/signagent.service"
 [ "${1:-}" = --stage ] && exit 0
 mkdir -p dist
-SIGNAGENT_DEB_VERSION=$deb_version SIGNAGENT_DEB_ARCH=$($GO env GOARCH) \
+SIGNAGENT_DEB_VERSION=$deb_version SIGNAGENT_DEB_ARCH=$arch \
 	GOFLAGS=-mod=mod $GO run $NFPM package --config packaging/nfpm.yaml --packager deb --target dist/
-ls dist/*.deb
+ls dist/signagent_*_"$arch".deb

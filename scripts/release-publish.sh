@@ -9,7 +9,10 @@
 # and each image signed, each given an in-toto SLSA provenance statement
 # (the commit, the build command, the materials: go.sum and the Debian
 # packages of its root, by SHA-256) and its SBOM as an attestation
-# (--type spdxjson). The key is COSIGN_KEY (COSIGN_PASSWORD its password),
+# (--type spdxjson); the SBOM also as an OCI 1.1 referrer of its image
+# (tools/release attach-sbom: artifactType application/spdx+json, the SPDX
+# JSON itself as its layer, the registry lists it under GET
+# /v2/REPOSITORY/referrers/DIGEST). The key is COSIGN_KEY (COSIGN_PASSWORD its password),
 # else the throwaway key release.sh made in build/release-key. Prints the
 # index's reference by digest.
 set -euo pipefail
@@ -51,6 +54,8 @@ for arch in amd64 arm64; do
 		fail "the provenance of the $arch image failed"
 	c attest --yes --tlog-upload=false --key "$COSIGN_KEY" --type slsaprovenance --predicate build/provenance-$arch.json "$repo@$d"
 	c attest --yes --tlog-upload=false --key "$COSIGN_KEY" --type spdxjson --predicate "dist/signagent_${version}_$arch.oci.spdx.json" "$repo@$d"
+	build/tools/release attach-sbom "$repo@$d" "dist/signagent_${version}_$arch.oci.spdx.json" >"$log" 2>&1 ||
+		fail "attaching the $arch image's SBOM as a referrer failed: $(tail -n 1 "$log")"
 done
 # The chart, an OCI artifact beside the image (REGISTRY/charts/signagent),
 # signed as the images are.

@@ -7,7 +7,10 @@
 #   1. the images: an OCI archive per architecture and the index over both;
 #      built a second time, the same digests; the arm64 root holds only
 #      aarch64 files, and its binary, run by qemu-aarch64 on the image's
-#      own root (-L), says the archive's version and linux/arm64.
+#      own root (-L), says the archive's version and linux/arm64. The
+#      arm64 Debian package: dpkg-deb says arm64, its ELF files are
+#      aarch64's, its binary runs the same way, and lintian passes it with
+#      the amd64 package's suppressions (scripts/lintian.sh).
 #   2. the SBOMs: each binary's (from its archive) against `go version -m`
 #      of that binary, each image's against the Debian packages and the
 #      binary of the root read back from the image; an SBOM naming a
@@ -15,8 +18,12 @@
 #   3. dist/checksums.txt: sha256sum -c, every archive, image and SBOM in it.
 #   4. signatures: a distribution registry (tools/registry) on loopback
 #      receives the index and both images (scripts/release-publish.sh signs
-#      them, attests their provenance and SBOMs); docs/releases.md's
-#      commands for a download and an image pass as written; a changed
+#      them, attests their provenance and SBOMs, attaches the SBOMs as OCI
+#      referrers); each image's SBOM read back through the referrers API
+#      (GET /v2/NAME/referrers/DIGEST) is dist/'s, an SBOM referrer
+#      attached to another image or with a changed byte refused in one
+#      line; docs/releases.md's commands for a download, an image and an
+#      image's SBOM pass as written; a changed
 #      byte in checksums.txt, a signature by another key and an image with
 #      a changed layer behind the same tag each fail. The chart: pushed to
 #      the registry as OCI, signed, pulled back and rendered (docs/releases.md).
@@ -55,6 +62,19 @@ unpack() {
 	rm -rf "$tmp/layout"
 }
 
+# aarch64_only DIR WHAT MIN: every ELF file under DIR is AArch64's, and
+# there are at least MIN.
+aarch64_only() {
+	local f m n=0
+	while IFS= read -r -d '' f; do
+		m=$(readelf -h "$f" 2>/dev/null | sed -n "s/^ *Machine: *//p" || true)
+		[ -z "$m" ] && continue
+		n=$((n + 1))
+		[ "$m" = AArch64 ] || fail "$2 holds ${f#"$1"}, built for $m"
+	done < <(find "$1" -type f -print0)
+	[ "$n" -ge "$3" ] || fail "$2 holds $n ELF files, want at least $3"
+}
+
 # 1. The images.
 [ -n "${RELEASE_TEST_SKIP_SNAPSHOT:-}" ] || ${MAKE:-make} --no-print-directory release-snapshot >"$tmp/snapshot.log" 2>&1 ||
 	fail "make release-snapshot failed: $(tail -n 20 "$tmp/snapshot.log")"
@@ -86,18 +106,24 @@ rebuilt=$(date +%s)
 # The arm64 root, read back from its image: aarch64 files alone, and its
 # binary runs on it under qemu.
 unpack "dist/signagent_${version}_arm64.oci.tar" "$tmp/arm64"
-n=0
-while IFS= read -r -d '' f; do
-	m=$(readelf -h "$f" 2>/dev/null | sed -n "s/^ *Machine: *//p" || true)
-	[ -z "$m" ] && continue
-	n=$((n + 1))
-	[ "$m" = AArch64 ] || fail "the arm64 image holds ${f#"$tmp/arm64"}, built for $m"
-done < <(find "$tmp/arm64" -type f -print0)
-[ "$n" -ge 5 ] || fail "the arm64 image holds $n ELF files, want the binary, the loader and the libraries"
+# (5: the binary, the loader and the libraries.)
+aarch64_only "$tmp/arm64" "the arm64 image" 5
 out=$(qemu-aarch64 -L "$tmp/arm64" "$tmp/arm64/usr/bin/signagent" version --json) || fail "the arm64 binary under qemu-aarch64 failed: $out"
 [ "$(jq -r .version <<<"$out")" = "$version" ] || fail "the arm64 binary says version $(jq -r .version <<<"$out"), want $version"
 [ "$(jq -r .platform <<<"$out")" = linux/arm64 ] || fail "the arm64 binary says platform $(jq -r .platform <<<"$out"), want linux/arm64"
-echo "release-test: images: $(for f in "${images[@]}"; do printf '%s %d MB, ' "${f#dist/}" $(($(stat -c %s "$f") / 1000000)); done)digests $(echo $second | tr '\n' ' ') the same twice; the second build took $((rebuilt - snap)) s"
+# The arm64 Debian package, cross-built as the image's binary is: its
+# binary run on the image's arm64 root.
+debstart=$(date +%s)
+deb=$(ls dist/signagent_*_arm64.deb 2>/dev/null) && [ "$(wc -l <<<"$deb")" = 1 ] || fail "make release-snapshot left no one dist/signagent_*_arm64.deb: $deb"
+[ "$(dpkg-deb -f "$deb" Architecture)" = arm64 ] || fail "$deb says Architecture $(dpkg-deb -f "$deb" Architecture), want arm64"
+dpkg-deb -x "$deb" "$tmp/deb-arm64"
+aarch64_only "$tmp/deb-arm64" "$deb" 1
+out=$(qemu-aarch64 -L "$tmp/arm64" "$tmp/deb-arm64/usr/bin/signagent" version --json) || fail "$deb's binary under qemu-aarch64 failed: $out"
+[ "$(jq -r .platform <<<"$out")" = linux/arm64 ] || fail "$deb's binary says platform $(jq -r .platform <<<"$out"), want linux/arm64"
+[ "$(jq -r .version <<<"$out" | sed 's/^v//')" = "$version" ] || fail "$deb's binary says version $(jq -r .version <<<"$out"), want $version"
+out=$(scripts/lintian.sh "$deb" 2>&1) || fail "$out"
+debend=$(date +%s)
+echo "release-test: images: $(for f in "${images[@]}"; do printf '%s %d MB, ' "${f#dist/}" $(($(stat -c %s "$f") / 1000000)); done)digests $(echo $second | tr '\n' ' ') the same twice; the second build took $((rebuilt - snap)) s; $deb checked in $((debend - debstart)) s"
 
 # 2. The SBOMs.
 release=build/tools/release
@@ -143,7 +169,7 @@ fi
 # 3. The checksums.
 [ -s dist/checksums.txt ] || fail "dist/checksums.txt is missing"
 out=$(cd dist && sha256sum --strict -c checksums.txt 2>&1) || fail "sha256sum -c dist/checksums.txt: $(grep -v ': OK$' <<<"$out" | head -n 3)"
-for f in dist/signagent_${version}_linux_{amd64,arm64}.tar.gz dist/signagent_${version}{,_amd64,_arm64}.oci.tar dist/*.spdx.json dist/signagent_*.deb; do
+for f in dist/signagent_${version}_linux_{amd64,arm64}.tar.gz dist/signagent_${version}{,_amd64,_arm64}.oci.tar dist/*.spdx.json dist/signagent_*_{amd64,arm64}.deb; do
 	grep -q "^[0-9a-f]\{64\}  ${f#dist/}\$" dist/checksums.txt || fail "dist/checksums.txt does not name ${f#dist/}"
 done
 echo "release-test: SBOMs and checksums.txt: ok ($(wc -l < dist/checksums.txt) files)"
@@ -185,7 +211,7 @@ run_block() {
 	[ "$(grep -c . <<<"$cmds")" = 3 ] || fail "docs/releases.md's $1 block has not three commands: $cmds"
 	local out
 	out=$(cd "$2" && PATH=$tmp/bin:$PATH VERSION=$version IMAGE=${IMAGE:-} IMAGE_ARCH=${IMAGE_ARCH:-} CHART=${CHART:-} \
-		CHART_VERSION=${CHART_VERSION:-} PLAIN_HTTP=1 bash -euo pipefail -c "$cmds" 2>&1) ||
+		CHART_VERSION=${CHART_VERSION:-} REGISTRY_URL=${REGISTRY_URL:-} REPOSITORY=${REPOSITORY:-} DIGEST=${DIGEST:-} ARCH=${ARCH:-} PLAIN_HTTP=1 bash -euo pipefail -c "$cmds" 2>&1) ||
 		fail "docs/releases.md's commands to verify $1 failed: $(grep -v '^WARNING' <<<"$out" | tail -n 2 | tr '\n' ' ')"
 	printf '%s\n' "$out"
 }
@@ -198,6 +224,74 @@ grep -q "$version" <<<"$out" || fail "the downloaded binary does not say version
 arm=$repo@sha256:$(skopeo inspect --raw "oci-archive:dist/signagent_${version}_arm64.oci.tar" | sha256sum | cut -d' ' -f1)
 out=$(IMAGE=$ref IMAGE_ARCH=$arm run_block image dist)
 grep -q "\"docker-manifest-digest\":\"${ref#*@}\"" <<<"$out" || fail "cosign verify did not verify the index ${ref#*@}: $out"
+# The SBOMs as OCI referrers, per architecture: read back through the
+# registry's referrers API, dist/'s very bytes; docs/releases.md's commands
+# fetch the same and check them against checksums.txt.
+sbomstart=$(date +%s)
+# sbom_referrer NAME DIGEST FILE: the registry lists one referrer of
+# artifactType application/spdx+json for DIGEST, its manifest names DIGEST
+# as its subject and its layer is FILE's bytes; else one line saying what
+# is wrong, and 1. The list: GET /v2/NAME/referrers/DIGEST, or where the
+# registry answers that with 404 (distribution v3.0.0 has no referrers
+# API), the referrers tag schema's index, tagged sha256-HEX (the
+# distribution spec's fallback, which clients read and write). Says which
+# in $tmp/referrers.via.
+sbom_referrer() {
+	local api=http://127.0.0.1:$port/v2/$1 m l code
+	code=$(curl -sS -o "$tmp/referrers.json" -w '%{http_code}' -H 'Accept: application/vnd.oci.image.index.v1+json' "$api/referrers/$2") ||
+		{ echo "GET /v2/$1/referrers/$2 failed"; return 1; }
+	echo "the referrers API" > "$tmp/referrers.via"
+	if [ "$code" = 404 ]; then
+		echo "the referrers tag schema (GET /v2/NAME/referrers/DIGEST: 404)" > "$tmp/referrers.via"
+		code=$(curl -sS -o "$tmp/referrers.json" -w '%{http_code}' -H 'Accept: application/vnd.oci.image.index.v1+json' "$api/manifests/sha256-${2#sha256:}") ||
+			{ echo "GET /v2/$1/manifests/sha256-${2#sha256:} failed"; return 1; }
+		[ "$code" = 404 ] && echo '{"manifests": []}' > "$tmp/referrers.json"
+	fi
+	[ "$code" = 200 ] || [ "$code" = 404 ] || { echo "the referrers of $1@$2: HTTP $code"; return 1; }
+	m=$(jq -r '.manifests[] | select(.artifactType == "application/spdx+json") | .digest' "$tmp/referrers.json")
+	[ "$(grep -c . <<<"$m")" = 1 ] || { echo "the image $1@$2 has $(grep -c . <<<"$m") SBOM referrers (artifactType application/spdx+json) by $(cat "$tmp/referrers.via"), want 1"; return 1; }
+	curl -fsS -H 'Accept: application/vnd.oci.image.manifest.v1+json' -o "$tmp/referrer.json" "$api/manifests/$m" || { echo "GET /v2/$1/manifests/$m failed"; return 1; }
+	[ "sha256:$(sha256sum < "$tmp/referrer.json" | cut -d' ' -f1)" = "$m" ] || { echo "the SBOM referrer $m of $1@$2 is not the manifest by that digest"; return 1; }
+	[ "$(jq -r .subject.digest "$tmp/referrer.json")" = "$2" ] || { echo "the SBOM referrer $m listed for $1@$2 names the subject $(jq -r .subject.digest "$tmp/referrer.json")"; return 1; }
+	l=$(jq -r '[.layers[] | select(.mediaType == "application/spdx+json")] | if length == 1 then .[0].digest else "" end' "$tmp/referrer.json")
+	[ -n "$l" ] || { echo "the SBOM referrer $m of $1@$2 has not one application/spdx+json layer"; return 1; }
+	curl -fsSL -o "$tmp/referrer.spdx.json" "$api/blobs/$l" || { echo "GET /v2/$1/blobs/$l failed"; return 1; }
+	cmp -s "$tmp/referrer.spdx.json" "$3" ||
+		{ echo "the SBOM referrer $m of $1@$2 holds sha256:$(sha256sum < "$tmp/referrer.spdx.json" | cut -d' ' -f1), not $3 (sha256:$(sha256sum < "$3" | cut -d' ' -f1))"; return 1; }
+}
+name=${repo#*/}
+declare -A imgdigest
+for a in amd64 arm64; do
+	imgdigest[$a]=sha256:$(skopeo inspect --raw "oci-archive:dist/signagent_${version}_$a.oci.tar" | sha256sum | cut -d' ' -f1)
+	sbom=dist/signagent_${version}_$a.oci.spdx.json
+	out=$(sbom_referrer "$name" "${imgdigest[$a]}" "$sbom") || fail "$out"
+	mkdir -p "$tmp/sbom-$a"
+	cp dist/checksums.txt "$tmp/sbom-$a/"
+	out=$(REGISTRY_URL=http://127.0.0.1:$port REPOSITORY=$name DIGEST=${imgdigest[$a]} ARCH=$a run_block sbom "$tmp/sbom-$a")
+	grep -q "^${sbom#dist/}: OK\$" <<<"$out" || fail "docs/releases.md's SBOM commands did not check ${sbom#dist/} against checksums.txt: $out"
+	cmp -s "$tmp/sbom-$a/${sbom#dist/}" "$sbom" || fail "docs/releases.md's SBOM commands fetched for the $a image another file than $sbom"
+done
+# Refused: the amd64 image's SBOM attached to the arm64 image (the wrong
+# digest) and a copy with a changed byte, each in a repository of its own
+# holding both images.
+bad=()
+for c in wrong changed; do
+	skopeo copy --quiet --all --preserve-digests --src-tls-verify=false --dest-tls-verify=false "docker://$repo@${ref#*@}" "docker://127.0.0.1:$port/bad/$c:x" >/dev/null ||
+		fail "copying the images to bad/$c failed"
+done
+$release attach-sbom "127.0.0.1:$port/bad/wrong@${imgdigest[arm64]}" "dist/signagent_${version}_amd64.oci.spdx.json" >/dev/null || fail "attaching an SBOM to bad/wrong failed"
+sed '0,/"SPDX-2.3"/s//"SPDX-2.4"/' "dist/signagent_${version}_amd64.oci.spdx.json" > "$tmp/changed.spdx.json"
+[ "$(cmp -l "$tmp/changed.spdx.json" "dist/signagent_${version}_amd64.oci.spdx.json" | wc -l)" = 1 ] || fail "the changed SBOM differs in more than one byte"
+$release attach-sbom "127.0.0.1:$port/bad/changed@${imgdigest[amd64]}" "$tmp/changed.spdx.json" >/dev/null || fail "attaching an SBOM to bad/changed failed"
+for c in wrong changed; do
+	if out=$(sbom_referrer "bad/$c" "${imgdigest[amd64]}" "dist/signagent_${version}_amd64.oci.spdx.json"); then
+		fail "an SBOM referrer ($c) was accepted"
+	fi
+	[ "$(wc -l <<<"$out")" = 1 ] || fail "an SBOM referrer ($c): not one line: $out"
+	bad+=("$c: $out")
+done
+sbomend=$(date +%s)
+echo "release-test: SBOM referrers: both images' read back through $(cat "$tmp/referrers.via"), dist/'s bytes; refused: ${bad[0]}; ${bad[1]} ($((sbomend - sbomstart)) s)"
 # The chart: pushed, signed, pulled back (the same bytes as dist/'s) and
 # rendered with an example's values, by docs/releases.md's commands.
 chart_version=$(sed -n 's/^version: *//p' deploy/helm/signagent/Chart.yaml)

@@ -7,7 +7,8 @@
 #   archives                     dist/signagent_V_linux_ARCH.tar.gz: the images'
 #                                binary (the same hardened build), README, LICENSE,
 #                                CHANGELOG; repeatable (sorted, dated by the commit)
-#   the Debian package           scripts/package.sh (this machine's architecture)
+#   the Debian packages          scripts/package.sh: dist/signagent_DEBV_ARCH.deb (amd64, arm64;
+#                                the other architecture's cross-compiled as its image's binary is)
 #   SBOMs (SPDX 2.3 JSON)        dist/signagent_V_linux_ARCH.spdx.json for each binary,
 #                                dist/signagent_V_ARCH.oci.spdx.json for each image
 #                                (tools/release: its doc comment says what each lists)
@@ -53,7 +54,11 @@ for arch in "${arches[@]}"; do
 	$release sbom-image -out "dist/signagent_${version}_$arch.oci.spdx.json" -version "$version" -arch "$arch" "build/image/$arch/root" ||
 		fail "the SBOM of the $arch image failed"
 done
-scripts/package.sh >/dev/null || fail "the Debian package failed (scripts/package.sh)"
+# The machine's own architecture's package first: its build clears dist/'s.
+host=$(dpkg --print-architecture)
+for arch in "$host" $(printf '%s\n' "${arches[@]}" | grep -vx "$host"); do
+	PACKAGE_ARCH=$arch scripts/package.sh >/dev/null || fail "the $arch Debian package failed (PACKAGE_ARCH=$arch scripts/package.sh)"
+done
 rm -f dist/signagent-*.tgz
 helm=$($GO -C tools/helm tool -n helm) || fail "building helm (tools/helm) failed"
 # Not packaged unless it renders with every example values file.

@@ -7,6 +7,7 @@
 //	release check-binary SBOM BINARY
 //	release check-image  SBOM ROOT [PATH]
 //	release provenance  -commit C -command CMD -repo URL FILE...
+//	release attach-sbom IMAGE@DIGEST SBOM
 //
 // A binary's SBOM lists every module of its Go build information
 // (debug/buildinfo, what `go version -m` prints) at its exact version with
@@ -14,7 +15,8 @@
 // (var/lib/dpkg/status.d) at its version, with the licences of its
 // copyright file, and the binary with its modules. The checks refuse, in
 // one line, an SBOM that names what the binary or root does not hold or
-// lacks what it does.
+// lacks what it does. attach-sbom pushes an SBOM to a registry as an OCI
+// 1.1 referrer of its image (referrer.go).
 package main
 
 import (
@@ -33,7 +35,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("a command: sbom-binary, sbom-image, check-binary, check-image or provenance")
+		return fmt.Errorf("a command: sbom-binary, sbom-image, check-binary, check-image, provenance or attach-sbom")
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	out := fs.String("out", "", "the file to write")
@@ -109,6 +111,16 @@ func run(args []string) error {
 			return fmt.Errorf("provenance -commit C -command CMD FILE...")
 		}
 		return provenance(os.Stdout, *repo, *commit, *command, rest)
+	case "attach-sbom":
+		if len(rest) != 2 {
+			return fmt.Errorf("attach-sbom IMAGE@DIGEST SBOM")
+		}
+		ref, err := attachSBOM(rest[0], rest[1])
+		if err != nil {
+			return err
+		}
+		fmt.Println(ref)
+		return nil
 	}
-	return fmt.Errorf("no command %q: sbom-binary, sbom-image, check-binary, check-image or provenance", args[0])
+	return fmt.Errorf("no command %q: sbom-binary, sbom-image, check-binary, check-image, provenance or attach-sbom", args[0])
 }
