@@ -22,15 +22,23 @@ type signTarget struct {
 const baselineSignName = "baseline /v1/signatures"
 
 // interleaved measures each target at n callers for o.Each, spread over
-// o.Rounds rounds that take the targets in turn, so that the machine's
-// drift falls on both alike; each row's note is its process's CPU per
-// call, returned by row name ("/n" appended) when /proc counted some.
+// o.Rounds rounds that take the targets in turn (in the opposite order
+// every other round), so that the machine's drift falls on both alike;
+// each row's note is its process's CPU per call, returned by row name
+// ("/n" appended) when /proc counted some.
 func (o *Options) interleaved(ctx context.Context, n int, targets []signTarget) ([]*Result, map[string]time.Duration) {
 	rounds := max(o.Rounds, 1)
 	merged := make([]*Result, len(targets))
 	spent := make([]time.Duration, len(targets))
-	for range rounds {
-		for i, t := range targets {
+	for round := range rounds {
+		for k := range targets {
+			// Every other round takes them the other way round, so that
+			// neither always runs right after the other's burst.
+			i := k
+			if round%2 == 1 {
+				i = len(targets) - 1 - k
+			}
+			t := targets[i]
 			before := processCPU(t.pid)
 			merged[i] = merge(merged[i], RunContext(ctx, t.name, n, o.Each/time.Duration(rounds), t.op))
 			spent[i] += processCPU(t.pid) - before
