@@ -47,9 +47,9 @@ type ProxyOptions struct {
 // HTTP server with no agent work): floor / nginx, proxy / floor. Without
 // nginx its rows are skipped, said so. With o.Baseline, that binary's
 // agent, started the same way, is measured in the same rounds as
-// "baseline tcp", with its CPU per call, and compared with the agent
-// (proxy / baseline), nginx and the floor: before and after a change in
-// one run.
+// "baseline tcp" (before the agent every other round), with its CPU per
+// call, and compared with the agent (proxy / baseline), nginx and the
+// floor: before and after a change in one run.
 func Proxy(ctx context.Context, o ProxyOptions) error {
 	say := func(format string, a ...any) { fmt.Fprintf(o.Stderr, "bench: "+format+"\n", a...) }
 	dir, err := os.MkdirTemp("", "signagent-bench")
@@ -175,8 +175,16 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 		say("concurrency %d: %d rows, %v each in %d rounds...", conc, len(paths), o.Each, rounds)
 		merged := make([]*Result, len(paths))
 		spent := make([]time.Duration, len(paths))
-		for range rounds {
-			for i, p := range paths {
+		for round := range rounds {
+			for k := range paths {
+				i, p := k, paths[k]
+				if round%2 == 1 && baseline != nil && (p.name == "proxy tcp" || p.name == "baseline tcp") {
+					// The baseline, inserted right after the agent, goes
+					// first every other round: neither always runs right
+					// after the other's burst.
+					i = slices.IndexFunc(paths, func(q path) bool { return q.name != p.name && (q.name == "proxy tcp" || q.name == "baseline tcp") })
+					p = paths[i]
+				}
 				var before time.Duration
 				if f := cpuOf[p.name]; f != nil {
 					before = f()
