@@ -73,9 +73,9 @@ func (a *Agent) start(ctx context.Context, o *Options, cert *x509.Certificate) e
 		return err
 	}
 	a.Socket = filepath.Join(dir, "agent.sock")
-	args := append([]string{"--log-level", "warn", "serve", "--listen", "unix:" + a.Socket, urlFlag(o.Executable, "--trusted-url"), emu.URL(),
+	args := append([]string{"--log-level", "warn", "serve", "--listen", "unix:" + a.Socket, serveFlag(o.Executable, "--trusted-url"), emu.URL(),
 		"--token-concurrency", strconv.Itoa(o.Workers), "--queue-size", strconv.Itoa(max(o.QueueSize, 1)),
-		"--audit-log", filepath.Join(dir, "audit.log"), "--token-delay", o.TokenDelay.String()}, o.ServeArgs...)
+		"--audit-log", filepath.Join(dir, "audit.log"), "--token-delay", o.TokenDelay.String()}, serveArgs(o.Executable, o.ServeArgs)...)
 	cmd := exec.Command(o.Executable, args...)
 	cmd.Env = append(childEnv(), "SIGNAGENT_API_KEY_FILE="+keyFile)
 	if o.PINFile != "" {
@@ -85,16 +85,52 @@ func (a *Agent) start(ctx context.Context, o *Options, cert *x509.Certificate) e
 	// child too: a benchmark leaves no agent behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	cmd.Stderr = o.Stderr
-	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
+	startup, exited, err := startServe(ctx, cmd, a.Socket)
+	if err != nil {
 		return err
 	}
-	a.PID = cmd.Process.Pid
+	a.PID, a.Startup = cmd.Process.Pid, startup
 	a.cleanup = append(a.cleanup, func() {
 		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
+		<-exited
 	})
-	return a.waitReady(ctx, t0)
+	return nil
+}
+
+// startServe starts cmd, a `signagent serve` listening on the Unix socket
+// sock, and waits until it is ready: it returns the time from exec to the
+// first ready answer and a channel closed once cmd has been waited for
+// (the caller stops it). One that exits first (a binary that is no agent,
+// or one that refuses a flag) is said at once, not after waitReady's 15
+// seconds, and is not left running on an error.
+func startServe(ctx context.Context, cmd *exec.Cmd, sock string) (time.Duration, <-chan struct{}, error) {
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, nil, err
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-exited:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	a := &Agent{Socket: sock}
+	if err := a.waitReady(wctx, t0); err != nil {
+		select {
+		case <-exited:
+			err = fmt.Errorf("it exited before it was ready (%v)", cmd.ProcessState)
+		default:
+			cmd.Process.Signal(syscall.SIGTERM)
+			<-exited
+		}
+		return 0, nil, err
+	}
+	return a.Startup, exited, nil
 }
 
 // childEnv is this process's environment without the settings the child

@@ -47,9 +47,9 @@ type ProxyOptions struct {
 // HTTP server with no agent work): floor / nginx, proxy / floor. Without
 // nginx its rows are skipped, said so. With o.Baseline, that binary's
 // agent, started the same way, is measured in the same rounds as
-// "baseline tcp", with its CPU per call, and compared with the agent
-// (proxy / baseline), nginx and the floor: before and after a change in
-// one run.
+// "baseline tcp" (before the agent every other round), with its CPU per
+// call, and compared with the agent (proxy / baseline), nginx and the
+// floor: before and after a change in one run.
 func Proxy(ctx context.Context, o ProxyOptions) error {
 	say := func(format string, a ...any) { fmt.Fprintf(o.Stderr, "bench: "+format+"\n", a...) }
 	dir, err := os.MkdirTemp("", "signagent-bench")
@@ -175,8 +175,16 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 		say("concurrency %d: %d rows, %v each in %d rounds...", conc, len(paths), o.Each, rounds)
 		merged := make([]*Result, len(paths))
 		spent := make([]time.Duration, len(paths))
-		for range rounds {
-			for i, p := range paths {
+		for round := range rounds {
+			for k := range paths {
+				i, p := k, paths[k]
+				if round%2 == 1 && baseline != nil && (p.name == "proxy tcp" || p.name == "baseline tcp") {
+					// The baseline, inserted right after the agent, goes
+					// first every other round: neither always runs right
+					// after the other's burst.
+					i = slices.IndexFunc(paths, func(q path) bool { return q.name != p.name && (q.name == "proxy tcp" || q.name == "baseline tcp") })
+					p = paths[i]
+				}
 				var before time.Duration
 				if f := cpuOf[p.name]; f != nil {
 					before = f()
@@ -190,17 +198,10 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 		for i, p := range paths {
 			rows = append(rows, merged[i])
 			at[fmt.Sprintf("%s/%d", p.name, conc)] = merged[i]
-			if cpuOf[p.name] != nil && merged[i].Ops > 0 {
-				per := spent[i] / time.Duration(merged[i].Ops)
-				if spent[i] == 0 {
-					// /proc counts in clock ticks: under one tick is not
-					// none, and no ratio is made with it.
-					bound := float64((cpuTick / time.Duration(merged[i].Ops)).Nanoseconds()) / 1000
-					merged[i].Note = fmt.Sprintf("CPU <%.1fµs/call (under one %v clock tick)", bound, cpuTick)
-					continue
+			if cpuOf[p.name] != nil {
+				if per := cpuNote(merged[i], spent[i]); per > 0 {
+					cpuPerCall[fmt.Sprintf("%s/%d", p.name, conc)] = per
 				}
-				cpuPerCall[fmt.Sprintf("%s/%d", p.name, conc)] = per
-				merged[i].Note = fmt.Sprintf("CPU %.1fµs/call", float64(per.Nanoseconds())/1000)
 			}
 		}
 	}
@@ -220,10 +221,33 @@ func Proxy(ctx context.Context, o ProxyOptions) error {
 		fmt.Fprintf(o.Stdout, "baseline tcp: the agent of %s, started the same way\n", o.Baseline)
 	}
 	Table(o.Stdout, rows, nil)
-	for _, r := range ratios {
-		fmt.Fprintf(o.Stdout, "%-44s %6.2f\n", r.Name, r.Value)
-	}
+	printRatios(o.Stdout, ratios)
 	return nil
+}
+
+// cpuNote puts row's CPU per call (spent over its calls) in its note and
+// returns it: zero when the row made no call, or when /proc counted none
+// of its CPU (in clock ticks: under one tick is not none, the note says
+// so, and no ratio is made with it).
+func cpuNote(row *Result, spent time.Duration) time.Duration {
+	if row.Ops == 0 {
+		return 0
+	}
+	if spent == 0 {
+		bound := float64((cpuTick / time.Duration(row.Ops)).Nanoseconds()) / 1000
+		row.Note = fmt.Sprintf("CPU <%.1fµs/call (under one %v clock tick)", bound, cpuTick)
+		return 0
+	}
+	per := spent / time.Duration(row.Ops)
+	row.Note = fmt.Sprintf("CPU %.1fµs/call", float64(per.Nanoseconds())/1000)
+	return per
+}
+
+// printRatios writes ratios below a table, one a line.
+func printRatios(w io.Writer, ratios []Ratio) {
+	for _, r := range ratios {
+		fmt.Fprintf(w, "%-44s %6.2f\n", r.Name, r.Value)
+	}
 }
 
 // Ratio is one comparison of bench proxy.

@@ -32,7 +32,7 @@ type proxyAgent struct {
 	addr   string // loopback TCP host:port, with the bearer
 	sock   string // its Unix socket
 	cmd    *exec.Cmd
-	exited chan struct{} // closed when cmd has been waited for
+	exited <-chan struct{} // closed when cmd has been waited for
 }
 
 // start starts exe as `signagent serve` with the settings every agent of
@@ -55,36 +55,16 @@ func (s proxySetup) start(ctx context.Context, name, exe string) (*proxyAgent, e
 	}
 	a := &proxyAgent{addr: addr, sock: filepath.Join(dir, "a.sock")}
 	a.cmd = exec.CommandContext(ctx, exe, "--log-level", "error", "serve", "--listen", "unix:"+a.sock, "--listen", "tcp:"+addr,
-		"--bearer-token-file", filepath.Join(s.dir, "bearer"), "--audit-log", filepath.Join(dir, "audit.log"), urlFlag(exe, "--business-url"), s.upURL,
-		urlFlag(exe, "--oidc-url"), "http://127.0.0.1:9", "--client-id", "bench", "--client-secret-file", filepath.Join(s.dir, "client-secret"),
+		"--bearer-token-file", filepath.Join(s.dir, "bearer"), "--audit-log", filepath.Join(dir, "audit.log"), serveFlag(exe, "--business-url"), s.upURL,
+		serveFlag(exe, "--oidc-url"), "http://127.0.0.1:9", "--client-id", "bench", "--client-secret-file", filepath.Join(s.dir, "client-secret"),
 		"--token-store", state, "--config", os.DevNull)
 	a.cmd.Env = cleanEnv()
 	a.cmd.Stderr = s.stderr
-	if err := a.cmd.Start(); err != nil {
+	_, exited, err := startServe(ctx, a.cmd, a.sock)
+	if err != nil {
 		return nil, err
 	}
-	// One that exits (a binary that is no agent, or one that refuses a
-	// flag) is said at once, not after waitReady's 15 seconds.
-	a.exited = make(chan struct{})
-	go func() { a.cmd.Wait(); close(a.exited) }()
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-a.exited:
-			cancel()
-		case <-wctx.Done():
-		}
-	}()
-	if err := (&Agent{Socket: a.sock}).waitReady(wctx, time.Now()); err != nil {
-		select {
-		case <-a.exited:
-			err = fmt.Errorf("it exited before it was ready (%v)", a.cmd.ProcessState)
-		default:
-		}
-		a.stop()
-		return nil, err
-	}
+	a.exited = exited
 	return a, nil
 }
 

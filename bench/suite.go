@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"runtime"
 	"strconv"
 	"strings"
@@ -57,6 +58,13 @@ type Options struct {
 	AgentPID int
 	// Executable is the signagent binary started as the agent.
 	Executable string
+	// Baseline, when set, is another signagent binary (an earlier build)
+	// started the same way as a second agent on the same token: its
+	// /v1/signatures is measured beside the agent's in Rounds interleaved
+	// rounds per concurrency, with the CPU per call of both and the
+	// ratios (not with Socket).
+	Baseline string
+	Rounds   int
 
 	// Soak mode: SoakCallers drive /v1/signatures for Duration.
 	Duration    time.Duration
@@ -91,6 +99,9 @@ func (o *Options) slow(k crypto.Signer) crypto.Signer {
 // the agent it started, when ctx is done.
 func Suite(ctx context.Context, o Options) error {
 	o.Workers = max(o.Workers, 1)
+	if o.Baseline != "" && o.Socket != "" {
+		return errdefs.New(errdefs.ErrInvalidInput, "--baseline-agent starts a second agent beside the one this run starts; it does not apply with --socket")
+	}
 	key, err := pkcs11.Open(ctx, o.Token, zerolog.Nop())
 	if err != nil {
 		return err
@@ -125,22 +136,43 @@ func Suite(ctx context.Context, o Options) error {
 		sock, pid = a.Socket, a.PID
 		rows = append(rows, &Result{Name: "agent start-up to ready", Value: a.Startup.Round(time.Millisecond).String(), Note: "target < 100ms"})
 	}
-	rows = append(rows, o.agentRows(ctx, agentclient.NewUnix(sock), pid, raw1, rawN)...)
+	var base *signTarget
+	if o.Baseline != "" {
+		bo := o
+		bo.Executable = o.Baseline
+		b, err := StartAgent(ctx, &bo, cert)
+		if err != nil {
+			return fmt.Errorf("the baseline agent %s: %w", o.Baseline, err)
+		}
+		defer b.Stop()
+		rows = append(rows, &Result{Name: "baseline start-up to ready", Value: b.Startup.Round(time.Millisecond).String()})
+		base = &signTarget{name: baselineSignName, op: signOp(agentclient.NewUnix(b.Socket)), pid: b.PID}
+	}
+	agent, ratios := o.agentRows(ctx, agentclient.NewUnix(sock), pid, base, raw1, rawN)
+	rows = append(rows, agent...)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	if o.JSON {
-		return JSON(o.Stdout, map[string]any{"date": time.Now().UTC().Format("2006-01-02"), "cpus": runtime.NumCPU(),
+		header := map[string]any{"date": time.Now().UTC().Format("2006-01-02"), "cpus": runtime.NumCPU(),
 			"goVersion": runtime.Version(), "version": o.Version, "tokenWorkers": o.Workers, "eachRow": o.Each.String(),
-			"tokenDelay": o.TokenDelay.String()}, rows, raw1)
+			"tokenDelay": o.TokenDelay.String()}
+		if o.Baseline != "" {
+			header["baseline"], header["rounds"], header["ratios"] = o.Baseline, max(o.Rounds, 1), ratios
+		}
+		return JSON(o.Stdout, header, rows, raw1)
 	}
 	fmt.Fprintf(o.Stdout, "signagent-bench: %s, %d CPU, Go %s, %s, token workers %d, %v a row",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), o.Version, o.Workers, o.Each)
 	if o.TokenDelay > 0 {
 		fmt.Fprintf(o.Stdout, ", slow card +%v a signature", o.TokenDelay)
 	}
+	if o.Baseline != "" {
+		fmt.Fprintf(o.Stdout, ", agent rows in %d rounds\nbaseline /v1/signatures: the agent of %s, started the same way", max(o.Rounds, 1), o.Baseline)
+	}
 	fmt.Fprintln(o.Stdout)
 	Table(o.Stdout, rows, raw1)
+	printRatios(o.Stdout, ratios)
 	return nil
 }
 
@@ -250,10 +282,15 @@ func (o *Options) gostRows(ctx context.Context) ([]*Result, error) {
 	return []*Result{raw1, rawN, cms1, cmsN}, nil
 }
 
+// agentSignName is the row of the agent's /v1/signatures.
+const agentSignName = "agent /v1/signatures"
+
 // agentRows drives /v1/signatures at each concurrency (and, for an agent
 // this run started, /v1/sessions cold and cached), with memory figures
-// when the agent's process is known.
-func (o *Options) agentRows(ctx context.Context, client *agentclient.Client, pid int, raw1, rawN *Result) []*Result {
+// when the agent's process is known. With a baseline agent, its
+// /v1/signatures is measured in the same rounds (interleaved) and the
+// ratios compare the two.
+func (o *Options) agentRows(ctx context.Context, client *agentclient.Client, pid int, base *signTarget, raw1, rawN *Result) ([]*Result, []Ratio) {
 	var rows []*Result
 	if pid > 0 {
 		time.Sleep(200 * time.Millisecond)
@@ -263,6 +300,7 @@ func (o *Options) agentRows(ctx context.Context, client *agentclient.Client, pid
 	}
 	sign := signOp(client)
 	var peak int64
+	at, perCall := map[string]*Result{}, map[string]time.Duration{}
 	for i, n := range o.Concurrency {
 		o.say("/v1/signatures at concurrency %d...", n)
 		var stopRSS chan struct{}
@@ -271,12 +309,22 @@ func (o *Options) agentRows(ctx context.Context, client *agentclient.Client, pid
 			stopRSS = make(chan struct{})
 			rssCh = MaxRSS(pid, stopRSS)
 		}
-		r := RunContext(ctx, "agent /v1/signatures", n, o.Each, sign)
-		r.Base = raw1
-		if n > 1 {
-			r.Base = rawN
+		measured := []*Result{nil}
+		if base == nil {
+			measured[0] = RunContext(ctx, agentSignName, n, o.Each, sign)
+		} else {
+			var cpu map[string]time.Duration
+			measured, cpu = o.interleaved(ctx, n, []signTarget{{agentSignName, sign, pid}, *base})
+			maps.Copy(perCall, cpu)
 		}
-		rows = append(rows, r)
+		for _, r := range measured {
+			r.Base = raw1
+			if n > 1 {
+				r.Base = rawN
+			}
+			at[fmt.Sprintf("%s/%d", r.Name, n)] = r
+		}
+		rows = append(rows, measured...)
 		if stopRSS != nil {
 			close(stopRSS)
 			peak = <-rssCh
@@ -285,8 +333,9 @@ func (o *Options) agentRows(ctx context.Context, client *agentclient.Client, pid
 	if peak > 0 {
 		rows = append(rows, &Result{Name: fmt.Sprintf("agent RSS at concurrency %d", o.Concurrency[len(o.Concurrency)-1]), Value: MB(peak), Note: "target < 80 MB"})
 	}
+	ratios := signRatios(at, perCall, o.Concurrency)
 	if o.Socket != "" {
-		return rows
+		return rows, ratios
 	}
 	o.say("/v1/sessions, cold and cached...")
 	req := agentapi.SessionRequest{Credential: agentapi.Credential{Phone: "9161234567"}, ServiceUserID: "bench-user-0"}
@@ -301,7 +350,7 @@ func (o *Options) agentRows(ctx context.Context, client *agentclient.Client, pid
 	rows = append(rows, r)
 	r = RunContext(ctx, "agent /v1/sessions cached", 1, o.Each, func(ctx context.Context) string { _, err := client.Session(ctx, req); return errKind(err) })
 	r.Base, r.Note = raw1, "target p50 < 200µs"
-	return append(rows, r)
+	return append(rows, r), ratios
 }
 
 func signOp(client *agentclient.Client) func(context.Context) string {

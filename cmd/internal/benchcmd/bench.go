@@ -54,6 +54,11 @@ func newApp(e *cmdutil.Env) *cli.App {
 			&cli.IntFlag{Name: "queue-size", Value: 1024, Usage: "the started agent's --queue-size `N`"},
 			&cli.StringFlag{Name: "socket", Usage: "drive the agent already serving on this Unix `SOCKET` instead of starting one"},
 			&cli.IntFlag{Name: "agent-pid", Usage: "with --socket: the agent's `PID`, to report its resident memory"},
+			// Hidden, as bench proxy's: a developer's flag
+			// (docs/BENCHMARKS.md), for a change measured before and after
+			// in one run.
+			&cli.StringFlag{Name: "baseline-agent", Hidden: true, Usage: "also start the agent of the signagent `BINARY` (an earlier build) on the same token and measure its /v1/signatures in the same rounds, as row \"baseline /v1/signatures\""},
+			&cli.IntFlag{Name: "rounds", Value: 5, Hidden: true, Usage: "with --baseline-agent: `N` interleaved rounds per /v1/signatures row"},
 		}),
 		Action: func(c *cli.Context) error {
 			return runBench(c, e)
@@ -177,7 +182,7 @@ func agentBinary(self string) (string, error) {
 	return filepath.Abs(path)
 }
 
-// baselineAgent is bench proxy's --baseline-agent as an absolute path to
+// baselineAgent is --baseline-agent (bench's and bench proxy's) as an absolute path to
 // an executable file (a name without a slash is looked up in $PATH), ""
 // when not given.
 func baselineAgent(name string) (string, error) {
@@ -203,6 +208,18 @@ func runBench(c *cli.Context, e *cmdutil.Env) error {
 	conc, err := bench.ParseConcurrency(c.String("concurrency"))
 	if err != nil {
 		return cmdutil.UsageErr(err)
+	}
+	baseline, err := baselineAgent(c.String("baseline-agent"))
+	if err != nil {
+		return cmdutil.UsageErr(fmt.Errorf("--baseline-agent: %w", err))
+	}
+	if baseline != "" {
+		switch {
+		case c.Bool("soak") || c.String("socket") != "":
+			return cmdutil.UsageErr(errors.New("--baseline-agent measures /v1/signatures of two agents this run starts: not with --soak or --socket"))
+		case c.Int("rounds") < 1:
+			return cmdutil.UsageErr(errors.New("--rounds must be positive"))
+		}
 	}
 	sel, err := cmdutil.Selection(c)
 	if err != nil {
@@ -232,7 +249,7 @@ func runBench(c *cli.Context, e *cmdutil.Env) error {
 	o := bench.Options{Token: sel, ECKeyLabel: c.String("ec-key-label"), GOSTKey: gost, PINFile: c.String("pin-file"), APIKey: key,
 		Each: c.Duration("each"), Concurrency: conc, Workers: c.Int("workers"), TokenDelay: c.Duration("token-delay"),
 		QueueSize: c.Int("queue-size"), NoTools: c.Bool("no-tools"), Socket: c.String("socket"), AgentPID: c.Int("agent-pid"),
-		Executable: agent, Duration: c.Duration("duration"), SoakCallers: c.Int("soak-concurrency"),
+		Executable: agent, Baseline: baseline, Rounds: c.Int("rounds"), Duration: c.Duration("duration"), SoakCallers: c.Int("soak-concurrency"),
 		Version: cmdutil.Version, Stdout: e.Stdout, Stderr: e.Stderr, JSON: c.Bool("json")}
 	for _, f := range []string{"module", "token-label", "token-serial", "key", "key-label", "key-id", "certificate-file"} {
 		if v := c.String(f); v != "" && c.IsSet(f) {
