@@ -26,7 +26,10 @@ func (t Time) MarshalJSON() ([]byte, error) {
 	if y := t.UTC().Year(); y < 0 || y > 9999 {
 		return nil, fmt.Errorf("agentapi.Time: year %d outside RFC 3339", y)
 	}
-	return []byte(`"` + t.UTC().Format(TimeFormat) + `"`), nil
+	b := make([]byte, 0, len(TimeFormat)+2)
+	b = append(b, '"')
+	b = t.UTC().AppendFormat(b, TimeFormat)
+	return append(b, '"'), nil
 }
 
 // UnmarshalJSON reads an RFC 3339 time in any precision; null leaves t
