@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -236,11 +237,21 @@ func swtpmOn(t testing.TB, state string, port int) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// What answered may be another's server on the port, with swtpm on
-	// its way out: it says so within moments.
-	select {
-	case <-exited:
-		return gone()
-	case <-time.After(100 * time.Millisecond):
+	// its way out. swtpm serves its control channel only once both its
+	// ports are its own: its answer to CMD_GET_CAPABILITY is the proof (a
+	// fixed wait for it to exit was too short on a loaded machine).
+	for deadline := time.Now().Add(10 * time.Second); !swtpmAnswers(port + 1); {
+		select {
+		case <-exited:
+			return gone()
+		default:
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("swtpm does not answer on its control port %d: %s", port+1, stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	t.Cleanup(func() {
 		cmd.Process.Kill()
@@ -267,4 +278,21 @@ func freePortPair(t testing.TB) int {
 	}
 	t.Fatal("no two free loopback ports in a row")
 	return 0
+}
+
+// swtpmAnswers says whether swtpm answers CMD_GET_CAPABILITY (1) on its
+// control port.
+func swtpmAnswers(ctrl int) bool {
+	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", ctrl), time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte{0, 0, 0, 1}); err != nil {
+		return false
+	}
+	var caps [8]byte
+	_, err = io.ReadFull(c, caps[:])
+	return err == nil
 }
