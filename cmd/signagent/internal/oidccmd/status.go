@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/internal/settings"
@@ -76,7 +77,7 @@ func oidcTokenHereOrAgent(ctx context.Context, f *factory.Factory, profile strin
 		}
 		return oidcToken(ctx, f, profile)
 	}
-	resp, err := f.AgentAuthorization(ctx, cl, authz.SchemeOIDC)
+	resp, err := f.AgentAuthorization(ctx, cl, agentapi.AuthorizationRequest{Scheme: authz.SchemeOIDC, Profile: profile})
 	if err != nil {
 		return nil, err
 	}
