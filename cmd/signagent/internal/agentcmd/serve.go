@@ -38,7 +38,7 @@ func serveCommand(f *factory.Factory) *cli.Command {
 				"signagent serve --config /etc/signagent/agent.yaml --store redis://redis.example:6379 --store-key-file store.key",
 				"signagent serve --metrics-listen 127.0.0.1:9464",
 				"systemctl --user enable --now signagent.socket"),
-		Flags: cmdutil.Concat(factory.ServeFlags(), factory.MoreSchemeFlags()),
+		Flags:  cmdutil.Concat(factory.ServeFlags(), factory.MoreSchemeFlags()),
 		Action: func(c *cli.Context) error { return runServe(c.Context, f, readServe(c)) },
 	}
 }
