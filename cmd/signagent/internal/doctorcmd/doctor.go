@@ -66,27 +66,43 @@ func command(f *factory.Factory) *cli.Command {
 			&cli.StringFlag{Name: "agent-config", Category: "Settings", Usage: "check the agent's settings `FILE` (serve --config) instead of the settings file's context"},
 			cmdutil.JSONFlag(`[{"name","status","detail"}]`),
 		}, cmdutil.SettingsFlags(true), flags, []cli.Flag{factory.ProfileFlag()}, factory.MoreSchemeFlags()),
-		Action: func(c *cli.Context) error { return doctor(c, f) },
+		Action: func(c *cli.Context) error { return runDoctor(c.Context, f, readDoctor(c)) },
 	}
 }
 
-func doctor(c *cli.Context, f *factory.Factory) error {
+// doctorOptions are what doctor is told: which settings to check (the
+// agent's file, or the settings file's context) and the form of the
+// report. Load reads them: a file it cannot read is a failed check.
+type doctorOptions struct {
+	Agent bool
+	JSON  bool
+	// Load reads the settings to check, and says where they came from.
+	Load func() (*settings.Settings, string, error)
+}
+
+// readDoctor reads doctor's flags.
+func readDoctor(c *cli.Context) doctorOptions {
+	return doctorOptions{Agent: c.IsSet("agent-config"), JSON: c.Bool("json"), Load: func() (*settings.Settings, string, error) { return load(c) }}
+}
+
+// runDoctor makes every check and reports; a failed one is exit 1.
+func runDoctor(ctx context.Context, f *factory.Factory, o doctorOptions) error {
 	e := f.Env
-	s, from, err := load(c)
+	s, from, err := o.Load()
 	var checks []Check
 	if err != nil {
 		checks = []Check{{Name: "settings", Status: Fail, Detail: err.Error()}}
 	} else {
 		f.UseSettings(s) // the parts it checks are built from what it checks
-		d := &run{s: s, e: e, f: f, agent: c.IsSet("agent-config"), timeout: s.Duration("request-timeout")}
+		d := &run{s: s, e: e, f: f, agent: o.Agent, timeout: s.Duration("request-timeout")}
 		if d.timeout <= 0 || d.timeout > 15*time.Second {
 			d.timeout = 15 * time.Second
 		}
 		d.add("settings", OK, from)
-		d.all(c.Context)
+		d.all(ctx)
 		checks = d.checks
 	}
-	if c.Bool("json") {
+	if o.JSON {
 		err = cmdutil.WriteJSON(e, checks)
 	} else {
 		err = write(e.Stdout, checks)
