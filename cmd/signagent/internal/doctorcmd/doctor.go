@@ -65,7 +65,7 @@ func command(f *factory.Factory) *cli.Command {
 		Flags: cmdutil.Concat([]cli.Flag{
 			&cli.StringFlag{Name: "agent-config", Category: "Settings", Usage: "check the agent's settings `FILE` (serve --config) instead of the settings file's context"},
 			cmdutil.JSONFlag(`[{"name","status","detail"}]`),
-		}, cmdutil.SettingsFlags(true), flags, []cli.Flag{factory.ProfileFlag()}, factory.MoreSchemeFlags()),
+		}, cmdutil.SettingsFlags(true), flags, []cli.Flag{cmdutil.ProfileFlag()}, factory.MoreSchemeFlags()),
 		Action: func(c *cli.Context) error { return runDoctor(c.Context, f, readDoctor(c)) },
 	}
 }
@@ -94,7 +94,8 @@ func runDoctor(ctx context.Context, f *factory.Factory, o doctorOptions) error {
 		checks = []Check{{Name: "settings", Status: Fail, Detail: err.Error()}}
 	} else {
 		f.UseSettings(s) // the parts it checks are built from what it checks
-		d := &run{s: s, e: e, f: f, agent: o.Agent, timeout: s.Duration("request-timeout")}
+		d := &run{s: s, e: e, f: f, agent: o.Agent, st: cmdutil.ReadStore(s), svc: cmdutil.ReadService(s), biz: cmdutil.ReadBusiness(s), oid: cmdutil.ReadOIDC(s)}
+		d.timeout = d.svc.RequestTimeout
 		if d.timeout <= 0 || d.timeout > 15*time.Second {
 			d.timeout = 15 * time.Second
 		}
@@ -156,11 +157,16 @@ func write(w io.Writer, checks []Check) error {
 
 // run is one doctor's checks as they are made.
 type run struct {
-	s       *settings.Settings
-	e       *cmdutil.Env
-	f       *factory.Factory // the run's, its settings s
-	agent   bool             // --agent-config: the agent's own files too
-	timeout time.Duration    // each network call
+	s     *settings.Settings
+	e     *cmdutil.Env
+	f     *factory.Factory // the run's, its settings s
+	agent bool             // --agent-config: the agent's own files too
+	// The shared flag sets of the settings checked.
+	st      cmdutil.Store
+	svc     cmdutil.Service
+	biz     cmdutil.Business
+	oid     cmdutil.OIDC
+	timeout time.Duration // each network call
 	checks  []Check
 	// skew is the service's clock against this machine's, from the first
 	// answer that carried a Date, and whose answer it was.

@@ -39,7 +39,7 @@ func apiCommand(f *factory.Factory) *cli.Command {
 			schemeFlag(schemeUsage(true), schemeNames(true)...),
 			&cli.BoolFlag{Name: "include", Aliases: []string{"i"}, Category: cmdutil.CatOutput, Usage: "print the status line and the headers before the body"},
 			&cli.StringFlag{Name: "input", Category: cmdutil.CatOutput, Usage: "send the body read from `FILE` (- for stdin)"},
-		), factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag()}, factory.MoreSchemeFlags(), factory.AgentUseFlags()),
+		), cmdutil.OIDCFlags(), []cli.Flag{cmdutil.ProfileFlag()}, factory.MoreSchemeFlags(), factory.AgentUseFlags()),
 		Action: func(c *cli.Context) error {
 			o, err := readAPI(c)
 			if err != nil {
@@ -143,8 +143,7 @@ func runAPI(ctx context.Context, f *factory.Factory, o apiOptions) error {
 			return err
 		}
 	}
-	svc, err := business.New(business.Config{APIURL: s.String("business-url"), AllowInsecureHTTP: s.Bool("insecure-http"),
-		Timeout: s.Duration("request-timeout"), UserAgent: "signagent/" + cmdutil.Version}, a)
+	svc, err := business.New(f.BusinessConfig(), a)
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,7 @@ func legacyLoginFlags() []cli.Flag {
 }
 
 func legacyCommandFlags(extra ...cli.Flag) []cli.Flag {
-	return cmdutil.Concat(legacyLoginFlags(), cmdutil.Pick(factory.ServeFlags(), "business-url", "developer-key-file", "legacy-token-ttl", "legacy-challenge-size"), cmdutil.Pick(cmdutil.CredentialFlags(), "phone", "snils", "thumbprint", "legacy-snils"), factory.ServiceFlags(), cmdutil.TokenFlags(), factory.SignFlags(), extra)
+	return cmdutil.Concat(legacyLoginFlags(), cmdutil.Pick(factory.ServeFlags(), "business-url", "developer-key-file", "legacy-token-ttl", "legacy-challenge-size"), cmdutil.Pick(cmdutil.CredentialFlags(), "phone", "snils", "thumbprint", "legacy-snils"), cmdutil.ServiceFlags(), cmdutil.TokenFlags(), factory.SignFlags(), extra)
 }
 
 func legacyTokenCommand(f *factory.Factory) *cli.Command {
@@ -45,7 +45,7 @@ func legacyTokenCommand(f *factory.Factory) *cli.Command {
 		UsageText: "signagent legacy token --by password --login L\n" +
 			"signagent legacy token --by certificate [token flags]\n" +
 			"signagent legacy token --by sid [--sid-file F | --snils S --service-user-id ID]",
-		Flags:  cmdutil.Concat(legacyCommandFlags(&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print {\"token\",\"by\",\"obtainedAt\",\"expiresAt\"} (through the agent, no obtainedAt)"}), factory.StoreFlags(), factory.AgentUseFlags()),
+		Flags:  cmdutil.Concat(legacyCommandFlags(&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print {\"token\",\"by\",\"obtainedAt\",\"expiresAt\"} (through the agent, no obtainedAt)"}), cmdutil.StoreFlags(), factory.AgentUseFlags()),
 		Action: func(c *cli.Context) error { return runLegacyToken(c.Context, f, readLegacyToken(c)) },
 	}
 }
@@ -188,7 +188,7 @@ func headerCommand(f *factory.Factory) *cli.Command {
 		UsageText: "signagent header --scheme legacy --by password|certificate|sid [...]\n" +
 			"signagent header --scheme oidc [--profile NAME]",
 		Flags: cmdutil.Concat(legacyCommandFlags(schemeFlag("the authorization "+schemeUsage(false), schemeNames(false)...)),
-			factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag(), cmdutil.JSONFlag(`{"authorization","expiresAt"}`)}, factory.AgentUseFlags()),
+			cmdutil.OIDCFlags(), []cli.Flag{cmdutil.ProfileFlag(), cmdutil.JSONFlag(`{"authorization","expiresAt"}`)}, factory.AgentUseFlags()),
 		Action: func(c *cli.Context) error {
 			o, err := readHeader(c)
 			if err != nil {
@@ -213,7 +213,7 @@ type schemeOptions struct {
 // legacy scheme's flags without --scheme legacy: with the default scheme
 // they would be ignored without a word.
 func readScheme(c *cli.Context) (schemeOptions, error) {
-	o := schemeOptions{Scheme: c.String("scheme"), SchemeSet: c.IsSet("scheme"), Login: readLogin(c), Profile: settings.Of(c).String("profile")}
+	o := schemeOptions{Scheme: c.String("scheme"), SchemeSet: c.IsSet("scheme"), Login: readLogin(c), Profile: cmdutil.ReadProfile(settings.Of(c))}
 	if o.Login.BySet && !o.SchemeSet {
 		return o, cmdutil.UsageErr(fmt.Errorf("--by %s is a way into the legacy scheme: add --scheme legacy (the default --scheme is oidc)", o.Login.By))
 	}

@@ -30,7 +30,7 @@ func loginCommand(f *factory.Factory) *cli.Command {
 		Usage:       "sign a user in with OpenID Connect (device or authorization-code flow) and keep the tokens",
 		UsageText: "signagent oidc login --space staging|production [--flow device] [--no-qr]\n" +
 			"signagent oidc login --flow code --redirect-uri http://127.0.0.1:PORT/callback [--no-browser]",
-		Flags: cmdutil.Concat(oidcFlags(), []cli.Flag{factory.ProfileFlag(),
+		Flags: cmdutil.Concat(oidcFlags(), []cli.Flag{cmdutil.ProfileFlag(),
 			&cli.StringFlag{Name: "space", Category: cmdutil.CatOIDC, EnvVars: []string{"SIGNAGENT_SPACE"}, Usage: "`SPACE` of the service: staging (Service.PublicAPI.Staging) or production (Service.PublicAPI)"},
 			&cli.StringSliceFlag{Name: "scope", Category: cmdutil.CatOIDC, Usage: "ask for `SCOPE` too (besides openid profile email offline_access and the space's)"},
 			cmdutil.OneOf(&cli.StringFlag{Name: "flow", Category: cmdutil.CatOIDC, Value: "device", Usage: "`FLOW`: device (a code to enter on any device) or code (a browser on this machine)"}, "device", "code"),
@@ -69,7 +69,8 @@ type loginOptions struct {
 // named at once.
 func readLogin(c *cli.Context) (loginOptions, error) {
 	s := settings.Of(c)
-	o := loginOptions{Profile: s.String("profile"), AuthURL: s.String("oidc-url"), ClientID: s.String("client-id"), Flow: c.String("flow"),
+	oid := cmdutil.ReadOIDC(s)
+	o := loginOptions{Profile: cmdutil.ReadProfile(s), AuthURL: oid.URL, ClientID: oid.ClientID, Flow: c.String("flow"),
 		RefreshTokenFile: c.String("refresh-token-file"), NoQR: c.Bool("no-qr"), RedirectURI: c.String("redirect-uri"),
 		NoBrowser: c.Bool("no-browser"), LoginTimeout: c.Duration("login-timeout")}
 	if err := oidc.CheckProfile(o.Profile); err != nil {
