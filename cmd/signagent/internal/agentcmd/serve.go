@@ -73,11 +73,11 @@ func agentSettings(f *factory.Factory, o serveOptions) (agent.Config, error) {
 	}
 	// The log settings may come from the file: apply them before anything
 	// logs. The agent logs at info unless told otherwise.
-	level := s.String("log-level")
+	level, format := cmdutil.ReadLog(s)
 	if level == "" {
 		level = o.LogLevel
 	}
-	if e.Log, err = cmdutil.NewLogger(e.Stderr, level, s.String("log-format")); err != nil {
+	if e.Log, err = cmdutil.NewLogger(e.Stderr, level, format); err != nil {
 		return agent.Config{}, err
 	}
 	cfg, err := f.AgentConfig(s)

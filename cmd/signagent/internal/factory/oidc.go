@@ -43,18 +43,18 @@ func Who(r *oidc.Record) string {
 	return r.Subject
 }
 
-// OIDCClient builds the client for an identity provider and application,
-// with the secret from $SIGNAGENT_CLIENT_SECRET or --client-secret-file.
-func (f *Factory) OIDCClient(authURL, clientID string) (*oidc.Client, error) {
-	s, e := f.Settings(), f.Env
+// OIDCClient builds the client of a sign-in (cfg: the identity provider,
+// the application, the space, the scopes and the redirect), with the
+// service flags' --insecure-http and --request-timeout and the secret
+// from $SIGNAGENT_CLIENT_SECRET or --client-secret-file.
+func (f *Factory) OIDCClient(cfg oidc.Config) (*oidc.Client, error) {
 	sec, err := f.ClientSecret()
 	if err != nil {
 		return nil, err
 	}
-	svc := cmdutil.ReadService(s)
-	return oidc.New(oidc.Config{AuthURL: authURL, AllowInsecureHTTP: svc.InsecureHTTP, ClientID: clientID,
-		ClientSecret: sec, Space: s.String("space"), ExtraScopes: s.Strings("scope"), RedirectURI: s.String("redirect-uri"),
-		Timeout: svc.RequestTimeout, Log: e.Log})
+	svc := cmdutil.ReadService(f.Settings())
+	cfg.AllowInsecureHTTP, cfg.ClientSecret, cfg.Timeout, cfg.Log = svc.InsecureHTTP, sec, svc.RequestTimeout, f.Log
+	return oidc.New(cfg)
 }
 
 // ClientSecret reads the client secret (see secretSpec for the order of

@@ -54,9 +54,10 @@ func loginCommand(f *factory.Factory) *cli.Command {
 // application, and the way in (a flow, or a refresh token's file) with
 // its switches.
 type loginOptions struct {
-	Profile          string
-	AuthURL          string
-	ClientID         string
+	Profile string
+	// Client is the sign-in's provider, application, space, scopes and
+	// redirect (the factory adds the secret and the service flags).
+	Client           oidc.Config
 	Flow             string
 	RefreshTokenFile string
 	NoQR             bool
@@ -70,7 +71,8 @@ type loginOptions struct {
 func readLogin(c *cli.Context) (loginOptions, error) {
 	s := settings.Of(c)
 	oid := cmdutil.ReadOIDC(s)
-	o := loginOptions{Profile: cmdutil.ReadProfile(s), AuthURL: oid.URL, ClientID: oid.ClientID, Flow: c.String("flow"),
+	o := loginOptions{Profile: cmdutil.ReadProfile(s),
+		Client: oidc.Config{AuthURL: oid.URL, ClientID: oid.ClientID, Space: s.String("space"), ExtraScopes: s.Strings("scope"), RedirectURI: s.String("redirect-uri")}, Flow: c.String("flow"),
 		RefreshTokenFile: c.String("refresh-token-file"), NoQR: c.Bool("no-qr"), RedirectURI: c.String("redirect-uri"),
 		NoBrowser: c.Bool("no-browser"), LoginTimeout: c.Duration("login-timeout")}
 	if err := oidc.CheckProfile(o.Profile); err != nil {
@@ -90,7 +92,7 @@ func runLogin(parent context.Context, fac *factory.Factory, o loginOptions) erro
 	if err != nil {
 		return err
 	}
-	client, err := fac.OIDCClient(o.AuthURL, o.ClientID)
+	client, err := fac.OIDCClient(o.Client)
 	if err != nil {
 		return err
 	}
