@@ -1,6 +1,7 @@
 package agentcmd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -20,14 +21,8 @@ func storeKeyCommand(e *cmdutil.Env) *cli.Command {
 			"key on the file's first line and keep the old ones below it: values are read with any of them and written\n" +
 			"with the first; the last line names the records, so keep it. Quiet with -q.\n\n" +
 			cmdutil.Examples("signagent store-key --out /etc/signagent/store.key", "signagent store-key -q --out store.key"),
-		Flags: []cli.Flag{&cli.StringFlag{Name: "out", Usage: "write the key to `FILE` (never over an existing file)"}},
-		Action: func(c *cli.Context) error {
-			o, err := readStoreKey(c)
-			if err != nil {
-				return err
-			}
-			return runStoreKey(e, o)
-		},
+		Flags:  []cli.Flag{&cli.StringFlag{Name: "out", Usage: "write the key to `FILE` (never over an existing file)"}},
+		Action: cmdutil.Run(e, readStoreKey, runStoreKey),
 	}
 }
 
@@ -48,7 +43,7 @@ func readStoreKey(c *cli.Context) (storeKeyOptions, error) {
 }
 
 // runStoreKey makes the key file (never over an existing file).
-func runStoreKey(e *cmdutil.Env, o storeKeyOptions) error {
+func runStoreKey(_ context.Context, e *cmdutil.Env, o storeKeyOptions) error {
 	if err := store.NewKeyFile(o.Out); err != nil {
 		return cmdutil.UsageErr(err)
 	}

@@ -40,13 +40,7 @@ func apiCommand(f *factory.Factory) *cli.Command {
 			&cli.BoolFlag{Name: "include", Aliases: []string{"i"}, Category: cmdutil.CatOutput, Usage: "print the status line and the headers before the body"},
 			&cli.StringFlag{Name: "input", Category: cmdutil.CatOutput, Usage: "send the body read from `FILE` (- for stdin)"},
 		), cmdutil.OIDCFlags(), []cli.Flag{cmdutil.ProfileFlag()}, factory.MoreSchemeFlags(), factory.AgentUseFlags()),
-		Action: func(c *cli.Context) error {
-			o, err := readAPI(c)
-			if err != nil {
-				return err
-			}
-			return runAPI(c.Context, f, o)
-		},
+		Action: cmdutil.Run(f, readAPI, runAPI),
 	}
 }
 

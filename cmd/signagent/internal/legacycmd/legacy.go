@@ -189,13 +189,7 @@ func headerCommand(f *factory.Factory) *cli.Command {
 			"signagent header --scheme oidc [--profile NAME]",
 		Flags: cmdutil.Concat(legacyCommandFlags(schemeFlag("the authorization "+schemeUsage(false), schemeNames(false)...)),
 			cmdutil.OIDCFlags(), []cli.Flag{cmdutil.ProfileFlag(), cmdutil.JSONFlag(`{"authorization","expiresAt"}`)}, factory.AgentUseFlags()),
-		Action: func(c *cli.Context) error {
-			o, err := readHeader(c)
-			if err != nil {
-				return err
-			}
-			return runHeader(c.Context, f, o)
-		},
+		Action: cmdutil.Run(f, readHeader, runHeader),
 	}
 }
 

@@ -40,13 +40,7 @@ func loginCommand(f *factory.Factory) *cli.Command {
 			&cli.BoolFlag{Name: "no-browser", Category: cmdutil.CatOIDC, Usage: "code flow: do not open a browser; print the URL and read the redirected address pasted back (over SSH)"},
 			&cli.DurationFlag{Name: "login-timeout", Category: cmdutil.CatOIDC, Value: 10 * time.Minute, Usage: "code flow: give up when the sign-in is not done after `DURATION`"},
 		}),
-		Action: func(c *cli.Context) error {
-			o, err := readLogin(c)
-			if err != nil {
-				return err
-			}
-			return runLogin(c.Context, f, o)
-		},
+		Action: cmdutil.Run(f, readLogin, runLogin),
 	}
 }
 

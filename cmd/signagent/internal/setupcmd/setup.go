@@ -90,13 +90,7 @@ func setupCommand(f *factory.Factory) *cli.Command {
 			&cli.BoolFlag{Name: "insecure-http", Category: "Answers", Usage: "accept plain http addresses beyond loopback (tests)"},
 			cmdutil.Pick(cmdutil.TokenFlags(), "token-timeout")[0],
 		},
-		Action: func(c *cli.Context) error {
-			o, err := readSetup(c)
-			if err != nil {
-				return err
-			}
-			return runSetup(c.Context, f, o)
-		},
+		Action: cmdutil.Run(f, readSetup, runSetup),
 	}
 }
 

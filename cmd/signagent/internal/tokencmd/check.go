@@ -52,13 +52,7 @@ func checkCommand(f *factory.Factory) *cli.Command {
 			&cli.DurationFlag{Name: "removal-timeout", Value: time.Minute, Category: catRemoval, Usage: "with --removal, watch at most `DURATION` for the removal, and as long for the card's return (1s to 1h)"},
 			cmdutil.JSONFlag(`{"module","token","key","certificate","mechanisms","functions","pin","removal","ok"}`),
 		}),
-		Action: func(c *cli.Context) error {
-			o, err := readCheck(c)
-			if err != nil {
-				return err
-			}
-			return runCheck(c.Context, f, o)
-		},
+		Action: cmdutil.Run(f, readCheck, runCheck),
 	}
 }
 

@@ -1,6 +1,7 @@
 package tokencmd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -53,13 +54,7 @@ func devCommand(e *cmdutil.Env) *cli.Command {
 			&cli.BoolFlag{Name: "force", Usage: "discard an existing token in DIR and make a new one (in a directory token dev did not make: replace its files there, saying which)"},
 			&cli.BoolFlag{Name: "ec", Usage: "with --key-type rsa2048, also generate a P-256 key labelled LABEL-ec (id 02), for benchmarks"},
 		},
-		Action: func(c *cli.Context) error {
-			o, err := readDev(c)
-			if err != nil {
-				return err
-			}
-			return runDev(e, o)
-		},
+		Action: cmdutil.Run(e, readDev, runDev),
 	}
 }
 
@@ -107,7 +102,7 @@ func readDev(c *cli.Context) (devOptions, error) {
 
 // runDev makes (or reuses) the development token and prints the
 // environment that points the other commands at it.
-func runDev(e *cmdutil.Env, o devOptions) error {
+func runDev(_ context.Context, e *cmdutil.Env, o devOptions) error {
 	dt := softhsm.DevToken{Dir: o.Dir, Label: o.Label, Kind: o.Kind, EC: o.EC, Force: o.Force, Log: e.Log}
 	if dt.ModulePath() == "" {
 		// Not the default list: p11-kit's proxy comes first there, and

@@ -81,13 +81,7 @@ func signCommand(f *factory.Factory) *cli.Command {
 			&cli.StringFlag{Name: "format", Value: "der", Category: cmdutil.CatOutput, Usage: "output `FORMAT`: der, pem or base64"},
 			&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print timestamp, canonical text, base64 signature, certificate thumbprint and key label as JSON"},
 		}, factory.AgentUseFlags()),
-		Action: func(c *cli.Context) error {
-			o, err := readSign(c)
-			if err != nil {
-				return err
-			}
-			return runSign(c.Context, f, o)
-		},
+		Action: cmdutil.Run(f, readSign, runSign),
 	}
 }
 

@@ -26,13 +26,7 @@ func linkCommand(f *factory.Factory) *cli.Command {
 		Usage:       "link the service's user (found by phone) to a user of the trusted system (step 0)",
 		UsageText:   "signagent trusted link --service-user-id ID --phone P [--trusted-url URL]",
 		Flags:       cmdutil.Concat(cmdutil.ServiceFlags(), cmdutil.Pick(cmdutil.CredentialFlags(), "phone"), []cli.Flag{cmdutil.JSONFlag(`{"linked","serviceUserId","credential"}`)}),
-		Action: func(c *cli.Context) error {
-			o, err := readLink(c)
-			if err != nil {
-				return err
-			}
-			return runLink(c.Context, f, o)
-		},
+		Action:      cmdutil.Run(f, readLink, runLink),
 	}
 }
 
@@ -80,13 +74,7 @@ func sessionCommand(f *factory.Factory) *cli.Command {
 			&cli.DurationFlag{Name: "session-ttl", Category: cmdutil.CatStore, Value: 12 * time.Hour, EnvVars: []string{"SIGNAGENT_SESSION_TTL"}, Usage: "with --store: use a session the store holds when it is younger than `DURATION`, and keep a new one that long"},
 			&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print {\"sid\",\"kind\",\"obtainedAt\"}"},
 		}, factory.AgentUseFlags()),
-		Action: func(c *cli.Context) error {
-			o, err := readSession(c)
-			if err != nil {
-				return err
-			}
-			return runSession(c.Context, f, o)
-		},
+		Action: cmdutil.Run(f, readSession, runSession),
 	}
 }
 
