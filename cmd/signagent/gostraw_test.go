@@ -116,12 +116,11 @@ func TestGOSTRawOnlyTrusted(t *testing.T) {
 }
 
 // --cert, SIGNAGENT_CERT and the settings key cert still work, each with
-// one line on stderr naming --certificate-file; naming two different
-// files by the two names is an error.
+// the renames' one line on stderr naming the new name (settings.Renamed);
+// given with --certificate-file, the new name wins, as for every rename.
 func TestCertificateFileOldNames(t *testing.T) {
 	g, cert := gostCardLike(t)
 	sel := []string{"--module", g.Module(), "--token-label", g.Label, "--key-label", g.Label, "--pin-file", g.PINFile()}
-	warn := "is an old name: use --certificate-file (SIGNAGENT_CERTIFICATE_FILE, settings key certificate-file)"
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
 	os.WriteFile(cfg, []byte("cert: "+cert+"\n"), 0o600)
 	for _, tc := range []struct {
@@ -130,22 +129,18 @@ func TestCertificateFileOldNames(t *testing.T) {
 		args []string
 		says string
 	}{
-		{"--cert", nil, []string{"--cert", cert}, "signagent: --cert " + warn},
-		{"SIGNAGENT_CERT", []string{"SIGNAGENT_CERT=" + cert}, nil, "signagent: --cert or SIGNAGENT_CERT " + warn},
-		{"settings key cert", nil, []string{"--config", cfg}, "signagent: the settings key cert " + warn},
+		{"--cert", nil, []string{"--cert", cert}, renameLine("--cert", "--certificate-file")},
+		{"SIGNAGENT_CERT", []string{"SIGNAGENT_CERT=" + cert}, nil, renameLine("SIGNAGENT_CERT", "SIGNAGENT_CERTIFICATE_FILE")},
+		{"settings key cert", nil, []string{"--config", cfg}, renameLine("cert (in "+cfg+")", "certificate-file")},
+		{"--cert beside --certificate-file", nil, []string{"--certificate-file", cert, "--cert", g.CertFile()}, renameLine("--cert", "--certificate-file")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, stderr := runTokenCheck(t, tc.env, append(sel, tc.args...)...)
-			if code != 0 || stderr != tc.says+"\n" || !strings.Contains(out, "from "+cert) {
+			if code != 0 || stderr != tc.says || !strings.Contains(out, "from "+cert) {
 				t.Fatalf("exit %d, stderr %q (want %q)\n%s", code, stderr, tc.says, out)
 			}
 		})
 	}
-	code, _, stderr := runTokenCheck(t, nil, append(sel, "--certificate-file", cert, "--cert", g.CertFile())...)
-	if code != cmdutil.ExitBadInput {
-		t.Fatalf("two files: exit %d (want %d): %s", code, cmdutil.ExitBadInput, stderr)
-	}
-	oneLine(t, stderr, "name different files")
 }
 
 // Bad inputs of a raw-only token through the CLI: each one line, exit 2

@@ -86,7 +86,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown token", []string{"--phone", "9161234567", "--token-label", "nope"}, testAPIKey, cmdutil.ExitBadInput, `token "nope" is not there`},
 		{"wrong PIN", []string{"--phone", "9161234567", "--pin-file", wrongPIN}, testAPIKey, cmdutil.ExitFailure, "the token rejected the PIN"},
 		{"key matches nothing", []string{"--phone", "9161234567", "--key-label", "nope"}, testAPIKey, cmdutil.ExitBadInput, `no private key labelled "nope"`},
-		{"certificate of another key", []string{"--phone", "9161234567", "--cert", otherCert}, testAPIKey, cmdutil.ExitBadInput, "is for another key"},
+		{"certificate of another key", []string{"--phone", "9161234567", "--certificate-file", otherCert}, testAPIKey, cmdutil.ExitBadInput, "is for another key"},
 		{"output directory missing", []string{"--phone", "9161234567", "--out", filepath.Join(dir, "missing", "sig.der")}, testAPIKey, cmdutil.ExitBadInput, "does not exist"},
 		{"bad format", []string{"--phone", "9161234567", "--format", "xml"}, testAPIKey, cmdutil.ExitBadInput, "--format"},
 		{"bad hash", []string{"--phone", "9161234567", "--hash", "md5"}, testAPIKey, cmdutil.ExitBadInput, "hash"},

@@ -172,9 +172,9 @@ func TestPINInputs(t *testing.T) {
 			oneLine(t, stderr.String(), tc.want)
 		})
 	}
-	t.Run("--cert and --chain at /dev/zero", func(t *testing.T) {
+	t.Run("--certificate-file and --chain at /dev/zero", func(t *testing.T) {
 		t.Setenv("SIGNAGENT_API_KEY", testAPIKey)
-		for _, flag := range []string{"--cert", "--chain"} {
+		for _, flag := range []string{"--certificate-file", "--chain"} {
 			var stdout, stderr bytes.Buffer
 			code := run(append(base, "--pin-file", tk.PINFile, flag, "/dev/zero"), strings.NewReader(""), &stdout, &stderr)
 			if code != cmdutil.ExitBadInput {

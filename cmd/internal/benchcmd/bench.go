@@ -256,9 +256,6 @@ func runBench(c *cli.Context, e *cmdutil.Env) error {
 			o.ServeArgs = append(o.ServeArgs, "--"+f, v)
 		}
 	}
-	if v := c.String("cert"); v != "" && c.IsSet("cert") && !c.IsSet("certificate-file") {
-		o.ServeArgs = append(o.ServeArgs, "--certificate-file", v) // its old name
-	}
 	// SIGTERM or Ctrl-C ends the run and the agent it started.
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()

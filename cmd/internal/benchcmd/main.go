@@ -49,6 +49,19 @@ func NewApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	}
 	for _, cmd := range app.Commands {
 		cmd.OnUsageError = app.OnUsageError
+		// A renamed flag's old spelling (--cert), hidden, for one release,
+		// as signagent's commands have it.
+		cmd.Flags = append(cmd.Flags, cmdutil.OldFlags(cmd.Flags)...)
+		before := cmd.Before
+		cmd.Before = func(c *cli.Context) error {
+			if err := cmdutil.UseOldFlags(c, stderr); err != nil {
+				return err
+			}
+			if before != nil {
+				return before(c)
+			}
+			return nil
+		}
 	}
 	return app
 }

@@ -38,7 +38,6 @@ func TokenFlags() []cli.Flag {
 		&cli.StringFlag{Name: "key-label", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_LABEL"}, Usage: "choose the key by `LABEL`"},
 		&cli.StringFlag{Name: "key-id", Category: catToken, EnvVars: []string{"SIGNAGENT_KEY_ID"}, Usage: "choose the key by CKA_ID in `HEX`"},
 		&cli.StringFlag{Name: "certificate-file", Category: catToken, EnvVars: []string{"SIGNAGENT_CERTIFICATE_FILE"}, Usage: "the key's certificate from `PATH` (PEM or DER) instead of the token's (a token may show none, as OpenSC's GOST cards)"},
-		OldCertFlag,
 		PINSpec.FlagWith(catToken, ", else a prompt on a terminal"),
 		&cli.BoolFlag{Name: "allow-final-pin-try", Category: catToken, Usage: "log in even when the token says one more wrong PIN locks it"},
 		&cli.DurationFlag{Name: "token-timeout", Category: catToken, Value: 30 * time.Second, EnvVars: []string{"SIGNAGENT_TOKEN_TIMEOUT"}, Usage: "give up on opening the token, and on each token operation, after `DURATION`"},
@@ -79,7 +78,7 @@ func SelectionFrom(c *settings.Settings, prompt bool) (pkcs11.Selection, error) 
 		Token:         tokeninfo.TokenSelector{Label: c.String("token-label"), Serial: c.String("token-serial")},
 		URI:           c.String("key"),
 		KeyLabel:      c.String("key-label"),
-		CertFile:      CertificateFile(c),
+		CertFile:      c.String("certificate-file"),
 		Timeout:       c.Duration("token-timeout"),
 		AllowFinalTry: c.Bool("allow-final-pin-try"),
 	}
@@ -92,9 +91,6 @@ func SelectionFrom(c *settings.Settings, prompt bool) (pkcs11.Selection, error) 
 		sel.KeyID = b
 	}
 	if err := c.Err(); err != nil {
-		return sel, err
-	}
-	if err := certificateFileConflict(c); err != nil {
 		return sel, err
 	}
 	// The URI's attributes (module-name, slot-id, pin-source, ...) are

@@ -7,6 +7,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
+
+	"github.com/signagent/signagent/cmd/internal/settings"
 )
 
 // LogFlags are --log-level and --log-format, in the given help category.
@@ -17,6 +19,12 @@ func LogFlags(category string) []cli.Flag {
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Category: category, Usage: "log errors only (--log-level error)"},
 		&cli.BoolFlag{Name: "verbose", Category: category, Usage: "say what is done, not only what goes wrong (--log-level info)"},
 	}
+}
+
+// ReadLog reads LogFlags' level and format from s (the settings file
+// may name them: serve's); level is "" when none is given.
+func ReadLog(s *settings.Settings) (level, format string) {
+	return s.String("log-level"), s.String("log-format")
 }
 
 var (

@@ -6,15 +6,17 @@ import (
 	"strings"
 )
 
-// Renamed are the settings renamed in this release, old name to new: the
-// service addresses are named by the service they reach. Each old name
-// keeps working for one release, hidden, as a flag (--base-url), its
-// variable (SIGNAGENT_BASE_URL) and a key of the settings file, with one
-// line on stderr naming the new one.
+// Renamed are the settings renamed, old name to new: the service
+// addresses are named by the service they reach, and the key's
+// certificate file says what it is. Each old name keeps working for one
+// release, hidden, as a flag (--base-url), its variable
+// (SIGNAGENT_BASE_URL) and a key of the settings file, with one line on
+// stderr naming the new one.
 var Renamed = map[string]string{
-	"base-url": "trusted-url",  // the trusted authentication service (auth.sid)
-	"api-url":  "business-url", // the business API (and the legacy scheme's Authenticate)
-	"auth-url": "oidc-url",     // the OpenID Connect identity provider
+	"base-url": "trusted-url",      // the trusted authentication service (auth.sid)
+	"api-url":  "business-url",     // the business API (and the legacy scheme's Authenticate)
+	"auth-url": "oidc-url",         // the OpenID Connect identity provider
+	"cert":     "certificate-file", // the key's certificate, for a token that shows none
 }
 
 // OldName returns the old name of a renamed setting, "" when it has none.

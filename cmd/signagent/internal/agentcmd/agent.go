@@ -22,7 +22,7 @@ import (
 // agentCommand asks a running agent how it is and what it holds, as
 // ssh-add -l asks ssh-agent.
 func agentCommand(e *cmdutil.Env) *cli.Command {
-	sub := func(name, usage, shape string, action func(*cli.Context, *agentclient.Client) error) *cli.Command {
+	sub := func(name, usage, shape string, action func(context.Context, *cmdutil.Env, *agentclient.Client, agentOptions) error) *cli.Command {
 		return &cli.Command{
 			Name: name, Usage: usage,
 			Flags: cmdutil.Concat([]cli.Flag{
@@ -35,11 +35,12 @@ func agentCommand(e *cmdutil.Env) *cli.Command {
 				if err := cmdutil.NoArgs(c); err != nil {
 					return err
 				}
-				cl, err := runningAgent(c)
+				o := readAgent(c)
+				cl, err := runningAgent(&o)
 				if err != nil {
 					return err
 				}
-				return action(c, cl)
+				return action(c.Context, e, cl, o)
 			},
 		}
 	}
@@ -54,30 +55,48 @@ func agentCommand(e *cmdutil.Env) *cli.Command {
 				"signagent agent status --probe ready --agent-url https://signagent.partners.svc:9464 --agent-ca ca.crt"),
 		Subcommands: []*cli.Command{
 			withFlags(sub("status", "the readiness of each part, the token and its queue, the identities held by scheme",
-				`{"socket","status","checks","token","queue","identities"}`, func(c *cli.Context, cl *agentclient.Client) error { return agentStatus(c, e, cl) }),
+				`{"socket","status","checks","token","queue","identities"}`, agentStatus),
 				&cli.StringFlag{Name: "probe", Category: cmdutil.CatAgentUse,
 					Usage:  "answer by the exit status alone, as a container's probe: `KIND` live (GET /healthz, /livez with --agent-url: 0 when the agent serves) or ready (GET /readyz: 0 when the agent can serve, degraded included - a shared store, the service or the identity provider down; 1 when its own token or configuration cannot)",
 					Action: func(_ *cli.Context, v string) error { return probeKind(v) }}),
 			sub("identities", "the identities the agent holds a header for: scheme, identity, the header masked, expiry",
-				`{"identities":[{"scheme","identity","subject","header","expiresAt","lastUsed","uses"}]}`, func(c *cli.Context, cl *agentclient.Client) error { return agentIdentities(c, e, cl) }),
+				`{"identities":[{"scheme","identity","subject","header","expiresAt","lastUsed","uses"}]}`, agentIdentities),
 		},
 	}
 }
 
-// runningAgent is the client of the agent the settings name (the
+// agentOptions are what agent status and agent identities are told: the
+// agent's socket (the per-user agent's when none is named) or its URL
+// over TCP, status's --probe, and the form of the answer.
+type agentOptions struct {
+	Socket string
+	TCP    agentURLOptions
+	Probe  string
+	JSON   bool
+	// overTCP is set by runningAgent when the agent is asked over TCP
+	// (Socket then names its URL).
+	overTCP bool
+}
+
+// readAgent reads the agent commands' flags (identities has no --probe:
+// it reads "").
+func readAgent(c *cli.Context) agentOptions {
+	o := agentOptions{Socket: c.String("agent-sock"), TCP: readAgentURL(c), Probe: c.String("probe"), JSON: c.Bool("json")}
+	if o.Socket == "" {
+		o.Socket = agent.DefaultSocket()
+	}
+	return o
+}
+
+// runningAgent is the client of the agent the options name (the
 // per-user one by default, else the one --agent-url names), checked to be
 // there when it is a Unix socket.
-func runningAgent(c *cli.Context) (*agentclient.Client, error) {
-	if cl, base, err := tcpAgent(c); err != nil || cl != nil {
-		c.App.Metadata["signagent/agent-sock"] = base
-		c.App.Metadata["signagent/agent-tcp"] = cl != nil
+func runningAgent(o *agentOptions) (*agentclient.Client, error) {
+	if cl, base, err := tcpAgent(o.TCP); err != nil || cl != nil {
+		o.Socket, o.overTCP = base, cl != nil
 		return cl, err
 	}
-	path := c.String("agent-sock")
-	if path == "" {
-		path = agent.DefaultSocket()
-	}
-	c.App.Metadata["signagent/agent-sock"] = path
+	path := o.Socket
 	cl, err := agentclient.FromSocket(path)
 	if err != nil {
 		return nil, factory.AgentCallError(fmt.Errorf("the agent at %s cannot be reached: %w", path, err))
@@ -90,13 +109,14 @@ func withFlags(cmd *cli.Command, flags ...cli.Flag) *cli.Command {
 	return cmd
 }
 
-func agentStatus(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client) error {
-	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
+// agentStatus prints the agent's readiness, part by part, and the
+// identities it holds by scheme (or answers a probe by the exit status).
+func agentStatus(ctx context.Context, e *cmdutil.Env, cl *agentclient.Client, o agentOptions) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	path, _ := c.App.Metadata["signagent/agent-sock"].(string)
-	if probe := c.String("probe"); probe != "" {
-		tcp, _ := c.App.Metadata["signagent/agent-tcp"].(bool)
-		return agentProbe(ctx, cl, path, probe, tcp)
+	path := o.Socket
+	if probe := o.Probe; probe != "" {
+		return agentProbe(ctx, cl, path, probe, o.overTCP)
 	}
 	ready, err := cl.Ready(ctx)
 	var ae *agentclient.Error
@@ -110,7 +130,7 @@ func agentStatus(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client) error {
 	for _, id := range ids {
 		counts[id.Scheme]++
 	}
-	if c.Bool("json") {
+	if o.JSON {
 		doc := map[string]any{"socket": path, "status": ready.Status, "checks": ready.Checks, "identities": counts}
 		if ready.Token != (agentapi.TokenState{}) {
 			doc["token"] = ready.Token
@@ -161,12 +181,13 @@ func agentStatus(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client) error {
 	return w.Flush()
 }
 
-func agentIdentities(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client) error {
-	ids, err := cl.Identities(c.Context)
+// agentIdentities lists the identities the agent holds a header for.
+func agentIdentities(ctx context.Context, e *cmdutil.Env, cl *agentclient.Client, o agentOptions) error {
+	ids, err := cl.Identities(ctx)
 	if err != nil {
 		return factory.AgentCallError(err)
 	}
-	if c.Bool("json") {
+	if o.JSON {
 		return cmdutil.WriteJSON(e, map[string]any{"identities": cmdutil.NonNil(ids)})
 	}
 	w := cmdutil.Table(e, len(ids), "The agent holds no header.", "SCHEME\tIDENTITY\tHEADER\tEXPIRES\tLAST USED\tUSES")

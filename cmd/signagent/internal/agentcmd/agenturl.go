@@ -37,14 +37,25 @@ func agentURLFlags() []cli.Flag {
 	}
 }
 
+// agentURLOptions are the agent-over-TCP flags, as given.
+type agentURLOptions struct {
+	URL, CA, Cert, Key, BearerFile string
+}
+
+// readAgentURL reads the agent-over-TCP flags.
+func readAgentURL(c *cli.Context) agentURLOptions {
+	return agentURLOptions{URL: c.String("agent-url"), CA: c.String("agent-ca"), Cert: c.String("agent-cert"),
+		Key: c.String("agent-key"), BearerFile: c.String("bearer-token-file")}
+}
+
 // tcpAgent is the client of the agent --agent-url names ("" when it names
 // none: the Unix socket's), and the URL to name it by.
-func tcpAgent(c *cli.Context) (*agentclient.Client, string, error) {
-	raw := c.String("agent-url")
+func tcpAgent(o agentURLOptions) (*agentclient.Client, string, error) {
+	raw := o.URL
 	if raw == "" {
-		for _, f := range []string{"agent-ca", "agent-cert", "agent-key"} {
-			if c.String(f) != "" {
-				return nil, "", cmdutil.UsageErr(fmt.Errorf("--%s is for the agent over TCP: give --agent-url too", f))
+		for _, f := range []struct{ name, v string }{{"agent-ca", o.CA}, {"agent-cert", o.Cert}, {"agent-key", o.Key}} {
+			if f.v != "" {
+				return nil, "", cmdutil.UsageErr(fmt.Errorf("--%s is for the agent over TCP: give --agent-url too", f.name))
 			}
 		}
 		return nil, "", nil
@@ -62,7 +73,7 @@ func tcpAgent(c *cli.Context) (*agentclient.Client, string, error) {
 	var tlsCfg *tls.Config
 	if u.Scheme == "https" {
 		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
-		if f := c.String("agent-ca"); f != "" {
+		if f := o.CA; f != "" {
 			pem, err := safefile.Read(f, 1<<20)
 			if err != nil {
 				return nil, "", cmdutil.UsageErr(fmt.Errorf("--agent-ca: %w", err))
@@ -72,7 +83,7 @@ func tcpAgent(c *cli.Context) (*agentclient.Client, string, error) {
 				return nil, "", cmdutil.UsageErr(fmt.Errorf("--agent-ca %s holds no PEM certificate", f))
 			}
 		}
-		cert, key := c.String("agent-cert"), c.String("agent-key")
+		cert, key := o.Cert, o.Key
 		if (cert == "") != (key == "") {
 			return nil, "", cmdutil.UsageErr(fmt.Errorf("--agent-cert and --agent-key go together"))
 		}
@@ -86,11 +97,11 @@ func tcpAgent(c *cli.Context) (*agentclient.Client, string, error) {
 			}
 			tlsCfg.Certificates = []tls.Certificate{pair}
 		}
-	} else if c.String("agent-ca") != "" || c.String("agent-cert") != "" {
+	} else if o.CA != "" || o.Cert != "" {
 		return nil, "", cmdutil.UsageErr(fmt.Errorf("--agent-url %s is not https: --agent-ca and --agent-cert are for TLS", base))
 	}
 	var bearer string
-	if f := c.String("bearer-token-file"); f != "" {
+	if f := o.BearerFile; f != "" {
 		b, err := safefile.ReadSecret(f, 4096, 0)
 		if err != nil {
 			return nil, "", cmdutil.UsageErr(fmt.Errorf("--bearer-token-file: %w", err))

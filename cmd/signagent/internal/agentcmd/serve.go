@@ -38,36 +38,55 @@ func serveCommand(f *factory.Factory) *cli.Command {
 				"signagent serve --config /etc/signagent/agent.yaml --store redis://redis.example:6379 --store-key-file store.key",
 				"signagent serve --metrics-listen 127.0.0.1:9464",
 				"systemctl --user enable --now signagent.socket"),
-		Flags: cmdutil.Concat(factory.ServeFlags(), factory.MoreSchemeFlags()),
-		Action: func(c *cli.Context) error {
-			return serve(c, f)
-		},
+		Flags:  cmdutil.Concat(factory.ServeFlags(), factory.MoreSchemeFlags()),
+		Action: func(c *cli.Context) error { return runServe(c.Context, f, readServe(c)) },
 	}
+}
+
+// serveOptions are what serve is told beyond the agent's settings, which
+// it loads itself (Load), at the start and again on each SIGHUP: whether
+// to print the environment once serving, and the log level when the
+// settings name none.
+type serveOptions struct {
+	PrintEnv bool
+	LogLevel string
+	// Load reads the settings: flags, environment, the --config file
+	// (read anew each time) and defaults.
+	Load func() (*settings.Settings, error)
+}
+
+// readServe reads serve's own flags and where its settings are.
+func readServe(c *cli.Context) serveOptions {
+	path, named := cmdutil.SettingsPath(c)
+	context, known := cmdutil.ContextName(c), cmdutil.KnownKeys(c.App)
+	return serveOptions{PrintEnv: c.Bool("print-env"), LogLevel: cmdutil.LogLevel(c, "serve"),
+		Load: func() (*settings.Settings, error) { return settings.Load(c, path, context, named, known) }}
 }
 
 // agentSettings loads the settings and the logger they name, and reads the
 // agent's configuration from them.
-func agentSettings(c *cli.Context, f *factory.Factory) (agent.Config, error) {
+func agentSettings(f *factory.Factory, o serveOptions) (agent.Config, error) {
 	e := f.Env
-	path, named := cmdutil.SettingsPath(c)
-	s, err := settings.Load(c, path, cmdutil.ContextName(c), named, cmdutil.KnownKeys(c.App))
+	s, err := o.Load()
 	if err != nil {
 		return agent.Config{}, cmdutil.UsageErr(err)
 	}
 	// The log settings may come from the file: apply them before anything
 	// logs. The agent logs at info unless told otherwise.
-	level := s.String("log-level")
+	level, format := cmdutil.ReadLog(s)
 	if level == "" {
-		level = cmdutil.LogLevel(c, "serve")
+		level = o.LogLevel
 	}
-	if e.Log, err = cmdutil.NewLogger(e.Stderr, level, s.String("log-format")); err != nil {
+	if e.Log, err = cmdutil.NewLogger(e.Stderr, level, format); err != nil {
 		return agent.Config{}, err
 	}
 	cfg, err := f.AgentConfig(s)
 	return cfg, configError(err)
 }
 
-func serve(c *cli.Context, f *factory.Factory) error {
+// runServe runs the agent until SIGTERM or SIGINT (or a part fails),
+// reloading its settings on SIGHUP.
+func runServe(parent context.Context, f *factory.Factory, o serveOptions) error {
 	e := f.Env
 	// SIGHUP is caught from the start: its default action would kill an
 	// agent that is still starting. One that comes early is applied once
@@ -79,7 +98,7 @@ func serve(c *cli.Context, f *factory.Factory) error {
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
 	defer signal.Stop(usr1)
-	cfg, err := agentSettings(c, f)
+	cfg, err := agentSettings(f, o)
 	if err != nil {
 		return err
 	}
@@ -90,10 +109,10 @@ func serve(c *cli.Context, f *factory.Factory) error {
 	if cfg.Inherited, err = activation.Listeners(); err != nil {
 		return fmt.Errorf("could not take the sockets systemd passed: %w", err)
 	}
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	d, err := agent.Start(ctx, cfg)
-	if err != nil && ctx.Err() != nil && c.Context.Err() == nil {
+	if err != nil && ctx.Err() != nil && parent.Err() == nil {
 		// SIGTERM or SIGINT while starting: a stop, not a failure.
 		e.Log.Info().Msg("stopped while starting")
 		return nil
@@ -106,7 +125,7 @@ func serve(c *cli.Context, f *factory.Factory) error {
 		ev = ev.Str("metrics", m)
 	}
 	ev.Bool("ready", d.Ready()).Msg("agent serving")
-	if c.Bool("print-env") {
+	if o.PrintEnv {
 		printEnv(e, d.Addrs())
 	}
 	daemon.SdNotify(false, daemon.SdNotifyReady)
@@ -114,7 +133,7 @@ func serve(c *cli.Context, f *factory.Factory) error {
 		select {
 		case <-hup:
 			daemon.SdNotify(false, daemon.SdNotifyReloading)
-			reload(c, f, d, cfg.Inherited)
+			reload(f, o, d, cfg.Inherited)
 			daemon.SdNotify(false, daemon.SdNotifyReady)
 			continue
 		case <-usr1:
@@ -185,9 +204,9 @@ func printEnv(e *cmdutil.Env, addrs []string) {
 
 // reload reads the settings again and hands them to the daemon; a failure
 // keeps the running configuration.
-func reload(c *cli.Context, f *factory.Factory, d *agent.Daemon, inherited []net.Listener) {
+func reload(f *factory.Factory, o serveOptions, d *agent.Daemon, inherited []net.Listener) {
 	e := f.Env
-	cfg, err := agentSettings(c, f)
+	cfg, err := agentSettings(f, o)
 	if err == nil {
 		cfg.Inherited = inherited
 		err = d.Reload(cfg)

@@ -1,6 +1,7 @@
 package agentcmd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -20,20 +21,35 @@ func storeKeyCommand(e *cmdutil.Env) *cli.Command {
 			"key on the file's first line and keep the old ones below it: values are read with any of them and written\n" +
 			"with the first; the last line names the records, so keep it. Quiet with -q.\n\n" +
 			cmdutil.Examples("signagent store-key --out /etc/signagent/store.key", "signagent store-key -q --out store.key"),
-		Flags: []cli.Flag{&cli.StringFlag{Name: "out", Usage: "write the key to `FILE` (never over an existing file)"}},
-		Action: func(c *cli.Context) error {
-			out := c.String("out")
-			if out == "" {
-				return cmdutil.UsageErr(errors.New("give the key file with --out FILE (the key is never printed)"))
-			}
-			if err := store.NewKeyFile(out); err != nil {
-				return cmdutil.UsageErr(err)
-			}
-			if cmdutil.Quiet(c) {
-				return nil
-			}
-			fmt.Fprintf(e.Stderr, "wrote a new store key to %s (mode 0600); give every agent on the store the same file with --store-key-file\n", out)
-			return nil
-		},
+		Flags:  []cli.Flag{&cli.StringFlag{Name: "out", Usage: "write the key to `FILE` (never over an existing file)"}},
+		Action: cmdutil.Run(e, readStoreKey, runStoreKey),
 	}
+}
+
+// storeKeyOptions are what store-key is told: the file to make, and
+// whether to say so.
+type storeKeyOptions struct {
+	Out   string
+	Quiet bool
+}
+
+// readStoreKey reads store-key's flags.
+func readStoreKey(c *cli.Context) (storeKeyOptions, error) {
+	o := storeKeyOptions{Out: c.String("out"), Quiet: cmdutil.Quiet(c)}
+	if o.Out == "" {
+		return o, cmdutil.UsageErr(errors.New("give the key file with --out FILE (the key is never printed)"))
+	}
+	return o, nil
+}
+
+// runStoreKey makes the key file (never over an existing file).
+func runStoreKey(_ context.Context, e *cmdutil.Env, o storeKeyOptions) error {
+	if err := store.NewKeyFile(o.Out); err != nil {
+		return cmdutil.UsageErr(err)
+	}
+	if o.Quiet {
+		return nil
+	}
+	fmt.Fprintf(e.Stderr, "wrote a new store key to %s (mode 0600); give every agent on the store the same file with --store-key-file\n", o.Out)
+	return nil
 }

@@ -74,25 +74,39 @@ func completionCommand(e *cmdutil.Env) *cli.Command {
 			"or ~/.config/fish/completions/signagent.fish.\n\n" +
 			cmdutil.Examples("signagent completion bash > ~/.local/share/bash-completion/completions/signagent", "signagent completion fish | source"),
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return cmdutil.UsageErr(errors.New("name one shell: signagent completion bash|zsh|fish"))
+			shell, err := readCompletion(c)
+			if err != nil {
+				return err
 			}
-			switch shell := c.Args().First(); shell {
-			case "bash":
-				_, err := fmt.Fprint(e.Stdout, bashCompletion)
-				return err
-			case "zsh":
-				_, err := fmt.Fprint(e.Stdout, zshCompletion)
-				return err
-			case "fish":
-				_, err := io.WriteString(e.Stdout, fishCompletion)
-				return err
-			default:
-				msg := fmt.Sprintf("%q is not a shell signagent completes: want %s", httpx.Printable(shell, 32), strings.Join(completionShells, ", "))
-				return cmdutil.UsageErr(errors.New(msg))
-			}
+			return runCompletion(e, shell)
 		},
 	}, func([]string) []string { return completionShells })
+}
+
+// readCompletion reads completion's one argument: the shell.
+func readCompletion(c *cli.Context) (string, error) {
+	if c.NArg() != 1 {
+		return "", cmdutil.UsageErr(errors.New("name one shell: signagent completion bash|zsh|fish"))
+	}
+	return c.Args().First(), nil
+}
+
+// runCompletion writes the completion script of shell.
+func runCompletion(e *cmdutil.Env, shell string) error {
+	switch shell {
+	case "bash":
+		_, err := fmt.Fprint(e.Stdout, bashCompletion)
+		return err
+	case "zsh":
+		_, err := fmt.Fprint(e.Stdout, zshCompletion)
+		return err
+	case "fish":
+		_, err := io.WriteString(e.Stdout, fishCompletion)
+		return err
+	default:
+		msg := fmt.Sprintf("%q is not a shell signagent completes: want %s", httpx.Printable(shell, 32), strings.Join(completionShells, ", "))
+		return cmdutil.UsageErr(errors.New(msg))
+	}
 }
 
 func manCommand(e *cmdutil.Env) *cli.Command {

@@ -29,54 +29,78 @@ func configCommand(e *cmdutil.Env) *cli.Command {
 			cmdutil.Examples("signagent config set --context staging business-url https://api.staging.example",
 				"signagent config use-context staging", "signagent config get business-url", "signagent config contexts"),
 		Subcommands: []*cli.Command{
-			{Name: "view", Usage: "print the settings file", Flags: cmdutil.SettingsFlags(true), Action: func(c *cli.Context) error { return configView(c, e) }},
+			{Name: "view", Usage: "print the settings file", Flags: cmdutil.SettingsFlags(true), Action: configAction(e, 0, "", configView)},
 			{Name: "get", Usage: "print a setting's value in the file, for the chosen context", ArgsUsage: "KEY", Flags: cmdutil.SettingsFlags(true),
-				Action: func(c *cli.Context) error { return configGet(c, e) }},
+				Action: configAction(e, 1, "KEY", configGet)},
 			{Name: "set", Usage: "set a setting for every context (the top of the file), or with --context NAME in that context, made if new", ArgsUsage: "KEY VALUE", Flags: cmdutil.SettingsFlags(true),
-				Action: func(c *cli.Context) error { return configSet(c, e, false) }},
+				Action: configAction(e, 2, "KEY VALUE", configSet)},
 			{Name: "unset", Usage: "remove a setting from the top of the file, or with --context NAME from that context", ArgsUsage: "KEY", Flags: cmdutil.SettingsFlags(true),
-				Action: func(c *cli.Context) error { return configSet(c, e, true) }},
+				Action: configAction(e, 1, "KEY", configUnset)},
 			cmdutil.ArgValues(&cli.Command{Name: "use-context", Usage: "make a context the current one", ArgsUsage: "NAME", Flags: cmdutil.SettingsFlags(true),
-				Action: func(c *cli.Context) error { return configUseContext(c, e) }}, cmdutil.ContextNames),
+				Action: configAction(e, 1, "NAME", configUseContext)}, cmdutil.ContextNames),
 			{Name: "contexts", Usage: "list the contexts, * marking the current one", Flags: cmdutil.SettingsFlags(true),
-				Action: func(c *cli.Context) error { return configContexts(c, e) }},
+				Action: configAction(e, 0, "", configContexts)},
 		},
 	}
 }
 
-// args checks a subcommand's positional arguments.
-func args(c *cli.Context, n int, usage string) ([]string, error) {
+// configOptions are what a config subcommand is told: its positional
+// arguments, the settings file (--config or SIGNAGENT_CONFIG, named: it
+// must be there; else the default one) and the context --context names.
+type configOptions struct {
+	Args    []string
+	Path    string
+	Named   bool
+	Context string
+	// Known says whether a key is a setting (a flag's name); Flag is the
+	// flag a key names, in any command (nil for none).
+	Known func(string) bool
+	Flag  func(string) cli.Flag
+}
+
+// readConfig reads a config subcommand's flags and its n positional
+// arguments (usage names them).
+func readConfig(c *cli.Context, n int, usage string) (configOptions, error) {
 	if c.NArg() != n {
-		return nil, cmdutil.UsageErr(fmt.Errorf("usage: signagent config %s %s", c.Command.Name, usage))
+		return configOptions{}, cmdutil.UsageErr(fmt.Errorf("usage: signagent config %s %s", c.Command.Name, usage))
 	}
-	return c.Args().Slice(), nil
+	path, named := cmdutil.SettingsPath(c)
+	return configOptions{Args: c.Args().Slice(), Path: path, Named: named, Context: cmdutil.ContextName(c),
+		Known: cmdutil.KnownKeys(c.App), Flag: func(key string) cli.Flag { return flagOf(c.App, key) }}, nil
+}
+
+// configAction is a config subcommand's action: readConfig, then run.
+func configAction(e *cmdutil.Env, n int, usage string, run func(*cmdutil.Env, configOptions) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		o, err := readConfig(c, n, usage)
+		if err != nil {
+			return err
+		}
+		return run(e, o)
+	}
 }
 
 // readSettingsFile reads the file for a config subcommand (all of it
 // checked) and its path.
-func readSettingsFile(c *cli.Context) (*settings.File, error) {
-	return readSettingsFor(c, cmdutil.ContextName(c))
+func readSettingsFile(o configOptions) (*settings.File, error) {
+	return readSettingsFor(o, o.Context)
 }
 
 // readSettingsFor reads the file for a config subcommand with context
 // chosen ("" for the file's current one).
-func readSettingsFor(c *cli.Context, context string) (*settings.File, error) {
-	path, named := cmdutil.SettingsPath(c)
-	if path == "" {
+func readSettingsFor(o configOptions, context string) (*settings.File, error) {
+	if o.Path == "" {
 		return nil, cmdutil.UsageErr(errors.New("no settings file: give --config FILE (there is no home directory)"))
 	}
-	f, err := settings.ReadFile(path, context, named, cmdutil.KnownKeys(c.App))
+	f, err := settings.ReadFile(o.Path, context, o.Named, o.Known)
 	if err != nil {
 		return nil, cmdutil.UsageErr(err)
 	}
 	return f, nil
 }
 
-func configView(c *cli.Context, e *cmdutil.Env) error {
-	if _, err := args(c, 0, ""); err != nil {
-		return err
-	}
-	f, err := readSettingsFile(c)
+func configView(e *cmdutil.Env, o configOptions) error {
+	f, err := readSettingsFile(o)
 	if err != nil {
 		return err
 	}
@@ -92,16 +116,13 @@ func configView(c *cli.Context, e *cmdutil.Env) error {
 	return err
 }
 
-func configGet(c *cli.Context, e *cmdutil.Env) error {
-	a, err := args(c, 1, "KEY")
-	if err != nil {
-		return err
-	}
+func configGet(e *cmdutil.Env, o configOptions) error {
+	a := o.Args
 	a[0] = cmdutil.NewKey(e.Stderr, a[0])
-	if !cmdutil.KnownKeys(c.App)(a[0]) {
+	if !o.Known(a[0]) {
 		return cmdutil.UsageErr(fmt.Errorf("unknown setting %q: the keys are the flags' names without the dashes", a[0]))
 	}
-	f, err := readSettingsFile(c)
+	f, err := readSettingsFile(o)
 	if err != nil {
 		return err
 	}
@@ -170,21 +191,21 @@ func checkValue(fl cli.Flag, key, value string) (*yaml.Node, error) {
 	return n, nil
 }
 
-func configSet(c *cli.Context, e *cmdutil.Env, unset bool) error {
-	usage, n := "KEY VALUE", 2
-	if unset {
-		usage, n = "KEY", 1
-	}
-	a, err := args(c, n, usage)
-	if err != nil {
-		return err
-	}
+func configSet(e *cmdutil.Env, o configOptions) error { return setOrUnset(e, o, false) }
+
+func configUnset(e *cmdutil.Env, o configOptions) error { return setOrUnset(e, o, true) }
+
+// setOrUnset sets the key of o's arguments to its value, or with unset
+// removes it.
+func setOrUnset(e *cmdutil.Env, o configOptions, unset bool) error {
+	a := o.Args
+	var err error
 	key := cmdutil.NewKey(e.Stderr, a[0])
 	if file, secret := settings.SecretKeys[key]; secret {
 		return cmdutil.UsageErr(fmt.Errorf("%q is a secret, which the settings file never holds: keep it in a file only you can read and set %s to that file's path", key, file))
 	}
-	fl := flagOf(c.App, key)
-	if fl == nil || !cmdutil.KnownKeys(c.App)(key) {
+	fl := o.Flag(key)
+	if fl == nil || !o.Known(key) {
 		return cmdutil.UsageErr(fmt.Errorf("unknown setting %q: the keys are the flags' names without the dashes (signagent COMMAND --help lists them)", key))
 	}
 	var value *yaml.Node
@@ -194,12 +215,12 @@ func configSet(c *cli.Context, e *cmdutil.Env, unset bool) error {
 		}
 	}
 	// set makes the context it names; unset needs it there.
-	f, err := readSettingsFor(c, "")
+	f, err := readSettingsFor(o, "")
 	if err != nil {
 		return err
 	}
 	f.Context = "" // the top of the file, for every context, unless one is named
-	if name := cmdutil.ContextName(c); name != "" {
+	if name := o.Context; name != "" {
 		if unset && !slices.Contains(f.Contexts, name) {
 			return cmdutil.UsageErr(fmt.Errorf("no context %q in %s (contexts: %s)", name, f.Path, strings.Join(f.Contexts, ", ")))
 		}
@@ -234,12 +255,9 @@ func configSet(c *cli.Context, e *cmdutil.Env, unset bool) error {
 	return nil
 }
 
-func configUseContext(c *cli.Context, e *cmdutil.Env) error {
-	a, err := args(c, 1, "NAME")
-	if err != nil {
-		return err
-	}
-	f, err := readSettingsFile(c)
+func configUseContext(e *cmdutil.Env, o configOptions) error {
+	a := o.Args
+	f, err := readSettingsFile(o)
 	if err != nil {
 		return err
 	}
@@ -258,11 +276,8 @@ func configUseContext(c *cli.Context, e *cmdutil.Env) error {
 	return nil
 }
 
-func configContexts(c *cli.Context, e *cmdutil.Env) error {
-	if _, err := args(c, 0, ""); err != nil {
-		return err
-	}
-	f, err := readSettingsFile(c)
+func configContexts(e *cmdutil.Env, o configOptions) error {
+	f, err := readSettingsFile(o)
 	if err != nil {
 		return err
 	}

@@ -65,28 +65,45 @@ func command(f *factory.Factory) *cli.Command {
 		Flags: cmdutil.Concat([]cli.Flag{
 			&cli.StringFlag{Name: "agent-config", Category: "Settings", Usage: "check the agent's settings `FILE` (serve --config) instead of the settings file's context"},
 			cmdutil.JSONFlag(`[{"name","status","detail"}]`),
-		}, cmdutil.SettingsFlags(true), flags, []cli.Flag{factory.ProfileFlag()}, factory.MoreSchemeFlags()),
-		Action: func(c *cli.Context) error { return doctor(c, f) },
+		}, cmdutil.SettingsFlags(true), flags, []cli.Flag{cmdutil.ProfileFlag()}, factory.MoreSchemeFlags()),
+		Action: func(c *cli.Context) error { return runDoctor(c.Context, f, readDoctor(c)) },
 	}
 }
 
-func doctor(c *cli.Context, f *factory.Factory) error {
+// doctorOptions are what doctor is told: which settings to check (the
+// agent's file, or the settings file's context) and the form of the
+// report. Load reads them: a file it cannot read is a failed check.
+type doctorOptions struct {
+	Agent bool
+	JSON  bool
+	// Load reads the settings to check, and says where they came from.
+	Load func() (*settings.Settings, string, error)
+}
+
+// readDoctor reads doctor's flags.
+func readDoctor(c *cli.Context) doctorOptions {
+	return doctorOptions{Agent: c.IsSet("agent-config"), JSON: c.Bool("json"), Load: func() (*settings.Settings, string, error) { return load(c) }}
+}
+
+// runDoctor makes every check and reports; a failed one is exit 1.
+func runDoctor(ctx context.Context, f *factory.Factory, o doctorOptions) error {
 	e := f.Env
-	s, from, err := load(c)
+	s, from, err := o.Load()
 	var checks []Check
 	if err != nil {
 		checks = []Check{{Name: "settings", Status: Fail, Detail: err.Error()}}
 	} else {
 		f.UseSettings(s) // the parts it checks are built from what it checks
-		d := &run{s: s, e: e, f: f, agent: c.IsSet("agent-config"), timeout: s.Duration("request-timeout")}
+		d := &run{s: s, e: e, f: f, agent: o.Agent, st: cmdutil.ReadStore(s), svc: cmdutil.ReadService(s), biz: cmdutil.ReadBusiness(s), oid: cmdutil.ReadOIDC(s)}
+		d.timeout = d.svc.RequestTimeout
 		if d.timeout <= 0 || d.timeout > 15*time.Second {
 			d.timeout = 15 * time.Second
 		}
 		d.add("settings", OK, from)
-		d.all(c.Context)
+		d.all(ctx)
 		checks = d.checks
 	}
-	if c.Bool("json") {
+	if o.JSON {
 		err = cmdutil.WriteJSON(e, checks)
 	} else {
 		err = write(e.Stdout, checks)
@@ -140,11 +157,16 @@ func write(w io.Writer, checks []Check) error {
 
 // run is one doctor's checks as they are made.
 type run struct {
-	s       *settings.Settings
-	e       *cmdutil.Env
-	f       *factory.Factory // the run's, its settings s
-	agent   bool             // --agent-config: the agent's own files too
-	timeout time.Duration    // each network call
+	s     *settings.Settings
+	e     *cmdutil.Env
+	f     *factory.Factory // the run's, its settings s
+	agent bool             // --agent-config: the agent's own files too
+	// The shared flag sets of the settings checked.
+	st      cmdutil.Store
+	svc     cmdutil.Service
+	biz     cmdutil.Business
+	oid     cmdutil.OIDC
+	timeout time.Duration // each network call
 	checks  []Check
 	// skew is the service's clock against this machine's, from the first
 	// answer that carried a Date, and whose answer it was.

@@ -20,12 +20,12 @@ import (
 // files checks the files besides the secrets': the store key, the local
 // token store's directory, and the agent's own.
 func (d *run) files() {
-	if f := d.s.String("store-key-file"); f != "" {
+	if f := d.st.KeyFile; f != "" {
 		_, err := store.LoadKeyFile(f)
 		d.result("store-key-file", err, f+" holds a store key and is closed to others")
 	}
-	if u := d.s.String("store"); u == "" || u == "local" {
-		dir := d.s.String("token-store")
+	if u := d.st.URL; u == "" || u == "local" {
+		dir := d.oid.TokenStore
 		if dir == "" {
 			dir, _ = oidc.DefaultDir()
 		}
@@ -46,7 +46,7 @@ func (d *run) signing() bool {
 			return true
 		}
 	}
-	return d.s.String("trusted-url") != ""
+	return d.svc.TrustedURL != ""
 }
 
 // token is the light part of token check, without a login: the module
@@ -107,7 +107,7 @@ func (d *run) token(ctx context.Context) {
 // store pings the shared store and returns it open (nil for local, or
 // when it cannot be opened).
 func (d *run) store(ctx context.Context) *store.Shared {
-	u := d.s.String("store")
+	u := d.st.URL
 	if u == "" || u == "local" {
 		return nil
 	}
@@ -131,9 +131,9 @@ func (d *run) store(ctx context.Context) *store.Shared {
 		d.add("store key", OK, "the store holds no records yet to try the key on")
 	case foreign > 0:
 		d.add("store key", Fail, fmt.Sprintf("%d of the %d records looked at are sealed with a key not in %s: they are never found with it; give the key file the other agents use",
-			foreign, looked, d.s.String("store-key-file")))
+			foreign, looked, d.st.KeyFile))
 	default:
-		d.add("store key", OK, fmt.Sprintf("the %d records looked at are sealed with a key in %s", looked, d.s.String("store-key-file")))
+		d.add("store key", OK, fmt.Sprintf("the %d records looked at are sealed with a key in %s", looked, d.st.KeyFile))
 	}
 	return shared
 }
@@ -142,7 +142,7 @@ func (d *run) store(ctx context.Context) *store.Shared {
 // sign-in, without refreshing: in the shared store, a record that opens
 // with the key is the key's check.
 func (d *run) oidc(ctx context.Context, shared *store.Shared) {
-	authURL, clientID := d.s.String("oidc-url"), d.s.String("client-id")
+	authURL, clientID := d.oid.URL, d.oid.ClientID
 	if authURL == "" {
 		return
 	}
@@ -154,7 +154,7 @@ func (d *run) oidc(ctx context.Context, shared *store.Shared) {
 	sec, err := d.f.ClientSecret()
 	var c *oidc.Client
 	if err == nil {
-		c, err = oidc.New(oidc.Config{AuthURL: authURL, AllowInsecureHTTP: d.s.Bool("insecure-http"), ClientID: clientID, ClientSecret: sec,
+		c, err = oidc.New(oidc.Config{AuthURL: authURL, AllowInsecureHTTP: d.svc.InsecureHTTP, ClientID: clientID, ClientSecret: sec,
 			Space: space, Timeout: d.timeout, Log: d.e.Log})
 	}
 	if err == nil {
@@ -172,8 +172,8 @@ func (d *run) oidc(ctx context.Context, shared *store.Shared) {
 	}
 	var records oidc.Records
 	if shared != nil {
-		records = &oidc.InStore{S: shared, Name: d.s.String("store")}
-	} else if dir := d.s.String("token-store"); dir != "" {
+		records = &oidc.InStore{S: shared, Name: d.st.URL}
+	} else if dir := d.oid.TokenStore; dir != "" {
 		records = oidc.Files{Dir: dir}
 	} else if dir, err := oidc.DefaultDir(); err == nil {
 		records = oidc.Files{Dir: dir}
@@ -181,7 +181,7 @@ func (d *run) oidc(ctx context.Context, shared *store.Shared) {
 		d.add("oidc profile", Fail, oneLine(err))
 		return
 	}
-	profile := d.s.String("profile")
+	profile := cmdutil.ReadProfile(d.s)
 	if profile == "" {
 		profile = "default"
 	}

@@ -50,7 +50,7 @@ func (d *run) secrets() keys {
 		return got.Value, d.result(name, nil, "read from "+got.From)
 	}
 	need := ""
-	if d.s.String("trusted-url") != "" {
+	if d.svc.TrustedURL != "" {
 		need = "none given, and --trusted-url needs one: set SIGNAGENT_API_KEY or give --api-key-file"
 	}
 	if _, ok := read("api-key", cmdutil.APIKeySpec.Source(d.s), need); ok {
@@ -65,7 +65,7 @@ func (d *run) secrets() keys {
 			d.checks[len(d.checks)-1] = Check{"developer-key", Fail, oneLine(err)}
 		}
 	}
-	if _, ok := read("client-secret", cmdutil.ClientSecretSpec.Source(d.s), ""); !ok && d.s.String("oidc-url") != "" && !cmdutil.ClientSecretSpec.Source(d.s).Given() {
+	if _, ok := read("client-secret", cmdutil.ClientSecretSpec.Source(d.s), ""); !ok && d.oid.URL != "" && !cmdutil.ClientSecretSpec.Source(d.s).Given() {
 		d.add("client-secret", Warn, "none given: an access token is not refreshed without it (set SIGNAGENT_CLIENT_SECRET or give --client-secret-file)")
 	}
 	read("store-password", cmdutil.StorePasswordSpec.Source(d.s), "")
@@ -107,7 +107,7 @@ func (d *run) addresses(ctx context.Context) {
 		if raw == "" {
 			continue
 		}
-		u, err := httpx.ParseBaseURL(raw, d.s.Bool("insecure-http"))
+		u, err := httpx.ParseBaseURL(raw, d.svc.InsecureHTTP)
 		if err != nil {
 			d.add(sv.setting, Fail, fmt.Sprintf("%s: %v", raw, oneLine(err)))
 			continue
@@ -182,7 +182,7 @@ func (d *run) anyAddress() bool {
 // developer key, by calls that change nothing (trusted.CheckAPIKey,
 // legacy.CheckKey), each sent once.
 func (d *run) serviceKeys(ctx context.Context, k keys) {
-	if k.apiKey != "" && d.s.String("trusted-url") != "" {
+	if k.apiKey != "" && d.svc.TrustedURL != "" {
 		cfg, err := d.f.TrustedConfig(k.apiKey)
 		var c *trusted.Client
 		if err == nil {
@@ -194,7 +194,7 @@ func (d *run) serviceKeys(ctx context.Context, k keys) {
 		}
 		d.keyResult("api-key accepted", err, "the service accepts the API key (step 1 without a credential answered 400, not InvalidApiKey)")
 	}
-	if k.developerKey != "" && d.s.String("business-url") != "" {
+	if k.developerKey != "" && d.biz.URL != "" {
 		cfg, err := d.f.LegacyConfig()
 		var c *legacy.Client
 		if err == nil {

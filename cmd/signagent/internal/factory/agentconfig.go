@@ -54,11 +54,11 @@ func ServeFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "certificate-login", Category: catAgent, Value: true, EnvVars: []string{"SIGNAGENT_CERTIFICATE_LOGIN"}, Usage: "allow legacy certificate login (the token decrypts the service's challenge); --certificate-login=false turns it off"},
 		&cli.StringSliceFlag{Name: "routes", Category: catAgent, EnvVars: []string{"SIGNAGENT_ROUTES"}, Usage: "open routes per caller class, repeatable: `CLASS=ROUTES` with CLASS uid:N, gid:N, unix, tcp or default and ROUTES from " + strings.Join(agent.RouteNames, ",") + " (default: all routes to every admitted caller)"},
 		&cli.StringFlag{Name: "audit-log", Category: catAgent, Value: "-", EnvVars: []string{"SIGNAGENT_AUDIT_LOG"}, Usage: "audit `FILE` (JSON lines, mode 0600, appended), or - for stderr"},
-	}, cmdutil.TokenFlags(), SignFlags(), ServiceFlags(), legacyServiceFlags(), []cli.Flag{
+	}, cmdutil.TokenFlags(), SignFlags(), cmdutil.ServiceFlags(), cmdutil.BusinessFlags(), []cli.Flag{
 		&cli.BoolFlag{Name: "legacy-snils", Category: cmdutil.CatCredential, EnvVars: []string{"SIGNAGENT_LEGACY_SNILS"}, Usage: "accept SNILS numbers whose check number does not follow the rule"},
 		&cli.StringSliceFlag{Name: "legacy-password-file", Category: cmdutil.CatLegacy, EnvVars: []string{"SIGNAGENT_LEGACY_PASSWORD_FILE"}, Usage: "an account the agent may log in as by password, repeatable: `LOGIN=FILE` (the file holds the password)"},
 		&cli.DurationFlag{Name: "refresh-token-lifetime", Category: cmdutil.CatOIDC, Value: oidc.DefaultRefreshLifetime, EnvVars: []string{"SIGNAGENT_REFRESH_TOKEN_LIFETIME"}, Usage: "how long the identity provider's refresh tokens last (`DURATION`; its token answers do not say): signagent_oidc_refresh_expiry_timestamp_seconds adds it to a refresh token's issue"},
-	}, OIDCFlags())
+	}, cmdutil.OIDCFlags())
 }
 
 // AgentConfig reads the agent's settings from s (flags, environment and
@@ -68,6 +68,7 @@ func ServeFlags() []cli.Flag {
 func (f *Factory) AgentConfig(s *settings.Settings) (agent.Config, error) {
 	e := f.Env
 	build := cmdutil.CurrentBuild()
+	svc, biz, oid := cmdutil.ReadService(s), cmdutil.ReadBusiness(s), cmdutil.ReadOIDC(s)
 	cfg := agent.Config{Version: build.Version, Commit: build.Commit, MetricsListen: s.String("metrics-listen"), Log: e.Log, Stderr: e.Stderr, Probe: probe.Selection,
 		Listen: s.Strings("listen"), SocketGroup: s.String("socket-group"), AllowUIDs: s.Ints("allow-uid"), AllowGIDs: s.Ints("allow-gid"),
 		BearerTokenFile: s.String("bearer-token-file"), AuditLog: s.String("audit-log"),
@@ -76,7 +77,7 @@ func (f *Factory) AgentConfig(s *settings.Settings) (agent.Config, error) {
 		SessionTTL: s.Duration("session-ttl"), RequestDeadline: s.Duration("request-deadline"), MaxBody: int64(s.Int("max-body")),
 		ShutdownGrace: s.Duration("shutdown-grace"), LegacySNILS: s.Bool("legacy-snils"),
 		Policy: agent.Policy{ExposeCanonical: s.Bool("expose-canonical"), ExposeLegacyHeader: s.Bool("expose-legacy-header"), NoCertificateLogin: !s.Bool("certificate-login")},
-		APIURL: s.String("business-url"), AllowInsecureAPI: s.Bool("insecure-http"), ServiceMaxBody: int64(s.Int("service-max-body")),
+		APIURL: biz.URL, AllowInsecureAPI: svc.InsecureHTTP, ServiceMaxBody: int64(s.Int("service-max-body")),
 		ServiceBodyBudget: int64(s.Int("service-body-budget")), ServiceMaxHeaderFields: s.Int("service-max-header-fields"),
 		ServiceMaxHeaderBytes: int64(s.Int("service-max-header-bytes"))}
 	var errs [9]error // all are reported, not only the first (and the store's)
@@ -92,15 +93,15 @@ func (f *Factory) AgentConfig(s *settings.Settings) (agent.Config, error) {
 		cfg.APIKey, errs[3] = cmdutil.APIKeyFrom(s) // needed for signatures and sessions alike
 	}
 	errs[7] = oidcSettingsComplete(s)
-	if cfg.NoToken && !hasDeveloperKey(s) && s.String("oidc-url") == "" && s.String("client-id") == "" {
+	if cfg.NoToken && !hasDeveloperKey(s) && oid.URL == "" && oid.ClientID == "" {
 		errs[8] = cmdutil.UsageErr(errors.New("nothing to serve: give the partner API key (SIGNAGENT_API_KEY or --api-key-file) and a token for signatures and sessions, " +
 			"--business-url with a developer key for the legacy scheme, or --oidc-url and --client-id for OpenID Connect"))
 	}
-	if s.String("trusted-url") != "" {
+	if svc.TrustedURL != "" {
 		cfg.Service, errs[4] = trustedConfig(s, e, cfg.APIKey)
 	}
 	switch {
-	case s.String("business-url") == "":
+	case biz.URL == "":
 		e.Log.Info().Msg("no --business-url: legacy authorizations and the business proxy answer 503 until one is configured")
 	case !hasDeveloperKey(s):
 		// The proxy serves OpenID Connect profiles without it.
@@ -140,7 +141,8 @@ func signingWanted(s *settings.Settings) bool {
 // oidcSettingsComplete says, in one error, what OpenID Connect still
 // needs when one of its settings is given.
 func oidcSettingsComplete(s *settings.Settings) error {
-	given := map[string]bool{"--oidc-url (SIGNAGENT_OIDC_URL)": s.String("oidc-url") != "", "--client-id (SIGNAGENT_CLIENT_ID)": s.String("client-id") != "",
+	o := cmdutil.ReadOIDC(s)
+	given := map[string]bool{"--oidc-url (SIGNAGENT_OIDC_URL)": o.URL != "", "--client-id (SIGNAGENT_CLIENT_ID)": o.ClientID != "",
 		"the client secret (SIGNAGENT_CLIENT_SECRET or --client-secret-file)": cmdutil.ClientSecretSpec.Source(s).Given()}
 	var missing []string
 	some := false

@@ -13,10 +13,8 @@ import (
 
 	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/agentclient"
-	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/errdefs"
-	"github.com/signagent/signagent/legacy"
 )
 
 // The CLI through a running agent, the ssh-agent idiom: when
@@ -120,59 +118,11 @@ func AgentCallError(err error) error {
 }
 
 // AgentAuthorization asks the agent cl for the Authorization header of
-// the identity the flags name (scheme as --scheme gives it).
-func (f *Factory) AgentAuthorization(ctx context.Context, cl *agentclient.Client, scheme string) (*agentapi.AuthorizationResponse, error) {
-	req, err := f.AgentAuthRequest(scheme)
-	if err != nil {
-		return nil, err
-	}
+// the identity req names (the command's flags, read by the command).
+func (f *Factory) AgentAuthorization(ctx context.Context, cl *agentclient.Client, req agentapi.AuthorizationRequest) (*agentapi.AuthorizationResponse, error) {
 	resp, err := cl.Authorization(ctx, req)
 	if err != nil {
 		return nil, AgentCallError(err)
 	}
 	return resp, nil
-}
-
-// AgentAuthRequest is the identity the flags name as the body of the
-// agent's POST /v1/authorizations: the profile of OpenID Connect; the
-// login, the certificate, an auth.sid from its sources or a trusted
-// Credential for the legacy scheme. No password leaves this process: the
-// agent holds the passwords it may use.
-func (f *Factory) AgentAuthRequest(scheme string) (agentapi.AuthorizationRequest, error) {
-	c, s := f.c, f.Settings()
-	sel := authz.Selector{Scheme: scheme, By: c.String("by")}.Normalize()
-	req := agentapi.AuthorizationRequest{Scheme: sel.Scheme}
-	if sel.Scheme != authz.SchemeLegacy {
-		req.Profile = s.String("profile")
-		return req, nil
-	}
-	if sel.By == "" {
-		return req, cmdutil.UsageErr(errors.New("--scheme legacy needs --by password, --by certificate or --by sid"))
-	}
-	by, err := legacy.ParseMethod(sel.By)
-	if err != nil {
-		return req, err
-	}
-	req.By = string(by)
-	switch by {
-	case legacy.ByPassword:
-		if req.Login = strings.TrimSpace(c.String("login")); req.Login == "" {
-			return req, cmdutil.UsageErr(errors.New("--by password needs --login (or SIGNAGENT_LOGIN)"))
-		}
-	case legacy.BySid:
-		if src := cmdutil.SIDSpec.Source(s); src.Given() {
-			got, err := src.Resolve()
-			if err != nil {
-				return req, errdefs.Mark(err, errdefs.ErrInvalidInput)
-			}
-			req.Sid = got.Value
-			return req, nil
-		}
-		cred, err := cmdutil.Credential(c)
-		if err != nil {
-			return req, cmdutil.UsageErr(fmt.Errorf("--by sid needs --sid-file, SIGNAGENT_SID, or a trusted credential (--phone, --snils or --thumbprint) with --service-user-id: %w", err))
-		}
-		req.Credential, req.ServiceUserID = cmdutil.APICredential(cred), c.String("service-user-id")
-	}
-	return req, nil
 }

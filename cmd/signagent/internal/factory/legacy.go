@@ -2,31 +2,15 @@ package factory
 
 import (
 	"errors"
-	"fmt"
 
-	"github.com/urfave/cli/v2"
-
+	"github.com/signagent/signagent/business"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/internal/settings"
-	"github.com/signagent/signagent/envelope"
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/internal/httpx"
 	"github.com/signagent/signagent/legacy"
 	"github.com/signagent/signagent/schemes"
 )
-
-// legacyServiceFlags say where the business API is and which developer
-// key calls it; the agent takes them too (ServeFlags), and the legacy
-// commands pick them from there.
-func legacyServiceFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "business-url", Category: cmdutil.CatLegacy, EnvVars: []string{"SIGNAGENT_BUSINESS_URL"}, Usage: "the service's business API `URL` (Authenticate is at URL/V3/Authenticate)"},
-		cmdutil.DeveloperKeySpec.FlagWith(cmdutil.CatLegacy, ""),
-		&cli.DurationFlag{Name: "legacy-token-ttl", Category: cmdutil.CatLegacy, Value: legacy.DefaultTokenTTL, EnvVars: []string{"SIGNAGENT_LEGACY_TOKEN_TTL"}, Usage: "`DURATION` a legacy token lives (the service's 24h); caches reuse it until a margin before"},
-		&cli.IntFlag{Name: "legacy-challenge-size", Category: cmdutil.CatLegacy, Value: envelope.ChallengeSize, EnvVars: []string{"SIGNAGENT_LEGACY_CHALLENGE_SIZE"},
-			Usage: fmt.Sprintf("`BYTES` of random a certificate login's challenge holds: the only length the token opens (%d to %d; change it only where a real service's challenge shows another)", envelope.MinChallengeSize, envelope.MaxChallengeSize)},
-	}
-}
 
 // Legacy is the legacy client of --business-url and the developer key.
 func (f *Factory) Legacy() (*legacy.Client, error) {
@@ -35,6 +19,14 @@ func (f *Factory) Legacy() (*legacy.Client, error) {
 		return nil, err
 	}
 	return legacy.New(*cfg)
+}
+
+// BusinessConfig is the business API's client configuration as the
+// settings give it (signagent api's calls).
+func (f *Factory) BusinessConfig() business.Config {
+	s := f.Settings()
+	b, svc := cmdutil.ReadBusiness(s), cmdutil.ReadService(s)
+	return business.Config{APIURL: b.URL, AllowInsecureHTTP: svc.InsecureHTTP, Timeout: svc.RequestTimeout, UserAgent: "signagent/" + cmdutil.Version}
 }
 
 // LegacyConfig is the legacy client's configuration as the settings give
@@ -47,15 +39,16 @@ func legacyConfig(s *settings.Settings, e *cmdutil.Env) (*legacy.Config, error) 
 	if err != nil {
 		return nil, err
 	}
-	if s.String("business-url") == "" {
+	b, svc := cmdutil.ReadBusiness(s), cmdutil.ReadService(s)
+	if b.URL == "" {
 		return nil, cmdutil.UsageErr(errors.New("give the service's business API address with --business-url or SIGNAGENT_BUSINESS_URL"))
 	}
-	if _, err := legacy.ParseAPIURL(s.String("business-url"), s.Bool("insecure-http")); err != nil {
+	if _, err := legacy.ParseAPIURL(b.URL, svc.InsecureHTTP); err != nil {
 		return nil, err
 	}
-	cfg := &legacy.Config{APIURL: s.String("business-url"), AllowInsecureHTTP: s.Bool("insecure-http"), DeveloperKey: key,
-		TokenTTL: s.Duration("legacy-token-ttl"), ChallengeSize: s.Int("legacy-challenge-size"), Log: e.Log,
-		Settings: httpx.Settings{Timeout: s.Duration("request-timeout"), Attempts: s.Int("attempts"), UserAgent: "signagent/" + cmdutil.Version}}
+	cfg := &legacy.Config{APIURL: b.URL, AllowInsecureHTTP: svc.InsecureHTTP, DeveloperKey: key,
+		TokenTTL: b.TokenTTL, ChallengeSize: b.ChallengeSize, Log: e.Log,
+		Settings: httpx.Settings{Timeout: svc.RequestTimeout, Attempts: svc.Attempts, UserAgent: "signagent/" + cmdutil.Version}}
 	return cfg, s.Err()
 }
 

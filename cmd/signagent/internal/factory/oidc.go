@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/urfave/cli/v2"
-
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/errdefs"
@@ -13,20 +11,6 @@ import (
 	"github.com/signagent/signagent/schemes"
 	"github.com/signagent/signagent/store"
 )
-
-// OIDCFlags say which application signs in where, and where the tokens
-// are kept (the store's flags with them). serve, header and api take them
-// as they are (their --insecure-http and --request-timeout are the
-// service's); the OpenID Connect commands add their own.
-func OIDCFlags() []cli.Flag {
-	return append(StoreFlags(), []cli.Flag{
-		&cli.StringFlag{Name: "oidc-url", Category: cmdutil.CatOIDC, EnvVars: []string{"SIGNAGENT_OIDC_URL"}, Usage: "the identity provider's `URL` ({auth_url}; /connect/* is below it)"},
-		&cli.StringFlag{Name: "client-id", Category: cmdutil.CatOIDC, EnvVars: []string{"SIGNAGENT_CLIENT_ID"}, Usage: "the application's `CLIENT_ID`"},
-		cmdutil.ClientSecretSpec.FlagWith(cmdutil.CatOIDC, ""),
-		&cli.StringFlag{Name: "token-store", Category: cmdutil.CatOIDC, EnvVars: []string{"SIGNAGENT_TOKEN_STORE"}, Usage: "keep the tokens in `DIR` (default $XDG_STATE_HOME/signagent, else ~/.local/state/signagent)"},
-		&cli.DurationFlag{Name: "refresh-before", Category: cmdutil.CatOIDC, Value: oidc.DefaultRefreshBefore, EnvVars: []string{"SIGNAGENT_REFRESH_BEFORE"}, Usage: "refresh an access token with less than `DURATION` left (or an eighth of its lifetime, when shorter)"},
-	}...)
-}
 
 // oidcAgentConfig is the agent's OpenID Connect scheme: the token store
 // operators sign in to (in shared, the agent's store, when there is one),
@@ -43,18 +27,12 @@ func oidcAgentConfig(s *settings.Settings, e *cmdutil.Env, shared *store.Shared)
 	if err != nil {
 		return nil, err
 	}
-	return &schemes.OIDCSettings{Records: records, Before: s.Duration("refresh-before"), RefreshLifetime: s.Duration("refresh-token-lifetime"), Client: func(rec *oidc.Record) (*oidc.Client, error) {
+	return &schemes.OIDCSettings{Records: records, Before: cmdutil.ReadOIDC(s).RefreshBefore, RefreshLifetime: s.Duration("refresh-token-lifetime"), Client: func(rec *oidc.Record) (*oidc.Client, error) {
 		if sec == "" {
 			return nil, schemes.ErrOIDCSecret
 		}
 		return refreshClient(s, e, rec, sec)
 	}}, nil
-}
-
-// ProfileFlag names the OpenID Connect profile a command signs in, uses
-// or checks.
-func ProfileFlag() cli.Flag {
-	return &cli.StringFlag{Name: "profile", Category: cmdutil.CatOIDC, Value: "default", EnvVars: []string{"SIGNAGENT_PROFILE"}, Usage: "the token store's `NAME` for this sign-in"}
 }
 
 // Who names a profile's user: the subject, with the e-mail when known.
@@ -65,17 +43,18 @@ func Who(r *oidc.Record) string {
 	return r.Subject
 }
 
-// OIDCClient builds the client for an identity provider and application,
-// with the secret from $SIGNAGENT_CLIENT_SECRET or --client-secret-file.
-func (f *Factory) OIDCClient(authURL, clientID string) (*oidc.Client, error) {
-	s, e := f.Settings(), f.Env
+// OIDCClient builds the client of a sign-in (cfg: the identity provider,
+// the application, the space, the scopes and the redirect), with the
+// service flags' --insecure-http and --request-timeout and the secret
+// from $SIGNAGENT_CLIENT_SECRET or --client-secret-file.
+func (f *Factory) OIDCClient(cfg oidc.Config) (*oidc.Client, error) {
 	sec, err := f.ClientSecret()
 	if err != nil {
 		return nil, err
 	}
-	return oidc.New(oidc.Config{AuthURL: authURL, AllowInsecureHTTP: s.Bool("insecure-http"), ClientID: clientID,
-		ClientSecret: sec, Space: s.String("space"), ExtraScopes: s.Strings("scope"), RedirectURI: s.String("redirect-uri"),
-		Timeout: s.Duration("request-timeout"), Log: e.Log})
+	svc := cmdutil.ReadService(f.Settings())
+	cfg.AllowInsecureHTTP, cfg.ClientSecret, cfg.Timeout, cfg.Log = svc.InsecureHTTP, sec, svc.RequestTimeout, f.Log
+	return oidc.New(cfg)
 }
 
 // ClientSecret reads the client secret (see secretSpec for the order of
@@ -112,7 +91,7 @@ func (f *Factory) oidcSettings() (*schemes.OIDCSettings, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &schemes.OIDCSettings{Records: records, Before: f.Settings().Duration("refresh-before"), Client: func(rec *oidc.Record) (*oidc.Client, error) {
+	return &schemes.OIDCSettings{Records: records, Before: cmdutil.ReadOIDC(f.Settings()).RefreshBefore, Client: func(rec *oidc.Record) (*oidc.Client, error) {
 		sec, err := f.ClientSecret()
 		if err != nil {
 			return nil, err
@@ -129,8 +108,9 @@ func (f *Factory) RefreshClient(rec *oidc.Record, sec string) (*oidc.Client, err
 
 // refreshClient is RefreshClient with the settings s.
 func refreshClient(s *settings.Settings, e *cmdutil.Env, rec *oidc.Record, sec string) (*oidc.Client, error) {
-	for _, f := range []struct{ flag, want string }{{"oidc-url", rec.AuthURL}, {"client-id", rec.ClientID}} {
-		if v := s.String(f.flag); v != "" && strings.TrimRight(v, "/") != f.want {
+	o := cmdutil.ReadOIDC(s)
+	for _, f := range []struct{ flag, given, want string }{{"oidc-url", o.URL, rec.AuthURL}, {"client-id", o.ClientID, rec.ClientID}} {
+		if v := f.given; v != "" && strings.TrimRight(v, "/") != f.want {
 			return nil, fmt.Errorf("%w: profile %q was signed in with --%s %s, not %s; sign in again to change it",
 				errdefs.ErrInvalidInput, rec.Profile, f.flag, f.want, v)
 		}
@@ -139,6 +119,7 @@ func refreshClient(s *settings.Settings, e *cmdutil.Env, rec *oidc.Record, sec s
 	if space == "" {
 		space = oidc.SpaceStaging // a refresh sends no scope
 	}
-	return oidc.New(oidc.Config{AuthURL: rec.AuthURL, AllowInsecureHTTP: s.Bool("insecure-http"), ClientID: rec.ClientID,
-		ClientSecret: sec, Space: space, Timeout: s.Duration("request-timeout"), Log: e.Log})
+	svc := cmdutil.ReadService(s)
+	return oidc.New(oidc.Config{AuthURL: rec.AuthURL, AllowInsecureHTTP: svc.InsecureHTTP, ClientID: rec.ClientID,
+		ClientSecret: sec, Space: space, Timeout: svc.RequestTimeout, Log: e.Log})
 }

@@ -5,28 +5,11 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/urfave/cli/v2"
-
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/store"
 )
-
-// StoreFlags choose where records are kept (OpenID Connect records, and
-// for the agent, header and api trusted sessions and legacy tokens): the
-// local files and the process's memory, or a store several agents share.
-func StoreFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "store", Category: cmdutil.CatStore, Value: "local", EnvVars: []string{"SIGNAGENT_STORE"}, Usage: "keep records (OpenID Connect records, sessions, legacy tokens) in `STORE`: local (the --token-store files, and memory) or a store several agents share: redis://[user@]host:port[/db], rediss://..., redis+sentinel://host:port[,...]/master[/db], redis+cluster://host:port[,...]; rediss+sentinel:// and rediss+cluster:// for TLS to every node"},
-		&cli.StringFlag{Name: "store-key-file", Category: cmdutil.CatStore, EnvVars: []string{"SIGNAGENT_STORE_KEY_FILE"}, Usage: "the shared store's key `FILE` (64 hex characters, mode 0600; signagent store-key --out FILE makes one)"},
-		cmdutil.StorePasswordSpec.FlagWith(cmdutil.CatStore, "; never in the URL"),
-		&cli.StringFlag{Name: "store-prefix", Category: cmdutil.CatStore, Value: store.DefaultPrefix, EnvVars: []string{"SIGNAGENT_STORE_PREFIX"}, Usage: "start every Redis key with `PREFIX` (several deployments on one Redis)"},
-		&cli.StringFlag{Name: "store-ca-file", Category: cmdutil.CatStore, EnvVars: []string{"SIGNAGENT_STORE_CA_FILE"}, Usage: "CA bundle `FILE` for rediss://, rediss+sentinel:// and rediss+cluster:// (default: the system's)"},
-		&cli.BoolFlag{Name: "store-insecure", Category: cmdutil.CatStore, EnvVars: []string{"SIGNAGENT_STORE_INSECURE"}, Usage: "allow the store password over plain TCP (redis://) to a host beyond loopback"},
-		&cli.IntFlag{Name: "store-wait-replicas", Category: cmdutil.CatStore, Value: 1, EnvVars: []string{"SIGNAGENT_STORE_WAIT_REPLICAS"}, Usage: "a write counts as done once `N` replicas have it (WAIT; as many as the master has, when fewer; 0: none)"},
-	}
-}
 
 // Store is the run's --store, opened the first time it is asked for and
 // closed with the factory: nil for local (see openStore).
@@ -41,13 +24,14 @@ func (f *Factory) Store() (*store.Shared, error) {
 // environment: never the URL, never a flag's value). The URL is read by
 // store.Open alone, and its mistakes are said before the key's.
 func openStore(s *settings.Settings) (*store.Shared, error) {
-	u := s.String("store")
-	if u == "" || u == "local" {
+	st := cmdutil.ReadStore(s)
+	if !st.Shared() {
 		return nil, nil
 	}
+	u := st.URL
 	var errs []error
 	var sealer *store.Sealer
-	if f := s.String("store-key-file"); f == "" {
+	if f := st.KeyFile; f == "" {
 		errs = append(errs, errors.New("a shared store needs --store-key-file (SIGNAGENT_STORE_KEY_FILE); make one with signagent store-key --out FILE"))
 	} else if k, err := store.LoadKeyFile(f); err != nil {
 		errs = append(errs, err)
@@ -62,11 +46,11 @@ func openStore(s *settings.Settings) (*store.Shared, error) {
 		}
 		password = got.Value
 	}
-	wait := s.Int("store-wait-replicas")
+	wait := st.WaitReplicas
 	if wait == 0 {
 		wait = -1 // none
 	}
-	r, err := store.Open(u, store.Options{Password: password, CAFile: s.String("store-ca-file"), Insecure: s.Bool("store-insecure"), Prefix: s.String("store-prefix"), Sealer: sealer, WaitReplicas: wait})
+	r, err := store.Open(u, store.Options{Password: password, CAFile: st.CAFile, Insecure: st.Insecure, Prefix: st.Prefix, Sealer: sealer, WaitReplicas: wait})
 	switch {
 	case errors.Is(err, store.ErrBadURL):
 		return nil, cmdutil.UsageErr(fmt.Errorf("--store (local, or a shared store's URL): %w", err))
@@ -100,9 +84,9 @@ func (f *Factory) OIDCRecords() (oidc.Records, error) {
 // else in --token-store, else in the default directory.
 func oidcRecords(s *settings.Settings, st *store.Shared) (oidc.Records, error) {
 	if st != nil {
-		return &oidc.InStore{S: st, Name: s.String("store")}, nil
+		return &oidc.InStore{S: st, Name: cmdutil.ReadStore(s).URL}, nil
 	}
-	if d := s.String("token-store"); d != "" {
+	if d := cmdutil.ReadOIDC(s).TokenStore; d != "" {
 		return oidc.Files{Dir: d}, nil
 	}
 	d, err := oidc.DefaultDir()

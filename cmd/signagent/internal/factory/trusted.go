@@ -2,7 +2,6 @@ package factory
 
 import (
 	"errors"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -19,14 +18,15 @@ func (f *Factory) TrustedConfig(apiKey string) (*trusted.Config, error) {
 
 // trustedConfig is the trusted service's settings in s, with apiKey.
 func trustedConfig(s *settings.Settings, e *cmdutil.Env, apiKey string) (*trusted.Config, error) {
-	if s.String("trusted-url") == "" {
+	svc := cmdutil.ReadService(s)
+	if svc.TrustedURL == "" {
 		return nil, cmdutil.UsageErr(errors.New("give the service's address with --trusted-url or SIGNAGENT_TRUSTED_URL"))
 	}
-	if s.Int("attempts") < 1 {
+	if svc.Attempts < 1 {
 		return nil, cmdutil.UsageErr(errors.New("--attempts must be at least 1"))
 	}
-	return &trusted.Config{BaseURL: s.String("trusted-url"), AllowInsecureHTTP: s.Bool("insecure-http"), APIKey: apiKey,
-		Settings: httpx.Settings{Timeout: s.Duration("request-timeout"), Attempts: s.Int("attempts"), UserAgent: "signagent/" + cmdutil.Version}, Log: e.Log}, s.Err()
+	return &trusted.Config{BaseURL: svc.TrustedURL, AllowInsecureHTTP: svc.InsecureHTTP, APIKey: apiKey,
+		Settings: httpx.Settings{Timeout: svc.RequestTimeout, Attempts: svc.Attempts, UserAgent: "signagent/" + cmdutil.Version}, Log: e.Log}, s.Err()
 }
 
 // SignFlags shape the CMS signature: its digest, signed attributes and
@@ -37,16 +37,4 @@ func SignFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "no-signed-attributes", Category: cmdutil.CatOutput, Usage: "sign the content digest directly, with no signed attributes (certified-provider style)"},
 		&cli.StringFlag{Name: "chain", Category: cmdutil.CatOutput, Usage: "PEM `FILE` of intermediate certificates to include"},
 	}
-}
-
-// ServiceFlags say where the trusted service is and how to call it, with
-// the partner's API key.
-func ServiceFlags() []cli.Flag {
-	return append(cmdutil.APIKeyFlags(),
-		&cli.StringFlag{Name: "trusted-url", Category: cmdutil.CatService, EnvVars: []string{"SIGNAGENT_TRUSTED_URL"}, Usage: "the service's auth base `URL` (endpoints are below URL/auth/v5.16/)"},
-		&cli.BoolFlag{Name: "insecure-http", Category: cmdutil.CatService, EnvVars: []string{"SIGNAGENT_INSECURE_HTTP"}, Usage: "allow plain http to a non-loopback base URL"},
-		&cli.DurationFlag{Name: "request-timeout", Category: cmdutil.CatService, Value: 15 * time.Second, EnvVars: []string{"SIGNAGENT_REQUEST_TIMEOUT"}, Usage: "give up on one request after `DURATION`"},
-		&cli.IntFlag{Name: "attempts", Category: cmdutil.CatService, Value: 3, EnvVars: []string{"SIGNAGENT_ATTEMPTS"}, Usage: "`N` tries of a request that failed in transport or with 5xx"},
-		&cli.StringFlag{Name: "service-user-id", Category: cmdutil.CatService, Usage: "the user's `ID` in the trusted (partner) system"},
-	)
 }

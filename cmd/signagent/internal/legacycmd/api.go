@@ -2,6 +2,7 @@ package legacycmd
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,9 +39,37 @@ func apiCommand(f *factory.Factory) *cli.Command {
 			schemeFlag(schemeUsage(true), schemeNames(true)...),
 			&cli.BoolFlag{Name: "include", Aliases: []string{"i"}, Category: cmdutil.CatOutput, Usage: "print the status line and the headers before the body"},
 			&cli.StringFlag{Name: "input", Category: cmdutil.CatOutput, Usage: "send the body read from `FILE` (- for stdin)"},
-		), factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag()}, factory.MoreSchemeFlags(), factory.AgentUseFlags()),
-		Action: func(c *cli.Context) error { return callAPI(c, f) },
+		), cmdutil.OIDCFlags(), []cli.Flag{cmdutil.ProfileFlag()}, factory.MoreSchemeFlags(), factory.AgentUseFlags()),
+		Action: cmdutil.Run(f, readAPI, runAPI),
 	}
+}
+
+// apiOptions are what api is told: the call (method, path, query and
+// where its body is read from), who makes it and how the answer is
+// printed.
+type apiOptions struct {
+	Method  string
+	Path    string
+	Query   url.Values
+	Input   string
+	Include bool
+	Who     schemeOptions
+	// Needs are the settings the call needs here for its scheme.
+	Needs []cmdutil.Need
+}
+
+// readAPI reads api's arguments and flags.
+func readAPI(c *cli.Context) (apiOptions, error) {
+	method, path, q, err := apiArgs(c)
+	if err != nil {
+		return apiOptions{}, err
+	}
+	who, err := readScheme(c)
+	if err != nil {
+		return apiOptions{}, err
+	}
+	return apiOptions{Method: method, Path: path, Query: q, Input: c.String("input"), Include: c.Bool("include"), Who: who,
+		Needs: apiNeeds(c, who.Scheme)}, nil
 }
 
 // apiArgs reads [METHOD] PATH[?QUERY].
@@ -68,71 +97,65 @@ func apiArgs(c *cli.Context) (string, string, url.Values, error) {
 	return method, path, q, nil
 }
 
-func callAPI(c *cli.Context, f *factory.Factory) error {
+// runAPI makes the call: through the running agent when one is asked
+// (its proxy, or its header), else with a scheme built here.
+func runAPI(ctx context.Context, f *factory.Factory, o apiOptions) error {
 	e := f.Env
-	method, path, q, err := apiArgs(c)
-	if err != nil {
-		return err
-	}
-	if err := checkScheme(c); err != nil {
-		return err
-	}
 	s := f.Settings()
 	cl, err := f.Agent()
 	if err != nil {
 		return err
 	}
 	var body []byte
-	if in := c.String("input"); in != "" {
-		if body, err = readInput(e, in); err != nil {
+	if o.Input != "" {
+		if body, err = readInput(e, o.Input); err != nil {
 			return err
 		}
 	}
 	var a authz.Authorizer
 	if cl != nil {
-		req, err := f.AgentAuthRequest(c.String("scheme"))
+		req, err := agentRequest(s, o.Who.Scheme, o.Who.Profile, o.Who.Login)
 		if err != nil {
 			return err
 		}
 		// Through the agent's proxy when the identity can be named there
 		// (no header leaves the agent), else with the agent's header:
 		// its caches serve every call either way.
-		if text, ok := authz.OfRequest(req).Text(); ok && (method == http.MethodGet || method == http.MethodPost) {
-			ans, err := cl.Call(c.Context, method, path, q, text, body, "application/json")
+		if text, ok := authz.OfRequest(req).Text(); ok && (o.Method == http.MethodGet || o.Method == http.MethodPost) {
+			ans, err := cl.Call(ctx, o.Method, o.Path, o.Query, text, body, "application/json")
 			if err != nil {
 				return factory.AgentCallError(err)
 			}
-			return answer(c, e, path, q, &business.Response{Status: ans.Status, Header: ans.Header, Body: ans.Body})
+			return answer(e, o, &business.Response{Status: ans.Status, Header: ans.Header, Body: ans.Body})
 		}
 		a = &agentAuthorizer{Client: cl, Request: req}
 	} else {
-		if err := cmdutil.Missing(apiNeeds(c, s)...); err != nil {
+		if err := cmdutil.Missing(o.Needs...); err != nil {
 			return err
 		}
-		if a, err = apiAuthorizer(c, f); err != nil {
+		if a, err = apiAuthorizer(f, o.Who); err != nil {
 			return err
 		}
 	}
-	svc, err := business.New(business.Config{APIURL: s.String("business-url"), AllowInsecureHTTP: s.Bool("insecure-http"),
-		Timeout: s.Duration("request-timeout"), UserAgent: "signagent/" + cmdutil.Version}, a)
+	svc, err := business.New(f.BusinessConfig(), a)
 	if err != nil {
 		return err
 	}
-	r, err := svc.Do(c.Context, method, path, q, body, "application/json")
+	r, err := svc.Do(ctx, o.Method, o.Path, o.Query, body, "application/json")
 	if err != nil {
-		return orOtherScheme(c, err)
+		return orOtherScheme(o.Who, err)
 	}
-	return answer(c, e, path, q, r)
+	return answer(e, o, r)
 }
 
 // answer prints the service's answer; a status other than 2xx is the
 // command's error.
-func answer(c *cli.Context, e *cmdutil.Env, path string, q url.Values, r *business.Response) error {
-	printAnswer(e, r, c.Bool("include"))
+func answer(e *cmdutil.Env, o apiOptions, r *business.Response) error {
+	printAnswer(e, r, o.Include)
 	if r.Status >= 300 {
 		// The answer's text is on stdout already: the error line says
 		// the status and code once, not the text again.
-		se := business.AsError(strings.TrimPrefix(path, "/"), r, q.Get("boxId"))
+		se := business.AsError(strings.TrimPrefix(o.Path, "/"), r, o.Query.Get("boxId"))
 		se.Message = ""
 		return se
 	}
@@ -176,9 +199,10 @@ func printAnswer(e *cmdutil.Env, r *business.Response, include bool) {
 // apiNeeds are the settings signagent api needs here for its scheme: the
 // API address; the developer key for the legacy scheme; the API key and
 // the auth address too for trusted authentication.
-func apiNeeds(c *cli.Context, s *settings.Settings) []cmdutil.Need {
+func apiNeeds(c *cli.Context, scheme string) []cmdutil.Need {
+	s := settings.Of(c)
 	needs := []cmdutil.Need{cmdutil.FlagNeed(c, "business-url")}
-	switch strings.ToLower(c.String("scheme")) {
+	switch strings.ToLower(scheme) {
 	case authz.SchemeTrusted:
 		needs = append(needs, cmdutil.DeveloperKeySpec.Need(s), cmdutil.APIKeySpec.Need(s), cmdutil.FlagNeed(c, "trusted-url"))
 	case authz.SchemeLegacy:
@@ -189,17 +213,17 @@ func apiNeeds(c *cli.Context, s *settings.Settings) []cmdutil.Need {
 
 // headerNeeds are the settings signagent header needs here for its
 // scheme: the legacy scheme logs in (the API address, the developer key).
-func headerNeeds(c *cli.Context, s *settings.Settings) []cmdutil.Need {
-	if strings.EqualFold(c.String("scheme"), authz.SchemeLegacy) {
-		return []cmdutil.Need{cmdutil.FlagNeed(c, "business-url"), cmdutil.DeveloperKeySpec.Need(s)}
+func headerNeeds(o schemeOptions) []cmdutil.Need {
+	if strings.EqualFold(o.Scheme, authz.SchemeLegacy) {
+		return o.Login.Needs
 	}
 	return nil
 }
 
 // apiAuthorizer is the Authorizer of the identity the flags name, from
 // the schemes configured by them (apiSchemes).
-func apiAuthorizer(c *cli.Context, f *factory.Factory) (authz.Authorizer, error) {
-	sel := authz.Selector{Scheme: c.String("scheme"), By: c.String("by"), Profile: f.Settings().String("profile")}.Normalize()
+func apiAuthorizer(f *factory.Factory, o schemeOptions) (authz.Authorizer, error) {
+	sel := authz.Selector{Scheme: o.Scheme, By: o.Login.By, Profile: o.Profile}.Normalize()
 	if sel.Scheme == authz.SchemeLegacy {
 		if sel.By == "" {
 			return nil, cmdutil.UsageErr(errors.New("--scheme legacy needs --by password, --by certificate or --by sid"))
@@ -208,18 +232,18 @@ func apiAuthorizer(c *cli.Context, f *factory.Factory) (authz.Authorizer, error)
 		if err != nil {
 			return nil, err
 		}
-		if sel, err = legacySelector(c, by); err != nil {
+		if sel, err = legacySelector(o.Login, by); err != nil {
 			return nil, err
 		}
 	}
-	list, err := apiSchemes(f)
+	list, err := apiSchemes(f, o.Login)
 	if err != nil {
 		return nil, err
 	}
 	a, err := list.Authorizer(sel)
 	if err != nil {
 		if errors.Is(err, errdefs.ErrInvalidInput) && !slices.Contains(list.Names(), sel.Scheme) {
-			err = cmdutil.UsageErr(fmt.Errorf("--scheme %q: want %s or trusted", c.String("scheme"), strings.Join(list.Names(), ", ")))
+			err = cmdutil.UsageErr(fmt.Errorf("--scheme %q: want %s or trusted", o.Scheme, strings.Join(list.Names(), ", ")))
 		}
 		return nil, err
 	}
@@ -239,7 +263,7 @@ func apiAuthorizer(c *cli.Context, f *factory.Factory) (authz.Authorizer, error)
 // bounds each request: a login may wait on a PIN typed at a prompt, and
 // --attempts tries a request again within it. What they open is the
 // factory's, closed when the run ends.
-func apiSchemes(f *factory.Factory) (authz.Schemes, error) {
+func apiSchemes(f *factory.Factory, o loginOptions) (authz.Schemes, error) {
 	shared, err := f.Store()
 	if err != nil {
 		return nil, err
@@ -248,7 +272,7 @@ func apiSchemes(f *factory.Factory) (authz.Schemes, error) {
 	d := schemes.Deps{Log: e.Log, Decrypter: f.Certificate,
 		Password: func(login string) (string, error) { return readPassword(s, e, login) },
 		Sid: func(authz.Selector) (schemes.Sid, error) {
-			id, err := sidIdentity(f)
+			id, err := sidIdentity(f, o)
 			return schemes.Sid{Subject: id.Subject, CacheKey: id.CacheKey, Get: id.Sid, Drop: id.Drop}, err
 		}}
 	if shared != nil {

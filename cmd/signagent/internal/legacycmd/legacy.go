@@ -10,8 +10,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/agentclient"
 	"github.com/signagent/signagent/authz"
+	"github.com/signagent/signagent/canonical"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
@@ -32,11 +34,10 @@ func legacyLoginFlags() []cli.Flag {
 }
 
 func legacyCommandFlags(extra ...cli.Flag) []cli.Flag {
-	return cmdutil.Concat(legacyLoginFlags(), cmdutil.Pick(factory.ServeFlags(), "business-url", "developer-key-file", "legacy-token-ttl", "legacy-challenge-size"), cmdutil.Pick(cmdutil.CredentialFlags(), "phone", "snils", "thumbprint", "legacy-snils"), factory.ServiceFlags(), cmdutil.TokenFlags(), factory.SignFlags(), extra)
+	return cmdutil.Concat(legacyLoginFlags(), cmdutil.Pick(factory.ServeFlags(), "business-url", "developer-key-file", "legacy-token-ttl", "legacy-challenge-size"), cmdutil.Pick(cmdutil.CredentialFlags(), "phone", "snils", "thumbprint", "legacy-snils"), cmdutil.ServiceFlags(), cmdutil.TokenFlags(), factory.SignFlags(), extra)
 }
 
 func legacyTokenCommand(f *factory.Factory) *cli.Command {
-	e := f.Env
 	return &cli.Command{
 		Description: cmdutil.SecretOutput("the legacy token") + cmdutil.Examples("signagent legacy token --by password --login alice --password-file pw", "signagent legacy token --by certificate", "signagent legacy token --by sid --sid-file sid"),
 		Name:        "token",
@@ -44,33 +45,78 @@ func legacyTokenCommand(f *factory.Factory) *cli.Command {
 		UsageText: "signagent legacy token --by password --login L\n" +
 			"signagent legacy token --by certificate [token flags]\n" +
 			"signagent legacy token --by sid [--sid-file F | --snils S --service-user-id ID]",
-		Flags: cmdutil.Concat(legacyCommandFlags(&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print {\"token\",\"by\",\"obtainedAt\",\"expiresAt\"} (through the agent, no obtainedAt)"}), factory.StoreFlags(), factory.AgentUseFlags()),
-		Action: func(c *cli.Context) error {
-			if cl, err := f.Agent(); err != nil || cl != nil {
-				if err != nil {
-					return err
-				}
-				return legacyTokenFromAgent(c, f, cl)
-			}
-			tok, _, err := obtainLegacy(c, f)
-			if err != nil {
-				return err
-			}
-			if c.Bool("json") {
-				return cmdutil.WriteJSON(e, map[string]string{"token": tok.Value, "by": string(tok.By),
-					"obtainedAt": cmdutil.JSONTime(tok.ObtainedAt), "expiresAt": cmdutil.JSONTime(tok.ExpiresAt)})
-			}
-			_, err = fmt.Fprintln(e.Stdout, tok.Value)
-			return err
-		},
+		Flags:  cmdutil.Concat(legacyCommandFlags(&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print {\"token\",\"by\",\"obtainedAt\",\"expiresAt\"} (through the agent, no obtainedAt)"}), cmdutil.StoreFlags(), factory.AgentUseFlags()),
+		Action: func(c *cli.Context) error { return runLegacyToken(c.Context, f, readLegacyToken(c)) },
 	}
+}
+
+// loginOptions are who the legacy scheme logs in as, as the flags name
+// them: the way in (--by) and the login of a password; for an auth.sid
+// not given, the trusted credential and --service-user-id. The password
+// and the auth.sid are read from their sources when a login runs.
+type loginOptions struct {
+	By    string
+	BySet bool
+	Login string
+	// Cred is the trusted credential, CredErr why the flags give none:
+	// only --by sid without an auth.sid needs one.
+	Cred          canonical.Credential
+	CredErr       error
+	ServiceUserID string
+	// Needs are the settings a legacy login here needs (the business
+	// API's address, the developer key).
+	Needs []cmdutil.Need
+}
+
+// readLogin reads the legacy scheme's login flags.
+func readLogin(c *cli.Context) loginOptions {
+	cred, err := cmdutil.Credential(c)
+	return loginOptions{By: c.String("by"), BySet: c.IsSet("by"), Login: strings.TrimSpace(c.String("login")), Cred: cred, CredErr: err,
+		ServiceUserID: c.String("service-user-id"), Needs: []cmdutil.Need{cmdutil.FlagNeed(c, "business-url"), cmdutil.DeveloperKeySpec.Need(settings.Of(c))}}
+}
+
+// legacyTokenOptions are what legacy token is told: who logs in, and
+// how the token is printed.
+type legacyTokenOptions struct {
+	Login loginOptions
+	JSON  bool
+}
+
+// readLegacyToken reads legacy token's flags.
+func readLegacyToken(c *cli.Context) legacyTokenOptions {
+	return legacyTokenOptions{Login: readLogin(c), JSON: c.Bool("json")}
+}
+
+// runLegacyToken prints the legacy token: the running agent's when one is
+// asked, else one obtained here (through the shared store when there is
+// one).
+func runLegacyToken(ctx context.Context, f *factory.Factory, o legacyTokenOptions) error {
+	if cl, err := f.Agent(); err != nil || cl != nil {
+		if err != nil {
+			return err
+		}
+		return legacyTokenFromAgent(ctx, f, cl, o)
+	}
+	tok, _, err := obtainLegacy(ctx, f, o.Login)
+	if err != nil {
+		return err
+	}
+	if o.JSON {
+		return cmdutil.WriteJSON(f.Env, map[string]string{"token": tok.Value, "by": string(tok.By),
+			"obtainedAt": cmdutil.JSONTime(tok.ObtainedAt), "expiresAt": cmdutil.JSONTime(tok.ExpiresAt)})
+	}
+	_, err = fmt.Fprintln(f.Stdout, tok.Value)
+	return err
 }
 
 // legacyTokenFromAgent is the token of the agent's header for the
 // identity the flags name.
-func legacyTokenFromAgent(c *cli.Context, f *factory.Factory, cl *agentclient.Client) error {
-	e := f.Env
-	resp, err := f.AgentAuthorization(c.Context, cl, authz.SchemeLegacy)
+func legacyTokenFromAgent(ctx context.Context, f *factory.Factory, cl *agentclient.Client, o legacyTokenOptions) error {
+	req, err := agentRequest(f.Settings(), authz.SchemeLegacy, "", o.Login)
+	if err != nil {
+		return err
+	}
+	resp, err := f.AgentAuthorization(ctx, cl, req)
 	if err != nil {
 		return err
 	}
@@ -78,15 +124,62 @@ func legacyTokenFromAgent(c *cli.Context, f *factory.Factory, cl *agentclient.Cl
 	if !ok || !strings.HasPrefix(resp.Authorization, legacy.HeaderScheme+" ") {
 		return errdefs.Mark(errors.New("the agent's legacy header has no ddauth_token"), errdefs.ErrUnreachable)
 	}
-	if c.Bool("json") {
-		return cmdutil.WriteJSON(e, map[string]string{"token": tok, "by": c.String("by"), "expiresAt": cmdutil.JSONTime(resp.ExpiresAt.Time)})
+	if o.JSON {
+		return cmdutil.WriteJSON(f.Env, map[string]string{"token": tok, "by": o.Login.By, "expiresAt": cmdutil.JSONTime(resp.ExpiresAt.Time)})
 	}
-	_, err = fmt.Fprintln(e.Stdout, tok)
+	_, err = fmt.Fprintln(f.Stdout, tok)
 	return err
 }
 
+// agentRequest is the identity the flags name as the body of the
+// agent's POST /v1/authorizations (scheme as --scheme gives it): the
+// profile of OpenID Connect; the login, the certificate, an auth.sid from
+// its sources or a trusted credential for the legacy scheme. No password
+// leaves this process: the agent holds the passwords it may use.
+func agentRequest(s *settings.Settings, scheme, profile string, o loginOptions) (agentapi.AuthorizationRequest, error) {
+	sel := authz.Selector{Scheme: scheme, By: o.By}.Normalize()
+	req := agentapi.AuthorizationRequest{Scheme: sel.Scheme}
+	if sel.Scheme != authz.SchemeLegacy {
+		req.Profile = profile
+		return req, nil
+	}
+	if sel.By == "" {
+		return req, cmdutil.UsageErr(errors.New("--scheme legacy needs --by password, --by certificate or --by sid"))
+	}
+	by, err := legacy.ParseMethod(sel.By)
+	if err != nil {
+		return req, err
+	}
+	req.By = string(by)
+	switch by {
+	case legacy.ByPassword:
+		if req.Login = o.Login; req.Login == "" {
+			return req, cmdutil.UsageErr(errors.New("--by password needs --login (or SIGNAGENT_LOGIN)"))
+		}
+	case legacy.BySid:
+		if src := cmdutil.SIDSpec.Source(s); src.Given() {
+			got, err := src.Resolve()
+			if err != nil {
+				return req, errdefs.Mark(err, errdefs.ErrInvalidInput)
+			}
+			req.Sid = got.Value
+			return req, nil
+		}
+		if o.CredErr != nil {
+			return req, sidNeedsErr(o.CredErr)
+		}
+		req.Credential, req.ServiceUserID = cmdutil.APICredential(o.Cred), o.ServiceUserID
+	}
+	return req, nil
+}
+
+// sidNeedsErr says what --by sid needs when the flags give no trusted
+// credential (why is err).
+func sidNeedsErr(err error) error {
+	return cmdutil.UsageErr(fmt.Errorf("--by sid needs --sid-file, SIGNAGENT_SID, or a trusted credential (--phone, --snils or --thumbprint) with --service-user-id: %w", err))
+}
+
 func headerCommand(f *factory.Factory) *cli.Command {
-	e := f.Env
 	return &cli.Command{
 		Description: cmdutil.SecretOutput("the Authorization header, a bearer token or a legacy token") +
 			cmdutil.Examples("signagent header", "signagent header --scheme legacy --by certificate --json", "curl -H \"Authorization: $(signagent header)\" URL"),
@@ -95,47 +188,84 @@ func headerCommand(f *factory.Factory) *cli.Command {
 		UsageText: "signagent header --scheme legacy --by password|certificate|sid [...]\n" +
 			"signagent header --scheme oidc [--profile NAME]",
 		Flags: cmdutil.Concat(legacyCommandFlags(schemeFlag("the authorization "+schemeUsage(false), schemeNames(false)...)),
-			factory.OIDCFlags(), []cli.Flag{factory.ProfileFlag(), cmdutil.JSONFlag(`{"authorization","expiresAt"}`)}, factory.AgentUseFlags()),
-		Action: func(c *cli.Context) error {
-			emit := func(header string, expires time.Time) error {
-				if c.Bool("json") {
-					return cmdutil.WriteJSON(e, map[string]any{"authorization": header, "expiresAt": cmdutil.JSONTime(expires)})
-				}
-				_, err := fmt.Fprintln(e.Stdout, header)
-				return err
-			}
-			if err := checkScheme(c); err != nil {
-				return err
-			}
-			cl, err := f.Agent()
-			if err != nil {
-				return err
-			}
-			if cl != nil {
-				resp, err := f.AgentAuthorization(c.Context, cl, c.String("scheme"))
-				if err != nil {
-					return err
-				}
-				return emit(resp.Authorization, resp.ExpiresAt.Time)
-			}
-			// Here, from the schemes of the list as api builds them.
-			s := settings.Of(c)
-			if err := cmdutil.Missing(headerNeeds(c, s)...); err != nil {
-				return err
-			}
-			a, err := apiAuthorizer(c, f)
-			if err != nil {
-				return orOtherScheme(c, err)
-			}
-			h, err := a.Header(c.Context)
-			if err != nil {
-				return orOtherScheme(c, err)
-			}
-			e.Log.Info().Str("scheme", c.String("scheme")).Str("identity", a.Identity()).Str("from", h.Source).
-				Time("expiresAt", h.ExpiresAt).Msg("authorization header obtained")
-			return emit(h.Value, h.ExpiresAt)
-		},
+			cmdutil.OIDCFlags(), []cli.Flag{cmdutil.ProfileFlag(), cmdutil.JSONFlag(`{"authorization","expiresAt"}`)}, factory.AgentUseFlags()),
+		Action: cmdutil.Run(f, readHeader, runHeader),
 	}
+}
+
+// schemeOptions are who header and api authorize as: the scheme (as
+// --scheme gives it, and whether it was given), the legacy login and the
+// OpenID Connect profile.
+type schemeOptions struct {
+	Scheme    string
+	SchemeSet bool
+	Login     loginOptions
+	Profile   string
+}
+
+// readScheme reads header's and api's identity flags, refusing the
+// legacy scheme's flags without --scheme legacy: with the default scheme
+// they would be ignored without a word.
+func readScheme(c *cli.Context) (schemeOptions, error) {
+	o := schemeOptions{Scheme: c.String("scheme"), SchemeSet: c.IsSet("scheme"), Login: readLogin(c), Profile: cmdutil.ReadProfile(settings.Of(c))}
+	if o.Login.BySet && !o.SchemeSet {
+		return o, cmdutil.UsageErr(fmt.Errorf("--by %s is a way into the legacy scheme: add --scheme legacy (the default --scheme is oidc)", o.Login.By))
+	}
+	return o, nil
+}
+
+// headerOptions are what header is told: who, and how to print it.
+type headerOptions struct {
+	Who  schemeOptions
+	JSON bool
+}
+
+// readHeader reads header's flags.
+func readHeader(c *cli.Context) (headerOptions, error) {
+	who, err := readScheme(c)
+	return headerOptions{Who: who, JSON: c.Bool("json")}, err
+}
+
+// runHeader prints the Authorization header: the running agent's when
+// one is asked, else from the schemes of the list as api builds them.
+func runHeader(ctx context.Context, f *factory.Factory, o headerOptions) error {
+	emit := func(header string, expires time.Time) error {
+		if o.JSON {
+			return cmdutil.WriteJSON(f.Env, map[string]any{"authorization": header, "expiresAt": cmdutil.JSONTime(expires)})
+		}
+		_, err := fmt.Fprintln(f.Stdout, header)
+		return err
+	}
+	cl, err := f.Agent()
+	if err != nil {
+		return err
+	}
+	if cl != nil {
+		req, err := agentRequest(f.Settings(), o.Who.Scheme, o.Who.Profile, o.Who.Login)
+		if err != nil {
+			return err
+		}
+		resp, err := f.AgentAuthorization(ctx, cl, req)
+		if err != nil {
+			return err
+		}
+		return emit(resp.Authorization, resp.ExpiresAt.Time)
+	}
+	// Here, from the schemes of the list as api builds them.
+	if err := cmdutil.Missing(headerNeeds(o.Who)...); err != nil {
+		return err
+	}
+	a, err := apiAuthorizer(f, o.Who)
+	if err != nil {
+		return orOtherScheme(o.Who, err)
+	}
+	h, err := a.Header(ctx)
+	if err != nil {
+		return orOtherScheme(o.Who, err)
+	}
+	f.Log.Info().Str("scheme", o.Who.Scheme).Str("identity", a.Identity()).Str("from", h.Source).
+		Time("expiresAt", h.ExpiresAt).Msg("authorization header obtained")
+	return emit(h.Value, h.ExpiresAt)
 }
 
 // schemeFlag is --scheme of header and api: one default for both,
@@ -145,19 +275,10 @@ func schemeFlag(usage string, values ...string) cli.Flag {
 	return cmdutil.OneOf(&cli.StringFlag{Name: "scheme", Category: cmdutil.CatOutput, Value: authz.SchemeOIDC, Usage: usage}, values...)
 }
 
-// checkScheme refuses the legacy scheme's flags without --scheme legacy:
-// with the default scheme they would be ignored without a word.
-func checkScheme(c *cli.Context) error {
-	if c.IsSet("by") && !c.IsSet("scheme") {
-		return cmdutil.UsageErr(fmt.Errorf("--by %s is a way into the legacy scheme: add --scheme legacy (the default --scheme is oidc)", c.String("by")))
-	}
-	return nil
-}
-
 // orOtherScheme adds to a sign-in error of the default scheme that
 // --scheme chooses another.
-func orOtherScheme(c *cli.Context, err error) error {
-	if c.IsSet("scheme") || !errors.Is(err, errdefs.ErrSignIn) {
+func orOtherScheme(o schemeOptions, err error) error {
+	if o.SchemeSet || !errors.Is(err, errdefs.ErrSignIn) {
 		return err
 	}
 	return fmt.Errorf("%w (--scheme oidc is the default; --scheme legacy --by password|certificate|sid for the legacy scheme)", err)
@@ -165,23 +286,26 @@ func orOtherScheme(c *cli.Context, err error) error {
 
 // obtainLegacy checks the flags, builds the identity (opening the token
 // when the way in needs it) and authenticates.
-func obtainLegacy(c *cli.Context, f *factory.Factory) (legacy.Token, *legacy.Client, error) {
-	s, e := f.Settings(), f.Env
-	if !c.IsSet("by") {
+func obtainLegacy(ctx context.Context, f *factory.Factory, o loginOptions) (legacy.Token, *legacy.Client, error) {
+	if !o.BySet {
 		return legacy.Token{}, nil, cmdutil.UsageErr(errors.New("give --by password, --by certificate or --by sid"))
 	}
-	by, err := legacy.ParseMethod(c.String("by"))
+	by, err := legacy.ParseMethod(o.By)
 	if err != nil {
 		return legacy.Token{}, nil, err
 	}
-	if err := cmdutil.Missing(cmdutil.FlagNeed(c, "business-url"), cmdutil.DeveloperKeySpec.Need(s)); err != nil {
+	if err := cmdutil.Missing(o.Needs...); err != nil {
 		return legacy.Token{}, nil, err
 	}
 	client, err := f.Legacy()
 	if err != nil {
 		return legacy.Token{}, nil, err
 	}
-	id, err := legacyIdentity(c, f, by)
+	sel, err := legacySelector(o, by)
+	if err != nil {
+		return legacy.Token{}, nil, err
+	}
+	id, err := legacyScheme(f, nil, o).Identity(sel)
 	if err != nil {
 		return legacy.Token{}, nil, err
 	}
@@ -196,32 +320,23 @@ func obtainLegacy(c *cli.Context, f *factory.Factory) (legacy.Token, *legacy.Cli
 		// its lease and kept there.
 		tokens := legacy.NewTokens(client, 0, 0)
 		tokens.Share(r)
-		tok, _, err = tokens.Token(c.Context, id)
+		tok, _, err = tokens.Token(ctx, id)
 	} else {
-		tok, err = client.Authenticate(c.Context, id)
+		tok, err = client.Authenticate(ctx, id)
 	}
 	if err != nil {
 		return legacy.Token{}, nil, err
 	}
-	e.Log.Info().Str("by", string(by)).Str("subject", id.Subject).Str("token", secret.Mask(tok.Value)).
+	f.Log.Info().Str("by", string(by)).Str("subject", id.Subject).Str("token", secret.Mask(tok.Value)).
 		Time("expiresAt", tok.ExpiresAt).Msg("legacy token obtained")
 	return tok, client, nil
 }
 
-// legacyIdentity builds who logs in (opening the token when it must).
-func legacyIdentity(c *cli.Context, f *factory.Factory, by legacy.Method) (legacy.Identity, error) {
-	sel, err := legacySelector(c, by)
-	if err != nil {
-		return legacy.Identity{}, err
-	}
-	return legacyScheme(f, nil).Identity(sel)
-}
-
 // legacySelector is the legacy identity the flags name.
-func legacySelector(c *cli.Context, by legacy.Method) (authz.Selector, error) {
+func legacySelector(o loginOptions, by legacy.Method) (authz.Selector, error) {
 	sel := authz.Selector{Scheme: authz.SchemeLegacy, By: string(by)}
 	if by == legacy.ByPassword {
-		if sel.Login = strings.TrimSpace(c.String("login")); sel.Login == "" {
+		if sel.Login = o.Login; sel.Login == "" {
 			return sel, cmdutil.UsageErr(errors.New("--by password needs --login (or SIGNAGENT_LOGIN)"))
 		}
 	}
@@ -232,21 +347,20 @@ func legacySelector(c *cli.Context, by legacy.Method) (authz.Selector, error) {
 // from its sources (a prompt last), the token's certificate (opened when
 // asked), an auth.sid from its sources or trusted authentication with the
 // Credential flags.
-func legacyScheme(f *factory.Factory, tokens *legacy.Tokens) *legacy.Scheme {
+func legacyScheme(f *factory.Factory, tokens *legacy.Tokens, o loginOptions) *legacy.Scheme {
 	s, e := f.Settings(), f.Env
 	return &legacy.Scheme{
 		Tokens:      tokens,
 		Password:    func(login string) (string, error) { return readPassword(s, e, login) },
 		Certificate: f.Certificate,
-		SidIdentity: func(authz.Selector) (legacy.Identity, error) { return sidIdentity(f) },
+		SidIdentity: func(authz.Selector) (legacy.Identity, error) { return sidIdentity(f, o) },
 	}
 }
 
 // sidIdentity reads the auth.sid from --sid-file or $SIGNAGENT_SID, or runs
 // Trusted authentication on the token for the credential flags.
-func sidIdentity(f *factory.Factory) (legacy.Identity, error) {
+func sidIdentity(f *factory.Factory, o loginOptions) (legacy.Identity, error) {
 	s := f.Settings()
-	c := s.Context()
 	src := cmdutil.SIDSpec.Source(s)
 	if src.Given() {
 		got, err := src.Resolve()
@@ -255,10 +369,10 @@ func sidIdentity(f *factory.Factory) (legacy.Identity, error) {
 		}
 		return staticSid(got.From, got.Value), nil
 	}
-	cred, err := cmdutil.Credential(c)
-	if err != nil {
-		return legacy.Identity{}, cmdutil.UsageErr(fmt.Errorf("--by sid needs --sid-file, SIGNAGENT_SID, or a trusted credential (--phone, --snils or --thumbprint) with --service-user-id: %w", err))
+	if o.CredErr != nil {
+		return legacy.Identity{}, sidNeedsErr(o.CredErr)
 	}
+	cred := o.Cred
 	if _, err := cmdutil.SelectionFrom(s, true); err != nil {
 		return legacy.Identity{}, err
 	}
@@ -266,7 +380,7 @@ func sidIdentity(f *factory.Factory) (legacy.Identity, error) {
 	if err != nil {
 		return legacy.Identity{}, err
 	}
-	userID := c.String("service-user-id")
+	userID := o.ServiceUserID
 	return legacy.Identity{By: legacy.BySid, Subject: "trusted " + cred.Masked() + " serviceUserId=" + userID,
 		Sid: func(ctx context.Context) (string, error) {
 			sess, err := client.Session(ctx, cred, userID)

@@ -24,7 +24,7 @@ func Family(f *factory.Factory) cmdutil.Family {
 // shared ones (factory.OIDCFlags) and, as the provider is all they reach,
 // its transport's.
 func oidcFlags() []cli.Flag {
-	return append(factory.OIDCFlags(),
+	return append(cmdutil.OIDCFlags(),
 		&cli.BoolFlag{Name: "insecure-http", Category: cmdutil.CatOIDC, EnvVars: []string{"SIGNAGENT_INSECURE_HTTP"}, Usage: "allow plain http to a non-loopback identity provider"},
 		&cli.DurationFlag{Name: "request-timeout", Category: cmdutil.CatOIDC, Value: 15 * time.Second, EnvVars: []string{"SIGNAGENT_REQUEST_TIMEOUT"}, Usage: "give up on one request after `DURATION`"})
 }

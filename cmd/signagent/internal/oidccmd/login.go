@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
+	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/oidc"
@@ -29,7 +30,7 @@ func loginCommand(f *factory.Factory) *cli.Command {
 		Usage:       "sign a user in with OpenID Connect (device or authorization-code flow) and keep the tokens",
 		UsageText: "signagent oidc login --space staging|production [--flow device] [--no-qr]\n" +
 			"signagent oidc login --flow code --redirect-uri http://127.0.0.1:PORT/callback [--no-browser]",
-		Flags: cmdutil.Concat(oidcFlags(), []cli.Flag{factory.ProfileFlag(),
+		Flags: cmdutil.Concat(oidcFlags(), []cli.Flag{cmdutil.ProfileFlag(),
 			&cli.StringFlag{Name: "space", Category: cmdutil.CatOIDC, EnvVars: []string{"SIGNAGENT_SPACE"}, Usage: "`SPACE` of the service: staging (Service.PublicAPI.Staging) or production (Service.PublicAPI)"},
 			&cli.StringSliceFlag{Name: "scope", Category: cmdutil.CatOIDC, Usage: "ask for `SCOPE` too (besides openid profile email offline_access and the space's)"},
 			cmdutil.OneOf(&cli.StringFlag{Name: "flow", Category: cmdutil.CatOIDC, Value: "device", Usage: "`FLOW`: device (a code to enter on any device) or code (a browser on this machine)"}, "device", "code"),
@@ -39,48 +40,73 @@ func loginCommand(f *factory.Factory) *cli.Command {
 			&cli.BoolFlag{Name: "no-browser", Category: cmdutil.CatOIDC, Usage: "code flow: do not open a browser; print the URL and read the redirected address pasted back (over SSH)"},
 			&cli.DurationFlag{Name: "login-timeout", Category: cmdutil.CatOIDC, Value: 10 * time.Minute, Usage: "code flow: give up when the sign-in is not done after `DURATION`"},
 		}),
-		Action: func(c *cli.Context) error { return login(c, f) },
+		Action: cmdutil.Run(f, readLogin, runLogin),
 	}
 }
 
-func login(c *cli.Context, fac *factory.Factory) error {
-	s, e := fac.Settings(), fac.Env
-	profile := s.String("profile")
-	if err := oidc.CheckProfile(profile); err != nil {
-		return err
+// loginOptions are what login is told: the profile, the provider and
+// application, and the way in (a flow, or a refresh token's file) with
+// its switches.
+type loginOptions struct {
+	Profile string
+	// Client is the sign-in's provider, application, space, scopes and
+	// redirect (the factory adds the secret and the service flags).
+	Client           oidc.Config
+	Flow             string
+	RefreshTokenFile string
+	NoQR             bool
+	RedirectURI      string
+	NoBrowser        bool
+	LoginTimeout     time.Duration
+}
+
+// readLogin reads login's flags, every setting it cannot do without
+// named at once.
+func readLogin(c *cli.Context) (loginOptions, error) {
+	s := settings.Of(c)
+	oid := cmdutil.ReadOIDC(s)
+	o := loginOptions{Profile: cmdutil.ReadProfile(s),
+		Client: oidc.Config{AuthURL: oid.URL, ClientID: oid.ClientID, Space: s.String("space"), ExtraScopes: s.Strings("scope"), RedirectURI: s.String("redirect-uri")}, Flow: c.String("flow"),
+		RefreshTokenFile: c.String("refresh-token-file"), NoQR: c.Bool("no-qr"), RedirectURI: c.String("redirect-uri"),
+		NoBrowser: c.Bool("no-browser"), LoginTimeout: c.Duration("login-timeout")}
+	if err := oidc.CheckProfile(o.Profile); err != nil {
+		return o, err
 	}
-	flow := c.String("flow")
-	if flow != "device" && flow != "code" {
-		return cmdutil.UsageErr(fmt.Errorf("--flow %q: want device or code", flow))
+	if o.Flow != "device" && o.Flow != "code" {
+		return o, cmdutil.UsageErr(fmt.Errorf("--flow %q: want device or code", o.Flow))
 	}
-	if err := cmdutil.Missing(cmdutil.FlagNeed(c, "space"), cmdutil.FlagNeed(c, "oidc-url"), cmdutil.FlagNeed(c, "client-id"), cmdutil.ClientSecretSpec.Need(s)); err != nil {
-		return err
-	}
+	return o, cmdutil.Missing(cmdutil.FlagNeed(c, "space"), cmdutil.FlagNeed(c, "oidc-url"), cmdutil.FlagNeed(c, "client-id"), cmdutil.ClientSecretSpec.Need(s))
+}
+
+// runLogin signs the user in and keeps the profile's tokens.
+func runLogin(parent context.Context, fac *factory.Factory, o loginOptions) error {
+	e := fac.Env
+	profile := o.Profile
 	store, err := fac.OIDCRecords()
 	if err != nil {
 		return err
 	}
-	client, err := fac.OIDCClient(s.String("oidc-url"), s.String("client-id"))
+	client, err := fac.OIDCClient(o.Client)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var rec *oidc.Record
-	switch f := c.String("refresh-token-file"); {
+	switch f := o.RefreshTokenFile; {
 	case f != "":
 		got, rerr := secret.Source{What: "the refresh token", Flag: "--refresh-token-file", File: f, Max: 16 << 10}.Resolve()
 		if rerr != nil {
 			return cmdutil.UsageErr(rerr)
 		}
 		rec, err = client.SignInWithRefreshToken(ctx, strings.TrimSpace(got.Value))
-	case flow == "device":
-		rec, err = deviceLogin(ctx, c, e, client)
+	case o.Flow == "device":
+		rec, err = deviceLogin(ctx, o, e, client)
 	default:
-		rec, err = codeLogin(ctx, c, e, client)
+		rec, err = codeLogin(ctx, o, e, client)
 	}
 	if err != nil {
-		if ctx.Err() != nil && c.Context.Err() == nil {
+		if ctx.Err() != nil && parent.Err() == nil {
 			return cmdutil.Exit(cmdutil.ExitInterrupted, errors.New("login interrupted; nothing was saved"))
 		}
 		return err
@@ -108,7 +134,7 @@ func saveLogin(ctx context.Context, store oidc.Records, rec *oidc.Record) error 
 	return store.Save(rec)
 }
 
-func deviceLogin(ctx context.Context, c *cli.Context, e *cmdutil.Env, client *oidc.Client) (*oidc.Record, error) {
+func deviceLogin(ctx context.Context, o loginOptions, e *cmdutil.Env, client *oidc.Client) (*oidc.Record, error) {
 	d, err := client.StartDevice(ctx)
 	if err != nil {
 		return nil, err
@@ -122,7 +148,7 @@ func deviceLogin(ctx context.Context, c *cli.Context, e *cmdutil.Env, client *oi
 	} else {
 		fmt.Fprintf(out, "To sign in, go to %s and enter the code %s\n", d.VerificationURI, d.UserCode)
 	}
-	if f, ok := out.(*os.File); ok && secret.IsTerminal(f) && !c.Bool("no-qr") {
+	if f, ok := out.(*os.File); ok && secret.IsTerminal(f) && !o.NoQR {
 		qr := d.VerificationURIComplete
 		if qr == "" {
 			qr = d.VerificationURI
@@ -133,7 +159,7 @@ func deviceLogin(ctx context.Context, c *cli.Context, e *cmdutil.Env, client *oi
 	return client.PollDevice(ctx, d)
 }
 
-func codeLogin(ctx context.Context, c *cli.Context, e *cmdutil.Env, client *oidc.Client) (*oidc.Record, error) {
+func codeLogin(ctx context.Context, o loginOptions, e *cmdutil.Env, client *oidc.Client) (*oidc.Record, error) {
 	req, err := client.StartCode(ctx)
 	if err != nil {
 		return nil, err
@@ -142,8 +168,8 @@ func codeLogin(ctx context.Context, c *cli.Context, e *cmdutil.Env, client *oidc
 		return nil, err
 	}
 	var redirects <-chan url.Values
-	if !c.Bool("no-browser") {
-		recv, err := oidc.Listen(c.String("redirect-uri"), req)
+	if !o.NoBrowser {
+		recv, err := oidc.Listen(o.RedirectURI, req)
 		if err != nil {
 			return nil, err
 		}
@@ -152,13 +178,13 @@ func codeLogin(ctx context.Context, c *cli.Context, e *cmdutil.Env, client *oidc
 	}
 	fmt.Fprintf(e.Stderr, "Open this address in a browser to sign in:\n  %s\n", req.URL)
 	pasted := make(chan string, 1)
-	if c.Bool("no-browser") {
-		fmt.Fprintf(e.Stderr, "After you allow access, the browser goes to %s?code=...\nPaste that whole address here: ", c.String("redirect-uri"))
+	if o.NoBrowser {
+		fmt.Fprintf(e.Stderr, "After you allow access, the browser goes to %s?code=...\nPaste that whole address here: ", o.RedirectURI)
 		go readLine(e, pasted)
 	} else if err := openBrowser(req.URL); err != nil {
 		e.Log.Debug().Err(err).Msg("no browser opened; open the address yourself")
 	}
-	timeout := time.NewTimer(c.Duration("login-timeout"))
+	timeout := time.NewTimer(o.LoginTimeout)
 	defer timeout.Stop()
 	var q url.Values
 	select {
@@ -171,7 +197,7 @@ func codeLogin(ctx context.Context, c *cli.Context, e *cmdutil.Env, client *oidc
 			return nil, err
 		}
 	case <-timeout.C:
-		return nil, fmt.Errorf("%w: the sign-in was not finished within --login-timeout %s", oidc.ErrSignIn, c.Duration("login-timeout"))
+		return nil, fmt.Errorf("%w: the sign-in was not finished within --login-timeout %s", oidc.ErrSignIn, o.LoginTimeout)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

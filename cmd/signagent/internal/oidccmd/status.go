@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/internal/settings"
@@ -23,7 +24,7 @@ func tokenCommand(f *factory.Factory) *cli.Command {
 		Name:        "token",
 		Usage:       "print the profile's access token, refreshed when it has less than --refresh-before left",
 		UsageText:   "curl -H \"Authorization: Bearer $(signagent oidc token)\" ...",
-		Flags:       cmdutil.Concat(oidcFlags(), []cli.Flag{factory.ProfileFlag(), cmdutil.JSONFlag(`{"accessToken","expiresAt","profile"}`)}, factory.AgentUseFlags()),
+		Flags:       cmdutil.Concat(oidcFlags(), []cli.Flag{cmdutil.ProfileFlag(), cmdutil.JSONFlag(`{"accessToken","expiresAt","profile"}`)}, factory.AgentUseFlags()),
 		Action: func(c *cli.Context) error {
 			if err := cmdutil.NoArgs(c); err != nil { // not in main's Before: "check" is an argument there
 				return err
@@ -48,7 +49,7 @@ type profileOptions struct {
 // readProfile reads the profile's flags (a command's missing switches
 // read false).
 func readProfile(c *cli.Context) profileOptions {
-	return profileOptions{Profile: settings.Of(c).String("profile"), JSON: c.Bool("json"), All: c.Bool("all"), LocalOnly: c.Bool("local-only")}
+	return profileOptions{Profile: cmdutil.ReadProfile(settings.Of(c)), JSON: c.Bool("json"), All: c.Bool("all"), LocalOnly: c.Bool("local-only")}
 }
 
 // runToken prints the profile's access token, from the running agent or
@@ -76,7 +77,7 @@ func oidcTokenHereOrAgent(ctx context.Context, f *factory.Factory, profile strin
 		}
 		return oidcToken(ctx, f, profile)
 	}
-	resp, err := f.AgentAuthorization(ctx, cl, authz.SchemeOIDC)
+	resp, err := f.AgentAuthorization(ctx, cl, agentapi.AuthorizationRequest{Scheme: authz.SchemeOIDC, Profile: profile})
 	if err != nil {
 		return nil, err
 	}
@@ -92,9 +93,9 @@ func statusCommand(f *factory.Factory) *cli.Command {
 		Description: cmdutil.Examples("signagent oidc status", "signagent oidc status --json"),
 		Name:        "status",
 		Usage:       "show who the profile is signed in as, the scopes and space, and when the tokens expire (no token is shown)",
-		Flags: cmdutil.Concat([]cli.Flag{factory.ProfileFlag()}, cmdutil.Pick(factory.OIDCFlags(), "token-store"), []cli.Flag{
+		Flags: cmdutil.Concat([]cli.Flag{cmdutil.ProfileFlag()}, cmdutil.Pick(cmdutil.OIDCFlags(), "token-store"), []cli.Flag{
 			&cli.BoolFlag{Name: "all", Category: cmdutil.CatOIDC, Usage: "every profile of the local token store, one line each (--json: a list)"},
-			&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print it as JSON"}}, factory.StoreFlags()),
+			&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print it as JSON"}}, cmdutil.StoreFlags()),
 		Action: func(c *cli.Context) error { return runStatus(f, readProfile(c)) },
 	}
 }
@@ -156,7 +157,7 @@ func logoutCommand(f *factory.Factory) *cli.Command {
 			cmdutil.Examples("signagent oidc logout --profile robot", "signagent oidc logout --local-only"),
 		Name:  "logout",
 		Usage: "revoke the profile's refresh token at the provider and remove its tokens from the token store",
-		Flags: cmdutil.Concat(oidcFlags(), []cli.Flag{factory.ProfileFlag(),
+		Flags: cmdutil.Concat(oidcFlags(), []cli.Flag{cmdutil.ProfileFlag(),
 			&cli.BoolFlag{Name: "local-only", Category: cmdutil.CatOIDC, Usage: "remove the tokens here without asking the provider to revoke the refresh token"}}),
 		Action: func(c *cli.Context) error { return runLogout(c.Context, f, readProfile(c)) },
 	}

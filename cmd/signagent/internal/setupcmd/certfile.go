@@ -40,11 +40,11 @@ func (r *setupRun) certificateFile(module string) error {
 		})
 		noCert = i >= 0 && choices[i].noCert
 	}
-	if !noCert && r.c.String("certificate-file") == "" {
+	if !noCert && r.o.Given["certificate-file"] == "" {
 		delete(r.answers, "certificate-file")
 		return nil
 	}
-	if noCert && !r.ask && r.c.String("certificate-file") == "" {
+	if noCert && !r.ask && r.o.Given["certificate-file"] == "" {
 		r.problems = append(r.problems, "--certificate-file: needed: the token shows no certificate for the key")
 		return nil
 	}

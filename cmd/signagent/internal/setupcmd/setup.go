@@ -3,6 +3,7 @@ package setupcmd
 import (
 	"bufio"
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -89,13 +90,47 @@ func setupCommand(f *factory.Factory) *cli.Command {
 			&cli.BoolFlag{Name: "insecure-http", Category: "Answers", Usage: "accept plain http addresses beyond loopback (tests)"},
 			cmdutil.Pick(cmdutil.TokenFlags(), "token-timeout")[0],
 		},
-		Action: func(c *cli.Context) error { return setup(c, f) },
+		Action: cmdutil.Run(f, readSetup, runSetup),
 	}
+}
+
+// setupOptions are what setup is told: the answers the flags and
+// variables give (every one of setupKeys, "" when not given), its
+// switches, the settings file and the context named.
+type setupOptions struct {
+	Given          map[string]string
+	NonInteractive bool
+	Use            bool
+	NoSignature    bool
+	InsecureHTTP   bool
+	Path           string
+	Named          bool
+	Context        string
+	Known          func(string) bool
+	// Set gives one of setup's flags a value: the answers the factory
+	// opens the key with (and reads the API key from) for the signature
+	// tried.
+	Set func(name, value string) error
+}
+
+// readSetup reads setup's flags.
+func readSetup(c *cli.Context) (setupOptions, error) {
+	if err := cmdutil.NoArgs(c); err != nil {
+		return setupOptions{}, err
+	}
+	o := setupOptions{Given: map[string]string{}, NonInteractive: c.Bool("non-interactive"), Use: c.Bool("use"), NoSignature: c.Bool("no-signature"),
+		InsecureHTTP: c.Bool("insecure-http"), Context: cmdutil.ContextName(c), Known: cmdutil.KnownKeys(c.App), Set: c.Set}
+	for _, k := range setupKeys {
+		o.Given[k] = c.String(k)
+	}
+	o.Path, o.Named = cmdutil.SettingsPath(c)
+	return o, nil
 }
 
 // setupRun is one setup: the answers so far and how to ask.
 type setupRun struct {
-	c        *cli.Context
+	ctx      context.Context
+	o        setupOptions
 	e        *cmdutil.Env
 	f        *factory.Factory // the run's: the key is opened once, closed when setup ends
 	in       *bufio.Reader
@@ -107,22 +142,21 @@ type setupRun struct {
 	problems []string // --non-interactive: every bad answer
 }
 
-func setup(c *cli.Context, fac *factory.Factory) error {
+// runSetup asks for (or takes) each answer, checks it, and writes the
+// context when all are valid.
+func runSetup(ctx context.Context, fac *factory.Factory, o setupOptions) error {
 	e := fac.Env
-	if err := cmdutil.NoArgs(c); err != nil {
-		return err
-	}
-	r := &setupRun{c: c, e: e, f: fac, in: bufio.NewReader(e.Stdin), ask: !c.Bool("non-interactive"), answers: map[string]string{}, current: map[string]string{}, found: map[string]string{}}
-	path, named := cmdutil.SettingsPath(c)
+	r := &setupRun{ctx: ctx, o: o, e: e, f: fac, in: bufio.NewReader(e.Stdin), ask: !o.NonInteractive, answers: map[string]string{}, current: map[string]string{}, found: map[string]string{}}
+	path, named := o.Path, o.Named
 	if path == "" {
 		return cmdutil.UsageErr(errors.New("no settings file: give --config FILE (there is no home directory)"))
 	}
-	f, err := settings.ReadFile(path, "", named, cmdutil.KnownKeys(c.App))
+	f, err := settings.ReadFile(path, "", named, o.Known)
 	if err != nil {
 		return cmdutil.UsageErr(err)
 	}
 	r.file = f
-	name := cmdutil.ContextName(c)
+	name := o.Context
 	if name == "" && r.ask {
 		def := cmp.Or(f.Current, "default")
 		if name, err = r.line(fmt.Sprintf("Context name [%s]: ", def)); err != nil {
@@ -134,7 +168,7 @@ func setup(c *cli.Context, fac *factory.Factory) error {
 		return cmdutil.UsageErr(errors.New("give the context to write with --context NAME"))
 	}
 	if slices.Contains(f.Contexts, name) {
-		if cur, err := settings.ReadFile(path, name, named, cmdutil.KnownKeys(c.App)); err == nil {
+		if cur, err := settings.ReadFile(path, name, named, o.Known); err == nil {
 			for _, k := range setupKeys {
 				if v, ok := cur.Value(k); ok {
 					r.current[k] = fmt.Sprint(v)
@@ -149,7 +183,7 @@ func setup(c *cli.Context, fac *factory.Factory) error {
 	if len(r.problems) > 0 {
 		return cmdutil.UsageErr(errors.New(strings.Join(r.problems, "; ")))
 	}
-	use := c.Bool("use") || f.Current == "" || f.Current == name
+	use := o.Use || f.Current == "" || f.Current == name
 	if r.ask && !use {
 		a, err := r.line(fmt.Sprintf("Make %q the current context (now %q)? [y/N]: ", name, f.Current))
 		if err != nil {
@@ -158,6 +192,13 @@ func setup(c *cli.Context, fac *factory.Factory) error {
 		use = strings.HasPrefix(strings.ToLower(a), "y")
 	}
 	return r.write(path, name, use)
+}
+
+// set gives the flag name the value v, as if given: the answers the
+// factory builds from.
+func (r *setupRun) set(name, v string) error {
+	r.o.Given[name] = v
+	return r.o.Set(name, v)
 }
 
 // line reads one answer (trimmed); the end of the input is an error, not
@@ -193,7 +234,7 @@ func (r *setupRun) answer(key, question string, optional bool, check func(string
 		return nil
 	}
 	if !r.ask {
-		v := r.c.String(key)
+		v := r.o.Given[key]
 		if v == "" && !optional {
 			r.problems = append(r.problems, fmt.Sprintf("--%s: needed", key))
 			return "", nil
@@ -206,7 +247,7 @@ func (r *setupRun) answer(key, question string, optional bool, check func(string
 		}
 		return r.answers[key], nil
 	}
-	def := cmp.Or(r.c.String(key), r.current[key], r.found[key])
+	def := cmp.Or(r.o.Given[key], r.current[key], r.found[key])
 	for try := 0; try < 3; try++ {
 		prompt := question
 		if def != "" {
@@ -268,7 +309,7 @@ func secretFile(what string, parse func(string) (string, error)) func(string) er
 }
 
 func (r *setupRun) answersFor() error {
-	insecure := r.c.Bool("insecure-http")
+	insecure := r.o.InsecureHTTP
 	url := func(v string) error { _, err := httpx.ParseBaseURL(v, insecure); return err }
 	steps := []struct {
 		key, question string
@@ -329,7 +370,7 @@ func (r *setupRun) oidcAnswers(insecure bool) error {
 		ClientSecret: sec.Value, Space: r.answers["space"], Timeout: 15 * time.Second, Log: r.e.Log})
 	if err == nil {
 		var found bool
-		if found, err = client.Discover(r.c.Context); err == nil {
+		if found, err = client.Discover(r.ctx); err == nil {
 			how := "its discovery document read"
 			if !found {
 				how = "no discovery document: the /connect/* paths will be used"

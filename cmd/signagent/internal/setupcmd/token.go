@@ -47,17 +47,17 @@ func (r *setupRun) tokenAnswers() error {
 			return err
 		}
 		module = v
-	} else if r.c.String("module") != "" || r.c.String("key") != "" {
+	} else if r.o.Given["module"] != "" || r.o.Given["key"] != "" {
 		// Without --module (and its variable), a key is looked for in
 		// the module found in the usual places, which is kept.
-		v := r.c.String("module")
+		v := r.o.Given["module"]
 		if v == "" {
 			v = r.found["module"]
 			if v == "" {
 				r.problems = append(r.problems, "--module: needed for --key (no PKCS#11 module in the usual places)")
 				return nil
 			}
-			if err := r.c.Set("module", v); err != nil {
+			if err := r.set("module", v); err != nil {
 				return err
 			}
 		}
@@ -73,7 +73,7 @@ func (r *setupRun) tokenAnswers() error {
 	if err := r.softHSMConf(module); err != nil {
 		return err
 	}
-	if err := probe.Module(r.c.Context, module); err != nil {
+	if err := probe.Module(r.ctx, module); err != nil {
 		r.problems = append(r.problems, fmt.Sprintf("--module: %v", err))
 		if r.ask {
 			return err
@@ -93,7 +93,7 @@ func (r *setupRun) tokenAnswers() error {
 		secretFile("the PIN", pinfile.Secret("").Parse)); err != nil {
 		return err
 	}
-	if len(r.problems) > 0 || r.c.Bool("no-signature") {
+	if len(r.problems) > 0 || r.o.NoSignature {
 		return nil
 	}
 	return r.trySignature()
@@ -140,7 +140,7 @@ type keyChoice struct {
 // keyChoices lists the certificates on the module's initialized tokens,
 // each with the URI of its key; show prints them numbered.
 func (r *setupRun) keyChoices(module string, show bool) ([]keyChoice, error) {
-	tokens, err := pkcs11.ListTokens(r.c.Context, module)
+	tokens, err := pkcs11.ListTokens(r.ctx, module)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +149,7 @@ func (r *setupRun) keyChoices(module string, show bool) ([]keyChoice, error) {
 		if !t.Initialized {
 			continue // an empty slot holds no key
 		}
-		objs, err := inspect.ListObjects(r.c.Context, module, tokeninfo.TokenSelector{Label: t.Label, Serial: t.Serial}, "")
+		objs, err := inspect.ListObjects(r.ctx, module, tokeninfo.TokenSelector{Label: t.Label, Serial: t.Serial}, "")
 		if err != nil {
 			continue
 		}
@@ -197,7 +197,7 @@ func labelled(choices []keyChoice) string {
 // else the one the label variables name.
 func (r *setupRun) pickKey(module string) error {
 	if !r.ask {
-		k := r.c.String("key")
+		k := r.o.Given["key"]
 		if k == "" {
 			choices, err := r.keyChoices(module, false)
 			if err != nil {
@@ -249,15 +249,15 @@ func (r *setupRun) trySignature() error {
 	}
 	for _, k := range []string{"module", "key", "certificate-file", "pin-file", "api-key-file"} {
 		if v := r.answers[k]; v != "" {
-			if err := r.c.Set(k, v); err != nil {
+			if err := r.set(k, v); err != nil {
 				return err
 			}
 		}
 	}
-	ctx, cancel := context.WithTimeout(r.c.Context, time.Minute)
+	ctx, cancel := context.WithTimeout(r.ctx, time.Minute)
 	defer cancel()
 	err := func() error {
-		key, err := cmdutil.APIKey(r.c)
+		key, err := cmdutil.APIKeyFrom(r.f.Settings())
 		if err != nil {
 			return err
 		}

@@ -52,7 +52,7 @@ func checkCommand(f *factory.Factory) *cli.Command {
 			&cli.DurationFlag{Name: "removal-timeout", Value: time.Minute, Category: catRemoval, Usage: "with --removal, watch at most `DURATION` for the removal, and as long for the card's return (1s to 1h)"},
 			cmdutil.JSONFlag(`{"module","token","key","certificate","mechanisms","functions","pin","removal","ok"}`),
 		}),
-		Action: func(c *cli.Context) error { return tokenCheck(c, f) },
+		Action: cmdutil.Run(f, readCheck, runCheck),
 	}
 }
 
@@ -97,21 +97,38 @@ type checkTimes struct {
 	MaxMS    float64 `json:"maxMs"`
 }
 
-func tokenCheck(c *cli.Context, f *factory.Factory) error {
+// checkOptions are what check is told: how many rounds each operation
+// is timed, whether (and how long) the card's removal is watched, and
+// the form of the report. The token and key are the factory's selection.
+type checkOptions struct {
+	Rounds         int
+	Removal        bool
+	RemovalTimeout time.Duration
+	JSON           bool
+}
+
+// readCheck reads check's flags.
+func readCheck(c *cli.Context) (checkOptions, error) {
+	o := checkOptions{Rounds: c.Int("rounds"), Removal: c.Bool("removal"), RemovalTimeout: c.Duration("removal-timeout"), JSON: c.Bool("json")}
+	if o.Rounds < 1 || o.Rounds > 100 {
+		return o, cmdutil.UsageErr(fmt.Errorf("--rounds %d: want 1 to 100", o.Rounds))
+	}
+	if d := o.RemovalTimeout; d < time.Second || d > time.Hour {
+		return o, cmdutil.UsageErr(fmt.Errorf("--removal-timeout %v: want 1s to 1h", d))
+	}
+	return o, nil
+}
+
+// runCheck tests the token and key and reports; not OK is exit 1.
+func runCheck(parent context.Context, f *factory.Factory, o checkOptions) error {
 	e := f.Env
-	rounds := c.Int("rounds")
-	if rounds < 1 || rounds > 100 {
-		return cmdutil.UsageErr(fmt.Errorf("--rounds %d: want 1 to 100", rounds))
-	}
-	if d := c.Duration("removal-timeout"); d < time.Second || d > time.Hour {
-		return cmdutil.UsageErr(fmt.Errorf("--removal-timeout %v: want 1s to 1h", d))
-	}
+	rounds := o.Rounds
 	sel, err := f.Selection() // the PIN from its usual sources, asked first
 	if err != nil {
 		return err
 	}
 	sel.NoCertificate = true // a key without one is reported, not refused
-	ctx, cancel := context.WithTimeout(c.Context, sel.Timeout)
+	ctx, cancel := context.WithTimeout(parent, sel.Timeout)
 	defer cancel()
 	if err := probe.Selection(ctx, sel); err != nil {
 		return err
@@ -143,7 +160,7 @@ func tokenCheck(c *cli.Context, f *factory.Factory) error {
 		}
 	}
 	op := func(fn func(context.Context) error) (*checkTimes, error) {
-		return timeRounds(c.Context, rounds, sel.Timeout, fn)
+		return timeRounds(parent, rounds, sel.Timeout, fn)
 	}
 	for _, cp := range Capabilities(key, r.Mechanisms) {
 		fn := checkFunction{Capability: cp}
@@ -155,7 +172,7 @@ func tokenCheck(c *cli.Context, f *factory.Factory) error {
 			case cp.Function == FunctionTrusted:
 				fn.Timing, err = op(func(ctx context.Context) error { return checkSignature(ctx, key, cert) })
 			case key.IsGOST():
-				wctx, cancel := context.WithTimeout(c.Context, sel.Timeout*time.Duration(len(gostkeyx.Ways)))
+				wctx, cancel := context.WithTimeout(parent, sel.Timeout*time.Duration(len(gostkeyx.Ways)))
 				fn.Ways, err = tryGOSTWays(wctx, key, cert)
 				cancel()
 				if err == nil {
@@ -175,20 +192,20 @@ func tokenCheck(c *cli.Context, f *factory.Factory) error {
 		r.PIN = &pin
 	}
 	r.OK = r.Functions[0].Works && (!r.Functions[1].Allowed || r.Functions[1].Works)
-	if !c.Bool("json") {
+	if !o.JSON {
 		// The report first, then the removal's questions and answers.
 		if err := writeCheck(e.Stdout, mod, r); err != nil {
 			return err
 		}
 	}
-	if c.Bool("removal") {
-		rm := removalCheck{e: e, sel: sel, bound: c.Duration("removal-timeout"), cert: cert, signs: r.Functions[0].Works}
-		if r.Removal, err = rm.run(c.Context, key); err != nil {
+	if o.Removal {
+		rm := removalCheck{e: e, sel: sel, bound: o.RemovalTimeout, cert: cert, signs: r.Functions[0].Works}
+		if r.Removal, err = rm.run(parent, key); err != nil {
 			return err
 		}
 		r.OK = r.OK && r.Removal.OK
 	}
-	if c.Bool("json") {
+	if o.JSON {
 		err = cmdutil.WriteJSON(e, r)
 	} else {
 		err = writeResult(e.Stdout, r)

@@ -1,6 +1,7 @@
 package tokencmd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -53,52 +54,76 @@ func devCommand(e *cmdutil.Env) *cli.Command {
 			&cli.BoolFlag{Name: "force", Usage: "discard an existing token in DIR and make a new one (in a directory token dev did not make: replace its files there, saying which)"},
 			&cli.BoolFlag{Name: "ec", Usage: "with --key-type rsa2048, also generate a P-256 key labelled LABEL-ec (id 02), for benchmarks"},
 		},
-		Action: func(c *cli.Context) error {
-			kind := c.String("key-type")
-			if !slices.Contains(devtoken.Kinds, kind) {
-				return cmdutil.UsageErr(fmt.Errorf("--key-type %q: want one of %s", kind, strings.Join(devtoken.Kinds, ", ")))
-			}
-			if c.Bool("ec") && kind != devtoken.KindRSA {
-				return cmdutil.UsageErr(fmt.Errorf("--ec adds a P-256 key beside the RSA one; it does not go with --key-type %s", kind))
-			}
-			dirName := c.String("dir")
-			if dirName == "" {
-				dirName = defaultDevDir(kind)
-			}
-			dir, err := filepath.Abs(dirName)
-			if err != nil {
-				return cmdutil.UsageErr(err)
-			}
-			if strings.ContainsFunc(dir, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-				return cmdutil.UsageErr(fmt.Errorf("--dir %s: a path with a newline or other control character cannot be used (SoftHSM's configuration cannot hold it)", strconv.Quote(dir)))
-			}
-			label := c.String("label")
-			if label == "" || len(label) > 32 || strings.ContainsFunc(label, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-				return cmdutil.UsageErr(errors.New("--label must have 1 to 32 printable characters (a PKCS#11 token label)"))
-			}
-			dt := devtoken.Token{Dir: dir, Label: label, Kind: kind, EC: c.Bool("ec"), Force: c.Bool("force"), Log: e.Log}
-			if dt.ModulePath() == "" {
-				// Not the default list: p11-kit's proxy comes first there, and
-				// the development token is SoftHSM's.
-				mod, err := resolveModuleFrom(c, e, locate.SoftHSMModules)
-				if err != nil {
-					return err
-				}
-				if !strings.Contains(filepath.Base(mod.Path), "softhsm") {
-					return cmdutil.UsageErr(fmt.Errorf("token dev needs the SoftHSM module, not %s; install softhsm2 or give --module", mod.Path))
-				}
-				dt.Module = mod.Path
-			} else if c.IsSet("module") {
-				return cmdutil.UsageErr(fmt.Errorf("--module does not go with --key-type %s: the token is the GOST test module built in DIR", kind))
-			}
-			reuse, err := dt.Make()
-			if err != nil {
-				if errors.Is(err, devtoken.ErrForeignDir) || errors.Is(err, devtoken.ErrOtherKind) {
-					return cmdutil.UsageErr(err)
-				}
-				return err
-			}
-			return dt.WriteEnv(e.Stdout, reuse)
-		},
+		Action: cmdutil.Run(e, readDev, runDev),
 	}
+}
+
+// devOptions are what dev is told: the token's directory (absolute),
+// kind of key and label, the module named (and whether one was), and
+// whether an existing token is replaced.
+type devOptions struct {
+	Dir       string
+	Kind      string
+	Label     string
+	Module    string
+	ModuleSet bool
+	EC        bool
+	Force     bool
+}
+
+// readDev reads dev's flags.
+func readDev(c *cli.Context) (devOptions, error) {
+	o := devOptions{Kind: c.String("key-type"), Label: c.String("label"), Module: c.String("module"), ModuleSet: c.IsSet("module"), EC: c.Bool("ec"), Force: c.Bool("force")}
+	kind := o.Kind
+	if !slices.Contains(devtoken.Kinds, kind) {
+		return o, cmdutil.UsageErr(fmt.Errorf("--key-type %q: want one of %s", kind, strings.Join(devtoken.Kinds, ", ")))
+	}
+	if o.EC && kind != devtoken.KindRSA {
+		return o, cmdutil.UsageErr(fmt.Errorf("--ec adds a P-256 key beside the RSA one; it does not go with --key-type %s", kind))
+	}
+	dirName := c.String("dir")
+	if dirName == "" {
+		dirName = defaultDevDir(kind)
+	}
+	dir, err := filepath.Abs(dirName)
+	if err != nil {
+		return o, cmdutil.UsageErr(err)
+	}
+	if strings.ContainsFunc(dir, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return o, cmdutil.UsageErr(fmt.Errorf("--dir %s: a path with a newline or other control character cannot be used (SoftHSM's configuration cannot hold it)", strconv.Quote(dir)))
+	}
+	o.Dir = dir
+	label := o.Label
+	if label == "" || len(label) > 32 || strings.ContainsFunc(label, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return o, cmdutil.UsageErr(errors.New("--label must have 1 to 32 printable characters (a PKCS#11 token label)"))
+	}
+	return o, nil
+}
+
+// runDev makes (or reuses) the development token and prints the
+// environment that points the other commands at it.
+func runDev(_ context.Context, e *cmdutil.Env, o devOptions) error {
+	dt := devtoken.Token{Dir: o.Dir, Label: o.Label, Kind: o.Kind, EC: o.EC, Force: o.Force, Log: e.Log}
+	if dt.ModulePath() == "" {
+		// Not the default list: p11-kit's proxy comes first there, and
+		// the development token is SoftHSM's.
+		mod, err := resolveModuleFrom(e, o.Module, locate.SoftHSMModules)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(filepath.Base(mod.Path), "softhsm") {
+			return cmdutil.UsageErr(fmt.Errorf("token dev needs the SoftHSM module, not %s; install softhsm2 or give --module", mod.Path))
+		}
+		dt.Module = mod.Path
+	} else if o.ModuleSet {
+		return cmdutil.UsageErr(fmt.Errorf("--module does not go with --key-type %s: the token is the GOST test module built in DIR", o.Kind))
+	}
+	reuse, err := dt.Make()
+	if err != nil {
+		if errors.Is(err, devtoken.ErrForeignDir) || errors.Is(err, devtoken.ErrOtherKind) {
+			return cmdutil.UsageErr(err)
+		}
+		return err
+	}
+	return dt.WriteEnv(e.Stdout, reuse)
 }

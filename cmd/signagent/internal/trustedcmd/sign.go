@@ -69,20 +69,6 @@ func (o textOptions) text(s *settings.Settings) ([]byte, error) {
 	return canonical.Text(key, o.Cred, o.TS), nil
 }
 
-// buildText is the signed text the flags name, its credential and its
-// timestamp as the service spells it.
-func buildText(c *cli.Context) ([]byte, canonical.Credential, string, error) {
-	o, err := readText(c)
-	if err != nil {
-		return nil, o.Cred, "", err
-	}
-	text, err := o.text(settings.Of(c))
-	if err != nil {
-		return nil, o.Cred, "", err
-	}
-	return text, o.Cred, canonical.FormatTimestamp(o.TS), nil
-}
-
 func signCommand(f *factory.Factory) *cli.Command {
 	return &cli.Command{
 		Description: cmdutil.Examples("signagent trusted sign --phone 9161234567 --out sig.der", "signagent trusted sign --snils 11223344595 --format base64", "signagent trusted sign --phone 9161234567 --json"),
@@ -95,25 +81,57 @@ func signCommand(f *factory.Factory) *cli.Command {
 			&cli.StringFlag{Name: "format", Value: "der", Category: cmdutil.CatOutput, Usage: "output `FORMAT`: der, pem or base64"},
 			&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print timestamp, canonical text, base64 signature, certificate thumbprint and key label as JSON"},
 		}, factory.AgentUseFlags()),
-		Action: func(c *cli.Context) error {
-			return sign(c, f)
-		},
+		Action: cmdutil.Run(f, readSign, runSign),
 	}
 }
 
-func sign(c *cli.Context, f *factory.Factory) error {
-	e := f.Env
-	if _, err := signer.Encode(nil, c.String("format")); err != nil {
-		return cmdutil.UsageErr(fmt.Errorf("--%w", err))
+// signOptions are what sign is told: the signed text's credential and
+// timestamp, where the signature (and the text) go and in what form,
+// and the flags that choose a signature here, given by hand (the agent
+// signs with its own settings: they are refused when it signs).
+type signOptions struct {
+	Text    textOptions
+	Format  string
+	Out     string
+	TextOut string
+	JSON    bool
+	// SignedHere are the flags among --hash, --no-signed-attributes,
+	// --chain, --key, --key-label and --key-id given on the command line
+	// or in the environment (not by the settings file).
+	SignedHere []string
+	// Needs are the settings signing here needs (the API key).
+	Needs []cmdutil.Need
+}
+
+// readSign reads sign's flags.
+func readSign(c *cli.Context) (signOptions, error) {
+	o := signOptions{Format: c.String("format"), Out: c.String("out"), TextOut: c.String("text-out"), JSON: c.Bool("json"),
+		Needs: []cmdutil.Need{cmdutil.APIKeySpec.Need(settings.Of(c))}}
+	if _, err := signer.Encode(nil, o.Format); err != nil {
+		return o, cmdutil.UsageErr(fmt.Errorf("--%w", err))
 	}
+	for _, name := range []string{"hash", "no-signed-attributes", "chain", "key", "key-label", "key-id"} {
+		if c.IsSet(name) && !cmdutil.FromFile(c.App)[name] {
+			o.SignedHere = append(o.SignedHere, name)
+		}
+	}
+	var err error
+	o.Text, err = readText(c)
+	return o, err
+}
+
+// runSign signs the text: through the running agent when one is asked,
+// else on the token here.
+func runSign(ctx context.Context, f *factory.Factory, o signOptions) error {
+	e := f.Env
 	// DER is binary: written to a terminal it garbles the screen, as age
 	// refuses to. Checked before the token is touched.
-	if c.String("format") == "der" && c.String("out") == "" && !c.Bool("json") && cmdutil.IsTerminal(e.Stdout) {
+	if o.Format == "der" && o.Out == "" && !o.JSON && cmdutil.IsTerminal(e.Stdout) {
 		return cmdutil.UsageErr(errors.New("the signature is binary (DER) and stdout is a terminal: give --out FILE, or --format base64 or pem"))
 	}
 	// The outputs are checked before the token is touched, and written
 	// together at the end (both or neither).
-	outs, err := checkOutputs(c, "text-out", "out")
+	outs, err := checkOutputs(map[string]string{"text-out": o.TextOut, "out": o.Out}, "text-out", "out")
 	if err != nil {
 		return err
 	}
@@ -121,15 +139,16 @@ func sign(c *cli.Context, f *factory.Factory) error {
 		if err != nil {
 			return err
 		}
-		return signWithAgent(c, e, cl, outs)
+		return signWithAgent(ctx, e, cl, o, outs)
 	}
-	if err := cmdutil.Missing(cmdutil.APIKeySpec.Need(settings.Of(c))); err != nil {
+	if err := cmdutil.Missing(o.Needs...); err != nil {
 		return err
 	}
-	text, cred, stamp, err := buildText(c)
+	text, err := o.Text.text(f.Settings())
 	if err != nil {
 		return err
 	}
+	cred, stamp := o.Text.Cred, canonical.FormatTimestamp(o.Text.TS)
 	ts, _ := canonical.ParseTimestamp(stamp)
 	sel, err := f.Selection()
 	if err != nil {
@@ -137,7 +156,7 @@ func sign(c *cli.Context, f *factory.Factory) error {
 	}
 	// --token-timeout bounds all the token work: loading the module,
 	// logging in, finding the key and signing.
-	ctx, cancel := context.WithTimeout(c.Context, sel.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, sel.Timeout)
 	defer cancel()
 	cms, err := f.CMS(ctx)
 	if err != nil {
@@ -153,27 +172,27 @@ func sign(c *cli.Context, f *factory.Factory) error {
 	}
 	e.Log.Info().Str("credential", cred.Masked()).Str("timestamp", stamp).Str("key", key.Label()).
 		Str("certificate", canonical.ThumbprintOf(key.Certificate())).Msg("signed")
-	out, err := signatureOutput(c, canonical.ThumbprintOf(key.Certificate()), key.Label(), text, stamp, der)
+	out, err := signatureOutput(o, canonical.ThumbprintOf(key.Certificate()), key.Label(), text, stamp, der)
 	if err != nil {
 		return err
 	}
-	return writeSignature(c, e, outs, text, out)
+	return writeSignature(e, o, outs, text, out)
 }
 
 // writeSignature writes the outputs together (both or neither), or the
 // signature to stdout.
-func writeSignature(c *cli.Context, e *cmdutil.Env, outs []*safefile.Out, text, out []byte) error {
+func writeSignature(e *cmdutil.Env, o signOptions, outs []*safefile.Out, text, out []byte) error {
 	var data [][]byte
-	if c.String("text-out") != "" {
+	if o.TextOut != "" {
 		data = append(data, text)
 	}
-	if c.String("out") != "" {
+	if o.Out != "" {
 		data = append(data, out)
 	}
 	if err := safefile.WriteAll(outs, data); err != nil {
 		return err
 	}
-	if c.String("out") == "" {
+	if o.Out == "" {
 		_, err := e.Stdout.Write(out)
 		return err
 	}
@@ -183,22 +202,13 @@ func writeSignature(c *cli.Context, e *cmdutil.Env, outs []*safefile.Out, text, 
 // signWithAgent asks the running agent for the signature: the agent's
 // token, key and signing settings, so the flags that would choose others
 // here are refused rather than ignored.
-func signWithAgent(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client, outs []*safefile.Out) error {
-	for _, name := range []string{"hash", "no-signed-attributes", "chain", "key", "key-label", "key-id"} {
-		if c.IsSet(name) && !cmdutil.FromFile(c.App)[name] {
-			return cmdutil.UsageErr(fmt.Errorf("--%s: the agent signs with its own key and settings; give --no-agent to sign here", name))
-		}
+func signWithAgent(ctx context.Context, e *cmdutil.Env, cl *agentclient.Client, o signOptions, outs []*safefile.Out) error {
+	if len(o.SignedHere) > 0 {
+		return cmdutil.UsageErr(fmt.Errorf("--%s: the agent signs with its own key and settings; give --no-agent to sign here", o.SignedHere[0]))
 	}
-	cred, err := cmdutil.Credential(c)
-	if err != nil {
-		return err
-	}
-	ts, err := cmdutil.Timestamp(c)
-	if err != nil {
-		return err
-	}
-	stamp := canonical.FormatTimestamp(ts)
-	resp, err := cl.Sign(c.Context, agentapi.SignatureRequest{Credential: *cmdutil.APICredential(cred), Timestamp: stamp})
+	cred := o.Text.Cred
+	stamp := canonical.FormatTimestamp(o.Text.TS)
+	resp, err := cl.Sign(ctx, agentapi.SignatureRequest{Credential: *cmdutil.APICredential(cred), Timestamp: stamp})
 	if err != nil {
 		return factory.AgentCallError(err)
 	}
@@ -207,22 +217,23 @@ func signWithAgent(c *cli.Context, e *cmdutil.Env, cl *agentclient.Client, outs 
 		return errdefs.Mark(fmt.Errorf("the agent's signature is not base64: %w", err), errdefs.ErrUnreachable)
 	}
 	text := []byte(resp.Canonical)
-	if c.String("text-out") != "" && len(text) == 0 {
+	if o.TextOut != "" && len(text) == 0 {
 		return cmdutil.UsageErr(errors.New("--text-out: the agent does not show the signed text (it holds the API key; serve --expose-canonical shows it); give --no-agent to sign here"))
 	}
 	e.Log.Info().Str("credential", cred.Masked()).Str("timestamp", resp.Timestamp).Str("certificate", resp.CertificateThumbprint).Msg("signed by the agent")
-	out, err := signatureOutput(c, resp.CertificateThumbprint, "", text, resp.Timestamp, der)
+	out, err := signatureOutput(o, resp.CertificateThumbprint, "", text, resp.Timestamp, der)
 	if err != nil {
 		return err
 	}
-	return writeSignature(c, e, outs, text, out)
+	return writeSignature(e, o, outs, text, out)
 }
 
-// checkOutputs checks the output files the flags name, in order.
-func checkOutputs(c *cli.Context, flags ...string) ([]*safefile.Out, error) {
+// checkOutputs checks the output files paths gives the flags named, in
+// order.
+func checkOutputs(paths map[string]string, flags ...string) ([]*safefile.Out, error) {
 	var outs []*safefile.Out
 	for _, name := range flags {
-		if path := c.String(name); path != "" {
+		if path := paths[name]; path != "" {
 			o, err := safefile.Check(path, 0o600)
 			if err != nil {
 				return nil, cmdutil.UsageErr(fmt.Errorf("--%s: %w", name, err))
@@ -236,9 +247,9 @@ func checkOutputs(c *cli.Context, flags ...string) ([]*safefile.Out, error) {
 // signatureOutput is the signature in --format, or the --json document.
 // Through the agent, the key's label is not known and the text only when
 // the agent shows it: those keys are left out.
-func signatureOutput(c *cli.Context, thumbprint, label string, text []byte, stamp string, der []byte) ([]byte, error) {
-	if !c.Bool("json") {
-		return signer.Encode(der, c.String("format"))
+func signatureOutput(o signOptions, thumbprint, label string, text []byte, stamp string, der []byte) ([]byte, error) {
+	if !o.JSON {
+		return signer.Encode(der, o.Format)
 	}
 	doc := map[string]string{
 		"timestamp":             stamp,

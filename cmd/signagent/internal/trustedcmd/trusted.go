@@ -25,14 +25,8 @@ func linkCommand(f *factory.Factory) *cli.Command {
 		Name:        "link",
 		Usage:       "link the service's user (found by phone) to a user of the trusted system (step 0)",
 		UsageText:   "signagent trusted link --service-user-id ID --phone P [--trusted-url URL]",
-		Flags:       cmdutil.Concat(factory.ServiceFlags(), cmdutil.Pick(cmdutil.CredentialFlags(), "phone"), []cli.Flag{cmdutil.JSONFlag(`{"linked","serviceUserId","credential"}`)}),
-		Action: func(c *cli.Context) error {
-			o, err := readLink(c)
-			if err != nil {
-				return err
-			}
-			return runLink(c.Context, f, o)
-		},
+		Flags:       cmdutil.Concat(cmdutil.ServiceFlags(), cmdutil.Pick(cmdutil.CredentialFlags(), "phone"), []cli.Flag{cmdutil.JSONFlag(`{"linked","serviceUserId","credential"}`)}),
+		Action:      cmdutil.Run(f, readLink, runLink),
 	}
 }
 
@@ -76,17 +70,11 @@ func sessionCommand(f *factory.Factory) *cli.Command {
 		Name:        "session",
 		Usage:       "sign on the token and run authenticate-by-truster and approve-truster; print the auth.sid",
 		UsageText:   "signagent trusted session --phone P | --snils S | --thumbprint T --service-user-id ID [--json]",
-		Flags: cmdutil.Concat(cmdutil.Pick(cmdutil.CredentialFlags(), "phone", "snils", "thumbprint", "legacy-snils"), factory.ServiceFlags(), cmdutil.TokenFlags(), factory.SignFlags(), factory.StoreFlags(), []cli.Flag{
+		Flags: cmdutil.Concat(cmdutil.Pick(cmdutil.CredentialFlags(), "phone", "snils", "thumbprint", "legacy-snils"), cmdutil.ServiceFlags(), cmdutil.TokenFlags(), factory.SignFlags(), cmdutil.StoreFlags(), []cli.Flag{
 			&cli.DurationFlag{Name: "session-ttl", Category: cmdutil.CatStore, Value: 12 * time.Hour, EnvVars: []string{"SIGNAGENT_SESSION_TTL"}, Usage: "with --store: use a session the store holds when it is younger than `DURATION`, and keep a new one that long"},
 			&cli.BoolFlag{Name: "json", Category: cmdutil.CatOutput, Usage: "print {\"sid\",\"kind\",\"obtainedAt\"}"},
 		}, factory.AgentUseFlags()),
-		Action: func(c *cli.Context) error {
-			o, err := readSession(c)
-			if err != nil {
-				return err
-			}
-			return runSession(c.Context, f, o)
-		},
+		Action: cmdutil.Run(f, readSession, runSession),
 	}
 }
 
