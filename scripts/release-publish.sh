@@ -6,7 +6,7 @@
 #
 # The index (and both images it names) as REPOSITORY:VERSION, by digest as
 # built; then with cosign (tools/cosign), no transparency log: the index
-# and each image signed, each given an in-toto SLSA provenance statement
+# and each image signed, each given (scripts/release-attest.sh) an in-toto SLSA provenance statement
 # (the commit, the build command, the materials: go.sum and the Debian
 # packages of its root, by SHA-256) and its SBOM as an attestation
 # (--type spdxjson); the SBOM also as an OCI 1.1 referrer of its image
@@ -50,12 +50,9 @@ build="make release-snapshot (scripts/release.sh) at $commit"
 for arch in amd64 arm64; do
 	d=sha256:$(skopeo inspect --raw "oci-archive:dist/signagent_${version}_$arch.oci.tar" | sha256sum | cut -d' ' -f1)
 	c sign --yes --tlog-upload=false --key "$COSIGN_KEY" "$repo@$d"
-	build/tools/release provenance -commit "$commit" -command "$build" go.sum build/image/$arch/debs/*.deb > build/provenance-$arch.json ||
-		fail "the provenance of the $arch image failed"
-	c attest --yes --tlog-upload=false --key "$COSIGN_KEY" --type slsaprovenance --predicate build/provenance-$arch.json "$repo@$d"
-	c attest --yes --tlog-upload=false --key "$COSIGN_KEY" --type spdxjson --predicate "dist/signagent_${version}_$arch.oci.spdx.json" "$repo@$d"
-	build/tools/release attach-sbom "$repo@$d" "dist/signagent_${version}_$arch.oci.spdx.json" >"$log" 2>&1 ||
-		fail "attaching the $arch image's SBOM as a referrer failed: $(tail -n 1 "$log")"
+	# Its provenance and SBOM, attested, and the SBOM as a referrer: the
+	# script goreleaser's docker_signs run too.
+	COSIGN=$cosign BUILD_COMMAND=$build scripts/release-attest.sh "$repo@$d" "$arch" "dist/signagent_${version}_$arch.oci.spdx.json" || exit 1
 done
 # The chart, an OCI artifact beside the image (REGISTRY/charts/signagent),
 # signed as the images are.

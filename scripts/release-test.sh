@@ -154,6 +154,11 @@ for a in amd64 arm64; do
 	jq -e '[.packages[] | select(.supplier == "Organization: Debian") | .licenseDeclared] | all(. != "NOASSERTION" and . != "")' "$isbom" >/dev/null ||
 		fail "$isbom leaves a Debian package without a licence"
 	out=$($release check-image "$isbom" "$tmp/$a" 2>&1) || fail "$out"
+	# goreleaser's way (.goreleaser.yaml's sboms "images"): the base root
+	# and the binary given as a file of its own make the same document.
+	SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) $release sbom-image -out "$tmp/goreleaser-$a.spdx.json" -version "$version" -arch "$a" \
+		-binary-file "$bin" "build/image/$a/root" || fail "sbom-image -binary-file failed for $a"
+	cmp -s "$tmp/goreleaser-$a.spdx.json" "$isbom" || fail "the $a image's SBOM made as goreleaser makes it differs from $isbom"
 done
 # An SBOM naming a module the binary does not hold: refused in one line.
 jq '.packages += [{"name": "example.com/not/linked", "SPDXID": "SPDXRef-x", "versionInfo": "v1.0.0", "downloadLocation": "NOASSERTION",

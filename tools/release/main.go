@@ -3,7 +3,7 @@
 // scripts/release-test.sh (docs/releases.md):
 //
 //	release sbom-binary -out FILE -name NAME -version V BINARY
-//	release sbom-image  -out FILE -name NAME -version V -arch ARCH -binary PATH ROOT
+//	release sbom-image  -out FILE -name NAME -version V -arch ARCH -binary PATH [-binary-file FILE] ROOT
 //	release check-binary SBOM BINARY
 //	release check-image  SBOM ROOT [PATH]
 //	release provenance  -commit C -command CMD -repo URL FILE...
@@ -43,6 +43,7 @@ func run(args []string) error {
 	version := fs.String("version", "", "its version")
 	arch := fs.String("arch", "", "the image's architecture")
 	binary := fs.String("binary", "usr/bin/signagent", "the binary's path in the root")
+	binaryFile := fs.String("binary-file", "", "sbom-image: the image's binary as a file, when ROOT does not hold it (goreleaser's image copies its own binary onto the base root)")
 	commit := fs.String("commit", "", "the commit built")
 	command := fs.String("command", "", "the build command")
 	repo := fs.String("repo", "https://github.com/signagent/signagent", "the source repository")
@@ -72,7 +73,11 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		bin, err := binaryPackages(doc, filepath.Join(rest[0], *binary), *name, *version)
+		binPath := filepath.Join(rest[0], *binary)
+		if *binaryFile != "" {
+			binPath = *binaryFile
+		}
+		bin, err := binaryPackages(doc, binPath, *name, *version)
 		if err != nil {
 			return err
 		}
