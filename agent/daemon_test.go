@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/signagent/signagent/agent"
 	"github.com/signagent/signagent/agent/tokenq"
@@ -226,7 +227,10 @@ func TestDaemonStartFailsCleanly(t *testing.T) {
 // starts a new cache; one without --business-url turns the route off (503).
 func TestDaemonLegacyReload(t *testing.T) {
 	cfg, _ := daemonConfig(t)
-	hash, _ := emulator.HashPassword([]byte(alicePassword))
+	// The cheapest bcrypt cost: the emulator checks the password at every
+	// sign-in, and at the default cost that took seconds of CPU under -race.
+	hashBytes, _ := bcrypt.GenerateFromPassword([]byte(alicePassword), bcrypt.MinCost)
+	hash := string(hashBytes)
 	emu := emulatortest.New(t, &emulator.Config{Developers: []emulator.Developer{{Key: devKey}},
 		Users: []emulator.User{{ID: "a", Login: "alice@example.com", PasswordHash: hash}}})
 	pws := map[string]string{"alice@example.com": alicePassword}

@@ -17,6 +17,7 @@ import (
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/oidc"
 	"github.com/signagent/signagent/store/storetest"
+	"golang.org/x/crypto/bcrypt"
 )
 
 // TestSharedStoreAcrossProcesses: an operator signs a profile in once
@@ -27,7 +28,10 @@ import (
 // token again. Redis holds no profile name or token in clear.
 func TestSharedStoreAcrossProcesses(t *testing.T) {
 	t.Parallel()
-	hash, _ := emulator.HashPassword([]byte(browserPassword))
+	// The cheapest bcrypt cost: the emulator checks the password at every
+	// sign-in, and at the default cost that took seconds of CPU under -race.
+	hashBytes, _ := bcrypt.GenerateFromPassword([]byte(browserPassword), bcrypt.MinCost)
+	hash := string(hashBytes)
 	emu := startEmulator(t, &emulator.Config{
 		OIDC: emulator.OIDCConfig{Clients: []emulator.OIDCClient{{ID: "crm-app", Secret: "s3cret-of-the-app"}},
 			DeviceInterval: emulator.Duration(time.Second), AccessTokenTTL: emulator.Duration(4 * time.Second), RefreshRotation: "one-time"},
@@ -225,7 +229,10 @@ func TestSessionThroughSharedStore(t *testing.T) {
 // and header after them call with it.
 func TestLegacyTokenThroughSharedStore(t *testing.T) {
 	const devKey = "testClient-5a6b7c8d9e"
-	hash, _ := emulator.HashPassword([]byte(browserPassword))
+	// The cheapest bcrypt cost: the emulator checks the password at every
+	// sign-in, and at the default cost that took seconds of CPU under -race.
+	hashBytes, _ := bcrypt.GenerateFromPassword([]byte(browserPassword), bcrypt.MinCost)
+	hash := string(hashBytes)
 	emu := startEmulator(t, &emulator.Config{Developers: []emulator.Developer{{Key: devKey}},
 		Users: []emulator.User{{ID: "alice", Login: "alice@example.com", PasswordHash: hash}}})
 	srv := storetest.Start(t)

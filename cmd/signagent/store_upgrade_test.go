@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
@@ -106,7 +107,10 @@ const rollingIdentities, rollingSize = 6, 3
 func newRollingBed(t *testing.T, signInWith, first string) *rollingBed {
 	b := &rollingBed{t: t, stop: make(chan struct{})}
 	tk := procToken(t)
-	hash, _ := emulator.HashPassword([]byte(browserPassword))
+	// The cheapest bcrypt cost: the emulator checks the password at every
+	// sign-in, and at the default cost that took seconds of CPU under -race.
+	hashBytes, _ := bcrypt.GenerateFromPassword([]byte(browserPassword), bcrypt.MinCost)
+	hash := string(hashBytes)
 	users := []emulator.User{{ID: "alice", Login: "alice@example.com", PasswordHash: hash}}
 	for i := range rollingIdentities {
 		users = append(users, emulator.User{ID: fmt.Sprintf("u%d", i), Phone: fmt.Sprintf("93%08d", i), Linked: []string{fmt.Sprintf("p:crm-%d", i)}})
