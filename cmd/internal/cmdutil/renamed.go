@@ -30,10 +30,6 @@ func OldFlags(flags []cli.Flag) []cli.Flag {
 	return out
 }
 
-func hasFlag(flags []cli.Flag, name string) bool {
-	return flagNameSet(flags)[name]
-}
-
 // flagNameSet is the set of every name of flags. urfave/cli's Names runs a
 // regular expression at each call, and looking a command's flags up one
 // by one made building the CLI quadratic in them (most of its start-up).
@@ -53,10 +49,11 @@ func flagNameSet(flags []cli.Flag) map[string]bool {
 // the old one), and writes one line to w for each old spelling given.
 func UseOldFlags(c *cli.Context, w io.Writer) error {
 	flags := c.Command.Flags
+	names := flagNameSet(flags)
 	for _, fl := range flags {
 		now := fl.Names()[0]
 		old := settings.OldName(now)
-		if old == "" || !hasFlag(flags, old) || !c.IsSet(old) {
+		if old == "" || !names[old] || !c.IsSet(old) {
 			continue
 		}
 		oldEnv, newEnv := settings.EnvOf(old), settings.EnvOf(now)
