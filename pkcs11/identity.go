@@ -23,9 +23,13 @@ import (
 // token must then have the same serial and label, checked before C_Login,
 // and the key the same public half: checked before C_Login where the
 // token shows its public-key objects without a login (checkPublic), and
-// always after the login, before any signature (checkKey). Cards of one batch may share their serial as well
-// (every libcacard card has the same): the public half tells them apart.
-// gpg does the same with a card's serial number.
+// always after the login, before any signature (checkKey). Cards of one
+// batch may share their serial as well (every libcacard card has the
+// same): the public half tells them apart. A token whose key showed its
+// public half without a login when it was opened must show it again
+// before it gets the PIN: a card of that serial and label that shows none
+// (another profile, or one not yet fully seen by the module) is refused,
+// not logged in to. gpg does the same with a card's serial number.
 
 // Identity is what a key was opened on: its token's label and serial and
 // the key's public half.
@@ -33,6 +37,9 @@ type Identity struct {
 	Label  string
 	Serial string
 	Public crypto.PublicKey
+	// PublicShown: the token showed the key's public half without a
+	// login when the key was opened.
+	PublicShown bool
 }
 
 // ErrOtherToken: the token in the reader is not the one the key was
@@ -49,7 +56,7 @@ func (e *otherToken) Unwrap() error { return ErrOtherToken }
 // Identity returns the token and key k was opened on, for a later
 // Selection.Expect.
 func (k *Key) Identity() Identity {
-	return Identity{Label: k.tok.info.Label, Serial: k.tok.info.Serial, Public: k.pub}
+	return Identity{Label: k.tok.info.Label, Serial: k.tok.info.Serial, Public: k.pub, PublicShown: k.pubShown}
 }
 
 // pickToken chooses the token to log in to among tokens: the one the
@@ -75,18 +82,10 @@ func (t *Token) pickToken(tokens []tokeninfo.TokenInfo) (tokeninfo.TokenInfo, er
 		orNone(other.Serial), orNone(want.Serial), want.Label)}
 }
 
-// checkPublic refuses, with Expect set, a token whose public-key objects
-// for the key show only other public halves, before any PIN is sent: two
-// cards of one batch share a label and may share a serial (every
-// libcacard card does), and the other card would count the PIN as a
-// wrong try. A token that shows no public half without a login is left
-// to checkKey, after the login.
-func (t *Token) checkPublic(ctx context.Context, sh p11.SessionHandle) error {
-	want := t.sel.Expect
-	if want == nil || want.Public == nil {
-		return nil
-	}
-	pubs, err := call(ctx, t.mod, func(b Backend) ([]crypto.PublicKey, error) {
+// publicHalves returns the public halves of the public-key objects the
+// selection names that the token shows without a login.
+func (t *Token) publicHalves(ctx context.Context, sh p11.SessionHandle) ([]crypto.PublicKey, error) {
+	return call(ctx, t.mod, func(b Backend) ([]crypto.PublicKey, error) {
 		hs, err := object.FindObjects(b, sh, object.Template(p11.CKO_PUBLIC_KEY, t.sel.KeyLabel, t.sel.KeyID))
 		var out []crypto.PublicKey
 		for _, h := range hs {
@@ -96,16 +95,45 @@ func (t *Token) checkPublic(ctx context.Context, sh p11.SessionHandle) error {
 		}
 		return out, err
 	}, nil)
-	if err != nil || len(pubs) == 0 {
-		return nil // nothing to tell by without a login: checkKey will
+}
+
+// checkPublic refuses, with Expect set, a token whose public-key objects
+// for the key (pubs, read without a login; perr the error reading them)
+// show only other public halves, before any PIN is sent: two cards of one
+// batch share a label and may share a serial (every libcacard card
+// does), and the other card would count the PIN as a wrong try. Where the
+// expected token showed the key's public half without a login, a token
+// that shows none (or could not be read) is refused too; where it never
+// did, the key is left to checkKey, after the login.
+func (t *Token) checkPublic(pubs []crypto.PublicKey, perr error) error {
+	want := t.sel.Expect
+	if want == nil || want.Public == nil {
+		return nil
 	}
-	for _, pub := range pubs {
-		if samePublicKey(want.Public, pub) {
-			return nil
+	if perr != nil || len(pubs) == 0 {
+		if !want.PublicShown {
+			return nil // nothing to tell by without a login: checkKey will
 		}
+		if perr != nil {
+			return fmt.Errorf("could not read the token's public keys before logging in, so no PIN was sent to it: %w", perr)
+		}
+		return &otherToken{fmt.Sprintf("a different token is in the reader: it has this agent's serial %s and label %q, but shows no public half of this agent's key without a login, as this agent's token did; no PIN was sent to it: put this agent's token back",
+			orNone(t.info.Serial), t.info.Label)}
+	}
+	if containsKey(pubs, want.Public) {
+		return nil
 	}
 	return &otherToken{fmt.Sprintf("a different token is in the reader: it has this agent's serial %s and label %q, but not this agent's key; no PIN was sent to it: put this agent's token back",
 		orNone(t.info.Serial), t.info.Label)}
+}
+
+func containsKey(pubs []crypto.PublicKey, pub crypto.PublicKey) bool {
+	for _, p := range pubs {
+		if samePublicKey(pub, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkKey refuses, with Expect set, a key whose public half is not the

@@ -31,9 +31,11 @@ type Key struct {
 	// pubFromCert: the token shows no public key; pub is the
 	// --certificate-file's, proven by a signature (gostraw.go).
 	pubFromCert bool
-	cert        *x509.Certificate
-	sign        bool // CKA_SIGN
-	decrypt     bool // CKA_DECRYPT
+	// pubShown: the token showed pub without a login (Identity).
+	pubShown bool
+	cert     *x509.Certificate
+	sign     bool // CKA_SIGN
+	decrypt  bool // CKA_DECRYPT
 
 	mu     sync.Mutex
 	handle p11.ObjectHandle
@@ -125,7 +127,8 @@ func (t *Token) open(ctx context.Context) (*Key, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := t.checkPublic(ctx, sh); err != nil { // before any PIN is sent
+	pubs, perr := t.publicHalves(ctx, sh)
+	if err := t.checkPublic(pubs, perr); err != nil { // before any PIN is sent
 		t.discard(ctx, sh)
 		return nil, err
 	}
@@ -135,6 +138,7 @@ func (t *Token) open(ctx context.Context) (*Key, error) {
 	}
 	k, err := t.findKey(ctx, sh)
 	if err == nil {
+		k.pubShown = perr == nil && containsKey(pubs, k.pub)
 		err = t.checkKey(k) // before anything is signed with it
 	}
 	if err == nil && k.IsGOST() {

@@ -347,15 +347,35 @@ func TestExpectOnlyThatToken(t *testing.T) {
 	if out, err := del.CombinedOutput(); err != nil {
 		t.Fatalf("pkcs11-tool --delete-object: %v\n%s", err, out)
 	}
+	wrong.PublicShown = false // expected from a token that showed none either
 	if _, err := pkcs11.Open(context.Background(), sel, zerolog.Nop()); !errors.Is(err, pkcs11.ErrOtherToken) || !strings.Contains(err.Error(), "is not this agent's key; nothing was signed with it") {
 		t.Fatalf("the same token with another key expected, its public-key object gone: %v", err)
 	}
+	// The token was opened showing the key's public half without a
+	// login: one of its serial and label that shows none gets no PIN (a
+	// card of another profile; a token the module has not fully read).
+	if !id.PublicShown {
+		t.Fatal("SoftHSM showed the key's public half without a login, and the identity does not say so")
+	}
 	sel.Expect = &id
+	if _, err := pkcs11.Open(context.Background(), sel, zerolog.Nop()); !errors.Is(err, pkcs11.ErrOtherToken) || !strings.Contains(err.Error(), "shows no public half of this agent's key without a login") || !strings.Contains(err.Error(), "no PIN was sent") {
+		t.Fatalf("the expected token showing no public half: %v", err)
+	}
+	if ti := tokenFlags(t, tk); strings.Contains(ti, "pin-count-low") {
+		t.Fatalf("a PIN was counted: %s", ti)
+	}
+	shownNot := id
+	shownNot.PublicShown = false
+	sel.Expect = &shownNot
 	k, err = pkcs11.Open(context.Background(), sel, zerolog.Nop())
 	if err != nil {
 		t.Fatalf("the token expected: %v", err)
 	}
+	if k.Identity().PublicShown {
+		t.Fatal("the identity says the public half was shown; the token has none")
+	}
 	k.Close()
+	sel.Expect = &shownNot
 	sel.Token.Serial = tk.Serial // chosen by serial: no advice
 	if k, err = pkcs11.Open(context.Background(), sel, zerolog.Nop()); err != nil {
 		t.Fatal(err)
@@ -364,4 +384,20 @@ func TestExpectOnlyThatToken(t *testing.T) {
 	if s := k.SerialAdvice(); s != "" {
 		t.Fatalf("advice for a selection by serial: %q", s)
 	}
+}
+
+// tokenFlags returns tk's token's flags, as ListTokens reads them.
+func tokenFlags(t *testing.T, tk *pkcs11test.Token) string {
+	t.Helper()
+	tokens, err := pkcs11.ListTokens(context.Background(), tk.Module)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ti := range tokens {
+		if ti.Serial == tk.Serial {
+			return strings.Join(ti.Flags, " ")
+		}
+	}
+	t.Fatalf("no token of serial %s", tk.Serial)
+	return ""
 }

@@ -35,7 +35,17 @@ func (tk *Token) PutIn(t testing.TB, other *Token) {
 	if _, err := os.Stat(filepath.Join(tk.Dir, "tokens")); !os.IsNotExist(err) {
 		t.Fatalf("PutIn: token %s is still in place (Remove it first)", tk.Serial)
 	}
-	if err := tf.copyTo(tk.Dir); err != nil {
+	// Copied aside and moved in at once: a card comes in whole, and the
+	// module must never see a token of the other's serial whose key
+	// files are not there yet (it was seen so once in CI's race run).
+	in := tf.sub
+	tf.sub = "tokens.in"
+	err = tf.copyTo(tk.Dir)
+	tf.sub = in
+	if err == nil {
+		err = os.Rename(filepath.Join(tk.Dir, "tokens.in"), filepath.Join(tk.Dir, "tokens"))
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 }
