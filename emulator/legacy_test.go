@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/signagent/signagent/emulator/directory"
 	"github.com/signagent/signagent/emulator/legacy"
@@ -40,9 +41,15 @@ type softCert struct {
 	key  *rsa.PrivateKey
 }
 
+// softKeys are the soft certificates' keys, one per common name for the
+// test binary: an RSA key took most of the package's CPU (seconds under
+// the race detector), and no test needs two keys of one name.
+var softKeys sync.Map // cn -> func() (*rsa.PrivateKey, error)
+
 func newSoftCert(t *testing.T, cn string) softCert {
 	t.Helper()
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	gen, _ := softKeys.LoadOrStore(cn, sync.OnceValues(func() (*rsa.PrivateKey, error) { return rsa.GenerateKey(rand.Reader, 2048) }))
+	key, err := gen.(func() (*rsa.PrivateKey, error))()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,10 +73,13 @@ type legacyBed struct {
 func newLegacyBed(t *testing.T, oaep bool, edit ...func(*Config)) *legacyBed {
 	t.Helper()
 	b := &legacyBed{alice: newSoftCert(t, "alice"), bob: newSoftCert(t, "bob"), now: time.Now()}
-	hash, err := HashPassword([]byte("correct horse\n"))
+	// bcrypt's lowest cost: the bed's users sign in at every test
+	// (TestHashPassword tests the configuration's own hashing).
+	hashBytes, err := bcrypt.GenerateFromPassword([]byte("correct horse"), bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
 	}
+	hash := string(hashBytes)
 	cfg := &Config{
 		Developers: []Developer{{Name: "crm", Key: testDevKey}},
 		TokenTTL:   Duration(time.Hour), OAEP: oaep,
@@ -365,5 +375,24 @@ func TestEmulatorLegacyConfigRefusals(t *testing.T) {
 		if _, err := New(&cfg, zerolog.Nop()); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestHashPassword: a configuration's passwordHash is bcrypt at its
+// default cost, over the password without its line ending (a password
+// file's last newline).
+func TestHashPassword(t *testing.T) {
+	hash, err := HashPassword([]byte("correct horse\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cost, err := bcrypt.Cost([]byte(hash)); err != nil || cost != bcrypt.DefaultCost {
+		t.Errorf("cost %d (%v), want %d", cost, err, bcrypt.DefaultCost)
+	}
+	if err := bcrypt.CompareHashAndPassword([]byte(hash), []byte("correct horse")); err != nil {
+		t.Errorf("the password without its newline: %v", err)
+	}
+	if err := bcrypt.CompareHashAndPassword([]byte(hash), []byte("correct horse\n")); err == nil {
+		t.Error("the hash is of the password with its newline")
 	}
 }

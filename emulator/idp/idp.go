@@ -105,9 +105,7 @@ func (o *Config) Check(dir string) error {
 
 // idp is the identity provider's state.
 type idp struct {
-	key     *rsa.PrivateKey
-	kid     string
-	signer  jose.Signer
+	sk      signingKey
 	codes   map[string]*authCode
 	devices map[string]*deviceGrant // by device_code
 	access  map[string]grant        // access tokens
@@ -180,18 +178,33 @@ func (s *Side) Stats() Stats {
 }
 
 func newIDP() (*idp, error) {
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return nil, err
-	}
-	kid := kit.RandomHex(8)
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: jose.JSONWebKey{Key: key, KeyID: kid}},
-		(&jose.SignerOptions{}).WithType("JWT"))
-	if err != nil {
-		return nil, err
-	}
-	return &idp{key: key, kid: kid, signer: signer, codes: map[string]*authCode{}, devices: map[string]*deviceGrant{},
+	return &idp{codes: map[string]*authCode{}, devices: map[string]*deviceGrant{},
 		access: map[string]grant{}, refresh: map[string]grant{}}, nil
+}
+
+// signingKey is the provider's RS256 key, made when an ID token or the
+// key set is first asked for: an emulator that never serves OpenID
+// Connect makes none (a 2048-bit RSA key took most of an emulator's
+// start, and seconds of CPU under the race detector in the tests that
+// start hundreds).
+type signingKey struct {
+	once   sync.Once
+	key    *rsa.PrivateKey
+	kid    string
+	signer jose.Signer
+	err    error
+}
+
+func (k *signingKey) get() (*signingKey, error) {
+	k.once.Do(func() {
+		if k.key, k.err = rsa.GenerateKey(rand.Reader, 2048); k.err != nil {
+			return
+		}
+		k.kid = kit.RandomHex(8)
+		k.signer, k.err = jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: jose.JSONWebKey{Key: k.key, KeyID: k.kid}},
+			(&jose.SignerOptions{}).WithType("JWT"))
+	})
+	return k, k.err
 }
 
 // oidcError writes an OAuth error body: {"error": ...}, no-store.
@@ -274,8 +287,13 @@ func (s *Side) discovery(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Side) jwks(w http.ResponseWriter, r *http.Request) {
+	k, err := s.idp.sk.get()
+	if err != nil {
+		oidcError(w, http.StatusInternalServerError, "server_error", "no signing key: "+err.Error())
+		return
+	}
 	kit.WriteJSON(w, http.StatusOK, jose.JSONWebKeySet{Keys: []jose.JSONWebKey{
-		{Key: &s.idp.key.PublicKey, KeyID: s.idp.kid, Algorithm: string(jose.RS256), Use: "sig"}}})
+		{Key: &k.key.PublicKey, KeyID: k.kid, Algorithm: string(jose.RS256), Use: "sig"}}})
 }
 
 // client authenticates the calling application: client_id and

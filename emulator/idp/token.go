@@ -168,7 +168,11 @@ func (s *Side) idToken(g grant, now time.Time, ttl time.Duration) (string, error
 	if err != nil {
 		return "", err
 	}
-	jws, err := s.idp.signer.Sign(payload)
+	k, err := s.idp.sk.get()
+	if err != nil {
+		return "", err
+	}
+	jws, err := k.signer.Sign(payload)
 	if err != nil {
 		return "", err
 	}
