@@ -3,9 +3,11 @@ package main
 import (
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/signagent/internal/app"
 	"github.com/urfave/cli/v2"
 )
@@ -167,5 +169,38 @@ func TestEveryCommandHasExamples(t *testing.T) {
 		if !strings.Contains(c.Description, "Examples:\n") {
 			t.Errorf("signagent %s --help has no examples (cmdutil.Examples)", c.path)
 		}
+	}
+}
+
+// TestFlagNamesAsCLI: cmdutil.FlagNames, which reads a flag's names from
+// its fields, gives what urfave/cli's Names gives (its regexp strips a
+// v1-style "name, alias", which would differ), for every flag of every
+// command, hidden ones included, and of the application.
+func TestFlagNamesAsCLI(t *testing.T) {
+	t.Parallel()
+	a := app.NewApp(strings.NewReader(""), io.Discard, io.Discard)
+	n := 0
+	check := func(where string, flags []cli.Flag) {
+		for _, fl := range flags {
+			n++
+			if got, want := cmdutil.FlagNames(fl), fl.Names(); !slices.Equal(got, want) {
+				t.Errorf("%s: FlagNames %q, Names %q", where, got, want)
+			}
+			if got, want := cmdutil.FlagName(fl), fl.Names()[0]; got != want {
+				t.Errorf("%s: FlagName %q, Names()[0] %q", where, got, want)
+			}
+		}
+	}
+	check("signagent", a.Flags)
+	var walk func(prefix string, cmds []*cli.Command)
+	walk = func(prefix string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			check(prefix+c.Name, c.Flags)
+			walk(prefix+c.Name+" ", c.Subcommands)
+		}
+	}
+	walk("signagent ", a.Commands)
+	if n < 100 {
+		t.Fatalf("%d flags checked; the commands have more", n)
 	}
 }

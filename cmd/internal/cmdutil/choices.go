@@ -52,7 +52,7 @@ func CheckChoices(c *cli.Context) error {
 		if values == nil {
 			continue
 		}
-		name := fl.Names()[0]
+		name := FlagName(fl)
 		if v := c.String(name); v != "" && !hasFold(values, v) {
 			return BadChoice(name, v, values)
 		}

@@ -93,7 +93,7 @@ func flagNames(flags []cli.Flag) []string {
 		if v, ok := fl.(cli.VisibleFlag); ok && !v.IsVisible() {
 			continue
 		}
-		for _, n := range fl.Names() {
+		for _, n := range FlagNames(fl) {
 			switch {
 			case n == "h" || n == "help":
 			case len(n) == 1:
@@ -122,7 +122,7 @@ func flagValues(fl cli.Flag, line []string) []string {
 	if v := Choices(fl); v != nil {
 		return v
 	}
-	if fl.Names()[0] == "context" {
+	if FlagName(fl) == "context" {
 		return ContextNames(line)
 	}
 	return nil

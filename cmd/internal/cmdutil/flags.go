@@ -51,7 +51,7 @@ func TokenFlags() []cli.Flag {
 func Pick(all []cli.Flag, names ...string) []cli.Flag {
 	byName := make(map[string]cli.Flag, len(all))
 	for _, f := range all {
-		byName[f.Names()[0]] = f
+		byName[FlagName(f)] = f
 	}
 	out := make([]cli.Flag, 0, len(names))
 	for _, n := range names {

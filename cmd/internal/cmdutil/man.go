@@ -47,7 +47,7 @@ func environment(app *cli.App) [][2]string {
 			}
 			for _, v := range ev.GetEnvVars() {
 				if _, dup := seen[v]; !dup {
-					seen[v] = "as --" + fl.Names()[0]
+					seen[v] = "as --" + FlagName(fl)
 				}
 			}
 		}

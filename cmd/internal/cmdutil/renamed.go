@@ -20,7 +20,7 @@ func OldFlags(flags []cli.Flag) []cli.Flag {
 	var out []cli.Flag
 	names := flagNameSet(flags)
 	for _, fl := range flags {
-		name := fl.Names()[0]
+		name := FlagName(fl)
 		old := settings.OldName(name)
 		if old == "" || names[old] {
 			continue
@@ -36,7 +36,7 @@ func OldFlags(flags []cli.Flag) []cli.Flag {
 func flagNameSet(flags []cli.Flag) map[string]bool {
 	names := make(map[string]bool, len(flags))
 	for _, f := range flags {
-		for _, n := range f.Names() {
+		for _, n := range FlagNames(f) {
 			names[n] = true
 		}
 	}
@@ -51,7 +51,7 @@ func UseOldFlags(c *cli.Context, w io.Writer) error {
 	flags := c.Command.Flags
 	names := flagNameSet(flags)
 	for _, fl := range flags {
-		now := fl.Names()[0]
+		now := FlagName(fl)
 		old := settings.OldName(now)
 		if old == "" || !names[old] || !c.IsSet(old) {
 			continue

@@ -23,7 +23,7 @@ type Need struct {
 func FlagNeed(c *cli.Context, name string) Need {
 	where := []string{"--" + name}
 	for _, fl := range c.Command.Flags {
-		if ev, ok := fl.(interface{ GetEnvVars() []string }); ok && fl.Names()[0] == name {
+		if ev, ok := fl.(interface{ GetEnvVars() []string }); ok && FlagName(fl) == name {
 			for _, v := range ev.GetEnvVars() {
 				where = append(where, "$"+v)
 			}

@@ -54,7 +54,7 @@ func KnownKeys(app *cli.App) func(string) bool {
 	var walk func(cmds []*cli.Command)
 	add := func(fl []cli.Flag) {
 		for _, f := range fl {
-			for _, n := range f.Names() {
+			for _, n := range FlagNames(f) {
 				known[n] = true
 			}
 		}
@@ -124,7 +124,7 @@ func applyFile(c *cli.Context, f *settings.File) error {
 	}
 	c.App.Metadata[fromFileKey] = set
 	for _, fl := range c.Command.Flags {
-		name := fl.Names()[0]
+		name := FlagName(fl)
 		v, ok := f.Value(name)
 		if !ok || secretFiles[name] || settings.GivenIn(c, name) != nil {
 			continue

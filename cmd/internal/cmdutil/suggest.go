@@ -54,7 +54,7 @@ func FlagSuggestion(err error, flags []cli.Flag) string {
 	var names []string
 	for _, f := range flags {
 		if visible(f) {
-			names = append(names, f.Names()...)
+			names = append(names, FlagNames(f)...)
 		}
 	}
 	if s := Suggest(name, names); s != "" {

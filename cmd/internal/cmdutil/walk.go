@@ -70,7 +70,7 @@ func walk(app *cli.App, words []string) walked {
 
 func findFlag(flags []cli.Flag, name string) cli.Flag {
 	for _, fl := range flags {
-		for _, n := range fl.Names() {
+		for _, n := range FlagNames(fl) {
 			if n == name {
 				return fl
 			}

@@ -152,7 +152,7 @@ func flagOf(app *cli.App, key string) cli.Flag {
 	walk = func(cmds []*cli.Command) {
 		for _, c := range cmds {
 			for _, f := range c.Flags {
-				if found == nil && slices.Contains(f.Names(), key) {
+				if found == nil && slices.Contains(cmdutil.FlagNames(f), key) {
 					found = f
 				}
 			}

@@ -44,7 +44,7 @@ type Check struct {
 func command(f *factory.Factory) *cli.Command {
 	var flags []cli.Flag
 	for _, fl := range factory.ServeFlags() {
-		if n := fl.Names()[0]; n != "config" && n != "print-env" {
+		if n := cmdutil.FlagName(fl); n != "config" && n != "print-env" {
 			flags = append(flags, fl)
 		}
 	}
