@@ -186,6 +186,9 @@ func runStoreOutage(t testing.TB, plan outagePlan) *outageFigures {
 						var e agentapi.ErrorBody
 						json.Unmarshal([]byte(body), &e)
 						answer += " " + e.Error.Code
+						if e.Error.ServiceCode != "" {
+							answer += " (" + e.Error.Step + ": " + e.Error.ServiceCode + ")"
+						}
 						if code == 503 && hdr.Get("Retry-After") == "" {
 							f.mu.Lock()
 							f.noRetryAfter++

@@ -182,17 +182,28 @@ type Session struct {
 	ObtainedAt time.Time
 }
 
-// Session runs steps 1 and 2 and returns the auth.sid.
+// Session runs steps 1 and 2 and returns the auth.sid. When step 2 finds
+// step 1's Key spent or expired (ServiceError.KeyLost: another process
+// signed the same text in the same second, as agents sharing an API key
+// do when their shared store is down, and confirmed it first), it starts
+// again from step 1 once: a new text, a later second, a Key of its own.
 func (c *Client) Session(ctx context.Context, cred canonical.Credential, serviceUserID string) (*Session, error) {
-	ch, err := c.Authenticate(ctx, cred, serviceUserID)
-	if err != nil {
-		return nil, err
+	for again := false; ; again = true {
+		ch, err := c.Authenticate(ctx, cred, serviceUserID)
+		if err != nil {
+			return nil, err
+		}
+		sid, err := c.Approve(ctx, ch.Key, cred)
+		var se *ServiceError
+		if err != nil && !again && errors.As(err, &se) && se.KeyLost() {
+			c.cfg.Log.Warn().Str("step", string(StepApprove)).Str("code", se.Code).Msg("step 1's key was spent or expired; starting again from step 1")
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &Session{Sid: sid, Kind: cred.Kind, ObtainedAt: c.cfg.Now().UTC()}, nil
 	}
-	sid, err := c.Approve(ctx, ch.Key, cred)
-	if err != nil {
-		return nil, err
-	}
-	return &Session{Sid: sid, Kind: cred.Kind, ObtainedAt: c.cfg.Now().UTC()}, nil
 }
 
 func checkUserID(id string) error { return CheckServiceUserID(id) }

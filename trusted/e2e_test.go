@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -499,3 +500,73 @@ func TestTwoProcessesInOneSecond(t *testing.T) {
 		t.Fatalf("%d replays refused; want the second client's first try", n)
 	}
 }
+
+// TestTwoProcessesShareAKey: two clients (two processes, as agents whose
+// shared store is down) sign the same text in the same second; the
+// emulator hands both the same Key, and the other process confirms it
+// first, between this client's steps. Step 2 is then refused
+// (InvalidKey), and Session starts again from step 1, once, with the next
+// second's text and a Key of its own.
+func TestTwoProcessesShareAKey(t *testing.T) {
+	e := newEnv(t, nil)
+	cred := e.linked(t)
+	fixed := time.Now().UTC().Truncate(time.Second)
+	same := func(c *trusted.Config) { c.Now = func() time.Time { return fixed } }
+	other := e.newClient(t, same)
+	ch, err := other.Authenticate(context.Background(), cred, serviceUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var approves, spent atomic.Int32
+	client := e.newClient(t, func(c *trusted.Config) {
+		same(c)
+		c.HTTPClient = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if strings.Contains(r.URL.Path, string(trusted.StepApprove)) && approves.Add(1) == 1 {
+				// The other process confirms the shared Key first.
+				if r.URL.Query().Get("key") == ch.Key {
+					spent.Add(1)
+				}
+				if _, err := other.Approve(r.Context(), ch.Key, cred); err != nil {
+					return nil, err
+				}
+			}
+			return http.DefaultTransport.RoundTrip(r)
+		})}
+	})
+	s, err := client.Session(context.Background(), cred, serviceUser)
+	if err != nil {
+		t.Fatalf("the session after the shared Key was spent: %v", err)
+	}
+	if s.Sid == "" || spent.Load() != 1 || approves.Load() != 2 {
+		t.Fatalf("sid %q; the shared Key sent %d times, step 2 asked %d times: want the shared Key once, then a Key of its own", s.Sid, spent.Load(), approves.Load())
+	}
+	if n := e.emu.Stats().Rejections[emulator.CodeInvalidKey]; n != 1 {
+		t.Fatalf("%d spent Keys refused, want 1", n)
+	}
+
+	// A Key lost twice in a row is an error, not a loop.
+	approves.Store(0)
+	ch, err = other.Authenticate(context.Background(), cred, serviceUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := e.newClient(t, func(c *trusted.Config) {
+		c.HTTPClient = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if strings.Contains(r.URL.Path, string(trusted.StepApprove)) {
+				approves.Add(1)
+				q := r.URL.Query()
+				q.Set("key", "spent-"+q.Get("key"))
+				r.URL.RawQuery = q.Encode()
+			}
+			return http.DefaultTransport.RoundTrip(r)
+		})}
+	})
+	var se *trusted.ServiceError
+	if _, err := lost.Session(context.Background(), cred, serviceUser); !errors.As(err, &se) || !se.KeyLost() || approves.Load() != 2 {
+		t.Fatalf("a Key lost twice: %v after %d tries of step 2; want the refusal after 2", err, approves.Load())
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

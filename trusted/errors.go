@@ -35,6 +35,11 @@ const (
 	// the service's clock (the emulator's code): this machine's clock is
 	// off, and the error says by how much (ServiceError.Skew).
 	CodeStaleTimestamp = "StaleTimestamp"
+	// CodeInvalidKey and CodeKeyExpired are step 2's answers to a Key the
+	// service no longer holds (the emulator's codes): used already, or
+	// expired. Session then starts again from step 1, once.
+	CodeInvalidKey = "InvalidKey"
+	CodeKeyExpired = "KeyExpired"
 )
 
 // explanations say, for each code, what an operator can do about it.
@@ -113,6 +118,14 @@ func (e *ServiceError) Temporary() bool {
 // Reused reports whether the service refused a signature it had already
 // seen: nothing is wrong, and the same call a second later succeeds.
 func (e *ServiceError) Reused() bool { return e.Code == CodeSignatureReused }
+
+// KeyLost reports whether step 2 was refused because the service no
+// longer holds step 1's Key: another process used it (two processes that
+// sign the same text in the same second are handed the same Key, and the
+// first to confirm it spends it) or it expired.
+func (e *ServiceError) KeyLost() bool {
+	return e.Step == StepApprove && (e.Code == CodeInvalidKey || e.Code == CodeKeyExpired)
+}
 
 // Is gives the error its kind: the service failing or limiting requests
 // (errdefs.ErrFailing), a signed text it saw a moment ago
