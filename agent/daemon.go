@@ -140,8 +140,8 @@ func (d *Daemon) opener(cfg Config) tokenq.Opener {
 		sel := cfg.Token
 		sel.Expect = want
 		tok, err := cfg.Open(ctx, sel, cfg.Log)
-		if a, ok := tok.(interface{ SerialAdvice() string }); ok && err == nil && want == nil {
-			if s := a.SerialAdvice(); s != "" {
+		if err == nil && want == nil {
+			if s := tokenq.SerialAdvice(sel, tok); s != "" {
 				cfg.Log.Warn().Msg(s)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 
 	p11 "github.com/miekg/pkcs11"
 
@@ -13,7 +14,6 @@ import (
 	"github.com/signagent/signagent/pkcs11/object"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/pkcs11/tokeninfo"
-	"github.com/signagent/signagent/pkcs11/uri"
 )
 
 // A card swapped under a running agent must not get the agent's PIN, nor
@@ -25,21 +25,16 @@ import (
 // token shows its public-key objects without a login (checkPublic), and
 // always after the login, before any signature (checkKey). Cards of one
 // batch may share their serial as well (every libcacard card has the
-// same): the public half tells them apart. A token whose key showed its
-// public half without a login when it was opened must show it again
-// before it gets the PIN: a card of that serial and label that shows none
-// (another profile, or one not yet fully seen by the module) is refused,
-// not logged in to. gpg does the same with a card's serial number.
+// same): the public half tells them apart. gpg does the same with a
+// card's serial number.
 
 // Identity is what a key was opened on: its token's label and serial and
 // the key's public half.
 type Identity struct {
-	Label  string
-	Serial string
-	Public crypto.PublicKey
-	// PublicShown: the token showed the key's public half without a
-	// login when the key was opened.
-	PublicShown bool
+	Label       string
+	Serial      string
+	Public      crypto.PublicKey
+	PublicShown bool // the token showed Public without a login when the key was opened
 }
 
 // ErrOtherToken: the token in the reader is not the one the key was
@@ -99,41 +94,31 @@ func (t *Token) publicHalves(ctx context.Context, sh p11.SessionHandle) ([]crypt
 
 // checkPublic refuses, with Expect set, a token whose public-key objects
 // for the key (pubs, read without a login; perr the error reading them)
-// show only other public halves, before any PIN is sent: two cards of one
-// batch share a label and may share a serial (every libcacard card
-// does), and the other card would count the PIN as a wrong try. Where the
-// expected token showed the key's public half without a login, a token
-// that shows none (or could not be read) is refused too; where it never
-// did, the key is left to checkKey, after the login.
+// show only other public halves, or none where the expected token showed
+// its key's, before any PIN is sent: two cards of one batch share a label
+// and may share a serial, and the other card would count the PIN as a
+// wrong try. A token that never showed it is left to checkKey.
 func (t *Token) checkPublic(pubs []crypto.PublicKey, perr error) error {
 	want := t.sel.Expect
-	if want == nil || want.Public == nil {
-		return nil
+	if want == nil || want.Public == nil || (!want.PublicShown && (perr != nil || len(pubs) == 0)) {
+		return nil // nothing to tell by without a login: checkKey will
 	}
-	if perr != nil || len(pubs) == 0 {
-		if !want.PublicShown {
-			return nil // nothing to tell by without a login: checkKey will
+	if perr != nil {
+		return fmt.Errorf("could not read the token's public keys before logging in, so no PIN was sent to it: %w", perr)
+	}
+	what := "shows no public half of this agent's key without a login, as this agent's token did"
+	if len(pubs) > 0 {
+		if containsKey(pubs, want.Public) {
+			return nil
 		}
-		if perr != nil {
-			return fmt.Errorf("could not read the token's public keys before logging in, so no PIN was sent to it: %w", perr)
-		}
-		return &otherToken{fmt.Sprintf("a different token is in the reader: it has this agent's serial %s and label %q, but shows no public half of this agent's key without a login, as this agent's token did; no PIN was sent to it: put this agent's token back",
-			orNone(t.info.Serial), t.info.Label)}
+		what = "not this agent's key"
 	}
-	if containsKey(pubs, want.Public) {
-		return nil
-	}
-	return &otherToken{fmt.Sprintf("a different token is in the reader: it has this agent's serial %s and label %q, but not this agent's key; no PIN was sent to it: put this agent's token back",
-		orNone(t.info.Serial), t.info.Label)}
+	return &otherToken{fmt.Sprintf("a different token is in the reader: it has this agent's serial %s and label %q, but %s; no PIN was sent to it: put this agent's token back",
+		orNone(t.info.Serial), t.info.Label, what)}
 }
 
 func containsKey(pubs []crypto.PublicKey, pub crypto.PublicKey) bool {
-	for _, p := range pubs {
-		if samePublicKey(pub, p) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(pubs, func(p crypto.PublicKey) bool { return samePublicKey(pub, p) })
 }
 
 // checkKey refuses, with Expect set, a key whose public half is not the
@@ -147,18 +132,6 @@ func (t *Token) checkKey(k *Key) error {
 	}
 	return &otherToken{fmt.Sprintf("a different token is in the reader: it has this agent's serial %s and label %q, but its key %q (id %s) is not this agent's key; nothing was signed with it: put this agent's token back",
 		orNone(t.info.Serial), t.info.Label, k.label, hex.EncodeToString(k.id))}
-}
-
-// SerialAdvice is, when the selection chose the token without its serial
-// (by label, or as the only token), a warning that names the URI choosing
-// it by serial too; "" otherwise.
-func (k *Key) SerialAdvice() string {
-	if k.tok.sel.Token.Serial != "" || k.tok.info.Serial == "" {
-		return ""
-	}
-	keyURI := uri.Object(k.tok.info.Label, k.tok.info.Serial, "private", k.label, k.id)
-	return fmt.Sprintf("the token is chosen without its serial, so any token labelled %q would be taken at start; name it by its serial: --key '%s' (or --token-serial %s)",
-		k.tok.info.Label, keyURI, k.tok.info.Serial)
 }
 
 func orNone(serial string) string {

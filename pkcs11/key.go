@@ -31,11 +31,10 @@ type Key struct {
 	// pubFromCert: the token shows no public key; pub is the
 	// --certificate-file's, proven by a signature (gostraw.go).
 	pubFromCert bool
-	// pubShown: the token showed pub without a login (Identity).
-	pubShown bool
-	cert     *x509.Certificate
-	sign     bool // CKA_SIGN
-	decrypt  bool // CKA_DECRYPT
+	pubShown    bool // the token showed pub without a login (Identity)
+	cert        *x509.Certificate
+	sign        bool // CKA_SIGN
+	decrypt     bool // CKA_DECRYPT
 
 	mu     sync.Mutex
 	handle p11.ObjectHandle

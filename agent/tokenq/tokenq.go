@@ -20,6 +20,7 @@ import (
 	"github.com/signagent/signagent/errdefs"
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/uri"
 	"github.com/signagent/signagent/signer"
 )
 
@@ -390,4 +391,26 @@ func (m *Manager) Close() error {
 		return c.tok.Close()
 	}
 	return nil
+}
+
+// SerialAdvice is, when sel chose tok's token without its serial (by
+// label, or as the only token), a warning naming the key's URI with the
+// serial: any token of that label would be taken at start, and the agent
+// pins the one it took only from then on. "" otherwise, and for a token
+// that is no PKCS#11 key.
+func SerialAdvice(sel pkcs11.Selection, tok Token) string {
+	k, ok := tok.(interface {
+		Identity() pkcs11.Identity
+		ID() []byte
+	})
+	if sel, err := sel.Complete(); !ok || err != nil || sel.Token.Serial != "" {
+		return ""
+	}
+	id := k.Identity()
+	if id.Serial == "" {
+		return ""
+	}
+	keyURI := uri.Object(id.Label, id.Serial, "private", tok.Label(), k.ID())
+	return fmt.Sprintf("the token is chosen without its serial, so any token labelled %q would be taken at start; name it by its serial: --key '%s' (or --token-serial %s)",
+		id.Label, keyURI, id.Serial)
 }

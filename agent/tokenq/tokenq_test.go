@@ -20,6 +20,7 @@ import (
 	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
+	"github.com/signagent/signagent/pkcs11/tokeninfo"
 	"github.com/signagent/signagent/signer"
 )
 
@@ -315,5 +316,40 @@ func TestCardSwap(t *testing.T) {
 				t.Fatalf("the signature does not verify: %v", err)
 			}
 		})
+	}
+}
+
+// TestSerialAdvice: a key opened with a selection that does not name the
+// token's serial (the only token; a label alone) gets the warning naming
+// its URI with the serial, and the flag; one chosen by serial, in a flag
+// or in the key's URI, gets none.
+func TestSerialAdvice(t *testing.T) {
+	tk := pkcs11test.New(t)
+	sel := tk.Selection(tk.RSA.Label)
+	advice := func(sel pkcs11.Selection) string {
+		t.Helper()
+		k, err := pkcs11.Open(context.Background(), sel, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Close()
+		return tokenq.SerialAdvice(sel, k)
+	}
+	for _, by := range []tokeninfo.TokenSelector{{}, {Label: tk.Label}} {
+		s := sel
+		s.Token = by
+		if a := advice(s); !strings.Contains(a, "serial="+tk.Serial) || !strings.Contains(a, "--token-serial "+tk.Serial) || !strings.Contains(a, "object="+tk.RSA.Label) {
+			t.Errorf("chosen by %+v: advice %q", by, a)
+		}
+	}
+	s := sel
+	s.Token = tokeninfo.TokenSelector{Serial: tk.Serial}
+	if a := advice(s); a != "" {
+		t.Errorf("chosen by serial: advice %q", a)
+	}
+	s.Token = tokeninfo.TokenSelector{}
+	s.URI = "pkcs11:serial=" + tk.Serial
+	if a := advice(s); a != "" {
+		t.Errorf("chosen by serial in the URI: advice %q", a)
 	}
 }
