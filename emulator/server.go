@@ -117,10 +117,7 @@ func New(cfg *Config, log zerolog.Logger) (*Server, error) {
 	dir := cfg.directory()
 	s.trusted = trusted.New(s.env, dir, cfg.trustedConfig())
 	s.legacy = legacy.New(s.env, dir, cfg.legacyConfig(), s.trusted.SidUser)
-	var err error
-	if s.idp, err = idp.New(s.env, dir, cfg.OIDC); err != nil {
-		return nil, err
-	}
+	s.idp = idp.New(s.env, dir, cfg.OIDC)
 	s.business = business.New(s.env, dir,
 		business.Scheme{Prefix: legacy.HeaderPrefix, User: s.legacy.User},
 		business.Scheme{Prefix: idp.BearerPrefix, User: s.idp.User})

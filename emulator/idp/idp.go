@@ -161,13 +161,10 @@ type Side struct {
 	stats     Stats
 }
 
-// New is the provider over dir, with a new signing key.
-func New(env *kit.Env, dir *directory.Directory, cfg Config) (*Side, error) {
-	st, err := newIDP()
-	if err != nil {
-		return nil, err
-	}
-	return &Side{env: env, dir: dir, cfg: cfg, idp: st}, nil
+// New is the provider over dir; its signing key is made when first
+// needed (signingKey).
+func New(env *kit.Env, dir *directory.Directory, cfg Config) *Side {
+	return &Side{env: env, dir: dir, cfg: cfg, idp: newIDP()}
 }
 
 // Stats returns a copy of the provider's counts.
@@ -177,9 +174,9 @@ func (s *Side) Stats() Stats {
 	return s.stats
 }
 
-func newIDP() (*idp, error) {
+func newIDP() *idp {
 	return &idp{codes: map[string]*authCode{}, devices: map[string]*deviceGrant{},
-		access: map[string]grant{}, refresh: map[string]grant{}}, nil
+		access: map[string]grant{}, refresh: map[string]grant{}}
 }
 
 // signingKey is the provider's RS256 key, made when an ID token or the
