@@ -28,6 +28,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/signagent/signagent/agent/access"
 	"github.com/signagent/signagent/agent/metrics"
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agent/tokenq"
@@ -119,7 +120,7 @@ func (a *Agent) observeStore(s store.Records) {
 
 // handler returns the API, behind auth (which authenticates the caller and
 // returns its name for the audit log, or an error answer).
-func (a *Agent) handler(auth Authenticator) http.Handler {
+func (a *Agent) handler(auth access.Authenticator) http.Handler {
 	// Routes are dispatched by path, then by method, so that a wrong method
 	// gets a JSON 405 with Allow, like every other error.
 	byPath := map[string]map[string]http.HandlerFunc{}
@@ -256,7 +257,7 @@ func routeLabel(r *http.Request) string {
 	return "other"
 }
 
-func (a *Agent) wrap(mux http.Handler, auth Authenticator) http.Handler {
+func (a *Agent) wrap(mux http.Handler, auth access.Authenticator) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agent/access"
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/agentapi"
@@ -262,7 +263,7 @@ func percentile(ds []time.Duration, p int) time.Duration {
 func BenchmarkHandlerCPU(b *testing.B) {
 	up := bareResponder(b, `{"Organizations":[{"OrgId":"org-1","FullName":"Horns and Hooves LLC"}]}`)
 	h := start(b, options{oidc: true, legacy: true, apiURL: up, auditFile: true})
-	hd := agent.HandlerOf(h.d, agent.NewBearerAuth("0123456789abcdef0123456789abcdef"))
+	hd := agent.HandlerOf(h.d, access.NewBearerAuth("0123456789abcdef0123456789abcdef"))
 	for _, tc := range []struct{ name, method, path, body, identity string }{
 		{"readyz", "GET", "/readyz", "", ""},
 		{"authz-oidc", "POST", "/v1/authorizations", `{"scheme":"oidc"}`, ""},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/agent/access"
 	"github.com/signagent/signagent/agent/auditlog"
 	"github.com/signagent/signagent/agent/listen"
 	"github.com/signagent/signagent/agent/tokenq"
@@ -33,8 +34,8 @@ type Daemon struct {
 	log    zerolog.Logger
 	agent  *Agent
 	tm     *tokenq.Manager
-	peer   *PeerAuth
-	bearer *BearerAuth // nil without TCP listeners
+	peer   *access.PeerAuth
+	bearer *access.BearerAuth // nil without TCP listeners
 	tls    atomic.Pointer[tls.Config]
 	audit  *auditlog.File // nil for stderr or none
 	ls     []Listener
@@ -53,7 +54,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, log: cfg.Log, peer: NewPeerAuth(cfg.AllowUIDs, cfg.AllowGIDs), stamps: trusted.NewStamps()}
+	d := &Daemon{cfg: cfg, log: cfg.Log, peer: access.NewPeerAuth(cfg.AllowUIDs, cfg.AllowGIDs), stamps: trusted.NewStamps()}
 	if err := d.start(ctx); err != nil {
 		d.release()
 		return nil, err

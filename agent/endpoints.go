@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/agent/access"
 	"github.com/signagent/signagent/agent/listen"
 	"github.com/signagent/signagent/safefile"
 )
@@ -139,13 +140,13 @@ func (d *Daemon) serverTLS() (*tls.Config, error) {
 	}}, nil
 }
 
-func (d *Daemon) needBearer() (*BearerAuth, error) {
+func (d *Daemon) needBearer() (*access.BearerAuth, error) {
 	if d.bearer == nil {
 		tok, err := bearerToken(d.cfg.BearerTokenFile, d.log)
 		if err != nil {
 			return nil, err
 		}
-		d.bearer = NewBearerAuth(tok)
+		d.bearer = access.NewBearerAuth(tok)
 	}
 	return d.bearer, nil
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/signagent/signagent/agent/access"
 	"github.com/signagent/signagent/agent/proxy"
 )
 
@@ -157,7 +158,7 @@ func (a *Agent) routeAllowed(r *http.Request, route string) bool {
 		return true
 	}
 	var classes []string
-	if cred, ok := r.Context().Value(peerKey).(PeerCred); ok {
+	if cred, ok := access.Peer(r); ok {
 		classes = []string{fmt.Sprintf("uid:%d", cred.UID), fmt.Sprintf("gid:%d", cred.GID), "unix"}
 	} else {
 		classes = []string{"tcp"}

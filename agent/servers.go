@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/agent/access"
 	"github.com/signagent/signagent/agent/listen"
 )
 
@@ -19,7 +20,7 @@ import (
 // authenticated.
 type Listener struct {
 	net.Listener
-	Auth Authenticator
+	Auth access.Authenticator
 	// Path is the Unix socket's file, removed on shutdown ("" for TCP and
 	// for sockets handed over by systemd, which owns them).
 	Path string
@@ -60,7 +61,7 @@ func (a *Agent) startServers(ls []Listener, metrics net.Listener) *serverSet {
 			l.Listener = listen.Limit(l.Listener, max)
 		}
 		srv := NewHTTPServer(a.handler(l.Auth), a.cfg.RequestDeadline)
-		srv.ConnContext = ConnContext
+		srv.ConnContext = access.ConnContext
 		// net/http's own complaints (a failed TLS handshake, a broken
 		// connection) go to the diagnostic log, not bare to stderr.
 		srv.ErrorLog = warnLog(a.cfg.Log.With().Str("component", "http").Logger())

@@ -1,4 +1,7 @@
-package agent
+// Package access decides who may call the agent: a Unix-socket caller by
+// the credentials the kernel reports for it (SO_PEERCRED) against the
+// allowed uids and gids, a TCP caller by its bearer token.
+package access
 
 import (
 	"context"
@@ -21,7 +24,7 @@ import (
 // returns the caller's name for the audit log, and a non-zero status with
 // an error body when the caller is refused.
 type Authenticator interface {
-	Authenticate(r *http.Request) (caller string, status int, err APIError)
+	Authenticate(r *http.Request) (caller string, status int, err agentapi.Error)
 }
 
 // PeerCred is the identity of the process at the other end of a Unix
@@ -30,7 +33,9 @@ type PeerCred struct {
 	UID, GID, PID int
 }
 
-const peerKey ctxKey = 2
+type ctxKey struct{}
+
+var peerKey ctxKey
 
 // ConnContext records the peer credentials of a Unix-socket connection in
 // its context; use it as http.Server.ConnContext.
@@ -51,6 +56,13 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 		return ctx
 	}
 	return context.WithValue(ctx, peerKey, PeerCred{UID: int(cred.Uid), GID: int(cred.Gid), PID: int(cred.Pid)})
+}
+
+// Peer returns the credentials ConnContext recorded for the request's
+// connection: ok is false for a caller over TCP.
+func Peer(r *http.Request) (cred PeerCred, ok bool) {
+	cred, ok = r.Context().Value(peerKey).(PeerCred)
+	return cred, ok
 }
 
 // PeerAuth admits Unix-socket callers whose uid or primary gid is listed.
@@ -74,20 +86,20 @@ func (p *PeerAuth) Set(uids, gids []int) {
 }
 
 // Authenticate implements Authenticator.
-func (p *PeerAuth) Authenticate(r *http.Request) (string, int, APIError) {
-	cred, ok := r.Context().Value(peerKey).(PeerCred)
+func (p *PeerAuth) Authenticate(r *http.Request) (string, int, agentapi.Error) {
+	cred, ok := Peer(r)
 	if !ok {
-		return "unix:unknown", http.StatusForbidden, APIError{Code: agentapi.CodeForbidden, Message: "the caller's credentials could not be read"}
+		return "unix:unknown", http.StatusForbidden, agentapi.Error{Code: agentapi.CodeForbidden, Message: "the caller's credentials could not be read"}
 	}
 	name := fmt.Sprintf("uid=%d gid=%d pid=%d", cred.UID, cred.GID, cred.PID)
 	uids, gids := *p.UIDs.Load(), *p.GIDs.Load()
 	if len(uids) == 0 && len(gids) == 0 {
-		return name, 0, APIError{}
+		return name, 0, agentapi.Error{}
 	}
 	if slices.Contains(uids, cred.UID) || slices.Contains(gids, cred.GID) {
-		return name, 0, APIError{}
+		return name, 0, agentapi.Error{}
 	}
-	return name, http.StatusForbidden, APIError{Code: agentapi.CodeForbidden, Message: fmt.Sprintf("uid %d (gid %d) is not allowed to use this agent", cred.UID, cred.GID)}
+	return name, http.StatusForbidden, agentapi.Error{Code: agentapi.CodeForbidden, Message: fmt.Sprintf("uid %d (gid %d) is not allowed to use this agent", cred.UID, cred.GID)}
 }
 
 // BearerAuth admits TCP callers that send Authorization: Bearer <token>.
@@ -111,7 +123,7 @@ func (b *BearerAuth) Set(token string) {
 // Authenticate implements Authenticator. The comparison takes the same time
 // whatever the token: both sides are hashed first, then compared in
 // constant time.
-func (b *BearerAuth) Authenticate(r *http.Request) (string, int, APIError) {
+func (b *BearerAuth) Authenticate(r *http.Request) (string, int, agentapi.Error) {
 	caller := "tcp:" + r.RemoteAddr
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 		caller += " cn=" + r.TLS.PeerCertificates[0].Subject.CommonName
@@ -119,12 +131,12 @@ func (b *BearerAuth) Authenticate(r *http.Request) (string, int, APIError) {
 	h := r.Header.Get("Authorization")
 	scheme, tok, ok := strings.Cut(h, " ")
 	if h == "" || !ok || !strings.EqualFold(scheme, "Bearer") {
-		return caller, http.StatusUnauthorized, APIError{Code: agentapi.CodeUnauthorized, Message: "send Authorization: Bearer <token> (the token is in the agent's bearer token file)"}
+		return caller, http.StatusUnauthorized, agentapi.Error{Code: agentapi.CodeUnauthorized, Message: "send Authorization: Bearer <token> (the token is in the agent's bearer token file)"}
 	}
 	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 	want := b.sum.Load()
 	if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-		return caller, http.StatusUnauthorized, APIError{Code: agentapi.CodeUnauthorized, Message: "the bearer token is not the agent's"}
+		return caller, http.StatusUnauthorized, agentapi.Error{Code: agentapi.CodeUnauthorized, Message: "the bearer token is not the agent's"}
 	}
-	return caller, 0, APIError{}
+	return caller, 0, agentapi.Error{}
 }
