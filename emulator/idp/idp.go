@@ -185,16 +185,22 @@ func newIDP() *idp {
 // start, and seconds of CPU under the race detector in the tests that
 // start hundreds).
 type signingKey struct {
-	once   sync.Once
-	key    *rsa.PrivateKey
-	kid    string
-	signer jose.Signer
-	err    error
+	once sync.Once
+	// generate makes the key (nil: a 2048-bit RSA key; a test's waits).
+	generate func() (*rsa.PrivateKey, error)
+	key      *rsa.PrivateKey
+	kid      string
+	signer   jose.Signer
+	err      error
 }
 
 func (k *signingKey) get() (*signingKey, error) {
 	k.once.Do(func() {
-		if k.key, k.err = rsa.GenerateKey(rand.Reader, 2048); k.err != nil {
+		generate := k.generate
+		if generate == nil {
+			generate = func() (*rsa.PrivateKey, error) { return rsa.GenerateKey(rand.Reader, 2048) }
+		}
+		if k.key, k.err = generate(); k.err != nil {
 			return
 		}
 		k.kid = kit.RandomHex(8)

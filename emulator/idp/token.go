@@ -113,6 +113,16 @@ func (s *Side) redeemRefresh(c *Client, rt string) (grant, string, string) {
 // token with offline_access (the same one again on a refresh under
 // "reuse"), and an id_token with openid.
 func (s *Side) issue(g grant, refreshing bool, oldRefresh string) (map[string]any, error) {
+	// The id_token's key before the clock is read: it is made at its first
+	// use (seconds of CPU under the race detector), and an id_token dated
+	// before that wait could be expired on arrival when tokens live 2 s.
+	var key *signingKey
+	if hasScope(g.scope, "openid") {
+		var err error
+		if key, err = s.idp.sk.get(); err != nil {
+			return nil, err
+		}
+	}
 	now := s.env.Now()
 	ttl := time.Duration(s.cfg.AccessTokenTTL)
 	at := kit.RandomHex(32)
@@ -138,8 +148,8 @@ func (s *Side) issue(g grant, refreshing bool, oldRefresh string) (map[string]an
 	}
 	s.stats.AccessTokens++
 	s.mu.Unlock()
-	if hasScope(g.scope, "openid") {
-		idt, err := s.idToken(g, now, ttl)
+	if key != nil {
+		idt, err := s.idToken(key, g, now, ttl)
 		if err != nil {
 			return nil, err
 		}
@@ -148,7 +158,7 @@ func (s *Side) issue(g grant, refreshing bool, oldRefresh string) (map[string]an
 	return resp, nil
 }
 
-func (s *Side) idToken(g grant, now time.Time, ttl time.Duration) (string, error) {
+func (s *Side) idToken(k *signingKey, g grant, now time.Time, ttl time.Duration) (string, error) {
 	claims := map[string]any{"iss": s.env.URL(), "sub": g.user, "aud": g.client, "iat": now.Unix(),
 		"exp": now.Add(min(ttl, time.Hour)).Unix(), "auth_time": now.Unix()}
 	if g.nonce != "" {
@@ -165,10 +175,6 @@ func (s *Side) idToken(g grant, now time.Time, ttl time.Duration) (string, error
 		}
 	}
 	payload, err := json.Marshal(claims)
-	if err != nil {
-		return "", err
-	}
-	k, err := s.idp.sk.get()
 	if err != nil {
 		return "", err
 	}
