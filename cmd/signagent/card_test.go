@@ -1,7 +1,7 @@
 package main
 
 import (
-	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -12,7 +12,6 @@ import (
 
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/emulator"
-	"github.com/signagent/signagent/pkcs11"
 	"github.com/signagent/signagent/pkcs11/pkcs11test"
 	"github.com/signagent/signagent/signer/signertest"
 )
@@ -39,7 +38,8 @@ func cardWrongPINs(t *testing.T, card *pkcs11test.Card) int {
 // TestCardCLI: sign and session on the card, and serve through the card's
 // removal and return.
 func TestCardCLI(t *testing.T) {
-	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{})
+	t.Parallel()
+	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{ForProcesses: true})
 
 	t.Run("sign: OpenSSL verifies with the card's certificate", func(t *testing.T) {
 		dir := t.TempDir()
@@ -118,7 +118,8 @@ func TestCardCLI(t *testing.T) {
 // the final try is not spent without --allow-final-pin-try, and a blocked
 // card is one clear line.
 func TestCardCLIPIN(t *testing.T) {
-	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{LogAPDUs: true})
+	t.Parallel()
+	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{LogAPDUs: true, ForProcesses: true})
 	wrong := filepath.Join(t.TempDir(), "pin")
 	if err := os.WriteFile(wrong, []byte("654321\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -204,7 +205,8 @@ func TestCardCLIPIN(t *testing.T) {
 // slots and how to choose, before any PIN is sent; a pkcs11: URI's
 // slot-id chooses one, and only that card is sent the PIN.
 func TestCardCLITwoCards(t *testing.T) {
-	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{LogAPDUs: true})
+	t.Parallel()
+	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{LogAPDUs: true, ForProcesses: true})
 	two := card.AddCard(t)
 	verifies := func(c *pkcs11test.Card) int { return strings.Count(c.BridgeLog(t), "APDU 00 20 00 00 (13 bytes)") }
 
@@ -260,10 +262,22 @@ func TestCardCLITwoCards(t *testing.T) {
 // labelled as card, in order.
 func cardSlots(t *testing.T, card *pkcs11test.Card) []uint {
 	t.Helper()
-	toks, err := pkcs11.ListTokens(context.Background(), card.Module)
-	if err != nil {
-		t.Fatal(err)
+	var stdout strings.Builder
+	cmd := signagent(t, cardEnv(card), "token", "list", "--json", "--module", card.Module)
+	cmd.Stdout = &stdout
+	if code, stderr, _ := runBinary(t, cmd); code != cmdutil.ExitOK {
+		t.Fatalf("token list --json: exit %d: %s", code, stderr)
 	}
+	var list struct {
+		Tokens []struct {
+			Slot  uint
+			Label string
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout.String()), &list); err != nil {
+		t.Fatalf("token list --json: %v\n%s", err, stdout.String())
+	}
+	toks := list.Tokens
 	var slots []uint
 	for _, tok := range toks {
 		if tok.Label == card.Label {
@@ -280,7 +294,8 @@ func cardSlots(t *testing.T, card *pkcs11test.Card) []uint {
 // reader at all) is one line saying so, exit 2 (the token is not there),
 // at once rather than at --token-timeout, and sends no PIN.
 func TestCardCLINoPCSCD(t *testing.T) {
-	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{LogAPDUs: true})
+	t.Parallel()
+	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{LogAPDUs: true, ForProcesses: true})
 	card.StopPCSCD(t)
 	pins := func() int { return strings.Count(card.BridgeLog(t), "APDU 00 20 00 00 (13 bytes)") } // a VERIFY with a PIN
 	before := pins()

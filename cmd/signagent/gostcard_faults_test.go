@@ -32,6 +32,7 @@ func (r *gostCardRig) psos(t *testing.T) int {
 // exit 1, the PIN sent once and accepted (the tries counter full), no
 // signature asked of the card, no file written.
 func TestGOSTCardFaultsCLI(t *testing.T) {
+	t.Parallel()
 	r := newGOSTCardRig(t, pkcs11test.GOSTCardOptions{LogAPDUs: true})
 	for _, c := range []struct {
 		what, fault, apdu string
@@ -78,6 +79,7 @@ func TestGOSTCardFaultsCLI(t *testing.T) {
 // at most once per signature asked (the right one: the tries counter stays
 // full), serve keeps running and signs again once the card is whole.
 func TestGOSTCardFaultsAgent(t *testing.T) {
+	t.Parallel()
 	r := newGOSTCardRig(t, pkcs11test.GOSTCardOptions{LogAPDUs: true})
 	a := r.serve(t)
 	ready := func() bool { code, _ := a.do("GET", "/readyz", ""); return code == 200 }

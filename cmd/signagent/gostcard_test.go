@@ -36,6 +36,7 @@ type gostCardRig struct {
 
 func newGOSTCardRig(t *testing.T, o pkcs11test.GOSTCardOptions) *gostCardRig {
 	t.Helper()
+	o.ForProcesses = true // the commands are processes, given r.env
 	card := pkcs11test.NewGOSTCard(t, o)
 	file, cert := pkcs11test.GOSTCertificateFor(t, card.PublicKey, "partner's GOST card")
 	return &gostCardRig{card: card, certFile: file, thumb: canonical.ThumbprintOf(cert), pem: string(signertest.PEM(cert)), der: cert.Raw}
@@ -170,6 +171,7 @@ func TestGOSTCardCLI(t *testing.T) {
 // then 63Cx to the empty VERIFY), a blocked card (6983) is one line and
 // is sent the PIN once at most.
 func TestGOSTCardCLIPIN(t *testing.T) {
+	t.Parallel()
 	r := newGOSTCardRig(t, pkcs11test.GOSTCardOptions{LogAPDUs: true})
 	wrong := filepath.Join(t.TempDir(), "pin")
 	os.WriteFile(wrong, []byte("00000000\n"), 0o600)
@@ -252,6 +254,7 @@ func (r *gostCardRig) signOK(t *testing.T, a *agentProc, what string) {
 // and during a signature, put back; reset by another process; pcscd
 // restarted; a 300 ms card with 12 callers.
 func TestGOSTCardAgent(t *testing.T) {
+	t.Parallel()
 	r := newGOSTCardRig(t, pkcs11test.GOSTCardOptions{LogAPDUs: true})
 	a := r.serve(t)
 	ready := func() bool { code, _ := a.do("GET", "/readyz", ""); return code == 200 }
@@ -340,6 +343,7 @@ func TestGOSTCardAgent(t *testing.T) {
 // card out it is not ready, though the other is in; back, it signs with
 // its own certificate again.
 func TestGOSTCardAgentTwoCards(t *testing.T) {
+	t.Parallel()
 	r := newGOSTCardRig(t, pkcs11test.GOSTCardOptions{Serial: "0a0b0c01", LogAPDUs: true})
 	two := r.card.AddGOSTCard(t, "0a0b0c02")
 	pins := func() int { return strings.Count(two.BridgeLog(t), "[8 bytes hidden]") }

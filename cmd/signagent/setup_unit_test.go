@@ -30,6 +30,7 @@ import (
 // service (HOME, XDG_RUNTIME_DIR, PATH) and nothing else: no SOFTHSM2_CONF,
 // no SIGNAGENT_* variable.
 func TestUserUnitServesSetupContext(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	runtime := filepath.Join(home, "run")
 	if err := os.Mkdir(runtime, 0o700); err != nil {

@@ -229,7 +229,8 @@ func TestTokenCheckTPM(t *testing.T) {
 // card taken out when the command says to remove it and put back when it
 // says to reinsert it.
 func TestTokenCheckCard(t *testing.T) {
-	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{})
+	t.Parallel()
+	card := pkcs11test.NewCard(t, pkcs11test.CardOptions{ForProcesses: true})
 	sel := []string{"--module", card.Module, "--token-label", card.Label, "--key-label", card.KeyLabel, "--pin-file", card.PINFile}
 	code, out, stderr := runTokenCheck(t, card.Env, sel...)
 	if code != 0 {

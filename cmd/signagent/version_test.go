@@ -40,6 +40,7 @@ func TestReadBuildInfo(t *testing.T) {
 // --json as JSON; an unknown command or flag is one line naming the one
 // meant when one is close, exit 2; -v is not --version.
 func TestVersionAndUnknownCommands(t *testing.T) {
+	t.Parallel()
 	do := func(args ...string) (int, string, string) {
 		var stdout, stderr bytes.Buffer
 		code := run(append([]string{"signagent"}, args...), strings.NewReader(""), &stdout, &stderr)

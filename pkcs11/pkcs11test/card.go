@@ -83,6 +83,12 @@ type CardOptions struct {
 	LibcacardWords bool
 	// LogAPDUs logs every APDU's header and status word in the bridge's log.
 	LogAPDUs bool
+	// ForProcesses leaves the test's environment alone: the card is for
+	// the processes the test starts, each given c.Env, so the test may run
+	// in parallel with others (t.Setenv forbids t.Parallel). Without it
+	// CardSocketEnv names the rig's pcscd for the test's own process, as
+	// the in-process tests need.
+	ForProcesses bool
 }
 
 // Card is a running rig: a card in a reader behind its own pcscd.
@@ -119,8 +125,9 @@ type cardRig struct {
 }
 
 // NewCard starts a rig and waits (at most 20 s) until OpenSC sees the card.
-// It sets CardSocketEnv for the test (so the module loaded in this process
-// finds the rig's pcscd), which is why tests using it cannot be parallel.
+// Unless o.ForProcesses, it sets CardSocketEnv for the test (so the module
+// loaded in this process finds the rig's pcscd), which is why tests using
+// it that way cannot be parallel.
 // Everything it starts is stopped when the test ends. It needs root (for
 // the namespaces) and the packages `make test` installs.
 func NewCard(t testing.TB, o CardOptions) *Card {
@@ -154,7 +161,9 @@ func NewCard(t testing.TB, o CardOptions) *Card {
 // caller's to start. Everything is stopped when the test ends.
 func (c *Card) startRig(t testing.TB) {
 	t.Helper()
-	clearTokenEnv(t)
+	if !c.opts.ForProcesses {
+		clearTokenEnv(t)
+	}
 	dir, err := os.MkdirTemp("", "vcard")
 	if err != nil {
 		t.Fatal(err)
@@ -174,9 +183,21 @@ func (c *Card) startRig(t testing.TB) {
 	if err := os.WriteFile(filepath.Join(dir, "conf", "vpcd"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c.Socket = stableSocket(t, filepath.Join(dir, "run", "pcscd", "pcscd.comm"))
+	c.Socket = filepath.Join(dir, "run", "pcscd", "pcscd.comm")
+	if !c.opts.ForProcesses {
+		// One path for every rig of this process (stableSocket says why);
+		// processes each load libpcsclite afresh and are given the rig's own.
+		c.Socket = stableSocket(t, c.Socket)
+	}
 	c.Env = []string{CardSocketEnv + "=" + c.Socket}
-	t.Setenv(CardSocketEnv, c.Socket)
+	if c.opts.ForProcesses {
+		// What the caller's environment would choose instead, emptied.
+		for _, v := range tokenEnv {
+			c.Env = append(c.Env, v+"=")
+		}
+	} else {
+		t.Setenv(CardSocketEnv, c.Socket)
+	}
 
 	t.Cleanup(func() {
 		if t.Failed() {

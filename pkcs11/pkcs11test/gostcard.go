@@ -60,6 +60,8 @@ type GOSTCardOptions struct {
 	SignDelay time.Duration
 	// LogAPDUs logs every APDU and its answer in the card's log.
 	LogAPDUs bool
+	// ForProcesses: as CardOptions.ForProcesses.
+	ForProcesses bool
 }
 
 // GOSTCard is a running GOST card rig.
@@ -110,7 +112,7 @@ func NewGOSTCard(t testing.TB, o GOSTCardOptions) *GOSTCard {
 	}
 	needCardTools(t, []struct{ name, pkg string }{{"pkcs15-init", "opensc"}, {"opensc-tool", "opensc"}})
 	c := &Card{Module: openSCModule(t), PIN: o.PIN, KeyID: GOSTCardKeyID, KeyLabel: GOSTCardKeyLabel,
-		rig: &cardRig{}, name: "bridge", opts: CardOptions{Delay: o.Delay, SignDelay: o.SignDelay, LogAPDUs: o.LogAPDUs}}
+		rig: &cardRig{}, name: "bridge", opts: CardOptions{Delay: o.Delay, SignDelay: o.SignDelay, LogAPDUs: o.LogAPDUs, ForProcesses: o.ForProcesses}}
 	c.startRig(t)
 	rig := time.Since(start)
 	g := &GOSTCard{Card: c, SOPIN: o.SOPIN}
