@@ -38,8 +38,10 @@ trap cleanup EXIT
 podman_conf "$tmp"
 
 # The image, as make image builds it, for this machine's architecture
-# alone (scripts/release-test.sh builds and checks both).
-out=$(IMAGE_ARCHES=$(dpkg --print-architecture) scripts/image.sh) || fail "make image failed"
+# alone (scripts/release-test.sh builds and checks both), in the test's
+# own directory (BUILD_DIR, DIST_DIR: build/ and dist/ are left as they
+# were, and make test builds the release beside this test).
+out=$(IMAGE_ARCHES=$(dpkg --print-architecture) BUILD_DIR=$tmp/build DIST_DIR=$tmp/dist scripts/image.sh) || fail "make image failed"
 image=$(echo "$out" | sed -n 1p)
 archive=$(echo "$out" | sed -n 2p)
 emulator_image=$(echo "$out" | tail -n 1)
@@ -54,7 +56,7 @@ for want in '"User": "65532:65532"' '"/usr/bin/signagent",' '"serve"' '"org.open
 done
 # Debian's format keeps the health check (the OCI format has no field for it).
 hc=$(podman image inspect --format '{{json .HealthCheck}}' "$image")
-if grep -q -- --probe <<<"$(build/image/$(dpkg --print-architecture)/ctx/signagent agent status --help)"; then
+if grep -q -- --probe <<<"$("$tmp/build/image/$(dpkg --print-architecture)/ctx/signagent" agent status --help)"; then
 	grep -q '"agent","status","--probe","ready"' <<<"$hc" || fail "$image: health check $hc, want agent status --probe ready"
 fi
 [ "$(podman run --rm --network none --no-healthcheck --entrypoint /usr/bin/signagent "$image" --version | cut -d' ' -f1)" = signagent ] || fail "the image does not run signagent"

@@ -19,9 +19,14 @@
 #   IMAGE_ARCHES="amd64"             fewer architectures (the first line is then the first's)
 #                                    and last, localhost/signagent-emulator:VERSION (deploy/compose.yaml's
 #                                    emulator, on the host's image)
+#   BUILD_DIR=DIR DIST_DIR=DIR       the work and the archives there instead of build/ and
+#                                    dist/ (make test builds the image's test's images beside
+#                                    the release's); the apt lists stay in build/apt, one
+#                                    build at a time (flock)
 #
 # Left for the tests and the SBOMs: build/image/ARCH/root (the root, with
-# the binary at usr/bin/signagent) and build/image/ARCH/debs.
+# the binary at usr/bin/signagent) and build/image/ARCH/debs (BUILD_DIR's
+# image/ARCH when it is set).
 #
 # Repeatable: the root's tar is sorted, owned by numbers and dated by the
 # commit (SOURCE_DATE_EPOCH), the binary is built with -trimpath, and
@@ -32,6 +37,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 fail() { echo "image: $*" >&2; exit 1; }
+build=${BUILD_DIR:-build}
+dist=${DIST_DIR:-dist}
 
 # What the root holds, by package. The binary needs only the C library
 # (cgo: miekg/pkcs11 dlopens the PKCS#11 module); p11-kit's proxy
@@ -83,7 +90,7 @@ apt_arch() {
 # dist/signagent_VERSION_ARCH.oci.tar.
 build_arch() {
 	local arch=$1 cc=gcc cross= cflags
-	local work=build/image/$arch
+	local work=$build/image/$arch
 	case $arch in
 	amd64) cflags=-fcf-protection ;;
 	arm64) cflags=-mbranch-protection=standard ;;
@@ -101,6 +108,10 @@ build_arch() {
 	chmod 0777 "$work/debs"
 	debs=()
 	local pkg ver a f
+	# One build at a time reads and updates the apt lists of ARCH.
+	mkdir -p build/apt
+	exec 9>"build/apt/$arch.lock"
+	flock 9
 	for pkg in "${PACKAGES[@]}"; do
 		ver=$(APT_CMD=apt-cache apt_arch "$arch" show --no-all-versions "$pkg:$arch" 2>/dev/null | sed -n 's/^Version: //p' | head -n1)
 		[ -n "$ver" ] || fail "apt knows no package $pkg for $arch"
@@ -111,6 +122,8 @@ build_arch() {
 		fi
 		debs+=("$f")
 	done
+	flock -u 9
+	exec 9>&-
 
 	# Unpack every package into one staging tree, then copy what is used.
 	stage=$work/stage
@@ -189,7 +202,7 @@ build_arch() {
 		--build-arg VERSION="$version" --build-arg REVISION="$revision" --build-arg CREATED="$created" \
 		--build-arg BASE="$(for f in "${debs[@]}"; do dpkg-deb --show --showformat='${Package}=${Version}\n' "$f"; done | paste -sd,)" \
 		-t "$image" -f "$work/ctx/Containerfile" "$work/ctx" >/dev/null
-	local out=dist/signagent_${version}_$arch.oci.tar
+	local out=$dist/signagent_${version}_$arch.oci.tar
 	rm -f "$out"
 	buildah --log-level error push --quiet --format oci "$image" "oci-archive:$out:signagent:$version"
 }
@@ -229,24 +242,25 @@ if [ "${1:-}" = --rootfs ]; then
 	rootfs_out=$2
 	build_arch "${3:-$host}"
 	mkdir -p "$(dirname "$2")"
-	cp "build/image/${3:-$host}/ctx/rootfs.tar" "$2"
+	cp "$build/image/${3:-$host}/ctx/rootfs.tar" "$2"
 	exit 0
 fi
 
 command -v buildah >/dev/null || fail "buildah is missing: apt-get install buildah (make image-deps)"
-mkdir -p dist
-rm -f dist/signagent_*.oci.tar
+mkdir -p "$dist"
+rm -f "$dist"/signagent_*.oci.tar
 for arch in "${arches[@]}"; do build_arch "$arch"; done
 
 # The index over the architectures, an OCI image index in an archive of
 # its own (buildah's manifest list, pushed with every image it names).
-list=localhost/signagent-index:$version
+# (Named by this run: two builds at once each make their own.)
+list=localhost/signagent-index:$version-$$
 buildah manifest rm "$list" >/dev/null 2>&1 || true
 buildah manifest create "$list" >/dev/null
 for arch in "${arches[@]}"; do
-	buildah manifest add --arch "$arch" --os linux "$list" "oci-archive:dist/signagent_${version}_$arch.oci.tar" >/dev/null
+	buildah manifest add --arch "$arch" --os linux "$list" "oci-archive:$dist/signagent_${version}_$arch.oci.tar" >/dev/null
 done
-index=dist/signagent_${version}.oci.tar
+index=$dist/signagent_${version}.oci.tar
 buildah --log-level error manifest push --quiet --all --format oci "$list" "oci-archive:$index:signagent:$version"
 buildah manifest rm "$list" >/dev/null
 
@@ -255,15 +269,15 @@ buildah tag "localhost/signagent:$version-${arches[0]}" "localhost/signagent:$ve
 # The emulator of the service, for deploy/compose.yaml's profile emulator:
 # the host's image with signagent-emulator beside signagent, not in the
 # shipped images nor in the archives.
-mkdir -p build/image
-$GO build -trimpath -ldflags "-s -w" -o build/image/signagent-emulator ./cmd/signagent-emulator
+mkdir -p "$build/image"
+$GO build -trimpath -ldflags "-s -w" -o "$build/image/signagent-emulator" ./cmd/signagent-emulator
 emulator=localhost/signagent-emulator:$version
 c=$(buildah from --quiet "localhost/signagent:$version")
-buildah copy --quiet "$c" build/image/signagent-emulator /usr/bin/signagent-emulator >/dev/null
+buildah copy --quiet "$c" "$build/image/signagent-emulator" /usr/bin/signagent-emulator >/dev/null
 buildah config --healthcheck '' --entrypoint '["/usr/bin/signagent-emulator"]' --cmd '[]' \
 	--label org.opencontainers.image.title=signagent-emulator "$c"
 buildah commit --quiet --rm --timestamp "$SOURCE_DATE_EPOCH" "$c" "$emulator" >/dev/null
 echo "localhost/signagent:$version"
-for arch in "${arches[@]}"; do echo "dist/signagent_${version}_$arch.oci.tar"; done
+for arch in "${arches[@]}"; do echo "$dist/signagent_${version}_$arch.oci.tar"; done
 echo "$index"
 echo "$emulator"

@@ -23,13 +23,38 @@
 # The container's root is Debian 12's essential packages, systemd and curl,
 # made once by mmdebstrap from the machine's apt sources (about 90 s) and
 # kept in build/pkgtest (delete it to make it again); the container may
-# ptrace (SYS_PTRACE), for root to read the agent's environment. podman here needs runc
+# ptrace (SYS_PTRACE), for root to read the agent's environment.
+# `scripts/package-install-test.sh --prepare` only makes that root (make
+# test makes it beside the Go tests, which leave a core idle while they
+# wait). The packages are built in the test's own directory (BUILD_DIR,
+# DIST_DIR: scripts/package.sh), dist/ left as it was. podman here needs runc
 # and rlimits below the machine's hard limits: a containers.conf of the
 # test's own, through CONTAINERS_CONF (docs/deploy.md). Each failure says
 # what is wrong and exits 1.
 . "$(dirname "$0")/lib.sh"
 need podman mmdebstrap dpkg-deb
 start=$(date +%s)
+
+# prepare_root: the container's root, build/pkgtest/debian12-systemd.tar,
+# unless it is there (written aside, then renamed: whole or absent).
+root=build/pkgtest/debian12-systemd.tar
+prepare_root() {
+	[ -s "$root" ] && return 0
+	mkdir -p build/pkgtest
+	local log
+	log=$(mktemp)
+	mmdebstrap --quiet --mode=root --format=tar --variant=essential --include=systemd,curl \
+		--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
+		--dpkgopt='path-exclude=/usr/share/locale/*' \
+		bookworm "$root.new.$$" "$(apt_sources)" >"$log" 2>&1 ||
+		{ rm -f "$root.new.$$"; fail "mmdebstrap failed: $(tail -n 5 "$log"; rm -f "$log")"; }
+	rm -f "$log"
+	mv "$root.new.$$" "$root"
+}
+if [ "${1:-}" = --prepare ]; then
+	prepare_root
+	exit 0
+fi
 
 tmp=$(mktemp -d /tmp/signagent-package-test.XXXXXX)
 name=sapkgtest$$
@@ -43,29 +68,20 @@ cleanup() {
 trap cleanup EXIT
 podman_conf "$tmp"
 
-# Two builds: the newer one (its version the other's with .pkgtest added,
-# which dpkg orders after it) first, so that dist/ ends with the package
-# make package builds.
+# Two builds: the package and a newer one (its version the other's with
+# .pkgtest added, which dpkg orders after it).
 mkdir -p "$tmp/debs"
 version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
+export BUILD_DIR=$tmp/build DIST_DIR=$tmp/dist
 SIGNAGENT_VERSION=$version.pkgtest scripts/package.sh >/dev/null || fail "building the newer package failed"
-cp dist/signagent_*.deb "$tmp/debs/new.deb"
+cp "$DIST_DIR"/signagent_*.deb "$tmp/debs/new.deb"
 scripts/package.sh >/dev/null || fail "building the package failed"
-cp dist/signagent_*.deb "$tmp/debs/old.deb"
+cp "$DIST_DIR"/signagent_*.deb "$tmp/debs/old.deb"
 old_version=$(dpkg-deb -f "$tmp/debs/old.deb" Version)
 new_version=$(dpkg-deb -f "$tmp/debs/new.deb" Version)
 dpkg --compare-versions "$new_version" gt "$old_version" || fail "the newer build's version $new_version is not after $old_version"
 
-root=build/pkgtest/debian12-systemd.tar
-if [ ! -s "$root" ]; then
-	mkdir -p build/pkgtest
-	mmdebstrap --quiet --mode=root --format=tar --variant=essential --include=systemd,curl \
-		--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
-		--dpkgopt='path-exclude=/usr/share/locale/*' \
-		bookworm "$root.new" "$(apt_sources)" >"$tmp/mmdebstrap.log" 2>&1 ||
-		fail "mmdebstrap failed: $(tail -n 5 "$tmp/mmdebstrap.log")"
-	mv "$root.new" "$root"
-fi
+prepare_root
 podman import --quiet "$root" $image >/dev/null || fail "podman import $root failed"
 built=$(date +%s)
 

@@ -3,13 +3,19 @@
 # list, control fields and maintainer scripts, unpacks it into a scratch
 # root and runs what it installed, checks the binary's hardening, and asks
 # lintian --pedantic (no tag). scripts/package-install-test.sh installs,
-# upgrades and removes it under systemd. Each failure says what is wrong and
-# exits 1.
+# upgrades and removes it under systemd. The package is built in a
+# directory of the test's own (BUILD_DIR, DIST_DIR: scripts/package.sh),
+# so that dist/ is left as it was and make test builds the release beside
+# it. Each failure says what is wrong and exits 1.
 set -eu
 cd "$(dirname "$0")/.."
 fail() { echo "package-test: $*" >&2; exit 1; }
-scripts/package.sh >/dev/null
-deb=$(ls dist/signagent_*_"$(dpkg --print-architecture)".deb)
+work=$(mktemp -d)
+root=
+units=
+trap 'rm -rf "$work" "$root" "$units"' EXIT
+BUILD_DIR=$work/build DIST_DIR=$work/dist scripts/package.sh >/dev/null
+deb=$(ls "$work"/dist/signagent_*_"$(dpkg --print-architecture)".deb)
 list=$(dpkg-deb -c "$deb" | awk '{print $6}')
 for f in ./usr/bin/signagent \
 	./usr/lib/systemd/system/signagent.service ./usr/lib/systemd/system/signagent.socket \
@@ -99,7 +105,6 @@ JS
 out=$(duk "$root/polkit.js" "$rule" "$root/check.js" 2>&1) || fail "the polkit rule: $out"
 # The card-reader drop-in, on the system unit as installed.
 units=$(mktemp -d)
-trap 'rm -rf "$root" "$units"' EXIT
 cp "$root/usr/lib/systemd/system/signagent.service" "$root/usr/lib/systemd/system/signagent.socket" "$units/"
 mkdir "$units/signagent.service.d"
 cp "$root/usr/share/doc/signagent/examples/card-reader.conf" "$units/signagent.service.d/"

@@ -16,6 +16,10 @@
 # removes every dist/signagent_*.deb first (make package leaves one); the
 # other's removes only its own.
 #
+# BUILD_DIR and DIST_DIR put the staged root and the package there instead
+# of build/ and dist/ (make test builds the package's tests' packages
+# beside the release's).
+#
 # The binary is hardened as Debian's own packages are (dpkg-buildflags):
 # full RELRO and immediate binding (-z relro -z now, which the external
 # linker of a cgo PIE applies to the whole binary), and the C parts (cgo)
@@ -49,8 +53,10 @@ else
 	done
 	run="$qemu -L /usr/${cross%-}"
 fi
-root=build/pkgroot
-if [ "$arch" = "$host" ]; then rm -f dist/signagent_*.deb; else rm -f dist/signagent_*_"$arch".deb; fi
+build=${BUILD_DIR:-build}
+dist=${DIST_DIR:-dist}
+root=$build/pkgroot
+if [ "$arch" = "$host" ]; then rm -f "$dist"/signagent_*.deb; else rm -f "$dist"/signagent_*_"$arch".deb; fi
 rm -rf "$root"
 mkdir -p "$root/system"
 CGO_ENABLED=1 GOOS=linux GOARCH=$arch CC=${cross}gcc CGO_CFLAGS="-O2 -g -fstack-protector-strong -fstack-clash-protection $cflags -D_FORTIFY_SOURCE=2" \
@@ -72,7 +78,14 @@ gzip -9n < CHANGELOG.md > "$root/CHANGELOG.md.gz"
 } | gzip -9n > "$root/changelog.gz"
 sed 's|exec /usr/local/bin/signagent |exec /usr/bin/signagent |' deploy/signagent.service > "$root/system/signagent.service"
 [ "${1:-}" = --stage ] && exit 0
-mkdir -p dist
+mkdir -p "$dist"
+# packaging/nfpm.yaml names the files in build/pkgroot: elsewhere, a copy
+# of it naming $root.
+config=packaging/nfpm.yaml
+if [ "$root" != build/pkgroot ]; then
+	config=$build/nfpm.yaml
+	sed "s|src: build/pkgroot/|src: $root/|" packaging/nfpm.yaml > "$config"
+fi
 SIGNAGENT_DEB_VERSION=$deb_version SIGNAGENT_DEB_ARCH=$arch \
-	GOFLAGS=-mod=mod $GO run $NFPM package --config packaging/nfpm.yaml --packager deb --target dist/
-ls dist/signagent_*_"$arch".deb
+	GOFLAGS=-mod=mod $GO run $NFPM package --config "$config" --packager deb --target "$dist/"
+ls "$dist"/signagent_*_"$arch".deb

@@ -16,8 +16,8 @@
 # test: every test under the race detector (the command-line scripts
 # without it, as the binary ships) and the proxy's upstream client fuzzed
 # for 600 inputs (a few seconds), then the Debian package and, beside it,
-# the container image. check: every test once without the race
-# detector, nothing after.
+# the container image, then the release. check: every test once without
+# the race detector, nothing after.
 set -eu
 # A program built with the race detector sleeps 1 s as it exits
 # (atexit_sleep_ms, for goroutines still running to report a race): the
@@ -47,6 +47,15 @@ release_tools=$!
 # tests firing each alert (deploy/monitoring; docs/runbook.md).
 (cd deploy/monitoring && promtool check rules signagent.rules.yaml && promtool test rules signagent.rules.test.yaml) >"$dir/monitoring" 2>&1 &
 monitoring=$!
+steps="lint helm monitoring release_tools"
+if [ "$mode" != check ]; then
+	# The package's install test's Debian root (mmdebstrap, about 90 s on
+	# a new machine, mostly waiting on the network and dpkg) beside the Go
+	# tests, which leave part of a core idle, instead of after them.
+	scripts/package-install-test.sh --prepare >"$dir/pkgroot" 2>&1 &
+	pkgroot=$!
+	steps="$steps pkgroot"
+fi
 status=0
 if [ "$mode" = check ]; then
 	$GO test -count=1 -p "$packages" -parallel "$parallel" -timeout 20m ./... || status=1
@@ -73,7 +82,7 @@ else
 	# (golang/go#75804, fixed in Go 1.27); about 8 s here.
 	$GO test -run '^$' -fuzz '^FuzzUpstream$' -fuzztime 600x -fuzzminimizetime 10x ./agent/proxy || status=1
 fi
-for step in lint helm monitoring release_tools; do
+for step in $steps; do
 	eval pid=\$$step
 	if wait "$pid"; then
 		echo "$step: ok"
@@ -86,8 +95,11 @@ done
 [ "$status" = 0 ] || exit 1
 [ "$mode" = check ] && exit 0
 # The image's test beside the package's: each has its own podman
-# configuration, names and directory, and both mostly wait (mmdebstrap,
-# systemd booting, containers starting).
+# configuration, names and build directory, and both mostly wait (systemd
+# booting, containers starting). The release's (make release-snapshot,
+# checked piece by piece: scripts/release-test.sh) after both: its builds
+# beside theirs contended for podman's storage and the two cores, and the
+# three at once took longer (204 s) than the two steps (186 s).
 scripts/image-test.sh >"$dir/image" 2>&1 &
 image=$!
 scripts/package-test.sh && scripts/package-install-test.sh || status=1
@@ -98,8 +110,5 @@ else
 	cat "$dir/image"
 	status=1
 fi
-# The release (make release-snapshot, checked piece by piece:
-# scripts/release-test.sh) after both: it rebuilds dist/'s package and
-# images.
 scripts/release-test.sh || status=1
 exit "$status"
