@@ -7,7 +7,9 @@
 # still serving; Redis stopped (the agents degraded, still ready) and started again
 # (served again). And the image alone: its configuration, its user, a store
 # without its key refused in one line with exit 2. Each failure says what
-# is wrong and exits 1.
+# is wrong and exits 1. With IMAGE_TEST_FROM_RELEASE set it builds nothing
+# and tests the image make release-snapshot left (make test runs the
+# release's test first).
 #
 # Debian's podman 4.3 runs the file through Debian's docker-compose and
 # podman's Docker API socket: podman-compose 1.0.3 (Debian's) puts every
@@ -37,15 +39,37 @@ cleanup() {
 trap cleanup EXIT
 podman_conf "$tmp"
 
-# The image, as make image builds it, for this machine's architecture
-# alone (scripts/release-test.sh builds and checks both), in the test's
-# own directory (BUILD_DIR, DIST_DIR: build/ and dist/ are left as they
-# were, and make test builds the release beside this test).
-out=$(IMAGE_ARCHES=$(dpkg --print-architecture) BUILD_DIR=$tmp/build DIST_DIR=$tmp/dist scripts/image.sh) || fail "make image failed"
-image=$(echo "$out" | sed -n 1p)
-archive=$(echo "$out" | sed -n 2p)
-emulator_image=$(echo "$out" | tail -n 1)
-[ -n "$emulator_image" ] && podman image exists "$emulator_image" || fail "make image built no emulator image: $out"
+host=$(dpkg --print-architecture)
+if [ -n "${IMAGE_TEST_FROM_RELEASE:-}" ]; then
+	# The image make release-snapshot left (make test runs the release's
+	# test first): this machine's architecture's, the one that ships, in
+	# podman's storage and in dist/, with the emulator's image beside it.
+	version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
+	version=${version#v}
+	image=localhost/signagent:$version
+	archive=dist/signagent_${version}_$host.oci.tar
+	emulator_image=localhost/signagent-emulator:$version
+	binary=build/image/$host/ctx/signagent
+	for f in "$archive" "$binary"; do
+		[ -s "$f" ] || fail "$f is missing: IMAGE_TEST_FROM_RELEASE takes what make release-snapshot leaves"
+	done
+	for i in "$image" "$emulator_image"; do
+		podman image exists "$i" || fail "podman has no $i: IMAGE_TEST_FROM_RELEASE takes what make release-snapshot leaves"
+	done
+	made="taken from the release"
+else
+	# The image, as make image builds it, for this machine's architecture
+	# alone (scripts/release-test.sh builds and checks both), in the test's
+	# own directory (BUILD_DIR, DIST_DIR: build/ and dist/ are left as
+	# they were).
+	out=$(IMAGE_ARCHES=$host BUILD_DIR=$tmp/build DIST_DIR=$tmp/dist scripts/image.sh) || fail "make image failed"
+	image=$(echo "$out" | sed -n 1p)
+	archive=$(echo "$out" | sed -n 2p)
+	emulator_image=$(echo "$out" | tail -n 1)
+	[ -n "$emulator_image" ] && podman image exists "$emulator_image" || fail "make image built no emulator image: $out"
+	binary=$tmp/build/image/$host/ctx/signagent
+	made="built in $(($(date +%s) - start)) s"
+fi
 built=$(date +%s)
 
 # Its configuration, read back from the OCI archive.
@@ -56,7 +80,7 @@ for want in '"User": "65532:65532"' '"/usr/bin/signagent",' '"serve"' '"org.open
 done
 # Debian's format keeps the health check (the OCI format has no field for it).
 hc=$(podman image inspect --format '{{json .HealthCheck}}' "$image")
-if grep -q -- --probe <<<"$("$tmp/build/image/$(dpkg --print-architecture)/ctx/signagent" agent status --help)"; then
+if grep -q -- --probe <<<"$("$binary" agent status --help)"; then
 	grep -q '"agent","status","--probe","ready"' <<<"$hc" || fail "$image: health check $hc, want agent status --probe ready"
 fi
 [ "$(podman run --rm --network none --no-healthcheck --entrypoint /usr/bin/signagent "$image" --version | cut -d' ' -f1)" = signagent ] || fail "the image does not run signagent"
@@ -269,5 +293,5 @@ for a in agent1 agent3; do
 done
 end=$(date +%s)
 size=$(podman image inspect --format '{{.Size}}' "$image")
-echo "image-test: $image ($((size / 1000000)) MB, $archive $(($(stat -c %s "$archive") / 1000000)) MB): built in $((built - start)) s; deploy/compose.yaml's head comment followed as written in $literal s; compose test passed in $((end - built)) s"
+echo "image-test: $image ($((size / 1000000)) MB, $archive $(($(stat -c %s "$archive") / 1000000)) MB): $made; deploy/compose.yaml's head comment followed as written in $literal s; compose test passed in $((end - built)) s"
 echo "image-test: an agent on a root-owned run directory says: $line"

@@ -27,7 +27,9 @@
 # `scripts/package-install-test.sh --prepare` only makes that root (make
 # test makes it beside the Go tests, which leave a core idle while they
 # wait). The packages are built in the test's own directory (BUILD_DIR,
-# DIST_DIR: scripts/package.sh), dist/ left as it was. podman here needs runc
+# DIST_DIR: scripts/package.sh), dist/ left as it was; PACKAGE_TEST_DEB
+# names the package to install instead of building it (make test: the
+# release's), and only the newer one is built. podman here needs runc
 # and rlimits below the machine's hard limits: a containers.conf of the
 # test's own, through CONTAINERS_CONF (docs/deploy.md). Each failure says
 # what is wrong and exits 1.
@@ -75,8 +77,13 @@ version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
 export BUILD_DIR=$tmp/build DIST_DIR=$tmp/dist
 SIGNAGENT_VERSION=$version.pkgtest scripts/package.sh >/dev/null || fail "building the newer package failed"
 cp "$DIST_DIR"/signagent_*.deb "$tmp/debs/new.deb"
-scripts/package.sh >/dev/null || fail "building the package failed"
-cp "$DIST_DIR"/signagent_*.deb "$tmp/debs/old.deb"
+if [ -n "${PACKAGE_TEST_DEB:-}" ]; then
+	[ -s "$PACKAGE_TEST_DEB" ] || fail "PACKAGE_TEST_DEB: $PACKAGE_TEST_DEB is missing"
+	cp "$PACKAGE_TEST_DEB" "$tmp/debs/old.deb"
+else
+	scripts/package.sh >/dev/null || fail "building the package failed"
+	cp "$DIST_DIR"/signagent_*.deb "$tmp/debs/old.deb"
+fi
 old_version=$(dpkg-deb -f "$tmp/debs/old.deb" Version)
 new_version=$(dpkg-deb -f "$tmp/debs/new.deb" Version)
 dpkg --compare-versions "$new_version" gt "$old_version" || fail "the newer build's version $new_version is not after $old_version"

@@ -5,8 +5,9 @@
 # lintian --pedantic (no tag). scripts/package-install-test.sh installs,
 # upgrades and removes it under systemd. The package is built in a
 # directory of the test's own (BUILD_DIR, DIST_DIR: scripts/package.sh),
-# so that dist/ is left as it was and make test builds the release beside
-# it. Each failure says what is wrong and exits 1.
+# so that dist/ is left as it was; with PACKAGE_TEST_DEB naming a package
+# it builds none and tests that one (make test: the release's). Each
+# failure says what is wrong and exits 1.
 set -eu
 cd "$(dirname "$0")/.."
 fail() { echo "package-test: $*" >&2; exit 1; }
@@ -14,8 +15,13 @@ work=$(mktemp -d)
 root=
 units=
 trap 'rm -rf "$work" "$root" "$units"' EXIT
-BUILD_DIR=$work/build DIST_DIR=$work/dist scripts/package.sh >/dev/null
-deb=$(ls "$work"/dist/signagent_*_"$(dpkg --print-architecture)".deb)
+if [ -n "${PACKAGE_TEST_DEB:-}" ]; then
+	deb=$PACKAGE_TEST_DEB
+	[ -s "$deb" ] || fail "PACKAGE_TEST_DEB: $deb is missing"
+else
+	BUILD_DIR=$work/build DIST_DIR=$work/dist scripts/package.sh >/dev/null
+	deb=$(ls "$work"/dist/signagent_*_"$(dpkg --print-architecture)".deb)
+fi
 list=$(dpkg-deb -c "$deb" | awk '{print $6}')
 for f in ./usr/bin/signagent \
 	./usr/lib/systemd/system/signagent.service ./usr/lib/systemd/system/signagent.socket \
