@@ -103,6 +103,11 @@ second=$(digests "${images[@]}" "$index")
 cp "$tmp/first"/* dist/
 [ "$first" = "$second" ] || fail "two builds of one commit gave different digests: $(diff <(echo "$first") <(echo "$second") | tr '\n' ' ')"
 rebuilt=$(date +%s)
+# Nothing below writes dist/, build/image or podman's images: the file
+# RELEASE_TEST_BUILT names is made now, and make test starts the image's
+# and the package's tests on what the release built beside the checks
+# below (scripts/test.sh).
+[ -z "${RELEASE_TEST_BUILT:-}" ] || : > "$RELEASE_TEST_BUILT"
 # The arm64 root, read back from its image: aarch64 files alone, and its
 # binary runs on it under qemu.
 unpack "dist/signagent_${version}_arm64.oci.tar" "$tmp/arm64"

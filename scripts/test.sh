@@ -94,29 +94,37 @@ for step in $steps; do
 done
 [ "$status" = 0 ] || exit 1
 [ "$mode" = check ] && exit 0
-# The release first (make release-snapshot, checked piece by piece:
-# scripts/release-test.sh), then the image's test beside the package's,
-# each on what the release built, the image and the package that ship,
-# instead of building its own (an image and two packages, a minute of CPU):
-# both mostly wait (systemd booting, containers starting). All three at
-# once, each building, took longer (204 s) than in two steps (186 s): the
-# builds contended for podman's storage and the two cores. When the
-# release failed, each builds its own.
-if scripts/release-test.sh; then
+# The release first (make release-snapshot built twice, then checked piece
+# by piece: scripts/release-test.sh); once its builds are done, beside its
+# checks, the image's test and the package's, each on what the release
+# built, the image and the package that ship, instead of building its own
+# (an image and two packages, a minute of CPU): both mostly wait (systemd
+# booting, containers starting). All three at once, each building, took
+# longer (204 s) than in two steps (186 s): the builds contended for
+# podman's storage and the two cores. When the release fails before its
+# builds are done, each builds its own, after it.
+(RELEASE_TEST_BUILT=$dir/built scripts/release-test.sh; echo $? >"$dir/release.rc") &
+release=$!
+while [ ! -e "$dir/built" ] && [ ! -e "$dir/release.rc" ]; do sleep 1; done
+if [ -e "$dir/built" ]; then
 	export IMAGE_TEST_FROM_RELEASE=1
 	PACKAGE_TEST_DEB=$(ls dist/signagent_*_"$(dpkg --print-architecture)".deb)
 	export PACKAGE_TEST_DEB
-else
-	status=1
 fi
 scripts/image-test.sh >"$dir/image" 2>&1 &
 image=$!
-scripts/package-test.sh && scripts/package-install-test.sh || status=1
-if wait "$image"; then
-	cat "$dir/image"
-else
-	echo "image-test failed:"
-	cat "$dir/image"
-	status=1
-fi
+(scripts/package-test.sh && scripts/package-install-test.sh) >"$dir/package" 2>&1 &
+package=$!
+wait "$release"
+[ "$(cat "$dir/release.rc")" = 0 ] || status=1
+for step in package image; do
+	eval pid=\$$step
+	if wait "$pid"; then
+		cat "$dir/$step"
+	else
+		echo "the $step's tests failed:"
+		cat "$dir/$step"
+		status=1
+	fi
+done
 exit "$status"
