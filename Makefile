@@ -76,10 +76,11 @@ lint:
 # agent/proxy/testdata/fuzz), the Helm chart (tools/helm: a module of its own,
 # helm and client-go pinned there; docs/deploy.md) beside them
 # (scripts/test.sh), then the release (make release-snapshot, checked by
-# scripts/release-test.sh), then the Debian package it built unpacked into
-# a scratch root, run and linted, then installed, upgraded and removed
-# under systemd in a container, and beside it the container image it built
-# run as deploy/compose.yaml sets it up (docs/testing.md, docs/deploy.md).
+# scripts/release-test.sh) and, once it has built, beside its checks, the
+# Debian package it built unpacked into a scratch root, run and linted,
+# then installed, upgraded and removed under systemd in a container, and
+# the container image it built run as deploy/compose.yaml sets it up
+# (docs/testing.md, docs/deploy.md).
 test: deps
 	@GO=$(GO) MAKE=$(MAKE) scripts/test.sh
 
