@@ -417,3 +417,57 @@ func TestCheckBehindABusyToken(t *testing.T) {
 	f.Set(func(f *fake.Backend) { delete(f.Hang, "GetSlotInfo") })
 	close(hold)
 }
+
+// TestSessionOpenBehindABusyTokenIsNotLost: a session that cannot be
+// opened in time while the token goes on answering this process's other
+// sessions (a card does one thing at a time; OpenSC opens a session only
+// between them) is the queue's wait, answered as a deadline passed, and
+// does not mark the token lost; a session the module opens after the
+// caller gave up is closed. Without it, callers queued on a slow card were
+// answered 503 token_not_ready (agent.TestCardAgentSlow, on a loaded
+// machine).
+func TestSessionOpenBehindABusyTokenIsNotLost(t *testing.T) {
+	f := fake.New(t)
+	_, sel, _ := f.Setup(t, "1234")
+	sel.Timeout = 500 * time.Millisecond
+	k := openFake(t, sel)
+	releaseSign, releaseOpen := make(chan struct{}), make(chan struct{})
+	f.Set(func(f *fake.Backend) { f.Hang["Sign"] = releaseSign; f.Hang["OpenSession"] = releaseOpen })
+	waitCount := func(op string, n int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); f.Count(op) < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s was called %d times, want %d", op, f.Count(op), n)
+			}
+		}
+	}
+	first := make(chan error, 1)
+	go func() { _, err := k.Sign(nil, digest, crypto.SHA256); first <- err }() // takes the pool's session
+	waitCount("Sign", 1)
+	opens := f.Count("OpenSession")
+	second := make(chan error, 1)
+	go func() { _, err := k.Sign(nil, digest, crypto.SHA256); second <- err }() // opens another: it hangs
+	waitCount("OpenSession", opens+1)
+	f.Set(func(f *fake.Backend) { delete(f.Hang, "Sign") })
+	close(releaseSign) // the token answers the first meanwhile
+	if err := <-first; err != nil {
+		t.Fatalf("the first signature: %v", err)
+	}
+	err := <-second
+	if err == nil || errors.Is(err, tokenerr.ErrTokenTimeout) || !errors.Is(err, context.DeadlineExceeded) || tokenerr.Recoverable(err) {
+		t.Fatalf("a session not opened in time behind a busy token: %v; want a deadline passed, not the token's timeout", err)
+	}
+	if !strings.Contains(err.Error(), "while it was answering the others") {
+		t.Fatalf("the error does not say why: %v", err)
+	}
+	if _, err := k.Sign(nil, digest, crypto.SHA256); err != nil {
+		t.Fatalf("the next signature, on the pool's session: %v (the token was marked lost)", err)
+	}
+	f.Set(func(f *fake.Backend) { delete(f.Hang, "OpenSession") })
+	close(releaseOpen) // the module opens the abandoned session at last: it is closed
+	for deadline := time.Now().Add(2 * time.Second); f.Sessions() != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions open after the late one was opened, want 1 (the pool's)", f.Sessions())
+		}
+	}
+}

@@ -116,6 +116,14 @@ func (k *Key) do(ctx context.Context, what string, op func(Backend, p11.SessionH
 	}
 	sh, err := t.session(ctx)
 	if err != nil {
+		if errors.Is(err, tokenerr.ErrTokenTimeout) && t.answered.Load() > started {
+			// The token went on answering this process's other sessions
+			// while this one waited to be opened (a card does one thing
+			// at a time, and its driver opens a session only between
+			// them): the queue's wait, as when every session is in use,
+			// and not a token gone.
+			return nil, fmt.Errorf("could not %s: could not open another session with token %q in time, while it was answering the others: %w", what, t.info.Label, context.DeadlineExceeded)
+		}
 		if tokenerr.Recoverable(err) { // the token would not open a session
 			return nil, t.markLost(err)
 		}

@@ -101,11 +101,21 @@ func (t *Token) newSession(ctx context.Context) (p11.SessionHandle, error) {
 }
 
 // openSession opens a session for a slot the caller took; the slot is
-// given back when the session cannot be opened.
+// given back when the session cannot be opened. A session the module
+// opens after the caller gave up waiting is closed.
 func (t *Token) openSession(ctx context.Context) (p11.SessionHandle, error) {
+	var opened p11.SessionHandle // set and read on the call's goroutine
 	sh, err := call(ctx, t.mod, func(b Backend) (p11.SessionHandle, error) {
-		return b.OpenSession(t.info.Slot, p11.CKF_SERIAL_SESSION)
-	}, nil)
+		h, err := b.OpenSession(t.info.Slot, p11.CKF_SERIAL_SESSION)
+		if err == nil {
+			opened = h
+		}
+		return h, err
+	}, func() {
+		if opened != 0 {
+			_, _ = call(context.Background(), t.mod, func(b Backend) (struct{}, error) { return struct{}{}, b.CloseSession(opened) }, nil)
+		}
+	})
 	if err != nil {
 		<-t.slots
 		return 0, tokenerr.Classify(fmt.Sprintf("open a session with token %q", t.info.Label), err)
