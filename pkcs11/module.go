@@ -2,8 +2,6 @@ package pkcs11
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -11,6 +9,7 @@ import (
 
 	p11 "github.com/miekg/pkcs11"
 	"github.com/signagent/signagent/pkcs11/locate"
+	"github.com/signagent/signagent/pkcs11/refusedpin"
 	"github.com/signagent/signagent/pkcs11/tokenerr"
 	"github.com/signagent/signagent/pkcs11/tokeninfo"
 )
@@ -31,24 +30,20 @@ func ResolveModule(explicit, source string) (Module, error) { return locate.Reso
 // initialized again (reset): SoftHSM, like many reader drivers, looks for its
 // tokens only in C_Initialize, so a token that comes back is seen only then.
 //
-// It also remembers, as a salted hash kept in memory, each PIN a token
-// refused, so that the same PIN is never tried twice: a card locks after a
-// few wrong tries.
+// It also remembers each PIN a token refused (package refusedpin), so that
+// the same PIN is never tried twice.
 type Registry struct {
 	load Loader
 
 	mu      sync.Mutex
 	mods    map[string]*module
 	closing map[string]chan struct{} // path -> closed once its last module is finalized
-	refused map[string][32]byte      // token -> hash of the PIN it refused
-	salt    [16]byte
+	refused *refusedpin.Memory
 }
 
 // NewRegistry returns a registry that loads modules with load.
 func NewRegistry(load Loader) *Registry {
-	r := &Registry{load: load, mods: map[string]*module{}, closing: map[string]chan struct{}{}, refused: map[string][32]byte{}}
-	_, _ = rand.Read(r.salt[:])
-	return r
+	return &Registry{load: load, mods: map[string]*module{}, closing: map[string]chan struct{}{}, refused: refusedpin.New()}
 }
 
 // defaultRegistry mirrors the process-wide state of the loaded libraries,
@@ -297,27 +292,4 @@ func call[T any](ctx context.Context, m *module, fn func(Backend) (T, error), la
 // tokenKey names a token for the refused-PIN memory.
 func tokenKey(path string, t tokeninfo.TokenInfo) string {
 	return path + "\x00" + t.Serial + "\x00" + t.Label
-}
-
-func (r *Registry) pinHash(pin string) [32]byte {
-	return sha256.Sum256(append(r.salt[:], pin...))
-}
-
-// wasRefused reports whether the token already refused this PIN.
-func (r *Registry) wasRefused(key, pin string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	h, ok := r.refused[key]
-	return ok && h == r.pinHash(pin)
-}
-
-// rememberPIN records the outcome of a login with pin.
-func (r *Registry) rememberPIN(key, pin string, refused bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if refused {
-		r.refused[key] = r.pinHash(pin)
-	} else {
-		delete(r.refused, key)
-	}
 }

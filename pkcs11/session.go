@@ -60,7 +60,7 @@ func (t *Token) login(ctx context.Context, sh p11.SessionHandle) error {
 		return err
 	}
 	key := tokenKey(t.module.Path, t.info)
-	if t.mod.reg.wasRefused(key, src.pin) {
+	if t.mod.reg.refused.Refused(key, src.pin) {
 		return &tokenerr.TokenError{Op: "log in to " + name, Kind: tokenerr.ErrPINIncorrect,
 			Hint: fmt.Sprintf("the PIN from %s was refused before, so it is not tried again (a card locks after a few tries); correct it", src.from)}
 	}
@@ -79,14 +79,14 @@ func (t *Token) login(ctx context.Context, sh p11.SessionHandle) error {
 	}
 	if err != nil {
 		if code, ok := tokenerr.Code(err); ok && (code == p11.CKR_PIN_INCORRECT || code == p11.CKR_PIN_INVALID || code == p11.CKR_PIN_LEN_RANGE) {
-			t.mod.reg.rememberPIN(key, src.pin, true)
+			t.mod.reg.refused.Remember(key, src.pin, true)
 			te := tokenerr.ClassifyLogin("log in to "+name, err).(*tokenerr.TokenError)
 			te.Hint = fmt.Sprintf("check the PIN from %s; it will not be tried again until it changes (a card locks after a few wrong tries)", src.from)
 			return te
 		}
 		return tokenerr.ClassifyLogin("log in to "+name, err)
 	}
-	t.mod.reg.rememberPIN(key, src.pin, false)
+	t.mod.reg.refused.Remember(key, src.pin, false)
 	return nil
 }
 
