@@ -79,13 +79,10 @@ gzip -9n < CHANGELOG.md > "$root/CHANGELOG.md.gz"
 sed 's|exec /usr/local/bin/signagent |exec /usr/bin/signagent |' deploy/signagent.service > "$root/system/signagent.service"
 [ "${1:-}" = --stage ] && exit 0
 mkdir -p "$dist"
-# packaging/nfpm.yaml names the files in build/pkgroot: elsewhere, a copy
-# of it naming $root.
-config=packaging/nfpm.yaml
-if [ "$root" != build/pkgroot ]; then
-	config=$build/nfpm.yaml
-	sed "s|src: build/pkgroot/|src: $root/|" packaging/nfpm.yaml > "$config"
-fi
+# packaging/nfpm.yaml names the files in build/pkgroot: a copy of it
+# naming $root (the same, unless BUILD_DIR is set).
+config=$build/nfpm.yaml
+sed "s|src: build/pkgroot/|src: $root/|" packaging/nfpm.yaml > "$config"
 SIGNAGENT_DEB_VERSION=$deb_version SIGNAGENT_DEB_ARCH=$arch \
 	GOFLAGS=-mod=mod $GO run $NFPM package --config "$config" --packager deb --target "$dist/"
 ls "$dist"/signagent_*_"$arch".deb
