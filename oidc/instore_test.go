@@ -17,6 +17,12 @@ import (
 
 func sharedRecords(t *testing.T, url string, key byte, older ...byte) *InStore {
 	t.Helper()
+	return sharedRecordsLease(t, url, time.Second, key, older...)
+}
+
+// sharedRecordsLease is sharedRecords whose leases live leaseTTL unrenewed.
+func sharedRecordsLease(t *testing.T, url string, leaseTTL time.Duration, key byte, older ...byte) *InStore {
+	t.Helper()
 	var old [][]byte
 	for _, o := range older {
 		old = append(old, bytes.Repeat([]byte{o}, 32))
@@ -25,7 +31,7 @@ func sharedRecords(t *testing.T, url string, key byte, older ...byte) *InStore {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := store.Open(url, store.Options{Sealer: s, LeaseTTL: time.Second})
+	r, err := store.Open(url, store.Options{Sealer: s, LeaseTTL: leaseTTL})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,6 +39,8 @@ type unsavedBed struct {
 	c   *Client
 	srv *storetest.Server
 	rec *Record
+	// leaseTTL is how long the refusing agent's leases live unrenewed.
+	leaseTTL time.Duration
 }
 
 func newUnsavedBed(t *testing.T) *unsavedBed {
@@ -52,7 +54,7 @@ func newUnsavedBed(t *testing.T) *unsavedBed {
 	if err := sharedRecords(t, srv.URL(), 1).Save(rec); err != nil {
 		t.Fatal(err)
 	}
-	return &unsavedBed{b: b, c: c, srv: srv, rec: rec}
+	return &unsavedBed{b: b, c: c, srv: srv, rec: rec, leaseTTL: time.Second}
 }
 
 // clientFor is the bed's client, for Tokens.Client.
@@ -63,7 +65,7 @@ func (u *unsavedBed) clientFor(*Record) (*Client, error) { return u.c, nil }
 // is unsaved in a.
 func (u *unsavedBed) refusingAgent(t *testing.T) (rs *refusingSaves, a *Tokens, got *Record) {
 	t.Helper()
-	rs = &refusingSaves{InStore: sharedRecords(t, u.srv.URL(), 1)}
+	rs = &refusingSaves{InStore: sharedRecordsLease(t, u.srv.URL(), u.leaseTTL, 1)}
 	rs.refuse.Store(true)
 	a = &Tokens{Store: rs, Client: u.clientFor}
 	return rs, a, u.refreshUnsaved(t, a)
@@ -106,14 +108,21 @@ func waitStored(t *testing.T, r Records, rt string) {
 // spent copy (its refresh gives up: ErrStoreUnavailable). Once the store
 // takes the write, under that same lease, the second agent uses the
 // written record. The provider never sees a spent refresh token again.
+//
+// The lease lives 3 s unrenewed and is renewed every second: a lease of
+// 1 s (renewed every 333 ms) was lost in CI when the race detector and
+// the parallel tests held the renewing goroutine back for 667 ms, and the
+// second agent then refreshed from the spent copy. The second agent waits
+// a second longer than the lease lives: were the lease not renewed, it
+// would take it.
 func TestUnsavedRecordKeepsItsLease(t *testing.T) {
 	t.Parallel()
 	u := newUnsavedBed(t)
+	u.leaseTTL = 3 * time.Second
 	rs, a, got := u.refusingAgent(t)
 	defer a.Close()
 
-	// Longer than the store's lease lives unrenewed (1 s).
-	other := &Tokens{Store: sharedRecords(t, u.srv.URL(), 1), Timeout: 3 * time.Second, Client: u.clientFor}
+	other := &Tokens{Store: sharedRecords(t, u.srv.URL(), 1), Timeout: u.leaseTTL + time.Second, Client: u.clientFor}
 	other.Expire("crm")
 	if _, from, err := other.TokenFrom(t.Context(), "crm"); !errors.Is(err, ErrStoreUnavailable) {
 		t.Fatalf("a second agent's refresh while the first holds the unsaved record: %s %v, want ErrStoreUnavailable", from, err)
