@@ -15,13 +15,15 @@ import (
 	"github.com/signagent/signagent/store/storetest"
 )
 
-func sharedRecords(t *testing.T, url string, key byte, older ...byte) *InStore {
-	t.Helper()
-	return sharedRecordsLease(t, url, time.Second, key, older...)
-}
+// testLeaseTTL is how long the tests' leases live unrenewed (renewed
+// every third of it). At 1 s, a lease was lost in CI while the race
+// detector and the parallel tests held its renewing goroutine back for
+// 667 ms: another agent then refreshed from a spent refresh token.
+const testLeaseTTL = 3 * time.Second
 
-// sharedRecordsLease is sharedRecords whose leases live leaseTTL unrenewed.
-func sharedRecordsLease(t *testing.T, url string, leaseTTL time.Duration, key byte, older ...byte) *InStore {
+// sharedRecords is an InStore on the redis-server at url, sealed with a
+// key of 32 bytes key (and older keys it still opens).
+func sharedRecords(t *testing.T, url string, key byte, older ...byte) *InStore {
 	t.Helper()
 	var old [][]byte
 	for _, o := range older {
@@ -31,7 +33,7 @@ func sharedRecordsLease(t *testing.T, url string, leaseTTL time.Duration, key by
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := store.Open(url, store.Options{Sealer: s, LeaseTTL: leaseTTL})
+	r, err := store.Open(url, store.Options{Sealer: s, LeaseTTL: testLeaseTTL})
 	if err != nil {
 		t.Fatal(err)
 	}

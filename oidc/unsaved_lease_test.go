@@ -39,8 +39,6 @@ type unsavedBed struct {
 	c   *Client
 	srv *storetest.Server
 	rec *Record
-	// leaseTTL is how long the refusing agent's leases live unrenewed.
-	leaseTTL time.Duration
 }
 
 func newUnsavedBed(t *testing.T) *unsavedBed {
@@ -54,7 +52,7 @@ func newUnsavedBed(t *testing.T) *unsavedBed {
 	if err := sharedRecords(t, srv.URL(), 1).Save(rec); err != nil {
 		t.Fatal(err)
 	}
-	return &unsavedBed{b: b, c: c, srv: srv, rec: rec, leaseTTL: time.Second}
+	return &unsavedBed{b: b, c: c, srv: srv, rec: rec}
 }
 
 // clientFor is the bed's client, for Tokens.Client.
@@ -65,7 +63,7 @@ func (u *unsavedBed) clientFor(*Record) (*Client, error) { return u.c, nil }
 // is unsaved in a.
 func (u *unsavedBed) refusingAgent(t *testing.T) (rs *refusingSaves, a *Tokens, got *Record) {
 	t.Helper()
-	rs = &refusingSaves{InStore: sharedRecordsLease(t, u.srv.URL(), u.leaseTTL, 1)}
+	rs = &refusingSaves{InStore: sharedRecords(t, u.srv.URL(), 1)}
 	rs.refuse.Store(true)
 	a = &Tokens{Store: rs, Client: u.clientFor}
 	return rs, a, u.refreshUnsaved(t, a)
@@ -108,21 +106,15 @@ func waitStored(t *testing.T, r Records, rt string) {
 // spent copy (its refresh gives up: ErrStoreUnavailable). Once the store
 // takes the write, under that same lease, the second agent uses the
 // written record. The provider never sees a spent refresh token again.
-//
-// The lease lives 3 s unrenewed and is renewed every second: a lease of
-// 1 s (renewed every 333 ms) was lost in CI when the race detector and
-// the parallel tests held the renewing goroutine back for 667 ms, and the
-// second agent then refreshed from the spent copy. The second agent waits
-// a second longer than the lease lives: were the lease not renewed, it
-// would take it.
 func TestUnsavedRecordKeepsItsLease(t *testing.T) {
 	t.Parallel()
 	u := newUnsavedBed(t)
-	u.leaseTTL = 3 * time.Second
 	rs, a, got := u.refusingAgent(t)
 	defer a.Close()
 
-	other := &Tokens{Store: sharedRecords(t, u.srv.URL(), 1), Timeout: u.leaseTTL + time.Second, Client: u.clientFor}
+	// A second longer than the lease lives unrenewed: were it not
+	// renewed, the second agent would take it.
+	other := &Tokens{Store: sharedRecords(t, u.srv.URL(), 1), Timeout: testLeaseTTL + time.Second, Client: u.clientFor}
 	other.Expire("crm")
 	if _, from, err := other.TokenFrom(t.Context(), "crm"); !errors.Is(err, ErrStoreUnavailable) {
 		t.Fatalf("a second agent's refresh while the first holds the unsaved record: %s %v, want ErrStoreUnavailable", from, err)
@@ -279,7 +271,9 @@ func TestClosedTokensGiveUpTheLease(t *testing.T) {
 	u := newUnsavedBed(t)
 	_, a, _ := u.refusingAgent(t)
 	a.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second) // three lease lives
+	// Less than a lease's life: a lease left to expire, unrenewed but
+	// not given up, is not taken in time either.
+	ctx, cancel := context.WithTimeout(t.Context(), testLeaseTTL-time.Second)
 	defer cancel()
 	unlock, err := sharedRecords(t, u.srv.URL(), 1).Lock(ctx, "crm")
 	if err != nil {

@@ -41,7 +41,9 @@ func openShared(t *testing.T, url string) *oidc.InStore {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := store.Open(url, store.Options{Sealer: sealer, LeaseTTL: time.Second})
+	// Renewed every second: a lease of 1 s can be lost while the race
+	// detector and the parallel tests hold its renewal back.
+	s, err := store.Open(url, store.Options{Sealer: sealer, LeaseTTL: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
