@@ -57,8 +57,60 @@ if [ "$mode" != check ]; then
 	steps="$steps pkgroot"
 fi
 status=0
+module=github.com/signagent/signagent
+# The agent package's tests run one at a time: most load SoftHSM or OpenSC
+# into the test process, which read their configuration from the
+# environment once per process, so they set it and cannot be parallel.
+# They take about 2 min, mostly waiting on cards, timers and a store
+# outage, on about 20 s of CPU: alone, the package was the run's longest
+# pole. Its test binary is built once and run as two processes beside the
+# other packages: the card and store-outage tests (agent_slow_tests), and every
+# other test (-test.skip, so that a new test runs in one of them).
+agent_slow_tests='^(TestStoreOutageUnderLoad|TestCard)'
+# run_agent_tests FLAGS...: builds the agent package's test binary (with
+# FLAGS: -race) and starts its two processes; wait_agent_tests prints
+# their results as go test would, and fails when either failed (or
+# neither started: the build's errors are go test's own).
+agent_pid_slow='' agent_pid_rest=''
+run_agent_tests() {
+	$GO test -c "$@" -o "$dir/agent.test" ./agent || return 1
+	for shard in slow rest; do
+		if [ "$shard" = slow ]; then select=-test.run; else select=-test.skip; fi
+		(
+			cd agent && start=$(date +%s)
+			if "$dir/agent.test" -test.count=1 -test.paniconexit0 -test.parallel="$parallel" \
+				-test.timeout=30m "$select=$agent_slow_tests" >"$dir/agent.$shard" 2>&1; then
+				printf 'ok  \t%s/agent (%s %s)\t%ds\n' "$module" "$select" "$agent_slow_tests" $(($(date +%s) - start)) >"$dir/agent.$shard.ok"
+			fi
+		) &
+		eval "agent_pid_$shard=\$!"
+	done
+}
+wait_agent_tests() {
+	agent_status=0
+	for shard in slow rest; do
+		eval pid=\$agent_pid_$shard
+		[ -z "$pid" ] || wait "$pid" || true
+		if [ -e "$dir/agent.$shard.ok" ]; then
+			cat "$dir/agent.$shard.ok"
+		else
+			[ ! -e "$dir/agent.$shard" ] || cat "$dir/agent.$shard"
+			echo "FAIL	$module/agent (its $shard tests)"
+			agent_status=1
+		fi
+	done
+	return "$agent_status"
+}
+# The other packages, the longest first (go test runs them in the order
+# given, three at a time), so that none is left to run alone at the end:
+# cmd/signagent (and in check, its scripts), then $longest.
+longest="./pkcs11/gosttoken ./pkcs11 ./oidc ./store ./agent/proxy ./trusted"
+others=$($GO list ./... | grep -vx "$module/agent")
 if [ "$mode" = check ]; then
-	$GO test -count=1 -p "$packages" -parallel "$parallel" -timeout 20m ./... || status=1
+	run_agent_tests || status=1
+	$GO test -count=1 -p "$packages" -parallel "$parallel" -timeout 20m \
+		./cmd/signagent ./cmd/signagent/scripts $longest $others || status=1
+	wait_agent_tests || status=1
 else
 	# The command-line scripts (cmd/signagent/scripts) run the binary as
 	# it ships, without the race detector, beside the race run: they check
@@ -69,7 +121,10 @@ else
 	scripts=github.com/signagent/signagent/cmd/signagent/scripts
 	$GO test -count=1 -parallel "$parallel" -timeout 20m "$scripts" >"$dir/scripts" 2>&1 &
 	scripts_pid=$!
-	$GO test -race -count=1 -p "$packages" -parallel "$parallel" -timeout 30m $($GO list ./... | grep -vx "$scripts") || status=1
+	run_agent_tests -race || status=1
+	$GO test -race -count=1 -p "$packages" -parallel "$parallel" -timeout 30m \
+		./cmd/signagent $longest $(echo "$others" | grep -vx "$scripts") || status=1
+	wait_agent_tests || status=1
 	if wait "$scripts_pid"; then
 		cat "$dir/scripts"
 	else
