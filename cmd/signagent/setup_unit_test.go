@@ -101,8 +101,18 @@ func TestUserUnitServesSetupContext(t *testing.T) {
 	}
 	argv := []string{"-l", listen, "-E", "PATH", "-E", "HOME=" + home, "-E", "XDG_RUNTIME_DIR=" + runtime, "signagent"}
 	agent := startLogged(t, "systemd-socket-activate", append(argv, exec[1:]...)...)
-	if !clitest.Poll(10*time.Second, func() bool { st, err := os.Stat(listen); return err == nil && st.Mode()&os.ModeSocket != 0 }) {
-		t.Fatalf("systemd-socket-activate made no socket at %s: %s", listen, agent)
+	// A connection, not the socket's file: systemd-socket-activate binds
+	// (the file appears) before it listens, and a connection between the
+	// two is refused (seen under load). The first connection starts the
+	// agent, which reads it closed.
+	if !clitest.Poll(10*time.Second, func() bool {
+		c, err := net.Dial("unix", listen)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}) {
+		t.Fatalf("systemd-socket-activate does not listen at %s: %s", listen, agent)
 	}
 
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
