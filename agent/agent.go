@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/agent/access"
+	"github.com/signagent/signagent/agent/auditlog"
+	"github.com/signagent/signagent/agent/health"
 	"github.com/signagent/signagent/agent/metrics"
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agent/tokenq"
@@ -43,7 +45,7 @@ import (
 // builds it from its Config.
 type Agent struct {
 	cfg     Config // as at start: what a reload changes is in cur
-	audit   *Audit
+	audit   *auditlog.Writer
 	tm      *tokenq.Manager
 	cache   *trusted.Sessions
 	metrics *metrics.Metrics
@@ -57,14 +59,14 @@ type Agent struct {
 	held held
 	// deps is what the agent saw of its shared dependencies; kick asks
 	// the store's probe to look at once, stop ends it.
-	deps       dependencies
+	deps       health.Dependencies
 	kick, stop chan struct{}
 }
 
 // newAgent is the agent of cfg (validated) over the token manager tm (nil:
 // no token), writing its audit lines to audit; its state is published by
 // the daemon.
-func newAgent(cfg Config, tm *tokenq.Manager, audit *Audit) *Agent {
+func newAgent(cfg Config, tm *tokenq.Manager, audit *auditlog.Writer) *Agent {
 	a := &Agent{cfg: cfg, audit: audit, tm: tm, cache: trusted.NewSessions(cfg.SessionTTL), refusals: newSampler(10, time.Second)}
 	a.metrics = metrics.New(tm, metrics.Build{Version: cfg.Version, Commit: cfg.Commit}, cfg.SchemeList, metrics.Probes{
 		RefreshExpiries: a.refreshExpiries,
@@ -72,7 +74,7 @@ func newAgent(cfg Config, tm *tokenq.Manager, audit *Audit) *Agent {
 	a.proxy = proxy.New(proxyAgent{a}, proxy.Config{LegacySNILS: cfg.LegacySNILS, BodyBudget: cfg.ServiceBodyBudget})
 	a.cur.Store(&state{})
 	a.kick, a.stop = make(chan struct{}, 1), make(chan struct{})
-	a.metrics.Dependencies(a.deps.up)
+	a.metrics.Dependencies(a.deps.Up)
 	go a.probeStore(a.stop, a.kick)
 	return a
 }
@@ -201,8 +203,8 @@ func requestIDOf(r *http.Request) string {
 }
 
 // entryFor starts the audit line of r's operation.
-func entryFor(r *http.Request, operation string) auditEntry {
-	return auditEntry{caller: callerOf(r), operation: operation, requestID: requestIDOf(r)}
+func entryFor(r *http.Request, operation string) auditlog.Entry {
+	return auditlog.Entry{Caller: callerOf(r), Operation: operation, RequestID: requestIDOf(r)}
 }
 
 func callerOf(r *http.Request) string {
@@ -272,7 +274,7 @@ func (a *Agent) wrap(mux http.Handler, auth access.Authenticator) http.Handler {
 			a.metrics.Request("other", "refused", status, -1)
 			if ok, suppressed := a.refusals.allow(start); ok {
 				a.cfg.Log.Warn().Str("client", caller).Str("route", route).Int("status", status).Str("reason", apiErr.Message).Int("suppressed", suppressed).Str("requestId", id).Msg("caller refused")
-				a.audit.write(auditEntry{caller: caller, operation: route, outcome: apiErr.Code, latency: time.Since(start), requestID: id})
+				a.audit.Write(auditlog.Entry{Caller: caller, Operation: route, Outcome: apiErr.Code, Latency: time.Since(start), RequestID: id})
 			}
 			sw.Header().Set("Connection", "close")
 			writeError(sw, status, apiErr)

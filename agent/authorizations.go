@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/signagent/signagent/agent/auditlog"
 	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/errdefs"
@@ -60,13 +61,13 @@ func (a *Agent) authorization(w http.ResponseWriter, r *http.Request) {
 // authorizer resolves a checked selector to its scheme's Authorizer,
 // observed: entry gets the scheme and identity for the audit log, and
 // each header obtained is counted.
-func (a *Agent) authorizer(sel authz.Selector, entry *auditEntry) (authz.Authorizer, error) {
+func (a *Agent) authorizer(sel authz.Selector, entry *auditlog.Entry) (authz.Authorizer, error) {
 	au, err := a.now().schemes.Authorizer(sel)
 	if err != nil {
 		return nil, err
 	}
 	id := au.Identity()
-	entry.scheme, entry.identity = sel.Scheme, id
+	entry.Scheme, entry.Identity = sel.Scheme, id
 	return &observed{Authorizer: au, a: a, scheme: sel.Scheme, identity: id, entry: entry}, nil
 }
 
@@ -77,7 +78,7 @@ type observed struct {
 	a        *Agent
 	scheme   string
 	identity string // the Authorizer's, asked once
-	entry    *auditEntry
+	entry    *auditlog.Entry
 }
 
 func (o *observed) Header(ctx context.Context) (authz.Header, error) {
@@ -89,9 +90,9 @@ func (o *observed) Header(ctx context.Context) (authz.Header, error) {
 	}
 	o.a.metrics.Source(o.scheme, h.Source)
 	if h.Subject != "" {
-		o.entry.identity = o.identity + " (" + h.Subject + ")"
+		o.entry.Identity = o.identity + " (" + h.Subject + ")"
 	}
-	o.entry.cached, o.entry.source = &h.Cached, h.Source
+	o.entry.Cached, o.entry.Source = &h.Cached, h.Source
 	o.a.held.note(o.scheme, o.identity, h, time.Now())
 	return h, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/signagent/signagent/agent/access"
 	"github.com/signagent/signagent/agent/listen"
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/agent/tokenq"
@@ -97,8 +98,8 @@ type Config struct {
 	LegacySNILS bool
 	// Policy is what the agent hands out and does (reloadable).
 	Policy
-	// Routes opens routes per caller class (see RouteRule).
-	Routes []RouteRule
+	// Routes opens routes per caller class (see access.RouteRule).
+	Routes []access.RouteRule
 	// RefreshFloor: a caller's "refresh": true replaces a session or an
 	// Authorization header only once it is this old (default
 	// DefaultRefreshFloor); a younger one is handed out again, so that a

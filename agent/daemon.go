@@ -81,7 +81,7 @@ func (d *Daemon) start(ctx context.Context) error {
 	} else {
 		d.log.Info().Msg("no token: this agent signs nothing and serves OpenID Connect and legacy password identities")
 	}
-	d.agent = newAgent(cfg, d.tm, NewAudit(audit))
+	d.agent = newAgent(cfg, d.tm, auditlog.NewWriter(audit))
 	st, err := d.state(cfg)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/signagent/signagent/agent/auditlog"
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/canonical"
@@ -15,10 +16,10 @@ import (
 
 // credential parses the request's credential and records it, masked, in
 // the audit entry.
-func (a *Agent) credential(c agentapi.Credential, entry *auditEntry) (canonical.Credential, error) {
+func (a *Agent) credential(c agentapi.Credential, entry *auditlog.Entry) (canonical.Credential, error) {
 	cred, err := parseCredential(c, a.cfg.LegacySNILS)
 	if err == nil {
-		entry.kind, entry.credential = cred.Kind.String(), cred.Masked()
+		entry.Kind, entry.Credential = cred.Kind.String(), cred.Masked()
 	}
 	return cred, err
 }
@@ -60,7 +61,7 @@ func (a *Agent) signature(w http.ResponseWriter, r *http.Request) {
 			return nil, err
 		}
 		thumb := canonical.ThumbprintOf(cert)
-		entry.thumbprint = thumb
+		entry.Thumbprint = thumb
 		resp := &agentapi.SignatureResponse{Signature: base64.StdEncoding.EncodeToString(der),
 			Timestamp: canonical.FormatTimestamp(ts), CertificateThumbprint: thumb}
 		if a.now().policy.ExposeCanonical {
@@ -116,9 +117,9 @@ func (a *Agent) session(w http.ResponseWriter, r *http.Request) {
 		}
 		cached := source != trusted.FromLogin
 		a.metrics.Session(source)
-		entry.cached, entry.source = &cached, source
+		entry.Cached, entry.Source = &cached, source
 		if cert := a.tm.Certificate(); cert != nil {
-			entry.thumbprint = canonical.ThumbprintOf(cert)
+			entry.Thumbprint = canonical.ThumbprintOf(cert)
 		}
 		return &agentapi.SessionResponse{Sid: s.Sid, ObtainedAt: agentapi.At(s.ObtainedAt), Cached: cached}, nil
 	}()
@@ -156,7 +157,7 @@ func (a *Agent) link(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, err
 		}
-		entry.kind, entry.credential = phone.Kind.String(), phone.Masked()
+		entry.Kind, entry.Credential = phone.Kind.String(), phone.Masked()
 		c := a.now().client
 		if c == nil {
 			return nil, errNotConfigured
@@ -170,12 +171,12 @@ func (a *Agent) link(w http.ResponseWriter, r *http.Request) {
 }
 
 // finish writes the answer, the audit line and, on failure, the log line.
-func (a *Agent) finish(w http.ResponseWriter, r *http.Request, entry auditEntry, start time.Time, resp any, err error) {
-	entry.latency = time.Since(start)
+func (a *Agent) finish(w http.ResponseWriter, r *http.Request, entry auditlog.Entry, start time.Time, resp any, err error) {
+	entry.Latency = time.Since(start)
 	if err != nil {
 		status, apiErr := classify(err)
-		entry.outcome, entry.serviceCode = apiErr.Code, apiErr.ServiceCode
-		a.audit.write(entry)
+		entry.Outcome, entry.ServiceCode = apiErr.Code, apiErr.ServiceCode
+		a.audit.Write(entry)
 		ev := a.cfg.Log.Info()
 		if status >= 500 {
 			ev = a.cfg.Log.Warn()
@@ -183,12 +184,12 @@ func (a *Agent) finish(w http.ResponseWriter, r *http.Request, entry auditEntry,
 		if errors.Is(err, tokenq.ErrQueueFull) {
 			a.metrics.Rejected()
 		}
-		ev.Str("client", entry.caller).Str("operation", entry.operation).Int("status", status).Str("code", apiErr.Code).Str("requestId", entry.requestID).Msg(apiErr.Message)
+		ev.Str("client", entry.Caller).Str("operation", entry.Operation).Int("status", status).Str("code", apiErr.Code).Str("requestId", entry.RequestID).Msg(apiErr.Message)
 		retryAfter(w, err)
 		writeError(w, status, apiErr)
 		return
 	}
-	entry.outcome = "ok"
-	a.audit.write(entry)
+	entry.Outcome = "ok"
+	a.audit.Write(entry)
 	writeJSON(w, http.StatusOK, resp)
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agent/access"
 	"github.com/signagent/signagent/agent/tokenq"
 	"github.com/signagent/signagent/agentapi"
 	"github.com/signagent/signagent/agentclient"
@@ -68,7 +69,7 @@ type options struct {
 	timeout   time.Duration    // trusted client's request time-out
 	now       func() time.Time // trusted client's clock (default time.Now)
 	expose    bool             // ExposeCanonical
-	routes    []agent.RouteRule
+	routes    []access.RouteRule
 	legacy    bool // the legacy scheme, with alice's password
 	// legacyAPI, when set, is where the legacy scheme logs in instead of
 	// the emulator (a stand-in for the service), with legacyNow its clock.

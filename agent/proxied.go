@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/signagent/signagent/agent/auditlog"
+	"github.com/signagent/signagent/agent/health"
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/errdefs"
@@ -27,10 +29,10 @@ func (p proxyAgent) Begin(r *http.Request) proxy.Record {
 // proxyRecord is a proxied call's audit entry.
 type proxyRecord struct {
 	a     *Agent
-	entry auditEntry
+	entry auditlog.Entry
 }
 
-func (c *proxyRecord) RequestID() string { return c.entry.requestID }
+func (c *proxyRecord) RequestID() string { return c.entry.RequestID }
 
 func (c *proxyRecord) Authorizer(sel authz.Selector) (authz.Authorizer, error) {
 	return c.a.authorizer(sel, &c.entry)
@@ -42,7 +44,7 @@ func (c *proxyRecord) Answering(call *proxy.Call) {
 	if call.Status >= 500 {
 		err = errdefs.New(errdefs.ErrFailing, fmt.Sprintf("the service answered %s with HTTP %d", call.Call, call.Status))
 	}
-	c.a.saw(depService, err)
+	c.a.deps.Saw(health.Service, err)
 	c.a.metrics.ServiceDate(call.Date, call.At)
 }
 
@@ -53,31 +55,31 @@ const auditCutOff = "answer_cut_off"
 
 func (c *proxyRecord) Answered(call *proxy.Call) {
 	if call.CutOff != nil {
-		c.a.cfg.Log.Warn().Str("client", c.entry.caller).Str("operation", "service").Str("call", call.Call).
-			Str("requestId", c.entry.requestID).Msgf("the answer was cut off during the body copy: %v", call.CutOff)
+		c.a.cfg.Log.Warn().Str("client", c.entry.Caller).Str("operation", "service").Str("call", call.Call).
+			Str("requestId", c.entry.RequestID).Msgf("the answer was cut off during the body copy: %v", call.CutOff)
 	}
-	c.entry.outcome = "ok"
+	c.entry.Outcome = "ok"
 	if !call.Complete {
-		c.entry.outcome = auditCutOff
+		c.entry.Outcome = auditCutOff
 	}
-	c.entry.call, c.entry.latency, c.entry.status, c.entry.retried = call.Call, time.Since(call.Start), call.Status, call.Retried
-	c.a.audit.write(c.entry)
+	c.entry.Call, c.entry.Latency, c.entry.Status, c.entry.Retried = call.Call, time.Since(call.Start), call.Status, call.Retried
+	c.a.audit.Write(c.entry)
 }
 
 func (c *proxyRecord) Failed(w http.ResponseWriter, call *proxy.Call, err error) {
 	status, apiErr := classify(err)
 	c.a.metrics.Call(call.Method, status, call.Retried)
 	if call.Unanswered {
-		c.a.saw(depService, err)
+		c.a.deps.Saw(health.Service, err)
 	}
-	c.entry.call, c.entry.outcome, c.entry.serviceCode, c.entry.latency = call.Call, apiErr.Code, apiErr.ServiceCode, time.Since(call.Start)
-	c.entry.retried = call.Retried
-	c.a.audit.write(c.entry)
+	c.entry.Call, c.entry.Outcome, c.entry.ServiceCode, c.entry.Latency = call.Call, apiErr.Code, apiErr.ServiceCode, time.Since(call.Start)
+	c.entry.Retried = call.Retried
+	c.a.audit.Write(c.entry)
 	ev := c.a.cfg.Log.Info()
 	if status >= 500 {
 		ev = c.a.cfg.Log.Warn()
 	}
-	ev.Str("client", c.entry.caller).Str("operation", "service").Str("call", call.Call).Int("status", status).Str("code", apiErr.Code).Str("requestId", c.entry.requestID).Msg(apiErr.Message)
+	ev.Str("client", c.entry.Caller).Str("operation", "service").Str("call", call.Call).Int("status", status).Str("code", apiErr.Code).Str("requestId", c.entry.RequestID).Msg(apiErr.Message)
 	retryAfter(w, err)
 	w.Header().Set(proxy.ErrorHeader, apiErr.Code)
 	writeError(w, status, apiErr)

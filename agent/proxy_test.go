@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agent/access"
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/emulator"
 	"github.com/signagent/signagent/legacy"
@@ -238,7 +239,7 @@ func TestProxyBadInput(t *testing.T) {
 		t.Fatal(resp.Status)
 	}
 	// Only the proxy's routes are open to rules naming "service".
-	if _, err := agent.ParseRouteRule("unix=service"); err != nil {
+	if _, err := access.ParseRouteRule("unix=service"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -442,12 +443,12 @@ func TestProxyMethodLabels(t *testing.T) {
 // TestProxyRouteRule: a caller class whose rules do not name "service"
 // gets 403 from the proxy; one that does is served.
 func TestProxyRouteRule(t *testing.T) {
-	h := start(t, options{oidc: true, apiURL: "emu", routes: []agent.RouteRule{{Class: "unix", Routes: []string{"sessions"}}}})
+	h := start(t, options{oidc: true, apiURL: "emu", routes: []access.RouteRule{{Class: "unix", Routes: []string{"sessions"}}}})
 	resp, body := h.call(t, "GET", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, "")
 	if resp.StatusCode != 403 || !strings.Contains(body, `"code":"forbidden"`) {
 		t.Fatalf("closed: %d %s", resp.StatusCode, body)
 	}
-	h.reload(t, func(c *agent.Config) { c.Routes = []agent.RouteRule{{Class: "unix", Routes: []string{"service"}}} })
+	h.reload(t, func(c *agent.Config) { c.Routes = []access.RouteRule{{Class: "unix", Routes: []string{"service"}}} })
 	if resp, body := h.call(t, "POST", "/v1/service/GetMyOrganizations?autoRegister=false", aliceOIDC, nil, ""); resp.StatusCode != 200 {
 		t.Fatalf("open: %d %s", resp.StatusCode, body)
 	}

@@ -1,11 +1,7 @@
 package agent
 
 import (
-	"fmt"
 	"net/http"
-	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/signagent/signagent/agent/access"
 	"github.com/signagent/signagent/agent/proxy"
@@ -92,56 +88,8 @@ func RouteGuard(name string) (rule string, open bool) {
 	return r.rule, r.rule == ""
 }
 
-// RouteNames are the names route rules use, in the order help lists them.
-var RouteNames = []string{"signatures", "sessions", "links", "authorizations", "service"}
-
-// RouteRule opens routes to a class of callers: "uid:N" or "gid:N" (Unix
-// socket callers by SO_PEERCRED), "unix" (any Unix socket caller), "tcp"
-// (any TCP caller), or "default" (callers no other rule names). A caller
-// is held to the most specific rule that names it (uid, gid, unix or tcp,
-// default); with no rules at all, every route is open.
-type RouteRule struct {
-	Class  string
-	Routes []string // from RouteNames; none: no route
-}
-
-// ParseRouteRule parses CLASS=ROUTE[,ROUTE...], e.g. "gid:50=signatures",
-// "tcp=sessions", "default=" (nothing).
-func ParseRouteRule(s string) (RouteRule, error) {
-	class, list, ok := strings.Cut(s, "=")
-	bad := func(why string) error {
-		return fmt.Errorf("route rule %q: %s; want CLASS=ROUTES, CLASS one of uid:N, gid:N, unix, tcp, default, ROUTES from %s", s, why, strings.Join(RouteNames, ", "))
-	}
-	if !ok {
-		return RouteRule{}, bad("no '='")
-	}
-	switch kind, n, _ := strings.Cut(class, ":"); kind {
-	case "uid", "gid":
-		if _, err := strconv.Atoi(n); err != nil {
-			return RouteRule{}, bad("not a number after " + kind + ":")
-		}
-	case "unix", "tcp", "default":
-		if n != "" {
-			return RouteRule{}, bad("unexpected ':'")
-		}
-	default:
-		return RouteRule{}, bad("unknown class")
-	}
-	r := RouteRule{Class: class}
-	for _, name := range strings.Split(list, ",") {
-		name = strings.TrimSpace(name)
-		if name == "" {
-			continue
-		}
-		if !slices.Contains(RouteNames, name) {
-			return RouteRule{}, bad("unknown route " + strconv.Quote(name))
-		}
-		r.Routes = append(r.Routes, name)
-	}
-	return r, nil
-}
-
-// routeAllowed reports whether the caller of r may use route (METHOD PATH).
+// routeAllowed reports whether the caller of r may use route (METHOD
+// PATH) under the current route rules.
 func (a *Agent) routeAllowed(r *http.Request, route string) bool {
 	rt, known := routeNamed(route)
 	if !known {
@@ -149,50 +97,5 @@ func (a *Agent) routeAllowed(r *http.Request, route string) bool {
 		// closed.
 		return route == "other"
 	}
-	if rt.rule == "" {
-		return true
-	}
-	name := rt.rule
-	rules := a.now().rules
-	if len(rules) == 0 {
-		return true
-	}
-	var classes []string
-	if cred, ok := access.Peer(r); ok {
-		classes = []string{fmt.Sprintf("uid:%d", cred.UID), fmt.Sprintf("gid:%d", cred.GID), "unix"}
-	} else {
-		classes = []string{"tcp"}
-	}
-	for _, c := range append(classes, "default") {
-		for _, rule := range rules {
-			if rule.Class == c {
-				return slices.Contains(rule.Routes, name)
-			}
-		}
-	}
-	return true
-}
-
-// ParseRouteRules parses each of specs (the repeatable --routes).
-func ParseRouteRules(specs []string) ([]RouteRule, error) {
-	// A repeatable flag's value is split at commas before it gets here
-	// (--routes gid:2001=sessions,links arrives as "gid:2001=sessions"
-	// and "links"): a piece without '=' continues the rule before it.
-	var joined []string
-	for _, r := range specs {
-		if n := len(joined); n > 0 && !strings.Contains(r, "=") && strings.TrimSpace(r) != "" {
-			joined[n-1] += "," + r
-			continue
-		}
-		joined = append(joined, r)
-	}
-	var out []RouteRule
-	for _, r := range joined {
-		rule, err := ParseRouteRule(r)
-		if err != nil {
-			return nil, badConfig(err)
-		}
-		out = append(out, rule)
-	}
-	return out, nil
+	return rt.rule == "" || access.RouteAllowed(a.now().rules, r, rt.rule)
 }

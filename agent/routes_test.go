@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agent/access"
 )
 
 // guardedRequests is one request per guarded route, by route rule name.
@@ -34,8 +35,8 @@ var guardedRequests = []struct {
 func TestRouteMatrix(t *testing.T) {
 	h := start(t, options{oidc: true, apiURL: "emu"})
 	var matrix []string
-	for _, name := range agent.RouteNames {
-		h.reload(t, func(c *agent.Config) { c.Routes = []agent.RouteRule{{Class: "default", Routes: []string{name}}} })
+	for _, name := range access.RouteNames {
+		h.reload(t, func(c *agent.Config) { c.Routes = []access.RouteRule{{Class: "default", Routes: []string{name}}} })
 		row := fmt.Sprintf("%-15s", name+":")
 		for _, r := range guardedRequests {
 			code, _, body := raw(t, h.sock, r.method, r.path, r.body)
@@ -53,7 +54,7 @@ func TestRouteMatrix(t *testing.T) {
 	}
 	t.Logf("route matrix (allowed only ... : answers):\n%s", strings.Join(matrix, "\n"))
 	// An empty list closes every guarded route and nothing else.
-	h.reload(t, func(c *agent.Config) { c.Routes = []agent.RouteRule{{Class: "default"}} })
+	h.reload(t, func(c *agent.Config) { c.Routes = []access.RouteRule{{Class: "default"}} })
 	for _, r := range guardedRequests {
 		if code, _, _ := raw(t, h.sock, r.method, r.path, r.body); code != 403 {
 			t.Errorf("no route open: %s %s answered %d", r.method, r.path, code)
@@ -70,7 +71,7 @@ func TestRouteMatrix(t *testing.T) {
 // by a rule name or one of the open ones (health, readiness, metrics), and
 // the test's walk covers every guarded route.
 func TestEveryRouteHasARule(t *testing.T) {
-	for _, name := range agent.RouteNames {
+	for _, name := range access.RouteNames {
 		if !slices.ContainsFunc(agent.Routes, func(r string) bool { rule, _ := agent.RouteGuard(r); return rule == name }) {
 			t.Errorf("the route rule name %s guards no route", name)
 		}
@@ -80,7 +81,7 @@ func TestEveryRouteHasARule(t *testing.T) {
 	}
 	for _, route := range agent.Routes {
 		name, open := agent.RouteGuard(route)
-		if !open && !slices.Contains(agent.RouteNames, name) {
+		if !open && !slices.Contains(access.RouteNames, name) {
 			t.Errorf("%s has no route rule name and is not open", route)
 		}
 		if open {

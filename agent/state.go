@@ -3,6 +3,7 @@ package agent
 import (
 	"time"
 
+	"github.com/signagent/signagent/agent/access"
 	"github.com/signagent/signagent/agent/proxy"
 	"github.com/signagent/signagent/authz"
 	"github.com/signagent/signagent/store"
@@ -16,7 +17,7 @@ import (
 type state struct {
 	key    string
 	client *trusted.Client
-	rules  []RouteRule
+	rules  []access.RouteRule
 	policy Policy
 	shared store.Records
 	target *proxy.Target

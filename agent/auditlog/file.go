@@ -1,7 +1,8 @@
-// Package auditlog is the agent's audit log on disk: appended to with
-// mode 0600, never through a symlink nor into a file others may read,
-// written in batches so that a request does not wait for the disk, and
-// reopened for rotation. What a line says is the agent's (agent/audit.go).
+// Package auditlog is the agent's audit log: what a line says (Entry,
+// one JSON line per operation, written by Writer, never a secret), and
+// the file on disk (File): appended to with mode 0600, never through a
+// symlink nor into a file others may read, written in batches so that a
+// request does not wait for the disk, and reopened for rotation.
 package auditlog
 
 import (

@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/signagent/signagent/agent"
+	"github.com/signagent/signagent/agent/access"
 	"github.com/signagent/signagent/cmd/internal/cmdutil"
 	"github.com/signagent/signagent/cmd/internal/settings"
 	"github.com/signagent/signagent/internal/httpx"
@@ -52,7 +53,7 @@ func ServeFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "expose-canonical", Category: catAgent, EnvVars: []string{"SIGNAGENT_EXPOSE_CANONICAL"}, Usage: "return the signed text (it holds the API key) in /v1/signatures answers"},
 		&cli.BoolFlag{Name: "expose-legacy-header", Category: catAgent, EnvVars: []string{"SIGNAGENT_EXPOSE_LEGACY_HEADER"}, Usage: "hand out legacy ServiceAuth header values in /v1/authorizations answers (they hold the developer key; the proxy never shows them)"},
 		&cli.BoolFlag{Name: "certificate-login", Category: catAgent, Value: true, EnvVars: []string{"SIGNAGENT_CERTIFICATE_LOGIN"}, Usage: "allow legacy certificate login (the token decrypts the service's challenge); --certificate-login=false turns it off"},
-		&cli.StringSliceFlag{Name: "routes", Category: catAgent, EnvVars: []string{"SIGNAGENT_ROUTES"}, Usage: "open routes per caller class, repeatable: `CLASS=ROUTES` with CLASS uid:N, gid:N, unix, tcp or default and ROUTES from " + strings.Join(agent.RouteNames, ",") + " (default: all routes to every admitted caller)"},
+		&cli.StringSliceFlag{Name: "routes", Category: catAgent, EnvVars: []string{"SIGNAGENT_ROUTES"}, Usage: "open routes per caller class, repeatable: `CLASS=ROUTES` with CLASS uid:N, gid:N, unix, tcp or default and ROUTES from " + strings.Join(access.RouteNames, ",") + " (default: all routes to every admitted caller)"},
 		&cli.StringFlag{Name: "audit-log", Category: catAgent, Value: "-", EnvVars: []string{"SIGNAGENT_AUDIT_LOG"}, Usage: "audit `FILE` (JSON lines, mode 0600, appended), or - for stderr"},
 	}, cmdutil.TokenFlags(), SignFlags(), cmdutil.ServiceFlags(), cmdutil.BusinessFlags(), []cli.Flag{
 		&cli.BoolFlag{Name: "legacy-snils", Category: cmdutil.CatCredential, EnvVars: []string{"SIGNAGENT_LEGACY_SNILS"}, Usage: "accept SNILS numbers whose check number does not follow the rule"},
@@ -83,7 +84,7 @@ func (f *Factory) AgentConfig(s *settings.Settings) (agent.Config, error) {
 	var errs [9]error // all are reported, not only the first (and the store's)
 	cfg.Token, errs[0] = cmdutil.SelectionFrom(s, false)
 	cfg.Signature, errs[1] = signatureOptions(s)
-	cfg.Routes, errs[2] = agent.ParseRouteRules(s.Strings("routes"))
+	cfg.Routes, errs[2] = access.ParseRouteRules(s.Strings("routes"))
 	// Each part is needed only by the schemes that use it: the token and
 	// the API key by signatures and trusted sessions (and certificate
 	// logins), which an agent for OpenID Connect or legacy passwords alone
