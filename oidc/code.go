@@ -21,6 +21,10 @@ type CodeRequest struct {
 	verifier string
 }
 
+// State is the state the sign-in sent: the redirect it takes must carry
+// it (redirect.Listen).
+func (r *CodeRequest) State() string { return r.state }
+
 // StartCode makes the authorization URL with a fresh state, nonce and
 // PKCE S256 challenge.
 func (c *Client) StartCode(ctx context.Context) (*CodeRequest, error) {

@@ -495,17 +495,6 @@ func TestScopes(t *testing.T) {
 	}
 }
 
-func TestPasted(t *testing.T) {
-	t.Parallel()
-	q, err := ParsePasted("  http://127.0.0.1:8765/callback?code=abc&state=xyz&scope=openid#frag \n")
-	if err != nil || q.Get("code") != "abc" || q.Get("state") != "xyz" {
-		t.Fatalf("%v %v", q, err)
-	}
-	if _, err := ParsePasted("hello"); !errors.Is(err, errdefs.ErrInvalidInput) {
-		t.Fatalf("err = %v", err)
-	}
-}
-
 func writeFile(t *testing.T, path, data string, mode os.FileMode) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(data), mode); err != nil {

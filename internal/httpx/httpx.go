@@ -1,7 +1,8 @@
 // Package httpx holds what the HTTP clients (trusted, legacy, oidc,
 // service) share: the base-address check, an HTTP client that never
-// follows a redirect, jittered backoff, error clean-up, and the one error
-// for a request that got no usable answer (TransportError).
+// follows a redirect, jittered backoff, error clean-up, the one error
+// for a request that got no usable answer (TransportError), and what a
+// token must be to go into a request's head as it is.
 package httpx
 
 import (

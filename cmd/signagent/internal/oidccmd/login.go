@@ -21,6 +21,7 @@ import (
 	"github.com/signagent/signagent/cmd/signagent/internal/factory"
 	"github.com/signagent/signagent/internal/secret"
 	"github.com/signagent/signagent/oidc"
+	"github.com/signagent/signagent/oidc/redirect"
 )
 
 func loginCommand(f *factory.Factory) *cli.Command {
@@ -169,7 +170,7 @@ func codeLogin(ctx context.Context, o loginOptions, e *cmdutil.Env, client *oidc
 	}
 	var redirects <-chan url.Values
 	if !o.NoBrowser {
-		recv, err := oidc.Listen(o.RedirectURI, req)
+		recv, err := redirect.Listen(o.RedirectURI, req.State())
 		if err != nil {
 			return nil, err
 		}
@@ -193,7 +194,7 @@ func codeLogin(ctx context.Context, o loginOptions, e *cmdutil.Env, client *oidc
 		if !ok {
 			return nil, cmdutil.UsageErr(errors.New("no redirected address was pasted (end of input)"))
 		}
-		if q, err = oidc.ParsePasted(line); err != nil {
+		if q, err = redirect.ParsePasted(line); err != nil {
 			return nil, err
 		}
 	case <-timeout.C:

@@ -1,6 +1,7 @@
-package oidc
+package redirect
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/signagent/signagent/errdefs"
 )
 
 // TestReceiverIgnoresForgedRedirects: a redirect that does not carry this
@@ -22,8 +25,7 @@ func TestReceiverIgnoresForgedRedirects(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	req := &CodeRequest{state: "the-real-state"}
-	r, err := Listen("http://"+addr+"/callback", req)
+	r, err := Listen("http://"+addr+"/callback", "the-real-state")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,5 +71,16 @@ func TestReceiverIgnoresForgedRedirects(t *testing.T) {
 	}
 	if st, _ := get("nothing=here"); st != http.StatusNotFound {
 		t.Fatal(fmt.Sprint("no code nor error: ", st))
+	}
+}
+
+func TestPasted(t *testing.T) {
+	t.Parallel()
+	q, err := ParsePasted("  http://127.0.0.1:8765/callback?code=abc&state=xyz&scope=openid#frag \n")
+	if err != nil || q.Get("code") != "abc" || q.Get("state") != "xyz" {
+		t.Fatalf("%v %v", q, err)
+	}
+	if _, err := ParsePasted("hello"); !errors.Is(err, errdefs.ErrInvalidInput) {
+		t.Fatalf("err = %v", err)
 	}
 }

@@ -1,4 +1,8 @@
-package oidc
+// Package redirect receives the OpenID Connect provider's redirect of an
+// authorization-code sign-in in the terminal's process: a listener on the
+// loopback redirect address that takes only the redirect carrying the
+// sign-in's state, and the address a user pasted instead (--no-browser).
+package redirect
 
 import (
 	"context"
@@ -27,13 +31,14 @@ type Receiver struct {
 }
 
 // Listen starts a receiver for a loopback http redirect URI
-// (http://127.0.0.1:PORT/path) for the sign-in req. The URI must name a
-// port: the provider redirects to exactly the registered address. Only a
-// redirect that carries req's state is taken (RFC 6749 4.1.2.1, 10.12):
+// (http://127.0.0.1:PORT/path) for the sign-in that sent state
+// (oidc.CodeRequest.State). The URI must name a port: the provider
+// redirects to exactly the registered address. Only a redirect that
+// carries that state is taken (RFC 6749 4.1.2.1, 10.12):
 // any local process or web page can send the browser to this address, and
 // a forged redirect (no state, another state, with an error or a code) is
 // answered 400 and ignored while the receiver goes on waiting.
-func Listen(redirectURI string, req *CodeRequest) (*Receiver, error) {
+func Listen(redirectURI, state string) (*Receiver, error) {
 	u, err := url.Parse(redirectURI)
 	if err != nil || u.Scheme != "http" || !httpx.IsLoopback(u.Hostname()) || u.Port() == "" {
 		return nil, fmt.Errorf("%w: --redirect-uri %q: signagent can receive the redirect only on a loopback http address with a port (http://127.0.0.1:PORT/path); use --no-browser to paste the redirected address instead", errdefs.ErrInvalidInput, redirectURI)
@@ -42,7 +47,7 @@ func Listen(redirectURI string, req *CodeRequest) (*Receiver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot listen on %s for the redirect: %w", errdefs.ErrInvalidInput, u.Host, errors.Unwrap(err))
 	}
-	r := &Receiver{ln: ln, path: u.Path, state: req.state, got: make(chan url.Values, 1)}
+	r := &Receiver{ln: ln, path: u.Path, state: state, got: make(chan url.Values, 1)}
 	if r.path == "" {
 		r.path = "/"
 	}
