@@ -79,7 +79,7 @@ run_agent_tests() {
 		(
 			cd agent && start=$(date +%s)
 			if "$dir/agent.test" -test.count=1 -test.paniconexit0 -test.parallel="$parallel" \
-				-test.timeout=30m "$select=$agent_slow_tests" >"$dir/agent.$shard" 2>&1; then
+				-test.timeout="$timeout" "$select=$agent_slow_tests" >"$dir/agent.$shard" 2>&1; then
 				printf 'ok  \t%s/agent (%s %s)\t%ds\n' "$module" "$select" "$agent_slow_tests" $(($(date +%s) - start)) >"$dir/agent.$shard.ok"
 			fi
 		) &
@@ -107,8 +107,9 @@ wait_agent_tests() {
 longest="./pkcs11/gosttoken ./pkcs11 ./oidc ./store ./agent/proxy ./trusted"
 others=$($GO list ./... | grep -vx "$module/agent")
 if [ "$mode" = check ]; then
+	timeout=20m
 	run_agent_tests || status=1
-	$GO test -count=1 -p "$packages" -parallel "$parallel" -timeout 20m \
+	$GO test -count=1 -p "$packages" -parallel "$parallel" -timeout "$timeout" \
 		./cmd/signagent ./cmd/signagent/scripts $longest $others || status=1
 	wait_agent_tests || status=1
 else
@@ -121,8 +122,9 @@ else
 	scripts=github.com/signagent/signagent/cmd/signagent/scripts
 	$GO test -count=1 -parallel "$parallel" -timeout 20m "$scripts" >"$dir/scripts" 2>&1 &
 	scripts_pid=$!
+	timeout=30m
 	run_agent_tests -race || status=1
-	$GO test -race -count=1 -p "$packages" -parallel "$parallel" -timeout 30m \
+	$GO test -race -count=1 -p "$packages" -parallel "$parallel" -timeout "$timeout" \
 		./cmd/signagent $longest $(echo "$others" | grep -vx "$scripts") || status=1
 	wait_agent_tests || status=1
 	if wait "$scripts_pid"; then

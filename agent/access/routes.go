@@ -10,8 +10,8 @@ import (
 	"github.com/signagent/signagent/errdefs"
 )
 
-// RouteNames are the names route rules give the agent's guarded routes
-// (the route table's rule names).
+// RouteNames are the names route rules use (the route table's rules), in
+// the order help lists them.
 var RouteNames = []string{"signatures", "sessions", "links", "authorizations", "service"}
 
 // RouteRule opens routes to a class of callers: "uid:N" or "gid:N" (Unix
